@@ -1,0 +1,87 @@
+//! The committed **test** root and test frame keys. TEST ONLY.
+//!
+//! Their private keys are published here on purpose, so local servers, tests and other
+//! implementations can sign frames and key sets without secrets. A daemon trusts the test
+//! root only through [`super::PinnedRoots::with_test_root_if_local`]: the switch must be on
+//! and the server must be `localhost` or a loopback address. Never enable it on a real
+//! machine talking to a real server.
+
+use ed25519_dalek::SigningKey;
+
+use super::{FrameKey, KeySet, RootKey};
+use crate::sign::Ed25519Signer;
+use crate::time::UnixTime;
+
+/// The test root's id.
+pub const ROOT_ID: &str = "root-test-1";
+/// The test root's private key seed (public on purpose).
+pub const ROOT_SECRET_HEX: &str =
+    "5c4f79eca6799bc07214c37219e6a55adb523a3ff7bf6a1abcb3e84c63adcf24";
+/// The first test frame key's id.
+pub const FRAME_KID: &str = "frame-test-1";
+/// The first test frame key's private key seed (public on purpose).
+pub const FRAME_SECRET_HEX: &str =
+    "0cdb98836a74f977e1786f0f56029c22fd6ed2677e4a16b6054b5c48eb7be8d3";
+/// The second test frame key's id (for rotation tests).
+pub const FRAME2_KID: &str = "frame-test-2";
+/// The second test frame key's private key seed (public on purpose).
+pub const FRAME2_SECRET_HEX: &str =
+    "a7d7722c6baaf9d69166792802301874739da7e74300bf48b95437328e9774c6";
+
+/// Parses 64 lowercase hex digits into a seed. The constants above always parse.
+pub fn seed_from_hex(hex: &str) -> Option<[u8; 32]> {
+    let bytes = hex.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in bytes.chunks_exact(2).enumerate() {
+        let digit = |b: u8| match b {
+            b'0'..=b'9' => Some(b - b'0'),
+            b'a'..=b'f' => Some(b - b'a' + 10),
+            _ => None,
+        };
+        out[i] = (digit(pair[0])? << 4) | digit(pair[1])?;
+    }
+    Some(out)
+}
+
+fn seed(hex: &str) -> [u8; 32] {
+    seed_from_hex(hex).unwrap_or([0; 32])
+}
+
+/// The test root's signer.
+pub fn root_signer() -> Ed25519Signer {
+    Ed25519Signer::from_seed(ROOT_ID, seed(ROOT_SECRET_HEX))
+}
+
+/// The test root's public key.
+pub fn root_key() -> RootKey {
+    RootKey {
+        id: ROOT_ID.to_owned(),
+        public_key: SigningKey::from_bytes(&seed(ROOT_SECRET_HEX)).verifying_key(),
+    }
+}
+
+/// The first test frame key's signer.
+pub fn frame_signer() -> Ed25519Signer {
+    Ed25519Signer::from_seed(FRAME_KID, seed(FRAME_SECRET_HEX))
+}
+
+/// The second test frame key's signer.
+pub fn frame2_signer() -> Ed25519Signer {
+    Ed25519Signer::from_seed(FRAME2_KID, seed(FRAME2_SECRET_HEX))
+}
+
+/// The test key set: `frame-test-1` valid over `[not_before, not_after)`, signed by the
+/// test root.
+pub fn key_set_document(version: u64, not_before: UnixTime, not_after: UnixTime) -> Vec<u8> {
+    let key = FrameKey {
+        kid: FRAME_KID.to_owned(),
+        public_key: frame_signer().verifying_key(),
+        not_before,
+        not_after,
+    };
+    // The in-memory signer cannot fail.
+    KeySet::sign_document(version, &[key], &root_signer()).unwrap_or_default()
+}

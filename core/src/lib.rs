@@ -1,0 +1,38 @@
+//! # outpost-core
+//!
+//! The sans-IO heart of outpost. Everything in this crate is pure: bytes and time go in,
+//! frames, errors and decisions come out. It never opens a socket, reads a clock, spawns a
+//! thread or a process, and never draws randomness itself — the host passes `now` and
+//! random bytes in. That is what lets it be fuzzed, simulated deterministically and driven
+//! by any runtime.
+//!
+//! ## What lives where
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`json`] | the strict JSON reader (duplicate keys, floats, depth, lone surrogates refused) and RFC 8785 canonical output |
+//! | [`wire`] | typed frames for both directions and the length-prefixed stream codec |
+//! | [`sign`] | signed server frames: the `Signer` trait, the signing input, the per-session verifier |
+//! | [`keyset`] | server frame key sets signed by pinned root keys, and the test root |
+//! | [`httpsig`] | HTTP Message Signatures (RFC 9421) and `Content-Digest` (RFC 9530) |
+//! | [`replay`] | the bounded nonce cache that refuses replayed or stale signed requests |
+//! | [`ticket`] | single-use connect tickets |
+//! | [`time`] | the host-supplied clock values: wall time and a monotonic instant |
+//!
+//! ## Errors
+//!
+//! Every error type has a `code()` that returns a stable `snake_case` string. The codes are
+//! part of the protocol (they appear in `vectors/` and `docs/PROTOCOL.md`) and never change
+//! meaning. Nothing in this crate panics on peer input.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod b64;
+pub mod httpsig;
+pub mod json;
+pub mod keyset;
+pub mod replay;
+pub mod sign;
+pub mod ticket;
+pub mod time;
+pub mod wire;

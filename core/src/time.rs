@@ -1,0 +1,81 @@
+//! Time as the host hands it in. `core` never reads a clock.
+//!
+//! Two clocks, for two jobs:
+//! - [`UnixTime`] is wall-clock time in whole seconds since the Unix epoch. Signatures, key
+//!   validity windows, tickets and replay windows use it, because the peer shares it.
+//! - [`Instant`] is a monotonic instant the host counts from any origin it likes. Leases,
+//!   retries and heartbeats use it, because wall time can jump.
+
+use core::fmt;
+use core::time::Duration;
+
+/// Wall-clock time: whole seconds since 1970-01-01T00:00:00Z.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct UnixTime(pub u64);
+
+impl UnixTime {
+    /// The time `secs` seconds after the epoch.
+    pub const fn from_secs(secs: u64) -> Self {
+        Self(secs)
+    }
+
+    /// Seconds since the epoch.
+    pub const fn as_secs(self) -> u64 {
+        self.0
+    }
+
+    /// This time plus `secs` seconds, saturating at the end of time.
+    pub const fn plus_secs(self, secs: u64) -> Self {
+        Self(self.0.saturating_add(secs))
+    }
+
+    /// This time minus `secs` seconds, saturating at the epoch.
+    pub const fn minus_secs(self, secs: u64) -> Self {
+        Self(self.0.saturating_sub(secs))
+    }
+}
+
+impl fmt::Display for UnixTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}s", self.0)
+    }
+}
+
+/// A monotonic instant, counted by the host from an origin of its choosing.
+///
+/// Only differences between instants mean anything. A host must pass a clock that keeps
+/// counting while the machine is suspended (on Linux `CLOCK_BOOTTIME`), so that a lease
+/// does not outlive a suspend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Instant(Duration);
+
+impl Instant {
+    /// The instant `since_origin` after the host's origin.
+    pub const fn from_origin(since_origin: Duration) -> Self {
+        Self(since_origin)
+    }
+
+    /// How long after the host's origin this instant is.
+    pub const fn since_origin(self) -> Duration {
+        self.0
+    }
+
+    /// The time from `earlier` to `self`, or zero if `earlier` is later.
+    pub fn saturating_duration_since(self, earlier: Instant) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// This instant plus `d`, saturating.
+    pub fn saturating_add(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_add(d))
+    }
+}
+
+/// What the host says the time is: both clocks, read together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// The monotonic instant.
+    pub instant: Instant,
+    /// The wall-clock time.
+    pub wall: UnixTime,
+}

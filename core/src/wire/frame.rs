@@ -1,0 +1,339 @@
+//! The frames of both directions, typed.
+//!
+//! On the wire a frame is a JSON object whose `type` member names it; the other members are
+//! its fields, in `camelCase`. Server frames also carry the signature envelope (`sid`, `seq`,
+//! `kid`, `sig`), handled by [`crate::sign`], not here.
+//!
+//! Rules for readers: unknown members are ignored (so peers can add optional fields);
+//! an unknown `type` is a protocol error ([`WireError::UnknownFrameType`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::WireError;
+use super::types::{CapabilitySource, Environment, ErrorBody, Grant, RunStatus, Timing};
+
+/// A frame the server sends to a daemon. Always signed on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum ServerFrame {
+    /// First frame of a session: who the daemon is to the server, and its grant.
+    #[serde(rename = "welcome", rename_all = "camelCase")]
+    Welcome {
+        /// The execution context this machine is registered as.
+        context_id: String,
+        /// The protocol version the server speaks.
+        protocol: u32,
+        /// The grant in force, and its version.
+        grant_version: u64,
+        /// What runs on this machine may do.
+        grant: Grant,
+        /// How often the daemon sends `status`, in seconds.
+        heartbeat_secs: u32,
+    },
+    /// Offers a run; the daemon answers `run.accept` or `run.reject`.
+    #[serde(rename = "run.request", rename_all = "camelCase")]
+    RunRequest {
+        /// The run's id, unique per server.
+        run_id: String,
+        /// The environment the capability declares.
+        environment: Environment,
+        /// The capability, inline or by digest.
+        capability: CapabilitySource,
+        /// The run's time budget once committed, in milliseconds.
+        timeout_ms: u64,
+        /// True when the requester is not the machine's operator.
+        shared_run: bool,
+    },
+    /// The server holds the daemon to an accepted run: the lease starts.
+    #[serde(rename = "run.commit", rename_all = "camelCase")]
+    RunCommit {
+        /// The run.
+        run_id: String,
+    },
+    /// Stop a run.
+    #[serde(rename = "run.cancel", rename_all = "camelCase")]
+    RunCancel {
+        /// The run.
+        run_id: String,
+        /// Why, as a stable code (`requested`, `access_lost`, `revoked`, …).
+        reason: String,
+    },
+    /// The server recorded a run's result; the daemon may forget it.
+    #[serde(rename = "run.ack", rename_all = "camelCase")]
+    RunAck {
+        /// The run.
+        run_id: String,
+    },
+    /// A new grant, applied at once.
+    #[serde(rename = "grant.update", rename_all = "camelCase")]
+    GrantUpdate {
+        /// Strictly greater than any version the daemon has applied.
+        grant_version: u64,
+        /// The new grant.
+        grant: Grant,
+    },
+    /// The machine's key was revoked: stop for good.
+    #[serde(rename = "revoked", rename_all = "camelCase")]
+    Revoked {
+        /// Why.
+        reason: String,
+    },
+    /// Keystrokes for a terminal.
+    #[serde(rename = "pty.input", rename_all = "camelCase")]
+    PtyInput {
+        /// The terminal.
+        pty_id: String,
+        /// The bytes, base64url without padding.
+        data: String,
+    },
+    /// A terminal's new size.
+    #[serde(rename = "pty.resize", rename_all = "camelCase")]
+    PtyResize {
+        /// The terminal.
+        pty_id: String,
+        /// Columns.
+        cols: u16,
+        /// Rows.
+        rows: u16,
+    },
+    /// Close a terminal.
+    #[serde(rename = "pty.close", rename_all = "camelCase")]
+    PtyClose {
+        /// The terminal.
+        pty_id: String,
+    },
+}
+
+/// The `type` names of server frames, in declaration order.
+pub const SERVER_FRAME_TYPES: &[&str] = &[
+    "welcome",
+    "run.request",
+    "run.commit",
+    "run.cancel",
+    "run.ack",
+    "grant.update",
+    "revoked",
+    "pty.input",
+    "pty.resize",
+    "pty.close",
+];
+
+/// A frame a daemon sends to the server. Not signed: the connection was opened with a
+/// ticket the daemon obtained by a signed request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum DaemonFrame {
+    /// The daemon's answer to `welcome`.
+    #[serde(rename = "hello", rename_all = "camelCase")]
+    Hello {
+        /// The protocol version the daemon speaks.
+        protocol: u32,
+        /// Optional behaviours the daemon supports (`fs`, `host-operator-only`, …).
+        features: Vec<String>,
+        /// Runs it will hold at once (default 2, at most 8, capped by the grant).
+        max_concurrent: u32,
+        /// Committed runs it still holds from before a reconnect.
+        held_runs: Vec<String>,
+        /// Runs whose results it holds but the server has not acknowledged.
+        pending_results: Vec<String>,
+    },
+    /// Takes an offered run.
+    #[serde(rename = "run.accept", rename_all = "camelCase")]
+    RunAccept {
+        /// The run.
+        run_id: String,
+    },
+    /// Declines an offered run.
+    #[serde(rename = "run.reject", rename_all = "camelCase")]
+    RunReject {
+        /// The run.
+        run_id: String,
+        /// Why, as a stable code (`busy`, `environment_unavailable`, `draining`, …).
+        code: String,
+        /// What a person should read.
+        message: String,
+    },
+    /// A committed run ended.
+    #[serde(rename = "run.result", rename_all = "camelCase")]
+    RunResult {
+        /// The run.
+        run_id: String,
+        /// How it ended.
+        status: RunStatus,
+        /// The exit code, when the capability exited.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        /// The signal that ended it, if one did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+        /// Captured standard output (lossy UTF-8), capped.
+        stdout: String,
+        /// Captured standard error (lossy UTF-8), capped.
+        stderr: String,
+        /// True if either stream was cut at its cap.
+        truncated: bool,
+        /// Where the time went.
+        timing: Timing,
+        /// Why the run could not be run, for `status: "failed"`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<ErrorBody>,
+    },
+    /// Slots in use; also the heartbeat.
+    #[serde(rename = "status", rename_all = "camelCase")]
+    Status {
+        /// Runs held now.
+        slots_used: u32,
+        /// Runs it will hold at once.
+        slots_total: u32,
+        /// True once the daemon is draining and takes no new runs.
+        draining: bool,
+    },
+    /// What the daemon can do changed.
+    #[serde(rename = "capabilities.update", rename_all = "camelCase")]
+    CapabilitiesUpdate {
+        /// Optional behaviours supported now.
+        features: Vec<String>,
+        /// Environments whose executors are available now.
+        environments: Vec<Environment>,
+        /// Runs it will hold at once.
+        max_concurrent: u32,
+    },
+    /// A host command ended (for the audit log).
+    #[serde(rename = "command.finished", rename_all = "camelCase")]
+    CommandFinished {
+        /// The command's id.
+        command_id: String,
+        /// The run that started it.
+        run_id: String,
+        /// Its exit code, if it exited.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        /// The signal that ended it, if one did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+        /// How long it ran.
+        duration_ms: u64,
+        /// Why it ended (`exited`, `killed`, `commands_off`, `revoked`, `shutdown`).
+        reason: String,
+    },
+    /// Terminal output.
+    #[serde(rename = "pty.output", rename_all = "camelCase")]
+    PtyOutput {
+        /// The terminal.
+        pty_id: String,
+        /// The bytes, base64url without padding.
+        data: String,
+    },
+    /// A terminal's process ended.
+    #[serde(rename = "pty.exit", rename_all = "camelCase")]
+    PtyExit {
+        /// The terminal.
+        pty_id: String,
+        /// Its exit code, if it exited.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+    },
+}
+
+/// The `type` names of daemon frames, in declaration order.
+pub const DAEMON_FRAME_TYPES: &[&str] = &[
+    "hello",
+    "run.accept",
+    "run.reject",
+    "run.result",
+    "status",
+    "capabilities.update",
+    "command.finished",
+    "pty.output",
+    "pty.exit",
+];
+
+impl ServerFrame {
+    /// The frame's `type` name.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ServerFrame::Welcome { .. } => "welcome",
+            ServerFrame::RunRequest { .. } => "run.request",
+            ServerFrame::RunCommit { .. } => "run.commit",
+            ServerFrame::RunCancel { .. } => "run.cancel",
+            ServerFrame::RunAck { .. } => "run.ack",
+            ServerFrame::GrantUpdate { .. } => "grant.update",
+            ServerFrame::Revoked { .. } => "revoked",
+            ServerFrame::PtyInput { .. } => "pty.input",
+            ServerFrame::PtyResize { .. } => "pty.resize",
+            ServerFrame::PtyClose { .. } => "pty.close",
+        }
+    }
+}
+
+impl DaemonFrame {
+    /// The frame's `type` name.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            DaemonFrame::Hello { .. } => "hello",
+            DaemonFrame::RunAccept { .. } => "run.accept",
+            DaemonFrame::RunReject { .. } => "run.reject",
+            DaemonFrame::RunResult { .. } => "run.result",
+            DaemonFrame::Status { .. } => "status",
+            DaemonFrame::CapabilitiesUpdate { .. } => "capabilities.update",
+            DaemonFrame::CommandFinished { .. } => "command.finished",
+            DaemonFrame::PtyOutput { .. } => "pty.output",
+            DaemonFrame::PtyExit { .. } => "pty.exit",
+        }
+    }
+
+    /// Writes the frame as JSON.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serializing these types cannot fail: every map key is a string and no value is a float.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Reads a daemon frame from its JSON text.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, WireError> {
+        serde_json::from_slice(bytes).map_err(|e| classify(bytes, e, DAEMON_FRAME_TYPES))
+    }
+}
+
+/// Turns a serde_json failure into the most precise [`WireError`].
+fn classify(bytes: &[u8], err: serde_json::Error, known: &[&str]) -> WireError {
+    use serde_json::error::Category;
+    match err.classify() {
+        Category::Eof => WireError::Json(crate::json::JsonError::Truncated),
+        Category::Syntax | Category::Io => WireError::Json(crate::json::JsonError::Syntax {
+            offset: err.column(),
+            what: "not JSON",
+        }),
+        Category::Data => {
+            #[derive(Deserialize)]
+            struct TypeOnly {
+                #[serde(rename = "type")]
+                frame_type: Option<String>,
+            }
+            match serde_json::from_slice::<TypeOnly>(bytes) {
+                Ok(TypeOnly {
+                    frame_type: Some(t),
+                }) if !known.contains(&t.as_str()) => WireError::UnknownFrameType(t),
+                Ok(TypeOnly { frame_type: None }) => WireError::MissingFrameType,
+                _ => WireError::InvalidFrame(err.to_string()),
+            }
+        }
+    }
+}
+
+/// Reads a server frame's typed body from a strictly parsed value (see [`crate::sign`]).
+pub(crate) fn server_frame_from_value(
+    value: &crate::json::Value,
+) -> Result<ServerFrame, WireError> {
+    let Some(t) = value.get("type") else {
+        return Err(WireError::MissingFrameType);
+    };
+    let Some(t) = t.as_str() else {
+        return Err(WireError::InvalidFrame("`type` is not a string".into()));
+    };
+    if !SERVER_FRAME_TYPES.contains(&t) {
+        return Err(WireError::UnknownFrameType(t.to_owned()));
+    }
+    value
+        .deserialize_into::<ServerFrame>()
+        .map_err(|e| WireError::InvalidFrame(e.to_string()))
+}

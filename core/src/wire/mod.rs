@@ -1,0 +1,64 @@
+//! The wire: typed frames for both directions and the length-prefixed stream codec.
+//!
+//! This module owns the shape of every frame and the framing of a byte stream. It does not
+//! sign or verify (that is [`crate::sign`]) and never decides what a frame means for a
+//! session (that is the state machines').
+
+mod codec;
+mod frame;
+mod types;
+
+pub use codec::{DEFAULT_MAX_FRAME_LEN, FrameDecoder, LENGTH_PREFIX_LEN, encode_frame};
+pub(crate) use frame::server_frame_from_value;
+pub use frame::{DAEMON_FRAME_TYPES, DaemonFrame, SERVER_FRAME_TYPES, ServerFrame};
+pub use types::{
+    CapabilitySource, CommandsGrant, Egress, Environment, ErrorBody, FolderGrant, FolderMode,
+    Grant, GrantLimits, InlineFile, PROTOCOL_VERSION, RunStatus, Timing,
+};
+
+use crate::json::JsonError;
+
+/// Why bytes were refused as a frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The length prefix announces more than the limit.
+    #[error("frame of {len} bytes exceeds the {max}-byte limit")]
+    FrameTooLarge {
+        /// The announced length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// The length prefix announces an empty frame.
+    #[error("empty frame")]
+    EmptyFrame,
+    /// The body is not acceptable JSON.
+    #[error("{0}")]
+    Json(#[from] JsonError),
+    /// The object has no `type` member.
+    #[error("frame has no `type`")]
+    MissingFrameType,
+    /// The `type` names no frame of this direction.
+    #[error("unknown frame type {0:?}")]
+    UnknownFrameType(String),
+    /// A known frame with missing or mistyped fields.
+    #[error("invalid frame: {0}")]
+    InvalidFrame(String),
+}
+
+impl WireError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            WireError::FrameTooLarge { .. } => "frame_too_large",
+            WireError::EmptyFrame => "empty_frame",
+            WireError::Json(e) => e.code(),
+            WireError::MissingFrameType => "missing_frame_type",
+            WireError::UnknownFrameType(_) => "unknown_frame_type",
+            WireError::InvalidFrame(_) => "invalid_frame",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,119 @@
+use super::*;
+
+#[test]
+fn daemon_frames_round_trip() {
+    let frames = vec![
+        DaemonFrame::Hello {
+            protocol: PROTOCOL_VERSION,
+            features: vec!["fs".into()],
+            max_concurrent: 2,
+            held_runs: vec!["r1".into()],
+            pending_results: vec![],
+        },
+        DaemonFrame::RunReject {
+            run_id: "r2".into(),
+            code: "busy".into(),
+            message: "every slot is taken".into(),
+        },
+        DaemonFrame::RunResult {
+            run_id: "r1".into(),
+            status: RunStatus::Exited,
+            exit_code: Some(3),
+            signal: None,
+            stdout: "hi\n".into(),
+            stderr: String::new(),
+            truncated: false,
+            timing: Timing {
+                queue_ms: 1,
+                setup_ms: 2,
+                execute_ms: 3,
+                daemon_ms: 6,
+                ..Timing::default()
+            },
+            error: None,
+        },
+    ];
+    for f in frames {
+        let json = f.to_json();
+        assert_eq!(DaemonFrame::from_json(&json).unwrap(), f);
+    }
+}
+
+#[test]
+fn field_names_are_camel_case_and_typed() {
+    let json = DaemonFrame::Status {
+        slots_used: 1,
+        slots_total: 2,
+        draining: false,
+    }
+    .to_json();
+    assert_eq!(
+        std::str::from_utf8(&json).unwrap(),
+        r#"{"type":"status","slotsUsed":1,"slotsTotal":2,"draining":false}"#
+    );
+}
+
+#[test]
+fn unknown_fields_are_ignored() {
+    let f = DaemonFrame::from_json(br#"{"type":"run.accept","runId":"r1","future":{"x":[1]}}"#)
+        .unwrap();
+    assert_eq!(
+        f,
+        DaemonFrame::RunAccept {
+            run_id: "r1".into()
+        }
+    );
+}
+
+#[test]
+fn bad_frames_get_precise_errors() {
+    let code = |b: &[u8]| DaemonFrame::from_json(b).unwrap_err().code();
+    assert_eq!(
+        code(br#"{"type":"run.explode","runId":"r1"}"#),
+        "unknown_frame_type"
+    );
+    assert_eq!(code(br#"{"runId":"r1"}"#), "missing_frame_type");
+    assert_eq!(code(br#"{"type":"run.accept"}"#), "invalid_frame");
+    assert_eq!(code(br#"{"type":"run.accept","runId":7}"#), "invalid_frame");
+    assert_eq!(code(br#"{"type":"run.accept""#), "truncated");
+    assert_eq!(code(b"\xff\xfe"), "malformed_json");
+    assert_eq!(code(b"[]"), "invalid_frame");
+}
+
+#[test]
+fn server_frames_read_from_strict_values() {
+    let v = crate::json::parse_strict(
+        br#"{"type":"grant.update","grantVersion":4,"grant":{"fs":[{"path":"/srv","mode":"ro"}],"egress":{"mode":"allowlist","hosts":["*.example.org:443"]},"commands":{"enabled":false},"limits":{"maxConcurrent":2}},"sid":"s","seq":2,"kid":"k"}"#,
+    )
+    .unwrap();
+    let f = server_frame_from_value(&v).unwrap();
+    match f {
+        ServerFrame::GrantUpdate {
+            grant_version,
+            grant,
+        } => {
+            assert_eq!(grant_version, 4);
+            assert_eq!(grant.fs[0].mode, FolderMode::Ro);
+            assert_eq!(
+                grant.egress,
+                Egress::Allowlist {
+                    hosts: vec!["*.example.org:443".into()]
+                }
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let unknown = crate::json::parse_strict(br#"{"type":"hello","protocol":1}"#).unwrap();
+    assert_eq!(
+        server_frame_from_value(&unknown).unwrap_err(),
+        WireError::UnknownFrameType("hello".into())
+    );
+}
+
+#[test]
+fn type_name_lists_match_the_enums() {
+    assert_eq!(SERVER_FRAME_TYPES.len(), 10);
+    assert_eq!(DAEMON_FRAME_TYPES.len(), 9);
+    let f = ServerFrame::Revoked { reason: "x".into() };
+    assert!(SERVER_FRAME_TYPES.contains(&f.type_name()));
+}

@@ -1,0 +1,172 @@
+//! The values frames carry: grants, capabilities, timings and the like.
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version this crate speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Where a capability runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Environment {
+    /// A shell script or an executable.
+    Shell,
+    /// A WebAssembly module under wasmtime.
+    Wasm,
+    /// A Docker container.
+    Docker,
+    /// An interactive terminal.
+    Pty,
+}
+
+impl Environment {
+    /// The environment's name as it appears in manifests and frames.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Environment::Shell => "shell",
+            Environment::Wasm => "wasm",
+            Environment::Docker => "docker",
+            Environment::Pty => "pty",
+        }
+    }
+}
+
+/// Access mode of a granted folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FolderMode {
+    /// Read only.
+    Ro,
+    /// Read and write.
+    Rw,
+}
+
+/// A folder the server grants, before the machine's local policy narrows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FolderGrant {
+    /// The host path as the operator wrote it.
+    pub path: String,
+    /// The most the grant allows.
+    pub mode: FolderMode,
+}
+
+/// Whom a run may reach over the network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum Egress {
+    /// No network.
+    None,
+    /// Only these `host[:port]` entries; `*.` prefixes match subdomains.
+    Allowlist {
+        /// The allowed destinations.
+        hosts: Vec<String>,
+    },
+    /// Anywhere.
+    All,
+}
+
+/// The host-commands switch on the server's side.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandsGrant {
+    /// Whether host commands are allowed by the server.
+    pub enabled: bool,
+}
+
+/// Numeric limits in a grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantLimits {
+    /// The most runs the daemon may hold at once.
+    pub max_concurrent: u32,
+}
+
+/// What the server allows runs on one machine to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// Granted folders.
+    #[serde(default)]
+    pub fs: Vec<FolderGrant>,
+    /// Network reach.
+    pub egress: Egress,
+    /// Host commands.
+    #[serde(default)]
+    pub commands: CommandsGrant,
+    /// Limits.
+    pub limits: GrantLimits,
+}
+
+/// A file of a capability carried inline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InlineFile {
+    /// Path relative to the capability folder.
+    pub path: String,
+    /// The file's bytes, base64url without padding.
+    pub content_b64: String,
+}
+
+/// How a `run.request` delivers its capability.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum CapabilitySource {
+    /// The manifest and files are in the frame.
+    Inline {
+        /// The text of `manifest.yaml`.
+        manifest: String,
+        /// The capability's other files.
+        files: Vec<InlineFile>,
+    },
+    /// The daemon fetches the bundle with a signed request and checks its digest.
+    Digest {
+        /// Lowercase hex SHA-256 of the bundle.
+        sha256: String,
+        /// The bundle's size in bytes.
+        size: u64,
+    },
+}
+
+/// Where the time of a run went, in milliseconds.
+///
+/// The daemon fills the first four on its clock; the server adds `server_ms` (commit to
+/// result on its clock) and `transit_ms = server_ms - daemon_ms`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timing {
+    /// Accepted to started.
+    pub queue_ms: u64,
+    /// Preparing the executor (fetching, unpacking, creating).
+    pub setup_ms: u64,
+    /// Running the capability.
+    pub execute_ms: u64,
+    /// Everything the daemon spent, commit to result.
+    pub daemon_ms: u64,
+    /// Commit to result on the server's clock (server adds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_ms: Option<u64>,
+    /// `server_ms - daemon_ms`: dispatch plus return (server adds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transit_ms: Option<u64>,
+}
+
+/// How a run ended on the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// The capability ran and exited (any exit code).
+    Exited,
+    /// The deadline passed and the capability was stopped.
+    TimedOut,
+    /// The run was cancelled and stopped.
+    Cancelled,
+    /// The capability could not be run (see `error`).
+    Failed,
+}
+
+/// A coded error with a human message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// A stable `snake_case` code.
+    pub code: String,
+    /// What a person should read.
+    pub message: String,
+}
