@@ -1,1 +1,301 @@
-//! x
+//! Connect tickets: single-use bearer secrets that open a daemon's WebSocket.
+//!
+//! A ticket is `otk_` followed by 64 base64url characters: a 16-byte id and a 32-byte secret.
+//! The server keeps, per id, only the SHA-256 of the secret, its expiry and whom it was issued
+//! to. Presenting a ticket consumes it whatever the outcome; the secret is compared in
+//! constant time. Tickets never print: `Debug` and `Display` show a redacted form.
+//!
+//! This module owns issuing and consuming; randomness and time are passed in.
+
+use core::fmt;
+use std::collections::HashMap;
+
+use sha2::{Digest as _, Sha256};
+use subtle::ConstantTimeEq as _;
+
+use crate::b64;
+use crate::time::UnixTime;
+
+/// The text prefix of a ticket.
+pub const TICKET_PREFIX: &str = "otk_";
+
+const ID_LEN: usize = 16;
+const SECRET_LEN: usize = 32;
+
+/// A ticket as issued: hand its text to the daemon, never log it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConnectTicket {
+    id: [u8; ID_LEN],
+    secret: [u8; SECRET_LEN],
+    /// When it stops being accepted.
+    pub expires_at: UnixTime,
+}
+
+impl ConnectTicket {
+    /// The ticket's text, for the `?ticket=` query parameter. The only way to see the secret.
+    pub fn expose_secret(&self) -> String {
+        let mut raw = [0u8; ID_LEN + SECRET_LEN];
+        raw[..ID_LEN].copy_from_slice(&self.id);
+        raw[ID_LEN..].copy_from_slice(&self.secret);
+        format!("{TICKET_PREFIX}{}", b64::encode(&raw))
+    }
+}
+
+impl fmt::Debug for ConnectTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ConnectTicket({TICKET_PREFIX}[redacted], expires_at: {})",
+            self.expires_at
+        )
+    }
+}
+
+impl fmt::Display for ConnectTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{TICKET_PREFIX}[redacted]")
+    }
+}
+
+/// Why a ticket was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TicketError {
+    /// Not ticket text.
+    #[error("malformed ticket")]
+    Malformed,
+    /// Never issued, already used, or the secret is wrong.
+    #[error("unknown or already used ticket")]
+    Unknown,
+    /// Issued, but expired before use.
+    #[error("ticket expired at {0}")]
+    Expired(UnixTime),
+    /// Too many live tickets.
+    #[error("too many outstanding tickets")]
+    StoreFull,
+}
+
+impl TicketError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            TicketError::Malformed => "ticket_malformed",
+            TicketError::Unknown => "ticket_unknown",
+            TicketError::Expired(_) => "ticket_expired",
+            TicketError::StoreFull => "ticket_store_full",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Outstanding {
+    secret_hash: [u8; 32],
+    expires_at: UnixTime,
+    context_id: String,
+}
+
+/// The server's outstanding tickets.
+#[derive(Debug, Clone)]
+pub struct TicketStore {
+    ttl_secs: u64,
+    capacity: usize,
+    outstanding: HashMap<[u8; ID_LEN], Outstanding>,
+}
+
+impl TicketStore {
+    /// A store whose tickets live `ttl_secs` and that holds at most `capacity` at once.
+    pub fn new(ttl_secs: u64, capacity: usize) -> Self {
+        Self {
+            ttl_secs,
+            capacity,
+            outstanding: HashMap::new(),
+        }
+    }
+
+    /// Tickets issued and neither used nor evicted.
+    pub fn len(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    /// True when no ticket is outstanding.
+    pub fn is_empty(&self) -> bool {
+        self.outstanding.is_empty()
+    }
+
+    /// Issues a ticket for `context_id` from 48 fresh random bytes supplied by the host.
+    pub fn issue(
+        &mut self,
+        random: [u8; ID_LEN + SECRET_LEN],
+        context_id: &str,
+        now: UnixTime,
+    ) -> Result<ConnectTicket, TicketError> {
+        self.outstanding.retain(|_, t| t.expires_at > now);
+        if self.outstanding.len() >= self.capacity {
+            return Err(TicketError::StoreFull);
+        }
+        let mut id = [0u8; ID_LEN];
+        id.copy_from_slice(&random[..ID_LEN]);
+        let mut secret = [0u8; SECRET_LEN];
+        secret.copy_from_slice(&random[ID_LEN..]);
+        let ticket = ConnectTicket {
+            id,
+            secret,
+            expires_at: now.plus_secs(self.ttl_secs),
+        };
+        self.outstanding.insert(
+            id,
+            Outstanding {
+                secret_hash: Sha256::digest(secret).into(),
+                expires_at: ticket.expires_at,
+                context_id: context_id.to_owned(),
+            },
+        );
+        Ok(ticket)
+    }
+
+    /// Consumes a presented ticket and returns the context it was issued for.
+    ///
+    /// Whatever the outcome, a ticket with this id can never be used again.
+    pub fn consume(&mut self, text: &str, now: UnixTime) -> Result<String, TicketError> {
+        let raw = text
+            .strip_prefix(TICKET_PREFIX)
+            .and_then(|b| b64::decode_array::<{ ID_LEN + SECRET_LEN }>(b).ok())
+            .ok_or(TicketError::Malformed)?;
+        let mut id = [0u8; ID_LEN];
+        id.copy_from_slice(&raw[..ID_LEN]);
+        let entry = self.outstanding.remove(&id).ok_or(TicketError::Unknown)?;
+        let presented: [u8; 32] = Sha256::digest(&raw[ID_LEN..]).into();
+        if !bool::from(presented.ct_eq(&entry.secret_hash)) {
+            return Err(TicketError::Unknown);
+        }
+        if now >= entry.expires_at {
+            return Err(TicketError::Expired(entry.expires_at));
+        }
+        Ok(entry.context_id)
+    }
+}
+
+/// Replaces the value of any `ticket` query parameter in `url` with `[redacted]`, for logs.
+pub fn redact_ticket_in_url(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (query, None),
+    };
+    let redacted: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some(("ticket", _)) => "ticket=[redacted]".to_owned(),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    let mut out = format!("{base}?{}", redacted.join("&"));
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(n: u8) -> [u8; 48] {
+        let mut r = [0u8; 48];
+        for (i, b) in r.iter_mut().enumerate() {
+            *b = n.wrapping_mul(31).wrapping_add(i as u8);
+        }
+        r
+    }
+
+    #[test]
+    fn a_ticket_opens_once() {
+        let mut store = TicketStore::new(60, 10);
+        let t = store.issue(random(1), "ctx-1", UnixTime(100)).unwrap();
+        let text = t.expose_secret();
+        assert!(text.starts_with("otk_") && text.len() == 4 + 64);
+        assert_eq!(store.consume(&text, UnixTime(120)).unwrap(), "ctx-1");
+        assert_eq!(
+            store.consume(&text, UnixTime(120)).unwrap_err().code(),
+            "ticket_unknown"
+        );
+    }
+
+    #[test]
+    fn expiry_wrong_secret_and_garbage() {
+        let mut store = TicketStore::new(60, 10);
+        let t = store.issue(random(2), "ctx", UnixTime(100)).unwrap();
+        assert_eq!(
+            store
+                .consume(&t.expose_secret(), UnixTime(160))
+                .unwrap_err()
+                .code(),
+            "ticket_expired"
+        );
+
+        let t = store.issue(random(3), "ctx", UnixTime(100)).unwrap();
+        let mut forged = t.expose_secret().into_bytes();
+        let last = forged.len() - 2; // change the secret, keep the id
+        forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+        let forged = String::from_utf8(forged).unwrap();
+        assert_eq!(
+            store.consume(&forged, UnixTime(101)).unwrap_err().code(),
+            "ticket_unknown"
+        );
+        // The wrong guess burned the ticket.
+        assert_eq!(
+            store
+                .consume(&t.expose_secret(), UnixTime(101))
+                .unwrap_err()
+                .code(),
+            "ticket_unknown"
+        );
+
+        for bad in [
+            "",
+            "otk_",
+            "otk_!!",
+            "xyz_AAAA",
+            &format!("otk_{}", "A".repeat(65)),
+        ] {
+            assert_eq!(
+                store.consume(bad, UnixTime(101)).unwrap_err().code(),
+                "ticket_malformed"
+            );
+        }
+    }
+
+    #[test]
+    fn bounded_and_self_cleaning() {
+        let mut store = TicketStore::new(60, 2);
+        store.issue(random(4), "a", UnixTime(0)).unwrap();
+        store.issue(random(5), "b", UnixTime(0)).unwrap();
+        assert_eq!(
+            store.issue(random(6), "c", UnixTime(0)).unwrap_err().code(),
+            "ticket_store_full"
+        );
+        assert!(store.issue(random(6), "c", UnixTime(60)).is_ok());
+        assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn tickets_never_print() {
+        let mut store = TicketStore::new(60, 2);
+        let t = store.issue(random(7), "a", UnixTime(0)).unwrap();
+        let secret_part = &t.expose_secret()[4..];
+        for shown in [format!("{t}"), format!("{t:?}"), format!("{t:#?}")] {
+            assert!(!shown.contains(secret_part), "{shown}");
+            assert!(!shown.contains(&secret_part[..16]), "{shown}");
+            assert!(shown.contains("[redacted]"));
+        }
+        assert_eq!(
+            redact_ticket_in_url(&format!(
+                "wss://h/v1/connect?x=1&ticket={}#f",
+                t.expose_secret()
+            )),
+            "wss://h/v1/connect?x=1&ticket=[redacted]#f"
+        );
+    }
+}
