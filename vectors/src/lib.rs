@@ -1,1 +1,19 @@
+//! # outpost-vectors
+//!
+//! outpost's published test vectors: JSON files in this crate's folder that let another
+//! implementation check itself against outpost byte for byte, the generator that writes them
+//! from fixed seeds, and the checker that runs outpost-core against them.
+//!
+//! `cargo run -p outpost-vectors -- generate` rewrites the files; `… -- check` verifies them.
+//! The format is documented in `vectors/README.md`.
 
+pub mod check;
+pub mod generate;
+pub mod model;
+
+use std::path::PathBuf;
+
+/// The folder holding the committed vector files.
+pub fn default_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}

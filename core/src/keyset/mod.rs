@@ -236,6 +236,31 @@ impl KeySet {
         })
     }
 
+    /// A set of keys the caller already trusts, without a root signature: for tests, test
+    /// vectors, and hosts that pin frame keys directly. The root check is then the
+    /// caller's responsibility; weak keys, duplicate ids and empty windows are still refused.
+    pub fn trusted(version: u64, keys: Vec<FrameKey>) -> Result<KeySet, KeySetError> {
+        for (i, k) in keys.iter().enumerate() {
+            if k.public_key.is_weak() {
+                return Err(KeySetError::WeakKey(k.kid.clone()));
+            }
+            if k.not_after <= k.not_before {
+                return Err(invalid(
+                    format!("keys[{i}].notAfter"),
+                    "must be after notBefore",
+                ));
+            }
+            if keys[..i].iter().any(|o| o.kid == k.kid) {
+                return Err(KeySetError::DuplicateKid(k.kid.clone()));
+            }
+        }
+        Ok(KeySet {
+            version,
+            root: String::new(),
+            keys,
+        })
+    }
+
     /// Writes and signs a key-set document (the server's side; also used by tests).
     pub fn sign_document(
         version: u64,

@@ -120,6 +120,13 @@ impl FrameVerifier {
         }
     }
 
+    /// Continues a session whose frames up to `last_seq` were already accepted (a host that
+    /// persisted its verifier's position, or a test starting mid-session).
+    pub fn with_last_seq(mut self, last_seq: u64) -> Self {
+        self.last_seq = last_seq;
+        self
+    }
+
     /// The last accepted sequence number (0 before the first frame).
     pub fn last_seq(&self) -> u64 {
         self.last_seq
