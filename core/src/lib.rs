@@ -28,11 +28,16 @@
 #![deny(missing_docs)]
 
 pub mod b64;
+pub mod daemon;
+mod hex;
 pub mod httpsig;
 pub mod json;
 pub mod keyset;
 pub mod replay;
+pub mod rng;
+pub mod session;
 pub mod sign;
+pub mod sim;
 pub mod ticket;
 pub mod time;
 pub mod wire;

@@ -90,7 +90,7 @@ impl TicketError {
 struct Outstanding {
     secret_hash: [u8; 32],
     expires_at: UnixTime,
-    context_id: String,
+    subject: String,
 }
 
 /// The server's outstanding tickets.
@@ -121,11 +121,12 @@ impl TicketStore {
         self.outstanding.is_empty()
     }
 
-    /// Issues a ticket for `context_id` from 48 fresh random bytes supplied by the host.
+    /// Issues a ticket for `subject` (a context or session id) from 48 fresh random bytes
+    /// supplied by the host.
     pub fn issue(
         &mut self,
         random: [u8; ID_LEN + SECRET_LEN],
-        context_id: &str,
+        subject: &str,
         now: UnixTime,
     ) -> Result<ConnectTicket, TicketError> {
         self.outstanding.retain(|_, t| t.expires_at > now);
@@ -146,13 +147,13 @@ impl TicketStore {
             Outstanding {
                 secret_hash: Sha256::digest(secret).into(),
                 expires_at: ticket.expires_at,
-                context_id: context_id.to_owned(),
+                subject: subject.to_owned(),
             },
         );
         Ok(ticket)
     }
 
-    /// Consumes a presented ticket and returns the context it was issued for.
+    /// Consumes a presented ticket and returns the subject it was issued for.
     ///
     /// Whatever the outcome, a ticket with this id can never be used again.
     pub fn consume(&mut self, text: &str, now: UnixTime) -> Result<String, TicketError> {
@@ -170,7 +171,7 @@ impl TicketStore {
         if now >= entry.expires_at {
             return Err(TicketError::Expired(entry.expires_at));
         }
-        Ok(entry.context_id)
+        Ok(entry.subject)
     }
 }
 

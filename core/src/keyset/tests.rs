@@ -133,3 +133,53 @@ fn bad_content_is_refused_after_the_signature() {
         "truncated"
     );
 }
+
+/// Signs an arbitrary document with the test root, for content the typed writer cannot
+/// produce.
+fn signed_raw(doc: &str) -> Vec<u8> {
+    let value = crate::json::parse_strict(doc.as_bytes()).unwrap();
+    crate::sign::sign_value(KEY_SET_DOMAIN, value, &test_root::root_signer())
+        .unwrap()
+        .to_canonical()
+}
+
+#[test]
+fn wrong_length_and_weak_keys_are_named() {
+    let short = crate::b64::encode(&[1u8; 31]);
+    let doc = signed_raw(&format!(
+        r#"{{"type":"outpost.key-set","version":1,"root":"root-test-1","keys":[{{"kid":"a","publicKey":"{short}","notBefore":0,"notAfter":9}}]}}"#
+    ));
+    match KeySet::from_document(&doc, &test_roots()).unwrap_err() {
+        KeySetError::InvalidField { field, reason } => {
+            assert_eq!(field, "keys[0].publicKey");
+            assert!(reason.contains("32"), "{reason}");
+        }
+        other => panic!("expected an invalid field, got {other:?}"),
+    }
+    // The identity point: a public key of small order.
+    let mut identity = [0u8; 32];
+    identity[0] = 1;
+    let weak = crate::b64::encode(&identity);
+    let doc = signed_raw(&format!(
+        r#"{{"type":"outpost.key-set","version":1,"root":"root-test-1","keys":[{{"kid":"a","publicKey":"{weak}","notBefore":0,"notAfter":9}}]}}"#
+    ));
+    assert_eq!(
+        KeySet::from_document(&doc, &test_roots()).unwrap_err(),
+        KeySetError::WeakKey("a".into())
+    );
+    let not_a_set =
+        signed_raw(r#"{"type":"something-else","version":1,"root":"root-test-1","keys":[]}"#);
+    assert_eq!(
+        KeySet::from_document(&not_a_set, &test_roots())
+            .unwrap_err()
+            .code(),
+        "invalid_key_set"
+    );
+}
+
+#[test]
+fn signers_never_print_their_secret() {
+    let shown = format!("{:?}", test_root::root_signer());
+    assert!(!shown.contains(test_root::ROOT_SECRET_HEX));
+    assert!(shown.contains(test_root::ROOT_ID));
+}

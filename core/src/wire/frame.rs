@@ -136,6 +136,9 @@ pub enum DaemonFrame {
         held_runs: Vec<String>,
         /// Runs whose results it holds but the server has not acknowledged.
         pending_results: Vec<String>,
+        /// Environments whose executors are available (absent: none announced yet).
+        #[serde(default)]
+        environments: Vec<Environment>,
     },
     /// Takes an offered run.
     #[serde(rename = "run.accept", rename_all = "camelCase")]

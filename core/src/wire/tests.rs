@@ -9,6 +9,7 @@ fn daemon_frames_round_trip() {
             max_concurrent: 2,
             held_runs: vec!["r1".into()],
             pending_results: vec![],
+            environments: vec![Environment::Shell],
         },
         DaemonFrame::RunReject {
             run_id: "r2".into(),

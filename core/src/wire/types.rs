@@ -95,6 +95,18 @@ pub struct Grant {
     pub limits: GrantLimits,
 }
 
+impl Grant {
+    /// A grant that allows nothing: no folders, no network, no commands, no runs.
+    pub fn nothing() -> Self {
+        Grant {
+            fs: Vec::new(),
+            egress: Egress::None,
+            commands: CommandsGrant { enabled: false },
+            limits: GrantLimits { max_concurrent: 0 },
+        }
+    }
+}
+
 /// A file of a capability carried inline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

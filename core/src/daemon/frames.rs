@@ -1,0 +1,265 @@
+//! The daemon's handling of verified server frames.
+
+use std::time::Duration;
+
+use super::runs::{Run, RunState};
+use super::*;
+use crate::b64;
+use crate::sign::VerifiedFrame;
+use crate::wire::{DaemonFrame, PROTOCOL_VERSION, ServerFrame};
+
+impl Daemon {
+    /// Verifies one message from the server and acts on it.
+    pub(super) fn on_frame(&mut self, bytes: &[u8]) {
+        let wall = self.now.wall;
+        let link = std::mem::replace(&mut self.link, Link::Connecting);
+        match link {
+            Link::AwaitingWelcome {
+                mut verifier,
+                deadline,
+            } => match verifier.verify(bytes, wall) {
+                Ok(VerifiedFrame {
+                    frame:
+                        ServerFrame::Welcome {
+                            protocol,
+                            grant_version,
+                            grant,
+                            heartbeat_secs,
+                            ..
+                        },
+                    ..
+                }) => {
+                    if protocol != PROTOCOL_VERSION {
+                        self.link = Link::AwaitingWelcome { verifier, deadline };
+                        self.violation(
+                            "unsupported_protocol",
+                            format!("server speaks protocol {protocol}"),
+                        );
+                        return;
+                    }
+                    self.apply_grant(grant_version, grant);
+                    let heartbeat = Duration::from_secs(u64::from(heartbeat_secs.max(1)));
+                    self.become_ready(verifier, heartbeat);
+                }
+                Ok(other) => {
+                    self.link = Link::AwaitingWelcome { verifier, deadline };
+                    self.violation(
+                        "unexpected_frame",
+                        format!("{} before welcome", other.frame.type_name()),
+                    );
+                }
+                Err(e) => {
+                    self.link = Link::AwaitingWelcome { verifier, deadline };
+                    self.violation(e.code(), e.to_string());
+                }
+            },
+            Link::Ready {
+                mut verifier,
+                heartbeat,
+                next_heartbeat,
+            } => {
+                let verified = verifier.verify(bytes, wall);
+                self.link = Link::Ready {
+                    verifier,
+                    heartbeat,
+                    next_heartbeat,
+                };
+                match verified {
+                    Ok(v) => self.on_server_frame(v.frame),
+                    Err(e) => self.violation(e.code(), e.to_string()),
+                }
+            }
+            // Not connected: a late message from a socket already given up. Ignore it.
+            other => self.link = other,
+        }
+    }
+
+    /// A peer error: report it, close the socket, reconnect later. Nothing is executed.
+    fn violation(&mut self, code: &'static str, detail: String) {
+        self.event(Event::ProtocolViolation { code, detail });
+        self.close_and_retry(close_code::PROTOCOL_ERROR, code);
+    }
+
+    fn on_server_frame(&mut self, frame: ServerFrame) {
+        match frame {
+            ServerFrame::Welcome { .. } => {
+                self.violation("unexpected_frame", "a second welcome".into());
+            }
+            ServerFrame::RunRequest {
+                run_id,
+                environment,
+                capability,
+                timeout_ms,
+                shared_run,
+            } => self.on_request(run_id, environment, capability, timeout_ms, shared_run),
+            ServerFrame::RunCommit { run_id } => self.on_commit(run_id),
+            ServerFrame::RunCancel { run_id, reason } => self.on_cancel(run_id, reason),
+            ServerFrame::RunAck { run_id } => {
+                if self.pending.remove(&run_id).is_some() {
+                    self.event(Event::ResultDelivered { run_id });
+                    self.check_drained();
+                }
+            }
+            ServerFrame::GrantUpdate {
+                grant_version,
+                grant,
+            } => {
+                let before = self.slots_total();
+                if self.apply_grant(grant_version, grant) && self.slots_total() != before {
+                    self.send_capabilities();
+                }
+            }
+            ServerFrame::Revoked { .. } => {
+                self.cancel_all("revoked");
+                self.pending.clear();
+                self.stop(true);
+            }
+            ServerFrame::PtyInput { pty_id, data } => self.event(Event::PtyInput { pty_id, data }),
+            // The PTY relay is not built yet: resize and close have nothing to act on.
+            ServerFrame::PtyResize { .. } | ServerFrame::PtyClose { .. } => {}
+        }
+    }
+
+    /// Applies a grant if it is newer than the one in force. Returns whether it was.
+    fn apply_grant(&mut self, version: u64, grant: Grant) -> bool {
+        if self.grant.as_ref().is_some_and(|(v, _)| *v >= version) {
+            return false;
+        }
+        self.grant = Some((version, grant.clone()));
+        self.command(Command::ApplyGrant { version, grant });
+        true
+    }
+
+    fn reject(&mut self, run_id: String, code: &'static str, message: String) {
+        self.transmit(&DaemonFrame::RunReject {
+            run_id: run_id.clone(),
+            code: code.into(),
+            message,
+        });
+        self.event(Event::RunRejected { run_id, code });
+    }
+
+    fn on_request(
+        &mut self,
+        run_id: String,
+        environment: Environment,
+        capability: CapabilitySource,
+        timeout_ms: u64,
+        shared_run: bool,
+    ) {
+        if self.runs.contains_key(&run_id) || self.pending.contains_key(&run_id) {
+            return; // A duplicate offer: the first answer stands.
+        }
+        if self.draining {
+            return self.reject(run_id, "draining", "the daemon is shutting down".into());
+        }
+        if !self.config.environments.contains(&environment) {
+            return self.reject(
+                run_id,
+                "environment_unavailable",
+                format!(
+                    "no {} executor is available on this machine",
+                    environment.as_str()
+                ),
+            );
+        }
+        if let Err(why) = check_inline(&capability) {
+            return self.reject(run_id, "invalid_capability", why);
+        }
+        if self.slots_used() >= self.slots_total() {
+            return self.reject(
+                run_id,
+                "busy",
+                format!("all {} slots are taken", self.slots_total()),
+            );
+        }
+        self.runs.insert(
+            run_id.clone(),
+            Run {
+                environment,
+                capability,
+                timeout_ms,
+                shared_run,
+                accepted_at: self.now.instant,
+                state: RunState::Accepted,
+            },
+        );
+        self.transmit(&DaemonFrame::RunAccept { run_id });
+    }
+
+    fn on_commit(&mut self, run_id: String) {
+        let now = self.now.instant;
+        let Some(run) = self.runs.get_mut(&run_id) else {
+            return; // Never accepted, or already gone: nothing to start.
+        };
+        if run.is_committed() {
+            return;
+        }
+        match run.capability.clone() {
+            CapabilitySource::Digest { sha256, size } => {
+                run.state = RunState::Fetching { committed_at: now };
+                self.command(Command::FetchCapability {
+                    run_id,
+                    sha256,
+                    size,
+                });
+            }
+            inline @ CapabilitySource::Inline { .. } => {
+                self.start(run_id, now, Capability::Inline(inline));
+            }
+        }
+    }
+
+    fn on_cancel(&mut self, run_id: String, reason: String) {
+        let Some(run) = self.runs.get_mut(&run_id) else {
+            return;
+        };
+        match &mut run.state {
+            RunState::Executing { cancel_sent, .. } => {
+                if !*cancel_sent {
+                    *cancel_sent = true;
+                    self.command(Command::Cancel { run_id, reason });
+                }
+            }
+            // Nothing started: forget it.
+            RunState::Accepted | RunState::Fetching { .. } => {
+                self.runs.remove(&run_id);
+                self.check_drained();
+            }
+        }
+    }
+}
+
+/// Inline files must decode and stay inside the capability folder.
+fn check_inline(capability: &CapabilitySource) -> Result<(), String> {
+    match capability {
+        CapabilitySource::Inline { files, .. } => {
+            for f in files {
+                let escapes = f.path.is_empty()
+                    || f.path.starts_with('/')
+                    || f.path.split(['/', '\\']).any(|c| c == ".." || c.is_empty());
+                if escapes {
+                    return Err(format!(
+                        "file path {:?} leaves the capability folder",
+                        f.path
+                    ));
+                }
+                if b64::decode(&f.content_b64).is_err() {
+                    return Err(format!("file {:?} is not base64url", f.path));
+                }
+            }
+            Ok(())
+        }
+        CapabilitySource::Digest { sha256, .. } => {
+            if sha256.len() == 64
+                && sha256
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
+                Ok(())
+            } else {
+                Err("sha256 is not 64 lowercase hex digits".into())
+            }
+        }
+    }
+}

@@ -1,0 +1,499 @@
+//! The daemon's public API, timers and connection lifecycle.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+
+use super::runs::RunState;
+use super::*;
+use crate::wire::{DaemonFrame, PROTOCOL_VERSION, Timing};
+
+/// How long an idle daemon sleeps when it has no timer at all.
+const IDLE_WAIT: Duration = Duration::from_secs(3600);
+
+impl Daemon {
+    /// A daemon that trusts the frame keys of `keys`. It asks to connect at once.
+    pub fn new(config: DaemonConfig, keys: KeySet, now: Now) -> Self {
+        Self::with_pending_results(config, keys, now, Vec::new())
+    }
+
+    /// A daemon restarted with the results it had not delivered before it stopped.
+    pub fn with_pending_results(
+        mut config: DaemonConfig,
+        keys: KeySet,
+        now: Now,
+        pending: Vec<PendingResult>,
+    ) -> Self {
+        config.max_concurrent = config.max_concurrent.clamp(1, MAX_CONCURRENT_LIMIT);
+        let rng = crate::rng::SplitMix64::new(config.seed);
+        let mut daemon = Self {
+            config,
+            keys,
+            rng,
+            link: Link::Connecting,
+            failures: 0,
+            draining: false,
+            grant: None,
+            runs: BTreeMap::new(),
+            pending: pending.into_iter().map(|p| (p.run_id, p.frame)).collect(),
+            outputs: VecDeque::new(),
+            now,
+        };
+        daemon.command(Command::Connect);
+        daemon
+    }
+
+    /// Results not yet acknowledged: persist them to survive a restart.
+    pub fn pending_results(&self) -> Vec<PendingResult> {
+        self.pending
+            .iter()
+            .map(|(run_id, frame)| PendingResult {
+                run_id: run_id.clone(),
+                frame: frame.clone(),
+            })
+            .collect()
+    }
+
+    /// Runs holding a slot now (accepted or committed).
+    pub fn slots_used(&self) -> u32 {
+        self.runs.len() as u32
+    }
+
+    /// Runs this daemon holds at once under the current grant.
+    pub fn slots_total(&self) -> u32 {
+        let granted = self
+            .grant
+            .as_ref()
+            .map_or(self.config.max_concurrent, |(_, g)| g.limits.max_concurrent);
+        self.config.max_concurrent.min(granted)
+    }
+
+    /// Ids of committed runs handed to an executor and not yet finished.
+    pub fn executing(&self) -> Vec<String> {
+        self.runs
+            .iter()
+            .filter(|(_, r)| matches!(r.state, RunState::Executing { .. }))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// True once the daemon has stopped (for good or after a drain).
+    pub fn is_stopped(&self) -> bool {
+        matches!(self.link, Link::Stopped)
+    }
+
+    /// True while the server's `welcome` has verified and the connection is up.
+    pub fn is_ready(&self) -> bool {
+        matches!(self.link, Link::Ready { .. })
+    }
+
+    /// Feeds one input at time `now`.
+    pub fn handle_input(&mut self, now: Now, input: Input) -> Result<(), DaemonError> {
+        if self.outputs.len() > MAX_QUEUED_OUTPUTS {
+            return Err(DaemonError::OutputBacklog);
+        }
+        if now.instant < self.now.instant {
+            return Err(DaemonError::TimeWentBackwards);
+        }
+        self.now = now;
+        if self.is_stopped() {
+            return Ok(());
+        }
+        match input {
+            Input::Timeout => self.on_timeout(),
+            Input::Connected { session_id } => self.on_connected(session_id),
+            Input::ConnectFailed { stop_forever, .. } => {
+                if stop_forever {
+                    self.stop(true);
+                } else if matches!(self.link, Link::Connecting) {
+                    self.schedule_retry();
+                }
+            }
+            Input::Frame(bytes) => self.on_frame(&bytes),
+            Input::Disconnected { code } => self.on_disconnected(code),
+            Input::CapabilityFetched { run_id, bundle } => self.on_fetched(run_id, bundle),
+            Input::RunFinished { run_id, report } => self.on_finished(run_id, report),
+            Input::Drain => {
+                self.draining = true;
+                self.send_status();
+                self.check_drained();
+            }
+            Input::KeysUpdated(keys) => {
+                self.keys = keys.clone();
+                match &mut self.link {
+                    Link::AwaitingWelcome { verifier, .. } | Link::Ready { verifier, .. } => {
+                        verifier.set_keys(keys)
+                    }
+                    _ => {}
+                }
+            }
+            Input::EnvironmentsChanged(environments) => {
+                self.config.environments = environments;
+                self.send_capabilities();
+            }
+        }
+        Ok(())
+    }
+
+    /// The next output. [`Output::Wait`] comes last, when nothing else is queued.
+    pub fn poll_output(&mut self) -> Output {
+        if let Some(out) = self.outputs.pop_front() {
+            return out;
+        }
+        let (until, reason) = self.next_timer();
+        Output::Wait { until, reason }
+    }
+
+    fn next_timer(&self) -> (Instant, &'static str) {
+        let mut best = (self.now.instant.saturating_add(IDLE_WAIT), "idle");
+        let mut consider = |at: Instant, why: &'static str| {
+            if at < best.0 {
+                best = (at, why);
+            }
+        };
+        match &self.link {
+            Link::Idle { retry_at } => consider(*retry_at, "reconnect"),
+            Link::AwaitingWelcome { deadline, .. } => consider(*deadline, "welcome timeout"),
+            Link::Ready { next_heartbeat, .. } => consider(*next_heartbeat, "heartbeat"),
+            Link::Connecting | Link::Stopped => {}
+        }
+        for run in self.runs.values() {
+            if let RunState::Executing {
+                deadline,
+                cancel_sent: false,
+                ..
+            } = run.state
+            {
+                consider(
+                    deadline.saturating_add(self.config.deadline_grace),
+                    "run deadline",
+                );
+            }
+        }
+        best
+    }
+
+    fn on_timeout(&mut self) {
+        let now = self.now.instant;
+        match &mut self.link {
+            Link::Idle { retry_at } if *retry_at <= now => {
+                self.link = Link::Connecting;
+                self.command(Command::Connect);
+            }
+            Link::AwaitingWelcome { deadline, .. } if *deadline <= now => {
+                self.close_and_retry(close_code::PROTOCOL_ERROR, "no welcome in time");
+            }
+            Link::Ready {
+                next_heartbeat,
+                heartbeat,
+                ..
+            } if *next_heartbeat <= now => {
+                *next_heartbeat = now.saturating_add(*heartbeat);
+                self.send_status();
+            }
+            _ => {}
+        }
+        let grace = self.config.deadline_grace;
+        let overdue: Vec<String> = self
+            .runs
+            .iter_mut()
+            .filter_map(|(id, run)| match &mut run.state {
+                RunState::Executing {
+                    deadline,
+                    cancel_sent,
+                    ..
+                } if !*cancel_sent && deadline.saturating_add(grace) <= now => {
+                    *cancel_sent = true;
+                    Some(id.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        for run_id in overdue {
+            self.command(Command::Cancel {
+                run_id,
+                reason: "deadline".into(),
+            });
+        }
+        self.check_drained();
+    }
+
+    fn on_connected(&mut self, session_id: String) {
+        if !matches!(self.link, Link::Connecting | Link::Idle { .. }) {
+            // A second socket while one is up: the host lost track; start over cleanly.
+            self.command(Command::Close {
+                code: close_code::PROTOCOL_ERROR,
+                reason: "unexpected second connection".into(),
+            });
+        }
+        let verifier = FrameVerifier::new(self.keys.clone(), session_id);
+        self.link = Link::AwaitingWelcome {
+            verifier,
+            deadline: self.now.instant.saturating_add(self.config.welcome_timeout),
+        };
+    }
+
+    fn on_disconnected(&mut self, code: Option<u16>) {
+        match code {
+            Some(close_code::REPLACED) | Some(close_code::REVOKED) => {
+                self.cancel_all("revoked");
+                self.stop(true);
+            }
+            _ => {
+                if matches!(self.link, Link::Idle { .. }) {
+                    return;
+                }
+                self.schedule_retry();
+            }
+        }
+    }
+
+    /// Closes the socket after a peer error and schedules a reconnect.
+    pub(super) fn close_and_retry(&mut self, code: u16, reason: &str) {
+        self.command(Command::Close {
+            code,
+            reason: reason.to_owned(),
+        });
+        self.schedule_retry();
+    }
+
+    fn schedule_retry(&mut self) {
+        // Offers not yet committed die with the connection; the server ends them unstarted.
+        self.runs.retain(|_, r| r.is_committed());
+        let delay = self.config.backoff.delay(self.failures, &mut self.rng);
+        self.failures = self.failures.saturating_add(1);
+        let retry_at = self.now.instant.saturating_add(delay);
+        self.link = Link::Idle { retry_at };
+        self.event(Event::Disconnected { retry_at });
+    }
+
+    /// Welcome verified: say hello, resend undelivered results, start heartbeats.
+    pub(super) fn become_ready(&mut self, verifier: FrameVerifier, heartbeat: Duration) {
+        self.failures = 0;
+        let session_id = verifier.session_id().to_owned();
+        self.link = Link::Ready {
+            verifier,
+            heartbeat,
+            next_heartbeat: self.now.instant.saturating_add(heartbeat),
+        };
+        let hello = DaemonFrame::Hello {
+            protocol: PROTOCOL_VERSION,
+            features: self.config.features.clone(),
+            max_concurrent: self.slots_total(),
+            held_runs: self
+                .runs
+                .iter()
+                .filter(|(_, r)| r.is_committed())
+                .map(|(id, _)| id.clone())
+                .collect(),
+            pending_results: self.pending.keys().cloned().collect(),
+            environments: self.config.environments.clone(),
+        };
+        self.transmit(&hello);
+        let resend: Vec<Vec<u8>> = self.pending.values().cloned().collect();
+        for frame in resend {
+            self.outputs.push_back(Output::Transmit(frame));
+        }
+        if self.draining {
+            self.send_status();
+        }
+        self.event(Event::Ready { session_id });
+    }
+
+    pub(super) fn stop(&mut self, forever: bool) {
+        self.link = Link::Stopped;
+        self.command(Command::Stop { forever });
+    }
+
+    pub(super) fn cancel_all(&mut self, reason: &str) {
+        let ids: Vec<String> = self.runs.keys().cloned().collect();
+        for run_id in ids {
+            if let Some(run) = self.runs.remove(&run_id)
+                && matches!(run.state, RunState::Executing { .. })
+            {
+                self.command(Command::Cancel {
+                    run_id,
+                    reason: reason.to_owned(),
+                });
+            }
+        }
+    }
+
+    fn on_fetched(&mut self, run_id: String, bundle: Vec<u8>) {
+        let Some(run) = self.runs.get(&run_id) else {
+            return;
+        };
+        let RunState::Fetching { committed_at } = run.state else {
+            return;
+        };
+        let CapabilitySource::Digest { sha256, .. } = &run.capability else {
+            return;
+        };
+        let actual = crate::hex::lower(&Sha256::digest(&bundle));
+        if &actual != sha256 {
+            let report = RunReport {
+                status: RunStatus::Failed,
+                exit_code: None,
+                signal: None,
+                stdout: String::new(),
+                stderr: String::new(),
+                truncated: false,
+                setup_ms: self.ms_since(committed_at),
+                execute_ms: 0,
+                error: Some(ErrorBody {
+                    code: "digest_mismatch".into(),
+                    message: format!(
+                        "the bundle's sha256 is {actual}, the server announced {sha256}"
+                    ),
+                }),
+            };
+            self.finish(run_id, report);
+            return;
+        }
+        let sha256 = sha256.clone();
+        self.start(
+            run_id,
+            committed_at,
+            Capability::Bundle {
+                sha256,
+                bytes: bundle,
+            },
+        );
+    }
+
+    /// Hands a committed run to an executor.
+    pub(super) fn start(&mut self, run_id: String, committed_at: Instant, capability: Capability) {
+        let now = self.now.instant;
+        // Runs only arrive after `welcome`, which carries the grant; without one, nothing is
+        // allowed.
+        let grant = self
+            .grant
+            .as_ref()
+            .map_or_else(Grant::nothing, |(_, g)| g.clone());
+        let Some(run) = self.runs.get_mut(&run_id) else {
+            return;
+        };
+        let deadline = committed_at.saturating_add(Duration::from_millis(run.timeout_ms));
+        run.state = RunState::Executing {
+            committed_at,
+            started_at: now,
+            deadline,
+            cancel_sent: false,
+        };
+        let execute = Execute {
+            run_id,
+            environment: run.environment,
+            capability,
+            grant,
+            deadline,
+            shared_run: run.shared_run,
+        };
+        self.command(Command::Execute(Box::new(execute)));
+    }
+
+    fn on_finished(&mut self, run_id: String, report: RunReport) {
+        if !matches!(
+            self.runs.get(&run_id).map(|r| &r.state),
+            Some(RunState::Executing { .. })
+        ) {
+            return;
+        }
+        self.finish(run_id, report);
+    }
+
+    /// Records a committed run's result, sends it, and frees its slot.
+    fn finish(&mut self, run_id: String, report: RunReport) {
+        let Some(run) = self.runs.remove(&run_id) else {
+            return;
+        };
+        let (committed_at, started_at) = match run.state {
+            RunState::Executing {
+                committed_at,
+                started_at,
+                ..
+            } => (committed_at, started_at),
+            RunState::Fetching { committed_at } => (committed_at, self.now.instant),
+            RunState::Accepted => return,
+        };
+        let timing = Timing {
+            queue_ms: ms_between(run.accepted_at, started_at),
+            setup_ms: report.setup_ms,
+            execute_ms: report.execute_ms,
+            daemon_ms: self.ms_since(committed_at),
+            server_ms: None,
+            transit_ms: None,
+        };
+        let frame = DaemonFrame::RunResult {
+            run_id: run_id.clone(),
+            status: report.status,
+            exit_code: report.exit_code,
+            signal: report.signal,
+            stdout: report.stdout,
+            stderr: report.stderr,
+            truncated: report.truncated,
+            timing,
+            error: report.error,
+        }
+        .to_json();
+        self.pending.insert(run_id, frame.clone());
+        if self.is_ready() {
+            self.outputs.push_back(Output::Transmit(frame));
+        }
+        self.check_drained();
+    }
+
+    pub(super) fn check_drained(&mut self) {
+        if self.draining && self.runs.is_empty() && self.pending.is_empty() && !self.is_stopped() {
+            if !matches!(self.link, Link::Idle { .. } | Link::Connecting) {
+                self.command(Command::Close {
+                    code: close_code::NORMAL,
+                    reason: "drained".into(),
+                });
+            }
+            self.stop(false);
+        }
+    }
+
+    pub(super) fn send_status(&mut self) {
+        if self.is_ready() {
+            let status = DaemonFrame::Status {
+                slots_used: self.slots_used(),
+                slots_total: self.slots_total(),
+                draining: self.draining,
+            };
+            self.transmit(&status);
+        }
+    }
+
+    pub(super) fn send_capabilities(&mut self) {
+        if self.is_ready() {
+            let frame = DaemonFrame::CapabilitiesUpdate {
+                features: self.config.features.clone(),
+                environments: self.config.environments.clone(),
+                max_concurrent: self.slots_total(),
+            };
+            self.transmit(&frame);
+        }
+    }
+
+    pub(super) fn transmit(&mut self, frame: &DaemonFrame) {
+        self.outputs.push_back(Output::Transmit(frame.to_json()));
+    }
+
+    pub(super) fn command(&mut self, command: Command) {
+        self.outputs.push_back(Output::Command(command));
+    }
+
+    pub(super) fn event(&mut self, event: Event) {
+        self.outputs.push_back(Output::Event(event));
+    }
+
+    fn ms_since(&self, earlier: Instant) -> u64 {
+        ms_between(earlier, self.now.instant)
+    }
+}
+
+fn ms_between(earlier: Instant, later: Instant) -> u64 {
+    u64::try_from(later.saturating_duration_since(earlier).as_millis()).unwrap_or(u64::MAX)
+}

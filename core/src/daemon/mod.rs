@@ -1,0 +1,370 @@
+//! The daemon's state machine: one per machine, across all its connections.
+//!
+//! It owns the connect lifecycle (connecting → awaiting `welcome` → ready → draining →
+//! stopped), verifies every server frame, decides which runs to accept, holds results until
+//! the server acknowledges them, and tells the host what to do through [`Command`]s. It never
+//! touches a socket, a process or a clock: the host feeds [`Input`]s with the time and drains
+//! [`Output`]s.
+//!
+//! ## Run loop
+//!
+//! ```text
+//! loop {
+//!     match daemon.poll_output() {
+//!         Output::Transmit(frame)   => send it on the WebSocket,
+//!         Output::Command(command) => carry it out (connect, execute, cancel, …),
+//!         Output::Event(event)     => log it,
+//!         Output::Wait { until, .. } => wait for I/O or `until`, then
+//!                                      daemon.handle_input(now, input)
+//!     }
+//! }
+//! ```
+//!
+//! `Wait` always comes last: drain outputs until it appears (the *drain rule*). A host that
+//! lets more than [`MAX_QUEUED_OUTPUTS`] outputs pile up gets [`DaemonError::OutputBacklog`].
+//!
+//! ## Time
+//!
+//! Leases, heartbeats and retries use [`Now::instant`], which must keep counting while the
+//! machine is suspended (`CLOCK_BOOTTIME` on Linux). After a suspend the run deadlines have
+//! passed and the daemon cancels those runs: a lease is never outlived. Signatures and key
+//! windows use [`Now::wall`].
+//!
+//! ## Peer errors
+//!
+//! A bad frame from the server (bad signature, wrong session, replayed sequence, unknown
+//! type, …) never returns `Err` and never panics: the daemon closes the connection with 1002,
+//! reports [`Event::ProtocolViolation`] and reconnects with backoff. Nothing the bad frame
+//! asked for is carried out.
+
+mod backoff;
+mod frames;
+mod machine;
+mod runs;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::keyset::KeySet;
+use crate::sign::FrameVerifier;
+use crate::time::{Instant, Now};
+use crate::wire::{CapabilitySource, Environment, ErrorBody, Grant, RunStatus};
+
+pub use backoff::Backoff;
+use runs::Run;
+
+/// The most outputs that may wait in the queue before the host must drain them.
+pub const MAX_QUEUED_OUTPUTS: usize = 4096;
+
+/// The most runs a daemon ever holds at once.
+pub const MAX_CONCURRENT_LIMIT: u32 = 8;
+
+/// WebSocket close codes the daemon acts on.
+pub mod close_code {
+    /// Normal close (drain finished).
+    pub const NORMAL: u16 = 1000;
+    /// Protocol error: a bad frame.
+    pub const PROTOCOL_ERROR: u16 = 1002;
+    /// Replaced by another connection for the same context: stop for good.
+    pub const REPLACED: u16 = 1012;
+    /// The machine key was revoked: stop for good.
+    pub const REVOKED: u16 = 4001;
+}
+
+/// How a daemon behaves.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// Runs held at once: default 2, at most 8, further capped by the grant.
+    pub max_concurrent: u32,
+    /// Optional behaviours to announce (`fs`, `host-operator-only`, …).
+    pub features: Vec<String>,
+    /// Environments whose executors probed available.
+    pub environments: Vec<Environment>,
+    /// Reconnect backoff.
+    pub backoff: Backoff,
+    /// How long to wait for `welcome` after the socket opens.
+    pub welcome_timeout: Duration,
+    /// How long after a run's deadline the daemon cancels it if the executor has not
+    /// reported it finished.
+    pub deadline_grace: Duration,
+    /// Seeds the jitter.
+    pub seed: u64,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        Self {
+            max_concurrent: 2,
+            features: Vec::new(),
+            environments: vec![Environment::Shell],
+            backoff: Backoff::default(),
+            welcome_timeout: Duration::from_secs(10),
+            deadline_grace: Duration::from_secs(5),
+            seed: 0,
+        }
+    }
+}
+
+/// What the host tells the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Time passed; check timers.
+    Timeout,
+    /// The socket is open (after a signed connect-ticket request). `session_id` came with
+    /// the ticket.
+    Connected {
+        /// The session id every server frame must carry.
+        session_id: String,
+    },
+    /// Getting a ticket or opening the socket failed.
+    ConnectFailed {
+        /// True when the server refused for good (`revoked`, `unknown_context`).
+        stop_forever: bool,
+        /// What happened.
+        reason: String,
+    },
+    /// One message from the server.
+    Frame(Vec<u8>),
+    /// The socket closed.
+    Disconnected {
+        /// The close code, if the server sent one.
+        code: Option<u16>,
+    },
+    /// The bundle asked for by [`Command::FetchCapability`] arrived.
+    CapabilityFetched {
+        /// The run.
+        run_id: String,
+        /// The bundle's bytes.
+        bundle: Vec<u8>,
+    },
+    /// An executor finished a run started by [`Command::Execute`].
+    RunFinished {
+        /// The run.
+        run_id: String,
+        /// How it went.
+        report: RunReport,
+    },
+    /// SIGTERM: finish what is in flight, deliver results, stop.
+    Drain,
+    /// A newer key set was fetched.
+    KeysUpdated(KeySet),
+    /// Executors appeared or disappeared.
+    EnvironmentsChanged(Vec<Environment>),
+}
+
+/// What an executor reports about a finished run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunReport {
+    /// How it ended.
+    pub status: RunStatus,
+    /// Its exit code.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+    /// Captured stdout (capped).
+    pub stdout: String,
+    /// Captured stderr (capped).
+    pub stderr: String,
+    /// Whether either stream was cut.
+    pub truncated: bool,
+    /// Time spent preparing.
+    pub setup_ms: u64,
+    /// Time spent running.
+    pub execute_ms: u64,
+    /// Why it could not run, for [`RunStatus::Failed`].
+    pub error: Option<ErrorBody>,
+}
+
+/// What the daemon asks of the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send this frame (JSON text) on the socket.
+    Transmit(Vec<u8>),
+    /// Do this.
+    Command(Command),
+    /// Something worth logging happened.
+    Event(Event),
+    /// Nothing more to do until `until` or new input.
+    Wait {
+        /// When to call back with [`Input::Timeout`].
+        until: Instant,
+        /// Why (for logs and tests).
+        reason: &'static str,
+    },
+}
+
+/// The capability a run executes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Capability {
+    /// Carried in the `run.request`.
+    Inline(CapabilitySource),
+    /// Fetched by digest; the digest was checked.
+    Bundle {
+        /// The checked SHA-256, lowercase hex.
+        sha256: String,
+        /// The bundle's bytes.
+        bytes: Vec<u8>,
+    },
+}
+
+/// A run the host must execute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Execute {
+    /// The run.
+    pub run_id: String,
+    /// Its environment.
+    pub environment: Environment,
+    /// What to run.
+    pub capability: Capability,
+    /// The grant in force when it started.
+    pub grant: Grant,
+    /// When it must be stopped (monotonic).
+    pub deadline: Instant,
+    /// True when the requester is not the operator (no folders, no commands).
+    pub shared_run: bool,
+}
+
+/// What the host must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Get a connect ticket with a signed request and open the socket; then report
+    /// [`Input::Connected`] or [`Input::ConnectFailed`].
+    Connect,
+    /// Close the socket with this code.
+    Close {
+        /// The WebSocket close code.
+        code: u16,
+        /// Why.
+        reason: String,
+    },
+    /// Fetch a capability bundle with a signed request; report [`Input::CapabilityFetched`].
+    FetchCapability {
+        /// The run.
+        run_id: String,
+        /// The expected SHA-256, lowercase hex.
+        sha256: String,
+        /// The expected size.
+        size: u64,
+    },
+    /// Start a run.
+    Execute(Box<Execute>),
+    /// Stop a run and clean up; then report [`Input::RunFinished`].
+    Cancel {
+        /// The run.
+        run_id: String,
+        /// Why (`requested`, `deadline`, `revoked`, `access_lost`, …).
+        reason: String,
+    },
+    /// Apply a new grant now (mounts, egress, commands switch).
+    ApplyGrant {
+        /// Its version.
+        version: u64,
+        /// The grant.
+        grant: Grant,
+    },
+    /// Stop the daemon. With `forever`, record that it stopped and exit 0: never reconnect.
+    Stop {
+        /// Replaced or revoked: do not restart.
+        forever: bool,
+    },
+}
+
+/// Things worth logging.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The server's `welcome` verified; runs may flow.
+    Ready {
+        /// The session.
+        session_id: String,
+    },
+    /// The server sent something unacceptable; the connection is being closed.
+    ProtocolViolation {
+        /// The error code.
+        code: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A run was declined.
+    RunRejected {
+        /// The run.
+        run_id: String,
+        /// Why.
+        code: &'static str,
+    },
+    /// The server acknowledged a result.
+    ResultDelivered {
+        /// The run.
+        run_id: String,
+    },
+    /// Bytes for a terminal (relayed by the PTY executor).
+    PtyInput {
+        /// The terminal.
+        pty_id: String,
+        /// The bytes, base64url.
+        data: String,
+    },
+    /// The connection is gone; a reconnect is scheduled.
+    Disconnected {
+        /// When the next attempt starts.
+        retry_at: Instant,
+    },
+}
+
+/// Host misuse of the API (peer errors never surface here).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DaemonError {
+    /// The host did not drain outputs.
+    #[error("more than {MAX_QUEUED_OUTPUTS} outputs are waiting: drain poll_output first")]
+    OutputBacklog,
+    /// Time went backwards.
+    #[error("time went backwards")]
+    TimeWentBackwards,
+}
+
+/// A result held until the server acknowledges it; the host persists these across a
+/// daemon restart so a reconnect delivers them exactly once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingResult {
+    /// The run.
+    pub run_id: String,
+    /// The `run.result` frame's JSON.
+    pub frame: Vec<u8>,
+}
+
+enum Link {
+    /// Not connected; the next attempt is due at `retry_at`.
+    Idle { retry_at: Instant },
+    /// [`Command::Connect`] was issued.
+    Connecting,
+    /// The socket is open; waiting for `welcome` until `deadline`.
+    AwaitingWelcome {
+        verifier: FrameVerifier,
+        deadline: Instant,
+    },
+    /// Runs flow.
+    Ready {
+        verifier: FrameVerifier,
+        heartbeat: Duration,
+        next_heartbeat: Instant,
+    },
+    /// Done.
+    Stopped,
+}
+
+/// The daemon's state machine. See the module docs.
+pub struct Daemon {
+    config: DaemonConfig,
+    keys: KeySet,
+    rng: crate::rng::SplitMix64,
+    link: Link,
+    failures: u32,
+    draining: bool,
+    grant: Option<(u64, Grant)>,
+    runs: BTreeMap<String, Run>,
+    pending: BTreeMap<String, Vec<u8>>,
+    outputs: VecDeque<Output>,
+    now: Now,
+}

@@ -1,0 +1,644 @@
+//! The session's API, connection handling, dispatch and leases.
+
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+
+use super::runs::RunState;
+use super::*;
+use crate::daemon::close_code;
+use crate::ticket::{ConnectTicket, TicketError};
+use crate::wire::{DaemonFrame, PROTOCOL_VERSION, ServerFrame};
+
+const IDLE_WAIT: Duration = Duration::from_secs(3600);
+const RECENTLY_ENDED: usize = 4096;
+const OUTSTANDING_TICKETS: usize = 16;
+
+/// A ticket and the session id that comes with it.
+#[derive(Debug, Clone)]
+pub struct IssuedTicket {
+    /// The bearer secret for `?ticket=`.
+    pub ticket: ConnectTicket,
+    /// The session id every frame on that connection will carry.
+    pub session_id: String,
+}
+
+impl Session {
+    /// A session for a machine with `grant` (version 1), signing frames with `signer`.
+    pub fn new(
+        config: SessionConfig,
+        grant: Grant,
+        signer: Arc<dyn Signer + Send + Sync>,
+        now: Now,
+    ) -> Self {
+        let tickets = TicketStore::new(config.ticket_ttl_secs, OUTSTANDING_TICKETS);
+        Self {
+            config,
+            signer,
+            grant,
+            grant_version: 1,
+            revoked: false,
+            tickets,
+            conn: None,
+            runs: BTreeMap::new(),
+            ended: RecentlyEnded::new(RECENTLY_ENDED),
+            outputs: VecDeque::new(),
+            now,
+        }
+    }
+
+    /// The context this session serves.
+    pub fn context_id(&self) -> &str {
+        &self.config.context_id
+    }
+
+    /// The grant in force and its version.
+    pub fn grant(&self) -> (&Grant, u64) {
+        (&self.grant, self.grant_version)
+    }
+
+    /// Whether the machine was revoked.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked
+    }
+
+    /// Whether a daemon is connected and has said hello.
+    pub fn is_ready(&self) -> bool {
+        matches!(
+            self.conn,
+            Some(Connection {
+                state: ConnState::Ready { .. },
+                ..
+            })
+        )
+    }
+
+    /// Runs dispatched or committed and not yet ended.
+    pub fn in_flight(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Slots the connected daemon holds (0 when none is ready).
+    pub fn max_concurrent(&self) -> u32 {
+        match &self.conn {
+            Some(Connection {
+                state: ConnState::Ready { max_concurrent, .. },
+                ..
+            }) => *max_concurrent,
+            _ => 0,
+        }
+    }
+
+    /// Whether a run for `environment` would be dispatched now.
+    pub fn has_free_slot(&self, environment: Environment) -> bool {
+        match &self.conn {
+            Some(Connection {
+                state:
+                    ConnState::Ready {
+                        max_concurrent,
+                        environments,
+                        draining,
+                    },
+                ..
+            }) => {
+                !draining
+                    && environments.contains(&environment)
+                    && (self.runs.len() as u64) < u64::from(*max_concurrent)
+            }
+            _ => false,
+        }
+    }
+
+    /// Ids of committed runs (their leases are running).
+    pub fn committed_runs(&self) -> Vec<String> {
+        self.runs
+            .iter()
+            .filter(|(_, r)| matches!(r.state, RunState::Committed { .. }))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Issues a connect ticket from 48 random bytes supplied by the host.
+    pub fn issue_ticket(&mut self, random: [u8; 48]) -> Result<IssuedTicket, TicketError> {
+        if self.revoked {
+            return Err(TicketError::Unknown);
+        }
+        let digest = Sha256::digest(random);
+        let session_id = format!("sess_{}", crate::hex::lower(&digest[..12]));
+        let ticket = self.tickets.issue(random, &session_id, self.now.wall)?;
+        Ok(IssuedTicket { ticket, session_id })
+    }
+
+    /// Feeds one input at time `now`.
+    pub fn handle_input(&mut self, now: Now, input: Input) -> Result<(), SessionError> {
+        if self.outputs.len() > MAX_QUEUED_OUTPUTS {
+            return Err(SessionError::OutputBacklog);
+        }
+        if now.instant < self.now.instant {
+            return Err(SessionError::TimeWentBackwards);
+        }
+        self.now = now;
+        match input {
+            Input::Timeout => self.on_timeout(),
+            Input::Connect { conn, ticket } => self.on_connect(conn, &ticket),
+            Input::Frame { conn, bytes } => self.on_frame(conn, &bytes),
+            Input::Disconnected { conn } => {
+                if self.conn.as_ref().is_some_and(|c| c.id == conn) {
+                    self.drop_connection();
+                }
+            }
+            Input::Submit(spec) => return self.submit(spec),
+            Input::Cancel { run_id, reason } => self.cancel(&run_id, reason),
+            Input::UpdateGrant(grant) => {
+                self.grant = grant.clone();
+                self.grant_version += 1;
+                let version = self.grant_version;
+                self.send(ServerFrame::GrantUpdate {
+                    grant_version: version,
+                    grant,
+                });
+            }
+            Input::Revoke => self.revoke(),
+        }
+        Ok(())
+    }
+
+    /// The next output; [`Output::Wait`] comes last.
+    pub fn poll_output(&mut self) -> Output {
+        if let Some(out) = self.outputs.pop_front() {
+            return out;
+        }
+        let (until, reason) = self.next_timer();
+        Output::Wait { until, reason }
+    }
+
+    fn next_timer(&self) -> (Instant, &'static str) {
+        let mut best = (self.now.instant.saturating_add(IDLE_WAIT), "idle");
+        let mut consider = |at: Instant, why: &'static str| {
+            if at < best.0 {
+                best = (at, why);
+            }
+        };
+        if let Some(c) = &self.conn {
+            consider(
+                c.last_heard.saturating_add(self.config.silence_limit),
+                "silence",
+            );
+            if let ConnState::AwaitingHello { deadline } = c.state {
+                consider(deadline, "hello timeout");
+            }
+        }
+        for run in self.runs.values() {
+            if let RunState::Committed { lost_at, .. } = run.state {
+                consider(lost_at, "lease");
+            }
+        }
+        best
+    }
+
+    fn on_timeout(&mut self) {
+        let now = self.now.instant;
+        let lost: Vec<String> = self
+            .runs
+            .iter()
+            .filter(
+                |(_, r)| matches!(r.state, RunState::Committed { lost_at, .. } if lost_at <= now),
+            )
+            .map(|(id, _)| id.clone())
+            .collect();
+        for run_id in lost {
+            // Tell a still-connected daemon to stop it: its lease is gone.
+            self.send(ServerFrame::RunCancel {
+                run_id: run_id.clone(),
+                reason: "lease_lost".into(),
+            });
+            self.end(&run_id, RunOutcome::Lost);
+        }
+        if let Some(c) = &self.conn {
+            let id = c.id;
+            if let ConnState::AwaitingHello { deadline } = c.state
+                && deadline <= now
+            {
+                self.close(id, close_code::PROTOCOL_ERROR, "no hello in time");
+                self.drop_connection();
+                return;
+            }
+            if c.last_heard.saturating_add(self.config.silence_limit) <= now {
+                self.close(id, 1001, "silent for too long");
+                self.drop_connection();
+            }
+        }
+    }
+
+    fn on_connect(&mut self, conn: ConnId, ticket: &str) {
+        if self.revoked {
+            self.refuse(conn, close_code::REVOKED, "revoked");
+            return;
+        }
+        let session_id = match self.tickets.consume(ticket, self.now.wall) {
+            Ok(sid) => sid,
+            Err(e) => {
+                self.refuse(conn, 1008, e.code());
+                return;
+            }
+        };
+        if let Some(old) = self.conn.as_ref().map(|c| c.id) {
+            self.close(old, close_code::REPLACED, "replaced by a newer connection");
+            self.drop_connection();
+        }
+        self.conn = Some(Connection {
+            id: conn,
+            frames: FrameSigner::new(session_id),
+            state: ConnState::AwaitingHello {
+                deadline: self.now.instant.saturating_add(self.config.hello_timeout),
+            },
+            last_heard: self.now.instant,
+        });
+        let welcome = ServerFrame::Welcome {
+            context_id: self.config.context_id.clone(),
+            protocol: PROTOCOL_VERSION,
+            grant_version: self.grant_version,
+            grant: self.grant.clone(),
+            heartbeat_secs: self.config.heartbeat_secs,
+        };
+        self.send(welcome);
+    }
+
+    fn refuse(&mut self, conn: ConnId, code: u16, why: &'static str) {
+        self.outputs
+            .push_back(Output::Event(Event::ConnectRefused { conn, code: why }));
+        self.close(conn, code, why);
+    }
+
+    /// Forgets the connection: offers it had not committed end `Offline` (never started).
+    fn drop_connection(&mut self) {
+        if self.conn.take().is_none() {
+            return;
+        }
+        let unstarted: Vec<String> = self
+            .runs
+            .iter()
+            .filter(|(_, r)| matches!(r.state, RunState::Dispatched { .. }))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for run_id in unstarted {
+            self.end(&run_id, RunOutcome::Offline);
+        }
+        self.outputs.push_back(Output::Event(Event::Offline));
+    }
+
+    fn submit(&mut self, spec: RunSpec) -> Result<(), SessionError> {
+        if self.runs.contains_key(&spec.run_id) || self.ended.contains(&spec.run_id) {
+            return Err(SessionError::DuplicateRun(spec.run_id));
+        }
+        let run_id = spec.run_id.clone();
+        if self.revoked {
+            self.end_unstarted(
+                run_id,
+                RunOutcome::Rejected {
+                    code: "revoked".into(),
+                    message: "the machine was revoked".into(),
+                },
+            );
+            return Ok(());
+        }
+        let (conn, environments) = match &self.conn {
+            Some(Connection {
+                id,
+                state: ConnState::Ready { environments, .. },
+                ..
+            }) => (*id, environments.clone()),
+            _ => {
+                self.end_unstarted(run_id, RunOutcome::Offline);
+                return Ok(());
+            }
+        };
+        if !environments.contains(&spec.environment) {
+            let message = format!("no {} executor on this machine", spec.environment.as_str());
+            self.end_unstarted(
+                run_id,
+                RunOutcome::Rejected {
+                    code: "environment_unavailable".into(),
+                    message,
+                },
+            );
+            return Ok(());
+        }
+        if !self.has_free_slot(spec.environment) {
+            self.end_unstarted(run_id, RunOutcome::Busy);
+            return Ok(());
+        }
+        let frame = ServerFrame::RunRequest {
+            run_id: run_id.clone(),
+            environment: spec.environment,
+            capability: spec.capability.clone(),
+            timeout_ms: spec.timeout_ms,
+            shared_run: spec.shared_run,
+        };
+        self.runs.insert(
+            run_id,
+            ServerRun {
+                spec,
+                state: RunState::Dispatched { conn },
+            },
+        );
+        self.send(frame);
+        Ok(())
+    }
+
+    /// A run that never entered the table ends at once.
+    fn end_unstarted(&mut self, run_id: String, outcome: RunOutcome) {
+        self.ended.insert(run_id.clone());
+        self.outputs
+            .push_back(Output::Event(Event::RunEnded { run_id, outcome }));
+    }
+
+    /// Ends a run in the table, exactly once.
+    pub(super) fn end(&mut self, run_id: &str, outcome: RunOutcome) {
+        if self.runs.remove(run_id).is_none() {
+            return;
+        }
+        self.ended.insert(run_id.to_owned());
+        self.outputs.push_back(Output::Event(Event::RunEnded {
+            run_id: run_id.to_owned(),
+            outcome,
+        }));
+    }
+
+    fn cancel(&mut self, run_id: &str, reason: String) {
+        if !self.runs.contains_key(run_id) {
+            return;
+        }
+        self.send(ServerFrame::RunCancel {
+            run_id: run_id.to_owned(),
+            reason: reason.clone(),
+        });
+        self.end(run_id, RunOutcome::Cancelled { reason });
+    }
+
+    fn revoke(&mut self) {
+        if self.revoked {
+            return;
+        }
+        self.revoked = true;
+        self.send(ServerFrame::Revoked {
+            reason: "the machine's key was revoked".into(),
+        });
+        let ids: Vec<String> = self.runs.keys().cloned().collect();
+        for run_id in ids {
+            self.end(
+                &run_id,
+                RunOutcome::Cancelled {
+                    reason: "revoked".into(),
+                },
+            );
+        }
+        if let Some(id) = self.conn.as_ref().map(|c| c.id) {
+            self.close(id, close_code::REVOKED, "revoked");
+            self.conn = None;
+            self.outputs.push_back(Output::Event(Event::Offline));
+        }
+    }
+
+    fn on_frame(&mut self, conn: ConnId, bytes: &[u8]) {
+        let Some(c) = self.conn.as_mut().filter(|c| c.id == conn) else {
+            return; // A replaced or closed connection: ignore what it still sends.
+        };
+        c.last_heard = self.now.instant;
+        let frame = match DaemonFrame::from_json(bytes) {
+            Ok(f) => f,
+            Err(e) => return self.violation(conn, e.code(), e.to_string()),
+        };
+        let awaiting_hello = matches!(c.state, ConnState::AwaitingHello { .. });
+        match frame {
+            DaemonFrame::Hello {
+                protocol,
+                max_concurrent,
+                held_runs,
+                pending_results,
+                environments,
+                ..
+            } => {
+                if !awaiting_hello {
+                    return self.violation(conn, "unexpected_frame", "a second hello".into());
+                }
+                if protocol != PROTOCOL_VERSION {
+                    return self.violation(
+                        conn,
+                        "unsupported_protocol",
+                        format!("protocol {protocol}"),
+                    );
+                }
+                let max_concurrent = max_concurrent
+                    .min(crate::daemon::MAX_CONCURRENT_LIMIT)
+                    .min(self.grant.limits.max_concurrent);
+                self.on_hello(max_concurrent, environments, &held_runs, &pending_results);
+            }
+            _ if awaiting_hello => self.violation(
+                conn,
+                "unexpected_frame",
+                format!("{} before hello", frame.type_name()),
+            ),
+            DaemonFrame::RunAccept { run_id } => self.on_accept(conn, run_id),
+            DaemonFrame::RunReject {
+                run_id,
+                code,
+                message,
+            } => {
+                if matches!(
+                    self.runs.get(&run_id).map(|r| &r.state),
+                    Some(RunState::Dispatched { .. })
+                ) {
+                    let outcome = if code == "busy" {
+                        RunOutcome::Busy
+                    } else {
+                        RunOutcome::Rejected { code, message }
+                    };
+                    self.end(&run_id, outcome);
+                }
+            }
+            DaemonFrame::RunResult {
+                run_id,
+                status,
+                exit_code,
+                signal,
+                stdout,
+                stderr,
+                truncated,
+                timing,
+                error,
+            } => {
+                let result = RunResult {
+                    status,
+                    exit_code,
+                    signal,
+                    stdout,
+                    stderr,
+                    truncated,
+                    timing,
+                    error,
+                };
+                self.on_result(run_id, result);
+            }
+            DaemonFrame::Status { draining, .. } => {
+                if let Some(Connection {
+                    state: ConnState::Ready { draining: d, .. },
+                    ..
+                }) = self.conn.as_mut()
+                {
+                    *d = draining;
+                }
+            }
+            DaemonFrame::CapabilitiesUpdate {
+                environments,
+                max_concurrent,
+                ..
+            } => {
+                let cap = self.grant.limits.max_concurrent;
+                if let Some(Connection {
+                    state:
+                        ConnState::Ready {
+                            environments: e,
+                            max_concurrent: m,
+                            ..
+                        },
+                    ..
+                }) = self.conn.as_mut()
+                {
+                    *e = environments;
+                    *m = max_concurrent
+                        .min(crate::daemon::MAX_CONCURRENT_LIMIT)
+                        .min(cap);
+                }
+            }
+            f @ DaemonFrame::CommandFinished { .. } => {
+                self.outputs
+                    .push_back(Output::Event(Event::CommandFinished { frame: Box::new(f) }));
+            }
+            // The PTY relay is not built yet: nothing consumes terminal output.
+            DaemonFrame::PtyOutput { .. } | DaemonFrame::PtyExit { .. } => {}
+        }
+    }
+
+    fn on_hello(
+        &mut self,
+        max_concurrent: u32,
+        environments: Vec<Environment>,
+        held: &[String],
+        pending: &[String],
+    ) {
+        if let Some(c) = self.conn.as_mut() {
+            c.state = ConnState::Ready {
+                max_concurrent,
+                environments,
+                draining: false,
+            };
+        }
+        // Every committed run the daemon neither holds nor has a result for is lost now.
+        let committed = self.committed_runs();
+        for run_id in committed {
+            let known = held.contains(&run_id) || pending.contains(&run_id);
+            if !known {
+                self.end(&run_id, RunOutcome::Lost);
+            }
+        }
+        // Runs the daemon holds that the server already ended must stop.
+        for run_id in held {
+            if !self.runs.contains_key(run_id) {
+                self.send(ServerFrame::RunCancel {
+                    run_id: run_id.clone(),
+                    reason: "lease_lost".into(),
+                });
+            }
+        }
+        self.outputs
+            .push_back(Output::Event(Event::Ready { max_concurrent }));
+    }
+
+    fn on_accept(&mut self, conn: ConnId, run_id: String) {
+        let Some(run) = self.runs.get_mut(&run_id) else {
+            return; // Cancelled meanwhile: the daemon got the cancel.
+        };
+        if run.state != (RunState::Dispatched { conn }) {
+            return;
+        }
+        let now = self.now.instant;
+        let deadline = now.saturating_add(Duration::from_millis(run.spec.timeout_ms));
+        run.state = RunState::Committed {
+            committed_at: now,
+            lost_at: deadline.saturating_add(self.config.lease_grace),
+        };
+        self.send(ServerFrame::RunCommit {
+            run_id: run_id.clone(),
+        });
+        self.outputs
+            .push_back(Output::Event(Event::RunStarted { run_id }));
+    }
+
+    fn on_result(&mut self, run_id: String, mut result: RunResult) {
+        let committed_at = match self.runs.get(&run_id).map(|r| &r.state) {
+            Some(RunState::Committed { committed_at, .. }) => Some(*committed_at),
+            _ => None,
+        };
+        // Acknowledge every result, even one already recorded, so the daemon can forget it.
+        self.send(ServerFrame::RunAck {
+            run_id: run_id.clone(),
+        });
+        let Some(committed_at) = committed_at else {
+            return;
+        };
+        let server_ms = u64::try_from(
+            self.now
+                .instant
+                .saturating_duration_since(committed_at)
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX);
+        result.timing.server_ms = Some(server_ms);
+        result.timing.transit_ms = Some(server_ms.saturating_sub(result.timing.daemon_ms));
+        self.end(&run_id, RunOutcome::Completed(Box::new(result)));
+    }
+
+    fn violation(&mut self, conn: ConnId, code: &'static str, detail: String) {
+        self.outputs
+            .push_back(Output::Event(Event::ProtocolViolation {
+                conn,
+                code,
+                detail,
+            }));
+        self.close(conn, close_code::PROTOCOL_ERROR, code);
+        self.drop_connection();
+    }
+
+    /// Signs and sends a frame on the live connection, if there is one.
+    fn send(&mut self, frame: ServerFrame) {
+        let Some(c) = self.conn.as_mut() else {
+            return;
+        };
+        match c.frames.sign(&frame, self.signer.as_ref()) {
+            Ok(bytes) => {
+                let conn = c.id;
+                self.outputs.push_back(Output::Transmit { conn, bytes });
+            }
+            Err(e) => {
+                let conn = c.id;
+                self.outputs
+                    .push_back(Output::Event(Event::ProtocolViolation {
+                        conn,
+                        code: "signer_failed",
+                        detail: e.to_string(),
+                    }));
+                self.close(conn, 1011, "cannot sign frames");
+                self.drop_connection();
+            }
+        }
+    }
+
+    fn close(&mut self, conn: ConnId, code: u16, reason: &str) {
+        self.outputs.push_back(Output::Close {
+            conn,
+            code,
+            reason: reason.to_owned(),
+        });
+    }
+}

@@ -1,0 +1,301 @@
+//! The server's state machine for one registered machine (execution context).
+//!
+//! A session outlives the daemon's connections: it consumes connect tickets, signs every
+//! frame it sends (through the [`Signer`] trait), dispatches runs only while a slot is free,
+//! starts a lease at `run.commit`, and ends every started run exactly once — with its result,
+//! as `lost` 30 s after its deadline, or `cancelled`. A started run is never re-run.
+//!
+//! Routing between contexts, queueing for offline ones and access checks belong to the
+//! dispatcher above; this module never decides *whether* a requester may use the machine,
+//! only *whether the machine can take the run now*.
+//!
+//! Like every role in `core`: `handle_input(now, Input)` and `poll_output() -> Output`, with
+//! `Output::Wait` last. A daemon's bad bytes never return `Err`: the connection is closed
+//! with 1002 and an event says why.
+
+mod machine;
+mod runs;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::sign::{FrameSigner, Signer};
+use crate::ticket::TicketStore;
+use crate::time::{Instant, Now};
+use crate::wire::{CapabilitySource, Environment, ErrorBody, Grant, RunStatus, Timing};
+
+pub use runs::RecentlyEnded;
+use runs::ServerRun;
+
+/// Identifies one connection (one WebSocket) of the host's.
+pub type ConnId = u64;
+
+/// The most outputs that may wait before the host must drain them.
+pub const MAX_QUEUED_OUTPUTS: usize = 4096;
+
+/// How a session behaves.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// The context this session serves.
+    pub context_id: String,
+    /// How often the daemon sends `status`.
+    pub heartbeat_secs: u32,
+    /// A committed run with no result ends `lost` this long after its deadline.
+    pub lease_grace: Duration,
+    /// A connection silent this long is dead.
+    pub silence_limit: Duration,
+    /// How long to wait for `hello` after `welcome`.
+    pub hello_timeout: Duration,
+    /// How long a connect ticket lives, in seconds.
+    pub ticket_ttl_secs: u64,
+}
+
+impl SessionConfig {
+    /// The defaults for `context_id`: 15 s heartbeats, 30 s lease grace, 45 s silence limit.
+    pub fn new(context_id: impl Into<String>) -> Self {
+        Self {
+            context_id: context_id.into(),
+            heartbeat_secs: 15,
+            lease_grace: Duration::from_secs(30),
+            silence_limit: Duration::from_secs(45),
+            hello_timeout: Duration::from_secs(10),
+            ticket_ttl_secs: 60,
+        }
+    }
+}
+
+/// A run to offer the machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSpec {
+    /// Unique per server.
+    pub run_id: String,
+    /// The capability's environment.
+    pub environment: Environment,
+    /// The capability.
+    pub capability: CapabilitySource,
+    /// Time budget once committed.
+    pub timeout_ms: u64,
+    /// True when the requester is not the operator.
+    pub shared_run: bool,
+}
+
+/// What the host tells the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Time passed; check timers.
+    Timeout,
+    /// A WebSocket presented a ticket.
+    Connect {
+        /// The host's id for this connection.
+        conn: ConnId,
+        /// The ticket from `?ticket=`.
+        ticket: String,
+    },
+    /// One message from a connection.
+    Frame {
+        /// The connection.
+        conn: ConnId,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
+    /// A connection closed.
+    Disconnected {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// Offer a run to the machine.
+    Submit(RunSpec),
+    /// Stop a run.
+    Cancel {
+        /// The run.
+        run_id: String,
+        /// Why (`requested`, `access_lost`, …).
+        reason: String,
+    },
+    /// A new grant: bump the version and push it.
+    UpdateGrant(Grant),
+    /// Revoke the machine: tell it, cancel its runs, close, refuse it from now on.
+    Revoke,
+}
+
+/// A run's result as the server records it (the daemon's, plus the server's timing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunResult {
+    /// How it ended on the daemon.
+    pub status: RunStatus,
+    /// Its exit code.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+    /// Captured stdout.
+    pub stdout: String,
+    /// Captured stderr.
+    pub stderr: String,
+    /// Whether output was cut.
+    pub truncated: bool,
+    /// Daemon timing with `server_ms` and `transit_ms` added.
+    pub timing: Timing,
+    /// Why it could not run.
+    pub error: Option<ErrorBody>,
+}
+
+/// How a run offered to this machine ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Not started: every slot was taken, or the daemon said `busy`. Try elsewhere.
+    Busy,
+    /// Not started: the daemon is not connected (or dropped before committing).
+    Offline,
+    /// Not started: the daemon declined for another reason (`environment_unavailable`, …).
+    Rejected {
+        /// The code.
+        code: String,
+        /// The message.
+        message: String,
+    },
+    /// Started and finished; here is the result.
+    Completed(Box<RunResult>),
+    /// Started; the daemon stopped answering past deadline + grace, or reconnected without it.
+    Lost,
+    /// Started (or offered) and cancelled.
+    Cancelled {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl RunOutcome {
+    /// True when the run never started on the machine, so it may be tried elsewhere.
+    pub fn not_started(&self) -> bool {
+        matches!(
+            self,
+            RunOutcome::Busy | RunOutcome::Offline | RunOutcome::Rejected { .. }
+        )
+    }
+}
+
+/// What the session asks of the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send a frame on a connection.
+    Transmit {
+        /// The connection.
+        conn: ConnId,
+        /// The frame's JSON (signed).
+        bytes: Vec<u8>,
+    },
+    /// Close a connection.
+    Close {
+        /// The connection.
+        conn: ConnId,
+        /// The WebSocket close code.
+        code: u16,
+        /// Why.
+        reason: String,
+    },
+    /// Something happened.
+    Event(Event),
+    /// Nothing more until `until` or new input.
+    Wait {
+        /// When to call back with [`Input::Timeout`].
+        until: Instant,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The daemon said hello: runs can be dispatched.
+    Ready {
+        /// Slots it holds.
+        max_concurrent: u32,
+    },
+    /// The machine has no live connection any more.
+    Offline,
+    /// A run was committed: its lease started.
+    RunStarted {
+        /// The run.
+        run_id: String,
+    },
+    /// A run offered to this machine ended (exactly once per run).
+    RunEnded {
+        /// The run.
+        run_id: String,
+        /// How.
+        outcome: RunOutcome,
+    },
+    /// The daemon sent something unacceptable; the connection was closed.
+    ProtocolViolation {
+        /// The connection.
+        conn: ConnId,
+        /// The error code.
+        code: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A connect was refused (bad ticket, revoked).
+    ConnectRefused {
+        /// The connection.
+        conn: ConnId,
+        /// The error code.
+        code: &'static str,
+    },
+    /// A host command ended on the machine (for the audit log).
+    CommandFinished {
+        /// The frame, as received.
+        frame: Box<crate::wire::DaemonFrame>,
+    },
+}
+
+/// Host misuse of the API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// The host did not drain outputs.
+    #[error("more than {MAX_QUEUED_OUTPUTS} outputs are waiting: drain poll_output first")]
+    OutputBacklog,
+    /// Time went backwards.
+    #[error("time went backwards")]
+    TimeWentBackwards,
+    /// A run id was submitted twice.
+    #[error("run {0:?} was already submitted")]
+    DuplicateRun(String),
+}
+
+enum ConnState {
+    AwaitingHello {
+        deadline: Instant,
+    },
+    Ready {
+        max_concurrent: u32,
+        environments: Vec<Environment>,
+        draining: bool,
+    },
+}
+
+struct Connection {
+    id: ConnId,
+    frames: FrameSigner,
+    state: ConnState,
+    last_heard: Instant,
+}
+
+/// One machine's session. See the module docs.
+pub struct Session {
+    config: SessionConfig,
+    signer: Arc<dyn Signer + Send + Sync>,
+    grant: Grant,
+    grant_version: u64,
+    revoked: bool,
+    tickets: TicketStore,
+    conn: Option<Connection>,
+    runs: BTreeMap<String, ServerRun>,
+    ended: RecentlyEnded,
+    outputs: VecDeque<Output>,
+    now: Now,
+}

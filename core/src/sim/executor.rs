@@ -1,0 +1,59 @@
+//! A fake executor: remembers what it was asked to run and finishes runs when told.
+
+use std::collections::BTreeMap;
+
+use crate::daemon::{Execute, RunReport};
+use crate::time::Instant;
+use crate::wire::RunStatus;
+
+/// Runs started by a daemon, in memory.
+#[derive(Debug, Default, Clone)]
+pub struct FakeExecutor {
+    /// Runs executing now, with their deadline.
+    pub running: BTreeMap<String, Instant>,
+    /// Every run ever started, in order (a run appearing twice is a bug).
+    pub started: Vec<String>,
+    /// Runs cancelled, in order.
+    pub cancelled: Vec<String>,
+}
+
+impl FakeExecutor {
+    /// Records a start.
+    pub fn start(&mut self, execute: &Execute) {
+        self.started.push(execute.run_id.clone());
+        self.running
+            .insert(execute.run_id.clone(), execute.deadline);
+    }
+
+    /// Stops a run; returns the report to give back if it was running.
+    pub fn cancel(&mut self, run_id: &str) -> Option<RunReport> {
+        self.running.remove(run_id)?;
+        self.cancelled.push(run_id.to_owned());
+        Some(report(RunStatus::Cancelled, None))
+    }
+
+    /// Finishes a running run with `exit_code`; returns its report if it was running.
+    pub fn finish(&mut self, run_id: &str, exit_code: i32) -> Option<RunReport> {
+        self.running.remove(run_id)?;
+        Some(report(RunStatus::Exited, Some(exit_code)))
+    }
+
+    /// Forgets every run (the machine crashed).
+    pub fn crash(&mut self) {
+        self.running.clear();
+    }
+}
+
+fn report(status: RunStatus, exit_code: Option<i32>) -> RunReport {
+    RunReport {
+        status,
+        exit_code,
+        signal: None,
+        stdout: String::new(),
+        stderr: String::new(),
+        truncated: false,
+        setup_ms: 1,
+        execute_ms: 2,
+        error: None,
+    }
+}

@@ -1,0 +1,28 @@
+//! In-memory harnesses that drive the state machines without any I/O: [`Pair`] (one session,
+//! one daemon) for protocol tests, and the seeded multi-daemon simulation used by
+//! `examples/simulate.rs`.
+//!
+//! Everything here is deterministic: time is simulated, randomness comes from a seed, and
+//! the same seed gives the same transcript. Byte streams between the two sides go through the
+//! length-prefixed codec and may be cut at arbitrary points.
+
+mod executor;
+mod pair;
+
+pub use executor::FakeExecutor;
+pub use pair::{Pair, PairConfig};
+
+use std::time::Duration;
+
+use crate::time::{Instant, Now, UnixTime};
+
+/// The simulated clock's origin: wall time 2026-01-01T00:00:00Z.
+pub const WALL_ORIGIN: u64 = 1_767_225_600;
+
+/// The simulated `now` after `elapsed`.
+pub fn now_at(elapsed: Duration) -> Now {
+    Now {
+        instant: Instant::from_origin(elapsed),
+        wall: UnixTime(WALL_ORIGIN + elapsed.as_secs()),
+    }
+}
