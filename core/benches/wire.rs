@@ -18,7 +18,11 @@ const NOW: UnixTime = UnixTime(1_000);
 
 fn keys() -> KeySet {
     let doc = test_root::key_set_document(1, UnixTime(0), UnixTime(1 << 40));
-    KeySet::from_document(&doc, &PinnedRoots::new(vec![test_root::root_key()])).unwrap()
+    KeySet::from_document(
+        &doc,
+        &PinnedRoots::default().with_test_root_if_local("localhost", true),
+    )
+    .unwrap()
 }
 
 fn commit(i: usize) -> ServerFrame {

@@ -22,8 +22,14 @@ pub struct PinnedRoots {
 }
 
 impl PinnedRoots {
-    /// Pins exactly these roots.
+    /// Pins these roots — except the test root, which is dropped whether named by its id or
+    /// by its key: the only way to trust it is [`PinnedRoots::with_test_root_if_local`].
     pub fn new(roots: Vec<RootKey>) -> Self {
+        let test = test_root::root_key();
+        let roots = roots
+            .into_iter()
+            .filter(|r| r.id != test.id && r.public_key != test.public_key)
+            .collect();
         Self { roots }
     }
 
@@ -118,6 +124,16 @@ mod tests {
         ] {
             assert!(!is_loopback_host(h), "{h} should not be loopback");
         }
+    }
+
+    #[test]
+    fn the_test_root_cannot_be_pinned_directly() {
+        let mut under_another_name = test_root::root_key();
+        under_another_name.id = "root-prod".into();
+        let pinned = PinnedRoots::new(vec![test_root::root_key(), under_another_name]);
+        assert!(!pinned.trusts_test_root());
+        assert!(pinned.get("root-prod").is_none());
+        assert!(pinned.get(test_root::ROOT_ID).is_none());
     }
 
     #[test]

@@ -11,7 +11,7 @@ fn frame_key(signer: &Ed25519Signer, kid: &str, nb: u64, na: u64) -> FrameKey {
 }
 
 fn test_roots() -> PinnedRoots {
-    PinnedRoots::new(vec![test_root::root_key()])
+    PinnedRoots::default().with_test_root_if_local("localhost", true)
 }
 
 #[test]

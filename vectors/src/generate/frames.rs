@@ -409,9 +409,9 @@ pub(super) fn file() -> VectorFile<SignedFrameCase> {
         "invalid_envelope",
         replace(&commit_text, &format!(",\"sig\":\"{sig}\""), ""),
     ));
-    let unknown = parse_strict(br#"{"type":"run.explode","runId":"run_1"}"#).expect("valid");
-    let unknown = {
-        let mut v = unknown;
+    // Valid signatures over bodies that are not frames of this protocol.
+    let signed_body = |body: &[u8]| {
+        let mut v = parse_strict(body).expect("valid");
         if let Value::Object(m) = &mut v {
             m.push(("sid".into(), Value::String(SESSION.into())));
             m.push(("seq".into(), Value::Int(1)));
@@ -422,7 +422,55 @@ pub(super) fn file() -> VectorFile<SignedFrameCase> {
     cases.push(Case::bad(
         "signed_unknown_frame_type",
         "unknown_frame_type",
-        unknown,
+        signed_body(br#"{"type":"run.explode","runId":"run_1"}"#),
+    ));
+    cases.push(Case::bad(
+        "signed_frame_missing_field",
+        "invalid_frame",
+        signed_body(br#"{"type":"run.commit"}"#),
+    ));
+    cases.push(Case::bad(
+        "signed_frame_without_type",
+        "missing_frame_type",
+        signed_body(br#"{"runId":"run_1"}"#),
+    ));
+    // Signatures verify_strict refuses.
+    let sig_bytes = outpost_core::b64::decode(&sig).expect("canonical");
+    let mut small_r = sig_bytes.clone();
+    small_r[..32].copy_from_slice(&{
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        identity
+    });
+    cases.push(Case::bad(
+        "small_order_r",
+        "bad_signature",
+        replace(&commit_text, &sig, &outpost_core::b64::encode(&small_r)),
+    ));
+    let mut big_s = sig_bytes.clone();
+    big_s[32..].copy_from_slice(&[0xff; 32]);
+    cases.push(Case::bad(
+        "s_not_below_group_order",
+        "bad_signature",
+        replace(&commit_text, &sig, &outpost_core::b64::encode(&big_s)),
+    ));
+    // Non-canonical base64url: non-zero trailing bits, and the standard alphabet.
+    let mut trailing = sig.clone().into_bytes();
+    let last = trailing.len() - 1;
+    trailing[last] += 1;
+    cases.push(Case::bad(
+        "signature_base64_trailing_bits",
+        "bad_signature_encoding",
+        replace(
+            &commit_text,
+            &sig,
+            std::str::from_utf8(&trailing).expect("ASCII"),
+        ),
+    ));
+    cases.push(Case::bad(
+        "signature_standard_base64_alphabet",
+        "bad_signature_encoding",
+        replace(&commit_text, &sig, &format!("+{}", &sig[1..])),
     ));
     let deep = format!(
         "{{\"type\":\"revoked\",\"reason\":\"x\",\"extra\":{}{}}}",

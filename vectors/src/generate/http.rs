@@ -85,6 +85,12 @@ struct Outpost {
     expires: u64,
     nonce: &'static str,
     keyid: &'static str,
+    /// Whether `@query` is covered (the profile requires it).
+    cover_query: bool,
+    /// An extra header, covered by the signature.
+    extra_header: Option<(&'static str, &'static str)>,
+    /// A `Content-Digest` value to send instead of the true one.
+    digest_override: Option<&'static str>,
 }
 
 const TICKET: Outpost = Outpost {
@@ -95,6 +101,9 @@ const TICKET: Outpost = Outpost {
     expires: NOW + 60,
     nonce: "nonce-0001",
     keyid: MACHINE_KID,
+    cover_query: true,
+    extra_header: None,
+    digest_override: None,
 };
 
 impl Outpost {
@@ -105,15 +114,23 @@ impl Outpost {
             headers: vec![("Content-Type".into(), "application/json".into())],
             body: self.body.to_vec(),
         };
-        let mut components: Vec<String> = ["@method", "@authority", "@path", "@query"]
+        let mut components: Vec<String> = ["@method", "@authority", "@path"]
             .map(String::from)
             .to_vec();
+        if self.cover_query {
+            components.push("@query".into());
+        }
         if !self.body.is_empty() {
-            req.headers.push((
-                "Content-Digest".into(),
-                content_digest(self.body, &[DigestAlgorithm::Sha256]),
-            ));
+            let digest = self.digest_override.map_or_else(
+                || content_digest(self.body, &[DigestAlgorithm::Sha256]),
+                String::from,
+            );
+            req.headers.push(("Content-Digest".into(), digest));
             components.push("content-digest".into());
+        }
+        if let Some((name, value)) = self.extra_header {
+            req.headers.push((name.into(), value.into()));
+            components.push(name.to_ascii_lowercase());
         }
         let params = SignatureParams {
             components,
@@ -245,6 +262,84 @@ pub(super) fn file() -> VectorFile<HttpSignatureCase> {
         .case("validity_too_long", NOW),
         "invalid_parameter",
     ));
+
+    // Freshness boundaries: 300 s maximum age, 30 s allowed skew.
+    for (name, created, expires, error) in [
+        ("created_300s_ago_accepted", NOW - 300, NOW, None),
+        (
+            "created_301s_ago",
+            NOW - 301,
+            NOW - 1,
+            Some("signature_too_old"),
+        ),
+        ("created_30s_ahead_accepted", NOW + 30, NOW + 90, None),
+        (
+            "created_31s_ahead",
+            NOW + 31,
+            NOW + 91,
+            Some("created_in_future"),
+        ),
+        ("expired_30s_ago_accepted", NOW - 90, NOW - 30, None),
+        (
+            "expired_31s_ago",
+            NOW - 91,
+            NOW - 31,
+            Some("signature_expired"),
+        ),
+    ] {
+        let case = Outpost {
+            created,
+            expires,
+            ..TICKET
+        }
+        .case(name, NOW);
+        cases.push(match error {
+            Some(code) => refused(case, code),
+            None => case,
+        });
+    }
+    let long_nonce: &'static str = "n".repeat(129).leak();
+    cases.push(refused(
+        Outpost {
+            nonce: long_nonce,
+            ..TICKET
+        }
+        .case("nonce_too_long", NOW),
+        "nonce_too_long",
+    ));
+    cases.push(refused(
+        Outpost {
+            cover_query: false,
+            ..TICKET
+        }
+        .case("query_not_covered", NOW),
+        "component_not_covered",
+    ));
+    cases.push(refused(
+        Outpost {
+            digest_override: Some("md5=:AAAAAAAAAAAAAAAAAAAAAA==:"),
+            ..TICKET
+        }
+        .case("only_unsupported_digest", NOW),
+        "no_supported_digest",
+    ));
+    let mut dropped_header = Outpost {
+        extra_header: Some(("X-Outpost-Context", "ec_vectors")),
+        ..TICKET
+    }
+    .case("covered_header_missing", NOW);
+    dropped_header
+        .request
+        .headers
+        .retain(|(n, _)| n != "X-Outpost-Context");
+    cases.push(refused(dropped_header, "missing_component"));
+    let mut unsupported = TICKET.case("unsupported_derived_component", NOW);
+    for (name, value) in unsupported.request.headers.iter_mut() {
+        if name == "Signature-Input" {
+            *value = value.replace("\"@query\"", "\"@status\"");
+        }
+    }
+    cases.push(refused(unsupported, "unsupported_component"));
 
     let mut no_nonce = TICKET.case("missing_nonce", NOW);
     for (name, value) in no_nonce.request.headers.iter_mut() {

@@ -52,6 +52,7 @@ pub(super) fn file() -> VectorFile<CanonicalJsonCase> {
         case("invalid_utf8", b"[\"\xc3\x28\"]"),
         case("raw_control_character", b"[\"a\tb\"]"),
         case("leading_zero", b"[01]"),
+        case("unknown_escape", br#"["\x41"]"#),
         case("trailing_comma", b"[1,]"),
         case("truncated", b"{\"a\":[1,2"),
         case("trailing_garbage", b"{} {}"),

@@ -15,6 +15,13 @@ use serde_json::value::RawValue;
 /// Wall time of the vectors: 2026-01-01T00:00:00Z.
 pub const NOW: u64 = 1_767_225_600;
 
+/// The root the vectors' daemons pin explicitly (TEST ONLY).
+pub const VECTORS_ROOT_SECRET_HEX: &str =
+    "452c8391075a1023cbb844863e5f5ad40df61a0246f11dd30966d266f1334675";
+
+/// The id of that root.
+pub const VECTORS_ROOT_ID: &str = "root-vectors-1";
+
 /// A second root, never pinned by the vectors' daemons (TEST ONLY).
 pub const OTHER_ROOT_SECRET_HEX: &str =
     "553a045ac0772b3920c0f7eebdbc4325123705830a21084827f8300633f99b67";
