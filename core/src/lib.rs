@@ -29,12 +29,14 @@
 
 pub mod b64;
 pub mod daemon;
+pub mod grant;
 mod hex;
 pub mod httpsig;
 pub mod json;
 pub mod keyset;
 pub mod replay;
 pub mod rng;
+pub mod routing;
 pub mod session;
 pub mod sign;
 pub mod sim;

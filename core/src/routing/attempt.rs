@@ -1,0 +1,156 @@
+//! Attempts (candidates that passed on a run, and why) and routing errors.
+//!
+//! This file owns how a passed-over candidate is recorded and how "nothing could take the
+//! run" is reported. It never decides what to skip.
+
+use serde::{Deserialize, Serialize};
+
+use super::target::TargetError;
+
+/// Why a candidate passed on a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttemptOutcome {
+    /// Every slot was taken, or the daemon rejected the run as busy.
+    Busy,
+    /// The daemon was not connected.
+    Offline,
+    /// It cannot take runs at all (see the reason), or cannot meet the run's requirements.
+    Unusable,
+    /// The requester may not run there (the reason is the access code).
+    Denied,
+}
+
+impl AttemptOutcome {
+    /// The outcome as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Busy => "busy",
+            AttemptOutcome::Offline => "offline",
+            AttemptOutcome::Unusable => "unusable",
+            AttemptOutcome::Denied => "denied",
+        }
+    }
+
+    /// The words after a name in a friendly line: "build-box *was busy*".
+    pub fn phrase(self) -> &'static str {
+        match self {
+            AttemptOutcome::Busy => "was busy",
+            AttemptOutcome::Offline => "was offline",
+            AttemptOutcome::Unusable => "was unusable",
+            AttemptOutcome::Denied => "was not available to you",
+        }
+    }
+}
+
+/// A candidate that passed on the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempt {
+    /// The context id, or `"cloud"`.
+    pub id: String,
+    /// Its friendly name.
+    pub name: String,
+    /// What happened.
+    pub outcome: AttemptOutcome,
+    /// A `snake_case` reason code (`busy`, `offline`, an access code, an unusable reason).
+    pub reason: String,
+}
+
+/// "a was busy, b was offline and c was unusable".
+pub fn describe_attempts(attempts: &[Attempt]) -> String {
+    let parts: Vec<String> = attempts
+        .iter()
+        .map(|a| format!("{} {}", a.name, a.outcome.phrase()))
+        .collect();
+    match parts.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// Why an execute could not be routed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RoutingError {
+    /// The request itself is malformed.
+    #[error("{0}")]
+    InvalidTarget(#[from] TargetError),
+    /// The request or the chain names a context that does not exist.
+    #[error("there is no execution context `{id}`")]
+    UnknownContext {
+        /// The id asked for.
+        id: String,
+    },
+    /// The one named context is busy (no fallback asked for).
+    #[error(
+        "{name} is busy (every slot is taken); try again later, or pass `fallback: \"chain\"` to fall through to your chain"
+    )]
+    Busy {
+        /// Its friendly name.
+        name: String,
+        /// What was tried.
+        attempts: Vec<Attempt>,
+    },
+    /// The one named context is offline (no fallback, no queue asked for).
+    #[error(
+        "{name} is offline; pass `whenOffline: queue` to wait for it, or `fallback: \"chain\"` to fall through to your chain"
+    )]
+    Offline {
+        /// Its friendly name.
+        name: String,
+        /// What was tried.
+        attempts: Vec<Attempt>,
+    },
+    /// The one named context cannot take runs (no fallback asked for).
+    #[error(
+        "{name} cannot take runs ({reason}); pass `fallback: \"chain\"` to fall through to your chain"
+    )]
+    Unusable {
+        /// Its friendly name.
+        name: String,
+        /// The unusable reason code.
+        reason: String,
+        /// What was tried.
+        attempts: Vec<Attempt>,
+    },
+    /// Every candidate passed on the run.
+    #[error("no usable execution context: {}", describe_or_empty(.attempts))]
+    NoUsableContext {
+        /// What was tried, in order.
+        attempts: Vec<Attempt>,
+    },
+}
+
+fn describe_or_empty(attempts: &[Attempt]) -> String {
+    if attempts.is_empty() {
+        "there was nothing to try".to_owned()
+    } else {
+        describe_attempts(attempts)
+    }
+}
+
+impl RoutingError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RoutingError::InvalidTarget(e) => e.code(),
+            RoutingError::UnknownContext { .. } => "unknown_context",
+            RoutingError::Busy { .. } => "execution_context_busy",
+            RoutingError::Offline { .. } => "execution_context_offline",
+            RoutingError::Unusable { .. } => "execution_context_unusable",
+            RoutingError::NoUsableContext { .. } => "no_usable_context",
+        }
+    }
+
+    /// Every candidate that passed on the run, in order (empty for request errors).
+    pub fn attempts(&self) -> &[Attempt] {
+        match self {
+            RoutingError::InvalidTarget(_) | RoutingError::UnknownContext { .. } => &[],
+            RoutingError::Busy { attempts, .. }
+            | RoutingError::Offline { attempts, .. }
+            | RoutingError::Unusable { attempts, .. }
+            | RoutingError::NoUsableContext { attempts } => attempts,
+        }
+    }
+}
