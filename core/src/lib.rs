@@ -37,6 +37,7 @@ pub mod keyset;
 pub mod replay;
 pub mod rng;
 pub mod routing;
+pub mod server;
 pub mod session;
 pub mod sign;
 pub mod sim;

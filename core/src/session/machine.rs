@@ -89,6 +89,33 @@ impl Session {
         }
     }
 
+    /// Optional behaviours the connected daemon announced (empty when none is ready).
+    pub fn features(&self) -> &[String] {
+        match &self.conn {
+            Some(Connection {
+                state: ConnState::Ready { features, .. },
+                ..
+            }) => features,
+            _ => &[],
+        }
+    }
+
+    /// Whether the connected daemon has an executor for `environment`.
+    pub fn supports(&self, environment: Environment) -> bool {
+        match &self.conn {
+            Some(Connection {
+                state: ConnState::Ready { environments, .. },
+                ..
+            }) => environments.contains(&environment),
+            _ => false,
+        }
+    }
+
+    /// The live connection, if any.
+    pub fn connection(&self) -> Option<ConnId> {
+        self.conn.as_ref().map(|c| c.id)
+    }
+
     /// Whether a run for `environment` would be dispatched now.
     pub fn has_free_slot(&self, environment: Environment) -> bool {
         match &self.conn {
@@ -98,6 +125,7 @@ impl Session {
                         max_concurrent,
                         environments,
                         draining,
+                        ..
                     },
                 ..
             }) => {
@@ -417,7 +445,7 @@ impl Session {
                 held_runs,
                 pending_results,
                 environments,
-                ..
+                features,
             } => {
                 if !awaiting_hello {
                     return self.violation(conn, "unexpected_frame", "a second hello".into());
@@ -432,7 +460,13 @@ impl Session {
                 let max_concurrent = max_concurrent
                     .min(crate::daemon::MAX_CONCURRENT_LIMIT)
                     .min(self.grant.limits.max_concurrent);
-                self.on_hello(max_concurrent, environments, &held_runs, &pending_results);
+                self.on_hello(
+                    max_concurrent,
+                    environments,
+                    features,
+                    &held_runs,
+                    &pending_results,
+                );
             }
             _ if awaiting_hello => self.violation(
                 conn,
@@ -492,7 +526,7 @@ impl Session {
             DaemonFrame::CapabilitiesUpdate {
                 environments,
                 max_concurrent,
-                ..
+                features,
             } => {
                 let cap = self.grant.limits.max_concurrent;
                 if let Some(Connection {
@@ -500,12 +534,14 @@ impl Session {
                         ConnState::Ready {
                             environments: e,
                             max_concurrent: m,
+                            features: f,
                             ..
                         },
                     ..
                 }) = self.conn.as_mut()
                 {
                     *e = environments;
+                    *f = features;
                     *m = max_concurrent
                         .min(crate::daemon::MAX_CONCURRENT_LIMIT)
                         .min(cap);
@@ -524,6 +560,7 @@ impl Session {
         &mut self,
         max_concurrent: u32,
         environments: Vec<Environment>,
+        features: Vec<String>,
         held: &[String],
         pending: &[String],
     ) {
@@ -531,6 +568,7 @@ impl Session {
             c.state = ConnState::Ready {
                 max_concurrent,
                 environments,
+                features,
                 draining: false,
             };
         }

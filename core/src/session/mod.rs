@@ -28,6 +28,7 @@ use crate::ticket::TicketStore;
 use crate::time::{Instant, Now};
 use crate::wire::{CapabilitySource, Environment, ErrorBody, Grant, RunStatus, Timing};
 
+pub use machine::IssuedTicket;
 pub use runs::RecentlyEnded;
 use runs::ServerRun;
 
@@ -274,6 +275,7 @@ enum ConnState {
     Ready {
         max_concurrent: u32,
         environments: Vec<Environment>,
+        features: Vec<String>,
         draining: bool,
     },
 }

@@ -6,11 +6,15 @@
 //! the same seed gives the same transcript. Byte streams between the two sides go through the
 //! length-prefixed codec and may be cut at arbitrary points.
 
+mod checker;
 mod executor;
 mod pair;
+mod workload;
+mod world;
 
 pub use executor::FakeExecutor;
-pub use pair::{Pair, PairConfig};
+pub use pair::{Pair, PairConfig, test_keys};
+pub use world::{SimConfig, SimReport, first_failure, simulate};
 
 use std::time::Duration;
 

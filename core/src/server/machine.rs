@@ -1,0 +1,522 @@
+//! The dispatcher's API and its walk from candidate to candidate.
+
+use std::time::Duration;
+
+use super::*;
+use crate::routing::{
+    AttemptOutcome, Candidate, ContextView, Plan, check_access, friendly_line, plan,
+};
+use crate::session::{self, IssuedTicket, RunOutcome, RunSpec};
+use crate::ticket::TicketError;
+
+const IDLE_WAIT: Duration = Duration::from_secs(3600);
+
+impl Server {
+    /// A dispatcher whose sessions sign frames with `signer` and use `session_template`
+    /// (its `context_id` is replaced per machine).
+    pub fn new(
+        signer: Arc<dyn Signer + Send + Sync>,
+        session_template: SessionConfig,
+        now: Now,
+    ) -> Self {
+        Self {
+            signer,
+            session_template,
+            machines: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            chains: BTreeMap::new(),
+            executions: BTreeMap::new(),
+            runs: BTreeMap::new(),
+            outputs: VecDeque::new(),
+            now,
+        }
+    }
+
+    /// The session of `context_id`.
+    pub fn session(&self, context_id: &str) -> Option<&Session> {
+        self.machines.get(context_id).map(|m| &m.session)
+    }
+
+    /// Executions not yet finished.
+    pub fn executions_in_flight(&self) -> usize {
+        self.executions.len()
+    }
+
+    /// Issues a connect ticket for `context_id` (the answer to a signed ticket request).
+    pub fn issue_ticket(
+        &mut self,
+        context_id: &str,
+        random: [u8; 48],
+    ) -> Result<IssuedTicket, TicketError> {
+        let machine = self
+            .machines
+            .get_mut(context_id)
+            .ok_or(TicketError::Unknown)?;
+        machine.session.issue_ticket(random)
+    }
+
+    /// The process restarted: every connection is gone; durable state (machines, grants,
+    /// leases, executions, chains) is kept, as a server backed by a database would keep it.
+    pub fn restart(&mut self, now: Now) {
+        self.now = now;
+        let conns: Vec<(ConnId, String)> = std::mem::take(&mut self.conns).into_iter().collect();
+        for (conn, context_id) in conns {
+            self.feed_session(&context_id, session::Input::Disconnected { conn });
+        }
+    }
+
+    /// Feeds one input at time `now`.
+    pub fn handle_input(&mut self, now: Now, input: Input) -> Result<(), ServerError> {
+        self.now = now;
+        match input {
+            Input::Timeout => {
+                let ids: Vec<String> = self.machines.keys().cloned().collect();
+                for id in ids {
+                    self.feed_session(&id, session::Input::Timeout);
+                }
+                self.expire_queues();
+            }
+            Input::Register { record, grant } => {
+                let id = record.id.clone();
+                if let Some(m) = self.machines.get_mut(&id) {
+                    m.record = record;
+                } else {
+                    let mut config = self.session_template.clone();
+                    config.context_id = id.clone();
+                    let session = Session::new(config, grant, self.signer.clone(), self.now);
+                    self.machines.insert(id, Machine { record, session });
+                }
+            }
+            Input::Connect {
+                context_id,
+                conn,
+                ticket,
+            } => {
+                if !self.machines.contains_key(&context_id) {
+                    return Err(ServerError::UnknownContext(context_id));
+                }
+                self.conns.insert(conn, context_id.clone());
+                self.feed_session(&context_id, session::Input::Connect { conn, ticket });
+            }
+            Input::Frame { conn, bytes } => {
+                if let Some(context_id) = self.conns.get(&conn).cloned() {
+                    self.feed_session(&context_id, session::Input::Frame { conn, bytes });
+                }
+            }
+            Input::Disconnected { conn } => {
+                if let Some(context_id) = self.conns.remove(&conn) {
+                    self.feed_session(&context_id, session::Input::Disconnected { conn });
+                }
+            }
+            Input::Execute(request) => {
+                let exec_id = request.exec_id.clone();
+                if self.executions.contains_key(&exec_id) {
+                    return Err(ServerError::DuplicateExecution(exec_id));
+                }
+                self.executions.insert(
+                    exec_id.clone(),
+                    Execution {
+                        request: *request,
+                        route: None,
+                        place: Place::OnCloud,
+                        hops: 0,
+                    },
+                );
+                self.place(&exec_id);
+            }
+            Input::CloudFinished { exec_id, result } => {
+                if matches!(
+                    self.executions.get(&exec_id).map(|e| &e.place),
+                    Some(Place::OnCloud)
+                ) {
+                    self.finish(&exec_id, ExecutionOutcome::Completed(result));
+                }
+            }
+            Input::Cancel { exec_id } => self.cancel(&exec_id, "requested"),
+            Input::SetChain { user_id, chain } => {
+                self.chains.insert(user_id, chain);
+            }
+            Input::UpdateAccess(record) => {
+                let id = record.id.clone();
+                if let Some(m) = self.machines.get_mut(&id) {
+                    m.record = record;
+                }
+                self.recheck_access(&id);
+            }
+            Input::UpdateGrant { context_id, grant } => {
+                if !self.machines.contains_key(&context_id) {
+                    return Err(ServerError::UnknownContext(context_id));
+                }
+                self.feed_session(&context_id, session::Input::UpdateGrant(grant));
+                self.recheck_access(&context_id);
+            }
+            Input::Revoke { context_id } => {
+                if !self.machines.contains_key(&context_id) {
+                    return Err(ServerError::UnknownContext(context_id));
+                }
+                self.feed_session(&context_id, session::Input::Revoke);
+                self.replan_queued(&context_id);
+            }
+        }
+        Ok(())
+    }
+
+    /// The next output; [`Output::Wait`] comes last.
+    pub fn poll_output(&mut self) -> Output {
+        if let Some(out) = self.outputs.pop_front() {
+            return out;
+        }
+        let mut best = (self.now.instant.saturating_add(IDLE_WAIT), "idle");
+        for m in self.machines.values_mut() {
+            if let session::Output::Wait { until, reason } = m.session.poll_output()
+                && until < best.0
+            {
+                best = (until, reason);
+            }
+        }
+        for e in self.executions.values() {
+            if let Place::Queued { until, .. } = e.place
+                && until < best.0
+            {
+                best = (until, "queue");
+            }
+        }
+        Output::Wait {
+            until: best.0,
+            reason: best.1,
+        }
+    }
+
+    /// What the routing functions see of every machine, for a run in `environment`.
+    fn views(&self, environment: Environment) -> Vec<ContextView> {
+        self.machines
+            .values()
+            .map(|m| {
+                let (grant, _) = m.session.grant();
+                let online = m.session.is_ready();
+                let unusable = if m.session.is_revoked() {
+                    Some("revoked".to_owned())
+                } else if online && !m.session.supports(environment) {
+                    Some("environment_unavailable".to_owned())
+                } else {
+                    None
+                };
+                let features = m.session.features().to_vec();
+                ContextView {
+                    id: m.record.id.clone(),
+                    name: m.record.name.clone(),
+                    operator: m.record.operator.clone(),
+                    online,
+                    busy: online && !m.session.has_free_slot(environment),
+                    unusable,
+                    local_fs_available: features.iter().any(|f| f == "fs"),
+                    features,
+                    grant_has_fs: !grant.fs.is_empty(),
+                    commands_enabled: grant.commands.enabled,
+                    shared_with_all_members: m.record.shared_with_all_members,
+                    opted_in: m.record.opted_in.clone(),
+                    operator_is_member: m.record.operator_is_member,
+                }
+            })
+            .collect()
+    }
+
+    /// Plans an execution from scratch (new, or back from a queue) and places it.
+    fn place(&mut self, exec_id: &str) {
+        let Some(e) = self.executions.get(exec_id) else {
+            return;
+        };
+        let chain = self
+            .chains
+            .get(&e.request.requester.user_id)
+            .cloned()
+            .unwrap_or_default();
+        let views = self.views(e.request.environment);
+        match plan(&e.request.requester, &e.request.target, &chain, &views) {
+            Ok(Plan::Dispatch(route)) => self.dispatch(exec_id, route),
+            Ok(Plan::Queue(q)) => {
+                let until = self
+                    .now
+                    .instant
+                    .saturating_add(Duration::from_secs(u64::from(q.minutes) * 60));
+                if let Some(e) = self.executions.get_mut(exec_id) {
+                    // Keep the first deadline when re-planning a run that was already waiting.
+                    let until = match e.place {
+                        Place::Queued { until: first, .. } => first,
+                        _ => until,
+                    };
+                    e.place = Place::Queued {
+                        context_id: q.id,
+                        until,
+                    };
+                }
+            }
+            Err(err) => self.fail(exec_id, err.code(), err.to_string()),
+        }
+    }
+
+    /// Offers the execution to the route's current candidate.
+    fn dispatch(&mut self, exec_id: &str, route: Route) {
+        let Some(e) = self.executions.get_mut(exec_id) else {
+            return;
+        };
+        match route.current().clone() {
+            Candidate::Cloud => {
+                e.route = Some(route);
+                e.place = Place::OnCloud;
+                let request = Box::new(e.request.clone());
+                self.outputs
+                    .push_back(Output::Command(Command::RunOnCloud(request)));
+            }
+            Candidate::Context { id, run, .. } => {
+                e.hops += 1;
+                let run_id = format!("{exec_id}.{}", e.hops);
+                let spec = RunSpec {
+                    run_id: run_id.clone(),
+                    environment: e.request.environment,
+                    capability: e.request.capability.clone(),
+                    timeout_ms: e.request.timeout_ms,
+                    shared_run: run == crate::routing::RunKind::Shared,
+                };
+                e.route = Some(route);
+                e.place = Place::OnContext {
+                    context_id: id.clone(),
+                    run_id: run_id.clone(),
+                    started: false,
+                };
+                self.runs.insert(run_id, exec_id.to_owned());
+                self.feed_session(&id, session::Input::Submit(spec));
+            }
+        }
+    }
+
+    /// The current candidate passed on the run before it started: try the next one.
+    fn fall_through(&mut self, exec_id: &str, outcome: AttemptOutcome, reason: &str) {
+        let Some(e) = self.executions.get_mut(exec_id) else {
+            return;
+        };
+        let Some(route) = e.route.take() else {
+            return;
+        };
+        let requester = e.request.requester.clone();
+        let target = e.request.target.clone();
+        let environment = e.request.environment;
+        let views = self.views(environment);
+        match route.next_after(outcome, reason, &requester, &target, &views) {
+            Ok(route) => self.dispatch(exec_id, route),
+            Err(err) => self.fail(exec_id, err.code(), err.to_string()),
+        }
+    }
+
+    fn fail(&mut self, exec_id: &str, code: &str, message: String) {
+        self.finish(
+            exec_id,
+            ExecutionOutcome::Failed {
+                code: code.to_owned(),
+                message,
+            },
+        );
+    }
+
+    /// Ends an execution, exactly once.
+    fn finish(&mut self, exec_id: &str, outcome: ExecutionOutcome) {
+        let Some(e) = self.executions.remove(exec_id) else {
+            return;
+        };
+        if let Place::OnContext { run_id, .. } = &e.place {
+            self.runs.remove(run_id);
+        }
+        let placed = !matches!(outcome, ExecutionOutcome::Failed { .. });
+        let ran_on = e.route.as_ref().filter(|_| placed).map(Route::ran_on);
+        let line = match (&ran_on, &outcome) {
+            (Some(r), _) => friendly_line(r),
+            (None, ExecutionOutcome::Failed { message, .. }) => message.clone(),
+            (None, ExecutionOutcome::Cancelled { reason }) => format!("Cancelled ({reason})."),
+            (None, _) => String::new(),
+        };
+        self.outputs
+            .push_back(Output::Event(Event::ExecutionFinished {
+                exec_id: exec_id.to_owned(),
+                outcome,
+                ran_on,
+                line,
+            }));
+    }
+
+    fn cancel(&mut self, exec_id: &str, reason: &str) {
+        let Some(e) = self.executions.get(exec_id) else {
+            return;
+        };
+        match &e.place {
+            Place::OnContext {
+                context_id, run_id, ..
+            } => {
+                let (context_id, run_id) = (context_id.clone(), run_id.clone());
+                self.feed_session(
+                    &context_id,
+                    session::Input::Cancel {
+                        run_id,
+                        reason: reason.to_owned(),
+                    },
+                );
+            }
+            Place::Queued { .. } => self.finish(
+                exec_id,
+                ExecutionOutcome::Cancelled {
+                    reason: reason.to_owned(),
+                },
+            ),
+            Place::OnCloud => {
+                self.outputs
+                    .push_back(Output::Command(Command::CancelCloud {
+                        exec_id: exec_id.to_owned(),
+                    }));
+                self.finish(
+                    exec_id,
+                    ExecutionOutcome::Cancelled {
+                        reason: reason.to_owned(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Runs on `context_id` whose requester lost access end with `access_lost`.
+    fn recheck_access(&mut self, context_id: &str) {
+        let on_it: Vec<String> = self
+            .executions
+            .iter()
+            .filter(|(_, e)| matches!(&e.place, Place::OnContext { context_id: c, .. } if c == context_id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for exec_id in on_it {
+            let Some(e) = self.executions.get(&exec_id) else {
+                continue;
+            };
+            let views = self.views(e.request.environment);
+            let Some(view) = views.iter().find(|v| v.id == context_id) else {
+                continue;
+            };
+            if check_access(&e.request.requester, view, &e.request.target).is_err() {
+                self.cancel(&exec_id, "access_lost");
+            }
+        }
+    }
+
+    fn replan_queued(&mut self, context_id: &str) {
+        let waiting: Vec<String> = self
+            .executions
+            .iter()
+            .filter(
+                |(_, e)| matches!(&e.place, Place::Queued { context_id: c, .. } if c == context_id),
+            )
+            .map(|(id, _)| id.clone())
+            .collect();
+        for exec_id in waiting {
+            self.place(&exec_id);
+        }
+    }
+
+    fn expire_queues(&mut self) {
+        let now = self.now.instant;
+        let expired: Vec<(String, String)> = self
+            .executions
+            .iter()
+            .filter_map(|(id, e)| match &e.place {
+                Place::Queued { context_id, until } if *until <= now => {
+                    Some((id.clone(), context_id.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        for (exec_id, context_id) in expired {
+            let name = self
+                .machines
+                .get(&context_id)
+                .map_or(context_id.clone(), |m| m.record.name.clone());
+            self.fail(
+                &exec_id,
+                "execution_context_queue_expired",
+                format!("{name} did not come back online in time; the run was not started"),
+            );
+        }
+    }
+
+    /// Feeds a session and handles everything it says.
+    fn feed_session(&mut self, context_id: &str, input: session::Input) {
+        let Some(m) = self.machines.get_mut(context_id) else {
+            return;
+        };
+        // Session errors are host misuse (duplicate run ids, a full output queue); the
+        // dispatcher never makes them, so there is nothing to recover here.
+        let _ = m.session.handle_input(self.now, input);
+        self.pump(context_id);
+    }
+
+    fn pump(&mut self, context_id: &str) {
+        loop {
+            let Some(m) = self.machines.get_mut(context_id) else {
+                return;
+            };
+            let out = m.session.poll_output();
+            match out {
+                session::Output::Wait { .. } => return,
+                session::Output::Transmit { conn, bytes } => {
+                    self.outputs.push_back(Output::Transmit { conn, bytes });
+                }
+                session::Output::Close { conn, code, reason } => {
+                    self.conns.remove(&conn);
+                    self.outputs.push_back(Output::Close { conn, code, reason });
+                }
+                session::Output::Event(event) => self.on_session_event(context_id, event),
+            }
+        }
+    }
+
+    fn on_session_event(&mut self, context_id: &str, event: session::Event) {
+        match &event {
+            session::Event::Ready { .. } => {
+                self.replan_queued(context_id);
+            }
+            session::Event::RunStarted { run_id } => {
+                if let Some(exec_id) = self.runs.get(run_id).cloned()
+                    && let Some(e) = self.executions.get_mut(&exec_id)
+                    && let Place::OnContext { started, .. } = &mut e.place
+                {
+                    *started = true;
+                    self.outputs.push_back(Output::Event(Event::RunStarted {
+                        exec_id,
+                        run_id: run_id.clone(),
+                        context_id: context_id.to_owned(),
+                    }));
+                }
+            }
+            session::Event::RunEnded { run_id, outcome } => {
+                let Some(exec_id) = self.runs.remove(run_id) else {
+                    return;
+                };
+                match outcome.clone() {
+                    RunOutcome::Busy => self.fall_through(&exec_id, AttemptOutcome::Busy, "busy"),
+                    RunOutcome::Offline => {
+                        self.fall_through(&exec_id, AttemptOutcome::Offline, "offline")
+                    }
+                    RunOutcome::Rejected { code, .. } => {
+                        self.fall_through(&exec_id, AttemptOutcome::Unusable, &code)
+                    }
+                    RunOutcome::Completed(result) => {
+                        self.finish(&exec_id, ExecutionOutcome::Completed(result))
+                    }
+                    RunOutcome::Lost => self.finish(&exec_id, ExecutionOutcome::Lost),
+                    RunOutcome::Cancelled { reason } => {
+                        self.finish(&exec_id, ExecutionOutcome::Cancelled { reason })
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.outputs.push_back(Output::Event(Event::Session {
+            context_id: context_id.to_owned(),
+            event,
+        }));
+    }
+}

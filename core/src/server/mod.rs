@@ -1,0 +1,276 @@
+//! The server's dispatcher: many machines' [`Session`]s, routing between them and the server's
+//! own executor (`cloud`), queueing for offline machines, and access re-checks on every hop.
+//!
+//! An *execution* is one execute request. The dispatcher plans it with [`crate::routing`],
+//! offers it to one session at a time (each offer is a *run* with its own id), falls through
+//! to the next candidate when a machine turns out busy or offline before committing, and
+//! reports exactly one [`Event::ExecutionFinished`] with `ranOn` and its friendly line. A run
+//! that started on a machine is never offered anywhere else.
+//!
+//! It never runs anything itself: the server's own executor is asked through
+//! [`Command::RunOnCloud`]. Like every role in `core`: `handle_input(now, Input)` and
+//! `poll_output()`, `Wait` last.
+
+mod machine;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use crate::routing::{Chain, ExecuteTarget, RanOn, Requester, Route};
+use crate::session::{ConnId, RunResult, Session, SessionConfig};
+use crate::sign::Signer;
+use crate::time::{Instant, Now};
+use crate::wire::{CapabilitySource, Environment, Grant};
+
+/// Who may use a machine, as the server's records say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextRecord {
+    /// The context id.
+    pub id: String,
+    /// Its friendly name.
+    pub name: String,
+    /// The user who runs the daemon.
+    pub operator: String,
+    /// Whether the operator is still a member of the org.
+    pub operator_is_member: bool,
+    /// Whether every member may use it.
+    pub shared_with_all_members: bool,
+    /// Users who opted in to shared runs.
+    pub opted_in: Vec<String>,
+}
+
+/// An execute request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecuteRequest {
+    /// Unique per server.
+    pub exec_id: String,
+    /// Who asks.
+    pub requester: Requester,
+    /// Where it may run.
+    pub target: ExecuteTarget,
+    /// The capability's environment.
+    pub environment: Environment,
+    /// The capability.
+    pub capability: CapabilitySource,
+    /// Its time budget once committed.
+    pub timeout_ms: u64,
+}
+
+/// What the host tells the dispatcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Time passed.
+    Timeout,
+    /// Register a machine (or replace its record).
+    Register {
+        /// Who may use it.
+        record: ContextRecord,
+        /// Its grant.
+        grant: Grant,
+    },
+    /// A WebSocket for `context_id` presented a ticket.
+    Connect {
+        /// The machine.
+        context_id: String,
+        /// The host's id for the connection.
+        conn: ConnId,
+        /// The ticket.
+        ticket: String,
+    },
+    /// A message on a connection.
+    Frame {
+        /// The connection.
+        conn: ConnId,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
+    /// A connection closed.
+    Disconnected {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// Run something.
+    Execute(Box<ExecuteRequest>),
+    /// The server's own executor finished an execution.
+    CloudFinished {
+        /// The execution.
+        exec_id: String,
+        /// How it went.
+        result: Box<RunResult>,
+    },
+    /// Stop an execution.
+    Cancel {
+        /// The execution.
+        exec_id: String,
+    },
+    /// Set a user's chain.
+    SetChain {
+        /// The user.
+        user_id: String,
+        /// The chain.
+        chain: Chain,
+    },
+    /// A machine's access record changed (sharing, opt-ins, membership): re-check runs on it.
+    UpdateAccess(ContextRecord),
+    /// A machine's grant changed.
+    UpdateGrant {
+        /// The machine.
+        context_id: String,
+        /// The new grant.
+        grant: Grant,
+    },
+    /// Revoke a machine.
+    Revoke {
+        /// The machine.
+        context_id: String,
+    },
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecutionOutcome {
+    /// It ran; here is the result.
+    Completed(Box<RunResult>),
+    /// It started on a machine that stopped answering.
+    Lost,
+    /// It was cancelled.
+    Cancelled {
+        /// Why (`requested`, `access_lost`, `revoked`, …).
+        reason: String,
+    },
+    /// It could not be placed anywhere.
+    Failed {
+        /// The code (`no_usable_context`, `execution_context_queue_expired`, …).
+        code: String,
+        /// What a person should read.
+        message: String,
+    },
+}
+
+/// What the dispatcher asks of the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Run an execution on the server's own executor; report [`Input::CloudFinished`].
+    RunOnCloud(Box<ExecuteRequest>),
+    /// Stop a cloud execution (it was cancelled).
+    CancelCloud {
+        /// The execution.
+        exec_id: String,
+    },
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// An execution ended (exactly once).
+    ExecutionFinished {
+        /// The execution.
+        exec_id: String,
+        /// How.
+        outcome: ExecutionOutcome,
+        /// Where it ran and what was tried (absent when it never got a place).
+        ran_on: Option<RanOn>,
+        /// One friendly sentence.
+        line: String,
+    },
+    /// A run was committed on a machine.
+    RunStarted {
+        /// The execution.
+        exec_id: String,
+        /// The run id the machine sees.
+        run_id: String,
+        /// The machine.
+        context_id: String,
+    },
+    /// Something from a session (connections, violations).
+    Session {
+        /// The machine.
+        context_id: String,
+        /// What happened.
+        event: crate::session::Event,
+    },
+}
+
+/// What the dispatcher asks of the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send a frame on a connection.
+    Transmit {
+        /// The connection.
+        conn: ConnId,
+        /// The frame.
+        bytes: Vec<u8>,
+    },
+    /// Close a connection.
+    Close {
+        /// The connection.
+        conn: ConnId,
+        /// The close code.
+        code: u16,
+        /// Why.
+        reason: String,
+    },
+    /// Do this.
+    Command(Command),
+    /// Something happened.
+    Event(Event),
+    /// Nothing more until `until` or new input.
+    Wait {
+        /// When to call back.
+        until: Instant,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+/// Host misuse of the API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServerError {
+    /// An execution id was used twice.
+    #[error("execution {0:?} already exists")]
+    DuplicateExecution(String),
+    /// The machine is not registered.
+    #[error("no registered context {0:?}")]
+    UnknownContext(String),
+    /// A session refused the input.
+    #[error(transparent)]
+    Session(#[from] crate::session::SessionError),
+}
+
+enum Place {
+    /// Offered (or committed) on a machine as `run_id`.
+    OnContext {
+        context_id: String,
+        run_id: String,
+        started: bool,
+    },
+    /// Waiting for `context_id` to come back until `until`.
+    Queued { context_id: String, until: Instant },
+    /// On the server's own executor.
+    OnCloud,
+}
+
+struct Execution {
+    request: ExecuteRequest,
+    route: Option<Route>,
+    place: Place,
+    hops: u32,
+}
+
+struct Machine {
+    record: ContextRecord,
+    session: Session,
+}
+
+/// The dispatcher. See the module docs.
+pub struct Server {
+    signer: Arc<dyn Signer + Send + Sync>,
+    session_template: SessionConfig,
+    machines: BTreeMap<String, Machine>,
+    conns: BTreeMap<ConnId, String>,
+    chains: BTreeMap<String, Chain>,
+    executions: BTreeMap<String, Execution>,
+    runs: BTreeMap<String, String>,
+    outputs: VecDeque<Output>,
+    now: Now,
+}

@@ -1,0 +1,206 @@
+//! The invariants the simulation checks after every step.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// How long a connection must stay ready for a pending result to be surely delivered.
+pub(super) const SETTLE: Duration = Duration::from_secs(5);
+
+/// Everything the checker needs to remember.
+#[derive(Debug, Default)]
+pub(super) struct Checker {
+    /// The first violation, if any.
+    pub violation: Option<String>,
+    /// Run ids some executor started.
+    executed: BTreeSet<String>,
+    /// Run ids committed by the server, and whether they ended.
+    committed: BTreeMap<String, bool>,
+    /// Execution ids that finished.
+    finished: BTreeSet<String>,
+    /// Executions started somewhere (exec id → run id).
+    exec_started: BTreeMap<String, String>,
+    /// When a daemon produced a result for a run (and on which machine).
+    results: BTreeMap<String, (usize, Duration)>,
+    /// Per machine: periods during which both sides were ready, `(start, end)`.
+    ready: BTreeMap<usize, Vec<(Duration, Option<Duration>)>>,
+    /// Machines revoked, and when.
+    revoked: BTreeMap<usize, Duration>,
+}
+
+impl Checker {
+    pub fn fail(&mut self, what: String) {
+        if self.violation.is_none() {
+            self.violation = Some(what);
+        }
+    }
+
+    /// A daemon's executor was told to start `run_id`.
+    pub fn executed(&mut self, run_id: &str, executing: usize, slots: u32) {
+        if !self.executed.insert(run_id.to_owned()) {
+            self.fail(format!("run {run_id} executed twice"));
+        }
+        if executing as u64 > u64::from(slots) {
+            self.fail(format!("{executing} runs executing with {slots} slots"));
+        }
+    }
+
+    /// The server committed a run (its lease started).
+    pub fn committed(&mut self, exec_id: &str, run_id: &str, machine: usize, now: Duration) {
+        if let Some(at) = self.revoked.get(&machine) {
+            self.fail(format!(
+                "run {run_id} committed on machine {machine} revoked at {at:?}"
+            ));
+        }
+        if let Some(first) = self
+            .exec_started
+            .insert(exec_id.to_owned(), run_id.to_owned())
+        {
+            self.fail(format!(
+                "execution {exec_id} started twice ({first}, then {run_id})"
+            ));
+        }
+        self.committed.insert(run_id.to_owned(), false);
+        let _ = now;
+    }
+
+    /// The server ended a run; `lost` when it ended as lost.
+    pub fn run_ended(&mut self, run_id: &str, lost: bool, machine: usize, now: Duration) {
+        let twice = match self.committed.get_mut(run_id) {
+            Some(ended) => std::mem::replace(ended, true),
+            None => false,
+        };
+        if twice {
+            self.fail(format!("run {run_id} ended twice"));
+        }
+        if lost && let Some((m, at)) = self.results.get(run_id).copied() {
+            debug_assert_eq!(m, machine);
+            let settled = self
+                .ready
+                .get(&machine)
+                .into_iter()
+                .flatten()
+                .any(|(start, end)| {
+                    let from = (*start).max(at);
+                    let to = end.unwrap_or(now).min(now);
+                    to > from && to - from >= SETTLE
+                });
+            if settled {
+                self.fail(format!(
+                    "run {run_id} ended lost although its result existed from {at:?} and machine {machine} was connected long enough to deliver it"
+                ));
+            }
+        }
+    }
+
+    /// The execution finished (once).
+    pub fn finished(&mut self, exec_id: &str) {
+        if !self.finished.insert(exec_id.to_owned()) {
+            self.fail(format!("execution {exec_id} finished twice"));
+        }
+    }
+
+    /// A daemon produced a result.
+    pub fn result(&mut self, run_id: &str, machine: usize, now: Duration) {
+        self.results
+            .entry(run_id.to_owned())
+            .or_insert((machine, now));
+    }
+
+    /// Both sides of machine `m` became ready / stopped being ready.
+    pub fn ready(&mut self, m: usize, ready: bool, now: Duration) {
+        let periods = self.ready.entry(m).or_default();
+        match (ready, periods.last_mut()) {
+            (true, Some((_, None))) => {}
+            (true, _) => periods.push((now, None)),
+            (false, Some((_, end @ None))) => *end = Some(now),
+            (false, _) => {}
+        }
+    }
+
+    /// Machine `m` was revoked.
+    pub fn revoked(&mut self, m: usize, now: Duration) {
+        self.revoked.entry(m).or_insert(now);
+    }
+
+    /// After the liveness phase: everything that started ended, every execution finished.
+    pub fn final_check(&mut self, submitted: &[String]) {
+        let open: Vec<&String> = self
+            .committed
+            .iter()
+            .filter(|(_, ended)| !**ended)
+            .map(|(id, _)| id)
+            .collect();
+        if let Some(run) = open.first() {
+            self.fail(format!("liveness: run {run} started but never ended"));
+        }
+        if let Some(e) = submitted.iter().find(|e| !self.finished.contains(*e)) {
+            self.fail(format!("liveness: execution {e} never finished"));
+        }
+    }
+
+    /// Counts for the report.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.executed.len(), self.finished.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn catches_a_run_executed_twice_and_too_many_runs() {
+        let mut c = Checker::default();
+        c.executed("r1", 1, 2);
+        assert!(c.violation.is_none());
+        c.executed("r1", 1, 2);
+        assert!(c.violation.as_deref().unwrap().contains("executed twice"));
+        let mut c = Checker::default();
+        c.executed("r2", 3, 2);
+        assert!(c.violation.is_some());
+    }
+
+    #[test]
+    fn catches_double_ends_double_starts_and_revoked_commits() {
+        let mut c = Checker::default();
+        c.committed("x", "x.1", 0, T);
+        c.run_ended("x.1", false, 0, T);
+        c.run_ended("x.1", false, 0, T);
+        assert!(c.violation.as_deref().unwrap().contains("ended twice"));
+        let mut c = Checker::default();
+        c.committed("x", "x.1", 0, T);
+        c.committed("x", "x.2", 1, T);
+        assert!(c.violation.as_deref().unwrap().contains("started twice"));
+        let mut c = Checker::default();
+        c.revoked(0, T);
+        c.committed("x", "x.1", 0, T * 2);
+        assert!(c.violation.as_deref().unwrap().contains("revoked"));
+    }
+
+    #[test]
+    fn a_lost_result_counts_only_after_a_settled_connection() {
+        let mut c = Checker::default();
+        c.committed("x", "x.1", 0, T);
+        c.result("x.1", 0, T * 2);
+        c.ready(0, true, T * 3);
+        c.ready(0, false, T * 4); // one second: not long enough to be sure
+        c.run_ended("x.1", true, 0, T * 40);
+        assert!(c.violation.is_none());
+        let mut c = Checker::default();
+        c.committed("x", "x.1", 0, T);
+        c.result("x.1", 0, T * 2);
+        c.ready(0, true, T * 3);
+        c.run_ended("x.1", true, 0, T * 40);
+        assert!(c.violation.as_deref().unwrap().contains("lost"));
+    }
+
+    #[test]
+    fn liveness_needs_every_start_to_end() {
+        let mut c = Checker::default();
+        c.committed("x", "x.1", 0, T);
+        c.final_check(&["x".into()]);
+        assert!(c.violation.as_deref().unwrap().contains("liveness"));
+    }
+}

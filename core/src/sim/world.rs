@@ -1,0 +1,897 @@
+//! The seeded simulation: one server, several daemons, a faulty network, fake executors.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::checker::Checker;
+use super::now_at;
+use super::pair::test_keys;
+use super::workload::Workload;
+use crate::daemon::{self, Daemon, DaemonConfig, RunReport};
+use crate::keyset::test_root;
+use crate::rng::SplitMix64;
+use crate::routing::{ContextView, check_access};
+use crate::server::{self, ContextRecord, ExecutionOutcome, Server};
+use crate::session::{self, ConnId, RunOutcome, RunResult, SessionConfig};
+use crate::wire::{Grant, RunStatus, Timing};
+
+/// How to run one simulation.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The seed: same seed, same transcript.
+    pub seed: u64,
+    /// Daemons (machines).
+    pub machines: usize,
+    /// Executions submitted during the fault phase.
+    pub executions: usize,
+    /// How long faults are injected.
+    pub fault_phase: Duration,
+    /// How long the fault-free liveness phase may take to finish every execution.
+    pub liveness_limit: Duration,
+    /// Whether to inject faults at all.
+    pub faults: bool,
+    /// Whether to keep the transcript's lines (its hash is always kept).
+    pub keep_transcript: bool,
+}
+
+impl SimConfig {
+    /// The defaults for `seed`: 3 machines, 24 executions, 8 minutes of faults.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            machines: 3,
+            executions: 24,
+            fault_phase: Duration::from_secs(8 * 60),
+            liveness_limit: Duration::from_secs(3 * 3600),
+            faults: true,
+            keep_transcript: false,
+        }
+    }
+}
+
+/// What a simulation found.
+#[derive(Debug, Clone)]
+pub struct SimReport {
+    /// The seed.
+    pub seed: u64,
+    /// The first violated invariant, if any.
+    pub violation: Option<String>,
+    /// A hash of the transcript.
+    pub transcript_hash: u64,
+    /// The transcript's lines, when kept.
+    pub transcript: Vec<String>,
+    /// Runs executors started.
+    pub executed: usize,
+    /// Executions finished.
+    pub finished: usize,
+    /// Faults injected.
+    pub faults: usize,
+    /// Simulated time at the end.
+    pub elapsed: Duration,
+}
+
+/// Runs one seeded simulation.
+pub fn simulate(config: &SimConfig) -> SimReport {
+    let mut world = World::new(config);
+    world.run();
+    world.report()
+}
+
+struct Msg {
+    conn: ConnId,
+    to_server: bool,
+    bytes: Vec<u8>,
+}
+
+struct Machine {
+    context_id: String,
+    config: DaemonConfig,
+    daemon: Option<Daemon>,
+    /// Runs on the fake executor: finish time and whether it was cancelled.
+    running: BTreeMap<String, (Duration, bool)>,
+    conn: Option<ConnId>,
+    down_until: Option<Duration>,
+    suspended_until: Option<Duration>,
+    partitioned_until: Option<Duration>,
+    ready: bool,
+}
+
+struct World {
+    config: SimConfig,
+    rng: SplitMix64,
+    elapsed: Duration,
+    server: Server,
+    machines: Vec<Machine>,
+    conns: BTreeMap<ConnId, usize>,
+    next_conn: ConnId,
+    net: BTreeMap<(Duration, u64), Msg>,
+    net_seq: u64,
+    cloud: BTreeMap<String, Duration>,
+    workload: Workload,
+    next_fault: Duration,
+    faults: usize,
+    checker: Checker,
+    hash: u64,
+    lines: Vec<String>,
+}
+
+impl World {
+    fn new(config: &SimConfig) -> Self {
+        let mut rng = SplitMix64::new(config.seed);
+        let now = now_at(Duration::ZERO);
+        let mut server = Server::new(
+            Arc::new(test_root::frame_signer()),
+            SessionConfig::new("template"),
+            now,
+        );
+        let workload = Workload::new(config, &mut rng);
+        let mut machines = Vec::new();
+        for (i, (record, grant, daemon_config)) in workload.machines.iter().enumerate() {
+            let _ = server.handle_input(
+                now,
+                server::Input::Register {
+                    record: record.clone(),
+                    grant: grant.clone(),
+                },
+            );
+            let mut daemon_config = daemon_config.clone();
+            daemon_config.seed = config.seed.wrapping_add(i as u64);
+            machines.push(Machine {
+                context_id: record.id.clone(),
+                daemon: Some(Daemon::new(daemon_config.clone(), test_keys(), now)),
+                config: daemon_config,
+                running: BTreeMap::new(),
+                conn: None,
+                down_until: None,
+                suspended_until: None,
+                partitioned_until: None,
+                ready: false,
+            });
+        }
+        for (user, chain) in &workload.chains {
+            let _ = server.handle_input(
+                now,
+                server::Input::SetChain {
+                    user_id: user.clone(),
+                    chain: chain.clone(),
+                },
+            );
+        }
+        let first_fault = Duration::from_millis(2000 + rng.below(5000));
+        Self {
+            config: config.clone(),
+            rng,
+            elapsed: Duration::ZERO,
+            server,
+            machines,
+            conns: BTreeMap::new(),
+            next_conn: 1,
+            net: BTreeMap::new(),
+            net_seq: 0,
+            cloud: BTreeMap::new(),
+            workload,
+            next_fault: first_fault,
+            faults: 0,
+            checker: Checker::default(),
+            hash: 0xcbf2_9ce4_8422_2325,
+            lines: Vec::new(),
+        }
+    }
+
+    fn note(&mut self, line: String) {
+        let stamped = format!("{:>9}ms {line}", self.elapsed.as_millis());
+        for b in stamped.bytes() {
+            self.hash = (self.hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        if self.config.keep_transcript {
+            self.lines.push(stamped);
+        }
+    }
+
+    fn in_fault_phase(&self) -> bool {
+        self.config.faults && self.elapsed < self.config.fault_phase
+    }
+
+    fn run(&mut self) {
+        let end = self.config.fault_phase + self.config.liveness_limit;
+        let mut stalls = 0u32;
+        loop {
+            self.pump_all();
+            if self.checker.violation.is_some() {
+                return;
+            }
+            let done = self.elapsed >= self.config.fault_phase
+                && self.workload.pending.is_empty()
+                && self.server.executions_in_flight() == 0;
+            if done || self.elapsed >= end {
+                break;
+            }
+            let next = self.next_event().max(self.elapsed);
+            if next == self.elapsed {
+                stalls += 1;
+                if stalls > 1000 {
+                    self.elapsed += Duration::from_millis(1);
+                    stalls = 0;
+                }
+            } else {
+                stalls = 0;
+                self.elapsed = next;
+            }
+            self.fire_due();
+        }
+        self.checker.final_check(&self.workload.submitted);
+    }
+
+    fn report(&self) -> SimReport {
+        let (executed, finished) = self.checker.counts();
+        SimReport {
+            seed: self.config.seed,
+            violation: self.checker.violation.clone(),
+            transcript_hash: self.hash,
+            transcript: self.lines.clone(),
+            executed,
+            finished,
+            faults: self.faults,
+            elapsed: self.elapsed,
+        }
+    }
+
+    fn next_event(&mut self) -> Duration {
+        let mut next = self.elapsed + Duration::from_secs(3600);
+        let mut consider = |at: Duration| {
+            if at < next {
+                next = at;
+            }
+        };
+        if let server::Output::Wait { until, .. } = self.server.poll_output() {
+            consider(until.since_origin());
+        }
+        for m in &mut self.machines {
+            if let Some(at) = m.down_until {
+                consider(at);
+            }
+            if let Some(at) = m.suspended_until {
+                consider(at);
+                continue;
+            }
+            if let Some(at) = m.partitioned_until {
+                consider(at);
+            }
+            if let Some(d) = m.daemon.as_mut()
+                && let daemon::Output::Wait { until, .. } = d.poll_output()
+            {
+                consider(until.since_origin());
+            }
+            for (at, _) in m.running.values() {
+                consider(*at);
+            }
+        }
+        if let Some((at, _)) = self.net.keys().next() {
+            consider(*at);
+        }
+        for at in self.cloud.values() {
+            consider(*at);
+        }
+        if let Some((at, _)) = self.workload.pending.front() {
+            consider(*at);
+        }
+        if self.in_fault_phase() {
+            consider(self.next_fault);
+        }
+        next
+    }
+
+    /// Handles everything due at the current time.
+    fn fire_due(&mut self) {
+        let now = self.elapsed;
+        while self
+            .workload
+            .pending
+            .front()
+            .is_some_and(|(at, _)| *at <= now)
+        {
+            if let Some((_, request)) = self.workload.pending.pop_front() {
+                self.note(format!(
+                    "execute {} by {}",
+                    request.exec_id, request.requester.user_id
+                ));
+                self.workload.submitted.push(request.exec_id.clone());
+                let _ = self
+                    .server
+                    .handle_input(now_at(now), server::Input::Execute(Box::new(request)));
+            }
+        }
+        if self.in_fault_phase() && self.next_fault <= now {
+            self.inject_fault();
+            self.next_fault = now + Duration::from_millis(2000 + self.rng.below(18_000));
+        }
+        for i in 0..self.machines.len() {
+            self.wake_machine(i);
+        }
+        let due: Vec<(Duration, u64)> = self
+            .net
+            .range(..=(now, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in due {
+            if let Some(msg) = self.net.remove(&key) {
+                self.deliver(msg);
+            }
+        }
+        let finished: Vec<String> = self
+            .cloud
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for exec_id in finished {
+            self.cloud.remove(&exec_id);
+            let result = Box::new(ok_result(0));
+            let _ = self.server.handle_input(
+                now_at(now),
+                server::Input::CloudFinished { exec_id, result },
+            );
+        }
+        let _ = self
+            .server
+            .handle_input(now_at(now), server::Input::Timeout);
+        for i in 0..self.machines.len() {
+            self.finish_due_runs(i);
+            if self.machines[i].suspended_until.is_none()
+                && let Some(d) = self.machines[i].daemon.as_mut()
+            {
+                let _ = d.handle_input(now_at(now), daemon::Input::Timeout);
+            }
+        }
+    }
+
+    fn wake_machine(&mut self, i: usize) {
+        let now = self.elapsed;
+        let m = &mut self.machines[i];
+        if m.suspended_until.is_some_and(|t| t <= now) {
+            m.suspended_until = None;
+        }
+        if m.partitioned_until.is_some_and(|t| t <= now) {
+            m.partitioned_until = None;
+        }
+        if m.down_until.is_some_and(|t| t <= now) {
+            m.down_until = None;
+            let pending = std::mem::take(&mut self.workload.persisted[i]);
+            m.daemon = Some(Daemon::with_pending_results(
+                m.config.clone(),
+                test_keys(),
+                now_at(now),
+                pending,
+            ));
+            self.note(format!("machine {i} restarted"));
+        }
+    }
+
+    fn finish_due_runs(&mut self, i: usize) {
+        let now = self.elapsed;
+        if self.machines[i].suspended_until.is_some() {
+            return;
+        }
+        let due: Vec<(String, bool)> = self.machines[i]
+            .running
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(id, (_, cancelled))| (id.clone(), *cancelled))
+            .collect();
+        for (run_id, cancelled) in due {
+            self.machines[i].running.remove(&run_id);
+            let report = if cancelled {
+                report(RunStatus::Cancelled, None)
+            } else {
+                report(RunStatus::Exited, Some(0))
+            };
+            if let Some(d) = self.machines[i].daemon.as_mut() {
+                let was_executing = d.executing().contains(&run_id);
+                let _ = d.handle_input(
+                    now_at(now),
+                    daemon::Input::RunFinished {
+                        run_id: run_id.clone(),
+                        report,
+                    },
+                );
+                if was_executing {
+                    self.checker.result(&run_id, i, now);
+                    self.note(format!(
+                        "machine {i} finished {run_id} cancelled={cancelled}"
+                    ));
+                }
+            }
+        }
+    }
+
+    fn latency(&mut self) -> Duration {
+        Duration::from_millis(1 + self.rng.below(40))
+    }
+
+    fn send(&mut self, conn: ConnId, to_server: bool, bytes: Vec<u8>) {
+        let mut at = self.elapsed + self.latency();
+        let mut copies = 1;
+        if self.in_fault_phase() {
+            let roll = self.rng.below(1000);
+            if roll < 8 {
+                // Lost in flight: the connection under it dies too.
+                self.note(format!("drop on conn {conn}"));
+                self.break_conn(conn);
+                return;
+            } else if roll < 18 {
+                copies = 2;
+            } else if roll < 48 {
+                at += Duration::from_millis(200 + self.rng.below(2800));
+            }
+        }
+        for _ in 0..copies {
+            self.net_seq += 1;
+            let key = (at, self.net_seq);
+            self.net.insert(
+                key,
+                Msg {
+                    conn,
+                    to_server,
+                    bytes: bytes.clone(),
+                },
+            );
+            at += Duration::from_millis(self.rng.below(5));
+        }
+    }
+
+    fn deliver(&mut self, msg: Msg) {
+        let now = self.elapsed;
+        let Some(&i) = self.conns.get(&msg.conn) else {
+            return;
+        };
+        if msg.to_server {
+            let _ = self.server.handle_input(
+                now_at(now),
+                server::Input::Frame {
+                    conn: msg.conn,
+                    bytes: msg.bytes,
+                },
+            );
+            return;
+        }
+        let m = &mut self.machines[i];
+        if m.conn != Some(msg.conn) {
+            return;
+        }
+        if let Some(resume) = m.suspended_until {
+            // A sleeping machine reads its socket when it wakes.
+            self.net_seq += 1;
+            self.net.insert((resume, self.net_seq), msg);
+            return;
+        }
+        if let Some(d) = m.daemon.as_mut() {
+            let _ = d.handle_input(now_at(now), daemon::Input::Frame(msg.bytes));
+        }
+    }
+
+    /// Both ends of `conn` learn it is gone.
+    fn break_conn(&mut self, conn: ConnId) {
+        let now = now_at(self.elapsed);
+        let Some(i) = self.conns.remove(&conn) else {
+            return;
+        };
+        let _ = self
+            .server
+            .handle_input(now, server::Input::Disconnected { conn });
+        let m = &mut self.machines[i];
+        if m.conn == Some(conn) {
+            m.conn = None;
+            if let Some(d) = m.daemon.as_mut() {
+                let _ = d.handle_input(now, daemon::Input::Disconnected { code: None });
+            }
+        }
+    }
+
+    fn pump_all(&mut self) {
+        for _ in 0..10_000 {
+            let mut busy = self.pump_server();
+            for i in 0..self.machines.len() {
+                busy |= self.pump_daemon(i);
+            }
+            self.track_readiness();
+            if !busy {
+                return;
+            }
+        }
+        self.checker.fail("outputs never settled".into());
+    }
+
+    fn track_readiness(&mut self) {
+        let now = self.elapsed;
+        for i in 0..self.machines.len() {
+            let m = &self.machines[i];
+            let daemon_ready = m.daemon.as_ref().is_some_and(Daemon::is_ready);
+            let session = self.server.session(&m.context_id);
+            let linked = m.conn.is_some() && session.is_some_and(|s| s.connection() == m.conn);
+            let ready = daemon_ready && linked && session.is_some_and(|s| s.is_ready());
+            if let Some(s) = session.filter(|s| s.is_ready())
+                && s.in_flight() > s.max_concurrent() as usize
+            {
+                let msg = format!(
+                    "{} runs in flight on {} with {} slots",
+                    s.in_flight(),
+                    m.context_id,
+                    s.max_concurrent()
+                );
+                self.checker.fail(msg);
+            }
+            if ready != m.ready {
+                self.machines[i].ready = ready;
+                self.checker.ready(i, ready, now);
+            }
+        }
+    }
+
+    fn pump_server(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            match self.server.poll_output() {
+                server::Output::Wait { .. } => return any,
+                server::Output::Transmit { conn, bytes } => self.send(conn, false, bytes),
+                server::Output::Close { conn, code, .. } => {
+                    if let Some(i) = self.conns.remove(&conn) {
+                        let m = &mut self.machines[i];
+                        if m.conn == Some(conn) {
+                            m.conn = None;
+                            if let Some(d) = m.daemon.as_mut() {
+                                let input = daemon::Input::Disconnected { code: Some(code) };
+                                let _ = d.handle_input(now_at(self.elapsed), input);
+                            }
+                        }
+                        self.note(format!("server closed conn {conn} with {code}"));
+                    }
+                }
+                server::Output::Command(server::Command::RunOnCloud(request)) => {
+                    let at = self.elapsed + Duration::from_millis(100 + self.rng.below(4000));
+                    self.cloud.insert(request.exec_id.clone(), at);
+                }
+                server::Output::Command(server::Command::CancelCloud { exec_id }) => {
+                    self.cloud.remove(&exec_id);
+                }
+                server::Output::Event(event) => self.on_server_event(event),
+            }
+            any = true;
+        }
+    }
+
+    fn on_server_event(&mut self, event: server::Event) {
+        let now = self.elapsed;
+        match event {
+            server::Event::ExecutionFinished {
+                exec_id,
+                outcome,
+                line,
+                ..
+            } => {
+                self.checker.finished(&exec_id);
+                let kind = match &outcome {
+                    ExecutionOutcome::Completed(_) => "completed".to_owned(),
+                    ExecutionOutcome::Lost => "lost".to_owned(),
+                    ExecutionOutcome::Cancelled { reason } => format!("cancelled {reason}"),
+                    ExecutionOutcome::Failed { code, .. } => format!("failed {code}"),
+                };
+                self.note(format!("finished {exec_id}: {kind}: {line}"));
+            }
+            server::Event::RunStarted {
+                exec_id,
+                run_id,
+                context_id,
+            } => {
+                let Some(i) = self
+                    .machines
+                    .iter()
+                    .position(|m| m.context_id == context_id)
+                else {
+                    return;
+                };
+                self.checker.committed(&exec_id, &run_id, i, now);
+                self.check_access_at_commit(&exec_id, i);
+                self.note(format!("committed {run_id} on {context_id}"));
+            }
+            server::Event::Session { context_id, event } => {
+                if let session::Event::RunEnded { run_id, outcome } = event {
+                    let i = self
+                        .machines
+                        .iter()
+                        .position(|m| m.context_id == context_id)
+                        .unwrap_or(0);
+                    let lost = outcome == RunOutcome::Lost;
+                    self.checker.run_ended(&run_id, lost, i, now);
+                }
+            }
+        }
+    }
+
+    /// A run is never started on a context its requester cannot use.
+    fn check_access_at_commit(&mut self, exec_id: &str, i: usize) {
+        let Some(request) = self.workload.requests.get(exec_id) else {
+            return;
+        };
+        let (record, grant) = (&self.workload.records[i], &self.workload.grants[i]);
+        // The daemon's features never change in the simulation: they are the ground truth.
+        let features = self.workload.machines[i].2.features.clone();
+        let view = view_of(record, grant, features);
+        if let Err(denied) = check_access(&request.requester, &view, &request.target) {
+            let msg = format!(
+                "{exec_id} committed on {} although access is {}",
+                record.id,
+                denied.code()
+            );
+            self.checker.fail(msg);
+        }
+    }
+
+    fn pump_daemon(&mut self, i: usize) -> bool {
+        let mut any = false;
+        loop {
+            if self.machines[i].suspended_until.is_some() {
+                return any;
+            }
+            let Some(d) = self.machines[i].daemon.as_mut() else {
+                return any;
+            };
+            match d.poll_output() {
+                daemon::Output::Wait { .. } => return any,
+                daemon::Output::Transmit(bytes) => {
+                    if let Some(conn) = self.machines[i].conn {
+                        self.send(conn, true, bytes);
+                    }
+                }
+                daemon::Output::Event(_) => {}
+                daemon::Output::Command(c) => self.carry_out(i, c),
+            }
+            any = true;
+        }
+    }
+
+    fn carry_out(&mut self, i: usize, command: daemon::Command) {
+        let now = self.elapsed;
+        match command {
+            daemon::Command::Connect => self.connect(i),
+            daemon::Command::Close { .. } => {
+                if let Some(conn) = self.machines[i].conn.take() {
+                    self.conns.remove(&conn);
+                    let _ = self
+                        .server
+                        .handle_input(now_at(now), server::Input::Disconnected { conn });
+                }
+            }
+            daemon::Command::Execute(execute) => {
+                let long = self.rng.chance(1, 6);
+                let budget = execute.deadline.since_origin().saturating_sub(now);
+                let duration = if long {
+                    budget + Duration::from_secs(10)
+                } else {
+                    Duration::from_millis(50 + self.rng.below(budget.as_millis().max(1) as u64 / 2))
+                };
+                let m = &mut self.machines[i];
+                m.running
+                    .insert(execute.run_id.clone(), (now + duration, false));
+                let (executing, slots) = m
+                    .daemon
+                    .as_ref()
+                    .map_or((0, 0), |d| (d.executing().len(), d.slots_total()));
+                self.checker.executed(&execute.run_id, executing, slots);
+                self.note(format!("machine {i} executes {}", execute.run_id));
+            }
+            daemon::Command::Cancel { run_id, reason } => {
+                if let Some(entry) = self.machines[i].running.get_mut(&run_id) {
+                    *entry = (now + Duration::from_millis(10), true);
+                    self.note(format!("machine {i} cancels {run_id}: {reason}"));
+                }
+            }
+            daemon::Command::FetchCapability { run_id, .. } => {
+                // The workload sends capabilities inline; an empty bundle fails its digest.
+                if let Some(d) = self.machines[i].daemon.as_mut() {
+                    let input = daemon::Input::CapabilityFetched {
+                        run_id,
+                        bundle: Vec::new(),
+                    };
+                    let _ = d.handle_input(now_at(now), input);
+                }
+            }
+            daemon::Command::ApplyGrant { .. } => {}
+            daemon::Command::Stop { forever } => {
+                self.note(format!("machine {i} stopped forever={forever}"));
+            }
+        }
+    }
+
+    fn connect(&mut self, i: usize) {
+        let now = now_at(self.elapsed);
+        let context_id = self.machines[i].context_id.clone();
+        let mut random = [0u8; 48];
+        for chunk in random.chunks_mut(8) {
+            chunk.copy_from_slice(&self.rng.next_u64().to_le_bytes());
+        }
+        let reachable = self.machines[i].partitioned_until.is_none();
+        let issued = if reachable {
+            self.server.issue_ticket(&context_id, random).ok()
+        } else {
+            None
+        };
+        let Some(issued) = issued else {
+            let revoked = self
+                .server
+                .session(&context_id)
+                .is_some_and(|s| s.is_revoked());
+            if let Some(d) = self.machines[i].daemon.as_mut() {
+                let input = daemon::Input::ConnectFailed {
+                    stop_forever: revoked,
+                    reason: "unreachable".into(),
+                };
+                let _ = d.handle_input(now, input);
+            }
+            return;
+        };
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.conns.insert(conn, i);
+        self.machines[i].conn = Some(conn);
+        let _ = self.server.handle_input(
+            now,
+            server::Input::Connect {
+                context_id,
+                conn,
+                ticket: issued.ticket.expose_secret(),
+            },
+        );
+        if self.machines[i].conn == Some(conn)
+            && let Some(d) = self.machines[i].daemon.as_mut()
+        {
+            let input = daemon::Input::Connected {
+                session_id: issued.session_id,
+            };
+            let _ = d.handle_input(now, input);
+        }
+    }
+
+    fn inject_fault(&mut self) {
+        self.faults += 1;
+        let now = self.elapsed;
+        let n = self.machines.len() as u64;
+        let i = self.rng.below(n) as usize;
+        let roll = self.rng.below(100);
+        match roll {
+            0..=24 => {
+                if let Some(conn) = self.machines[i].conn {
+                    self.note(format!("fault: disconnect machine {i}"));
+                    self.break_conn(conn);
+                }
+            }
+            25..=39 if self.machines[i].daemon.is_some() => {
+                self.note(format!("fault: crash machine {i}"));
+                if let Some(conn) = self.machines[i].conn {
+                    self.break_conn(conn);
+                }
+                let m = &mut self.machines[i];
+                if let Some(d) = m.daemon.take() {
+                    self.workload.persisted[i] = d.pending_results();
+                }
+                m.running.clear();
+                m.conn = None;
+                m.down_until = Some(now + Duration::from_millis(500 + self.rng.below(30_000)));
+            }
+            40..=49 => {
+                self.note("fault: server restart".into());
+                let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+                self.server.restart(now_at(now));
+                for conn in conns {
+                    self.break_conn(conn);
+                }
+            }
+            50..=59 => {
+                let secs = 5 + self.rng.below(115);
+                self.note(format!("fault: suspend machine {i} for {secs}s"));
+                let m = &mut self.machines[i];
+                let until = now + Duration::from_secs(secs);
+                m.suspended_until = Some(until);
+                // Processes sleep too: their remaining work shifts by the suspension.
+                for (at, _) in m.running.values_mut() {
+                    *at += Duration::from_secs(secs);
+                }
+            }
+            60..=69 => {
+                let secs = 5 + self.rng.below(85);
+                self.note(format!("fault: partition machine {i} for {secs}s"));
+                self.machines[i].partitioned_until = Some(now + Duration::from_secs(secs));
+                if let Some(conn) = self.machines[i].conn {
+                    self.break_conn(conn);
+                }
+            }
+            70..=79 => {
+                let record = self.workload.toggle_access(i, &mut self.rng);
+                self.note(format!(
+                    "fault: access of {} now {:?}",
+                    record.id, record.opted_in
+                ));
+                let _ = self
+                    .server
+                    .handle_input(now_at(now), server::Input::UpdateAccess(record));
+            }
+            80..=84 => {
+                let grant = self.workload.change_egress(i, &mut self.rng);
+                let context_id = self.machines[i].context_id.clone();
+                self.note(format!("fault: grant of {context_id} changed"));
+                let _ = self.server.handle_input(
+                    now_at(now),
+                    server::Input::UpdateGrant { context_id, grant },
+                );
+            }
+            85..=86 if !self.workload.revoked_any => {
+                self.workload.revoked_any = true;
+                let context_id = self.machines[i].context_id.clone();
+                self.note(format!("fault: revoke {context_id}"));
+                self.checker.revoked(i, now);
+                let _ = self
+                    .server
+                    .handle_input(now_at(now), server::Input::Revoke { context_id });
+            }
+            _ => {}
+        }
+    }
+}
+
+fn view_of(record: &ContextRecord, grant: &Grant, features: Vec<String>) -> ContextView {
+    ContextView {
+        id: record.id.clone(),
+        name: record.name.clone(),
+        operator: record.operator.clone(),
+        online: true,
+        busy: false,
+        unusable: None,
+        local_fs_available: features.iter().any(|f| f == "fs"),
+        features,
+        grant_has_fs: !grant.fs.is_empty(),
+        commands_enabled: grant.commands.enabled,
+        shared_with_all_members: record.shared_with_all_members,
+        opted_in: record.opted_in.clone(),
+        operator_is_member: record.operator_is_member,
+    }
+}
+
+fn report(status: RunStatus, exit_code: Option<i32>) -> RunReport {
+    RunReport {
+        status,
+        exit_code,
+        signal: None,
+        stdout: String::new(),
+        stderr: String::new(),
+        truncated: false,
+        setup_ms: 1,
+        execute_ms: 1,
+        error: None,
+    }
+}
+
+fn ok_result(exit_code: i32) -> RunResult {
+    RunResult {
+        status: RunStatus::Exited,
+        exit_code: Some(exit_code),
+        signal: None,
+        stdout: String::new(),
+        stderr: String::new(),
+        truncated: false,
+        timing: Timing::default(),
+        error: None,
+    }
+}
+
+/// Runs `seeds` seeds and returns the first failing report, if any.
+pub fn first_failure(seeds: impl Iterator<Item = u64>) -> Option<SimReport> {
+    seeds
+        .map(|seed| simulate(&SimConfig::new(seed)))
+        .find(|r| r.violation.is_some())
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self::new(0)
+    }
+}

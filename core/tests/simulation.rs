@@ -1,0 +1,51 @@
+//! The deterministic simulation: same seed, same transcript; seeds pass their invariants.
+
+use outpost_core::sim::{SimConfig, simulate};
+
+#[test]
+fn the_same_seed_gives_the_same_transcript() {
+    let config = SimConfig {
+        keep_transcript: true,
+        ..SimConfig::new(7)
+    };
+    let a = simulate(&config);
+    let b = simulate(&config);
+    assert!(
+        a.transcript.len() > 20,
+        "a real transcript: {} lines",
+        a.transcript.len()
+    );
+    assert_eq!(a.transcript, b.transcript);
+    assert_eq!(a.transcript_hash, b.transcript_hash);
+    let other = simulate(&SimConfig {
+        keep_transcript: true,
+        ..SimConfig::new(8)
+    });
+    assert_ne!(a.transcript_hash, other.transcript_hash);
+}
+
+#[test]
+fn seeds_hold_every_invariant_and_finish_every_execution() {
+    for seed in 0..40 {
+        let report = simulate(&SimConfig::new(seed));
+        assert_eq!(report.violation, None, "seed {seed}");
+        assert_eq!(report.finished, 24, "seed {seed}: every execution finished");
+    }
+}
+
+#[test]
+fn without_faults_runs_complete_on_machines() {
+    let report = simulate(&SimConfig {
+        faults: false,
+        keep_transcript: true,
+        ..SimConfig::new(3)
+    });
+    assert_eq!(report.violation, None);
+    assert_eq!(report.faults, 0);
+    let on_machines = report
+        .transcript
+        .iter()
+        .filter(|l| l.contains("completed: Ran on box-"))
+        .count();
+    assert!(on_machines > 5, "{:#?}", report.transcript);
+}
