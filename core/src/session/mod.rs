@@ -13,6 +13,7 @@
 //! `Output::Wait` last. A daemon's bad bytes never return `Err`: the connection is closed
 //! with 1002 and an event says why.
 
+mod frames;
 mod machine;
 mod runs;
 

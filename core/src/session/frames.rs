@@ -1,0 +1,231 @@
+//! The session's handling of daemon frames: hello and its reconciliation, accepts, rejects,
+//! results, status.
+
+use std::time::Duration;
+
+use super::runs::RunState;
+use super::*;
+use crate::daemon::close_code;
+use crate::wire::{DaemonFrame, PROTOCOL_VERSION, ServerFrame};
+
+impl Session {
+    pub(super) fn on_frame(&mut self, conn: ConnId, bytes: &[u8]) {
+        let Some(c) = self.conn.as_mut().filter(|c| c.id == conn) else {
+            return; // A replaced or closed connection: ignore what it still sends.
+        };
+        c.last_heard = self.now.instant;
+        let frame = match DaemonFrame::from_json(bytes) {
+            Ok(f) => f,
+            Err(e) => return self.violation(conn, e.code(), e.to_string()),
+        };
+        let awaiting_hello = matches!(c.state, ConnState::AwaitingHello { .. });
+        match frame {
+            DaemonFrame::Hello {
+                protocol,
+                max_concurrent,
+                held_runs,
+                pending_results,
+                environments,
+                features,
+            } => {
+                if !awaiting_hello {
+                    return self.violation(conn, "unexpected_frame", "a second hello".into());
+                }
+                if protocol != PROTOCOL_VERSION {
+                    return self.violation(
+                        conn,
+                        "unsupported_protocol",
+                        format!("protocol {protocol}"),
+                    );
+                }
+                let max_concurrent = max_concurrent
+                    .min(crate::daemon::MAX_CONCURRENT_LIMIT)
+                    .min(self.grant.limits.max_concurrent);
+                self.on_hello(
+                    max_concurrent,
+                    environments,
+                    features,
+                    &held_runs,
+                    &pending_results,
+                );
+            }
+            _ if awaiting_hello => self.violation(
+                conn,
+                "unexpected_frame",
+                format!("{} before hello", frame.type_name()),
+            ),
+            DaemonFrame::RunAccept { run_id } => self.on_accept(conn, run_id),
+            DaemonFrame::RunReject {
+                run_id,
+                code,
+                message,
+            } => {
+                if matches!(
+                    self.runs.get(&run_id).map(|r| &r.state),
+                    Some(RunState::Dispatched { .. })
+                ) {
+                    let outcome = if code == "busy" {
+                        RunOutcome::Busy
+                    } else {
+                        RunOutcome::Rejected { code, message }
+                    };
+                    self.end(&run_id, outcome);
+                }
+            }
+            DaemonFrame::RunResult {
+                run_id,
+                status,
+                exit_code,
+                signal,
+                stdout,
+                stderr,
+                truncated,
+                timing,
+                error,
+            } => {
+                let result = RunResult {
+                    status,
+                    exit_code,
+                    signal,
+                    stdout,
+                    stderr,
+                    truncated,
+                    timing,
+                    error,
+                };
+                self.on_result(run_id, result);
+            }
+            DaemonFrame::Status { draining, .. } => {
+                if let Some(Connection {
+                    state: ConnState::Ready { draining: d, .. },
+                    ..
+                }) = self.conn.as_mut()
+                {
+                    *d = draining;
+                }
+            }
+            DaemonFrame::CapabilitiesUpdate {
+                environments,
+                max_concurrent,
+                features,
+            } => {
+                let cap = self.grant.limits.max_concurrent;
+                if let Some(Connection {
+                    state:
+                        ConnState::Ready {
+                            environments: e,
+                            max_concurrent: m,
+                            features: f,
+                            ..
+                        },
+                    ..
+                }) = self.conn.as_mut()
+                {
+                    *e = environments;
+                    *f = features;
+                    *m = max_concurrent
+                        .min(crate::daemon::MAX_CONCURRENT_LIMIT)
+                        .min(cap);
+                }
+            }
+            f @ DaemonFrame::CommandFinished { .. } => {
+                self.outputs
+                    .push_back(Output::Event(Event::CommandFinished { frame: Box::new(f) }));
+            }
+            // The PTY relay is not built yet: nothing consumes terminal output.
+            DaemonFrame::PtyOutput { .. } | DaemonFrame::PtyExit { .. } => {}
+        }
+    }
+
+    pub(super) fn on_hello(
+        &mut self,
+        max_concurrent: u32,
+        environments: Vec<Environment>,
+        features: Vec<String>,
+        held: &[String],
+        pending: &[String],
+    ) {
+        if let Some(c) = self.conn.as_mut() {
+            c.state = ConnState::Ready {
+                max_concurrent,
+                environments,
+                features,
+                draining: false,
+            };
+        }
+        // Every committed run the daemon neither holds nor has a result for is lost now.
+        let committed = self.committed_runs();
+        for run_id in committed {
+            let known = held.contains(&run_id) || pending.contains(&run_id);
+            if !known {
+                self.end(&run_id, RunOutcome::Lost);
+            }
+        }
+        // Runs the daemon holds that the server already ended must stop.
+        for run_id in held {
+            if !self.runs.contains_key(run_id) {
+                self.send(ServerFrame::RunCancel {
+                    run_id: run_id.clone(),
+                    reason: "lease_lost".into(),
+                });
+            }
+        }
+        self.outputs
+            .push_back(Output::Event(Event::Ready { max_concurrent }));
+    }
+
+    pub(super) fn on_accept(&mut self, conn: ConnId, run_id: String) {
+        let Some(run) = self.runs.get_mut(&run_id) else {
+            return; // Cancelled meanwhile: the daemon got the cancel.
+        };
+        if run.state != (RunState::Dispatched { conn }) {
+            return;
+        }
+        let now = self.now.instant;
+        let deadline = now.saturating_add(Duration::from_millis(run.spec.timeout_ms));
+        run.state = RunState::Committed {
+            committed_at: now,
+            lost_at: deadline.saturating_add(self.config.lease_grace),
+        };
+        self.send(ServerFrame::RunCommit {
+            run_id: run_id.clone(),
+        });
+        self.outputs
+            .push_back(Output::Event(Event::RunStarted { run_id }));
+    }
+
+    pub(super) fn on_result(&mut self, run_id: String, mut result: RunResult) {
+        let committed_at = match self.runs.get(&run_id).map(|r| &r.state) {
+            Some(RunState::Committed { committed_at, .. }) => Some(*committed_at),
+            _ => None,
+        };
+        // Acknowledge every result, even one already recorded, so the daemon can forget it.
+        self.send(ServerFrame::RunAck {
+            run_id: run_id.clone(),
+        });
+        let Some(committed_at) = committed_at else {
+            return;
+        };
+        let server_ms = u64::try_from(
+            self.now
+                .instant
+                .saturating_duration_since(committed_at)
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX);
+        result.timing.server_ms = Some(server_ms);
+        result.timing.transit_ms = Some(server_ms.saturating_sub(result.timing.daemon_ms));
+        self.end(&run_id, RunOutcome::Completed(Box::new(result)));
+    }
+
+    pub(super) fn violation(&mut self, conn: ConnId, code: &'static str, detail: String) {
+        self.outputs
+            .push_back(Output::Event(Event::ProtocolViolation {
+                conn,
+                code,
+                detail,
+            }));
+        self.close(conn, close_code::PROTOCOL_ERROR, code);
+        self.drop_connection();
+    }
+}

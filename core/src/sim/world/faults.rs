@@ -1,0 +1,115 @@
+//! Fault injection: disconnects, crashes, restarts, suspends, partitions, access and grant
+//! changes, revokes.
+
+use std::time::Duration;
+
+use super::World;
+use crate::daemon;
+use crate::server;
+use crate::session::ConnId;
+use crate::sim::now_at;
+
+impl World {
+    pub(super) fn inject_fault(&mut self) {
+        self.faults += 1;
+        let now = self.elapsed;
+        let n = self.machines.len() as u64;
+        let i = self.rng.below(n) as usize;
+        let roll = self.rng.below(100);
+        match roll {
+            0..=24 => {
+                if let Some(conn) = self.machines[i].conn {
+                    self.note(format!("fault: disconnect machine {i}"));
+                    self.break_conn(conn);
+                }
+            }
+            25..=39 if self.machines[i].daemon.is_some() => {
+                self.note(format!("fault: crash machine {i}"));
+                if let Some(conn) = self.machines[i].conn {
+                    self.break_conn(conn);
+                }
+                let m = &mut self.machines[i];
+                if let Some(d) = m.daemon.take() {
+                    self.workload.persisted[i] = d.pending_results();
+                }
+                m.running.clear();
+                m.conn = None;
+                m.down_until = Some(now + Duration::from_millis(500 + self.rng.below(30_000)));
+            }
+            40..=49 => {
+                self.note("fault: server restart".into());
+                let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+                self.server.restart(now_at(now));
+                for conn in conns {
+                    self.break_conn(conn);
+                }
+            }
+            50..=59 => {
+                let secs = 5 + self.rng.below(115);
+                self.note(format!("fault: suspend machine {i} for {secs}s"));
+                let m = &mut self.machines[i];
+                let until = now + Duration::from_secs(secs);
+                m.suspended_until = Some(until);
+                // Processes sleep too: their remaining work shifts by the suspension.
+                for (at, _) in m.running.values_mut() {
+                    *at += Duration::from_secs(secs);
+                }
+            }
+            60..=69 => {
+                let secs = 5 + self.rng.below(85);
+                self.note(format!("fault: partition machine {i} for {secs}s"));
+                self.machines[i].partitioned_until = Some(now + Duration::from_secs(secs));
+                if let Some(conn) = self.machines[i].conn {
+                    self.break_conn(conn);
+                }
+            }
+            70..=79 => {
+                let record = self.workload.toggle_access(i, &mut self.rng);
+                self.note(format!(
+                    "fault: access of {} now {:?}",
+                    record.id, record.opted_in
+                ));
+                let _ = self
+                    .server
+                    .handle_input(now_at(now), server::Input::UpdateAccess(record));
+            }
+            80..=84 => {
+                let grant = self.workload.change_egress(i, &mut self.rng);
+                let context_id = self.machines[i].context_id.clone();
+                self.note(format!("fault: grant of {context_id} changed"));
+                let _ = self.server.handle_input(
+                    now_at(now),
+                    server::Input::UpdateGrant { context_id, grant },
+                );
+            }
+            85..=86 if !self.workload.revoked_any => {
+                self.workload.revoked_any = true;
+                let context_id = self.machines[i].context_id.clone();
+                self.note(format!("fault: revoke {context_id}"));
+                self.checker.revoked(i, now);
+                let _ = self
+                    .server
+                    .handle_input(now_at(now), server::Input::Revoke { context_id });
+            }
+            _ => {}
+        }
+    }
+
+    /// Both ends of `conn` learn it is gone.
+    pub(super) fn break_conn(&mut self, conn: ConnId) {
+        let now = now_at(self.elapsed);
+        let Some(i) = self.conns.remove(&conn) else {
+            return;
+        };
+        let _ = self
+            .server
+            .handle_input(now, server::Input::Disconnected { conn });
+        let m = &mut self.machines[i];
+        if m.conn == Some(conn) {
+            m.conn = None;
+            if let Some(d) = m.daemon.as_mut() {
+                let _ = d.handle_input(now, daemon::Input::Disconnected { code: None });
+            }
+        }
+    }
+}

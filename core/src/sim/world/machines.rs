@@ -1,0 +1,196 @@
+//! The simulated machines: daemons, their fake executors, and what their hosts do for them.
+
+use std::time::Duration;
+
+use super::{World, report};
+use crate::daemon::{self, Daemon};
+use crate::server;
+use crate::sim::now_at;
+use crate::sim::pair::test_keys;
+use crate::wire::RunStatus;
+
+impl World {
+    pub(super) fn wake_machine(&mut self, i: usize) {
+        let now = self.elapsed;
+        let m = &mut self.machines[i];
+        if m.suspended_until.is_some_and(|t| t <= now) {
+            m.suspended_until = None;
+        }
+        if m.partitioned_until.is_some_and(|t| t <= now) {
+            m.partitioned_until = None;
+        }
+        if m.down_until.is_some_and(|t| t <= now) {
+            m.down_until = None;
+            let pending = std::mem::take(&mut self.workload.persisted[i]);
+            m.daemon = Some(Daemon::with_pending_results(
+                m.config.clone(),
+                test_keys(),
+                now_at(now),
+                pending,
+            ));
+            self.note(format!("machine {i} restarted"));
+        }
+    }
+
+    pub(super) fn finish_due_runs(&mut self, i: usize) {
+        let now = self.elapsed;
+        if self.machines[i].suspended_until.is_some() {
+            return;
+        }
+        let due: Vec<(String, bool)> = self.machines[i]
+            .running
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(id, (_, cancelled))| (id.clone(), *cancelled))
+            .collect();
+        for (run_id, cancelled) in due {
+            self.machines[i].running.remove(&run_id);
+            let report = if cancelled {
+                report(RunStatus::Cancelled, None)
+            } else {
+                report(RunStatus::Exited, Some(0))
+            };
+            if let Some(d) = self.machines[i].daemon.as_mut() {
+                let was_executing = d.executing().contains(&run_id);
+                let _ = d.handle_input(
+                    now_at(now),
+                    daemon::Input::RunFinished {
+                        run_id: run_id.clone(),
+                        report,
+                    },
+                );
+                if was_executing {
+                    self.checker.result(&run_id, i, now);
+                    self.note(format!(
+                        "machine {i} finished {run_id} cancelled={cancelled}"
+                    ));
+                }
+            }
+        }
+    }
+
+    pub(super) fn pump_daemon(&mut self, i: usize) -> bool {
+        let mut any = false;
+        loop {
+            if self.machines[i].suspended_until.is_some() {
+                return any;
+            }
+            let Some(d) = self.machines[i].daemon.as_mut() else {
+                return any;
+            };
+            match d.poll_output() {
+                daemon::Output::Wait { .. } => return any,
+                daemon::Output::Transmit(bytes) => {
+                    if let Some(conn) = self.machines[i].conn {
+                        self.send(conn, true, bytes);
+                    }
+                }
+                daemon::Output::Event(_) => {}
+                daemon::Output::Command(c) => self.carry_out(i, c),
+            }
+            any = true;
+        }
+    }
+
+    fn carry_out(&mut self, i: usize, command: daemon::Command) {
+        let now = self.elapsed;
+        match command {
+            daemon::Command::Connect => self.connect(i),
+            daemon::Command::Close { .. } => {
+                if let Some(conn) = self.machines[i].conn.take() {
+                    self.conns.remove(&conn);
+                    let _ = self
+                        .server
+                        .handle_input(now_at(now), server::Input::Disconnected { conn });
+                }
+            }
+            daemon::Command::Execute(execute) => {
+                let long = self.rng.chance(1, 6);
+                let budget = execute.deadline.since_origin().saturating_sub(now);
+                let duration = if long {
+                    budget + Duration::from_secs(10)
+                } else {
+                    Duration::from_millis(50 + self.rng.below(budget.as_millis().max(1) as u64 / 2))
+                };
+                let m = &mut self.machines[i];
+                m.running
+                    .insert(execute.run_id.clone(), (now + duration, false));
+                let (executing, slots) = m
+                    .daemon
+                    .as_ref()
+                    .map_or((0, 0), |d| (d.executing().len(), d.slots_total()));
+                self.checker.executed(&execute.run_id, executing, slots);
+                self.note(format!("machine {i} executes {}", execute.run_id));
+            }
+            daemon::Command::Cancel { run_id, reason } => {
+                if let Some(entry) = self.machines[i].running.get_mut(&run_id) {
+                    *entry = (now + Duration::from_millis(10), true);
+                    self.note(format!("machine {i} cancels {run_id}: {reason}"));
+                }
+            }
+            daemon::Command::FetchCapability { run_id, .. } => {
+                // The workload sends capabilities inline; an empty bundle fails its digest.
+                if let Some(d) = self.machines[i].daemon.as_mut() {
+                    let input = daemon::Input::CapabilityFetched {
+                        run_id,
+                        bundle: Vec::new(),
+                    };
+                    let _ = d.handle_input(now_at(now), input);
+                }
+            }
+            daemon::Command::ApplyGrant { .. } => {}
+            daemon::Command::Stop { forever } => {
+                self.note(format!("machine {i} stopped forever={forever}"));
+            }
+        }
+    }
+
+    fn connect(&mut self, i: usize) {
+        let now = now_at(self.elapsed);
+        let context_id = self.machines[i].context_id.clone();
+        let mut random = [0u8; 48];
+        for chunk in random.chunks_mut(8) {
+            chunk.copy_from_slice(&self.rng.next_u64().to_le_bytes());
+        }
+        let reachable = self.machines[i].partitioned_until.is_none();
+        let issued = if reachable {
+            self.server.issue_ticket(&context_id, random).ok()
+        } else {
+            None
+        };
+        let Some(issued) = issued else {
+            let revoked = self
+                .server
+                .session(&context_id)
+                .is_some_and(|s| s.is_revoked());
+            if let Some(d) = self.machines[i].daemon.as_mut() {
+                let input = daemon::Input::ConnectFailed {
+                    stop_forever: revoked,
+                    reason: "unreachable".into(),
+                };
+                let _ = d.handle_input(now, input);
+            }
+            return;
+        };
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.conns.insert(conn, i);
+        self.machines[i].conn = Some(conn);
+        let _ = self.server.handle_input(
+            now,
+            server::Input::Connect {
+                context_id,
+                conn,
+                ticket: issued.ticket.expose_secret(),
+            },
+        );
+        if self.machines[i].conn == Some(conn)
+            && let Some(d) = self.machines[i].daemon.as_mut()
+        {
+            let input = daemon::Input::Connected {
+                session_id: issued.session_id,
+            };
+            let _ = d.handle_input(now, input);
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Arbitrary input sequences to the daemon: raw bytes, validly signed frames with arbitrary
+//! fields, time jumps, disconnects, finishes. Nothing may panic; the daemon never executes a
+//! run that a verified `run.commit` did not start, never holds more slots than it has, and
+//! stops for good after `revoked`.
+#![no_main]
+
+use std::time::Duration;
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use outpost_core::daemon::{Command, Daemon, DaemonConfig, Input, Output, RunReport};
+use outpost_core::keyset::test_root;
+use outpost_core::sign::FrameSigner;
+use outpost_core::sim::{now_at, test_keys};
+use outpost_core::wire::{
+    CapabilitySource, CommandsGrant, Egress, Environment, Grant, GrantLimits, RunStatus,
+    ServerFrame,
+};
+
+#[derive(Arbitrary, Debug)]
+enum Step {
+    Raw(Vec<u8>),
+    Welcome { version: u8, slots: u8, heartbeat: u8 },
+    Request { run: u8, wasm: bool, timeout_ms: u32 },
+    Commit { run: u8 },
+    Cancel { run: u8 },
+    Ack { run: u8 },
+    Revoked,
+    SkipSeq,
+    Finish { run: u8, exit: i8 },
+    Advance { millis: u32 },
+    Connect,
+    Disconnect { code: Option<u16> },
+    Drain,
+}
+
+fn grant(slots: u8) -> Grant {
+    Grant {
+        fs: Vec::new(),
+        egress: Egress::None,
+        commands: CommandsGrant { enabled: false },
+        limits: GrantLimits {
+            max_concurrent: u32::from(slots % 10),
+        },
+    }
+}
+
+fuzz_target!(|steps: Vec<Step>| {
+    let mut elapsed = Duration::ZERO;
+    let config = DaemonConfig {
+        max_concurrent: 3,
+        ..DaemonConfig::default()
+    };
+    let mut d = Daemon::new(config, test_keys(), now_at(elapsed));
+    let key = test_root::frame_signer();
+    let mut signer = FrameSigner::new("sess_fuzz");
+    let mut committed: Vec<String> = Vec::new();
+    let mut stopped_forever = false;
+    for step in steps.into_iter().take(200) {
+        let sign = |f: ServerFrame, s: &mut FrameSigner| s.sign(&f, &key).unwrap_or_default();
+        let input = match step {
+            Step::Raw(bytes) => Input::Frame(bytes),
+            Step::Welcome { version, slots, heartbeat } => Input::Frame(sign(
+                ServerFrame::Welcome {
+                    context_id: "ec".into(),
+                    protocol: u32::from(version % 3),
+                    grant_version: u64::from(version),
+                    grant: grant(slots),
+                    heartbeat_secs: u32::from(heartbeat),
+                },
+                &mut signer,
+            )),
+            Step::Request { run, wasm, timeout_ms } => Input::Frame(sign(
+                ServerFrame::RunRequest {
+                    run_id: format!("r{}", run % 8),
+                    environment: if wasm { Environment::Wasm } else { Environment::Shell },
+                    capability: CapabilitySource::Inline {
+                        manifest: String::new(),
+                        files: Vec::new(),
+                    },
+                    timeout_ms: u64::from(timeout_ms),
+                    shared_run: false,
+                },
+                &mut signer,
+            )),
+            Step::Commit { run } => {
+                let run_id = format!("r{}", run % 8);
+                committed.push(run_id.clone());
+                Input::Frame(sign(ServerFrame::RunCommit { run_id }, &mut signer))
+            }
+            Step::Cancel { run } => Input::Frame(sign(
+                ServerFrame::RunCancel { run_id: format!("r{}", run % 8), reason: "x".into() },
+                &mut signer,
+            )),
+            Step::Ack { run } => Input::Frame(sign(
+                ServerFrame::RunAck { run_id: format!("r{}", run % 8) },
+                &mut signer,
+            )),
+            Step::Revoked => Input::Frame(sign(ServerFrame::Revoked { reason: "x".into() }, &mut signer)),
+            Step::SkipSeq => {
+                let _ = signer.sign(&ServerFrame::RunAck { run_id: "x".into() }, &key);
+                continue;
+            }
+            Step::Finish { run, exit } => Input::RunFinished {
+                run_id: format!("r{}", run % 8),
+                report: RunReport {
+                    status: RunStatus::Exited,
+                    exit_code: Some(i32::from(exit)),
+                    signal: None,
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    truncated: false,
+                    setup_ms: 0,
+                    execute_ms: 0,
+                    error: None,
+                },
+            },
+            Step::Advance { millis } => {
+                elapsed += Duration::from_millis(u64::from(millis));
+                Input::Timeout
+            }
+            Step::Connect => {
+                signer = FrameSigner::new("sess_fuzz");
+                Input::Connected { session_id: "sess_fuzz".into() }
+            }
+            Step::Disconnect { code } => Input::Disconnected { code },
+            Step::Drain => Input::Drain,
+        };
+        if d.handle_input(now_at(elapsed), input).is_err() {
+            return;
+        }
+        loop {
+            match d.poll_output() {
+                Output::Wait { .. } => break,
+                Output::Command(Command::Execute(e)) => {
+                    assert!(!stopped_forever, "executed after stopping for good");
+                    assert!(committed.contains(&e.run_id), "executed {} without a commit", e.run_id);
+                }
+                Output::Command(Command::Stop { forever }) => stopped_forever |= forever,
+                _ => {}
+            }
+        }
+        assert!(d.slots_used() <= 8);
+        assert!(d.executing().len() <= 3);
+    }
+});
