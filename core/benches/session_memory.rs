@@ -63,6 +63,7 @@ fn main() {
         egress: Egress::None,
         commands: CommandsGrant { enabled: false },
         limits: GrantLimits { max_concurrent: 2 },
+        environments: None,
     };
     let hello = DaemonFrame::Hello {
         protocol: 1,

@@ -301,3 +301,31 @@ fn digest_capabilities_are_checked_before_running() {
     pair.session_input(session::Input::Submit(good)).unwrap();
     assert_eq!(pair.executor.started, vec!["good".to_string()]);
 }
+
+#[test]
+fn the_grant_decides_which_environments_may_run() {
+    let mut config = PairConfig::default();
+    config.grant.environments = Some(vec![Environment::Wasm]);
+    config.daemon.environments = vec![Environment::Shell, Environment::Wasm];
+    let mut pair = Pair::connected(config);
+    submit(&mut pair, "r1");
+    assert!(pair.executor.started.is_empty());
+    assert!(matches!(&ended(&pair, "r1")[..],
+        [RunOutcome::Rejected { code, .. }] if code == "environment_not_granted"));
+}
+
+#[test]
+fn oversized_inline_capabilities_are_refused() {
+    let mut pair = Pair::connected(PairConfig::default());
+    let mut big = spec("big");
+    big.capability = CapabilitySource::Inline {
+        manifest: String::new(),
+        files: vec![InlineFile {
+            path: "blob".into(),
+            content_b64: outpost_core::b64::encode(&vec![0u8; 600 * 1024]),
+        }],
+    };
+    pair.session_input(session::Input::Submit(big)).unwrap();
+    assert!(matches!(&ended(&pair, "big")[..],
+        [RunOutcome::Rejected { code, .. }] if code == "invalid_capability"));
+}

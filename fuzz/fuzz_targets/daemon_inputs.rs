@@ -42,6 +42,7 @@ fn grant(slots: u8) -> Grant {
         limits: GrantLimits {
             max_concurrent: u32::from(slots % 10),
         },
+        environments: None,
     }
 }
 

@@ -163,6 +163,20 @@ impl Daemon {
                 ),
             );
         }
+        if self
+            .grant
+            .as_ref()
+            .is_some_and(|(_, g)| !g.allows(environment))
+        {
+            return self.reject(
+                run_id,
+                "environment_not_granted",
+                format!(
+                    "the grant does not allow {} runs on this machine",
+                    environment.as_str()
+                ),
+            );
+        }
         if let Err(why) = check_inline(&capability) {
             return self.reject(run_id, "invalid_capability", why);
         }
@@ -230,10 +244,23 @@ impl Daemon {
     }
 }
 
+/// The most bytes a capability may carry inline in a `run.request`; larger ones go by digest.
+pub const INLINE_CAPABILITY_LIMIT: usize = 512 * 1024;
+
 /// Inline files must decode and stay inside the capability folder.
 fn check_inline(capability: &CapabilitySource) -> Result<(), String> {
     match capability {
-        CapabilitySource::Inline { files, .. } => {
+        CapabilitySource::Inline { manifest, files } => {
+            let size = manifest.len()
+                + files
+                    .iter()
+                    .map(|f| f.content_b64.len() * 3 / 4)
+                    .sum::<usize>();
+            if size > INLINE_CAPABILITY_LIMIT {
+                return Err(format!(
+                    "an inline capability of {size} bytes is over the {INLINE_CAPABILITY_LIMIT}-byte limit; send it by digest"
+                ));
+            }
             for f in files {
                 let escapes = f.path.is_empty()
                     || f.path.starts_with('/')

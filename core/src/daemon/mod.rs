@@ -54,6 +54,7 @@ use crate::time::{Instant, Now};
 use crate::wire::{CapabilitySource, Environment, ErrorBody, Grant, RunStatus};
 
 pub use backoff::Backoff;
+pub use frames::INLINE_CAPABILITY_LIMIT;
 use runs::Run;
 
 /// The most outputs that may wait in the queue before the host must drain them.

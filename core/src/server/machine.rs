@@ -196,6 +196,8 @@ impl Server {
                 let online = m.session.is_ready();
                 let unusable = if m.session.is_revoked() {
                     Some("revoked".to_owned())
+                } else if !grant.allows(environment) {
+                    Some("environment_not_granted".to_owned())
                 } else if online && !m.session.supports(environment) {
                     Some("environment_unavailable".to_owned())
                 } else {

@@ -38,6 +38,7 @@ impl Default for PairConfig {
                 egress: Egress::None,
                 commands: CommandsGrant { enabled: false },
                 limits: GrantLimits { max_concurrent: 8 },
+                environments: None,
             },
             daemon: DaemonConfig::default(),
             session: SessionConfig::new("ec_pair"),

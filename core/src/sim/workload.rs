@@ -63,6 +63,7 @@ impl Workload {
                 egress: Egress::None,
                 commands: CommandsGrant { enabled: false },
                 limits: GrantLimits { max_concurrent: 8 },
+                environments: None,
             };
             let mut environments = vec![Environment::Shell];
             if i == 1 {

@@ -93,9 +93,19 @@ pub struct Grant {
     pub commands: CommandsGrant,
     /// Limits.
     pub limits: GrantLimits,
+    /// Environments runs may use; absent means every environment the machine offers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environments: Option<Vec<Environment>>,
 }
 
 impl Grant {
+    /// Whether the grant lets runs use `environment`.
+    pub fn allows(&self, environment: Environment) -> bool {
+        self.environments
+            .as_ref()
+            .is_none_or(|allowed| allowed.contains(&environment))
+    }
+
     /// A grant that allows nothing: no folders, no network, no commands, no runs.
     pub fn nothing() -> Self {
         Grant {
@@ -103,6 +113,7 @@ impl Grant {
             egress: Egress::None,
             commands: CommandsGrant { enabled: false },
             limits: GrantLimits { max_concurrent: 0 },
+            environments: None,
         }
     }
 }

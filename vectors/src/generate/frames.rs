@@ -45,6 +45,7 @@ fn grant() -> Grant {
         },
         commands: CommandsGrant { enabled: false },
         limits: GrantLimits { max_concurrent: 2 },
+        environments: None,
     }
 }
 
