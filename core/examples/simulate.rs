@@ -67,7 +67,8 @@ fn main() -> ExitCode {
         return finish(1, report.violation.map(|v| (seed, v)));
     }
 
-    let next = Arc::new(AtomicU64::new(args.start));
+    let start = args.start;
+    let next = Arc::new(AtomicU64::new(start));
     let end = args.start + args.seeds;
     let failure: Arc<Mutex<Option<(u64, String)>>> = Arc::new(Mutex::new(None));
     let totals = Arc::new(Mutex::new((0usize, 0usize, 0usize)));
@@ -82,6 +83,10 @@ fn main() -> ExitCode {
                         return;
                     }
                     let report: SimReport = simulate(&SimConfig::new(seed));
+                    let done = seed + 1 - start;
+                    if done % 10_000 == 0 {
+                        eprintln!("{done} seeds done");
+                    }
                     if let Ok(mut t) = totals.lock() {
                         t.0 += report.executed;
                         t.1 += report.finished;
