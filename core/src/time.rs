@@ -79,3 +79,34 @@ pub struct Now {
     /// The wall-clock time.
     pub wall: UnixTime,
 }
+
+/// The earliest of several wake-up times, with the reason for it: how each role computes the
+/// `Wait` it returns last from `poll_output`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NextWake {
+    at: Instant,
+    why: &'static str,
+}
+
+impl NextWake {
+    /// Starts from "idle": nothing to do before `now + idle`.
+    pub(crate) fn idle(now: Instant, idle: Duration) -> Self {
+        Self {
+            at: now.saturating_add(idle),
+            why: "idle",
+        }
+    }
+
+    /// Keeps `at` if it is earlier than what is kept.
+    pub(crate) fn consider(&mut self, at: Instant, why: &'static str) {
+        if at < self.at {
+            self.at = at;
+            self.why = why;
+        }
+    }
+
+    /// The earliest time and why.
+    pub(crate) fn get(self) -> (Instant, &'static str) {
+        (self.at, self.why)
+    }
+}

@@ -7,6 +7,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::runs::RunState;
 use super::*;
+use crate::time::NextWake;
 use crate::wire::{DaemonFrame, PROTOCOL_VERSION, Timing};
 
 /// How long an idle daemon sleeps when it has no timer at all.
@@ -146,16 +147,11 @@ impl Daemon {
     }
 
     fn next_timer(&self) -> (Instant, &'static str) {
-        let mut best = (self.now.instant.saturating_add(IDLE_WAIT), "idle");
-        let mut consider = |at: Instant, why: &'static str| {
-            if at < best.0 {
-                best = (at, why);
-            }
-        };
+        let mut wake = NextWake::idle(self.now.instant, IDLE_WAIT);
         match &self.link {
-            Link::Idle { retry_at } => consider(*retry_at, "reconnect"),
-            Link::AwaitingWelcome { deadline, .. } => consider(*deadline, "welcome timeout"),
-            Link::Ready { next_heartbeat, .. } => consider(*next_heartbeat, "heartbeat"),
+            Link::Idle { retry_at } => wake.consider(*retry_at, "reconnect"),
+            Link::AwaitingWelcome { deadline, .. } => wake.consider(*deadline, "welcome timeout"),
+            Link::Ready { next_heartbeat, .. } => wake.consider(*next_heartbeat, "heartbeat"),
             Link::Connecting | Link::Stopped => {}
         }
         for run in self.runs.values() {
@@ -165,13 +161,13 @@ impl Daemon {
                 ..
             } = run.state
             {
-                consider(
+                wake.consider(
                     deadline.saturating_add(self.config.deadline_grace),
                     "run deadline",
                 );
             }
         }
-        best
+        wake.get()
     }
 
     fn on_timeout(&mut self) {

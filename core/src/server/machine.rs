@@ -8,6 +8,7 @@ use crate::routing::{
 };
 use crate::session::{self, IssuedTicket, RunOutcome, RunSpec};
 use crate::ticket::TicketError;
+use crate::time::NextWake;
 
 const IDLE_WAIT: Duration = Duration::from_secs(3600);
 
@@ -166,25 +167,19 @@ impl Server {
         if let Some(out) = self.outputs.pop_front() {
             return out;
         }
-        let mut best = (self.now.instant.saturating_add(IDLE_WAIT), "idle");
+        let mut wake = NextWake::idle(self.now.instant, IDLE_WAIT);
         for m in self.machines.values_mut() {
-            if let session::Output::Wait { until, reason } = m.session.poll_output()
-                && until < best.0
-            {
-                best = (until, reason);
+            if let session::Output::Wait { until, reason } = m.session.poll_output() {
+                wake.consider(until, reason);
             }
         }
         for e in self.executions.values() {
-            if let Place::Queued { until, .. } = e.place
-                && until < best.0
-            {
-                best = (until, "queue");
+            if let Place::Queued { until, .. } = e.place {
+                wake.consider(until, "queue");
             }
         }
-        Output::Wait {
-            until: best.0,
-            reason: best.1,
-        }
+        let (until, reason) = wake.get();
+        Output::Wait { until, reason }
     }
 
     /// What the routing functions see of every machine, for a run in `environment`.

@@ -8,6 +8,7 @@ use super::runs::RunState;
 use super::*;
 use crate::daemon::close_code;
 use crate::ticket::{ConnectTicket, TicketError};
+use crate::time::NextWake;
 use crate::wire::{PROTOCOL_VERSION, ServerFrame};
 
 const IDLE_WAIT: Duration = Duration::from_secs(3600);
@@ -201,27 +202,22 @@ impl Session {
     }
 
     fn next_timer(&self) -> (Instant, &'static str) {
-        let mut best = (self.now.instant.saturating_add(IDLE_WAIT), "idle");
-        let mut consider = |at: Instant, why: &'static str| {
-            if at < best.0 {
-                best = (at, why);
-            }
-        };
+        let mut wake = NextWake::idle(self.now.instant, IDLE_WAIT);
         if let Some(c) = &self.conn {
-            consider(
+            wake.consider(
                 c.last_heard.saturating_add(self.config.silence_limit),
                 "silence",
             );
             if let ConnState::AwaitingHello { deadline } = c.state {
-                consider(deadline, "hello timeout");
+                wake.consider(deadline, "hello timeout");
             }
         }
         for run in self.runs.values() {
             if let RunState::Committed { lost_at, .. } = run.state {
-                consider(lost_at, "lease");
+                wake.consider(lost_at, "lease");
             }
         }
-        best
+        wake.get()
     }
 
     fn on_timeout(&mut self) {

@@ -44,7 +44,8 @@ impl FakeExecutor {
     }
 }
 
-fn report(status: RunStatus, exit_code: Option<i32>) -> RunReport {
+/// A report as a fake executor gives it.
+pub(super) fn report(status: RunStatus, exit_code: Option<i32>) -> RunReport {
     RunReport {
         status,
         exit_code,

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use super::{World, report};
+use super::World;
 use crate::daemon::{self, Daemon};
 use crate::server;
+use crate::sim::executor::report;
 use crate::sim::now_at;
 use crate::sim::pair::test_keys;
 use crate::wire::RunStatus;

@@ -11,7 +11,7 @@ use super::checker::Checker;
 use super::now_at;
 use super::pair::test_keys;
 use super::workload::Workload;
-use crate::daemon::{self, Daemon, DaemonConfig, RunReport};
+use crate::daemon::{self, Daemon, DaemonConfig};
 use crate::keyset::test_root;
 use crate::rng::SplitMix64;
 use crate::routing::{ContextView, check_access};
@@ -569,20 +569,6 @@ fn view_of(record: &ContextRecord, grant: &Grant, features: Vec<String>) -> Cont
         shared_with_all_members: record.shared_with_all_members,
         opted_in: record.opted_in.clone(),
         operator_is_member: record.operator_is_member,
-    }
-}
-
-fn report(status: RunStatus, exit_code: Option<i32>) -> RunReport {
-    RunReport {
-        status,
-        exit_code,
-        signal: None,
-        stdout: String::new(),
-        stderr: String::new(),
-        truncated: false,
-        setup_ms: 1,
-        execute_ms: 1,
-        error: None,
     }
 }
 
