@@ -34,6 +34,7 @@ mod hex;
 pub mod httpsig;
 pub mod json;
 pub mod keyset;
+pub mod manifest;
 pub mod replay;
 pub mod rng;
 pub mod routing;

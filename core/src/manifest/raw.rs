@@ -1,0 +1,294 @@
+//! The manifest as YAML says it, with locations, and its validation into [`Manifest`].
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use super::{
+    Interpreter, Lifecycle, Limits, Manifest, ManifestError, Permission, Volume,
+    check_relative_path,
+};
+use crate::wire::{Environment, FolderMode};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    name: Spanned<String>,
+    #[serde(default)]
+    description: String,
+    #[serde(default = "one")]
+    version: u32,
+    environment: Spanned<Environment>,
+    lifecycle: Spanned<Lifecycle>,
+    entry: Spanned<String>,
+    #[serde(default)]
+    interpreter: Option<Spanned<Interpreter>>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    permissions: Vec<Spanned<String>>,
+    #[serde(default)]
+    volumes: Vec<Spanned<RawVolume>>,
+    #[serde(default)]
+    docker_image: Option<Spanned<String>>,
+    #[serde(default)]
+    port: Option<Spanned<u16>>,
+    #[serde(default)]
+    confine: Option<Spanned<bool>>,
+    #[serde(default)]
+    limits: Option<Spanned<RawLimits>>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVolume {
+    host: String,
+    guest: String,
+    #[serde(default = "read_only")]
+    mode: FolderMode,
+}
+
+fn read_only() -> FolderMode {
+    FolderMode::Ro
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    timeout_ms: Option<u64>,
+    output_max_bytes: Option<u64>,
+    memory_mb: Option<u64>,
+}
+
+fn err<T>(
+    field: impl Into<String>,
+    at: Option<&serde_saphyr::Location>,
+    message: impl Into<String>,
+) -> Result<T, ManifestError> {
+    Err(ManifestError {
+        field: field.into(),
+        line: at.map(|l| l.line()),
+        message: message.into(),
+    })
+}
+
+pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
+    let raw: RawManifest = serde_saphyr::from_str(text).map_err(|e| {
+        let message = e.to_string();
+        let first = message.lines().next().unwrap_or("invalid YAML").to_owned();
+        let field = first
+            .split('`')
+            .nth(1)
+            .filter(|_| first.contains("field `"))
+            .unwrap_or("")
+            .to_owned();
+        ManifestError {
+            field,
+            line: e.location().map(|l| l.line()),
+            message: first,
+        }
+    })?;
+
+    let name = raw.name.value;
+    let name_ok = name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !name_ok {
+        return err(
+            "name",
+            Some(&raw.name.referenced),
+            format!(
+                "{name:?} must be 1-63 lowercase letters, digits or `-`, starting with a letter"
+            ),
+        );
+    }
+    let environment = raw.environment.value;
+    let lifecycle = raw.lifecycle.value;
+    if let Err(why) = check_relative_path(&raw.entry.value) {
+        return err(
+            "entry",
+            Some(&raw.entry.referenced),
+            format!("{:?} {why}", raw.entry.value),
+        );
+    }
+
+    let interpreter = match raw.interpreter {
+        Some(i) if environment != Environment::Shell => {
+            return err(
+                "interpreter",
+                Some(&i.referenced),
+                "applies to shell capabilities only",
+            );
+        }
+        Some(i) => i.value,
+        None => Interpreter::default(),
+    };
+    for key in raw.env.keys() {
+        let valid = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !valid {
+            return err(
+                format!("env.{key}"),
+                None,
+                "variable names are [A-Za-z_][A-Za-z0-9_]*",
+            );
+        }
+        if key.starts_with("OUTPOST_") {
+            return err(
+                format!("env.{key}"),
+                None,
+                "OUTPOST_* variables are reserved for the daemon",
+            );
+        }
+    }
+    let mut permissions = Vec::with_capacity(raw.permissions.len());
+    for (i, p) in raw.permissions.iter().enumerate() {
+        match Permission::parse(&p.value) {
+            Ok(perm) => permissions.push(perm),
+            Err(why) => return err(format!("permissions[{i}]"), Some(&p.referenced), why),
+        }
+    }
+
+    let mut volumes = Vec::with_capacity(raw.volumes.len());
+    for (i, v) in raw.volumes.into_iter().enumerate() {
+        let at = Some(&v.referenced);
+        if !matches!(environment, Environment::Wasm | Environment::Docker) {
+            return err(
+                format!("volumes[{i}]"),
+                at,
+                "volumes apply to wasm and docker capabilities only",
+            );
+        }
+        let RawVolume { host, guest, mode } = v.value;
+        if host.is_empty() || host.contains('\0') {
+            return err(format!("volumes[{i}].host"), at, "must be a path");
+        }
+        if !guest.starts_with('/') || guest.contains('\0') || guest.split('/').any(|c| c == "..") {
+            return err(
+                format!("volumes[{i}].guest"),
+                at,
+                format!("{guest:?} must be absolute and without `..`"),
+            );
+        }
+        volumes.push(Volume { host, guest, mode });
+    }
+
+    // `docker_image: ""` (as in the seed's template) means none.
+    let docker_image = raw.docker_image.filter(|img| !img.value.is_empty());
+    let docker_image: Option<String> = match docker_image {
+        Some(img) if environment != Environment::Docker => {
+            return err(
+                "docker_image",
+                Some(&img.referenced),
+                "applies to docker capabilities only",
+            );
+        }
+        Some(img) => {
+            let valid = img
+                .value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-/:@".contains(&b));
+            if !valid {
+                return err(
+                    "docker_image",
+                    Some(&img.referenced),
+                    format!("{:?} is not an image reference", img.value),
+                );
+            }
+            Some(img.value)
+        }
+        None if environment == Environment::Docker => {
+            return err(
+                "docker_image",
+                None,
+                "docker capabilities must name their image",
+            );
+        }
+        None => None,
+    };
+
+    let port = match raw.port {
+        Some(p) if lifecycle != Lifecycle::Persistent => {
+            return err(
+                "port",
+                Some(&p.referenced),
+                "applies to persistent services only",
+            );
+        }
+        Some(p) if p.value == 0 => return err("port", Some(&p.referenced), "must be 1-65535"),
+        Some(p) => Some(p.value),
+        None => None,
+    };
+    let confine = match raw.confine {
+        Some(c) if c.value && environment != Environment::Shell => {
+            return err(
+                "confine",
+                Some(&c.referenced),
+                "applies to shell capabilities only",
+            );
+        }
+        Some(c) => c.value,
+        None => false,
+    };
+
+    let mut limits = Limits::DEFAULT;
+    if let Some(l) = raw.limits {
+        let at = Some(&l.referenced);
+        let RawLimits {
+            timeout_ms,
+            output_max_bytes,
+            memory_mb,
+        } = l.value;
+        for (field, value, max) in [
+            ("timeout_ms", timeout_ms, Limits::MAX.timeout_ms),
+            (
+                "output_max_bytes",
+                output_max_bytes,
+                Limits::MAX.output_max_bytes,
+            ),
+            ("memory_mb", memory_mb, Limits::MAX.memory_mb),
+        ] {
+            if let Some(v) = value
+                && (v == 0 || v > max)
+            {
+                return err(
+                    format!("limits.{field}"),
+                    at,
+                    format!("{v} is outside 1..={max}"),
+                );
+            }
+        }
+        limits = Limits {
+            timeout_ms: timeout_ms.unwrap_or(limits.timeout_ms),
+            output_max_bytes: output_max_bytes.unwrap_or(limits.output_max_bytes),
+            memory_mb: memory_mb.unwrap_or(limits.memory_mb),
+        };
+    }
+
+    Ok(Manifest {
+        name,
+        description: raw.description,
+        version: raw.version,
+        environment,
+        lifecycle,
+        entry: raw.entry.value,
+        interpreter,
+        args: raw.args,
+        env: raw.env,
+        permissions,
+        volumes,
+        docker_image,
+        port,
+        confine,
+        limits,
+    })
+}

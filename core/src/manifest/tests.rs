@@ -1,0 +1,141 @@
+use super::*;
+
+const DAILY_REPORT: &str = r#"
+name: daily-report
+description: "Generate daily code review report"
+version: 1
+environment: shell
+lifecycle: oneshot
+entry: report.sh
+args: []
+env: {}
+permissions: [run_command:git, write_file:daily-report-*]
+volumes: []
+docker_image: ""
+confine: false
+limits: {timeout_ms: 90000, output_max_bytes: 1048576, memory_mb: 512}
+"#;
+
+fn error(text: &str) -> ManifestError {
+    Manifest::parse(text).unwrap_err()
+}
+
+#[test]
+fn the_seed_manifest_parses() {
+    let m = Manifest::parse(DAILY_REPORT).unwrap();
+    assert_eq!(m.name, "daily-report");
+    assert_eq!(m.environment, Environment::Shell);
+    assert_eq!(m.lifecycle, Lifecycle::Oneshot);
+    assert_eq!(m.entry, "report.sh");
+    assert_eq!(m.permissions.len(), 2);
+    assert_eq!(m.docker_image, None);
+    assert_eq!(m.limits, Limits::DEFAULT);
+    assert_eq!(m.run_permission().to_string(), "run_capability:shell");
+}
+
+#[test]
+fn defaults_fill_what_is_left_out() {
+    let m = Manifest::parse("name: t\nenvironment: shell\nlifecycle: ondemand\nentry: a/b.sh\n")
+        .unwrap();
+    assert_eq!(m.limits, Limits::DEFAULT);
+    assert_eq!(m.interpreter, Interpreter::Sh);
+    assert_eq!(m.version, 1);
+    assert!(!m.confine);
+}
+
+#[test]
+fn every_error_names_the_field_and_the_line() {
+    let e = error("name: t\nenvironment: shell\nlifecycle: oneshot\nentry: ../escape.sh\n");
+    assert_eq!((e.field.as_str(), e.line), ("entry", Some(4)));
+    assert!(e.to_string().starts_with("line 4, field `entry`"), "{e}");
+
+    let e = error("name: t\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nsurprise: 1\n");
+    assert_eq!(e.field, "surprise");
+    assert_eq!(e.line, Some(5));
+
+    let e = error("name: Bad_Name\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n");
+    assert_eq!((e.field.as_str(), e.line), ("name", Some(1)));
+
+    let e = error("name: t\nenvironment: vm\nlifecycle: oneshot\nentry: run.sh\n");
+    assert_eq!(e.line, Some(2));
+    assert!(e.message.contains("vm"), "{e}");
+
+    let e = error(
+        "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nlimits: {timeout_ms: 0}\n",
+    );
+    assert_eq!((e.field.as_str(), e.line), ("limits.timeout_ms", Some(5)));
+
+    let e = error(
+        "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\npermissions: [fly:away]\n",
+    );
+    assert_eq!(e.field, "permissions[0]");
+    assert_eq!(e.code(), "invalid_manifest");
+}
+
+#[test]
+fn entry_paths_stay_inside_the_folder() {
+    for bad in [
+        "/etc/passwd",
+        "../x",
+        "a/../../x",
+        "a//b",
+        "./x",
+        "a\\b",
+        "",
+    ] {
+        assert!(
+            check_relative_path(bad).is_err(),
+            "{bad:?} should be refused"
+        );
+    }
+    for good in ["run.sh", "bin/tool", "a.b/c-d_e"] {
+        assert!(check_relative_path(good).is_ok(), "{good:?}");
+    }
+}
+
+#[test]
+fn fields_belong_to_their_environments() {
+    let base = "name: t\nlifecycle: oneshot\nentry: x\n";
+    let e = error(&format!(
+        "{base}environment: shell\ndocker_image: busybox\n"
+    ));
+    assert_eq!(e.field, "docker_image");
+    let e = error(&format!("{base}environment: docker\n"));
+    assert_eq!(e.field, "docker_image");
+    assert!(
+        Manifest::parse(&format!(
+            "{base}environment: docker\ndocker_image: outpost-test/busybox:latest\n"
+        ))
+        .is_ok()
+    );
+    let e = error(&format!(
+        "{base}environment: shell\nvolumes: [{{host: /tmp, guest: /data}}]\n"
+    ));
+    assert_eq!(e.field, "volumes[0]");
+    let e = error(&format!(
+        "{base}environment: wasm\nvolumes: [{{host: /tmp, guest: data}}]\n"
+    ));
+    assert_eq!(e.field, "volumes[0].guest");
+    let e = error(&format!("{base}environment: wasm\nconfine: true\n"));
+    assert_eq!(e.field, "confine");
+    let e = error(&format!("{base}environment: shell\nport: 8080\n"));
+    assert_eq!(e.field, "port");
+    let e = error(&format!(
+        "{base}environment: shell\nenv: {{OUTPOST_TOKEN: x}}\n"
+    ));
+    assert_eq!(e.field, "env.OUTPOST_TOKEN");
+}
+
+#[test]
+fn malformed_yaml_is_an_error_not_a_panic() {
+    for text in [
+        "",
+        ":",
+        "name: [",
+        "- a\n- b",
+        "name: t\n  bad: indent\n",
+        "\u{0}",
+    ] {
+        let _ = error(text);
+    }
+}
