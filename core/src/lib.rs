@@ -29,6 +29,7 @@
 
 pub mod b64;
 pub mod daemon;
+pub mod executor;
 pub mod grant;
 mod hex;
 pub mod httpsig;

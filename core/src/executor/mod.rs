@@ -1,0 +1,189 @@
+//! The executor interface: one trait that shell processes, wasmtime instances, Docker
+//! containers and interactive PTYs all implement, and the routing of a capability to the
+//! executor of its declared environment.
+//!
+//! The interface names no async runtime: [`RunHandle::wait`] blocks for at most the time it
+//! is given, so a plain thread, a tokio `spawn_blocking` or a smol `unblock` can drive it.
+//! An executor whose backend is missing says so in [`Executor::probe`] and refuses to launch
+//! with [`ExecError::Unavailable`]; [`run_capability`] never hands a capability to another
+//! environment.
+//!
+//! This module owns the trait, the output caps and the permission check with its trust
+//! ceiling. It never starts anything itself.
+
+mod output;
+mod registry;
+
+pub use output::{CappedBuffer, TRUNCATION_MARKER};
+pub use registry::{Allowlists, Registry, RunRefused, Scope, TrustCeiling, run_capability};
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::grant::{CredentialDenylist, Mount};
+use crate::manifest::Manifest;
+use crate::wire::Environment;
+
+/// Whether an executor's backend can run capabilities here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// It can.
+    Available {
+        /// What it runs on (`/bin/sh`, `wasmtime 36 (pooling)`, `Docker Engine 28.2 (API 1.50)`).
+        description: String,
+    },
+    /// It cannot.
+    Unavailable {
+        /// Why.
+        reason: String,
+        /// How the machine's owner can fix it.
+        remedy: String,
+    },
+}
+
+/// Everything an executor needs to start one run.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The run's id (for logs and the service table).
+    pub run_id: String,
+    /// The capability folder, canonical.
+    pub dir: PathBuf,
+    /// Its validated manifest.
+    pub manifest: Manifest,
+    /// Arguments appended after the manifest's `args`.
+    pub extra_args: Vec<String>,
+    /// Folders the run may use (grant ∩ local policy), canonical.
+    pub mounts: Vec<Mount>,
+    /// Paths never exposed, even inside a mount.
+    pub denylist: CredentialDenylist,
+    /// Where the run starts (default: the capability folder). Must be inside the folder or a
+    /// mount, and outside the denylist.
+    pub cwd: Option<PathBuf>,
+    /// The run's time budget (the manifest's `timeout_ms`, or less when the lease is shorter).
+    pub timeout: Duration,
+}
+
+/// Which output stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// Output as it arrives, within the caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    /// The stream.
+    pub stream: Stream,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// It exited (any code) or was ended by a signal it did not get from us.
+    Exited,
+    /// Its time budget ran out; it was stopped.
+    TimedOut,
+    /// It was cancelled and stopped.
+    Cancelled,
+}
+
+/// A finished run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// How it ended.
+    pub ending: Ending,
+    /// Its exit code, if it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
+    /// Captured standard output, capped (with [`TRUNCATION_MARKER`] when cut).
+    pub stdout: Vec<u8>,
+    /// Captured standard error, capped.
+    pub stderr: Vec<u8>,
+    /// Whether either stream was cut.
+    pub truncated: bool,
+    /// Preparing (resolving, spawning, creating).
+    pub setup: Duration,
+    /// Running.
+    pub execute: Duration,
+}
+
+/// A run in progress.
+pub trait RunHandle: Send {
+    /// The run's id.
+    fn run_id(&self) -> &str;
+
+    /// Waits at most `timeout` for the run to end; `Ok(None)` if it is still running. Enforces
+    /// the run's own deadline: once it passes, the run is stopped and reported
+    /// [`Ending::TimedOut`]. Call it until it returns `Some`.
+    fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError>;
+
+    /// Stops the run and cleans up after it (processes, containers, instances). Idempotent.
+    /// The next [`RunHandle::wait`] reports [`Ending::Cancelled`].
+    fn cancel(&mut self) -> Result<(), ExecError>;
+
+    /// Output that arrived since the last call, within the caps.
+    fn read_output(&mut self) -> Vec<OutputChunk>;
+}
+
+/// One environment's executor.
+pub trait Executor: Send + Sync {
+    /// The environment it runs.
+    fn environment(&self) -> Environment;
+
+    /// Whether it can run here, and on what.
+    fn probe(&self) -> Probe;
+
+    /// Starts one run of a capability of this executor's environment.
+    fn launch(&self, launch: Launch) -> Result<Box<dyn RunHandle>, ExecError>;
+}
+
+/// Why a run could not start or be driven.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    /// The backend is missing.
+    #[error("{environment} is unavailable: {reason}; {remedy}", environment = .environment.as_str())]
+    Unavailable {
+        /// The environment.
+        environment: Environment,
+        /// Why.
+        reason: String,
+        /// How to fix it.
+        remedy: String,
+    },
+    /// The capability cannot run as declared (wrong environment, missing entry, …).
+    #[error("invalid capability: {0}")]
+    InvalidCapability(String),
+    /// A path the run would use is not allowed.
+    #[error("path {path} refused: {reason}")]
+    PathRefused {
+        /// The path.
+        path: String,
+        /// Why (`outside the capability folder`, `credential denylist`, …).
+        reason: String,
+    },
+    /// Starting failed.
+    #[error("could not start: {0}")]
+    Spawn(String),
+    /// Driving the run failed.
+    #[error("run failed: {0}")]
+    Failed(String),
+}
+
+impl ExecError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ExecError::Unavailable { .. } => "environment_unavailable",
+            ExecError::InvalidCapability(_) => "invalid_capability",
+            ExecError::PathRefused { .. } => "path_refused",
+            ExecError::Spawn(_) => "spawn_failed",
+            ExecError::Failed(_) => "run_failed",
+        }
+    }
+}
