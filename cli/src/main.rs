@@ -1,7 +1,10 @@
 //! The `outpost` command.
 //!
-//! Today it checks outpost against its published test vectors. The daemon, the reference
-//! server and `outpost run` arrive with their issues; until then they are not offered.
+//! `outpost run` runs a capability on this machine; `outpost vectors check` checks this build
+//! against the published protocol vectors. The daemon and the reference server arrive with
+//! their issues; until then they are not offered.
+
+mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,6 +22,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the capability in DIR on this machine and print its result.
+    Run {
+        /// The capability folder (holding manifest.yaml).
+        dir: PathBuf,
+        /// Print one JSON object instead of the capability's own output.
+        #[arg(long)]
+        json: bool,
+        /// Arguments passed to the capability after its manifest's args.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
     /// The published protocol test vectors.
     Vectors {
         #[command(subcommand)]
@@ -48,6 +62,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run { dir, json, args } => run::run(&dir, json, args),
         Command::Vectors {
             action: VectorsAction::Check { dir },
         } => {

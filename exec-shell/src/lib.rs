@@ -1,8 +1,140 @@
 //! # outpost-exec-shell
 //!
-//! The outpost executor for shell processes (oneshot, ondemand, persistent services) and host commands.
+//! The shell executor: runs a capability's entry as `sh <entry> <args…>` (or, with
+//! `interpreter: none`, the entry itself, without any shell interpolation) in the capability
+//! folder, in a process group of its own.
 //!
-//! **Not built yet.** This crate is a placeholder in the workspace layout; it exports nothing
-//! and runs nothing. Until its issue lands, outpost refuses capabilities of this environment
-//! with a typed "unavailable" error — it never falls back to another environment.
+//! - **Stopping.** A timeout or a cancel sends SIGTERM to the whole group, then SIGKILL after a
+//!   grace period. When the entry exits, whatever it left running in its group is killed too:
+//!   no orphans survive a run.
+//! - **Output** is captured up to the manifest's `output_max_bytes` per stream, with a marker
+//!   when it was cut. Exit code and signal are reported.
+//! - **Environment.** The process starts from an empty environment plus a short list of
+//!   harmless host variables (`PATH`, `HOME`, `LANG`, …) and the manifest's `env`; `OUTPOST_*`
+//!   variables and anything the daemon marks secret never reach it.
+//! - **Paths.** The entry must resolve (symlinks followed) inside the capability folder; the
+//!   working directory must resolve inside the folder or a granted mount and outside the
+//!   credential denylist.
+//!
+//! Oneshot and ondemand capabilities both start a fresh process per launch.
 #![forbid(unsafe_code)]
+
+mod env;
+mod paths;
+mod process;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use outpost_core::executor::{ExecError, Executor, Launch, Probe, RunHandle};
+use outpost_core::manifest::{Interpreter, Lifecycle};
+use outpost_core::wire::Environment;
+
+pub use env::{PASSTHROUGH_VARS, run_environment};
+pub use paths::{check_cwd, resolve_entry};
+pub use process::ShellRun;
+
+/// How the shell executor behaves.
+#[derive(Debug, Clone)]
+pub struct ShellConfig {
+    /// The shell for `interpreter: sh`.
+    pub shell: PathBuf,
+    /// Between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// Host variables that must never reach a run, beyond every `OUTPOST_*` one.
+    pub secret_vars: Vec<String>,
+}
+
+impl Default for ShellConfig {
+    fn default() -> Self {
+        Self {
+            shell: PathBuf::from("/bin/sh"),
+            grace: Duration::from_secs(2),
+            secret_vars: Vec::new(),
+        }
+    }
+}
+
+/// Runs shell capabilities. See the crate docs.
+#[derive(Debug, Clone, Default)]
+pub struct ShellExecutor {
+    config: ShellConfig,
+}
+
+impl ShellExecutor {
+    /// A shell executor with `config`.
+    pub fn new(config: ShellConfig) -> Self {
+        Self { config }
+    }
+}
+
+impl Executor for ShellExecutor {
+    fn environment(&self) -> Environment {
+        Environment::Shell
+    }
+
+    fn probe(&self) -> Probe {
+        match std::fs::metadata(&self.config.shell) {
+            Ok(m) if m.is_file() => Probe::Available {
+                description: format!("{}", self.config.shell.display()),
+            },
+            _ => Probe::Unavailable {
+                reason: format!("no shell at {}", self.config.shell.display()),
+                remedy: "install a POSIX shell or point the shell executor at one".into(),
+            },
+        }
+    }
+
+    fn launch(&self, launch: Launch) -> Result<Box<dyn RunHandle>, ExecError> {
+        let started = Instant::now();
+        let manifest = &launch.manifest;
+        if manifest.environment != Environment::Shell {
+            return Err(ExecError::InvalidCapability(format!(
+                "a {} capability cannot run on the shell executor",
+                manifest.environment.as_str()
+            )));
+        }
+        if manifest.lifecycle == Lifecycle::Persistent {
+            return Err(ExecError::InvalidCapability(
+                "persistent shell services are started through the running-service table".into(),
+            ));
+        }
+        if manifest.confine {
+            return Err(ExecError::Unavailable {
+                environment: Environment::Shell,
+                reason: "Landlock confinement is not available in this build".into(),
+                remedy: "remove `confine: true` or use a build with confinement".into(),
+            });
+        }
+        let entry = resolve_entry(&launch.dir, &manifest.entry)?;
+        let cwd = check_cwd(
+            &launch.dir,
+            launch.cwd.as_deref(),
+            &launch.mounts,
+            &launch.denylist,
+        )?;
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        let program = match manifest.interpreter {
+            Interpreter::Sh => {
+                argv.push(entry.into_os_string());
+                self.config.shell.clone()
+            }
+            Interpreter::None => entry,
+        };
+        argv.extend(manifest.args.iter().map(Into::into));
+        argv.extend(launch.extra_args.iter().map(Into::into));
+        let env = run_environment(std::env::vars_os(), &manifest.env, &self.config.secret_vars);
+        let run = ShellRun::spawn(process::Spawn {
+            run_id: launch.run_id.clone(),
+            program,
+            args: argv,
+            cwd,
+            env,
+            timeout: launch.timeout,
+            output_cap: usize::try_from(manifest.limits.output_max_bytes).unwrap_or(usize::MAX),
+            grace: self.config.grace,
+            started,
+        })?;
+        Ok(Box::new(run))
+    }
+}

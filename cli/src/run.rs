@@ -1,0 +1,120 @@
+//! `outpost run DIR [--json] [-- ARGS]`: runs one capability on this machine.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use outpost_core::executor::{
+    Allowlists, Ending, Launch, Outcome, Registry, Scope, Stream, run_capability,
+};
+use outpost_core::grant::CredentialDenylist;
+use outpost_core::manifest::{MANIFEST_FILE, Manifest};
+use outpost_exec_shell::ShellExecutor;
+
+/// Exit status of a run stopped at its deadline (as `timeout(1)` reports it).
+const EXIT_TIMED_OUT: u8 = 124;
+
+/// The executors this build has. Environments without one are refused, never run elsewhere.
+fn registry() -> Registry {
+    let mut registry = Registry::new();
+    registry.register(Box::new(ShellExecutor::default()));
+    registry
+}
+
+pub fn run(dir: &Path, json: bool, args: Vec<String>) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("capability folder {}", dir.display()))?;
+    let manifest_path = dir.join(MANIFEST_FILE);
+    let text = std::fs::read_to_string(&manifest_path)
+        .with_context(|| format!("reading {}", manifest_path.display()))?;
+    let manifest =
+        Manifest::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", manifest_path.display()))?;
+    // `outpost run` is the machine owner's own command: it allows this one run's environment
+    // for its session, as the owner typing it means to.
+    let mut allowlists = Allowlists::new();
+    allowlists
+        .allow(manifest.run_permission(), Scope::Session)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (environment, lifecycle) = (manifest.environment, manifest.lifecycle);
+    let timeout = Duration::from_millis(manifest.limits.timeout_ms);
+    let launch = Launch {
+        run_id: format!("local-{}", std::process::id()),
+        dir,
+        manifest,
+        extra_args: args,
+        mounts: Vec::new(),
+        denylist: CredentialDenylist::empty(),
+        cwd: None,
+        timeout,
+    };
+    let registry = registry();
+    let mut handle =
+        run_capability(&registry, &allowlists, launch).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let outcome = loop {
+        let done = handle
+            .wait(Duration::from_millis(50))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if !json {
+            for chunk in handle.read_output() {
+                let _ = match chunk.stream {
+                    Stream::Stdout => std::io::stdout().write_all(&chunk.bytes),
+                    Stream::Stderr => std::io::stderr().write_all(&chunk.bytes),
+                };
+            }
+        }
+        if let Some(outcome) = done {
+            break outcome;
+        }
+    };
+    if json {
+        print_json(
+            &outcome,
+            environment.as_str(),
+            lifecycle.as_str(),
+            started.elapsed(),
+        )?;
+    } else if outcome.truncated {
+        eprintln!("outpost: output was cut at the manifest's output_max_bytes");
+    }
+    Ok(exit_code(&outcome))
+}
+
+fn print_json(
+    o: &Outcome,
+    environment: &str,
+    lifecycle: &str,
+    total: Duration,
+) -> anyhow::Result<()> {
+    let value = serde_json::json!({
+        "exit_code": o.exit_code,
+        "signal": o.signal,
+        "stdout": String::from_utf8_lossy(&o.stdout),
+        "stderr": String::from_utf8_lossy(&o.stderr),
+        "truncated": o.truncated,
+        "timed_out": o.ending == Ending::TimedOut,
+        "environment": environment,
+        "lifecycle": lifecycle,
+        "timing": {
+            "setup_ms": o.setup.as_millis() as u64,
+            "execute_ms": o.execute.as_millis() as u64,
+            "total_ms": total.as_millis() as u64,
+        },
+    });
+    println!("{}", serde_json::to_string(&value)?);
+    Ok(())
+}
+
+fn exit_code(o: &Outcome) -> ExitCode {
+    match (&o.ending, o.exit_code, o.signal) {
+        (Ending::TimedOut, _, _) => ExitCode::from(EXIT_TIMED_OUT),
+        (_, Some(code), _) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        (_, None, Some(signal)) => {
+            ExitCode::from(128u8.saturating_add(u8::try_from(signal).unwrap_or(0)))
+        }
+        _ => ExitCode::FAILURE,
+    }
+}

@@ -1,0 +1,94 @@
+//! `outpost run` end to end: the real binary on real capability folders.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn outpost() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_outpost"))
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+fn capability(name: &str, manifest: &str, script: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("outpost-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("manifest.yaml"), manifest).unwrap();
+    std::fs::write(dir.join("run.sh"), script).unwrap();
+    dir
+}
+
+#[test]
+fn runs_the_daily_report_example() {
+    let out = outpost()
+        .arg("run")
+        .arg(examples().join("daily-report"))
+        .arg("--")
+        .arg(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("# Daily report for "), "{stdout}");
+}
+
+#[test]
+fn json_reports_the_result_and_the_exit_code_passes_through() {
+    let dir = capability(
+        "exit3",
+        "name: exit3\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
+        "echo hi; echo oops >&2; exit 3\n",
+    );
+    let out = outpost()
+        .arg("run")
+        .arg(&dir)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit_code"], 3);
+    assert_eq!(v["signal"], serde_json::Value::Null);
+    assert_eq!(v["stdout"], "hi\n");
+    assert_eq!(v["stderr"], "oops\n");
+    assert_eq!(v["truncated"], false);
+    assert_eq!(v["environment"], "shell");
+    assert_eq!(v["lifecycle"], "oneshot");
+    assert!(v["timing"]["execute_ms"].is_u64());
+}
+
+#[test]
+fn a_bad_manifest_fails_before_anything_runs() {
+    let dir = capability(
+        "bad",
+        "name: bad\nenvironment: shell\nlifecycle: oneshot\nentry: ../run.sh\n",
+        "touch ran\n",
+    );
+    let out = outpost().arg("run").arg(&dir).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 4, field `entry`"), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(!dir.join("ran").exists());
+}
+
+#[test]
+fn environments_without_an_executor_are_refused_honestly() {
+    let dir = capability(
+        "wasm",
+        "name: w\nenvironment: wasm\nlifecycle: oneshot\nentry: run.sh\n",
+        "",
+    );
+    let out = outpost().arg("run").arg(&dir).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("wasm capabilities cannot run here"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,28 @@
+//! The capabilities in `examples/` are fixtures: each manifest must parse.
+
+use outpost_core::manifest::{Lifecycle, MANIFEST_FILE, Manifest};
+
+#[test]
+fn every_example_manifest_parses() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let dir = entry.unwrap().path();
+        let text = std::fs::read_to_string(dir.join(MANIFEST_FILE)).unwrap();
+        let manifest = Manifest::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        assert!(
+            dir.join(&manifest.entry).is_file(),
+            "{}: entry missing",
+            dir.display()
+        );
+        seen.push((manifest.name, manifest.lifecycle));
+    }
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        seen,
+        vec![
+            ("daily-report".to_string(), Lifecycle::Oneshot),
+            ("health-check".to_string(), Lifecycle::Persistent),
+        ]
+    );
+}

@@ -1,0 +1,254 @@
+//! One shell run: a process group, its output readers and its waiter.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use outpost_core::executor::{
+    CappedBuffer, Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream,
+};
+
+/// How long to wait for the output pipes to close once the group is gone. A process that
+/// left the group (`setsid`) and kept a pipe open cannot hold the run hostage longer.
+const PIPE_DRAIN: Duration = Duration::from_secs(1);
+
+pub(crate) struct Spawn {
+    pub run_id: String,
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub cwd: PathBuf,
+    pub env: Vec<(OsString, OsString)>,
+    pub timeout: Duration,
+    pub output_cap: usize,
+    pub grace: Duration,
+    pub started: Instant,
+}
+
+struct Captured {
+    stdout: CappedBuffer,
+    stderr: CappedBuffer,
+    fresh: VecDeque<OutputChunk>,
+}
+
+/// A running shell capability. Dropping it kills its process group.
+pub struct ShellRun {
+    run_id: String,
+    pgid: Pid,
+    exited: Receiver<std::io::Result<ExitStatus>>,
+    pipes_closed: Receiver<()>,
+    captured: Arc<Mutex<Captured>>,
+    spawned_at: Instant,
+    setup: Duration,
+    deadline: Instant,
+    grace: Duration,
+    /// Why we are stopping it, and when SIGKILL is due.
+    stopping: Option<(Ending, Instant)>,
+    killed: bool,
+    outcome: Option<Outcome>,
+}
+
+impl ShellRun {
+    pub(crate) fn spawn(s: Spawn) -> Result<Self, ExecError> {
+        let mut child = Command::new(&s.program)
+            .args(&s.args)
+            .current_dir(&s.cwd)
+            .env_clear()
+            .envs(s.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| ExecError::Spawn(format!("{}: {e}", s.program.display())))?;
+        let spawned_at = Instant::now();
+        let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        let captured = Arc::new(Mutex::new(Captured {
+            stdout: CappedBuffer::new(s.output_cap),
+            stderr: CappedBuffer::new(s.output_cap),
+            fresh: VecDeque::new(),
+        }));
+        let (closed_tx, pipes_closed) = mpsc::channel();
+        if let Some(out) = child.stdout.take() {
+            spawn_reader(out, Stream::Stdout, captured.clone(), closed_tx.clone());
+        }
+        if let Some(err) = child.stderr.take() {
+            spawn_reader(err, Stream::Stderr, captured.clone(), closed_tx);
+        }
+        let (exit_tx, exited) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = exit_tx.send(child.wait());
+        });
+        Ok(Self {
+            run_id: s.run_id,
+            pgid,
+            exited,
+            pipes_closed,
+            captured,
+            spawned_at,
+            setup: spawned_at.saturating_duration_since(s.started),
+            deadline: spawned_at + s.timeout,
+            grace: s.grace,
+            stopping: None,
+            killed: false,
+            outcome: None,
+        })
+    }
+
+    /// SIGTERM to the group now, SIGKILL after the grace period.
+    fn stop(&mut self, why: Ending) {
+        if self.stopping.is_none() && self.outcome.is_none() {
+            let _ = killpg(self.pgid, Signal::SIGTERM);
+            self.stopping = Some((why, Instant::now() + self.grace));
+        }
+    }
+
+    fn kill_group(&mut self) {
+        let _ = killpg(self.pgid, Signal::SIGKILL);
+        self.killed = true;
+    }
+
+    fn finish(&mut self, status: std::io::Result<ExitStatus>) -> Result<Outcome, ExecError> {
+        // The entry is gone; whatever it left behind in its group goes with it.
+        self.kill_group();
+        let execute = self.spawned_at.elapsed();
+        let drain_until = Instant::now() + PIPE_DRAIN;
+        for _ in 0..2 {
+            let left = drain_until.saturating_duration_since(Instant::now());
+            if self.pipes_closed.recv_timeout(left).is_err() {
+                break;
+            }
+        }
+        let status =
+            status.map_err(|e| ExecError::Failed(format!("waiting for the process: {e}")))?;
+        let (stdout, stderr, truncated) = {
+            let mut c = self
+                .captured
+                .lock()
+                .map_err(|_| ExecError::Failed("output capture panicked".into()))?;
+            let cap_out = std::mem::replace(&mut c.stdout, CappedBuffer::new(0));
+            let cap_err = std::mem::replace(&mut c.stderr, CappedBuffer::new(0));
+            let truncated = cap_out.truncated() || cap_err.truncated();
+            (cap_out.finish(), cap_err.finish(), truncated)
+        };
+        Ok(Outcome {
+            ending: self
+                .stopping
+                .as_ref()
+                .map_or(Ending::Exited, |(why, _)| why.clone()),
+            exit_code: status.code(),
+            signal: status.signal(),
+            stdout,
+            stderr,
+            truncated,
+            setup: self.setup,
+            execute,
+        })
+    }
+}
+
+fn spawn_reader(
+    mut pipe: impl Read + Send + 'static,
+    stream: Stream,
+    captured: Arc<Mutex<Captured>>,
+    closed: mpsc::Sender<()>,
+) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let Ok(mut c) = captured.lock() else {
+                        break;
+                    };
+                    let target = match stream {
+                        Stream::Stdout => &mut c.stdout,
+                        Stream::Stderr => &mut c.stderr,
+                    };
+                    let kept = target.push(&buf[..n]).to_vec();
+                    if !kept.is_empty() {
+                        c.fresh.push_back(OutputChunk {
+                            stream,
+                            bytes: kept,
+                        });
+                    }
+                }
+            }
+        }
+        let _ = closed.send(());
+    });
+}
+
+impl RunHandle for ShellRun {
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError> {
+        if let Some(done) = &self.outcome {
+            return Ok(Some(done.clone()));
+        }
+        let until = Instant::now() + timeout;
+        loop {
+            let now = Instant::now();
+            let next_step = match self.stopping {
+                None => self.deadline,
+                Some((_, kill_at)) if !self.killed => kill_at,
+                Some(_) => until,
+            };
+            let wake = until.min(next_step);
+            match self
+                .exited
+                .recv_timeout(wake.saturating_duration_since(now))
+            {
+                Ok(status) => {
+                    let outcome = self.finish(status)?;
+                    self.outcome = Some(outcome.clone());
+                    return Ok(Some(outcome));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let now = Instant::now();
+                    match self.stopping {
+                        None if now >= self.deadline => self.stop(Ending::TimedOut),
+                        Some((_, kill_at)) if !self.killed && now >= kill_at => self.kill_group(),
+                        _ => {}
+                    }
+                    if now >= until {
+                        return Ok(None);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(ExecError::Failed("the process waiter stopped".into()));
+                }
+            }
+        }
+    }
+
+    fn cancel(&mut self) -> Result<(), ExecError> {
+        self.stop(Ending::Cancelled);
+        Ok(())
+    }
+
+    fn read_output(&mut self) -> Vec<OutputChunk> {
+        match self.captured.lock() {
+            Ok(mut c) => c.fresh.drain(..).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+impl Drop for ShellRun {
+    fn drop(&mut self) {
+        if self.outcome.is_none() {
+            self.kill_group();
+        }
+    }
+}
