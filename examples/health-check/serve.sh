@@ -1,9 +1,23 @@
 #!/bin/sh
-# A tiny HTTP service on $PORT (default 8787) answering every request with 200 OK.
-# Needs busybox nc or a netcat that supports -l -p.
-port="${PORT:-8787}"
-body='{"status":"ok"}'
-while :; do
-  printf 'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' \
-    "${#body}" "$body" | nc -l -p "$port" -q 1 >/dev/null 2>&1 || sleep 1
-done
+# A persistent HTTP service on $PORT (set from the manifest's `port`): GET /health answers
+# 200 {"status":"ok"}, anything else 404.
+exec python3 -c '
+import http.server, json, os
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.path == "/health"
+        body = json.dumps({"status": "ok"} if ok else {"error": "not found"}).encode()
+        self.send_response(200 if ok else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+port = int(os.environ.get("PORT", "8787"))
+print(f"health-check listening on 127.0.0.1:{port}", flush=True)
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+'

@@ -16,12 +16,14 @@
 //!   working directory must resolve inside the folder or a granted mount and outside the
 //!   credential denylist.
 //!
-//! Oneshot and ondemand capabilities both start a fresh process per launch.
+//! Oneshot and ondemand capabilities both start a fresh process per launch; persistent ones
+//! run in the [`ServiceTable`].
 #![forbid(unsafe_code)]
 
 mod env;
 mod paths;
 mod process;
+mod services;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -33,6 +35,7 @@ use outpost_core::wire::Environment;
 pub use env::{PASSTHROUGH_VARS, run_environment};
 pub use paths::{check_cwd, resolve_entry};
 pub use process::ShellRun;
+pub use services::{ServiceInfo, ServiceState, ServiceTable};
 
 /// How the shell executor behaves.
 #[derive(Debug, Clone)]
@@ -86,6 +89,19 @@ impl Executor for ShellExecutor {
     }
 
     fn launch(&self, launch: Launch) -> Result<Box<dyn RunHandle>, ExecError> {
+        if launch.manifest.lifecycle == Lifecycle::Persistent {
+            return Err(ExecError::InvalidCapability(
+                "persistent shell services are started through the running-service table".into(),
+            ));
+        }
+        Ok(Box::new(self.spawn(launch, false)?))
+    }
+}
+
+impl ShellExecutor {
+    /// Checks and starts a shell capability. A `service` has no deadline and learns its port
+    /// from `PORT`.
+    pub(crate) fn spawn(&self, launch: Launch, service: bool) -> Result<ShellRun, ExecError> {
         let started = Instant::now();
         let manifest = &launch.manifest;
         if manifest.environment != Environment::Shell {
@@ -93,11 +109,6 @@ impl Executor for ShellExecutor {
                 "a {} capability cannot run on the shell executor",
                 manifest.environment.as_str()
             )));
-        }
-        if manifest.lifecycle == Lifecycle::Persistent {
-            return Err(ExecError::InvalidCapability(
-                "persistent shell services are started through the running-service table".into(),
-            ));
         }
         if manifest.confine {
             return Err(ExecError::Unavailable {
@@ -123,18 +134,25 @@ impl Executor for ShellExecutor {
         };
         argv.extend(manifest.args.iter().map(Into::into));
         argv.extend(launch.extra_args.iter().map(Into::into));
-        let env = run_environment(std::env::vars_os(), &manifest.env, &self.config.secret_vars);
-        let run = ShellRun::spawn(process::Spawn {
+        let mut env = run_environment(std::env::vars_os(), &manifest.env, &self.config.secret_vars);
+        if let (true, Some(port)) = (service, manifest.port) {
+            env.retain(|(k, _)| k != "PORT");
+            env.push(("PORT".into(), port.to_string().into()));
+        }
+        ShellRun::spawn(process::Spawn {
             run_id: launch.run_id.clone(),
             program,
             args: argv,
             cwd,
             env,
-            timeout: launch.timeout,
+            timeout: if service {
+                Duration::MAX
+            } else {
+                launch.timeout
+            },
             output_cap: usize::try_from(manifest.limits.output_max_bytes).unwrap_or(usize::MAX),
             grace: self.config.grace,
             started,
-        })?;
-        Ok(Box::new(run))
+        })
     }
 }

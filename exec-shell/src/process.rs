@@ -94,12 +94,19 @@ impl ShellRun {
             captured,
             spawned_at,
             setup: spawned_at.saturating_duration_since(s.started),
-            deadline: spawned_at + s.timeout,
+            deadline: spawned_at
+                .checked_add(s.timeout)
+                .unwrap_or(far_future(spawned_at)),
             grace: s.grace,
             stopping: None,
             killed: false,
             outcome: None,
         })
+    }
+
+    /// The process id of the entry (also its process group id).
+    pub fn pid(&self) -> u32 {
+        u32::try_from(self.pgid.as_raw()).unwrap_or(0)
     }
 
     /// SIGTERM to the group now, SIGKILL after the grace period.
@@ -152,6 +159,11 @@ impl ShellRun {
             execute,
         })
     }
+}
+
+/// A deadline that never comes (a century away), for services.
+fn far_future(now: Instant) -> Instant {
+    now + Duration::from_secs(100 * 365 * 24 * 3600)
 }
 
 fn spawn_reader(
