@@ -20,6 +20,7 @@
 //! run in the [`ServiceTable`].
 #![forbid(unsafe_code)]
 
+pub mod confine;
 mod env;
 mod paths;
 mod process;
@@ -46,6 +47,8 @@ pub struct ShellConfig {
     pub grace: Duration,
     /// Host variables that must never reach a run, beyond every `OUTPOST_*` one.
     pub secret_vars: Vec<String>,
+    /// The `outpost-confine` helper for `confine: true` (default: next to the executable).
+    pub confine_helper: Option<PathBuf>,
 }
 
 impl Default for ShellConfig {
@@ -54,6 +57,7 @@ impl Default for ShellConfig {
             shell: PathBuf::from("/bin/sh"),
             grace: Duration::from_secs(2),
             secret_vars: Vec::new(),
+            confine_helper: None,
         }
     }
 }
@@ -110,13 +114,6 @@ impl ShellExecutor {
                 manifest.environment.as_str()
             )));
         }
-        if manifest.confine {
-            return Err(ExecError::Unavailable {
-                environment: Environment::Shell,
-                reason: "Landlock confinement is not available in this build".into(),
-                remedy: "remove `confine: true` or use a build with confinement".into(),
-            });
-        }
         let entry = resolve_entry(&launch.dir, &manifest.entry)?;
         let cwd = check_cwd(
             &launch.dir,
@@ -125,7 +122,7 @@ impl ShellExecutor {
             &launch.denylist,
         )?;
         let mut argv: Vec<std::ffi::OsString> = Vec::new();
-        let program = match manifest.interpreter {
+        let mut program = match manifest.interpreter {
             Interpreter::Sh => {
                 argv.push(entry.into_os_string());
                 self.config.shell.clone()
@@ -134,6 +131,29 @@ impl ShellExecutor {
         };
         argv.extend(manifest.args.iter().map(Into::into));
         argv.extend(launch.extra_args.iter().map(Into::into));
+        if manifest.confine {
+            let helper = self
+                .config
+                .confine_helper
+                .clone()
+                .or_else(confine::default_helper)
+                .ok_or_else(|| {
+                    confine::unavailable(format!(
+                        "the {} helper is not installed",
+                        confine::HELPER_NAME
+                    ))
+                })?;
+            confine::probe(&helper).map_err(confine::unavailable)?;
+            let dir = launch
+                .dir
+                .canonicalize()
+                .map_err(|e| ExecError::PathRefused {
+                    path: launch.dir.display().to_string(),
+                    reason: e.to_string(),
+                })?;
+            argv = confine::helper_args(&dir, &launch.mounts, program, argv)?;
+            program = helper;
+        }
         let mut env = run_environment(std::env::vars_os(), &manifest.env, &self.config.secret_vars);
         if let (true, Some(port)) = (service, manifest.port) {
             env.retain(|(k, _)| k != "PORT");

@@ -266,9 +266,13 @@ fn a_missing_shell_is_an_honest_refusal() {
     assert!(matches!(executor.probe(), Probe::Unavailable { .. }));
     let dir = capability(
         "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: true\n",
-        &[("run.sh", "true\n")],
+        &[("run.sh", "touch ran\n")],
     );
-    let err = ShellExecutor::default()
+    let without_helper = ShellExecutor::new(ShellConfig {
+        confine_helper: Some("/nonexistent/outpost-confine".into()),
+        ..ShellConfig::default()
+    });
+    let err = without_helper
         .launch(launch_of(&dir, Duration::from_secs(10)))
         .err()
         .unwrap();
@@ -277,4 +281,5 @@ fn a_missing_shell_is_an_honest_refusal() {
         "environment_unavailable",
         "confinement is refused, never skipped"
     );
+    assert!(!dir.join("ran").exists());
 }

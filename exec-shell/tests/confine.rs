@@ -1,0 +1,133 @@
+//! `confine: true`: a real Landlock sandbox around a real script.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use outpost_core::executor::{Executor, Launch, Outcome};
+use outpost_core::grant::{CanonicalPath, CredentialDenylist, Mount};
+use outpost_core::manifest::Manifest;
+use outpost_core::wire::FolderMode;
+use outpost_exec_shell::{ShellConfig, ShellExecutor};
+
+fn folder(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("outpost-confine-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.canonicalize().unwrap()
+}
+
+fn mount(path: &Path, mode: FolderMode) -> Mount {
+    Mount {
+        path: CanonicalPath::new(path.to_string_lossy().into_owned()).unwrap(),
+        mode,
+        excluded: Vec::new(),
+    }
+}
+
+fn executor() -> ShellExecutor {
+    ShellExecutor::new(ShellConfig {
+        confine_helper: Some(env!("CARGO_BIN_EXE_outpost-confine").into()),
+        ..ShellConfig::default()
+    })
+}
+
+fn run(script: &str, mounts: Vec<Mount>, tag: &str) -> (Outcome, PathBuf) {
+    let dir = folder(tag);
+    std::fs::write(dir.join("run.sh"), script).unwrap();
+    let manifest = Manifest::parse(
+        "name: boxed\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: true\n",
+    )
+    .unwrap();
+    let mut handle = executor()
+        .launch(Launch {
+            run_id: "boxed".into(),
+            dir: dir.clone(),
+            manifest,
+            extra_args: Vec::new(),
+            mounts,
+            denylist: CredentialDenylist::empty(),
+            cwd: None,
+            timeout: Duration::from_secs(20),
+        })
+        .unwrap();
+    loop {
+        if let Some(o) = handle.wait(Duration::from_secs(20)).unwrap() {
+            return (o, dir);
+        }
+    }
+}
+
+#[test]
+fn a_confined_script_cannot_read_outside_its_grants() {
+    let outside = folder("outside");
+    std::fs::write(outside.join("secret.txt"), "top secret").unwrap();
+    let script = format!("cat {}/secret.txt\n", outside.display());
+    let (o, _) = run(&script, Vec::new(), "read");
+    assert_ne!(o.exit_code, Some(0), "the read must fail");
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("top secret"));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Permission denied"),
+        "{:?}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn a_confined_script_writes_where_rw_was_granted_and_only_there() {
+    let rw = folder("rw");
+    let ro = folder("ro");
+    std::fs::write(ro.join("input.txt"), "readable").unwrap();
+    let script = format!(
+        "cat {ro}/input.txt > {rw}/copy.txt && echo wrote\necho nope > {ro}/new.txt || echo ro-refused\necho nope > run-output.txt || echo own-folder-refused\n",
+        ro = ro.display(),
+        rw = rw.display()
+    );
+    let (o, dir) = run(
+        &script,
+        vec![mount(&rw, FolderMode::Rw), mount(&ro, FolderMode::Ro)],
+        "write",
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("wrote"),
+        "{stdout} / {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(rw.join("copy.txt")).unwrap(),
+        "readable"
+    );
+    assert!(stdout.contains("ro-refused"), "{stdout}");
+    assert!(!ro.join("new.txt").exists());
+    assert!(
+        stdout.contains("own-folder-refused"),
+        "the capability folder is read-only: {stdout}"
+    );
+    assert!(!dir.join("run-output.txt").exists());
+}
+
+#[test]
+fn a_mount_holding_credentials_cannot_be_confined() {
+    let home = folder("home");
+    let mut m = mount(&home, FolderMode::Ro);
+    m.excluded = vec![CanonicalPath::new(format!("{}/.ssh", home.display())).unwrap()];
+    let dir = folder("cred");
+    std::fs::write(dir.join("run.sh"), "true\n").unwrap();
+    let manifest = Manifest::parse(
+        "name: boxed\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: true\n",
+    )
+    .unwrap();
+    let err = executor()
+        .launch(Launch {
+            run_id: "boxed".into(),
+            dir,
+            manifest,
+            extra_args: Vec::new(),
+            mounts: vec![m],
+            denylist: CredentialDenylist::empty(),
+            cwd: None,
+            timeout: Duration::from_secs(5),
+        })
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), "path_refused");
+}
