@@ -20,6 +20,7 @@
 //! run in the [`ServiceTable`].
 #![forbid(unsafe_code)]
 
+mod commands;
 pub mod confine;
 mod env;
 mod paths;
@@ -33,6 +34,9 @@ use outpost_core::executor::{ExecError, Executor, Launch, Probe, RunHandle};
 use outpost_core::manifest::{Interpreter, Lifecycle};
 use outpost_core::wire::Environment;
 
+pub use commands::{
+    AUDIT_COMMAND_CHARS, AuditEvent, CommandError, CommandRequest, HostCommands, JobId, JobStatus,
+};
 pub use env::{PASSTHROUGH_VARS, run_environment};
 pub use paths::{check_cwd, resolve_entry};
 pub use process::ShellRun;
