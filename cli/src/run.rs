@@ -10,8 +10,9 @@ use outpost_core::executor::{
     Allowlists, Ending, Launch, Outcome, Registry, Scope, Stream, run_capability,
 };
 use outpost_core::grant::CredentialDenylist;
+use outpost_core::manifest::Lifecycle;
 use outpost_core::manifest::{MANIFEST_FILE, Manifest};
-use outpost_exec_shell::ShellExecutor;
+use outpost_exec_shell::{ServiceState, ServiceTable, ShellExecutor};
 
 /// Exit status of a run stopped at its deadline (as `timeout(1)` reports it).
 const EXIT_TIMED_OUT: u8 = 124;
@@ -51,6 +52,9 @@ pub fn run(dir: &Path, json: bool, args: Vec<String>) -> anyhow::Result<ExitCode
         cwd: None,
         timeout,
     };
+    if lifecycle == Lifecycle::Persistent {
+        return serve(launch);
+    }
     let registry = registry();
     let mut handle =
         run_capability(&registry, &allowlists, launch).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -116,5 +120,57 @@ fn exit_code(o: &Outcome) -> ExitCode {
             ExitCode::from(128u8.saturating_add(u8::try_from(signal).unwrap_or(0)))
         }
         _ => ExitCode::FAILURE,
+    }
+}
+
+/// A persistent shell capability runs in the foreground: its output streams here until it
+/// exits (a crash is reported, never restarted) or SIGINT/SIGTERM stops it.
+fn serve(launch: Launch) -> anyhow::Result<ExitCode> {
+    if launch.manifest.environment != outpost_core::wire::Environment::Shell {
+        anyhow::bail!(
+            "persistent {} services cannot run here: no executor is installed",
+            launch.manifest.environment.as_str()
+        );
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    let name = launch.manifest.name.clone();
+    let table = ServiceTable::new();
+    let info = table
+        .start(&ShellExecutor::default(), launch)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!(
+        "outpost: {name} running as pid {}{}; Ctrl-C stops it",
+        info.pid,
+        info.port
+            .map(|p| format!(" on port {p}"))
+            .unwrap_or_default()
+    );
+    loop {
+        for chunk in table.read_output(&name) {
+            let _ = match chunk.stream {
+                Stream::Stdout => std::io::stdout().write_all(&chunk.bytes),
+                Stream::Stderr => std::io::stderr().write_all(&chunk.bytes),
+            };
+        }
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            table.stop(&name).map_err(|e| anyhow::anyhow!("{e}"))?;
+            eprintln!("outpost: {name} stopped");
+            return Ok(ExitCode::SUCCESS);
+        }
+        let state = table
+            .list()
+            .into_iter()
+            .find(|s| s.name == name)
+            .map(|s| s.state);
+        if let Some(ServiceState::Failed { exit_code, signal }) = state {
+            eprintln!(
+                "outpost: {name} exited (code {exit_code:?}, signal {signal:?}); services are not restarted"
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -92,3 +92,37 @@ fn environments_without_an_executor_are_refused_honestly() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_persistent_service_runs_until_sigterm() {
+    let dir = std::env::temp_dir().join(format!("outpost-cli-{}-svc", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("manifest.yaml"),
+        "name: svc\nenvironment: shell\nlifecycle: persistent\nentry: run.sh\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("run.sh"), "echo serving\nexec sleep 300\n").unwrap();
+    let mut child = outpost()
+        .arg("run")
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The service's first line is the event that it is up.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line, "serving\n");
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("svc stopped"), "{stderr}");
+}

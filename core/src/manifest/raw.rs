@@ -27,7 +27,7 @@ struct RawManifest {
     #[serde(default)]
     args: Vec<String>,
     #[serde(default)]
-    env: BTreeMap<String, String>,
+    env: BTreeMap<String, Spanned<String>>,
     #[serde(default)]
     permissions: Vec<Spanned<String>>,
     #[serde(default)]
@@ -132,24 +132,26 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
         Some(i) => i.value,
         None => Interpreter::default(),
     };
-    for key in raw.env.keys() {
+    for (key, value) in &raw.env {
+        let at = Some(&value.referenced);
         let valid = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         if !valid {
             return err(
                 format!("env.{key}"),
-                None,
+                at,
                 "variable names are [A-Za-z_][A-Za-z0-9_]*",
             );
         }
         if key.starts_with("OUTPOST_") {
             return err(
                 format!("env.{key}"),
-                None,
+                at,
                 "OUTPOST_* variables are reserved for the daemon",
             );
         }
     }
+    let env = raw.env.into_iter().map(|(k, v)| (k, v.value)).collect();
     let mut permissions = Vec::with_capacity(raw.permissions.len());
     for (i, p) in raw.permissions.iter().enumerate() {
         match Permission::parse(&p.value) {
@@ -209,7 +211,7 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
         None if environment == Environment::Docker => {
             return err(
                 "docker_image",
-                None,
+                Some(&raw.environment.referenced),
                 "docker capabilities must name their image",
             );
         }
@@ -283,7 +285,7 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
         entry: raw.entry.value,
         interpreter,
         args: raw.args,
-        env: raw.env,
+        env,
         permissions,
         volumes,
         docker_image,
