@@ -96,13 +96,11 @@ impl Executor for ShellExecutor {
         }
     }
 
+    /// Oneshot and ondemand runs are held to `launch.timeout`; a persistent one runs until
+    /// it exits or is cancelled (the [`ServiceTable`] keeps such handles).
     fn launch(&self, launch: Launch) -> Result<Box<dyn RunHandle>, ExecError> {
-        if launch.manifest.lifecycle == Lifecycle::Persistent {
-            return Err(ExecError::InvalidCapability(
-                "persistent shell services are started through the running-service table".into(),
-            ));
-        }
-        Ok(Box::new(self.spawn(launch, false)?))
+        let service = launch.manifest.lifecycle == Lifecycle::Persistent;
+        Ok(Box::new(self.spawn(launch, service)?))
     }
 }
 

@@ -139,7 +139,9 @@ pub trait Executor: Send + Sync {
     /// Whether it can run here, and on what.
     fn probe(&self) -> Probe;
 
-    /// Starts one run of a capability of this executor's environment.
+    /// Starts one run of a capability of this executor's environment. A oneshot or ondemand
+    /// run is held to [`Launch::timeout`]; a persistent one runs until it exits or is
+    /// cancelled.
     fn launch(&self, launch: Launch) -> Result<Box<dyn RunHandle>, ExecError>;
 }
 
