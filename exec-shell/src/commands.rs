@@ -362,14 +362,7 @@ impl HostCommands {
     /// A job's state, for its requester only.
     pub fn poll(&self, requester: &str, id: JobId) -> Result<JobStatus, CommandError> {
         let mut s = self.lock();
-        if !(s.local_opt_in && s.granted) {
-            return Err(CommandError::CommandsOff);
-        }
-        let State { jobs, audit, .. } = &mut *s;
-        let job = jobs
-            .get_mut(&id)
-            .filter(|j| j.owner == requester)
-            .ok_or(CommandError::NotFound)?;
+        let (job, audit) = owned_job(&mut s, requester, id)?;
         if let Some(done) = &job.outcome {
             return Ok(JobStatus::Finished(done.clone()));
         }
@@ -395,14 +388,7 @@ impl HostCommands {
     /// Kills a job (its whole process group), for its requester only.
     pub fn kill(&self, requester: &str, id: JobId) -> Result<Outcome, CommandError> {
         let mut s = self.lock();
-        if !(s.local_opt_in && s.granted) {
-            return Err(CommandError::CommandsOff);
-        }
-        let State { jobs, audit, .. } = &mut *s;
-        let job = jobs
-            .get_mut(&id)
-            .filter(|j| j.owner == requester)
-            .ok_or(CommandError::NotFound)?;
+        let (job, audit) = owned_job(&mut s, requester, id)?;
         if let Some(done) = &job.outcome {
             return Ok(done.clone());
         }
@@ -420,6 +406,23 @@ impl HostCommands {
             .map(|j| j.run.pid())
             .collect()
     }
+}
+
+/// The job `id` if commands are on and `requester` owns it, with the audit log beside it.
+fn owned_job<'a>(
+    s: &'a mut State,
+    requester: &str,
+    id: JobId,
+) -> Result<(&'a mut Job, &'a mut Vec<AuditEvent>), CommandError> {
+    if !(s.local_opt_in && s.granted) {
+        return Err(CommandError::CommandsOff);
+    }
+    let State { jobs, audit, .. } = s;
+    let job = jobs
+        .get_mut(&id)
+        .filter(|j| j.owner == requester)
+        .ok_or(CommandError::NotFound)?;
+    Ok((job, audit))
 }
 
 fn stop(job: &mut Job) -> Result<Outcome, ExecError> {
