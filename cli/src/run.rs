@@ -13,6 +13,7 @@ use outpost_core::grant::CredentialDenylist;
 use outpost_core::manifest::Lifecycle;
 use outpost_core::manifest::{MANIFEST_FILE, Manifest};
 use outpost_exec_shell::{ServiceState, ServiceTable, ShellExecutor};
+use outpost_exec_wasm::{WasmConfig, WasmExecutor};
 
 /// Exit status of a run stopped at its deadline (as `timeout(1)` reports it).
 const EXIT_TIMED_OUT: u8 = 124;
@@ -21,7 +22,19 @@ const EXIT_TIMED_OUT: u8 = 124;
 fn registry() -> Registry {
     let mut registry = Registry::new();
     registry.register(Box::new(ShellExecutor::default()));
+    registry.register(Box::new(WasmExecutor::new(WasmConfig {
+        cache_dir: wasm_cache_dir(),
+        ..WasmConfig::default()
+    })));
     registry
+}
+
+/// `$XDG_CACHE_HOME/outpost/wasm`, else `~/.cache/outpost/wasm`.
+fn wasm_cache_dir() -> Option<std::path::PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
+    Some(base.join("outpost").join("wasm"))
 }
 
 pub fn run(dir: &Path, json: bool, args: Vec<String>) -> anyhow::Result<ExitCode> {

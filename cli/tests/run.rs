@@ -80,15 +80,15 @@ fn a_bad_manifest_fails_before_anything_runs() {
 #[test]
 fn environments_without_an_executor_are_refused_honestly() {
     let dir = capability(
-        "wasm",
-        "name: w\nenvironment: wasm\nlifecycle: oneshot\nentry: run.sh\n",
+        "pty",
+        "name: p\nenvironment: pty\nlifecycle: oneshot\nentry: run.sh\n",
         "",
     );
     let out = outpost().arg("run").arg(&dir).output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("wasm capabilities cannot run here"),
+        stderr.contains("pty capabilities cannot run here"),
         "{stderr}"
     );
 }
@@ -125,4 +125,36 @@ fn a_persistent_service_runs_until_sigterm() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(stderr.contains("svc stopped"), "{stderr}");
+}
+
+#[test]
+fn runs_a_wasm_module() {
+    let dir = std::env::temp_dir().join(format!("outpost-cli-{}-wasm", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("manifest.yaml"),
+        "name: exit5\nenvironment: wasm\nlifecycle: oneshot\nentry: exit.wat\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("exit.wat"),
+        r#"(module (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+             (memory (export "memory") 1) (func (export "_start") (call $exit (i32.const 5))))"#,
+    )
+    .unwrap();
+    let out = outpost()
+        .arg("run")
+        .arg(&dir)
+        .arg("--json")
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["environment"], "wasm");
 }

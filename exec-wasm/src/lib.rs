@@ -1,8 +1,383 @@
 //! # outpost-exec-wasm
 //!
-//! The outpost executor for WebAssembly modules under wasmtime and WASI.
+//! The WebAssembly executor: WASI preview1 command modules (`.wasm` or `.wat`) on wasmtime.
 //!
-//! **Not built yet.** This crate is a placeholder in the workspace layout; it exports nothing
-//! and runs nothing. Until its issue lands, outpost refuses capabilities of this environment
-//! with a typed "unavailable" error — it never falls back to another environment.
-#![forbid(unsafe_code)]
+//! A module sees only what its manifest declares: `args` (argv\[0\] is the module's file
+//! name), `env`, `volumes` as preopened directories (`ro` or `rw`; host paths canonicalized
+//! and checked against the grant and the credential denylist first), and stdout/stderr
+//! captured under the same caps as every executor. No network, no inherited environment.
+//!
+//! Runs are bounded by a deadline (epoch interruption, the same `timeout_ms` as everywhere), a
+//! memory limit (`memory_mb`, through store limits) and one instance per store. `proc_exit(n)`
+//! is exit code `n`; a trap is exit code 134 with its message on stderr, as `wasmtime run`
+//! reports it. A module importing anything but WASI preview1 is refused before it runs,
+//! naming the import.
+//!
+//! Compiled modules are cached in memory and on disk (see [`ModuleCache`]); instantiation goes
+//! through a cached `InstancePre` and the pooling allocator, so an ondemand call costs a new
+//! store, a WASI context and an instantiation. A persistent module runs on its own thread
+//! until it exits or is cancelled.
+#![deny(unsafe_code)]
+
+mod cache;
+mod pipe;
+mod run;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use outpost_core::executor::{ExecError, Executor, Launch, Probe, RunHandle};
+use outpost_core::grant::{Access, CanonicalPath, check_path};
+use outpost_core::manifest::Lifecycle;
+use outpost_core::wire::{Environment, FolderMode};
+use sha2::{Digest, Sha256};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, PoolingAllocationConfig,
+    Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline,
+};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
+
+pub use cache::{CacheSource, ModuleCache};
+pub use run::{TRAP_EXIT_CODE, WasmRun};
+
+use pipe::CappedPipe;
+use run::Finish;
+
+/// How the wasm executor is set up.
+#[derive(Debug, Clone)]
+pub struct WasmConfig {
+    /// The on-disk module cache (none: memory only).
+    pub cache_dir: Option<PathBuf>,
+    /// How often the epoch advances (the deadline's resolution).
+    pub tick: Duration,
+    /// Instances the pooling allocator keeps slots for.
+    pub pool_size: u32,
+}
+
+impl Default for WasmConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            tick: Duration::from_millis(10),
+            pool_size: 64,
+        }
+    }
+}
+
+/// What a store holds.
+pub struct RunState {
+    wasi: WasiP1Ctx,
+    limits: StoreLimits,
+}
+
+/// Raised from the epoch callback when a run is cancelled or past its deadline.
+#[derive(Debug)]
+struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+struct Ready {
+    engine: Engine,
+    linker: Linker<RunState>,
+    cache: ModuleCache,
+    pres: Mutex<HashMap<[u8; 32], InstancePre<RunState>>>,
+    ticking: Arc<AtomicBool>,
+}
+
+/// Runs wasm capabilities. See the crate docs.
+pub struct WasmExecutor {
+    ready: Result<Ready, String>,
+    description: String,
+}
+
+/// The engine configuration: epoch interruption and the pooling allocator.
+pub fn engine_config(pool_size: u32) -> Config {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_core_instances(pool_size)
+        .total_memories(pool_size)
+        .total_tables(pool_size)
+        .max_memory_size(1 << 32);
+    let mut config = Config::new();
+    config
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+impl WasmExecutor {
+    /// A wasm executor. If the engine cannot be built here, [`Executor::probe`] says why.
+    pub fn new(config: WasmConfig) -> Self {
+        let built = (|| -> Result<Ready, String> {
+            let engine =
+                Engine::new(&engine_config(config.pool_size)).map_err(|e| e.to_string())?;
+            let mut linker = Linker::new(&engine);
+            wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |s: &mut RunState| &mut s.wasi)
+                .map_err(|e| e.to_string())?;
+            let cache = ModuleCache::new(engine.clone(), config.cache_dir.clone())
+                .map_err(|e| e.to_string())?;
+            let ticking = Arc::new(AtomicBool::new(true));
+            let (ticker_engine, flag, tick) = (engine.clone(), ticking.clone(), config.tick);
+            std::thread::spawn(move || {
+                while flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    ticker_engine.increment_epoch();
+                }
+            });
+            Ok(Ready {
+                engine,
+                linker,
+                cache,
+                pres: Mutex::new(HashMap::new()),
+                ticking,
+            })
+        })();
+        let description = format!(
+            "wasmtime 48 (cranelift, pooling allocator for {} instances, epoch every {} ms, cache {})",
+            config.pool_size,
+            config.tick.as_millis(),
+            config
+                .cache_dir
+                .as_ref()
+                .map_or("in memory".to_owned(), |d| d.display().to_string())
+        );
+        Self {
+            ready: built,
+            description,
+        }
+    }
+
+    /// The module cache (for inspection and benchmarks).
+    pub fn cache(&self) -> Option<&ModuleCache> {
+        self.ready.as_ref().ok().map(|r| &r.cache)
+    }
+
+    fn ready(&self) -> Result<&Ready, ExecError> {
+        self.ready
+            .as_ref()
+            .map_err(|reason| ExecError::Unavailable {
+                environment: Environment::Wasm,
+                reason: format!("the wasmtime engine could not start: {reason}"),
+                remedy: "check the machine's virtual memory limits (ulimit -v)".into(),
+            })
+    }
+}
+
+impl Drop for WasmExecutor {
+    fn drop(&mut self) {
+        if let Ok(r) = &self.ready {
+            r.ticking.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Executor for WasmExecutor {
+    fn environment(&self) -> Environment {
+        Environment::Wasm
+    }
+
+    fn probe(&self) -> Probe {
+        match &self.ready {
+            Ok(_) => Probe::Available {
+                description: self.description.clone(),
+            },
+            Err(reason) => Probe::Unavailable {
+                reason: format!("the wasmtime engine could not start: {reason}"),
+                remedy: "check the machine's virtual memory limits (ulimit -v)".into(),
+            },
+        }
+    }
+
+    fn launch(&self, launch: Launch) -> Result<Box<dyn RunHandle>, ExecError> {
+        Ok(Box::new(self.start(launch)?))
+    }
+}
+
+impl WasmExecutor {
+    /// Starts a run (also used directly by benchmarks).
+    pub fn start(&self, launch: Launch) -> Result<WasmRun, ExecError> {
+        let begun = Instant::now();
+        let ready = self.ready()?;
+        let manifest = &launch.manifest;
+        if manifest.environment != Environment::Wasm {
+            return Err(ExecError::InvalidCapability(format!(
+                "a {} capability cannot run on the wasm executor",
+                manifest.environment.as_str()
+            )));
+        }
+        let entry = outpost_exec_shell::resolve_entry(&launch.dir, &manifest.entry)?;
+        let module_name = entry
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !(module_name.ends_with(".wasm") || module_name.ends_with(".wat")) {
+            return Err(ExecError::InvalidCapability(format!(
+                "entry {module_name:?} is not a .wasm or .wat module"
+            )));
+        }
+        let bytes = std::fs::read(&entry).map_err(|e| {
+            ExecError::InvalidCapability(format!("reading {}: {e}", entry.display()))
+        })?;
+        let key: [u8; 32] = Sha256::digest(&bytes).into();
+        let pre = self.instance_pre(ready, key, &bytes)?;
+
+        let cap = usize::try_from(manifest.limits.output_max_bytes).unwrap_or(usize::MAX);
+        let (stdout, stderr) = (CappedPipe::new(cap), CappedPipe::new(cap));
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.arg(&module_name)
+            .args(&manifest.args)
+            .args(&launch.extra_args)
+            .stdout(stdout.clone())
+            .stderr(stderr.clone());
+        for (k, v) in &manifest.env {
+            wasi.env(k, v);
+        }
+        for volume in &manifest.volumes {
+            let host = volume_host(&launch, &volume.host, volume.mode)?;
+            let perms = match volume.mode {
+                FolderMode::Ro => FsPerms::ReadOnly,
+                FolderMode::Rw => FsPerms::ReadWrite,
+            };
+            wasi.preopened_dir(&host, &volume.guest, perms)
+                .map_err(|e| ExecError::PathRefused {
+                    path: host.display().to_string(),
+                    reason: e.to_string(),
+                })?;
+        }
+        let memory = usize::try_from(manifest.limits.memory_mb.saturating_mul(1 << 20))
+            .unwrap_or(usize::MAX);
+        let state = RunState {
+            wasi: wasi.build_p1(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(memory)
+                .instances(1)
+                .build(),
+        };
+        let deadline =
+            (manifest.lifecycle != Lifecycle::Persistent).then(|| begun + launch.timeout);
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let (tx, finished) = mpsc::channel();
+        let mut store = Store::new(&ready.engine, state);
+        store.limiter(|s| &mut s.limits);
+        let flag = cancelled.clone();
+        store.epoch_deadline_callback(move |_| {
+            if flag.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+                Err(Interrupted.into())
+            } else {
+                Ok(UpdateDeadline::Continue(1))
+            }
+        });
+        store.set_epoch_deadline(1);
+        let setup = begun.elapsed();
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            let how = run_start(&pre, &mut store);
+            let _ = tx.send(how);
+        });
+        Ok(WasmRun {
+            run_id: launch.run_id,
+            module_name,
+            cancelled,
+            deadline,
+            finished,
+            stdout,
+            stderr,
+            started,
+            setup,
+            outcome: None,
+        })
+    }
+
+    fn instance_pre(
+        &self,
+        ready: &Ready,
+        key: [u8; 32],
+        bytes: &[u8],
+    ) -> Result<InstancePre<RunState>, ExecError> {
+        if let Some(pre) = ready.pres.lock().ok().and_then(|p| p.get(&key).cloned()) {
+            return Ok(pre);
+        }
+        let (module, _) = ready.cache.get(bytes)?;
+        if let Some(import) = module
+            .imports()
+            .find(|i| i.module() != "wasi_snapshot_preview1")
+        {
+            return Err(ExecError::InvalidCapability(format!(
+                "the module imports `{}::{}`, which outpost does not provide (only WASI preview1)",
+                import.module(),
+                import.name()
+            )));
+        }
+        let pre = ready.linker.instantiate_pre(&module).map_err(|e| {
+            ExecError::InvalidCapability(format!("the module cannot be linked: {e}"))
+        })?;
+        if let Ok(mut p) = ready.pres.lock() {
+            p.insert(key, pre.clone());
+        }
+        Ok(pre)
+    }
+}
+
+/// Instantiates and runs `_start`.
+fn run_start(pre: &InstancePre<RunState>, store: &mut Store<RunState>) -> Finish {
+    let result = pre.instantiate(&mut *store).and_then(|instance| {
+        let start = instance.get_typed_func::<(), ()>(&mut *store, "_start")?;
+        start.call(&mut *store, ())
+    });
+    match result {
+        Ok(()) => Finish::Returned,
+        Err(e) => {
+            if let Some(exit) = e.downcast_ref::<I32Exit>() {
+                Finish::Exit(exit.0)
+            } else if e.downcast_ref::<Interrupted>().is_some() {
+                Finish::Interrupted
+            } else {
+                Finish::Trap(format!("{e:?}"))
+            }
+        }
+    }
+}
+
+/// A volume's host folder, canonical, checked against the grant and the denylist.
+fn volume_host(launch: &Launch, host: &str, mode: FolderMode) -> Result<PathBuf, ExecError> {
+    let raw = Path::new(host);
+    let joined = if raw.is_absolute() {
+        raw.to_path_buf()
+    } else {
+        launch.dir.join(raw)
+    };
+    let resolved = joined.canonicalize().map_err(|e| ExecError::PathRefused {
+        path: joined.display().to_string(),
+        reason: format!("cannot be resolved: {e}"),
+    })?;
+    let canonical = CanonicalPath::new(resolved.to_string_lossy().into_owned()).map_err(|e| {
+        ExecError::PathRefused {
+            path: resolved.display().to_string(),
+            reason: e.to_string(),
+        }
+    })?;
+    let access = match mode {
+        FolderMode::Ro => Access::Read,
+        FolderMode::Rw => Access::Write,
+    };
+    let inside_capability = mode == FolderMode::Ro && resolved.starts_with(&launch.dir);
+    match check_path(&canonical, &launch.mounts, &launch.denylist, access) {
+        Ok(_) => Ok(resolved),
+        Err(_) if inside_capability && launch.denylist.denying(&canonical).is_none() => {
+            Ok(resolved)
+        }
+        Err(e) => Err(ExecError::PathRefused {
+            path: resolved.display().to_string(),
+            reason: e.to_string(),
+        }),
+    }
+}

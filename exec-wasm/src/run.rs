@@ -1,0 +1,130 @@
+//! One wasm run: a store on its own thread, stopped by epoch interruption.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use outpost_core::executor::{Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream};
+
+use crate::pipe::CappedPipe;
+
+/// How a store's `_start` ended, as the run thread reports it.
+pub(crate) enum Finish {
+    /// `_start` returned.
+    Returned,
+    /// `proc_exit(code)`.
+    Exit(i32),
+    /// Interrupted by us (cancel or deadline).
+    Interrupted,
+    /// A trap or another error, with its message.
+    Trap(String),
+}
+
+/// Exit status `wasmtime run` reports for a trap on Unix (128 + SIGABRT).
+pub const TRAP_EXIT_CODE: i32 = 134;
+
+/// A wasm run in progress.
+pub struct WasmRun {
+    pub(crate) run_id: String,
+    pub(crate) module_name: String,
+    pub(crate) cancelled: Arc<AtomicBool>,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) finished: Receiver<Finish>,
+    pub(crate) stdout: CappedPipe,
+    pub(crate) stderr: CappedPipe,
+    pub(crate) started: Instant,
+    pub(crate) setup: Duration,
+    pub(crate) outcome: Option<Outcome>,
+}
+
+impl WasmRun {
+    fn finish(&mut self, how: Finish) -> Outcome {
+        let execute = self.started.elapsed();
+        let timed_out = self.deadline.is_some_and(|d| Instant::now() >= d);
+        let (ending, exit_code, trap) = match how {
+            Finish::Returned => (Ending::Exited, Some(0), None),
+            Finish::Exit(code) => (Ending::Exited, Some(code), None),
+            Finish::Interrupted if self.cancelled.load(Ordering::Relaxed) && !timed_out => {
+                (Ending::Cancelled, None, None)
+            }
+            Finish::Interrupted => (Ending::TimedOut, None, None),
+            Finish::Trap(message) => (Ending::Exited, Some(TRAP_EXIT_CODE), Some(message)),
+        };
+        if let Some(message) = trap {
+            // What `wasmtime run` prints for a trap.
+            let text = format!(
+                "Error: failed to run main module `{}`\n\nCaused by:\n    {message}\n",
+                self.module_name
+            );
+            let _ = write_to_pipe(&self.stderr, text.as_bytes());
+        }
+        let (stdout, out_cut) = self.stdout.take();
+        let (stderr, err_cut) = self.stderr.take();
+        Outcome {
+            ending,
+            exit_code,
+            signal: None,
+            stdout,
+            stderr,
+            truncated: out_cut || err_cut,
+            setup: self.setup,
+            execute,
+        }
+    }
+}
+
+fn write_to_pipe(pipe: &CappedPipe, bytes: &[u8]) -> Option<()> {
+    use wasmtime_wasi::p2::OutputStream;
+    let mut p = pipe.clone();
+    p.write(bytes::Bytes::copy_from_slice(bytes)).ok()
+}
+
+impl RunHandle for WasmRun {
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError> {
+        if let Some(done) = &self.outcome {
+            return Ok(Some(done.clone()));
+        }
+        match self.finished.recv_timeout(timeout) {
+            Ok(how) => {
+                let outcome = self.finish(how);
+                self.outcome = Some(outcome.clone());
+                Ok(Some(outcome))
+            }
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(ExecError::Failed("the wasm run thread stopped".into()))
+            }
+        }
+    }
+
+    fn cancel(&mut self) -> Result<(), ExecError> {
+        self.cancelled.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn read_output(&mut self) -> Vec<OutputChunk> {
+        let mut chunks = Vec::new();
+        for (stream, pipe) in [
+            (Stream::Stdout, &self.stdout),
+            (Stream::Stderr, &self.stderr),
+        ] {
+            let bytes = pipe.fresh();
+            if !bytes.is_empty() {
+                chunks.push(OutputChunk { stream, bytes });
+            }
+        }
+        chunks
+    }
+}
+
+impl Drop for WasmRun {
+    fn drop(&mut self) {
+        // An abandoned run stops at the next epoch tick.
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+}

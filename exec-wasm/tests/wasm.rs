@@ -1,0 +1,338 @@
+//! The wasm executor on real wasmtime with WAT modules written for each behaviour.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use outpost_core::executor::{Ending, Executor, Launch, Outcome, Probe};
+use outpost_core::grant::{CanonicalPath, CredentialDenylist, Mount};
+use outpost_core::manifest::Manifest;
+use outpost_core::wire::FolderMode;
+use outpost_exec_wasm::{CacheSource, TRAP_EXIT_CODE, WasmConfig, WasmExecutor};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn folder(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "outpost-wasm-{}-{tag}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.canonicalize().unwrap()
+}
+
+fn capability(wat: &str, extra_manifest: &str) -> (PathBuf, Manifest) {
+    let dir = folder("cap");
+    std::fs::write(dir.join("module.wat"), wat).unwrap();
+    let text = format!(
+        "name: w\nenvironment: wasm\nlifecycle: ondemand\nentry: module.wat\n{extra_manifest}"
+    );
+    std::fs::write(dir.join("manifest.yaml"), &text).unwrap();
+    (dir, Manifest::parse(&text).unwrap())
+}
+
+fn launch(dir: &Path, manifest: Manifest, mounts: Vec<Mount>) -> Launch {
+    Launch {
+        run_id: "w1".into(),
+        dir: dir.to_path_buf(),
+        timeout: Duration::from_millis(manifest.limits.timeout_ms),
+        manifest,
+        extra_args: Vec::new(),
+        mounts,
+        denylist: CredentialDenylist::empty(),
+        cwd: None,
+    }
+}
+
+fn run_with(executor: &WasmExecutor, wat: &str, extra_manifest: &str) -> Outcome {
+    let (dir, manifest) = capability(wat, extra_manifest);
+    let mut handle = executor.launch(launch(&dir, manifest, Vec::new())).unwrap();
+    loop {
+        if let Some(o) = handle.wait(Duration::from_secs(30)).unwrap() {
+            return o;
+        }
+    }
+}
+
+fn run(wat: &str, extra_manifest: &str) -> Outcome {
+    run_with(
+        &WasmExecutor::new(WasmConfig::default()),
+        wat,
+        extra_manifest,
+    )
+}
+
+const HELLO: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "hello\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const 6))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+const ARGS_AND_ENV: &str = r#"(module
+  (import "wasi_snapshot_preview1" "args_sizes_get" (func $sizes (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "args_get" (func $get (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "environ_sizes_get" (func $esizes (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "environ_get" (func $eget (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func $dump (param $buf i32) (param $len i32)
+    (local $i i32)
+    (block $done (loop $l
+      (br_if $done (i32.ge_u (local.get $i) (local.get $len)))
+      (if (i32.eqz (i32.load8_u (i32.add (local.get $buf) (local.get $i))))
+        (then (i32.store8 (i32.add (local.get $buf) (local.get $i)) (i32.const 10))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $l)))
+    (i32.store (i32.const 0) (local.get $buf))
+    (i32.store (i32.const 4) (local.get $len))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8))))
+  (func (export "_start")
+    (drop (call $sizes (i32.const 16) (i32.const 20)))
+    (drop (call $get (i32.const 1024) (i32.const 4096)))
+    (call $dump (i32.const 4096) (i32.load (i32.const 20)))
+    (drop (call $esizes (i32.const 16) (i32.const 20)))
+    (drop (call $eget (i32.const 2048) (i32.const 8192)))
+    (call $dump (i32.const 8192) (i32.load (i32.const 20)))))"#;
+
+const EXIT_7: &str = r#"(module
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (func (export "_start") (call $exit (i32.const 7))))"#;
+
+const TRAP: &str = r#"(module (memory (export "memory") 1) (func (export "_start") unreachable))"#;
+
+const SPIN: &str =
+    r#"(module (memory (export "memory") 1) (func (export "_start") (loop $l (br $l))))"#;
+
+const GROW: &str = r#"(module
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (if (i32.eq (memory.grow (i32.const 32)) (i32.const -1)) (then (call $exit (i32.const 1))))
+    (call $exit (i32.const 0))))"#;
+
+const WRITE_FILE: &str = r#"(module
+  (import "wasi_snapshot_preview1" "path_open" (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 100) "out.txt")
+  (data (i32.const 200) "written")
+  (func (export "_start")
+    (local $err i32)
+    (local.set $err (call $open (i32.const 3) (i32.const 0) (i32.const 100) (i32.const 7)
+        (i32.const 1) (i64.const 64) (i64.const 0) (i32.const 0) (i32.const 16)))
+    (if (local.get $err) (then (call $exit (i32.add (i32.const 100) (local.get $err)))))
+    (i32.store (i32.const 0) (i32.const 200))
+    (i32.store (i32.const 4) (i32.const 7))
+    (drop (call $fd_write (i32.load (i32.const 16)) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (call $exit (i32.const 0))))"#;
+
+#[test]
+fn probe_reports_the_engine() {
+    match WasmExecutor::new(WasmConfig::default()).probe() {
+        Probe::Available { description } => {
+            assert!(description.contains("wasmtime"), "{description}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn hello_writes_stdout_and_returns_zero() {
+    let o = run(HELLO, "");
+    assert_eq!((o.ending, o.exit_code), (Ending::Exited, Some(0)));
+    assert_eq!(o.stdout, b"hello\n");
+    assert!(o.stderr.is_empty());
+}
+
+#[test]
+fn argv0_is_the_module_file_then_args_and_only_the_declared_env() {
+    let o = run(
+        ARGS_AND_ENV,
+        "args: [one, 'two words']\nenv: {GREETING: hi}\n",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "module.wat\none\ntwo words\nGREETING=hi\n"
+    );
+}
+
+#[test]
+fn proc_exit_is_the_exit_code() {
+    assert_eq!(run(EXIT_7, "").exit_code, Some(7));
+}
+
+#[test]
+fn a_trap_is_exit_134_with_its_message() {
+    let o = run(TRAP, "");
+    assert_eq!(o.exit_code, Some(TRAP_EXIT_CODE));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.starts_with("Error: failed to run main module `module.wat`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unreachable"), "{stderr}");
+}
+
+#[test]
+fn the_deadline_interrupts_a_spinning_module() {
+    let o = run(SPIN, "limits: {timeout_ms: 200}\n");
+    assert_eq!(o.ending, Ending::TimedOut);
+}
+
+#[test]
+fn cancel_interrupts_a_spinning_module() {
+    let executor = WasmExecutor::new(WasmConfig::default());
+    let (dir, manifest) = capability(SPIN, "");
+    let mut handle = executor.launch(launch(&dir, manifest, Vec::new())).unwrap();
+    assert!(handle.wait(Duration::from_millis(50)).unwrap().is_none());
+    handle.cancel().unwrap();
+    let o = loop {
+        if let Some(o) = handle.wait(Duration::from_secs(10)).unwrap() {
+            break o;
+        }
+    };
+    assert_eq!(o.ending, Ending::Cancelled);
+}
+
+#[test]
+fn memory_is_limited_by_memory_mb() {
+    assert_eq!(run(GROW, "limits: {memory_mb: 1}\n").exit_code, Some(1));
+    assert_eq!(run(GROW, "").exit_code, Some(0));
+}
+
+#[test]
+fn volumes_are_preopened_with_their_modes() {
+    let executor = WasmExecutor::new(WasmConfig::default());
+    for (mode, expect_written) in [(FolderMode::Rw, true), (FolderMode::Ro, false)] {
+        let data = folder("data");
+        let mode_name = if mode == FolderMode::Rw { "rw" } else { "ro" };
+        let (dir, manifest) = capability(
+            WRITE_FILE,
+            &format!(
+                "volumes: [{{host: {}, guest: /data, mode: {mode_name}}}]\n",
+                data.display()
+            ),
+        );
+        let grant = Mount {
+            path: CanonicalPath::new(data.to_string_lossy().into_owned()).unwrap(),
+            mode,
+            excluded: Vec::new(),
+        };
+        let mut handle = executor
+            .launch(launch(&dir, manifest, vec![grant]))
+            .unwrap();
+        let o = loop {
+            if let Some(o) = handle.wait(Duration::from_secs(30)).unwrap() {
+                break o;
+            }
+        };
+        let written = std::fs::read_to_string(data.join("out.txt")).ok();
+        if expect_written {
+            assert_eq!(o.exit_code, Some(0));
+            assert_eq!(written.as_deref(), Some("written"));
+        } else {
+            assert_ne!(
+                o.exit_code,
+                Some(0),
+                "a read-only preopen refuses the write"
+            );
+            assert_eq!(written, None);
+        }
+    }
+}
+
+#[test]
+fn a_volume_outside_the_grant_is_refused_before_it_opens() {
+    let data = folder("ungranted");
+    let (dir, manifest) = capability(
+        HELLO,
+        &format!(
+            "volumes: [{{host: {}, guest: /data, mode: rw}}]\n",
+            data.display()
+        ),
+    );
+    let err = WasmExecutor::new(WasmConfig::default())
+        .launch(launch(&dir, manifest, Vec::new()))
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), "path_refused");
+}
+
+#[test]
+fn foreign_imports_are_refused_by_name() {
+    let (dir, manifest) = capability(
+        r#"(module (import "env" "launch_missiles" (func)) (memory (export "memory") 1) (func (export "_start")))"#,
+        "",
+    );
+    let err = WasmExecutor::new(WasmConfig::default())
+        .launch(launch(&dir, manifest, Vec::new()))
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), "invalid_capability");
+    assert!(err.to_string().contains("env::launch_missiles"), "{err}");
+}
+
+#[test]
+fn output_is_capped_like_every_executor() {
+    let o = run(HELLO, "limits: {output_max_bytes: 3}\n");
+    assert!(o.truncated);
+    assert!(o.stdout.starts_with(b"hel"));
+}
+
+#[test]
+fn the_disk_cache_is_reused_and_corruption_is_recompiled() {
+    let cache = folder("cache");
+    let config = WasmConfig {
+        cache_dir: Some(cache.clone()),
+        ..WasmConfig::default()
+    };
+    let bytes = HELLO.as_bytes();
+    // Compile through a real run, then look at what landed on disk.
+    let first = WasmExecutor::new(config.clone());
+    assert_eq!(run_with(&first, HELLO, "").exit_code, Some(0));
+    let files: Vec<PathBuf> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&cache).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700);
+    assert_eq!(
+        first.cache().unwrap().get(bytes).unwrap().1,
+        CacheSource::Memory
+    );
+
+    // A new executor (a new process, as far as the cache knows) loads it from disk.
+    let second = WasmExecutor::new(config.clone());
+    assert_eq!(
+        second.cache().unwrap().get(bytes).unwrap().1,
+        CacheSource::Disk
+    );
+
+    // A flipped byte is caught by the checksum and recompiled; the run still works.
+    let mut corrupt = std::fs::read(&files[0]).unwrap();
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    std::fs::write(&files[0], corrupt).unwrap();
+    let third = WasmExecutor::new(config.clone());
+    match third.cache().unwrap().get(bytes).unwrap().1 {
+        CacheSource::Recompiled { reason } => assert!(reason.contains("checksum"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(run_with(&third, HELLO, "").stdout, b"hello\n");
+
+    // A foreign file under the module's name is refused, not loaded.
+    std::fs::write(&files[0], b"\x7fELF not a module").unwrap();
+    let fourth = WasmExecutor::new(config);
+    assert!(matches!(
+        fourth.cache().unwrap().get(bytes).unwrap().1,
+        CacheSource::Recompiled { .. }
+    ));
+}
