@@ -21,6 +21,7 @@
 
 mod cache;
 mod pipe;
+mod pool;
 mod run;
 
 use std::collections::HashMap;
@@ -86,7 +87,12 @@ impl std::fmt::Display for Interrupted {
 
 impl std::error::Error for Interrupted {}
 
+/// An entry file's identity: device, inode, size, modification time.
+type FileStamp = (u64, u64, u64, i64, i64);
+
 struct Ready {
+    pool: pool::RunPool,
+    entries: Mutex<HashMap<PathBuf, (FileStamp, [u8; 32], String)>>,
     engine: Engine,
     linker: Linker<RunState>,
     cache: ModuleCache,
@@ -134,6 +140,8 @@ impl WasmExecutor {
                 }
             });
             Ok(Ready {
+                pool: pool::RunPool::default(),
+                entries: Mutex::new(HashMap::new()),
                 engine,
                 linker,
                 cache,
@@ -214,21 +222,13 @@ impl WasmExecutor {
                 manifest.environment.as_str()
             )));
         }
-        let entry = outpost_exec_shell::resolve_entry(&launch.dir, &manifest.entry)?;
-        let module_name = entry
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if !(module_name.ends_with(".wasm") || module_name.ends_with(".wat")) {
-            return Err(ExecError::InvalidCapability(format!(
-                "entry {module_name:?} is not a .wasm or .wat module"
-            )));
-        }
-        let bytes = std::fs::read(&entry).map_err(|e| {
-            ExecError::InvalidCapability(format!("reading {}: {e}", entry.display()))
-        })?;
-        let key: [u8; 32] = Sha256::digest(&bytes).into();
-        let pre = self.instance_pre(ready, key, &bytes)?;
+        let (key, module_name) = self.module_key(ready, &launch)?;
+        let pre = ready
+            .pres
+            .lock()
+            .ok()
+            .and_then(|p| p.get(&key).cloned())
+            .ok_or_else(|| ExecError::Failed("the module vanished from the cache".into()))?;
 
         let cap = usize::try_from(manifest.limits.output_max_bytes).unwrap_or(usize::MAX);
         let (stdout, stderr) = (CappedPipe::new(cap), CappedPipe::new(cap));
@@ -279,22 +279,74 @@ impl WasmExecutor {
         store.set_epoch_deadline(1);
         let setup = begun.elapsed();
         let started = Instant::now();
-        std::thread::spawn(move || {
-            let how = run_start(&pre, &mut store);
-            let _ = tx.send(how);
-        });
+        let mut job = move || run_start(&pre, &mut store);
+        let pending = if manifest.lifecycle == Lifecycle::Persistent {
+            // A service keeps a thread of its own for its whole life.
+            std::thread::spawn(move || {
+                let _ = tx.send(job());
+            });
+            None
+        } else {
+            Some(run::Pending {
+                job: Box::new(job),
+                report: tx,
+                pool: ready.pool.clone(),
+            })
+        };
         Ok(WasmRun {
             run_id: launch.run_id,
             module_name,
             cancelled,
             deadline,
             finished,
+            pending,
             stdout,
             stderr,
             started,
             setup,
             outcome: None,
         })
+    }
+
+    /// The module's key and file name. The entry is resolved (symlinks followed, inside the
+    /// folder), read and hashed once; later launches reuse that while the file's inode, size
+    /// and modification time are unchanged and it is not a symlink.
+    fn module_key(&self, ready: &Ready, launch: &Launch) -> Result<([u8; 32], String), ExecError> {
+        use std::os::unix::fs::MetadataExt;
+        let joined = launch.dir.join(&launch.manifest.entry);
+        let stamp = std::fs::symlink_metadata(&joined)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| (m.dev(), m.ino(), m.len(), m.mtime(), m.mtime_nsec()));
+        if let Some(stamp) = stamp
+            && let Some(known) = ready
+                .entries
+                .lock()
+                .ok()
+                .and_then(|e| e.get(&joined).cloned())
+            && known.0 == stamp
+        {
+            return Ok((known.1, known.2));
+        }
+        let entry = outpost_exec_shell::resolve_entry(&launch.dir, &launch.manifest.entry)?;
+        let module_name = entry
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !(module_name.ends_with(".wasm") || module_name.ends_with(".wat")) {
+            return Err(ExecError::InvalidCapability(format!(
+                "entry {module_name:?} is not a .wasm or .wat module"
+            )));
+        }
+        let bytes = std::fs::read(&entry).map_err(|e| {
+            ExecError::InvalidCapability(format!("reading {}: {e}", entry.display()))
+        })?;
+        let key: [u8; 32] = Sha256::digest(&bytes).into();
+        self.instance_pre(ready, key, &bytes)?;
+        if let (Some(stamp), Ok(mut entries)) = (stamp, ready.entries.lock()) {
+            entries.insert(joined, (stamp, key, module_name.clone()));
+        }
+        Ok((key, module_name))
     }
 
     fn instance_pre(

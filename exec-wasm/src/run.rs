@@ -2,12 +2,21 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use outpost_core::executor::{Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream};
 
 use crate::pipe::CappedPipe;
+use crate::pool::RunPool;
+
+/// A run not yet started: it starts on the caller's thread when a `wait` covers its whole
+/// deadline (no thread hop: an ondemand call costs microseconds), else on the pool.
+pub(crate) struct Pending {
+    pub(crate) job: Box<dyn FnOnce() -> Finish + Send>,
+    pub(crate) report: Sender<Finish>,
+    pub(crate) pool: RunPool,
+}
 
 /// How a store's `_start` ended, as the run thread reports it.
 pub(crate) enum Finish {
@@ -31,6 +40,7 @@ pub struct WasmRun {
     pub(crate) cancelled: Arc<AtomicBool>,
     pub(crate) deadline: Option<Instant>,
     pub(crate) finished: Receiver<Finish>,
+    pub(crate) pending: Option<Pending>,
     pub(crate) stdout: CappedPipe,
     pub(crate) stderr: CappedPipe,
     pub(crate) started: Instant,
@@ -39,6 +49,16 @@ pub struct WasmRun {
 }
 
 impl WasmRun {
+    /// Hands a not-yet-started run to the pool.
+    fn start_on_pool(&mut self) {
+        if let Some(p) = self.pending.take() {
+            let (job, report) = (p.job, p.report);
+            p.pool.spawn(Box::new(move || {
+                let _ = report.send(job());
+            }));
+        }
+    }
+
     fn finish(&mut self, how: Finish) -> Outcome {
         let execute = self.started.elapsed();
         let timed_out = self.deadline.is_some_and(|d| Instant::now() >= d);
@@ -89,6 +109,28 @@ impl RunHandle for WasmRun {
         if let Some(done) = &self.outcome {
             return Ok(Some(done.clone()));
         }
+        if self.pending.is_some() {
+            let covers_deadline = self
+                .deadline
+                .is_some_and(|d| timeout >= d.saturating_duration_since(Instant::now()));
+            if covers_deadline && !self.cancelled.load(Ordering::Relaxed) {
+                // The deadline ends the run before `timeout` runs out: run it right here.
+                if let Some(p) = self.pending.take() {
+                    let how = (p.job)();
+                    let outcome = self.finish(how);
+                    self.outcome = Some(outcome.clone());
+                    return Ok(Some(outcome));
+                }
+            }
+            if self.cancelled.load(Ordering::Relaxed) {
+                // Cancelled before it ever started.
+                self.pending = None;
+                let outcome = self.finish(Finish::Interrupted);
+                self.outcome = Some(outcome.clone());
+                return Ok(Some(outcome));
+            }
+            self.start_on_pool();
+        }
         match self.finished.recv_timeout(timeout) {
             Ok(how) => {
                 let outcome = self.finish(how);
@@ -108,6 +150,8 @@ impl RunHandle for WasmRun {
     }
 
     fn read_output(&mut self) -> Vec<OutputChunk> {
+        // Someone watches the output: the run must make progress on its own.
+        self.start_on_pool();
         let mut chunks = Vec::new();
         for (stream, pipe) in [
             (Stream::Stdout, &self.stdout),
