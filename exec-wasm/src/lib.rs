@@ -90,9 +90,12 @@ impl std::error::Error for Interrupted {}
 /// An entry file's identity: device, inode, size, modification time.
 type FileStamp = (u64, u64, u64, i64, i64);
 
+/// What a resolved entry file gave: its identity when read, the module's key, its file name.
+type KnownEntry = (FileStamp, [u8; 32], String);
+
 struct Ready {
     pool: pool::RunPool,
-    entries: Mutex<HashMap<PathBuf, (FileStamp, [u8; 32], String)>>,
+    entries: Mutex<HashMap<PathBuf, KnownEntry>>,
     engine: Engine,
     linker: Linker<RunState>,
     cache: ModuleCache,
