@@ -36,10 +36,10 @@ fn folder(tag: &str) -> PathBuf {
     dir.canonicalize().unwrap()
 }
 
-fn launch_of(dir: &PathBuf, manifest: &Manifest) -> Launch {
+fn launch_of(dir: &std::path::Path, manifest: &Manifest) -> Launch {
     Launch {
         run_id: "bench".into(),
-        dir: dir.clone(),
+        dir: dir.to_path_buf(),
         manifest: manifest.clone(),
         extra_args: Vec::new(),
         mounts: Vec::new(),
