@@ -139,12 +139,14 @@ fn exit_code(o: &Outcome) -> ExitCode {
 /// A persistent shell capability runs in the foreground: its output streams here until it
 /// exits (a crash is reported, never restarted) or SIGINT/SIGTERM stops it.
 fn serve(launch: Launch) -> anyhow::Result<ExitCode> {
-    if launch.manifest.environment != outpost_core::wire::Environment::Shell {
-        anyhow::bail!(
+    let registry = registry();
+    let environment = launch.manifest.environment;
+    let executor = registry.get(environment).ok_or_else(|| {
+        anyhow::anyhow!(
             "persistent {} services cannot run here: no executor is installed",
-            launch.manifest.environment.as_str()
-        );
-    }
+            environment.as_str()
+        )
+    })?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone())?;
@@ -152,11 +154,11 @@ fn serve(launch: Launch) -> anyhow::Result<ExitCode> {
     let name = launch.manifest.name.clone();
     let table = ServiceTable::new();
     let info = table
-        .start(&ShellExecutor::default(), launch)
+        .start(executor, launch)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!(
-        "outpost: {name} running as pid {}{}; Ctrl-C stops it",
-        info.pid,
+        "outpost: {name} running{}{}; Ctrl-C stops it",
+        info.id.map(|id| format!(" as {id}")).unwrap_or_default(),
         info.port
             .map(|p| format!(" on port {p}"))
             .unwrap_or_default()

@@ -249,6 +249,10 @@ impl RunHandle for ShellRun {
         Ok(())
     }
 
+    fn service_id(&self) -> Option<String> {
+        Some(self.pid().to_string())
+    }
+
     fn read_output(&mut self) -> Vec<OutputChunk> {
         match self.captured.lock() {
             Ok(mut c) => c.fresh.drain(..).collect(),

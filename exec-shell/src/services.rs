@@ -1,7 +1,8 @@
-//! The running-service table: persistent shell capabilities.
+//! The running-service table: persistent capabilities of any environment.
 //!
 //! A persistent capability is started once and keeps running until it is stopped. The table
-//! records its pid (which is also its process group), name, start time, port and state. A
+//! records its name, the id its executor gives (a shell service's pid, which is also its
+//! process group; a container id; none for a wasm instance), start time, port and state. A
 //! service that exits on its own is marked [`ServiceState::Failed`] with its exit status and
 //! is **not** restarted. Stopping kills its process group; shutdown stops every service.
 //! Nothing here is persisted: a daemon restart starts with an empty table.
@@ -10,11 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use outpost_core::executor::{Ending, ExecError, Launch, RunHandle};
+use outpost_core::executor::{Ending, ExecError, Executor, Launch, RunHandle};
 use outpost_core::manifest::Lifecycle;
-
-use crate::ShellExecutor;
-use crate::process::ShellRun;
 
 /// Where a service is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,8 +35,8 @@ pub enum ServiceState {
 pub struct ServiceInfo {
     /// The capability's name.
     pub name: String,
-    /// The process id (and process group id).
-    pub pid: u32,
+    /// The executor's id for it: a pid (also the process group), a container id, or none.
+    pub id: Option<String>,
     /// When it started.
     pub started_at: SystemTime,
     /// The port it listens on, if the manifest names one.
@@ -49,7 +47,7 @@ pub struct ServiceInfo {
 
 struct Entry {
     info: ServiceInfo,
-    run: ShellRun,
+    run: Box<dyn RunHandle>,
 }
 
 /// The persistent services this daemon runs.
@@ -68,12 +66,9 @@ impl ServiceTable {
         Self::default()
     }
 
-    /// Starts a persistent capability. Refuses other lifecycles, and a name already running.
-    pub fn start(
-        &self,
-        executor: &ShellExecutor,
-        launch: Launch,
-    ) -> Result<ServiceInfo, ExecError> {
+    /// Starts a persistent capability with `executor`. Refuses other lifecycles, and a name
+    /// already running.
+    pub fn start(&self, executor: &dyn Executor, launch: Launch) -> Result<ServiceInfo, ExecError> {
         if launch.manifest.lifecycle != Lifecycle::Persistent {
             return Err(ExecError::InvalidCapability(format!(
                 "{} is {}, not persistent",
@@ -93,10 +88,10 @@ impl ServiceTable {
                 "service {name} is already running"
             )));
         }
-        let run = executor.spawn(launch, true)?;
+        let run = executor.launch(launch)?;
         let info = ServiceInfo {
             name: name.clone(),
-            pid: run.pid(),
+            id: run.service_id(),
             started_at: SystemTime::now(),
             port,
             state: ServiceState::Running,

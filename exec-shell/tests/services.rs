@@ -93,7 +93,8 @@ fn the_health_check_example_answers_on_its_port_and_stops() {
         TcpStream::connect(("127.0.0.1", port)).is_err(),
         "nothing listens any more"
     );
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", info.pid)).unwrap_or_default();
+    let pid = info.id.clone().expect("a shell service has a pid");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     assert!(
         stat.is_empty() || stat.contains(") Z"),
         "the service process is gone: {stat}"
@@ -130,7 +131,7 @@ fn a_crashed_service_is_marked_failed_and_not_restarted() {
             signal: None
         }
     );
-    assert_eq!(failed.pid, first.pid, "never restarted");
+    assert_eq!(failed.id, first.id, "never restarted");
     assert_eq!(table.list().len(), 1);
 }
 

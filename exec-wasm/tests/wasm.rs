@@ -336,3 +336,49 @@ fn the_disk_cache_is_reused_and_corruption_is_recompiled() {
         CacheSource::Recompiled { .. }
     ));
 }
+
+#[test]
+fn persistent_modules_live_in_the_service_table_until_stopped_or_trapped() {
+    use outpost_exec_shell::{ServiceState, ServiceTable};
+    let executor = WasmExecutor::new(WasmConfig::default());
+    let table = ServiceTable::new();
+    let (dir, _) = capability(SPIN, "");
+    let text = "name: spinner\nenvironment: wasm\nlifecycle: persistent\nentry: module.wat\n";
+    let info = table
+        .start(
+            &executor,
+            launch(&dir, Manifest::parse(text).unwrap(), Vec::new()),
+        )
+        .unwrap();
+    assert_eq!(info.state, ServiceState::Running);
+    assert_eq!(info.id, None, "a wasm service is a thread of the daemon");
+    assert_eq!(table.stop("spinner").unwrap().state, ServiceState::Stopped);
+
+    let (dir, _) = capability(TRAP, "");
+    let text = "name: crasher\nenvironment: wasm\nlifecycle: persistent\nentry: module.wat\n";
+    table
+        .start(
+            &executor,
+            launch(&dir, Manifest::parse(text).unwrap(), Vec::new()),
+        )
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let state = loop {
+        let row = table
+            .list()
+            .into_iter()
+            .find(|s| s.name == "crasher")
+            .unwrap();
+        if row.state != ServiceState::Running || std::time::Instant::now() > until {
+            break row.state;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(
+        state,
+        ServiceState::Failed {
+            exit_code: Some(TRAP_EXIT_CODE),
+            signal: None
+        }
+    );
+}

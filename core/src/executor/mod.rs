@@ -129,6 +129,12 @@ pub trait RunHandle: Send {
 
     /// Output that arrived since the last call, within the caps.
     fn read_output(&mut self) -> Vec<OutputChunk>;
+
+    /// What a running-service table records to find the run on the machine: a process id,
+    /// a container id, or nothing (a wasm instance lives on a thread of the daemon).
+    fn service_id(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One environment's executor.
