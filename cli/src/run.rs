@@ -29,6 +29,36 @@ fn registry() -> Registry {
     registry
 }
 
+/// The machine's owner running a capability by hand grants the folders its manifest
+/// declares, with their modes; the credential denylist still applies inside the executor.
+fn owner_mounts(
+    dir: &Path,
+    manifest: &Manifest,
+) -> anyhow::Result<Vec<outpost_core::grant::Mount>> {
+    manifest
+        .volumes
+        .iter()
+        .map(|v| {
+            let host = Path::new(&v.host);
+            let host = if host.is_absolute() {
+                host.to_path_buf()
+            } else {
+                dir.join(host)
+            };
+            let host = host
+                .canonicalize()
+                .with_context(|| format!("volume {}", host.display()))?;
+            let path = outpost_core::grant::CanonicalPath::new(host.to_string_lossy().into_owned())
+                .map_err(|e| anyhow::anyhow!("volume {}: {e}", host.display()))?;
+            Ok(outpost_core::grant::Mount {
+                path,
+                mode: v.mode,
+                excluded: Vec::new(),
+            })
+        })
+        .collect()
+}
+
 /// `$XDG_CACHE_HOME/outpost/wasm`, else `~/.cache/outpost/wasm`.
 fn wasm_cache_dir() -> Option<std::path::PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
@@ -55,12 +85,13 @@ pub fn run(dir: &Path, json: bool, args: Vec<String>) -> anyhow::Result<ExitCode
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let (environment, lifecycle) = (manifest.environment, manifest.lifecycle);
     let timeout = Duration::from_millis(manifest.limits.timeout_ms);
+    let mounts = owner_mounts(&dir, &manifest)?;
     let launch = Launch {
         run_id: format!("local-{}", std::process::id()),
         dir,
         manifest,
         extra_args: args,
-        mounts: Vec::new(),
+        mounts,
         denylist: CredentialDenylist::empty(),
         cwd: None,
         timeout,

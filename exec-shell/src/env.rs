@@ -15,7 +15,7 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// and every name in `secrets`, plus the manifest's `env` (which may override them).
 pub fn run_environment(
     host: impl Iterator<Item = (OsString, OsString)>,
-    manifest_env: &BTreeMap<String, String>,
+    manifest_env: &[(String, String)],
     secrets: &[String],
 ) -> Vec<(OsString, OsString)> {
     let allowed = |name: &str| {
@@ -51,7 +51,7 @@ mod tests {
         ]
         .into_iter()
         .map(|(k, v)| (OsString::from(k), OsString::from(v)));
-        let manifest: BTreeMap<String, String> = [("GREETING".to_owned(), "hi".to_owned())].into();
+        let manifest = [("GREETING".to_owned(), "hi".to_owned())];
         let env = run_environment(host, &manifest, &["LANG".to_owned()]);
         let names: Vec<&str> = env.iter().map(|(k, _)| k.to_str().unwrap()).collect();
         assert_eq!(names, vec!["GREETING", "HOME", "PATH"]);
@@ -59,7 +59,7 @@ mod tests {
 
     #[test]
     fn path_has_a_default() {
-        let env = run_environment(std::iter::empty(), &BTreeMap::new(), &[]);
+        let env = run_environment(std::iter::empty(), &[], &[]);
         assert_eq!(env, vec![("PATH".into(), DEFAULT_PATH.into())]);
     }
 }

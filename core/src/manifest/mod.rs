@@ -15,8 +15,6 @@ mod raw;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 pub use permission::{Permission, PermissionVerb};
@@ -122,8 +120,9 @@ pub struct Manifest {
     pub interpreter: Interpreter,
     /// Arguments after the entry.
     pub args: Vec<String>,
-    /// Environment variables the run gets (names `[A-Za-z_][A-Za-z0-9_]*`, never `OUTPOST_*`).
-    pub env: BTreeMap<String, String>,
+    /// Environment variables the run gets, in the manifest's order (names
+    /// `[A-Za-z_][A-Za-z0-9_]*`, never `OUTPOST_*`).
+    pub env: Vec<(String, String)>,
     /// Extra permissions the capability needs.
     pub permissions: Vec<Permission>,
     /// Wasm and docker only: folders to show the run.

@@ -1,6 +1,6 @@
 //! The manifest as YAML says it, with locations, and its validation into [`Manifest`].
 
-use std::collections::BTreeMap;
+use indexmap::IndexMap;
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
@@ -27,7 +27,7 @@ struct RawManifest {
     #[serde(default)]
     args: Vec<String>,
     #[serde(default)]
-    env: BTreeMap<String, Spanned<String>>,
+    env: IndexMap<String, Spanned<String>>,
     #[serde(default)]
     permissions: Vec<Spanned<String>>,
     #[serde(default)]

@@ -139,3 +139,12 @@ fn malformed_yaml_is_an_error_not_a_panic() {
         let _ = error(text);
     }
 }
+
+#[test]
+fn env_keeps_its_order_and_refuses_duplicates() {
+    let base = "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: x\n";
+    let m = Manifest::parse(&format!("{base}env: {{Z: 1, A: 2, M: 3}}\n")).unwrap();
+    let names: Vec<&str> = m.env.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, vec!["Z", "A", "M"]);
+    assert!(Manifest::parse(&format!("{base}env: {{A: 1, A: 2}}\n")).is_err());
+}
