@@ -131,7 +131,8 @@ fn check_route(
     views: &[ContextView],
 ) -> Result<(), TestCaseError> {
     let candidates = route.candidates();
-    prop_assert!(candidates.len() <= Chain::MAX_CONTEXTS + 1);
+    // A named context (with `fallback: chain`), the chain's contexts, then the server.
+    prop_assert!(candidates.len() <= Chain::MAX_CONTEXTS + 2);
     prop_assert!(is_subsequence(candidates, &expected_order(target, chain)));
     if !target.requires.is_empty() {
         prop_assert!(!candidates.contains(&ChainEntry::Cloud));
@@ -166,7 +167,7 @@ proptest! {
                 check_route(&route, &requester, &target, &chain, &views)?;
                 // The daemon rejects every dispatch as busy; views change between hops.
                 let mut route = route;
-                for hop in 0..=Chain::MAX_CONTEXTS + 1 {
+                for hop in 0..=Chain::MAX_CONTEXTS + 2 {
                     let views = if hop % 2 == 0 { &fresh } else { &views };
                     match route.next_after(AttemptOutcome::Busy, "busy", &requester, &target, views) {
                         Ok(next) => {
@@ -174,11 +175,12 @@ proptest! {
                             route = next;
                         }
                         Err(err) => {
-                            prop_assert!(err.attempts().len() <= Chain::MAX_CONTEXTS + 2);
+                            // Every candidate, plus the server skipped for `requires`.
+                            prop_assert!(err.attempts().len() <= Chain::MAX_CONTEXTS + 3);
                             break;
                         }
                     }
-                    prop_assert!(hop < Chain::MAX_CONTEXTS + 1, "more hops than candidates");
+                    prop_assert!(hop < Chain::MAX_CONTEXTS + 2, "more hops than candidates");
                 }
             }
             Ok(Plan::Queue(queued)) => {
