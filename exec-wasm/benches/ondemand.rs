@@ -21,14 +21,10 @@ use wasmtime::{Engine, Linker, Module, Store};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::WasiP1Ctx;
 
-const HELLO: &str = r#"(module
-  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
-  (memory (export "memory") 1)
-  (data (i32.const 16) "hello\n")
-  (func (export "_start")
-    (i32.store (i32.const 0) (i32.const 16))
-    (i32.store (i32.const 4) (i32.const 6))
-    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::HELLO;
 
 fn folder(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("outpost-wasm-bench-{}-{tag}", std::process::id()));
