@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::time::Duration;
 
+mod common;
+
+use common::process_alive;
 use outpost_core::grant::{CanonicalPath, CredentialDenylist};
 use outpost_exec_shell::{AuditEvent, CommandRequest, HostCommands, JobStatus, ShellConfig};
 
@@ -33,18 +36,6 @@ fn request(requester: &str, argv: &[&str]) -> CommandRequest {
         cwd: Some(std::env::temp_dir()),
         env: BTreeMap::new(),
         timeout: Duration::from_secs(10),
-    }
-}
-
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
     }
 }
 
@@ -110,10 +101,10 @@ fn background_jobs_belong_to_their_requester() {
         JobStatus::Running { .. }
     ));
     let pid = c.running_pids()[0];
-    assert!(alive(pid));
+    assert!(process_alive(pid));
     let outcome = c.kill("ada", id).unwrap();
     assert_eq!(outcome.signal, Some(15));
-    assert!(!alive(pid));
+    assert!(!process_alive(pid));
     assert!(matches!(c.poll("ada", id).unwrap(), JobStatus::Finished(_)));
     let audit = c.drain_audit();
     assert!(
@@ -143,7 +134,7 @@ fn switching_off_revoking_or_shutting_down_kills_every_job() {
         turn_off(&c);
         assert!(c.running_pids().is_empty());
         for pid in pids {
-            assert!(!alive(pid), "{pid} survived {reason}");
+            assert!(!process_alive(pid), "{pid} survived {reason}");
         }
         let finished = c
             .drain_audit()

@@ -5,6 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+mod common;
+
+use common::process_alive;
 use outpost_core::executor::{
     Ending, Executor, Launch, Outcome, Probe, RunHandle, TRUNCATION_MARKER,
 };
@@ -133,19 +136,6 @@ fn cancel_stops_and_reports_cancelled() {
     handle.cancel().unwrap();
     let o = wait(handle.as_mut());
     assert_eq!(o.ending, Ending::Cancelled);
-}
-
-fn process_alive(pid: &str) -> bool {
-    // A zombie waiting for its reaper is not running.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 #[test]

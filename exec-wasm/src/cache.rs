@@ -107,13 +107,6 @@ impl ModuleCache {
         let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
         dir.join(format!("{hex}-{:016x}.cwasm", self.fingerprint))
     }
-
-    /// Forgets the in-memory copies (the disk cache stays).
-    pub fn clear_memory(&self) {
-        if let Ok(mut m) = self.memory.lock() {
-            m.clear();
-        }
-    }
 }
 
 fn store(module: &Module, path: &Path) -> std::io::Result<()> {

@@ -76,16 +76,9 @@ pub struct RunState {
 }
 
 /// Raised from the epoch callback when a run is cancelled or past its deadline.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted")]
 struct Interrupted;
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("interrupted")
-    }
-}
-
-impl std::error::Error for Interrupted {}
 
 /// An entry file's identity: device, inode, size, modification time.
 type FileStamp = (u64, u64, u64, i64, i64);

@@ -14,7 +14,7 @@ mod world;
 
 pub use executor::FakeExecutor;
 pub use pair::{Pair, PairConfig, test_keys};
-pub use world::{SimConfig, SimReport, first_failure, simulate};
+pub use world::{SimConfig, SimReport, simulate};
 
 use std::time::Duration;
 

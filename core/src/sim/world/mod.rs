@@ -585,13 +585,6 @@ fn ok_result(exit_code: i32) -> RunResult {
     }
 }
 
-/// Runs `seeds` seeds and returns the first failing report, if any.
-pub fn first_failure(seeds: impl Iterator<Item = u64>) -> Option<SimReport> {
-    seeds
-        .map(|seed| simulate(&SimConfig::new(seed)))
-        .find(|r| r.violation.is_some())
-}
-
 impl Default for SimConfig {
     fn default() -> Self {
         Self::new(0)
