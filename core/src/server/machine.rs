@@ -119,7 +119,7 @@ impl Server {
                     Execution {
                         request: *request,
                         route: None,
-                        place: Place::OnCloud,
+                        place: Place::Unplaced,
                         hops: 0,
                     },
                 );
@@ -357,7 +357,7 @@ impl Server {
                     },
                 );
             }
-            Place::Queued { .. } => self.finish(
+            Place::Unplaced | Place::Queued { .. } => self.finish(
                 exec_id,
                 ExecutionOutcome::Cancelled {
                     reason: reason.to_owned(),

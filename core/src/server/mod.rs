@@ -238,6 +238,8 @@ pub enum ServerError {
 }
 
 enum Place {
+    /// Just received; not yet planned.
+    Unplaced,
     /// Offered (or committed) on a machine as `run_id`.
     OnContext {
         context_id: String,
