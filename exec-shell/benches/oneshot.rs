@@ -66,6 +66,7 @@ fn oneshot(c: &mut Criterion) {
                     denylist: CredentialDenylist::empty(),
                     cwd: None,
                     timeout: Duration::from_secs(10),
+                    egress: outpost_core::wire::Egress::None,
                 })
                 .unwrap();
             let outcome = loop {

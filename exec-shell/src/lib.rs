@@ -38,7 +38,7 @@ pub use commands::{
     AUDIT_COMMAND_CHARS, AuditEvent, CommandError, CommandRequest, HostCommands, JobId, JobStatus,
 };
 pub use env::{PASSTHROUGH_VARS, run_environment};
-pub use paths::{check_cwd, resolve_entry};
+pub use paths::{check_cwd, resolve_entry, resolve_volume};
 pub use process::ShellRun;
 pub use services::{ServiceInfo, ServiceState, ServiceTable};
 

@@ -2,9 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use outpost_core::executor::ExecError;
+use outpost_core::executor::{ExecError, Launch};
 use outpost_core::grant::{Access, CanonicalPath, CredentialDenylist, Mount, check_path};
 use outpost_core::manifest::check_relative_path;
+use outpost_core::wire::FolderMode;
 
 fn refused(path: &Path, reason: impl Into<String>) -> ExecError {
     ExecError::PathRefused {
@@ -72,4 +73,42 @@ pub fn check_cwd(
     check_path(&as_canonical, mounts, denylist, Access::Read)
         .map_err(|e| refused(&target, e.to_string()))?;
     Ok(target)
+}
+
+/// A declared volume's host folder (absolute, or relative to the capability folder), canonical,
+/// checked against the run's mounts and the credential denylist for the volume's mode. A
+/// read-only volume inside the capability folder needs no mount; a denylisted path is refused
+/// everywhere.
+pub fn resolve_volume(launch: &Launch, host: &str, mode: FolderMode) -> Result<PathBuf, ExecError> {
+    let raw = Path::new(host);
+    let joined = if raw.is_absolute() {
+        raw.to_path_buf()
+    } else {
+        launch.dir.join(raw)
+    };
+    let resolved = joined.canonicalize().map_err(|e| ExecError::PathRefused {
+        path: joined.display().to_string(),
+        reason: format!("cannot be resolved: {e}"),
+    })?;
+    let canonical = CanonicalPath::new(resolved.to_string_lossy().into_owned()).map_err(|e| {
+        ExecError::PathRefused {
+            path: resolved.display().to_string(),
+            reason: e.to_string(),
+        }
+    })?;
+    let access = match mode {
+        FolderMode::Ro => Access::Read,
+        FolderMode::Rw => Access::Write,
+    };
+    let inside_capability = mode == FolderMode::Ro && resolved.starts_with(&launch.dir);
+    match check_path(&canonical, &launch.mounts, &launch.denylist, access) {
+        Ok(_) => Ok(resolved),
+        Err(_) if inside_capability && launch.denylist.denying(&canonical).is_none() => {
+            Ok(resolved)
+        }
+        Err(e) => Err(ExecError::PathRefused {
+            path: resolved.display().to_string(),
+            reason: e.to_string(),
+        }),
+    }
 }

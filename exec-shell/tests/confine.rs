@@ -47,6 +47,7 @@ fn run(script: &str, mounts: Vec<Mount>, tag: &str) -> (Outcome, PathBuf) {
             denylist: CredentialDenylist::empty(),
             cwd: None,
             timeout: Duration::from_secs(20),
+            egress: outpost_core::wire::Egress::None,
         })
         .unwrap();
     loop {
@@ -126,6 +127,7 @@ fn a_mount_holding_credentials_cannot_be_confined() {
             denylist: CredentialDenylist::empty(),
             cwd: None,
             timeout: Duration::from_secs(5),
+            egress: outpost_core::wire::Egress::None,
         })
         .err()
         .unwrap();

@@ -30,6 +30,7 @@ fn launch(dir: &Path, manifest: &str) -> Launch {
         denylist: CredentialDenylist::empty(),
         cwd: None,
         timeout: Duration::from_secs(5),
+        egress: outpost_core::wire::Egress::None,
     }
 }
 

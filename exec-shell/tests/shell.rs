@@ -46,6 +46,7 @@ fn launch_of(dir: &Path, timeout: Duration) -> Launch {
         denylist: CredentialDenylist::empty(),
         cwd: None,
         timeout,
+        egress: outpost_core::wire::Egress::None,
     }
 }
 

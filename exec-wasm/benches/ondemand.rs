@@ -42,6 +42,7 @@ fn launch_of(dir: &std::path::Path, manifest: &Manifest) -> Launch {
         denylist: CredentialDenylist::empty(),
         cwd: None,
         timeout: Duration::from_secs(10),
+        egress: outpost_core::wire::Egress::None,
     }
 }
 

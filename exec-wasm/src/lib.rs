@@ -25,13 +25,12 @@ mod pool;
 mod run;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use outpost_core::executor::{ExecError, Executor, Launch, Probe, RunHandle};
-use outpost_core::grant::{Access, CanonicalPath, check_path};
 use outpost_core::manifest::Lifecycle;
 use outpost_core::wire::{Environment, FolderMode};
 use sha2::{Digest, Sha256};
@@ -238,7 +237,7 @@ impl WasmExecutor {
             wasi.env(k, v);
         }
         for volume in &manifest.volumes {
-            let host = volume_host(&launch, &volume.host, volume.mode)?;
+            let host = outpost_exec_shell::resolve_volume(&launch, &volume.host, volume.mode)?;
             let perms = match volume.mode {
                 FolderMode::Ro => FsPerms::ReadOnly,
                 FolderMode::Rw => FsPerms::ReadWrite,
@@ -392,40 +391,5 @@ fn run_start(pre: &InstancePre<RunState>, store: &mut Store<RunState>) -> Finish
                 Finish::Trap(format!("{e:?}"))
             }
         }
-    }
-}
-
-/// A volume's host folder, canonical, checked against the grant and the denylist.
-fn volume_host(launch: &Launch, host: &str, mode: FolderMode) -> Result<PathBuf, ExecError> {
-    let raw = Path::new(host);
-    let joined = if raw.is_absolute() {
-        raw.to_path_buf()
-    } else {
-        launch.dir.join(raw)
-    };
-    let resolved = joined.canonicalize().map_err(|e| ExecError::PathRefused {
-        path: joined.display().to_string(),
-        reason: format!("cannot be resolved: {e}"),
-    })?;
-    let canonical = CanonicalPath::new(resolved.to_string_lossy().into_owned()).map_err(|e| {
-        ExecError::PathRefused {
-            path: resolved.display().to_string(),
-            reason: e.to_string(),
-        }
-    })?;
-    let access = match mode {
-        FolderMode::Ro => Access::Read,
-        FolderMode::Rw => Access::Write,
-    };
-    let inside_capability = mode == FolderMode::Ro && resolved.starts_with(&launch.dir);
-    match check_path(&canonical, &launch.mounts, &launch.denylist, access) {
-        Ok(_) => Ok(resolved),
-        Err(_) if inside_capability && launch.denylist.denying(&canonical).is_none() => {
-            Ok(resolved)
-        }
-        Err(e) => Err(ExecError::PathRefused {
-            path: resolved.display().to_string(),
-            reason: e.to_string(),
-        }),
     }
 }

@@ -86,6 +86,7 @@ fn outpost(case: &Case, dir: &Path, hosts: &[PathBuf]) -> Outcome {
             denylist: CredentialDenylist::empty(),
             cwd: None,
             timeout: Duration::from_secs(30),
+            egress: outpost_core::wire::Egress::None,
         })
         .unwrap();
     loop {

@@ -41,6 +41,7 @@ fn launch(dir: &Path, manifest: Manifest, mounts: Vec<Mount>) -> Launch {
         run_id: "w1".into(),
         dir: dir.to_path_buf(),
         timeout: Duration::from_millis(manifest.limits.timeout_ms),
+        egress: outpost_core::wire::Egress::None,
         manifest,
         extra_args: Vec::new(),
         mounts,

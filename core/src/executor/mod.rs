@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::grant::{CredentialDenylist, Mount};
 use crate::manifest::Manifest;
-use crate::wire::Environment;
+use crate::wire::{Egress, Environment};
 
 /// Whether an executor's backend can run capabilities here.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +61,10 @@ pub struct Launch {
     pub cwd: Option<PathBuf>,
     /// The run's time budget (the manifest's `timeout_ms`, or less when the lease is shorter).
     pub timeout: Duration,
+    /// Who the run may reach (the grant's egress). Executors that can isolate the network
+    /// (docker; wasm has none) give a run no network unless its manifest asks for it with a
+    /// `connect:` permission and this allows it.
+    pub egress: Egress,
 }
 
 /// Which output stream a chunk came from.
@@ -175,6 +179,19 @@ pub enum ExecError {
         /// Why (`outside the capability folder`, `credential denylist`, …).
         reason: String,
     },
+    /// The run asks for network access the grant's egress does not give, or that the
+    /// environment cannot hold to the grant.
+    #[error("{0}")]
+    EgressRefused(String),
+    /// The container image the capability names is not on this machine (outpost never pulls
+    /// one on its own).
+    #[error("image {image} is not on this machine: {remedy}")]
+    ImageMissing {
+        /// The image reference, as the manifest names it.
+        image: String,
+        /// How the machine's owner can provide it.
+        remedy: String,
+    },
     /// Starting failed.
     #[error("could not start: {0}")]
     Spawn(String),
@@ -190,6 +207,8 @@ impl ExecError {
             ExecError::Unavailable { .. } => "environment_unavailable",
             ExecError::InvalidCapability(_) => "invalid_capability",
             ExecError::PathRefused { .. } => "path_refused",
+            ExecError::EgressRefused(_) => "egress_denied",
+            ExecError::ImageMissing { .. } => "image_missing",
             ExecError::Spawn(_) => "spawn_failed",
             ExecError::Failed(_) => "run_failed",
         }

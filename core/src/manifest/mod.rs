@@ -78,20 +78,28 @@ pub struct Limits {
     pub output_max_bytes: u64,
     /// Memory limit where the environment can enforce one (wasm, docker).
     pub memory_mb: u64,
+    /// CPU limit in thousandths of a CPU, where the environment can enforce one (docker).
+    pub cpu_millicores: u64,
+    /// The most processes and threads at once, where the environment can enforce it (docker).
+    pub pids_max: u64,
 }
 
 impl Limits {
-    /// 90 s, 1 MiB per stream, 512 MiB.
+    /// 90 s, 1 MiB per stream, 512 MiB, one CPU, 1024 processes.
     pub const DEFAULT: Limits = Limits {
         timeout_ms: 90_000,
         output_max_bytes: 1024 * 1024,
         memory_mb: 512,
+        cpu_millicores: 1000,
+        pids_max: 1024,
     };
-    /// The hard maxima: 24 h, 64 MiB per stream, 64 GiB.
+    /// The hard maxima: 24 h, 64 MiB per stream, 64 GiB, 256 CPUs, 65,536 processes.
     pub const MAX: Limits = Limits {
         timeout_ms: 24 * 3600 * 1000,
         output_max_bytes: 64 * 1024 * 1024,
         memory_mb: 64 * 1024,
+        cpu_millicores: 256_000,
+        pids_max: 65_536,
     };
 }
 
@@ -114,7 +122,9 @@ pub struct Manifest {
     pub environment: Environment,
     /// How long it lives.
     pub lifecycle: Lifecycle,
-    /// The entry file, relative to the capability folder, `/`-separated, without `..`.
+    /// The entry file, relative to the capability folder, `/`-separated, without `..`. For
+    /// docker, the command run inside the image instead (a name looked up on the image's
+    /// `PATH`, or an absolute path in the image).
     pub entry: String,
     /// Shell only: how the entry is started.
     pub interpreter: Interpreter,
@@ -167,6 +177,18 @@ impl Manifest {
     pub fn run_permission(&self) -> Permission {
         Permission::run_capability(self.environment)
     }
+}
+
+/// Checks a docker capability's `entry`: the command run inside the image, either a name found
+/// on the image's `PATH` or an absolute path inside the image. Printable ASCII without spaces.
+pub fn check_image_command(command: &str) -> Result<(), String> {
+    if command.is_empty() {
+        return Err("is empty".into());
+    }
+    if !command.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("must be printable ASCII without spaces (put arguments in `args`)".into());
+    }
+    Ok(())
 }
 
 /// Checks an entry path lexically: relative, `/`-separated, no `.`/`..`/empty components, no

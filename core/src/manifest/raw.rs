@@ -7,7 +7,7 @@ use serde_saphyr::Spanned;
 
 use super::{
     Interpreter, Lifecycle, Limits, Manifest, ManifestError, Permission, Volume,
-    check_relative_path,
+    check_image_command, check_relative_path,
 };
 use crate::wire::{Environment, FolderMode};
 
@@ -65,6 +65,8 @@ struct RawLimits {
     timeout_ms: Option<u64>,
     output_max_bytes: Option<u64>,
     memory_mb: Option<u64>,
+    cpu_millicores: Option<u64>,
+    pids_max: Option<u64>,
 }
 
 fn err<T>(
@@ -113,7 +115,12 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
     }
     let environment = raw.environment.value;
     let lifecycle = raw.lifecycle.value;
-    if let Err(why) = check_relative_path(&raw.entry.value) {
+    let entry_check = if environment == Environment::Docker {
+        check_image_command(&raw.entry.value)
+    } else {
+        check_relative_path(&raw.entry.value)
+    };
+    if let Err(why) = entry_check {
         return err(
             "entry",
             Some(&raw.entry.referenced),
@@ -249,6 +256,8 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
             timeout_ms,
             output_max_bytes,
             memory_mb,
+            cpu_millicores,
+            pids_max,
         } = l.value;
         for (field, value, max) in [
             ("timeout_ms", timeout_ms, Limits::MAX.timeout_ms),
@@ -258,6 +267,8 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
                 Limits::MAX.output_max_bytes,
             ),
             ("memory_mb", memory_mb, Limits::MAX.memory_mb),
+            ("cpu_millicores", cpu_millicores, Limits::MAX.cpu_millicores),
+            ("pids_max", pids_max, Limits::MAX.pids_max),
         ] {
             if let Some(v) = value
                 && (v == 0 || v > max)
@@ -273,6 +284,8 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
             timeout_ms: timeout_ms.unwrap_or(limits.timeout_ms),
             output_max_bytes: output_max_bytes.unwrap_or(limits.output_max_bytes),
             memory_mb: memory_mb.unwrap_or(limits.memory_mb),
+            cpu_millicores: cpu_millicores.unwrap_or(limits.cpu_millicores),
+            pids_max: pids_max.unwrap_or(limits.pids_max),
         };
     }
 

@@ -94,6 +94,39 @@ fn entry_paths_stay_inside_the_folder() {
 }
 
 #[test]
+fn a_docker_entry_is_a_command_in_the_image() {
+    let base = "name: t\nenvironment: docker\nlifecycle: oneshot\ndocker_image: img\n";
+    for good in ["true", "/bin/sh", "/usr/local/bin/serve"] {
+        let m = Manifest::parse(&format!("{base}entry: {good}\n")).expect(good);
+        assert_eq!(m.entry, good);
+    }
+    let e = error(&format!("{base}entry: \"sh -c x\"\n"));
+    assert_eq!((e.field.as_str(), e.line), ("entry", Some(5)));
+    assert!(e.message.contains("args"), "{e}");
+    // A shell entry stays a path inside the folder.
+    let e = error("name: t\nenvironment: shell\nlifecycle: oneshot\nentry: /bin/sh\n");
+    assert_eq!(e.field, "entry");
+}
+
+#[test]
+fn cpu_and_process_limits_have_defaults_and_bounds() {
+    let base = "name: t\nenvironment: docker\nlifecycle: oneshot\nentry: x\ndocker_image: i\n";
+    let m = Manifest::parse(base).unwrap();
+    assert_eq!((m.limits.cpu_millicores, m.limits.pids_max), (1000, 1024));
+    let m = Manifest::parse(&format!(
+        "{base}limits: {{cpu_millicores: 500, pids_max: 64}}\n"
+    ))
+    .unwrap();
+    assert_eq!((m.limits.cpu_millicores, m.limits.pids_max), (500, 64));
+    assert_eq!(m.limits.memory_mb, Limits::DEFAULT.memory_mb);
+    let e = error(&format!("{base}limits: {{pids_max: 0}}\n"));
+    assert_eq!(e.field, "limits.pids_max");
+    let e = error(&format!("{base}limits: {{cpu_millicores: 256001}}\n"));
+    assert_eq!(e.field, "limits.cpu_millicores");
+    assert!(e.message.contains("1..=256000"), "{e}");
+}
+
+#[test]
 fn fields_belong_to_their_environments() {
     let base = "name: t\nlifecycle: oneshot\nentry: x\n";
     let e = error(&format!(

@@ -63,6 +63,7 @@ fn launch(environment: &str) -> Launch {
         denylist: CredentialDenylist::empty(),
         cwd: None,
         timeout: Duration::from_secs(1),
+        egress: crate::wire::Egress::None,
     }
 }
 

@@ -1,0 +1,118 @@
+//! The connection to the Docker engine: where it is, the negotiated API version, and the
+//! typed "unavailable" refusal when it cannot be reached.
+//!
+//! bollard's client is lazy (making one opens nothing), so reaching the engine means asking it
+//! something: the version negotiation and `/_ping`. Both are bounded by [`PROBE_TIMEOUT`] so a
+//! hung engine is reported as unavailable instead of blocking the caller.
+
+use std::time::Duration;
+
+use bollard::Docker;
+use outpost_core::executor::{ExecError, Probe};
+use outpost_core::wire::Environment;
+use tokio::runtime::Runtime;
+
+/// The engine's usual socket.
+pub const DEFAULT_ADDRESS: &str = "unix:///var/run/docker.sock";
+
+/// How long a probe waits for the engine before calling it unavailable.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How to fix an unreachable engine.
+const REMEDY: &str = "start the Docker engine (for example `systemctl start docker`) or point \
+                      DOCKER_HOST at a running one";
+
+/// Where the engine is: the configured address, else `DOCKER_HOST`, else the default socket.
+pub fn engine_address(configured: Option<&str>) -> String {
+    configured
+        .map(str::to_owned)
+        .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| DEFAULT_ADDRESS.to_owned())
+}
+
+/// Why the engine cannot be used, with the fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreachable {
+    /// What went wrong, naming the address.
+    pub reason: String,
+}
+
+impl Unreachable {
+    pub(crate) fn new(address: &str, detail: impl std::fmt::Display) -> Self {
+        Self {
+            reason: format!(
+                "Docker is unavailable; the capability cannot be executed: the engine at \
+                 {address} cannot be reached ({detail})"
+            ),
+        }
+    }
+
+    /// As a probe result.
+    pub fn probe(&self) -> Probe {
+        Probe::Unavailable {
+            reason: self.reason.clone(),
+            remedy: REMEDY.into(),
+        }
+    }
+
+    /// As a launch refusal.
+    pub fn error(&self) -> ExecError {
+        ExecError::Unavailable {
+            environment: Environment::Docker,
+            reason: self.reason.clone(),
+            remedy: REMEDY.into(),
+        }
+    }
+}
+
+/// A client that has negotiated its API version with a live engine.
+#[derive(Clone)]
+pub struct Connected {
+    /// The client.
+    pub docker: Docker,
+    /// `Docker Engine 20.10.24 (API 1.41) at unix:///var/run/docker.sock`.
+    pub description: String,
+}
+
+/// Connects to the engine at `address` and negotiates the API version.
+pub fn connect(runtime: &Runtime, address: &str) -> Result<Connected, Unreachable> {
+    let docker = if address.starts_with("unix://") {
+        Docker::connect_with_unix(address, 120, bollard::API_DEFAULT_VERSION)
+    } else {
+        Docker::connect_with_http(address, 120, bollard::API_DEFAULT_VERSION)
+    }
+    .map_err(|e| Unreachable::new(address, e))?;
+    runtime.block_on(async {
+        let negotiate = tokio::time::timeout(PROBE_TIMEOUT, docker.negotiate_version());
+        let docker = match negotiate.await {
+            Ok(Ok(docker)) => docker,
+            Ok(Err(e)) => return Err(Unreachable::new(address, e)),
+            Err(_) => return Err(Unreachable::new(address, "no answer within 3 s")),
+        };
+        let version = match tokio::time::timeout(PROBE_TIMEOUT, docker.version()).await {
+            Ok(Ok(version)) => version,
+            Ok(Err(e)) => return Err(Unreachable::new(address, e)),
+            Err(_) => return Err(Unreachable::new(address, "no answer within 3 s")),
+        };
+        let description = format!(
+            "Docker Engine {} (API {}) at {address}",
+            version.version.as_deref().unwrap_or("?"),
+            docker.client_version(),
+        );
+        Ok(Connected {
+            docker,
+            description,
+        })
+    })
+}
+
+/// Asks a connected engine whether it still answers.
+pub fn ping(runtime: &Runtime, connected: &Connected, address: &str) -> Result<(), Unreachable> {
+    runtime.block_on(async {
+        match tokio::time::timeout(PROBE_TIMEOUT, connected.docker.ping()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(Unreachable::new(address, e)),
+            Err(_) => Err(Unreachable::new(address, "no answer within 3 s")),
+        }
+    })
+}

@@ -1,0 +1,291 @@
+//! One container's life after it started: streaming its output under the caps, waiting for
+//! it with the deadline, stopping it on timeout or cancel, and removing it — on every path.
+//!
+//! A driver task on the executor's runtime owns the container from start to removal. The
+//! [`DockerRun`] handle talks to it through a cancel flag, a shared output buffer and a
+//! channel that carries the one [`Outcome`]. The outcome is sent only after the container is
+//! removed, so a caller that saw it can rely on `docker ps -a` no longer listing it.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::query_parameters::{
+    InspectContainerOptions, RemoveContainerOptions, StopContainerOptions, WaitContainerOptions,
+};
+use futures_util::{Stream, StreamExt};
+use outpost_core::executor::{
+    CappedBuffer, Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream as OutStream,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The exit status the engine reports for a container killed by SIGKILL (the OOM killer's).
+const EXIT_KILLED: i64 = 137;
+
+/// How long the output stream may lag behind the container's exit.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// Output kept so far and not yet handed out.
+pub(crate) struct Streams {
+    stdout: CappedBuffer,
+    stderr: CappedBuffer,
+    pending: Vec<OutputChunk>,
+}
+
+impl Streams {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            stdout: CappedBuffer::new(cap),
+            stderr: CappedBuffer::new(cap),
+            pending: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, stream: OutStream, bytes: &[u8]) {
+        let buffer = match stream {
+            OutStream::Stdout => &mut self.stdout,
+            OutStream::Stderr => &mut self.stderr,
+        };
+        let kept = buffer.push(bytes);
+        if !kept.is_empty() {
+            self.pending.push(OutputChunk {
+                stream,
+                bytes: kept.to_vec(),
+            });
+        }
+    }
+}
+
+/// The attach connection's output.
+pub(crate) type OutputStream =
+    std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
+/// The containers this executor has created and not yet removed.
+pub(crate) type Live = Arc<Mutex<HashSet<String>>>;
+
+/// Everything the driver task needs.
+pub(crate) struct Driver {
+    pub docker: Docker,
+    pub id: String,
+    pub streams: Arc<Mutex<Streams>>,
+    pub deadline: Option<tokio::time::Instant>,
+    pub cancel: watch::Receiver<bool>,
+    pub grace_secs: i32,
+    pub memory_mb: u64,
+    pub started: Instant,
+    pub setup: Duration,
+    pub live: Live,
+    pub relay: Option<JoinHandle<()>>,
+}
+
+impl Driver {
+    /// Runs the container to its end, removes it, then reports.
+    pub(crate) async fn drive(
+        mut self,
+        output: OutputStream,
+        report: mpsc::Sender<Result<Outcome, ExecError>>,
+    ) {
+        let reader = tokio::spawn(read_output(output, self.streams.clone()));
+        let waited = self.wait_for_end().await;
+        let execute = self.started.elapsed();
+        if let Some(relay) = self.relay.take() {
+            relay.abort();
+        }
+        let _ = tokio::time::timeout(OUTPUT_DRAIN, reader).await;
+        let oom = match &waited {
+            Ok((Ending::Exited, EXIT_KILLED)) => self.oom_killed().await,
+            _ => false,
+        };
+        let removed = remove(&self.docker, &self.id).await;
+        if removed.is_ok()
+            && let Ok(mut live) = self.live.lock()
+        {
+            live.remove(&self.id);
+        }
+        let outcome = waited.and_then(|(ending, code)| {
+            removed?;
+            let mut streams = self
+                .streams
+                .lock()
+                .map_err(|_| ExecError::Failed("the output buffer lock was poisoned".into()))?;
+            let stdout = std::mem::replace(&mut streams.stdout, CappedBuffer::new(0));
+            let stderr = std::mem::replace(&mut streams.stderr, CappedBuffer::new(0));
+            let truncated = stdout.truncated() || stderr.truncated();
+            let mut stderr = stderr.finish();
+            if oom {
+                stderr.extend_from_slice(
+                    format!(
+                        "\n[outpost: the container was killed: it went over its memory limit of {} MiB]\n",
+                        self.memory_mb
+                    )
+                    .as_bytes(),
+                );
+            }
+            Ok(Outcome {
+                ending,
+                exit_code: Some(i32::try_from(code).unwrap_or(i32::MAX)),
+                signal: None,
+                stdout: stdout.finish(),
+                stderr,
+                truncated,
+                setup: self.setup,
+                execute,
+            })
+        });
+        let _ = report.send(outcome);
+    }
+
+    /// Waits for the container to exit, stopping it at the deadline or on cancel. Returns how
+    /// it ended and the exit status the engine reports.
+    async fn wait_for_end(&mut self) -> Result<(Ending, i64), ExecError> {
+        let options = WaitContainerOptions {
+            condition: "not-running".to_owned(),
+        };
+        let mut wait = self.docker.wait_container(&self.id, Some(options));
+        let deadline = self.deadline;
+        let timed_out = async move {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut cancel = self.cancel.clone();
+        let ending = tokio::select! {
+            status = wait.next() => return exit_status(status).map(|code| (Ending::Exited, code)),
+            () = timed_out => Ending::TimedOut,
+            _ = cancel.wait_for(|c| *c) => Ending::Cancelled,
+        };
+        let stop = StopContainerOptions {
+            t: Some(self.grace_secs),
+            signal: None,
+        };
+        // A container that exited meanwhile answers 304; the wait below reports its status.
+        let _ = self.docker.stop_container(&self.id, Some(stop)).await;
+        exit_status(wait.next().await).map(|code| (ending, code))
+    }
+
+    async fn oom_killed(&self) -> bool {
+        self.docker
+            .inspect_container(&self.id, None::<InspectContainerOptions>)
+            .await
+            .ok()
+            .and_then(|c| c.state)
+            .and_then(|s| s.oom_killed)
+            .unwrap_or(false)
+    }
+}
+
+/// The exit status from the wait stream (bollard reports a non-zero one as an error).
+fn exit_status(
+    status: Option<Result<bollard::models::ContainerWaitResponse, bollard::errors::Error>>,
+) -> Result<i64, ExecError> {
+    match status {
+        Some(Ok(response)) => Ok(response.status_code),
+        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
+        Some(Err(e)) => Err(ExecError::Failed(format!(
+            "waiting for the container failed: {e}"
+        ))),
+        None => Err(ExecError::Failed(
+            "the engine ended the wait without an exit status".into(),
+        )),
+    }
+}
+
+/// Copies the attach stream into the capped buffers until the container's streams close.
+async fn read_output(mut output: OutputStream, streams: Arc<Mutex<Streams>>) {
+    while let Some(Ok(item)) = output.next().await {
+        let (stream, bytes) = match item {
+            LogOutput::StdErr { message } => (OutStream::Stderr, message),
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                (OutStream::Stdout, message)
+            }
+            LogOutput::StdIn { .. } => continue,
+        };
+        if let Ok(mut streams) = streams.lock() {
+            streams.push(stream, &bytes);
+        }
+    }
+}
+
+/// Removes a container (killing it if it still runs) and its anonymous volumes. A container
+/// already gone counts as removed; a refusal is retried a few times before it is reported.
+pub(crate) async fn remove(docker: &Docker, id: &str) -> Result<(), ExecError> {
+    let options = RemoveContainerOptions {
+        force: true,
+        v: true,
+        link: false,
+    };
+    let mut last = String::new();
+    for attempt in 0..5u32 {
+        match docker.remove_container(id, Some(options.clone())).await {
+            Ok(()) => return Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+    }
+    Err(ExecError::Failed(format!(
+        "container {id} could not be removed: {last}"
+    )))
+}
+
+/// A container run in progress. See the module docs.
+pub struct DockerRun {
+    pub(crate) run_id: String,
+    pub(crate) container_id: String,
+    pub(crate) streams: Arc<Mutex<Streams>>,
+    pub(crate) finished: mpsc::Receiver<Result<Outcome, ExecError>>,
+    pub(crate) cancel: watch::Sender<bool>,
+    pub(crate) outcome: Option<Result<Outcome, ExecError>>,
+}
+
+impl DockerRun {
+    /// The container's id.
+    pub fn container_id(&self) -> &str {
+        &self.container_id
+    }
+}
+
+impl RunHandle for DockerRun {
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError> {
+        if self.outcome.is_none() {
+            self.outcome = match self.finished.recv_timeout(timeout) {
+                Ok(outcome) => Some(outcome),
+                Err(mpsc::RecvTimeoutError::Timeout) => return Ok(None),
+                Err(mpsc::RecvTimeoutError::Disconnected) => Some(Err(ExecError::Failed(
+                    "the container's driver stopped without reporting (the executor was dropped)"
+                        .into(),
+                ))),
+            };
+        }
+        match &self.outcome {
+            Some(outcome) => outcome.clone().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn cancel(&mut self) -> Result<(), ExecError> {
+        self.cancel.send_replace(true);
+        Ok(())
+    }
+
+    fn read_output(&mut self) -> Vec<OutputChunk> {
+        self.streams
+            .lock()
+            .map(|mut s| std::mem::take(&mut s.pending))
+            .unwrap_or_default()
+    }
+
+    fn service_id(&self) -> Option<String> {
+        Some(self.container_id.clone())
+    }
+}

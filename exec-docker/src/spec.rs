@@ -1,0 +1,311 @@
+//! What a container is allowed: the create request built from a [`Launch`].
+//!
+//! This module owns every isolation decision the executor makes, in one place:
+//!
+//! - the command: the manifest's `entry` (a command in the image) with `args` and the launch's
+//!   extra arguments, replacing the image's entrypoint and command;
+//! - the environment: the manifest's `env` only (the image keeps its own, like `PATH`);
+//! - the folders: **only** the declared volumes, as bind mounts with their `ro`/`rw` mode, host
+//!   paths canonicalized and checked against the run's mounts and the credential denylist;
+//!   denylisted paths that exist inside a volume are masked (an empty read-only tmpfs over a
+//!   folder, `/dev/null` over a file), and a read-write volume that could be used to create one
+//!   is refused;
+//! - the network: none, unless the manifest asks for it with `connect:` permissions and the
+//!   grant's egress is `all` (an egress allowlist cannot be enforced on a container's network,
+//!   so it is refused rather than widened); a persistent service with a `port` but no egress
+//!   sits on an internal network the host can reach and the internet cannot;
+//! - the limits: memory (swap included), CPU and processes from the manifest's `limits`;
+//! - the privileges: never privileged, every capability dropped, `no-new-privileges`, an init
+//!   process that forwards signals and reaps zombies, restart policy `no`, no log driver
+//!   (output is streamed over the attach connection and capped here, not stored by the
+//!   engine).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
+    MountBindOptionsPropagationEnum, MountTmpfsOptions, MountType, RestartPolicy,
+    RestartPolicyNameEnum,
+};
+use outpost_core::executor::{ExecError, Launch};
+use outpost_core::grant::{CanonicalPath, EgressDenied};
+use outpost_core::manifest::{Lifecycle, PermissionVerb};
+use outpost_core::wire::{Egress, FolderMode};
+
+/// The internal network persistent services without egress are published from.
+pub const INTERNAL_NETWORK: &str = "outpost-internal";
+
+/// Labels every container of ours carries.
+pub const LABEL_MANAGED: &str = "dev.outpost.managed";
+/// The run id label.
+pub const LABEL_RUN: &str = "dev.outpost.run-id";
+/// The capability name label.
+pub const LABEL_CAPABILITY: &str = "dev.outpost.capability";
+
+/// Which network a container joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// No interface but loopback.
+    None,
+    /// [`INTERNAL_NETWORK`]: reachable from the host, no route out, no traffic between
+    /// containers.
+    Internal,
+    /// The engine's default bridge: the network the grant's egress `all` allows.
+    Bridge,
+}
+
+impl Network {
+    /// The engine's name for it.
+    pub fn mode(self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Internal => INTERNAL_NETWORK,
+            Network::Bridge => "bridge",
+        }
+    }
+}
+
+/// A container to create.
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    /// The engine's create request.
+    pub body: ContainerCreateBody,
+    /// Its network.
+    pub network: Network,
+    /// The port a persistent service listens on, relayed from the host's loopback.
+    pub port: Option<u16>,
+}
+
+/// Settings that are the executor's, not the manifest's.
+#[derive(Debug, Clone)]
+pub struct SpecSettings {
+    /// `uid:gid` the container's processes run as.
+    pub user: String,
+    /// How long a stop waits between SIGTERM and SIGKILL, in whole seconds.
+    pub grace_secs: i64,
+}
+
+/// Builds the create request for `launch`, or says what the run may not have.
+pub fn container_spec(
+    launch: &Launch,
+    settings: &SpecSettings,
+) -> Result<ContainerSpec, ExecError> {
+    let manifest = &launch.manifest;
+    let image = manifest.docker_image.clone().ok_or_else(|| {
+        ExecError::InvalidCapability("a docker capability must name its docker_image".into())
+    })?;
+    let port = manifest
+        .port
+        .filter(|_| manifest.lifecycle == Lifecycle::Persistent);
+    let network = match network(launch)? {
+        Network::None if port.is_some() => Network::Internal,
+        network => network,
+    };
+    let (mounts, volumes) = mounts(launch)?;
+    let working_dir = launch
+        .cwd
+        .as_deref()
+        .map(|cwd| guest_cwd(cwd, &volumes))
+        .transpose()?;
+
+    let cmd: Vec<String> = manifest
+        .args
+        .iter()
+        .chain(&launch.extra_args)
+        .cloned()
+        .collect();
+    let limits = manifest.limits;
+    let memory = i64::try_from(limits.memory_mb.saturating_mul(1 << 20)).unwrap_or(i64::MAX);
+    let labels = HashMap::from([
+        (LABEL_MANAGED.to_owned(), "true".to_owned()),
+        (LABEL_RUN.to_owned(), launch.run_id.clone()),
+        (LABEL_CAPABILITY.to_owned(), manifest.name.clone()),
+    ]);
+    let host_config = HostConfig {
+        network_mode: Some(network.mode().to_owned()),
+        mounts: Some(mounts),
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        nano_cpus: Some(
+            i64::try_from(limits.cpu_millicores.saturating_mul(1_000_000)).unwrap_or(i64::MAX),
+        ),
+        pids_limit: Some(i64::try_from(limits.pids_max).unwrap_or(i64::MAX)),
+        privileged: Some(false),
+        cap_drop: Some(vec!["ALL".to_owned()]),
+        security_opt: Some(vec!["no-new-privileges".to_owned()]),
+        init: Some(true),
+        restart_policy: Some(RestartPolicy {
+            name: Some(RestartPolicyNameEnum::NO),
+            maximum_retry_count: None,
+        }),
+        auto_remove: Some(false),
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("none".to_owned()),
+            config: None,
+        }),
+        ipc_mode: Some("private".to_owned()),
+        ..HostConfig::default()
+    };
+    let body = ContainerCreateBody {
+        image: Some(image),
+        entrypoint: Some(vec![manifest.entry.clone()]),
+        cmd: Some(cmd),
+        env: Some(
+            manifest
+                .env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
+        ),
+        user: Some(settings.user.clone()),
+        working_dir,
+        labels: Some(labels),
+        attach_stdin: Some(false),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        open_stdin: Some(false),
+        network_disabled: Some(network == Network::None),
+        exposed_ports: port.map(|p| vec![format!("{p}/tcp")]),
+        stop_timeout: Some(settings.grace_secs),
+        host_config: Some(host_config),
+        ..ContainerCreateBody::default()
+    };
+    Ok(ContainerSpec {
+        body,
+        network,
+        port,
+    })
+}
+
+/// The network the manifest asks for and the grant allows.
+fn network(launch: &Launch) -> Result<Network, ExecError> {
+    let Some(asked) = launch
+        .manifest
+        .permissions
+        .iter()
+        .find(|p| p.verb == PermissionVerb::Connect)
+    else {
+        return Ok(Network::None);
+    };
+    let destination = asked.target.clone();
+    match &launch.egress {
+        Egress::All => Ok(Network::Bridge),
+        Egress::None => Err(ExecError::EgressRefused(
+            EgressDenied::NoNetwork { destination }.to_string(),
+        )),
+        Egress::Allowlist { .. } => Err(ExecError::EgressRefused(format!(
+            "network access to `{destination}` was refused: a container's network cannot be held \
+             to this context's egress allowlist (egress mode `allowlist`), and outpost does not \
+             widen it; the machine's owner can set the context's egress to `all`, or the \
+             capability can run without `connect:` permissions"
+        ))),
+    }
+}
+
+/// A volume as mounted: its canonical host folder and where the container sees it.
+struct Mounted {
+    host: PathBuf,
+    guest: String,
+}
+
+/// The bind mounts of the declared volumes, and the masks over denylisted paths inside them.
+fn mounts(launch: &Launch) -> Result<(Vec<Mount>, Vec<Mounted>), ExecError> {
+    let mut mounts = Vec::new();
+    let mut volumes = Vec::new();
+    for volume in &launch.manifest.volumes {
+        let host = outpost_exec_shell::resolve_volume(launch, &volume.host, volume.mode)?;
+        mounts.push(Mount {
+            typ: Some(MountType::BIND),
+            source: Some(host.display().to_string()),
+            target: Some(volume.guest.clone()),
+            read_only: Some(volume.mode == FolderMode::Ro),
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                ..MountBindOptions::default()
+            }),
+            ..Mount::default()
+        });
+        mounts.extend(masks(launch, &host, &volume.guest, volume.mode)?);
+        volumes.push(Mounted {
+            host,
+            guest: volume.guest.clone(),
+        });
+    }
+    Ok((mounts, volumes))
+}
+
+/// Masks over the credential-denylist paths inside a volume.
+fn masks(
+    launch: &Launch,
+    host: &Path,
+    guest: &str,
+    mode: FolderMode,
+) -> Result<Vec<Mount>, ExecError> {
+    let folder = CanonicalPath::new(host.to_string_lossy().into_owned()).map_err(|e| {
+        ExecError::PathRefused {
+            path: host.display().to_string(),
+            reason: e.to_string(),
+        }
+    })?;
+    let mut masks = Vec::new();
+    for denied in launch.denylist.inside(&folder) {
+        let path = Path::new(denied.as_str());
+        let relative = path.strip_prefix(host).unwrap_or(path);
+        let target = format!("{}/{}", guest.trim_end_matches('/'), relative.display());
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_dir() => masks.push(Mount {
+                typ: Some(MountType::TMPFS),
+                target: Some(target),
+                read_only: Some(true),
+                tmpfs_options: Some(MountTmpfsOptions {
+                    size_bytes: Some(4096),
+                    mode: Some(0o500),
+                    ..MountTmpfsOptions::default()
+                }),
+                ..Mount::default()
+            }),
+            Ok(_) => masks.push(Mount {
+                typ: Some(MountType::BIND),
+                source: Some("/dev/null".to_owned()),
+                target: Some(target),
+                read_only: Some(true),
+                ..Mount::default()
+            }),
+            Err(_) if mode == FolderMode::Rw => {
+                return Err(ExecError::PathRefused {
+                    path: host.display().to_string(),
+                    reason: format!(
+                        "a read-write volume here could create the credential path {denied}; \
+                         grant a narrower folder or mount it read-only"
+                    ),
+                });
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(masks)
+}
+
+/// The container's working directory for a host `cwd` inside one of the volumes.
+fn guest_cwd(cwd: &Path, volumes: &[Mounted]) -> Result<String, ExecError> {
+    let cwd = cwd.canonicalize().map_err(|e| ExecError::PathRefused {
+        path: cwd.display().to_string(),
+        reason: format!("cannot be resolved: {e}"),
+    })?;
+    volumes
+        .iter()
+        .find_map(|v| {
+            let rest = cwd.strip_prefix(&v.host).ok()?;
+            Some(if rest.as_os_str().is_empty() {
+                v.guest.clone()
+            } else {
+                format!("{}/{}", v.guest.trim_end_matches('/'), rest.display())
+            })
+        })
+        .ok_or_else(|| ExecError::PathRefused {
+            path: cwd.display().to_string(),
+            reason: "a container's working directory must be inside one of its volumes".into(),
+        })
+}
