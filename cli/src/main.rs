@@ -29,6 +29,10 @@ enum Command {
         /// Print one JSON object instead of the capability's own output.
         #[arg(long)]
         json: bool,
+        /// The network a capability that asks for it (`connect:` permissions) may reach:
+        /// `none`, or `all`. Containers get no network unless this allows it.
+        #[arg(long, value_enum, default_value_t = run::EgressArg::None)]
+        egress: run::EgressArg,
         /// Arguments passed to the capability after its manifest's args.
         #[arg(last = true)]
         args: Vec<String>,
@@ -62,7 +66,12 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run { dir, json, args } => run::run(&dir, json, args),
+        Command::Run {
+            dir,
+            json,
+            egress,
+            args,
+        } => run::run(&dir, json, egress, args),
         Command::Vectors {
             action: VectorsAction::Check { dir },
         } => {

@@ -1,4 +1,4 @@
-//! `outpost run DIR [--json] [-- ARGS]`: runs one capability on this machine.
+//! `outpost run DIR [--json] [--egress none|all] [-- ARGS]`: runs one capability on this machine.
 
 use std::io::Write;
 use std::path::Path;
@@ -12,21 +12,36 @@ use outpost_core::executor::{
 use outpost_core::grant::CredentialDenylist;
 use outpost_core::manifest::Lifecycle;
 use outpost_core::manifest::{MANIFEST_FILE, Manifest};
+use outpost_core::wire::Egress;
+use outpost_exec_docker::{DockerConfig, DockerExecutor};
 use outpost_exec_shell::{ServiceState, ServiceTable, ShellExecutor};
 use outpost_exec_wasm::{WasmConfig, WasmExecutor};
 
 /// Exit status of a run stopped at its deadline (as `timeout(1)` reports it).
 const EXIT_TIMED_OUT: u8 = 124;
 
-/// The executors this build has. Environments without one are refused, never run elsewhere.
-fn registry() -> Registry {
+/// What `--egress` lets a capability reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EgressArg {
+    /// No network.
+    None,
+    /// Any destination.
+    All,
+}
+
+/// The executors this build has. Environments without one are refused, never run elsewhere;
+/// an executor whose backend is missing (no Docker engine) refuses with the reason and fix.
+fn registry() -> anyhow::Result<Registry> {
     let mut registry = Registry::new();
     registry.register(Box::new(ShellExecutor::default()));
     registry.register(Box::new(WasmExecutor::new(WasmConfig {
         cache_dir: wasm_cache_dir(),
         ..WasmConfig::default()
     })));
-    registry
+    registry.register(Box::new(
+        DockerExecutor::new(DockerConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))?,
+    ));
+    Ok(registry)
 }
 
 /// The machine's owner running a capability by hand grants the folders its manifest
@@ -67,7 +82,12 @@ fn wasm_cache_dir() -> Option<std::path::PathBuf> {
     Some(base.join("outpost").join("wasm"))
 }
 
-pub fn run(dir: &Path, json: bool, args: Vec<String>) -> anyhow::Result<ExitCode> {
+pub fn run(
+    dir: &Path,
+    json: bool,
+    egress: EgressArg,
+    args: Vec<String>,
+) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let dir = dir
         .canonicalize()
@@ -95,11 +115,15 @@ pub fn run(dir: &Path, json: bool, args: Vec<String>) -> anyhow::Result<ExitCode
         denylist: CredentialDenylist::empty(),
         cwd: None,
         timeout,
+        egress: match egress {
+            EgressArg::None => Egress::None,
+            EgressArg::All => Egress::All,
+        },
     };
     if lifecycle == Lifecycle::Persistent {
         return serve(launch);
     }
-    let registry = registry();
+    let registry = registry()?;
     let mut handle =
         run_capability(&registry, &allowlists, launch).map_err(|e| anyhow::anyhow!("{e}"))?;
     let outcome = loop {
@@ -167,10 +191,10 @@ fn exit_code(o: &Outcome) -> ExitCode {
     }
 }
 
-/// A persistent shell capability runs in the foreground: its output streams here until it
+/// A persistent capability runs in the foreground: its output streams here until it
 /// exits (a crash is reported, never restarted) or SIGINT/SIGTERM stops it.
 fn serve(launch: Launch) -> anyhow::Result<ExitCode> {
-    let registry = registry();
+    let registry = registry()?;
     let environment = launch.manifest.environment;
     let executor = registry.get(environment).ok_or_else(|| {
         anyhow::anyhow!(

@@ -158,3 +158,73 @@ fn runs_a_wasm_module() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["environment"], "wasm");
 }
+
+/// The test image the exec-docker tests also use, made from the static busybox if missing.
+fn docker_test_image() -> &'static str {
+    use outpost_exec_docker::{DockerConfig, DockerExecutor, ensure_busybox_image};
+    const IMAGE: &str = "outpost-test/busybox:latest";
+    let executor = DockerExecutor::new(DockerConfig::default()).unwrap();
+    let docker = executor.client().expect("the Docker engine answers");
+    executor
+        .block_on(ensure_busybox_image(
+            &docker,
+            IMAGE,
+            Path::new("/bin/busybox"),
+        ))
+        .expect("the test image can be made from busybox-static");
+    IMAGE
+}
+
+#[test]
+fn runs_a_container_and_passes_its_exit_code_through() {
+    let image = docker_test_image();
+    let dir = capability(
+        "docker",
+        &format!(
+            "name: boxed\nenvironment: docker\nlifecycle: oneshot\ndocker_image: {image}\n\
+             entry: sh\nargs: [\"-c\", \"echo from the box; ls /sys/class/net; exit 4\"]\n"
+        ),
+        "",
+    );
+    let out = outpost()
+        .arg("run")
+        .arg(&dir)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["environment"], "docker");
+    assert_eq!(v["stdout"], "from the box\nlo\n");
+}
+
+#[test]
+fn an_unreachable_docker_engine_is_refused_and_nothing_else_runs() {
+    let dir = capability(
+        "docker-dead",
+        "name: boxed\nenvironment: docker\nlifecycle: oneshot\ndocker_image: any:1\n\
+         entry: sh\nargs: [run.sh]\n",
+        "touch ran\n",
+    );
+    let dead = dir.join("dead.sock");
+    let out = outpost()
+        .arg("run")
+        .arg(&dir)
+        .env("DOCKER_HOST", format!("unix://{}", dead.display()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Docker is unavailable; the capability cannot be executed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&dead.display().to_string()), "{stderr}");
+    assert!(stderr.contains("DOCKER_HOST"), "{stderr}");
+    assert!(!dir.join("ran").exists(), "the capability ran elsewhere");
+}

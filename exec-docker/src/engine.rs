@@ -40,10 +40,7 @@ pub struct Unreachable {
 impl Unreachable {
     pub(crate) fn new(address: &str, detail: impl std::fmt::Display) -> Self {
         Self {
-            reason: format!(
-                "Docker is unavailable; the capability cannot be executed: the engine at \
-                 {address} cannot be reached ({detail})"
-            ),
+            reason: format!("the engine at {address} cannot be reached ({detail})"),
         }
     }
 

@@ -29,7 +29,7 @@ use bollard::models::{
     RestartPolicyNameEnum,
 };
 use outpost_core::executor::{ExecError, Launch};
-use outpost_core::grant::{CanonicalPath, EgressDenied};
+use outpost_core::grant::CanonicalPath;
 use outpost_core::manifest::{Lifecycle, PermissionVerb};
 use outpost_core::wire::{Egress, FolderMode};
 
@@ -192,9 +192,11 @@ fn network(launch: &Launch) -> Result<Network, ExecError> {
     let destination = asked.target.clone();
     match &launch.egress {
         Egress::All => Ok(Network::Bridge),
-        Egress::None => Err(ExecError::EgressRefused(
-            EgressDenied::NoNetwork { destination }.to_string(),
-        )),
+        Egress::None => Err(ExecError::EgressRefused(format!(
+            "network access to `{destination}` was refused: this context's egress mode is `none`; \
+             the machine's owner can allow it by setting the context's egress to `all` (a \
+             container's network cannot be held to an allowlist)"
+        ))),
         Egress::Allowlist { .. } => Err(ExecError::EgressRefused(format!(
             "network access to `{destination}` was refused: a container's network cannot be held \
              to this context's egress allowlist (egress mode `allowlist`), and outpost does not \

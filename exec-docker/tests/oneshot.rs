@@ -392,10 +392,7 @@ fn an_unreachable_engine_refuses_and_never_falls_back() {
     let Probe::Unavailable { reason, remedy } = executor.probe() else {
         panic!("a dead socket probed available");
     };
-    assert!(
-        reason.contains("Docker is unavailable; the capability cannot be executed"),
-        "{reason}"
-    );
+    assert!(reason.contains("cannot be reached"), "{reason}");
     assert!(reason.contains(&dead.display().to_string()), "{reason}");
     assert!(remedy.contains("DOCKER_HOST"), "{remedy}");
 
@@ -419,7 +416,11 @@ fn an_unreachable_engine_refuses_and_never_falls_back() {
     let l = launch(&dir, "dead", &shell_manifest("dead", "true", ""));
     let err = run_capability(&registry, &allow, l).err().expect("refused");
     assert_eq!(err.code(), "environment_unavailable");
-    assert!(err.to_string().contains("cannot be executed"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("Docker is unavailable; the capability cannot be executed"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -159,7 +159,10 @@ pub trait Executor: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
     /// The backend is missing.
-    #[error("{environment} is unavailable: {reason}; {remedy}", environment = .environment.as_str())]
+    #[error(
+        "{backend} is unavailable; the capability cannot be executed: {reason}; {remedy}",
+        backend = backend_name(*.environment)
+    )]
     Unavailable {
         /// The environment.
         environment: Environment,
@@ -198,6 +201,16 @@ pub enum ExecError {
     /// Driving the run failed.
     #[error("run failed: {0}")]
     Failed(String),
+}
+
+/// The backend an environment runs on, as a person names it.
+fn backend_name(environment: Environment) -> &'static str {
+    match environment {
+        Environment::Shell => "The shell",
+        Environment::Wasm => "WebAssembly",
+        Environment::Docker => "Docker",
+        Environment::Pty => "The PTY",
+    }
 }
 
 impl ExecError {

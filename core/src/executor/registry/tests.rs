@@ -79,7 +79,7 @@ fn registry() -> Registry {
     r.register(Box::new(Recorder {
         environment: Environment::Docker,
         probe: Probe::Unavailable {
-            reason: "Docker is unavailable; the capability cannot be executed".into(),
+            reason: "the engine at unix:///var/run/docker.sock cannot be reached".into(),
             remedy: "start the Docker engine".into(),
         },
         launched: Mutex::new(Vec::new()),
@@ -132,7 +132,9 @@ fn routes_to_the_declared_environment_or_refuses() {
         .unwrap();
     assert_eq!(refused.code(), "environment_unavailable");
     assert!(
-        refused.to_string().contains("docker is unavailable"),
+        refused
+            .to_string()
+            .starts_with("Docker is unavailable; the capability cannot be executed: the engine at"),
         "{refused}"
     );
     assert!(
