@@ -311,3 +311,6 @@ fn guest_cwd(cwd: &Path, volumes: &[Mounted]) -> Result<String, ExecError> {
             reason: "a container's working directory must be inside one of its volumes".into(),
         })
 }
+
+#[cfg(test)]
+mod tests;
