@@ -14,7 +14,8 @@
 //! declared volumes, no network unless asked for and granted, memory / CPU / process limits,
 //! no privileges. Every run — oneshot, ondemand (a fresh container per call) or persistent —
 //! streams stdout and stderr under the output caps and ends with its container removed, on
-//! every path: exit, timeout, cancel, a failed start, and the executor being dropped. Exit
+//! every path: exit, timeout, cancel, a failed start, and the executor being dropped; what a
+//! killed daemon left behind, [`DockerExecutor::remove_orphans`] removes at the next start. Exit
 //! statuses are the engine's, as `docker run` reports them (a timed-out or cancelled container
 //! stopped with SIGTERM reports 143, one killed 137).
 //!
@@ -42,7 +43,7 @@ use bollard::Docker;
 use bollard::models::NetworkCreateRequest;
 use bollard::query_parameters::{
     AttachContainerOptions, CreateContainerOptions, InspectContainerOptions, InspectNetworkOptions,
-    StartContainerOptions,
+    ListContainersOptions, StartContainerOptions,
 };
 use outpost_core::executor::{ExecError, Executor, Launch, Probe, RunHandle};
 use outpost_core::manifest::Lifecycle;
@@ -53,8 +54,8 @@ pub use engine::{DEFAULT_ADDRESS, PROBE_TIMEOUT, engine_address};
 pub use image::{ImageError, busybox_rootfs, ensure_busybox_image, import_rootfs};
 pub use run::DockerRun;
 pub use spec::{
-    ContainerSpec, INTERNAL_NETWORK, LABEL_CAPABILITY, LABEL_MANAGED, LABEL_RUN, Network,
-    SpecSettings, container_spec,
+    ContainerSpec, INTERNAL_NETWORK, LABEL_CAPABILITY, LABEL_MANAGED, LABEL_OWNER_PID, LABEL_RUN,
+    Network, SpecSettings, container_spec,
 };
 
 use engine::Connected;
@@ -140,6 +141,49 @@ impl DockerExecutor {
             .lock()
             .map(|l| l.iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Removes the containers an earlier outpost process left behind: ours by label, whose
+    /// owner process is gone (it was killed before it could clean up). Returns their ids.
+    /// Containers of live processes, this one included, are left alone. A daemon calls this
+    /// once at start.
+    pub fn remove_orphans(&self) -> Result<Vec<String>, ExecError> {
+        let docker = self.client()?;
+        let address = self.address.clone();
+        self.runtime.block_on(async {
+            let options = ListContainersOptions {
+                all: true,
+                filters: Some(HashMap::from([(
+                    "label".to_owned(),
+                    vec![format!("{LABEL_MANAGED}=true")],
+                )])),
+                ..ListContainersOptions::default()
+            };
+            let containers = docker
+                .list_containers(Some(options))
+                .await
+                .map_err(|e| engine_error(&address, "listing containers", e))?;
+            let mut removed = Vec::new();
+            for container in containers {
+                let owner = container
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_OWNER_PID))
+                    .and_then(|pid| pid.parse::<u32>().ok());
+                let orphaned = match owner {
+                    Some(pid) => {
+                        pid != std::process::id()
+                            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                    }
+                    None => false,
+                };
+                if let (true, Some(id)) = (orphaned, container.id) {
+                    run::remove(&docker, &id).await?;
+                    removed.push(id);
+                }
+            }
+            Ok(removed)
+        })
     }
 
     fn connected(&self) -> Result<Connected, ExecError> {

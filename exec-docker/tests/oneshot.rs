@@ -454,3 +454,40 @@ fn dropping_the_executor_removes_what_still_runs() {
         "the container outlived the executor"
     );
 }
+
+#[test]
+fn containers_a_dead_process_left_behind_are_removed_and_others_kept() {
+    let executor = executor();
+    let create = |owner: &str, run_id: &str| {
+        let out = std::process::Command::new("docker")
+            .args([
+                "create",
+                "--label",
+                "dev.outpost.managed=true",
+                "--label",
+                &format!("dev.outpost.owner-pid={owner}"),
+                "--label",
+                &format!("dev.outpost.run-id={run_id}"),
+                TEST_IMAGE,
+                "true",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        text(&out.stdout).trim().to_owned()
+    };
+    // Above the kernel's largest pid: no such process can exist.
+    let (orphan_run, kept_run) = (run_id("orphan"), run_id("kept"));
+    let orphan = create("4194305", &orphan_run);
+    let kept = create(&std::process::id().to_string(), &kept_run);
+    let removed = executor.remove_orphans().unwrap();
+    assert!(removed.contains(&orphan), "{removed:?}");
+    assert!(!removed.contains(&kept));
+    assert!(containers_of(&orphan_run).is_empty());
+    assert_eq!(containers_of(&kept_run).len(), 1);
+    let rm = std::process::Command::new("docker")
+        .args(["rm", "-f", &kept])
+        .output()
+        .unwrap();
+    assert!(rm.status.success());
+}
