@@ -113,3 +113,13 @@ pub fn ping(runtime: &Runtime, connected: &Connected, address: &str) -> Result<(
         }
     })
 }
+
+/// A failed request: the engine's answer is a refusal; anything else means it went away.
+pub(crate) fn engine_error(address: &str, doing: &str, e: bollard::errors::Error) -> ExecError {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => {
+            ExecError::Spawn(format!("{doing}: the engine refused: {message}"))
+        }
+        other => Unreachable::new(address, other).error(),
+    }
+}

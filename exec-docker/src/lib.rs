@@ -28,25 +28,20 @@
 //! never from inside an async task.
 #![forbid(unsafe_code)]
 
+mod cleanup;
 mod engine;
 mod image;
+mod launch;
 mod relay;
 mod run;
 mod spec;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bollard::Docker;
-use bollard::models::NetworkCreateRequest;
-use bollard::query_parameters::{
-    AttachContainerOptions, CreateContainerOptions, InspectContainerOptions, InspectNetworkOptions,
-    ListContainersOptions, StartContainerOptions,
-};
 use outpost_core::executor::{ExecError, Executor, Launch, Probe, RunHandle};
-use outpost_core::manifest::Lifecycle;
 use outpost_core::wire::Environment;
 use tokio::runtime::Runtime;
 
@@ -59,7 +54,7 @@ pub use spec::{
 };
 
 use engine::Connected;
-use run::{Driver, Live, Streams};
+use run::Live;
 
 /// How the Docker executor is set up.
 #[derive(Debug, Clone)]
@@ -143,49 +138,6 @@ impl DockerExecutor {
             .unwrap_or_default()
     }
 
-    /// Removes the containers an earlier outpost process left behind: ours by label, whose
-    /// owner process is gone (it was killed before it could clean up). Returns their ids.
-    /// Containers of live processes, this one included, are left alone. A daemon calls this
-    /// once at start.
-    pub fn remove_orphans(&self) -> Result<Vec<String>, ExecError> {
-        let docker = self.client()?;
-        let address = self.address.clone();
-        self.runtime.block_on(async {
-            let options = ListContainersOptions {
-                all: true,
-                filters: Some(HashMap::from([(
-                    "label".to_owned(),
-                    vec![format!("{LABEL_MANAGED}=true")],
-                )])),
-                ..ListContainersOptions::default()
-            };
-            let containers = docker
-                .list_containers(Some(options))
-                .await
-                .map_err(|e| engine_error(&address, "listing containers", e))?;
-            let mut removed = Vec::new();
-            for container in containers {
-                let owner = container
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(LABEL_OWNER_PID))
-                    .and_then(|pid| pid.parse::<u32>().ok());
-                let orphaned = match owner {
-                    Some(pid) => {
-                        pid != std::process::id()
-                            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-                    }
-                    None => false,
-                };
-                if let (true, Some(id)) = (orphaned, container.id) {
-                    run::remove(&docker, &id).await?;
-                    removed.push(id);
-                }
-            }
-            Ok(removed)
-        })
-    }
-
     fn connected(&self) -> Result<Connected, ExecError> {
         let mut slot = self
             .connected
@@ -197,208 +149,6 @@ impl DockerExecutor {
         let connected = engine::connect(&self.runtime, &self.address).map_err(|u| u.error())?;
         *slot = Some(connected.clone());
         Ok(connected)
-    }
-
-    /// Starts a run (also used directly by benchmarks and tests).
-    pub fn start(&self, launch: Launch) -> Result<DockerRun, ExecError> {
-        let begun = Instant::now();
-        let manifest = &launch.manifest;
-        if manifest.environment != Environment::Docker {
-            return Err(ExecError::InvalidCapability(format!(
-                "a {} capability cannot run on the docker executor",
-                manifest.environment.as_str()
-            )));
-        }
-        let connected = self.connected()?;
-        let spec = container_spec(&launch, &self.settings)?;
-        let name = format!(
-            "outpost-{}-{}-{}",
-            manifest.name,
-            std::process::id(),
-            self.next_name.fetch_add(1, Ordering::Relaxed)
-        );
-        let image = manifest.docker_image.clone().unwrap_or_default();
-        let cap = usize::try_from(manifest.limits.output_max_bytes).unwrap_or(usize::MAX);
-        let streams = Arc::new(Mutex::new(Streams::new(cap)));
-        let docker = connected.docker;
-        let address = self.address.clone();
-        let live = self.live.clone();
-
-        let (id, output, relay) = self.runtime.block_on(async {
-            if spec.network == Network::Internal {
-                ensure_internal_network(&docker)
-                    .await
-                    .map_err(|e| engine_error(&address, "creating the internal network", e))?;
-            }
-            let listener = match spec.port {
-                Some(port) => Some(relay::bind(port).await.map_err(|e| {
-                    ExecError::Spawn(format!("the service's port 127.0.0.1:{port}: {e}"))
-                })?),
-                None => None,
-            };
-            let options = CreateContainerOptions {
-                name: Some(name),
-                ..CreateContainerOptions::default()
-            };
-            let id = match docker
-                .create_container(Some(options), spec.body.clone())
-                .await
-            {
-                Ok(created) => created.id,
-                Err(e) => return Err(create_error(&address, &image, e)),
-            };
-            if let Ok(mut live) = live.lock() {
-                live.insert(id.clone());
-            }
-            let started = start_container(&docker, &id, &spec, listener, &address).await;
-            match started {
-                Ok((output, relay)) => Ok((id, output, relay)),
-                Err(e) => {
-                    if run::remove(&docker, &id).await.is_ok()
-                        && let Ok(mut live) = live.lock()
-                    {
-                        live.remove(&id);
-                    }
-                    Err(e)
-                }
-            }
-        })?;
-
-        let setup = begun.elapsed();
-        let deadline = (manifest.lifecycle != Lifecycle::Persistent)
-            .then(|| tokio::time::Instant::from_std(begun + launch.timeout));
-        let (cancel, cancel_rx) = tokio::sync::watch::channel(false);
-        let (report, finished) = mpsc::channel();
-        let driver = Driver {
-            docker,
-            id: id.clone(),
-            streams: streams.clone(),
-            deadline,
-            cancel: cancel_rx,
-            grace_secs: i32::try_from(self.settings.grace_secs).unwrap_or(i32::MAX),
-            memory_mb: manifest.limits.memory_mb,
-            started: Instant::now(),
-            setup,
-            live: self.live.clone(),
-            relay,
-        };
-        self.runtime.spawn(driver.drive(output, report));
-        Ok(DockerRun {
-            run_id: launch.run_id,
-            container_id: id,
-            streams,
-            finished,
-            cancel,
-            outcome: None,
-        })
-    }
-}
-
-/// The attach stream of a started container, and its port relay.
-type Started = (run::OutputStream, Option<tokio::task::JoinHandle<()>>);
-
-/// Attaches (before starting, so no output is missed), starts, and for a service with a port
-/// starts the relay to the container's address.
-async fn start_container(
-    docker: &Docker,
-    id: &str,
-    spec: &ContainerSpec,
-    listener: Option<tokio::net::TcpListener>,
-    address: &str,
-) -> Result<Started, ExecError> {
-    let attach = AttachContainerOptions {
-        stream: true,
-        stdout: true,
-        stderr: true,
-        ..AttachContainerOptions::default()
-    };
-    let attached = docker
-        .attach_container(id, Some(attach))
-        .await
-        .map_err(|e| engine_error(address, "attaching to the container", e))?;
-    docker
-        .start_container(id, None::<StartContainerOptions>)
-        .await
-        .map_err(|e| engine_error(address, "starting the container", e))?;
-    let relay = match (listener, spec.port) {
-        (Some(listener), Some(port)) => {
-            let inspect = docker
-                .inspect_container(id, None::<InspectContainerOptions>)
-                .await
-                .map_err(|e| engine_error(address, "inspecting the container", e))?;
-            let target =
-                relay::container_address(&inspect, spec.network.mode(), port).ok_or_else(|| {
-                    ExecError::Spawn(format!(
-                        "the container has no address on {} to publish port {port} from",
-                        spec.network.mode()
-                    ))
-                })?;
-            Some(relay::spawn(listener, target))
-        }
-        _ => None,
-    };
-    Ok((attached.output, relay))
-}
-
-/// Creates [`INTERNAL_NETWORK`] unless it exists: internal (no route out), no traffic between
-/// its containers.
-async fn ensure_internal_network(docker: &Docker) -> Result<(), bollard::errors::Error> {
-    if docker
-        .inspect_network(INTERNAL_NETWORK, None::<InspectNetworkOptions>)
-        .await
-        .is_ok()
-    {
-        return Ok(());
-    }
-    let request = NetworkCreateRequest {
-        name: INTERNAL_NETWORK.to_owned(),
-        driver: Some("bridge".to_owned()),
-        internal: Some(true),
-        options: Some(HashMap::from([(
-            "com.docker.network.bridge.enable_icc".to_owned(),
-            "false".to_owned(),
-        )])),
-        labels: Some(HashMap::from([(
-            LABEL_MANAGED.to_owned(),
-            "true".to_owned(),
-        )])),
-        ..NetworkCreateRequest::default()
-    };
-    match docker.create_network(request).await {
-        Ok(_) => Ok(()),
-        // Created by another launch meanwhile.
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 409, ..
-        }) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// A failed request: the engine's answer is a refusal; anything else means it went away.
-fn engine_error(address: &str, doing: &str, e: bollard::errors::Error) -> ExecError {
-    match e {
-        bollard::errors::Error::DockerResponseServerError { message, .. } => {
-            ExecError::Spawn(format!("{doing}: the engine refused: {message}"))
-        }
-        other => engine::Unreachable::new(address, other).error(),
-    }
-}
-
-/// A failed create: a missing image is named, never pulled.
-fn create_error(address: &str, image: &str, e: bollard::errors::Error) -> ExecError {
-    match e {
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            message,
-        } if message.contains("image") => ExecError::ImageMissing {
-            image: image.to_owned(),
-            remedy: format!(
-                "outpost never pulls images; the machine's owner can build or load it \
-                 (`docker build`, `docker load`, or `docker pull {image}` where a registry is \
-                 reachable)"
-            ),
-        },
-        other => engine_error(address, "creating the container", other),
     }
 }
 
@@ -450,7 +200,7 @@ impl Drop for DockerExecutor {
             scope.spawn(|| {
                 runtime.block_on(async {
                     for id in &ids {
-                        let _ = run::remove(&connected.docker, id).await;
+                        let _ = cleanup::remove(&connected.docker, id).await;
                     }
                 })
             });

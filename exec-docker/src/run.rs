@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::query_parameters::{
-    InspectContainerOptions, RemoveContainerOptions, StopContainerOptions, WaitContainerOptions,
+    InspectContainerOptions, StopContainerOptions, WaitContainerOptions,
 };
 use futures_util::{Stream, StreamExt};
 use outpost_core::executor::{
@@ -99,7 +99,7 @@ impl Driver {
             Ok((Ending::Exited, EXIT_KILLED)) => self.oom_killed().await,
             _ => false,
         };
-        let removed = remove(&self.docker, &self.id).await;
+        let removed = crate::cleanup::remove(&self.docker, &self.id).await;
         if removed.is_ok()
             && let Ok(mut live) = self.live.lock()
         {
@@ -208,30 +208,6 @@ async fn read_output(mut output: OutputStream, streams: Arc<Mutex<Streams>>) {
             streams.push(stream, &bytes);
         }
     }
-}
-
-/// Removes a container (killing it if it still runs) and its anonymous volumes. A container
-/// already gone counts as removed; a refusal is retried a few times before it is reported.
-pub(crate) async fn remove(docker: &Docker, id: &str) -> Result<(), ExecError> {
-    let options = RemoveContainerOptions {
-        force: true,
-        v: true,
-        link: false,
-    };
-    let mut last = String::new();
-    for attempt in 0..5u32 {
-        match docker.remove_container(id, Some(options.clone())).await {
-            Ok(()) => return Ok(()),
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => return Ok(()),
-            Err(e) => last = e.to_string(),
-        }
-        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-    }
-    Err(ExecError::Failed(format!(
-        "container {id} could not be removed: {last}"
-    )))
 }
 
 /// A container run in progress. See the module docs.
