@@ -11,6 +11,23 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
 }
 
+/// Runs `outpost run DIR --json` (with `env`), checks the exit code, returns the JSON report.
+fn run_json(dir: &Path, env: &[(&str, &Path)], code: i32) -> serde_json::Value {
+    let mut command = outpost();
+    command.arg("run").arg(dir).arg("--json");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let out = command.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn capability(name: &str, manifest: &str, script: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("outpost-cli-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -44,14 +61,7 @@ fn json_reports_the_result_and_the_exit_code_passes_through() {
         "name: exit3\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
         "echo hi; echo oops >&2; exit 3\n",
     );
-    let out = outpost()
-        .arg("run")
-        .arg(&dir)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = run_json(&dir, &[], 3);
     assert_eq!(v["exit_code"], 3);
     assert_eq!(v["signal"], serde_json::Value::Null);
     assert_eq!(v["stdout"], "hi\n");
@@ -142,20 +152,7 @@ fn runs_a_wasm_module() {
              (memory (export "memory") 1) (func (export "_start") (call $exit (i32.const 5))))"#,
     )
     .unwrap();
-    let out = outpost()
-        .arg("run")
-        .arg(&dir)
-        .arg("--json")
-        .env("XDG_CACHE_HOME", dir.join("cache"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(5),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = run_json(&dir, &[("XDG_CACHE_HOME", &dir.join("cache"))], 5);
     assert_eq!(v["environment"], "wasm");
 }
 
@@ -186,19 +183,7 @@ fn runs_a_container_and_passes_its_exit_code_through() {
         ),
         "",
     );
-    let out = outpost()
-        .arg("run")
-        .arg(&dir)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(4),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = run_json(&dir, &[], 4);
     assert_eq!(v["environment"], "docker");
     assert_eq!(v["stdout"], "from the box\nlo\n");
 }
