@@ -1,17 +1,14 @@
-//! From a [`Launch`] to a running container: the isolation spec, the internal network and
-//! the port relay when a service needs them, create, attach, start — and, if any step fails
-//! after the create, the container's removal before the error is returned.
+//! From a [`Launch`] to a running container: the isolation spec, create, attach, start, the
+//! port relay when a service has a port — and, if any step fails after the create was sent,
+//! the container's removal before the error is returned.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Instant;
 
 use bollard::Docker;
-use bollard::models::NetworkCreateRequest;
 use bollard::query_parameters::{
-    AttachContainerOptions, CreateContainerOptions, InspectContainerOptions, InspectNetworkOptions,
-    StartContainerOptions,
+    AttachContainerOptions, CreateContainerOptions, InspectContainerOptions, StartContainerOptions,
 };
 use outpost_core::executor::{ExecError, Launch};
 use outpost_core::manifest::Lifecycle;
@@ -19,7 +16,7 @@ use outpost_core::wire::Environment;
 
 use crate::engine::engine_error;
 use crate::run::{self, Driver, Streams};
-use crate::spec::{ContainerSpec, INTERNAL_NETWORK, LABEL_MANAGED, Network, container_spec};
+use crate::spec::{ContainerSpec, Network, container_spec};
 use crate::{DockerExecutor, DockerRun, cleanup, relay};
 
 impl DockerExecutor {
@@ -49,11 +46,6 @@ impl DockerExecutor {
         let live = self.live.clone();
 
         let (id, output, relay) = self.runtime.block_on(async {
-            if spec.network == Network::Internal {
-                ensure_internal_network(&docker)
-                    .await
-                    .map_err(|e| engine_error(&address, "creating the internal network", e))?;
-            }
             let listener = match spec.port {
                 Some(port) => Some(relay::bind(port).await.map_err(|e| {
                     ExecError::Spawn(format!("the service's port 127.0.0.1:{port}: {e}"))
@@ -150,52 +142,43 @@ async fn start_container(
                 .inspect_container(id, None::<InspectContainerOptions>)
                 .await
                 .map_err(|e| engine_error(address, "inspecting the container", e))?;
-            let target =
-                relay::container_address(&inspect, spec.network.mode(), port).ok_or_else(|| {
-                    ExecError::Spawn(format!(
-                        "the container has no address on {} to publish port {port} from",
-                        spec.network.mode()
-                    ))
-                })?;
-            Some(relay::spawn(listener, target))
+            Some(relay::spawn(
+                listener,
+                relay_target(&inspect, spec.network, port)?,
+            ))
         }
         _ => None,
     };
     Ok((attached.output, relay))
 }
 
-/// Creates [`INTERNAL_NETWORK`] unless it exists: internal (no route out), no traffic between
-/// its containers.
-async fn ensure_internal_network(docker: &Docker) -> Result<(), bollard::errors::Error> {
-    if docker
-        .inspect_network(INTERNAL_NETWORK, None::<InspectNetworkOptions>)
-        .await
-        .is_ok()
-    {
-        return Ok(());
+/// Where the relay of a service's `port` connects: into the container's own network namespace
+/// when it has no network, to its bridge address otherwise.
+fn relay_target(
+    inspect: &bollard::models::ContainerInspectResponse,
+    network: Network,
+    port: u16,
+) -> Result<relay::Target, ExecError> {
+    if network == Network::Bridge {
+        return relay::container_address(inspect, network.mode(), port)
+            .map(relay::Target::Address)
+            .ok_or_else(|| {
+                ExecError::Spawn(format!(
+                    "the container has no bridge address to publish port {port} from"
+                ))
+            });
     }
-    let request = NetworkCreateRequest {
-        name: INTERNAL_NETWORK.to_owned(),
-        driver: Some("bridge".to_owned()),
-        internal: Some(true),
-        options: Some(HashMap::from([(
-            "com.docker.network.bridge.enable_icc".to_owned(),
-            "false".to_owned(),
-        )])),
-        labels: Some(HashMap::from([(
-            LABEL_MANAGED.to_owned(),
-            "true".to_owned(),
-        )])),
-        ..NetworkCreateRequest::default()
-    };
-    match docker.create_network(request).await {
-        Ok(_) => Ok(()),
-        // Created by another launch meanwhile.
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 409, ..
-        }) => Ok(()),
-        Err(e) => Err(e),
-    }
+    let pid = relay::container_pid(inspect)
+        .ok_or_else(|| ExecError::Spawn("the container has no running process".into()))?;
+    relay::Connector::enter(pid, port)
+        .map(relay::Target::Namespace)
+        .map_err(|e| {
+            ExecError::Spawn(format!(
+                "publishing port {port} of a container without network means joining its \
+                 network namespace, which failed ({e}); the daemon needs root for that, or the \
+                 grant's egress `all` puts the container on a network the host can reach"
+            ))
+        })
 }
 
 /// A failed create: a missing image is named, never pulled.

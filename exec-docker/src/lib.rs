@@ -20,7 +20,8 @@
 //! stopped with SIGTERM reports 143, one killed 137).
 //!
 //! A persistent service with a `port` is published on `127.0.0.1:<port>` by a relay of the
-//! executor's own (see `relay`), so it needs no egress. Record persistent runs in a
+//! executor's own (see `relay`): a container without network is reached from inside its own
+//! network namespace, so publishing a port gives it no network. Record persistent runs in a
 //! [`outpost_exec_shell::ServiceTable`]; the container id is the service's id.
 //!
 //! bollard is async, so the executor keeps a small tokio runtime of its own; the
@@ -49,8 +50,8 @@ pub use engine::{DEFAULT_ADDRESS, PROBE_TIMEOUT, engine_address};
 pub use image::{ImageError, busybox_rootfs, ensure_busybox_image, import_rootfs};
 pub use run::DockerRun;
 pub use spec::{
-    ContainerSpec, INTERNAL_NETWORK, LABEL_CAPABILITY, LABEL_MANAGED, LABEL_OWNER_PID, LABEL_RUN,
-    Network, SpecSettings, container_spec,
+    ContainerSpec, LABEL_CAPABILITY, LABEL_MANAGED, LABEL_OWNER_PID, LABEL_RUN, Network,
+    SpecSettings, container_spec,
 };
 
 use engine::Connected;

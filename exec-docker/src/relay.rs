@@ -1,27 +1,103 @@
 //! The port of a persistent service: a TCP relay from the host's loopback to the container.
 //!
-//! Publishing a port through the engine needs a network with a route out, which the grant's
-//! egress may forbid. So outpost publishes the port itself: it listens on `127.0.0.1:<port>`
-//! and relays each connection to the container's address on its network (the internal one
-//! when the run has no egress). Only this machine can reach the service; the relay stops with
-//! the container.
+//! outpost publishes a service's port itself, on `127.0.0.1:<port>` only, so that only this
+//! machine can reach it, and so that publishing needs no network for the container:
+//!
+//! - a container **without network** (the default) keeps only `lo`. The relay opens each
+//!   connection from inside the container's network namespace: one thread joins it
+//!   (`setns`, which needs root) and connects to the service's `127.0.0.1:<port>` there. The
+//!   container can still reach nothing, the host included;
+//! - a container on the engine's bridge (its grant allows egress) is reached at its address.
+//!
+//! The relay stops with the container.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, mpsc};
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// Binds the host side, before the container exists, so a taken port refuses the launch.
 pub(crate) async fn bind(port: u16) -> std::io::Result<TcpListener> {
-    TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).await
+    TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await
+}
+
+/// Where the relay's connections go.
+pub(crate) enum Target {
+    /// The container's address on a network the host can reach.
+    Address(SocketAddr),
+    /// `127.0.0.1:<port>` inside the container's own network namespace.
+    Namespace(Connector),
+}
+
+impl Target {
+    async fn connect(&self) -> std::io::Result<TcpStream> {
+        match self {
+            Target::Address(address) => TcpStream::connect(address).await,
+            Target::Namespace(connector) => connector.connect().await,
+        }
+    }
+}
+
+/// A request for one connection, answered by the thread inside the namespace.
+type Request = oneshot::Sender<std::io::Result<std::net::TcpStream>>;
+
+/// A thread that lives in a container's network namespace and opens connections there.
+pub(crate) struct Connector {
+    requests: mpsc::Sender<Request>,
+}
+
+impl Connector {
+    /// Joins the network namespace of the container whose init process is `pid`, for
+    /// connections to its `127.0.0.1:port`. Fails (typically `EPERM`) when this process may
+    /// not join it.
+    pub(crate) fn enter(pid: i64, port: u16) -> std::io::Result<Self> {
+        let namespace = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+        let (ready, entered) = mpsc::channel();
+        let (requests, incoming) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("outpost-netns".into())
+            .spawn(move || {
+                let joined = nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWNET);
+                drop(namespace);
+                let ok = joined.is_ok();
+                let _ = ready.send(joined.map_err(std::io::Error::from));
+                if !ok {
+                    return;
+                }
+                // Ends when the relay, holding the sender, is gone.
+                for reply in incoming {
+                    let _ = reply.send(std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)));
+                }
+            })?;
+        entered
+            .recv()
+            .map_err(|_| std::io::Error::other("the namespace thread ended before joining"))??;
+        Ok(Self { requests })
+    }
+
+    async fn connect(&self) -> std::io::Result<TcpStream> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(reply)
+            .map_err(|_| std::io::Error::other("the namespace thread is gone"))?;
+        let stream = answer
+            .await
+            .map_err(|_| std::io::Error::other("the namespace thread is gone"))??;
+        stream.set_nonblocking(true)?;
+        TcpStream::from_std(stream)
+    }
 }
 
 /// Relays every connection accepted on `listener` to `target` until aborted.
-pub(crate) fn spawn(listener: TcpListener, target: SocketAddr) -> JoinHandle<()> {
+pub(crate) fn spawn(listener: TcpListener, target: Target) -> JoinHandle<()> {
+    let target = Arc::new(target);
     tokio::spawn(async move {
         while let Ok((mut inbound, _)) = listener.accept().await {
+            let target = target.clone();
             tokio::spawn(async move {
-                if let Ok(mut outbound) = TcpStream::connect(target).await {
+                if let Ok(mut outbound) = target.connect().await {
                     let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                 }
             });
@@ -44,4 +120,9 @@ pub(crate) fn container_address(
         .parse()
         .ok()?;
     Some(SocketAddr::new(ip, port))
+}
+
+/// The container's init process, from the engine's inspect answer.
+pub(crate) fn container_pid(inspect: &bollard::models::ContainerInspectResponse) -> Option<i64> {
+    inspect.state.as_ref()?.pid.filter(|pid| *pid > 0)
 }

@@ -92,7 +92,9 @@ impl Driver {
         let waited = self.wait_for_end().await;
         let execute = self.started.elapsed();
         if let Some(relay) = self.relay.take() {
+            // Awaited, so the port is closed before the outcome is reported.
             relay.abort();
+            let _ = relay.await;
         }
         let _ = tokio::time::timeout(OUTPUT_DRAIN, reader).await;
         let oom = match &waited {

@@ -66,7 +66,7 @@ fn a_persistent_service_answers_on_its_port_without_egress_and_is_stopped() {
 
     let body = get(port);
     assert!(body.contains("hello from the container"), "{body}");
-    // Published without a route out: the service sits on the internal network.
+    // Published without giving the container any network.
     let inspect = std::process::Command::new("docker")
         .args([
             "inspect",
@@ -76,7 +76,16 @@ fn a_persistent_service_answers_on_its_port_without_egress_and_is_stopped() {
         ])
         .output()
         .unwrap();
-    assert_eq!(text(&inspect.stdout).trim(), "outpost-internal no");
+    assert_eq!(text(&inspect.stdout).trim(), "none no");
+    let interfaces = std::process::Command::new("docker")
+        .args(["exec", &container, "ls", "/sys/class/net"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&interfaces.stdout),
+        "lo\n",
+        "the service got a network"
+    );
 
     let stopped = table.stop("web").unwrap();
     assert_eq!(stopped.state, ServiceState::Stopped);
@@ -88,6 +97,26 @@ fn a_persistent_service_answers_on_its_port_without_egress_and_is_stopped() {
         TcpStream::connect(("127.0.0.1", port)).is_err(),
         "the port still answers after the stop"
     );
+}
+
+#[test]
+fn a_service_granted_egress_is_reached_on_its_bridge_address() {
+    let executor = executor();
+    let dir = folder("svc-bridge");
+    let www = folder("www-bridge");
+    std::fs::write(www.join("index.html"), "bridged\n").unwrap();
+    let port = free_port();
+    let manifest =
+        service_manifest("bridged", port, &www) + "permissions: [\"connect:example.org:443\"]\n";
+    let mut l = launch(&dir, "svc-bridge", &manifest);
+    l.mounts = vec![mount(&www, outpost_core::wire::FolderMode::Ro)];
+    l.egress = outpost_core::wire::Egress::All;
+    let run_id = l.run_id.clone();
+    let table = ServiceTable::new();
+    table.start(&executor, l).unwrap();
+    assert!(get(port).contains("bridged"));
+    table.shutdown();
+    assert!(containers_of(&run_id).is_empty());
 }
 
 #[test]

@@ -12,8 +12,8 @@
 //!   is refused;
 //! - the network: none, unless the manifest asks for it with `connect:` permissions and the
 //!   grant's egress is `all` (an egress allowlist cannot be enforced on a container's network,
-//!   so it is refused rather than widened); a persistent service with a `port` but no egress
-//!   sits on an internal network the host can reach and the internet cannot;
+//!   so it is refused rather than widened); a persistent service's `port` is published by the
+//!   executor's own relay, which needs no network in the container;
 //! - the limits: memory (swap included), CPU and processes from the manifest's `limits`;
 //! - the privileges: never privileged, every capability dropped, `no-new-privileges`, an init
 //!   process that forwards signals and reaps zombies, restart policy `no`, no log driver
@@ -33,9 +33,6 @@ use outpost_core::grant::CanonicalPath;
 use outpost_core::manifest::{Lifecycle, PermissionVerb};
 use outpost_core::wire::{Egress, FolderMode};
 
-/// The internal network persistent services without egress are published from.
-pub const INTERNAL_NETWORK: &str = "outpost-internal";
-
 /// Labels every container of ours carries.
 pub const LABEL_MANAGED: &str = "dev.outpost.managed";
 /// The run id label.
@@ -51,9 +48,6 @@ pub const LABEL_OWNER_PID: &str = "dev.outpost.owner-pid";
 pub enum Network {
     /// No interface but loopback.
     None,
-    /// [`INTERNAL_NETWORK`]: reachable from the host, no route out, no traffic between
-    /// containers.
-    Internal,
     /// The engine's default bridge: the network the grant's egress `all` allows.
     Bridge,
 }
@@ -63,7 +57,6 @@ impl Network {
     pub fn mode(self) -> &'static str {
         match self {
             Network::None => "none",
-            Network::Internal => INTERNAL_NETWORK,
             Network::Bridge => "bridge",
         }
     }
@@ -101,10 +94,7 @@ pub fn container_spec(
     let port = manifest
         .port
         .filter(|_| manifest.lifecycle == Lifecycle::Persistent);
-    let network = match network(launch)? {
-        Network::None if port.is_some() => Network::Internal,
-        network => network,
-    };
+    let network = network(launch)?;
     let (mounts, volumes) = mounts(launch)?;
     let working_dir = launch
         .cwd

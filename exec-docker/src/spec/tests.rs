@@ -8,7 +8,12 @@ use outpost_core::manifest::Manifest;
 use super::*;
 
 fn folder(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("outpost-spec-{}-{tag}", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "outpost-spec-{}-{tag}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir.canonicalize().unwrap()
@@ -117,15 +122,15 @@ fn the_network_follows_the_manifest_and_the_grant() {
 }
 
 #[test]
-fn a_service_port_without_egress_uses_the_internal_network() {
+fn a_service_port_gives_no_network() {
     let l = launch_as("persistent", "port: 8080\n");
     let spec = container_spec(&l, &settings()).unwrap();
-    assert_eq!(spec.network, Network::Internal);
+    assert_eq!(spec.network, Network::None);
     assert_eq!(spec.port, Some(8080));
     assert_eq!(spec.body.exposed_ports, Some(vec!["8080/tcp".to_owned()]));
     assert_eq!(
         spec.body.host_config.unwrap().network_mode.as_deref(),
-        Some(INTERNAL_NETWORK)
+        Some("none")
     );
 }
 
