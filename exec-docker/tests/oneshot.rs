@@ -229,8 +229,24 @@ fn a_volume_outside_the_grant_or_on_the_denylist_is_refused_or_hidden() {
     assert!(!text(&outcome.stdout).contains("SECRET"), "{outcome:?}");
     assert!(text(&outcome.stdout).ends_with("visible\n"), "{outcome:?}");
 
-    // Read-write, with a credential path that does not exist yet: it could be created.
+    // A symlinked credential folder (a dotfile manager's): masked where it really is.
     std::fs::remove_dir_all(data.join(".ssh")).unwrap();
+    std::fs::create_dir_all(data.join("dotfiles/ssh")).unwrap();
+    std::fs::write(data.join("dotfiles/ssh/id_ed25519"), "SECRET KEY").unwrap();
+    std::os::unix::fs::symlink(data.join("dotfiles/ssh"), data.join(".ssh")).unwrap();
+    let mut linked = l.clone();
+    linked.manifest.args[1] = "cat /data/dotfiles/ssh/id_ed25519; ls /data/dotfiles".into();
+    let outcome = finish(&mut executor.start(linked).unwrap());
+    assert!(!text(&outcome.stdout).contains("SECRET"), "{outcome:?}");
+    assert_eq!(text(&outcome.stdout), "ssh\n", "{outcome:?}");
+
+    // Read-write over credential paths: refused, whether they exist or not (the container
+    // could rename a folder out from under a mask, or create a missing path).
+    for path in [".ssh", "dotfiles"] {
+        let path = data.join(path);
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_dir_all(&path);
+    }
     let mut rw = l;
     rw.manifest.volumes[0].mode = FolderMode::Rw;
     rw.mounts = vec![mount(&data, FolderMode::Rw)];

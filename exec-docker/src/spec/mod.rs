@@ -7,9 +7,9 @@
 //! - the environment: the manifest's `env` only (the image keeps its own, like `PATH`);
 //! - the folders: **only** the declared volumes, as bind mounts with their `ro`/`rw` mode, host
 //!   paths canonicalized and checked against the run's mounts and the credential denylist;
-//!   denylisted paths that exist inside a volume are masked (an empty read-only tmpfs over a
-//!   folder, `/dev/null` over a file), and a read-write volume that could be used to create one
-//!   is refused;
+//!   denylisted paths inside a read-only volume are masked (an empty read-only tmpfs over a
+//!   folder, `/dev/null` over a file; a symlinked entry is masked where it really is), and a
+//!   read-write volume holding one is refused;
 //! - the network: none, unless the manifest asks for it with `connect:` permissions and the
 //!   grant's egress is `all` (an egress allowlist cannot be enforced on a container's network,
 //!   so it is refused rather than widened); a persistent service's `port` is published by the
@@ -29,7 +29,6 @@ use bollard::models::{
     RestartPolicyNameEnum,
 };
 use outpost_core::executor::{ExecError, Launch};
-use outpost_core::grant::CanonicalPath;
 use outpost_core::manifest::{Lifecycle, PermissionVerb};
 use outpost_core::wire::{Egress, FolderMode};
 
@@ -232,56 +231,75 @@ fn mounts(launch: &Launch) -> Result<(Vec<Mount>, Vec<Mounted>), ExecError> {
     Ok((mounts, volumes))
 }
 
-/// Masks over the credential-denylist paths inside a volume.
+/// Masks over the credential-denylist paths inside a read-only volume: each entry, and where
+/// it really is when it is a symlink (a dotfile manager's `~/.ssh -> ~/dotfiles/ssh`), if that
+/// lies inside the volume. A read-write volume holding any of them is refused: the container
+/// could rename a folder out from under a mask, or create a path that is missing today.
 fn masks(
     launch: &Launch,
     host: &Path,
     guest: &str,
     mode: FolderMode,
 ) -> Result<Vec<Mount>, ExecError> {
-    let folder = CanonicalPath::new(host.to_string_lossy().into_owned()).map_err(|e| {
-        ExecError::PathRefused {
-            path: host.display().to_string(),
-            reason: e.to_string(),
-        }
-    })?;
     let mut masks = Vec::new();
-    for denied in launch.denylist.inside(&folder) {
-        let path = Path::new(denied.as_str());
-        let relative = path.strip_prefix(host).unwrap_or(path);
-        let target = format!("{}/{}", guest.trim_end_matches('/'), relative.display());
-        match std::fs::symlink_metadata(path) {
-            Ok(meta) if meta.is_dir() => masks.push(Mount {
-                typ: Some(MountType::TMPFS),
-                target: Some(target),
-                read_only: Some(true),
-                tmpfs_options: Some(MountTmpfsOptions {
-                    size_bytes: Some(4096),
-                    mode: Some(0o500),
-                    ..MountTmpfsOptions::default()
-                }),
-                ..Mount::default()
-            }),
-            Ok(_) => masks.push(Mount {
-                typ: Some(MountType::BIND),
-                source: Some("/dev/null".to_owned()),
-                target: Some(target),
-                read_only: Some(true),
-                ..Mount::default()
-            }),
-            Err(_) if mode == FolderMode::Rw => {
+    for denied in launch.denylist.entries() {
+        let entry = Path::new(denied.as_str());
+        let resolved = entry.canonicalize().ok().filter(|r| r != entry);
+        for path in std::iter::once(entry).chain(resolved.as_deref()) {
+            let Ok(relative) = path.strip_prefix(host) else {
+                continue;
+            };
+            if mode == FolderMode::Rw {
                 return Err(ExecError::PathRefused {
                     path: host.display().to_string(),
                     reason: format!(
-                        "a read-write volume here could create the credential path {denied}; \
-                         grant a narrower folder or mount it read-only"
+                        "holds the credential path {}; a read-write volume could move or create \
+                         it: grant a narrower folder or mount it read-only",
+                        path.display()
                     ),
                 });
             }
-            Err(_) => {}
+            let target = format!("{}/{}", guest.trim_end_matches('/'), relative.display());
+            if !masks
+                .iter()
+                .any(|m: &Mount| m.target.as_deref() == Some(target.as_str()))
+            {
+                masks.extend(mask(path, target));
+            }
         }
     }
     Ok(masks)
+}
+
+/// What hides `path` at `target`: an empty read-only tmpfs over a folder, `/dev/null` over
+/// anything else. A symlink is not masked itself (a mount would follow it inside the
+/// container); its target is, when it is inside a volume. A missing path needs nothing.
+fn mask(path: &Path, target: String) -> Option<Mount> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if meta.is_symlink() {
+        return None;
+    }
+    Some(if meta.is_dir() {
+        Mount {
+            typ: Some(MountType::TMPFS),
+            target: Some(target),
+            read_only: Some(true),
+            tmpfs_options: Some(MountTmpfsOptions {
+                size_bytes: Some(4096),
+                mode: Some(0o500),
+                ..MountTmpfsOptions::default()
+            }),
+            ..Mount::default()
+        }
+    } else {
+        Mount {
+            typ: Some(MountType::BIND),
+            source: Some("/dev/null".to_owned()),
+            target: Some(target),
+            read_only: Some(true),
+            ..Mount::default()
+        }
+    })
 }
 
 /// The container's working directory for a host `cwd` inside one of the volumes.
