@@ -1,5 +1,10 @@
 //! Removing containers: one (force, with its anonymous volumes, retried while the engine
 //! refuses), and the ones a killed outpost process left behind.
+//!
+//! Every container carries its owner in a label: `<hostname>:<boot id>:<pid>:<start time>`.
+//! The pid alone could be reused by another process, or name a process of another machine
+//! that shares the engine; with the machine, its boot and the process's start time (in clock
+//! ticks after boot, from `/proc/<pid>/stat`) it names one process once.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,7 +15,7 @@ use outpost_core::executor::ExecError;
 
 use crate::DockerExecutor;
 use crate::engine::engine_error;
-use crate::spec::{LABEL_MANAGED, LABEL_OWNER_PID};
+use crate::spec::{LABEL_MANAGED, LABEL_OWNER};
 
 /// Removes a container (killing it if it still runs) and its anonymous volumes. A container
 /// already gone counts as removed; a refusal is retried a few times before it is reported.
@@ -37,10 +42,10 @@ pub(crate) async fn remove(docker: &Docker, id: &str) -> Result<(), ExecError> {
 }
 
 impl DockerExecutor {
-    /// Removes the containers an earlier outpost process left behind: ours by label, whose
-    /// owner process is gone (it was killed before it could clean up). Returns their ids.
-    /// Containers of live processes, this one included, are left alone. A daemon calls this
-    /// once at start.
+    /// Removes the containers an earlier outpost process left behind: ours by label, created on
+    /// this machine by a process that is gone (killed before it could clean up, or ended by a
+    /// reboot). Returns their ids. Containers of live processes, this one included, and of
+    /// other machines sharing the engine are left alone. A daemon calls this once at start.
     pub fn remove_orphans(&self) -> Result<Vec<String>, ExecError> {
         let docker = self.client()?;
         let address = self.address.clone();
@@ -59,24 +64,97 @@ impl DockerExecutor {
                 .map_err(|e| engine_error(&address, "listing containers", e))?;
             let mut removed = Vec::new();
             for container in containers {
-                let owner = container
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(LABEL_OWNER_PID))
-                    .and_then(|pid| pid.parse::<u32>().ok());
-                let orphaned = match owner {
-                    Some(pid) => {
-                        pid != std::process::id()
-                            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-                    }
-                    None => false,
-                };
-                if let (true, Some(id)) = (orphaned, container.id) {
+                let owner = container.labels.as_ref().and_then(|l| l.get(LABEL_OWNER));
+                if let (Some(owner), Some(id)) = (owner, container.id)
+                    && orphaned(owner)
+                {
                     remove(&docker, &id).await?;
                     removed.push(id);
                 }
             }
             Ok(removed)
         })
+    }
+}
+
+/// This process as a container's owner: `<hostname>:<boot id>:<pid>:<start time>`.
+pub(crate) fn owner() -> String {
+    static OWNER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    OWNER
+        .get_or_init(|| {
+            let pid = std::process::id();
+            format!(
+                "{}:{}:{pid}:{}",
+                hostname(),
+                boot_id(),
+                start_time(pid).unwrap_or(0)
+            )
+        })
+        .clone()
+}
+
+/// Whether the process an owner label names is gone. Labels of another machine, or that do
+/// not parse, name nothing this process can judge: not orphaned.
+fn orphaned(owner: &str) -> bool {
+    let mut parts = owner.rsplitn(4, ':');
+    let (Some(start), Some(pid), Some(boot), Some(host)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let (Ok(start), Ok(pid)) = (start.parse::<u64>(), pid.parse::<u32>()) else {
+        return false;
+    };
+    if host != hostname() {
+        return false;
+    }
+    boot != boot_id() || start_time(pid) != Some(start)
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|b| b.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// When process `pid` started, in clock ticks after boot (field 22 of `/proc/<pid>/stat`).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count after its last `)`.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_label_names_one_process() {
+        let me = owner();
+        assert!(!orphaned(&me), "{me}");
+        let host = hostname();
+        let boot = boot_id();
+        // Above the kernel's largest pid: no such process.
+        assert!(orphaned(&format!("{host}:{boot}:4194305:1")));
+        // This pid, but another start: a reused pid.
+        let pid = std::process::id();
+        let start = start_time(pid).unwrap();
+        assert!(orphaned(&format!("{host}:{boot}:{pid}:{}", start + 1)));
+        // Another boot of this machine: gone.
+        assert!(orphaned(&format!("{host}:another-boot:{pid}:{start}")));
+        // Another machine, or a label that does not parse: left alone.
+        assert!(!orphaned(&format!("elsewhere:{boot}:4194305:1")));
+        assert!(!orphaned("4194305"));
     }
 }

@@ -18,9 +18,13 @@ pub const DEFAULT_ADDRESS: &str = "unix:///var/run/docker.sock";
 /// How long a probe waits for the engine before calling it unavailable.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// How to fix an unreachable engine.
+/// How to fix an engine that does not answer.
 const REMEDY: &str = "start the Docker engine (for example `systemctl start docker`) or point \
                       DOCKER_HOST at a running one";
+
+/// How to fix a socket this user may not open.
+const REMEDY_PERMISSION: &str = "give this user access to the engine's socket (the `docker` \
+                                 group) or run the daemon as a user that has it";
 
 /// Where the engine is: the configured address, else `DOCKER_HOST`, else the default socket.
 pub fn engine_address(configured: Option<&str>) -> String {
@@ -35,12 +39,21 @@ pub fn engine_address(configured: Option<&str>) -> String {
 pub struct Unreachable {
     /// What went wrong, naming the address.
     pub reason: String,
+    /// How the machine's owner can fix it.
+    pub remedy: &'static str,
 }
 
 impl Unreachable {
     pub(crate) fn new(address: &str, detail: impl std::fmt::Display) -> Self {
+        let detail = detail.to_string();
+        let remedy = if detail.contains("ermission denied") {
+            REMEDY_PERMISSION
+        } else {
+            REMEDY
+        };
         Self {
             reason: format!("the engine at {address} cannot be reached ({detail})"),
+            remedy,
         }
     }
 
@@ -48,7 +61,7 @@ impl Unreachable {
     pub fn probe(&self) -> Probe {
         Probe::Unavailable {
             reason: self.reason.clone(),
-            remedy: REMEDY.into(),
+            remedy: self.remedy.into(),
         }
     }
 
@@ -57,7 +70,7 @@ impl Unreachable {
         ExecError::Unavailable {
             environment: Environment::Docker,
             reason: self.reason.clone(),
-            remedy: REMEDY.into(),
+            remedy: self.remedy.into(),
         }
     }
 }
@@ -114,12 +127,30 @@ pub fn ping(runtime: &Runtime, connected: &Connected, address: &str) -> Result<(
     })
 }
 
-/// A failed request: the engine's answer is a refusal; anything else means it went away.
+/// A failed request: a refusal when the engine answered, unavailable when the connection
+/// failed, a plain failure otherwise (a slow or garbled answer).
 pub(crate) fn engine_error(address: &str, doing: &str, e: bollard::errors::Error) -> ExecError {
+    use bollard::errors::Error;
     match e {
-        bollard::errors::Error::DockerResponseServerError { message, .. } => {
+        Error::DockerResponseServerError { message, .. } => {
             ExecError::Spawn(format!("{doing}: the engine refused: {message}"))
         }
-        other => Unreachable::new(address, other).error(),
+        Error::RequestTimeoutError => ExecError::Failed(format!(
+            "{doing}: the engine at {address} did not answer in time"
+        )),
+        e @ (Error::HyperLegacyError { .. }
+        | Error::IOError { .. }
+        | Error::SocketNotFoundError(_)) => Unreachable::new(address, e).error(),
+        other => ExecError::Failed(format!("{doing}: {other}")),
     }
+}
+
+/// Whether a failed request may still have reached the engine and taken effect (its answer
+/// was lost), as opposed to a refusal the engine sent.
+pub(crate) fn may_have_happened(e: &bollard::errors::Error) -> bool {
+    !matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError { .. }
+            | bollard::errors::Error::SocketNotFoundError(_)
+    )
 }

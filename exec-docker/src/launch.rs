@@ -14,7 +14,7 @@ use outpost_core::executor::{ExecError, Launch};
 use outpost_core::manifest::Lifecycle;
 use outpost_core::wire::Environment;
 
-use crate::engine::engine_error;
+use crate::engine::{engine_error, may_have_happened};
 use crate::run::{self, Driver, Streams};
 use crate::spec::{ContainerSpec, Network, container_spec};
 use crate::{DockerExecutor, DockerRun, cleanup, relay};
@@ -53,7 +53,7 @@ impl DockerExecutor {
                 None => None,
             };
             let options = CreateContainerOptions {
-                name: Some(name),
+                name: Some(name.clone()),
                 ..CreateContainerOptions::default()
             };
             let id = match docker
@@ -61,7 +61,13 @@ impl DockerExecutor {
                 .await
             {
                 Ok(created) => created.id,
-                Err(e) => return Err(create_error(&address, &image, e)),
+                Err(e) => {
+                    // The answer may be what was lost: remove by name what may exist.
+                    if may_have_happened(&e) {
+                        let _ = cleanup::remove(&docker, &name).await;
+                    }
+                    return Err(create_error(&address, &image, e));
+                }
             };
             if let Ok(mut live) = live.lock() {
                 live.insert(id.clone());

@@ -50,8 +50,8 @@ pub use engine::{DEFAULT_ADDRESS, PROBE_TIMEOUT, engine_address};
 pub use image::{ImageError, busybox_rootfs, ensure_busybox_image, import_rootfs};
 pub use run::DockerRun;
 pub use spec::{
-    ContainerSpec, LABEL_CAPABILITY, LABEL_MANAGED, LABEL_OWNER_PID, LABEL_RUN, Network,
-    SpecSettings, container_spec,
+    ContainerSpec, LABEL_CAPABILITY, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN, Network, SpecSettings,
+    container_spec,
 };
 
 use engine::Connected;

@@ -96,39 +96,43 @@ impl Driver {
             relay.abort();
             let _ = relay.await;
         }
-        let _ = tokio::time::timeout(OUTPUT_DRAIN, reader).await;
-        let oom = match &waited {
-            Ok((Ending::Exited, EXIT_KILLED)) => self.oom_killed().await,
-            _ => false,
-        };
-        let removed = crate::cleanup::remove(&self.docker, &self.id).await;
-        if removed.is_ok()
-            && let Ok(mut live) = self.live.lock()
+        let mut notes = Vec::new();
+        let drained = tokio::time::timeout(OUTPUT_DRAIN, reader).await.is_ok();
+        if !drained {
+            notes.push("output written after the container ended was not collected".to_owned());
+        }
+        if let Ok((Ending::Exited, Some(EXIT_KILLED))) = &waited
+            && self.oom_killed().await
         {
-            live.remove(&self.id);
+            notes.push(format!(
+                "the container was killed: it went over its memory limit of {} MiB",
+                self.memory_mb
+            ));
+        }
+        match crate::cleanup::remove(&self.docker, &self.id).await {
+            Ok(()) => {
+                if let Ok(mut live) = self.live.lock() {
+                    live.remove(&self.id);
+                }
+            }
+            // Still listed as live: the executor tries again when it is dropped.
+            Err(e) => notes.push(format!("{e}; it is removed again when the executor stops")),
         }
         let outcome = waited.and_then(|(ending, code)| {
-            removed?;
             let mut streams = self
                 .streams
                 .lock()
                 .map_err(|_| ExecError::Failed("the output buffer lock was poisoned".into()))?;
             let stdout = std::mem::replace(&mut streams.stdout, CappedBuffer::new(0));
             let stderr = std::mem::replace(&mut streams.stderr, CappedBuffer::new(0));
-            let truncated = stdout.truncated() || stderr.truncated();
+            let truncated = stdout.truncated() || stderr.truncated() || !drained;
             let mut stderr = stderr.finish();
-            if oom {
-                stderr.extend_from_slice(
-                    format!(
-                        "\n[outpost: the container was killed: it went over its memory limit of {} MiB]\n",
-                        self.memory_mb
-                    )
-                    .as_bytes(),
-                );
+            for note in &notes {
+                stderr.extend_from_slice(format!("\n[outpost: {note}]\n").as_bytes());
             }
             Ok(Outcome {
                 ending,
-                exit_code: Some(i32::try_from(code).unwrap_or(i32::MAX)),
+                exit_code: code.map(|c| i32::try_from(c).unwrap_or(i32::MAX)),
                 signal: None,
                 stdout: stdout.finish(),
                 stderr,
@@ -141,8 +145,9 @@ impl Driver {
     }
 
     /// Waits for the container to exit, stopping it at the deadline or on cancel. Returns how
-    /// it ended and the exit status the engine reports.
-    async fn wait_for_end(&mut self) -> Result<(Ending, i64), ExecError> {
+    /// it ended and the exit status the engine reports (none if a stopped container did not
+    /// report one in time; it is then killed by its removal).
+    async fn wait_for_end(&mut self) -> Result<(Ending, Option<i64>), ExecError> {
         let options = WaitContainerOptions {
             condition: "not-running".to_owned(),
         };
@@ -156,7 +161,9 @@ impl Driver {
         };
         let mut cancel = self.cancel.clone();
         let ending = tokio::select! {
-            status = wait.next() => return exit_status(status).map(|code| (Ending::Exited, code)),
+            status = wait.next() => {
+                return exit_status(status).map(|code| (Ending::Exited, Some(code)));
+            }
             () = timed_out => Ending::TimedOut,
             _ = cancel.wait_for(|c| *c) => Ending::Cancelled,
         };
@@ -166,7 +173,11 @@ impl Driver {
         };
         // A container that exited meanwhile answers 304; the wait below reports its status.
         let _ = self.docker.stop_container(&self.id, Some(stop)).await;
-        exit_status(wait.next().await).map(|code| (ending, code))
+        let bound = Duration::from_secs(u64::try_from(self.grace_secs).unwrap_or(0) + 10);
+        match tokio::time::timeout(bound, wait.next()).await {
+            Ok(status) => exit_status(status).map(|code| (ending, Some(code))),
+            Err(_) => Ok((ending, None)),
+        }
     }
 
     async fn oom_killed(&self) -> bool {

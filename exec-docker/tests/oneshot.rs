@@ -481,7 +481,7 @@ fn containers_a_dead_process_left_behind_are_removed_and_others_kept() {
                 "--label",
                 "dev.outpost.managed=true",
                 "--label",
-                &format!("dev.outpost.owner-pid={owner}"),
+                &format!("dev.outpost.owner={owner}"),
                 "--label",
                 &format!("dev.outpost.run-id={run_id}"),
                 TEST_IMAGE,
@@ -492,18 +492,40 @@ fn containers_a_dead_process_left_behind_are_removed_and_others_kept() {
         assert!(out.status.success(), "{out:?}");
         text(&out.stdout).trim().to_owned()
     };
+    // A live container of ours tells this process's owner label.
+    let dir = folder("orphans");
+    let l = launch(&dir, "owner", &shell_manifest("owner", "sleep 60", ""));
+    let mut live = executor.start(l).unwrap();
+    let me = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "--format",
+            "{{index .Config.Labels \"dev.outpost.owner\"}}",
+            live.container_id(),
+        ])
+        .output()
+        .unwrap();
+    let me = text(&me.stdout).trim().to_owned();
+    let (host_and_boot, _) = me.rsplit_once(':').unwrap();
+    let (host_and_boot, _) = host_and_boot.rsplit_once(':').unwrap();
     // Above the kernel's largest pid: no such process can exist.
-    let (orphan_run, kept_run) = (run_id("orphan"), run_id("kept"));
-    let orphan = create("4194305", &orphan_run);
-    let kept = create(&std::process::id().to_string(), &kept_run);
+    let (orphan_run, kept_run, foreign_run) = (run_id("orphan"), run_id("kept"), run_id("foreign"));
+    let orphan = create(&format!("{host_and_boot}:4194305:1"), &orphan_run);
+    let kept = create(&me, &kept_run);
+    let foreign = create("another-machine:boot:4194305:1", &foreign_run);
     let removed = executor.remove_orphans().unwrap();
     assert!(removed.contains(&orphan), "{removed:?}");
     assert!(!removed.contains(&kept));
+    assert!(!removed.contains(&foreign));
+    assert!(!removed.iter().any(|id| id == live.container_id()));
     assert!(containers_of(&orphan_run).is_empty());
     assert_eq!(containers_of(&kept_run).len(), 1);
+    assert_eq!(containers_of(&foreign_run).len(), 1);
     let rm = std::process::Command::new("docker")
-        .args(["rm", "-f", &kept])
+        .args(["rm", "-f", &kept, &foreign])
         .output()
         .unwrap();
     assert!(rm.status.success());
+    live.cancel().unwrap();
+    assert_eq!(finish(&mut live).ending, Ending::Cancelled);
 }

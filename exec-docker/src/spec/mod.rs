@@ -38,9 +38,8 @@ pub const LABEL_MANAGED: &str = "dev.outpost.managed";
 pub const LABEL_RUN: &str = "dev.outpost.run-id";
 /// The capability name label.
 pub const LABEL_CAPABILITY: &str = "dev.outpost.capability";
-/// The pid of the process whose executor created the container (see
-/// `DockerExecutor::remove_orphans`).
-pub const LABEL_OWNER_PID: &str = "dev.outpost.owner-pid";
+/// The process whose executor created the container (see `DockerExecutor::remove_orphans`).
+pub const LABEL_OWNER: &str = "dev.outpost.owner";
 
 /// Which network a container joins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +112,7 @@ pub fn container_spec(
         (LABEL_MANAGED.to_owned(), "true".to_owned()),
         (LABEL_RUN.to_owned(), launch.run_id.clone()),
         (LABEL_CAPABILITY.to_owned(), manifest.name.clone()),
-        (LABEL_OWNER_PID.to_owned(), std::process::id().to_string()),
+        (LABEL_OWNER.to_owned(), crate::cleanup::owner()),
     ]);
     let host_config = HostConfig {
         network_mode: Some(network.mode().to_owned()),
