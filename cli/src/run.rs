@@ -12,13 +12,16 @@ use outpost_core::executor::{
 use outpost_core::grant::CredentialDenylist;
 use outpost_core::manifest::Lifecycle;
 use outpost_core::manifest::{MANIFEST_FILE, Manifest};
-use outpost_core::wire::Egress;
+use outpost_core::wire::{Egress, Environment};
 use outpost_exec_docker::{DockerConfig, DockerExecutor};
 use outpost_exec_shell::{ServiceState, ServiceTable, ShellExecutor};
 use outpost_exec_wasm::{WasmConfig, WasmExecutor};
 
 /// Exit status of a run stopped at its deadline (as `timeout(1)` reports it).
 const EXIT_TIMED_OUT: u8 = 124;
+
+/// Exit status of a run stopped by Ctrl-C or SIGTERM (as a shell reports SIGINT).
+const EXIT_INTERRUPTED: u8 = 130;
 
 /// What `--egress` lets a capability reach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -29,18 +32,52 @@ pub enum EgressArg {
     All,
 }
 
+/// Set by SIGINT or SIGTERM.
+fn interrupt_flag() -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, flag.clone())?;
+    }
+    Ok(flag)
+}
+
+/// The credential denylist under the owner's home (SSH, GPG, cloud and package-manager
+/// credentials, outpost's own config), enforced even for folders the owner declares.
+fn owner_denylist() -> CredentialDenylist {
+    let canonical = |p: std::path::PathBuf| {
+        let p = p.canonicalize().unwrap_or(p);
+        outpost_core::grant::CanonicalPath::new(p.to_string_lossy().into_owned()).ok()
+    };
+    let Some(home) = std::env::var_os("HOME").map(std::path::PathBuf::from) else {
+        return CredentialDenylist::empty();
+    };
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| home.join(".config"))
+        .join("outpost");
+    match (canonical(home), canonical(config)) {
+        (Some(home), Some(config)) => CredentialDenylist::for_home(&home, &config),
+        _ => CredentialDenylist::empty(),
+    }
+}
+
 /// The executors this build has. Environments without one are refused, never run elsewhere;
 /// an executor whose backend is missing (no Docker engine) refuses with the reason and fix.
-fn registry() -> anyhow::Result<Registry> {
+/// Before a docker run, containers that killed outpost processes left behind are removed.
+fn registry(environment: Environment) -> anyhow::Result<Registry> {
     let mut registry = Registry::new();
     registry.register(Box::new(ShellExecutor::default()));
     registry.register(Box::new(WasmExecutor::new(WasmConfig {
         cache_dir: wasm_cache_dir(),
         ..WasmConfig::default()
     })));
-    registry.register(Box::new(
-        DockerExecutor::new(DockerConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))?,
-    ));
+    let docker =
+        DockerExecutor::new(DockerConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if environment == Environment::Docker {
+        // An unreachable engine is reported by the launch itself.
+        let _ = docker.remove_orphans();
+    }
+    registry.register(Box::new(docker));
     Ok(registry)
 }
 
@@ -112,7 +149,7 @@ pub fn run(
         manifest,
         extra_args: args,
         mounts,
-        denylist: CredentialDenylist::empty(),
+        denylist: owner_denylist(),
         cwd: None,
         timeout,
         egress: match egress {
@@ -123,10 +160,18 @@ pub fn run(
     if lifecycle == Lifecycle::Persistent {
         return serve(launch);
     }
-    let registry = registry()?;
+    let registry = registry(environment)?;
+    let interrupted = interrupt_flag()?;
     let mut handle =
         run_capability(&registry, &allowlists, launch).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut cancelled = false;
     let outcome = loop {
+        if !cancelled && interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+            // Ctrl-C or SIGTERM: stop the run and clean up after it (its process group, its
+            // container) before exiting.
+            handle.cancel().map_err(|e| anyhow::anyhow!("{e}"))?;
+            cancelled = true;
+        }
         let done = handle
             .wait(Duration::from_millis(50))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -183,6 +228,7 @@ fn print_json(
 fn exit_code(o: &Outcome) -> ExitCode {
     match (&o.ending, o.exit_code, o.signal) {
         (Ending::TimedOut, _, _) => ExitCode::from(EXIT_TIMED_OUT),
+        (Ending::Cancelled, _, _) => ExitCode::from(EXIT_INTERRUPTED),
         (_, Some(code), _) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         (_, None, Some(signal)) => {
             ExitCode::from(128u8.saturating_add(u8::try_from(signal).unwrap_or(0)))
@@ -194,7 +240,7 @@ fn exit_code(o: &Outcome) -> ExitCode {
 /// A persistent capability runs in the foreground: its output streams here until it
 /// exits (a crash is reported, never restarted) or SIGINT/SIGTERM stops it.
 fn serve(launch: Launch) -> anyhow::Result<ExitCode> {
-    let registry = registry()?;
+    let registry = registry(launch.manifest.environment)?;
     let environment = launch.manifest.environment;
     let executor = registry.get(environment).ok_or_else(|| {
         anyhow::anyhow!(
@@ -202,10 +248,7 @@ fn serve(launch: Launch) -> anyhow::Result<ExitCode> {
             environment.as_str()
         )
     })?;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, stop.clone())?;
-    }
+    let stop = interrupt_flag()?;
     let name = launch.manifest.name.clone();
     let table = ServiceTable::new();
     let info = table

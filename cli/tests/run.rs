@@ -213,3 +213,44 @@ fn an_unreachable_docker_engine_is_refused_and_nothing_else_runs() {
     assert!(stderr.contains("DOCKER_HOST"), "{stderr}");
     assert!(!dir.join("ran").exists(), "the capability ran elsewhere");
 }
+
+#[test]
+fn ctrl_c_stops_a_container_and_removes_it() {
+    let image = docker_test_image();
+    let dir = capability(
+        "docker-interrupt",
+        &format!(
+            "name: waits\nenvironment: docker\nlifecycle: oneshot\ndocker_image: {image}\n\
+             entry: sh\nargs: [\"-c\", \"echo ready; sleep 60\"]\n"
+        ),
+        "",
+    );
+    let mut child = outpost()
+        .arg("run")
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The container's first line is the event that it runs.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let run_label = format!("label=dev.outpost.run-id=local-{}", child.id());
+    let listed = |label: &str| {
+        let out = Command::new("docker")
+            .args(["ps", "-a", "-q", "--filter", label])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    assert_eq!(listed(&run_label), 1);
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert_eq!(listed(&run_label), 0, "the container outlived Ctrl-C");
+}
