@@ -45,3 +45,12 @@ for case in load("http-signatures.json"):
                            headers.get("content-digest", ""), case["request"]["url"],
                            case["request"]["body"]]).encode())
 write("http_signature_parse", http)
+
+manifests = [p.read_bytes() for p in sorted((ROOT.parent / "examples").glob("*/manifest.yaml"))]
+manifests.append(b"name: boxed\nenvironment: docker\nlifecycle: persistent\n"
+                 b"docker_image: outpost-test/busybox:latest\nentry: httpd\n"
+                 b"args: [\"-f\", \"-p\", \"8080\"]\nport: 8080\n"
+                 b"volumes: [{host: ., guest: /www, mode: ro}]\n"
+                 b"permissions: [\"connect:example.org:443\"]\n"
+                 b"limits: {timeout_ms: 1000, memory_mb: 64, cpu_millicores: 500, pids_max: 32}\n")
+write("manifest_parse", manifests)
