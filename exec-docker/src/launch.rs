@@ -120,7 +120,7 @@ impl DockerExecutor {
 type Started = (run::OutputStream, Option<tokio::task::JoinHandle<()>>);
 
 /// Attaches (before starting, so no output is missed), starts, and for a service with a port
-/// starts the relay to the container's address.
+/// starts its relay (see [`relay_target`]).
 async fn start_container(
     docker: &Docker,
     id: &str,
