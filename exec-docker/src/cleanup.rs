@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::Docker;
+use bollard::models::ContainerSummaryStateEnum;
 use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
 use outpost_core::executor::ExecError;
 
@@ -27,6 +28,9 @@ pub(crate) async fn remove(docker: &Docker, id: &str) -> Result<(), ExecError> {
     };
     let mut last = String::new();
     for attempt in 0..5u32 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+        }
         match docker.remove_container(id, Some(options.clone())).await {
             Ok(()) => return Ok(()),
             Err(bollard::errors::Error::DockerResponseServerError {
@@ -34,7 +38,6 @@ pub(crate) async fn remove(docker: &Docker, id: &str) -> Result<(), ExecError> {
             }) => return Ok(()),
             Err(e) => last = e.to_string(),
         }
-        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
     }
     Err(ExecError::Failed(format!(
         "container {id} could not be removed: {last}"
@@ -43,9 +46,10 @@ pub(crate) async fn remove(docker: &Docker, id: &str) -> Result<(), ExecError> {
 
 impl DockerExecutor {
     /// Removes the containers an earlier outpost process left behind: ours by label, created on
-    /// this machine by a process that is gone (killed before it could clean up, or ended by a
-    /// reboot). Returns their ids. Containers of live processes, this one included, and of
-    /// other machines sharing the engine are left alone. A daemon calls this once at start.
+    /// this machine by a process that is gone (killed before it could clean up), or stopped
+    /// since a reboot. Returns their ids. Containers of live processes, this one included,
+    /// of processes it cannot see, and of other machines sharing the engine are left alone;
+    /// one that cannot be removed does not stop the others. A daemon calls this once at start.
     pub fn remove_orphans(&self) -> Result<Vec<String>, ExecError> {
         let docker = self.client()?;
         let address = self.address.clone();
@@ -65,10 +69,11 @@ impl DockerExecutor {
             let mut removed = Vec::new();
             for container in containers {
                 let owner = container.labels.as_ref().and_then(|l| l.get(LABEL_OWNER));
+                let running = container.state == Some(ContainerSummaryStateEnum::RUNNING);
                 if let (Some(owner), Some(id)) = (owner, container.id)
-                    && orphaned(owner)
+                    && orphaned(owner, running)
+                    && remove(&docker, &id).await.is_ok()
                 {
-                    remove(&docker, &id).await?;
                     removed.push(id);
                 }
             }
@@ -93,9 +98,11 @@ pub(crate) fn owner() -> String {
         .clone()
 }
 
-/// Whether the process an owner label names is gone. Labels of another machine, or that do
-/// not parse, name nothing this process can judge: not orphaned.
-fn orphaned(owner: &str) -> bool {
+/// Whether the container of `owner` is left over: its process is gone, or the machine has
+/// rebooted since and the container no longer runs (a running one with another boot id is a
+/// same-named machine's). Labels of another machine, labels that do not parse, and processes
+/// this one may not inspect name nothing it can judge: not orphaned.
+fn orphaned(owner: &str, running: bool) -> bool {
     let mut parts = owner.rsplitn(4, ':');
     let (Some(start), Some(pid), Some(boot), Some(host)) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -108,7 +115,14 @@ fn orphaned(owner: &str) -> bool {
     if host != hostname() {
         return false;
     }
-    boot != boot_id() || start_time(pid) != Some(start)
+    if boot != boot_id() {
+        return !running;
+    }
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return true;
+    }
+    // Its pid is in use: by it, or by a later process that started at another time.
+    start_time(pid).is_some_and(|now| now != start)
 }
 
 fn hostname() -> String {
@@ -142,19 +156,31 @@ mod tests {
     #[test]
     fn an_owner_label_names_one_process() {
         let me = owner();
-        assert!(!orphaned(&me), "{me}");
+        assert!(!orphaned(&me, true), "{me}");
+        assert!(!orphaned(&me, false), "{me}");
         let host = hostname();
         let boot = boot_id();
         // Above the kernel's largest pid: no such process.
-        assert!(orphaned(&format!("{host}:{boot}:4194305:1")));
+        assert!(orphaned(&format!("{host}:{boot}:4194305:1"), true));
         // This pid, but another start: a reused pid.
         let pid = std::process::id();
         let start = start_time(pid).unwrap();
-        assert!(orphaned(&format!("{host}:{boot}:{pid}:{}", start + 1)));
-        // Another boot of this machine: gone.
-        assert!(orphaned(&format!("{host}:another-boot:{pid}:{start}")));
+        assert!(orphaned(
+            &format!("{host}:{boot}:{pid}:{}", start + 1),
+            true
+        ));
+        // Another boot: stopped containers are left over; a running one is a same-named
+        // machine's.
+        assert!(orphaned(
+            &format!("{host}:another-boot:{pid}:{start}"),
+            false
+        ));
+        assert!(!orphaned(
+            &format!("{host}:another-boot:{pid}:{start}"),
+            true
+        ));
         // Another machine, or a label that does not parse: left alone.
-        assert!(!orphaned(&format!("elsewhere:{boot}:4194305:1")));
-        assert!(!orphaned("4194305"));
+        assert!(!orphaned(&format!("elsewhere:{boot}:4194305:1"), false));
+        assert!(!orphaned("4194305", false));
     }
 }

@@ -2,8 +2,8 @@
 //! typed "unavailable" refusal when it cannot be reached.
 //!
 //! bollard's client is lazy (making one opens nothing), so reaching the engine means asking it
-//! something: the version negotiation and `/_ping`. Both are bounded by [`PROBE_TIMEOUT`] so a
-//! hung engine is reported as unavailable instead of blocking the caller.
+//! something: the version negotiation and `/_ping`. Both are bounded by 3 s so a hung engine
+//! is reported as unavailable instead of blocking the caller.
 
 use std::time::Duration;
 
@@ -13,10 +13,13 @@ use outpost_core::wire::Environment;
 use tokio::runtime::Runtime;
 
 /// The engine's usual socket.
-pub const DEFAULT_ADDRESS: &str = "unix:///var/run/docker.sock";
+const DEFAULT_ADDRESS: &str = "unix:///var/run/docker.sock";
 
 /// How long a probe waits for the engine before calling it unavailable.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The detail of an engine that did not answer a probe.
+const NO_ANSWER: &str = "no answer within 3 s";
 
 /// How to fix an engine that does not answer.
 const REMEDY: &str = "start the Docker engine (for example `systemctl start docker`) or point \
@@ -27,7 +30,7 @@ const REMEDY_PERMISSION: &str = "give this user access to the engine's socket (t
                                  group) or run the daemon as a user that has it";
 
 /// Where the engine is: the configured address, else `DOCKER_HOST`, else the default socket.
-pub fn engine_address(configured: Option<&str>) -> String {
+pub(crate) fn engine_address(configured: Option<&str>) -> String {
     configured
         .map(str::to_owned)
         .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()))
@@ -44,8 +47,11 @@ pub struct Unreachable {
 }
 
 impl Unreachable {
-    pub(crate) fn new(address: &str, detail: impl std::fmt::Display) -> Self {
-        let detail = detail.to_string();
+    pub(crate) fn new(address: &str, error: &(dyn std::error::Error + 'static)) -> Self {
+        Self::described(address, error_chain(error))
+    }
+
+    fn described(address: &str, detail: String) -> Self {
         let remedy = if detail.contains("ermission denied") {
             REMEDY_PERMISSION
         } else {
@@ -75,6 +81,21 @@ impl Unreachable {
     }
 }
 
+/// An error with its causes (`client error (Connect): Permission denied (os error 13)`): the
+/// cause is what tells an owner what to fix.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let next = e.to_string();
+        if !text.contains(&next) {
+            text = format!("{text}: {next}");
+        }
+        cause = e.source();
+    }
+    text
+}
+
 /// A client that has negotiated its API version with a live engine.
 #[derive(Clone)]
 pub struct Connected {
@@ -91,18 +112,18 @@ pub fn connect(runtime: &Runtime, address: &str) -> Result<Connected, Unreachabl
     } else {
         Docker::connect_with_http(address, 120, bollard::API_DEFAULT_VERSION)
     }
-    .map_err(|e| Unreachable::new(address, e))?;
+    .map_err(|e| Unreachable::new(address, &e))?;
     runtime.block_on(async {
         let negotiate = tokio::time::timeout(PROBE_TIMEOUT, docker.negotiate_version());
         let docker = match negotiate.await {
             Ok(Ok(docker)) => docker,
-            Ok(Err(e)) => return Err(Unreachable::new(address, e)),
-            Err(_) => return Err(Unreachable::new(address, "no answer within 3 s")),
+            Ok(Err(e)) => return Err(Unreachable::new(address, &e)),
+            Err(_) => return Err(Unreachable::described(address, NO_ANSWER.into())),
         };
         let version = match tokio::time::timeout(PROBE_TIMEOUT, docker.version()).await {
             Ok(Ok(version)) => version,
-            Ok(Err(e)) => return Err(Unreachable::new(address, e)),
-            Err(_) => return Err(Unreachable::new(address, "no answer within 3 s")),
+            Ok(Err(e)) => return Err(Unreachable::new(address, &e)),
+            Err(_) => return Err(Unreachable::described(address, NO_ANSWER.into())),
         };
         let description = format!(
             "Docker Engine {} (API {}) at {address}",
@@ -121,8 +142,8 @@ pub fn ping(runtime: &Runtime, connected: &Connected, address: &str) -> Result<(
     runtime.block_on(async {
         match tokio::time::timeout(PROBE_TIMEOUT, connected.docker.ping()).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(Unreachable::new(address, e)),
-            Err(_) => Err(Unreachable::new(address, "no answer within 3 s")),
+            Ok(Err(e)) => Err(Unreachable::new(address, &e)),
+            Err(_) => Err(Unreachable::described(address, NO_ANSWER.into())),
         }
     })
 }
@@ -140,7 +161,7 @@ pub(crate) fn engine_error(address: &str, doing: &str, e: bollard::errors::Error
         )),
         e @ (Error::HyperLegacyError { .. }
         | Error::IOError { .. }
-        | Error::SocketNotFoundError(_)) => Unreachable::new(address, e).error(),
+        | Error::SocketNotFoundError(_)) => Unreachable::new(address, &e).error(),
         other => ExecError::Failed(format!("{doing}: {other}")),
     }
 }

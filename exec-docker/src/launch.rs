@@ -38,7 +38,7 @@ impl DockerExecutor {
             std::process::id(),
             self.next_name.fetch_add(1, Ordering::Relaxed)
         );
-        let image = manifest.docker_image.clone().unwrap_or_default();
+        let image = spec.body.image.clone().unwrap_or_default();
         let cap = usize::try_from(manifest.limits.output_max_bytes).unwrap_or(usize::MAX);
         let streams = Arc::new(Mutex::new(Streams::new(cap)));
         let docker = connected.docker;
@@ -47,9 +47,12 @@ impl DockerExecutor {
 
         let (id, output, relay) = self.runtime.block_on(async {
             let listener = match spec.port {
-                Some(port) => Some(relay::bind(port).await.map_err(|e| {
-                    ExecError::Spawn(format!("the service's port 127.0.0.1:{port}: {e}"))
-                })?),
+                Some(port) => Some((
+                    relay::bind(port).await.map_err(|e| {
+                        ExecError::Spawn(format!("the service's port 127.0.0.1:{port}: {e}"))
+                    })?,
+                    port,
+                )),
                 None => None,
             };
             let options = CreateContainerOptions {
@@ -97,7 +100,7 @@ impl DockerExecutor {
             streams: streams.clone(),
             deadline,
             cancel: cancel_rx,
-            grace_secs: i32::try_from(self.settings.grace_secs).unwrap_or(i32::MAX),
+            grace_secs: self.settings.grace_secs,
             memory_mb: manifest.limits.memory_mb,
             started: Instant::now(),
             setup,
@@ -125,7 +128,7 @@ async fn start_container(
     docker: &Docker,
     id: &str,
     spec: &ContainerSpec,
-    listener: Option<tokio::net::TcpListener>,
+    listener: Option<(tokio::net::TcpListener, u16)>,
     address: &str,
 ) -> Result<Started, ExecError> {
     let attach = AttachContainerOptions {
@@ -142,31 +145,43 @@ async fn start_container(
         .start_container(id, None::<StartContainerOptions>)
         .await
         .map_err(|e| engine_error(address, "starting the container", e))?;
-    let relay = match (listener, spec.port) {
-        (Some(listener), Some(port)) => {
-            let inspect = docker
-                .inspect_container(id, None::<InspectContainerOptions>)
-                .await
-                .map_err(|e| engine_error(address, "inspecting the container", e))?;
-            Some(relay::spawn(
-                listener,
-                relay_target(&inspect, spec.network, port)?,
-            ))
+    let relay = match listener {
+        Some((listener, port)) => {
+            let target = relay_target(docker, id, spec.network, port, address).await?;
+            Some(relay::spawn(listener, target))
         }
-        _ => None,
+        None => None,
     };
     Ok((attached.output, relay))
 }
 
 /// Where the relay of a service's `port` connects: into the container's own network namespace
-/// when it has no network, to its bridge address otherwise.
-fn relay_target(
-    inspect: &bollard::models::ContainerInspectResponse,
+/// when it has no network, to its bridge address otherwise. Joining a namespace needs the
+/// engine on this machine (a local socket) and root; the namespace is checked to be the
+/// container's after it is opened, so a pid reused meanwhile is never joined.
+async fn relay_target(
+    docker: &Docker,
+    id: &str,
     network: Network,
     port: u16,
+    address: &str,
 ) -> Result<relay::Target, ExecError> {
+    let inspect = || async {
+        docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| engine_error(address, "inspecting the container", e))
+    };
+    let refused = |why: String| {
+        ExecError::Spawn(format!(
+            "publishing port {port} of a container without network means joining its network \
+             namespace, which {why}; the grant's egress `all` puts the container on a network \
+             the host can reach instead"
+        ))
+    };
+    let before = inspect().await?;
     if network == Network::Bridge {
-        return relay::container_address(inspect, network.mode(), port)
+        return relay::container_address(&before, network.mode(), port)
             .map(relay::Target::Address)
             .ok_or_else(|| {
                 ExecError::Spawn(format!(
@@ -174,17 +189,22 @@ fn relay_target(
                 ))
             });
     }
-    let pid = relay::container_pid(inspect)
+    if !address.starts_with("unix://") {
+        return Err(refused(format!(
+            "is not possible with a remote engine ({address})"
+        )));
+    }
+    let pid = relay::container_pid(&before)
         .ok_or_else(|| ExecError::Spawn("the container has no running process".into()))?;
-    relay::Connector::enter(pid, port)
+    let namespace = relay::open_namespace(pid).map_err(|e| refused(format!("failed ({e})")))?;
+    if relay::container_pid(&inspect().await?) != Some(pid) {
+        return Err(ExecError::Spawn(
+            "the container stopped while its port was being published".into(),
+        ));
+    }
+    relay::Connector::enter(namespace, port)
         .map(relay::Target::Namespace)
-        .map_err(|e| {
-            ExecError::Spawn(format!(
-                "publishing port {port} of a container without network means joining its \
-                 network namespace, which failed ({e}); the daemon needs root for that, or the \
-                 grant's egress `all` puts the container on a network the host can reach"
-            ))
-        })
+        .map_err(|e| refused(format!("failed ({e}); the daemon needs root for that")))
 }
 
 /// A failed create: a missing image is named, never pulled.

@@ -10,7 +10,7 @@
 //! runs anywhere else. An image that is not on the machine is refused with
 //! [`ExecError::ImageMissing`] naming it: outpost never pulls.
 //!
-//! What a container may see and do is decided in one place, [`container_spec`]: only the
+//! What a container may see and do is decided in one place, the `spec` module: only the
 //! declared volumes, no network unless asked for and granted, memory / CPU / process limits,
 //! no privileges. Every run — oneshot, ondemand (a fresh container per call) or persistent —
 //! streams stdout and stderr under the output caps and ends with its container removed, on
@@ -46,16 +46,13 @@ use outpost_core::executor::{ExecError, Executor, Launch, Probe, RunHandle};
 use outpost_core::wire::Environment;
 use tokio::runtime::Runtime;
 
-pub use engine::{DEFAULT_ADDRESS, PROBE_TIMEOUT, engine_address};
 pub use image::{ImageError, busybox_rootfs, ensure_busybox_image, import_rootfs};
 pub use run::DockerRun;
-pub use spec::{
-    ContainerSpec, LABEL_CAPABILITY, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN, Network, SpecSettings,
-    container_spec,
-};
+pub use spec::{LABEL_CAPABILITY, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN};
 
-use engine::Connected;
+use engine::{Connected, engine_address};
 use run::Live;
+use spec::SpecSettings;
 
 /// How the Docker executor is set up.
 #[derive(Debug, Clone)]
@@ -109,7 +106,7 @@ impl DockerExecutor {
             connected: Mutex::new(None),
             settings: SpecSettings {
                 user,
-                grace_secs: i64::try_from(config.grace.as_secs()).unwrap_or(i64::MAX),
+                grace_secs: i32::try_from(config.grace.as_secs()).unwrap_or(i32::MAX),
             },
             live: Arc::default(),
             next_name: AtomicU64::new(0),
@@ -195,16 +192,10 @@ impl Drop for DockerExecutor {
         if ids.is_empty() {
             return;
         }
-        let runtime = &self.runtime;
-        // A scoped thread: the runtime cannot be blocked on from inside an async context.
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                runtime.block_on(async {
-                    for id in &ids {
-                        let _ = cleanup::remove(&connected.docker, id).await;
-                    }
-                })
-            });
+        self.runtime.block_on(async {
+            for id in &ids {
+                let _ = cleanup::remove(&connected.docker, id).await;
+            }
         });
     }
 }

@@ -49,11 +49,9 @@ pub(crate) struct Connector {
 }
 
 impl Connector {
-    /// Joins the network namespace of the container whose init process is `pid`, for
-    /// connections to its `127.0.0.1:port`. Fails (typically `EPERM`) when this process may
-    /// not join it.
-    pub(crate) fn enter(pid: i64, port: u16) -> std::io::Result<Self> {
-        let namespace = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    /// Joins `namespace` (from [`open_namespace`]) on a thread of its own, for connections
+    /// to `127.0.0.1:port` there. Fails (typically `EPERM`) when this process may not join it.
+    pub(crate) fn enter(namespace: std::fs::File, port: u16) -> std::io::Result<Self> {
         let (ready, entered) = mpsc::channel();
         let (requests, incoming) = mpsc::channel::<Request>();
         std::thread::Builder::new()
@@ -90,17 +88,38 @@ impl Connector {
     }
 }
 
-/// Relays every connection accepted on `listener` to `target` until aborted.
+/// Opens the network namespace of process `pid`. Refuses this process's own namespace: the
+/// relay would connect to its own listener.
+pub(crate) fn open_namespace(pid: i64) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    let namespace = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    let (theirs, ours) = (
+        namespace.metadata()?,
+        std::fs::metadata("/proc/self/ns/net")?,
+    );
+    if (theirs.dev(), theirs.ino()) == (ours.dev(), ours.ino()) {
+        return Err(std::io::Error::other(format!(
+            "process {pid} shares this process's network namespace"
+        )));
+    }
+    Ok(namespace)
+}
+
+/// Relays every connection accepted on `listener` to `target` until aborted; aborting it ends
+/// the connections it relays too.
 pub(crate) fn spawn(listener: TcpListener, target: Target) -> JoinHandle<()> {
     let target = Arc::new(target);
     tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
         while let Ok((mut inbound, _)) = listener.accept().await {
             let target = target.clone();
-            tokio::spawn(async move {
+            connections.spawn(async move {
                 if let Ok(mut outbound) = target.connect().await {
                     let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                 }
             });
+            // Forget the finished ones as new ones come.
+            while connections.try_join_next().is_some() {}
         }
     })
 }

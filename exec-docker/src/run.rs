@@ -89,21 +89,24 @@ impl Driver {
         report: mpsc::Sender<Result<Outcome, ExecError>>,
     ) {
         let reader = tokio::spawn(read_output(output, self.streams.clone()));
-        let waited = self.wait_for_end().await;
+        let mut notes = Vec::new();
+        // Losing the engine mid-run still ends the run (a service is then marked failed), with
+        // what happened on stderr.
+        let (ending, code) = self.wait_for_end().await.unwrap_or_else(|e| {
+            notes.push(e.to_string());
+            (Ending::Exited, None)
+        });
         let execute = self.started.elapsed();
         if let Some(relay) = self.relay.take() {
             // Awaited, so the port is closed before the outcome is reported.
             relay.abort();
             let _ = relay.await;
         }
-        let mut notes = Vec::new();
         let drained = tokio::time::timeout(OUTPUT_DRAIN, reader).await.is_ok();
         if !drained {
             notes.push("output written after the container ended was not collected".to_owned());
         }
-        if let Ok((Ending::Exited, Some(EXIT_KILLED))) = &waited
-            && self.oom_killed().await
-        {
+        if ending == Ending::Exited && code == Some(EXIT_KILLED) && self.oom_killed().await {
             notes.push(format!(
                 "the container was killed: it went over its memory limit of {} MiB",
                 self.memory_mb
@@ -118,29 +121,29 @@ impl Driver {
             // Still listed as live: the executor tries again when it is dropped.
             Err(e) => notes.push(format!("{e}; it is removed again when the executor stops")),
         }
-        let outcome = waited.and_then(|(ending, code)| {
-            let mut streams = self
-                .streams
-                .lock()
-                .map_err(|_| ExecError::Failed("the output buffer lock was poisoned".into()))?;
-            let stdout = std::mem::replace(&mut streams.stdout, CappedBuffer::new(0));
-            let stderr = std::mem::replace(&mut streams.stderr, CappedBuffer::new(0));
-            let truncated = stdout.truncated() || stderr.truncated() || !drained;
-            let mut stderr = stderr.finish();
-            for note in &notes {
-                stderr.extend_from_slice(format!("\n[outpost: {note}]\n").as_bytes());
-            }
-            Ok(Outcome {
-                ending,
-                exit_code: code.map(|c| i32::try_from(c).unwrap_or(i32::MAX)),
-                signal: None,
-                stdout: stdout.finish(),
-                stderr,
-                truncated,
-                setup: self.setup,
-                execute,
-            })
-        });
+        let outcome = self
+            .streams
+            .lock()
+            .map_err(|_| ExecError::Failed("the output buffer lock was poisoned".into()))
+            .map(|mut streams| {
+                let stdout = std::mem::replace(&mut streams.stdout, CappedBuffer::new(0));
+                let stderr = std::mem::replace(&mut streams.stderr, CappedBuffer::new(0));
+                let truncated = stdout.truncated() || stderr.truncated() || !drained;
+                let mut stderr = stderr.finish();
+                for note in &notes {
+                    stderr.extend_from_slice(format!("\n[outpost: {note}]\n").as_bytes());
+                }
+                Outcome {
+                    ending,
+                    exit_code: code.map(|c| i32::try_from(c).unwrap_or(i32::MAX)),
+                    signal: None,
+                    stdout: stdout.finish(),
+                    stderr,
+                    truncated,
+                    setup: self.setup,
+                    execute,
+                }
+            });
         let _ = report.send(outcome);
     }
 
@@ -223,7 +226,8 @@ async fn read_output(mut output: OutputStream, streams: Arc<Mutex<Streams>>) {
     }
 }
 
-/// A container run in progress. See the module docs.
+/// A container run in progress. See the module docs. Dropping it stops and removes the
+/// container, as a cancel does: nobody could read its outcome any more.
 pub struct DockerRun {
     pub(crate) run_id: String,
     pub(crate) container_id: String,

@@ -41,7 +41,7 @@ fn get(port: u16) -> String {
 fn service_manifest(name: &str, port: u16, www: &std::path::Path) -> String {
     format!(
         "name: {name}\nenvironment: docker\nlifecycle: persistent\ndocker_image: {TEST_IMAGE}\n\
-         entry: httpd\nargs: [\"-f\", \"-p\", \"{port}\", \"-h\", \"/www\"]\nport: {port}\n\
+         entry: sh\nargs: [\"-c\", \"exec httpd -f -p $PORT -h /www\"]\nport: {port}\n\
          volumes: [{{host: {}, guest: /www, mode: ro}}]\n",
         www.display()
     )

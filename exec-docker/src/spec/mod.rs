@@ -29,7 +29,7 @@ use bollard::models::{
     RestartPolicyNameEnum,
 };
 use outpost_core::executor::{ExecError, Launch};
-use outpost_core::manifest::{Lifecycle, PermissionVerb};
+use outpost_core::manifest::PermissionVerb;
 use outpost_core::wire::{Egress, FolderMode};
 
 /// Labels every container of ours carries.
@@ -43,7 +43,7 @@ pub const LABEL_OWNER: &str = "dev.outpost.owner";
 
 /// Which network a container joins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Network {
+pub(crate) enum Network {
     /// No interface but loopback.
     None,
     /// The engine's default bridge: the network the grant's egress `all` allows.
@@ -52,7 +52,7 @@ pub enum Network {
 
 impl Network {
     /// The engine's name for it.
-    pub fn mode(self) -> &'static str {
+    pub(crate) fn mode(self) -> &'static str {
         match self {
             Network::None => "none",
             Network::Bridge => "bridge",
@@ -62,26 +62,26 @@ impl Network {
 
 /// A container to create.
 #[derive(Debug, Clone)]
-pub struct ContainerSpec {
+pub(crate) struct ContainerSpec {
     /// The engine's create request.
-    pub body: ContainerCreateBody,
+    pub(crate) body: ContainerCreateBody,
     /// Its network.
-    pub network: Network,
+    pub(crate) network: Network,
     /// The port a persistent service listens on, relayed from the host's loopback.
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
 }
 
 /// Settings that are the executor's, not the manifest's.
 #[derive(Debug, Clone)]
-pub struct SpecSettings {
+pub(crate) struct SpecSettings {
     /// `uid:gid` the container's processes run as.
-    pub user: String,
+    pub(crate) user: String,
     /// How long a stop waits between SIGTERM and SIGKILL, in whole seconds.
-    pub grace_secs: i64,
+    pub(crate) grace_secs: i32,
 }
 
 /// Builds the create request for `launch`, or says what the run may not have.
-pub fn container_spec(
+pub(crate) fn container_spec(
     launch: &Launch,
     settings: &SpecSettings,
 ) -> Result<ContainerSpec, ExecError> {
@@ -89,9 +89,8 @@ pub fn container_spec(
     let image = manifest.docker_image.clone().ok_or_else(|| {
         ExecError::InvalidCapability("a docker capability must name its docker_image".into())
     })?;
-    let port = manifest
-        .port
-        .filter(|_| manifest.lifecycle == Lifecycle::Persistent);
+    // The manifest only allows a port on a persistent service.
+    let port = manifest.port;
     let network = network(launch)?;
     let (mounts, volumes) = mounts(launch)?;
     let working_dir = launch
@@ -143,13 +142,7 @@ pub fn container_spec(
         image: Some(image),
         entrypoint: Some(vec![manifest.entry.clone()]),
         cmd: Some(cmd),
-        env: Some(
-            manifest
-                .env
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect(),
-        ),
+        env: Some(environment(manifest, port)),
         user: Some(settings.user.clone()),
         working_dir,
         labels: Some(labels),
@@ -158,9 +151,8 @@ pub fn container_spec(
         attach_stderr: Some(true),
         tty: Some(false),
         open_stdin: Some(false),
-        network_disabled: Some(network == Network::None),
         exposed_ports: port.map(|p| vec![format!("{p}/tcp")]),
-        stop_timeout: Some(settings.grace_secs),
+        stop_timeout: Some(i64::from(settings.grace_secs)),
         host_config: Some(host_config),
         ..ContainerCreateBody::default()
     };
@@ -169,6 +161,22 @@ pub fn container_spec(
         network,
         port,
     })
+}
+
+/// The manifest's `env`, and for a service with a port `PORT` (as every environment passes
+/// it) unless the manifest sets it.
+fn environment(manifest: &outpost_core::manifest::Manifest, port: Option<u16>) -> Vec<String> {
+    let mut env: Vec<String> = manifest
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if let Some(port) = port
+        && !manifest.env.iter().any(|(k, _)| k == "PORT")
+    {
+        env.push(format!("PORT={port}"));
+    }
+    env
 }
 
 /// The network the manifest asks for and the grant allows.

@@ -128,6 +128,7 @@ fn a_service_port_gives_no_network() {
     assert_eq!(spec.network, Network::None);
     assert_eq!(spec.port, Some(8080));
     assert_eq!(spec.body.exposed_ports, Some(vec!["8080/tcp".to_owned()]));
+    assert_eq!(spec.body.env, Some(vec!["PORT=8080".to_owned()]));
     assert_eq!(
         spec.body.host_config.unwrap().network_mode.as_deref(),
         Some("none")
