@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use outpost_core::executor::{
-    Allowlists, Ending, Launch, Outcome, Registry, Scope, Stream, run_capability,
+    Allowlists, Ending, Launch, Outcome, Registry, RunRefused, Scope, Stream, run_capability,
 };
 use outpost_core::grant::CredentialDenylist;
 use outpost_core::manifest::Lifecycle;
@@ -32,53 +32,76 @@ pub enum EgressArg {
     All,
 }
 
-/// Set by SIGINT or SIGTERM.
+/// Set by SIGINT or SIGTERM. A second one while the flag is set exits at once (130), for a
+/// cleanup that hangs.
 fn interrupt_flag() -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
     let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(
+            signal,
+            i32::from(EXIT_INTERRUPTED),
+            flag.clone(),
+        )?;
         signal_hook::flag::register(signal, flag.clone())?;
     }
     Ok(flag)
 }
 
 /// The credential denylist under the owner's home (SSH, GPG, cloud and package-manager
-/// credentials, outpost's own config), enforced even for folders the owner declares.
+/// credentials, outpost's own config). Executors refuse these paths as volumes and working
+/// directories; docker also hides them inside read-only volumes and refuses read-write volumes
+/// that hold them. Without an absolute `HOME` there is none, and `outpost run` says so.
 fn owner_denylist() -> CredentialDenylist {
-    let canonical = |p: std::path::PathBuf| {
-        let p = p.canonicalize().unwrap_or(p);
+    let canonical = |p: &Path| {
+        let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
         outpost_core::grant::CanonicalPath::new(p.to_string_lossy().into_owned()).ok()
     };
-    let Some(home) = std::env::var_os("HOME").map(std::path::PathBuf::from) else {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let Some(home) = home.as_deref().and_then(canonical) else {
+        eprintln!("outpost: HOME is not an absolute path: no credential denylist applies");
         return CredentialDenylist::empty();
     };
+    // A relative XDG_CONFIG_HOME is invalid and ignored, as the XDG spec says.
     let config = std::env::var_os("XDG_CONFIG_HOME")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| home.join(".config"))
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| Path::new(home.as_str()).join(".config"))
         .join("outpost");
-    match (canonical(home), canonical(config)) {
-        (Some(home), Some(config)) => CredentialDenylist::for_home(&home, &config),
-        _ => CredentialDenylist::empty(),
-    }
+    let config = canonical(&config).unwrap_or_else(|| home.clone());
+    CredentialDenylist::for_home(&home, &config)
 }
 
-/// The executors this build has. Environments without one are refused, never run elsewhere;
-/// an executor whose backend is missing (no Docker engine) refuses with the reason and fix.
-/// Before a docker run, containers that killed outpost processes left behind are removed.
+/// The executor of `environment`, the only one a run needs. Environments without one are
+/// refused, never run elsewhere; an executor whose backend is missing (no Docker engine)
+/// refuses with the reason and fix. Before a docker run, containers that killed outpost
+/// processes left behind are removed.
 fn registry(environment: Environment) -> anyhow::Result<Registry> {
     let mut registry = Registry::new();
-    registry.register(Box::new(ShellExecutor::default()));
-    registry.register(Box::new(WasmExecutor::new(WasmConfig {
-        cache_dir: wasm_cache_dir(),
-        ..WasmConfig::default()
-    })));
-    let docker =
-        DockerExecutor::new(DockerConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    if environment == Environment::Docker {
-        // An unreachable engine is reported by the launch itself.
-        let _ = docker.remove_orphans();
+    match environment {
+        Environment::Shell => registry.register(Box::new(ShellExecutor::default())),
+        Environment::Wasm => registry.register(Box::new(WasmExecutor::new(WasmConfig {
+            cache_dir: wasm_cache_dir(),
+            ..WasmConfig::default()
+        }))),
+        Environment::Docker => {
+            let docker =
+                DockerExecutor::new(DockerConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
+            // An unreachable engine is reported by the launch itself.
+            let _ = docker.remove_orphans();
+            registry.register(Box::new(docker));
+        }
+        Environment::Pty => {}
     }
-    registry.register(Box::new(docker));
     Ok(registry)
+}
+
+/// A refused run, with the flag that lifts an egress refusal here.
+fn refusal(e: RunRefused) -> anyhow::Error {
+    if e.code() == "egress_denied" {
+        anyhow::anyhow!("{e} (here: `outpost run --egress all`)")
+    } else {
+        anyhow::anyhow!("{e}")
+    }
 }
 
 /// The machine's owner running a capability by hand grants the folders its manifest
@@ -162,8 +185,7 @@ pub fn run(
     }
     let registry = registry(environment)?;
     let interrupted = interrupt_flag()?;
-    let mut handle =
-        run_capability(&registry, &allowlists, launch).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut handle = run_capability(&registry, &allowlists, launch).map_err(refusal)?;
     let mut cancelled = false;
     let outcome = loop {
         if !cancelled && interrupted.load(std::sync::atomic::Ordering::Relaxed) {
@@ -253,7 +275,7 @@ fn serve(launch: Launch) -> anyhow::Result<ExitCode> {
     let table = ServiceTable::new();
     let info = table
         .start(executor, launch)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .map_err(|e| refusal(e.into()))?;
     eprintln!(
         "outpost: {name} running{}{}; Ctrl-C stops it",
         info.id.map(|id| format!(" as {id}")).unwrap_or_default(),
