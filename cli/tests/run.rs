@@ -254,3 +254,74 @@ fn ctrl_c_stops_a_container_and_removes_it() {
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert_eq!(listed(&run_label), 0, "the container outlived Ctrl-C");
 }
+
+#[test]
+fn a_persistent_container_serves_its_port_until_sigterm() {
+    use std::io::{BufRead, Read, Write};
+    let image = docker_test_image();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = capability(
+        "docker-service",
+        &format!(
+            "name: web\nenvironment: docker\nlifecycle: persistent\ndocker_image: {image}\n\
+             entry: sh\nargs: [\"-c\", \"exec httpd -f -p $PORT -h /www\"]\nport: {port}\n\
+             volumes: [{{host: ., guest: /www, mode: ro}}]\n"
+        ),
+        "",
+    );
+    std::fs::write(dir.join("index.html"), "served by outpost\n").unwrap();
+    let mut child = outpost()
+        .arg("run")
+        .arg(&dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // outpost's own line is the event that the service was started.
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains(&format!("on port {port}")), "{line}");
+    // The server inside starts listening a moment later; its answer is the only event.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let body = loop {
+        let answer = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
+            s.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+            let mut body = String::new();
+            s.read_to_string(&mut body)?;
+            Ok(body)
+        });
+        match answer {
+            Ok(body) if !body.is_empty() => break body,
+            _ if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
+            other => panic!("the service never answered: {other:?}"),
+        }
+    };
+    assert!(body.contains("served by outpost"), "{body}");
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "-q",
+            "--filter",
+            &format!("label=dev.outpost.run-id=local-{}", child.id()),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.stdout.is_empty(),
+        "the service's container outlived SIGTERM"
+    );
+}
