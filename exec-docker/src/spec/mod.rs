@@ -151,6 +151,10 @@ pub(crate) fn container_spec(
         attach_stderr: Some(true),
         tty: Some(false),
         open_stdin: Some(false),
+        // Not merely `network_mode: none` again: the engine then sets up no network sandbox
+        // at all (the container still gets its own namespace with `lo`), which is measurably
+        // faster to start.
+        network_disabled: Some(network == Network::None),
         exposed_ports: port.map(|p| vec![format!("{p}/tcp")]),
         stop_timeout: Some(i64::from(settings.grace_secs)),
         host_config: Some(host_config),
