@@ -172,17 +172,22 @@ fn docker_test_image() -> &'static str {
     IMAGE
 }
 
-#[test]
-fn runs_a_container_and_passes_its_exit_code_through() {
+/// A oneshot docker capability running `command` with `sh -c` in the test image.
+fn boxed(tag: &str, command: &str) -> PathBuf {
     let image = docker_test_image();
-    let dir = capability(
-        "docker",
+    capability(
+        tag,
         &format!(
             "name: boxed\nenvironment: docker\nlifecycle: oneshot\ndocker_image: {image}\n\
-             entry: sh\nargs: [\"-c\", \"echo from the box; ls /sys/class/net; exit 4\"]\n"
+             entry: sh\nargs: [\"-c\", {command:?}]\n"
         ),
         "",
-    );
+    )
+}
+
+#[test]
+fn runs_a_container_and_passes_its_exit_code_through() {
+    let dir = boxed("docker", "echo from the box; ls /sys/class/net; exit 4");
     let v = run_json(&dir, &[], 4);
     assert_eq!(v["environment"], "docker");
     assert_eq!(v["stdout"], "from the box\nlo\n");
@@ -216,15 +221,7 @@ fn an_unreachable_docker_engine_is_refused_and_nothing_else_runs() {
 
 #[test]
 fn ctrl_c_stops_a_container_and_removes_it() {
-    let image = docker_test_image();
-    let dir = capability(
-        "docker-interrupt",
-        &format!(
-            "name: waits\nenvironment: docker\nlifecycle: oneshot\ndocker_image: {image}\n\
-             entry: sh\nargs: [\"-c\", \"echo ready; sleep 60\"]\n"
-        ),
-        "",
-    );
+    let dir = boxed("docker-interrupt", "echo ready; sleep 60");
     let mut child = outpost()
         .arg("run")
         .arg(&dir)
