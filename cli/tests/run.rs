@@ -28,6 +28,20 @@ fn run_json(dir: &Path, env: &[(&str, &Path)], code: i32) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Runs `outpost run DIR` (with `env`), which must be refused before anything runs: a
+/// failure status, no output from the capability. Returns what outpost said on stderr.
+fn run_refused(dir: &Path, env: &[(&str, &str)]) -> String {
+    let mut command = outpost();
+    command.arg("run").arg(dir);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let out = command.output().unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "{out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn capability(name: &str, manifest: &str, script: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("outpost-cli-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -79,11 +93,8 @@ fn a_bad_manifest_fails_before_anything_runs() {
         "name: bad\nenvironment: shell\nlifecycle: oneshot\nentry: ../run.sh\n",
         "touch ran\n",
     );
-    let out = outpost().arg("run").arg(&dir).output().unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = run_refused(&dir, &[]);
     assert!(stderr.contains("line 4, field `entry`"), "{stderr}");
-    assert!(out.stdout.is_empty());
     assert!(!dir.join("ran").exists());
 }
 
@@ -94,9 +105,7 @@ fn environments_without_an_executor_are_refused_honestly() {
         "name: p\nenvironment: pty\nlifecycle: oneshot\nentry: run.sh\n",
         "",
     );
-    let out = outpost().arg("run").arg(&dir).output().unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = run_refused(&dir, &[]);
     assert!(
         stderr.contains("pty capabilities cannot run here"),
         "{stderr}"
@@ -202,14 +211,10 @@ fn an_unreachable_docker_engine_is_refused_and_nothing_else_runs() {
         "touch ran\n",
     );
     let dead = dir.join("dead.sock");
-    let out = outpost()
-        .arg("run")
-        .arg(&dir)
-        .env("DOCKER_HOST", format!("unix://{}", dead.display()))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = run_refused(
+        &dir,
+        &[("DOCKER_HOST", &format!("unix://{}", dead.display()))],
+    );
     assert!(
         stderr.contains("Docker is unavailable; the capability cannot be executed"),
         "{stderr}"
