@@ -10,12 +10,12 @@ use bollard::Docker;
 use bollard::query_parameters::{
     AttachContainerOptions, CreateContainerOptions, InspectContainerOptions, StartContainerOptions,
 };
-use outpost_core::executor::{ExecError, Launch};
+use outpost_core::executor::{CapturedOutput, ExecError, Launch};
 use outpost_core::manifest::Lifecycle;
 use outpost_core::wire::Environment;
 
 use crate::engine::{engine_error, may_have_happened};
-use crate::run::{self, Driver, Streams};
+use crate::run::{self, Driver};
 use crate::spec::{ContainerSpec, Network, container_spec};
 use crate::{DockerExecutor, DockerRun, cleanup, relay};
 
@@ -40,7 +40,7 @@ impl DockerExecutor {
         );
         let image = spec.body.image.clone().unwrap_or_default();
         let cap = usize::try_from(manifest.limits.output_max_bytes).unwrap_or(usize::MAX);
-        let streams = Arc::new(Mutex::new(Streams::new(cap)));
+        let streams = Arc::new(Mutex::new(CapturedOutput::new(cap)));
         let docker = connected.docker;
         let address = self.address.clone();
         let live = self.live.clone();

@@ -17,7 +17,7 @@ use bollard::query_parameters::{
 };
 use futures_util::{Stream, StreamExt};
 use outpost_core::executor::{
-    CappedBuffer, Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream as OutStream,
+    CapturedOutput, Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream as OutStream,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -27,37 +27,6 @@ const EXIT_KILLED: i64 = 137;
 
 /// How long the output stream may lag behind the container's exit.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
-
-/// Output kept so far and not yet handed out.
-pub(crate) struct Streams {
-    stdout: CappedBuffer,
-    stderr: CappedBuffer,
-    pending: Vec<OutputChunk>,
-}
-
-impl Streams {
-    pub(crate) fn new(cap: usize) -> Self {
-        Self {
-            stdout: CappedBuffer::new(cap),
-            stderr: CappedBuffer::new(cap),
-            pending: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, stream: OutStream, bytes: &[u8]) {
-        let buffer = match stream {
-            OutStream::Stdout => &mut self.stdout,
-            OutStream::Stderr => &mut self.stderr,
-        };
-        let kept = buffer.push(bytes);
-        if !kept.is_empty() {
-            self.pending.push(OutputChunk {
-                stream,
-                bytes: kept.to_vec(),
-            });
-        }
-    }
-}
 
 /// The attach connection's output.
 pub(crate) type OutputStream =
@@ -70,7 +39,7 @@ pub(crate) type Live = Arc<Mutex<HashSet<String>>>;
 pub(crate) struct Driver {
     pub docker: Docker,
     pub id: String,
-    pub streams: Arc<Mutex<Streams>>,
+    pub streams: Arc<Mutex<CapturedOutput>>,
     pub deadline: Option<tokio::time::Instant>,
     pub cancel: watch::Receiver<bool>,
     pub grace_secs: i32,
@@ -126,10 +95,8 @@ impl Driver {
             .lock()
             .map_err(|_| ExecError::Failed("the output buffer lock was poisoned".into()))
             .map(|mut streams| {
-                let stdout = std::mem::replace(&mut streams.stdout, CappedBuffer::new(0));
-                let stderr = std::mem::replace(&mut streams.stderr, CappedBuffer::new(0));
-                let truncated = stdout.truncated() || stderr.truncated() || !drained;
-                let mut stderr = stderr.finish();
+                let (stdout, mut stderr, truncated) = streams.finish();
+                let truncated = truncated || !drained;
                 for note in &notes {
                     stderr.extend_from_slice(format!("\n[outpost: {note}]\n").as_bytes());
                 }
@@ -137,7 +104,7 @@ impl Driver {
                     ending,
                     exit_code: code.map(|c| i32::try_from(c).unwrap_or(i32::MAX)),
                     signal: None,
-                    stdout: stdout.finish(),
+                    stdout,
                     stderr,
                     truncated,
                     setup: self.setup,
@@ -211,7 +178,7 @@ fn exit_status(
 }
 
 /// Copies the attach stream into the capped buffers until the container's streams close.
-async fn read_output(mut output: OutputStream, streams: Arc<Mutex<Streams>>) {
+async fn read_output(mut output: OutputStream, streams: Arc<Mutex<CapturedOutput>>) {
     while let Some(Ok(item)) = output.next().await {
         let (stream, bytes) = match item {
             LogOutput::StdErr { message } => (OutStream::Stderr, message),
@@ -231,7 +198,7 @@ async fn read_output(mut output: OutputStream, streams: Arc<Mutex<Streams>>) {
 pub struct DockerRun {
     pub(crate) run_id: String,
     pub(crate) container_id: String,
-    pub(crate) streams: Arc<Mutex<Streams>>,
+    pub(crate) streams: Arc<Mutex<CapturedOutput>>,
     pub(crate) finished: mpsc::Receiver<Result<Outcome, ExecError>>,
     pub(crate) cancel: watch::Sender<bool>,
     pub(crate) outcome: Option<Result<Outcome, ExecError>>,
@@ -274,7 +241,7 @@ impl RunHandle for DockerRun {
     fn read_output(&mut self) -> Vec<OutputChunk> {
         self.streams
             .lock()
-            .map(|mut s| std::mem::take(&mut s.pending))
+            .map(|mut s| s.take_fresh())
             .unwrap_or_default()
     }
 

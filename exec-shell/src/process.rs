@@ -1,6 +1,5 @@
 //! One shell run: a process group, its output readers and its waiter.
 
-use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use outpost_core::executor::{
-    CappedBuffer, Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream,
+    CapturedOutput, Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream,
 };
 
 /// How long to wait for the output pipes to close once the group is gone. A process that
@@ -32,19 +31,13 @@ pub(crate) struct Spawn {
     pub started: Instant,
 }
 
-struct Captured {
-    stdout: CappedBuffer,
-    stderr: CappedBuffer,
-    fresh: VecDeque<OutputChunk>,
-}
-
 /// A running shell capability. Dropping it kills its process group.
 pub struct ShellRun {
     run_id: String,
     pgid: Pid,
     exited: Receiver<std::io::Result<ExitStatus>>,
     pipes_closed: Receiver<()>,
-    captured: Arc<Mutex<Captured>>,
+    captured: Arc<Mutex<CapturedOutput>>,
     spawned_at: Instant,
     setup: Duration,
     deadline: Instant,
@@ -70,11 +63,7 @@ impl ShellRun {
             .map_err(|e| ExecError::Spawn(format!("{}: {e}", s.program.display())))?;
         let spawned_at = Instant::now();
         let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-        let captured = Arc::new(Mutex::new(Captured {
-            stdout: CappedBuffer::new(s.output_cap),
-            stderr: CappedBuffer::new(s.output_cap),
-            fresh: VecDeque::new(),
-        }));
+        let captured = Arc::new(Mutex::new(CapturedOutput::new(s.output_cap)));
         let (closed_tx, pipes_closed) = mpsc::channel();
         if let Some(out) = child.stdout.take() {
             spawn_reader(out, Stream::Stdout, captured.clone(), closed_tx.clone());
@@ -135,16 +124,11 @@ impl ShellRun {
         }
         let status =
             status.map_err(|e| ExecError::Failed(format!("waiting for the process: {e}")))?;
-        let (stdout, stderr, truncated) = {
-            let mut c = self
-                .captured
-                .lock()
-                .map_err(|_| ExecError::Failed("output capture panicked".into()))?;
-            let cap_out = std::mem::replace(&mut c.stdout, CappedBuffer::new(0));
-            let cap_err = std::mem::replace(&mut c.stderr, CappedBuffer::new(0));
-            let truncated = cap_out.truncated() || cap_err.truncated();
-            (cap_out.finish(), cap_err.finish(), truncated)
-        };
+        let (stdout, stderr, truncated) = self
+            .captured
+            .lock()
+            .map_err(|_| ExecError::Failed("output capture panicked".into()))?
+            .finish();
         Ok(Outcome {
             ending: self
                 .stopping
@@ -169,7 +153,7 @@ fn far_future(now: Instant) -> Instant {
 fn spawn_reader(
     mut pipe: impl Read + Send + 'static,
     stream: Stream,
-    captured: Arc<Mutex<Captured>>,
+    captured: Arc<Mutex<CapturedOutput>>,
     closed: mpsc::Sender<()>,
 ) {
     std::thread::spawn(move || {
@@ -181,17 +165,7 @@ fn spawn_reader(
                     let Ok(mut c) = captured.lock() else {
                         break;
                     };
-                    let target = match stream {
-                        Stream::Stdout => &mut c.stdout,
-                        Stream::Stderr => &mut c.stderr,
-                    };
-                    let kept = target.push(&buf[..n]).to_vec();
-                    if !kept.is_empty() {
-                        c.fresh.push_back(OutputChunk {
-                            stream,
-                            bytes: kept,
-                        });
-                    }
+                    c.push(stream, &buf[..n]);
                 }
             }
         }
@@ -255,7 +229,7 @@ impl RunHandle for ShellRun {
 
     fn read_output(&mut self) -> Vec<OutputChunk> {
         match self.captured.lock() {
-            Ok(mut c) => c.fresh.drain(..).collect(),
+            Ok(mut c) => c.take_fresh(),
             Err(_) => Vec::new(),
         }
     }

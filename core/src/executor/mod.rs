@@ -14,7 +14,7 @@
 mod output;
 mod registry;
 
-pub use output::{CappedBuffer, TRUNCATION_MARKER};
+pub use output::{CappedBuffer, CapturedOutput, FinishedOutput, TRUNCATION_MARKER};
 pub use registry::{Allowlists, Registry, RunRefused, Scope, TrustCeiling, run_capability};
 
 use std::path::PathBuf;

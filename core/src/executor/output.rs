@@ -1,5 +1,7 @@
 //! Output caps: every executor keeps at most `output_max_bytes` per stream and says when it
-//! cut.
+//! cut, and hands out what it kept as it arrives.
+
+use super::{OutputChunk, Stream};
 
 /// Appended to a stream that was cut at its cap.
 pub const TRUNCATION_MARKER: &str = "\n[outpost: output truncated]\n";
@@ -48,6 +50,59 @@ impl CappedBuffer {
     }
 }
 
+/// A run's two output streams, capped, with the chunks not yet handed out: what an executor's
+/// readers push into and [`super::RunHandle::read_output`] drains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedOutput {
+    stdout: CappedBuffer,
+    stderr: CappedBuffer,
+    fresh: Vec<OutputChunk>,
+}
+
+/// What a finished capture gives: stdout and stderr (each marked if cut), and whether either
+/// was cut.
+pub type FinishedOutput = (Vec<u8>, Vec<u8>, bool);
+
+impl CapturedOutput {
+    /// Nothing captured yet; each stream keeps at most `cap` bytes.
+    pub fn new(cap: usize) -> Self {
+        Self {
+            stdout: CappedBuffer::new(cap),
+            stderr: CappedBuffer::new(cap),
+            fresh: Vec::new(),
+        }
+    }
+
+    /// Keeps what fits of `bytes` on `stream`, and queues that part to be handed out.
+    pub fn push(&mut self, stream: Stream, bytes: &[u8]) {
+        let buffer = match stream {
+            Stream::Stdout => &mut self.stdout,
+            Stream::Stderr => &mut self.stderr,
+        };
+        let kept = buffer.push(bytes);
+        if !kept.is_empty() {
+            self.fresh.push(OutputChunk {
+                stream,
+                bytes: kept.to_vec(),
+            });
+        }
+    }
+
+    /// The chunks kept since the last call.
+    pub fn take_fresh(&mut self) -> Vec<OutputChunk> {
+        std::mem::take(&mut self.fresh)
+    }
+
+    /// Takes both streams for the outcome, leaving the fresh chunks to be read; later pushes
+    /// are dropped.
+    pub fn finish(&mut self) -> FinishedOutput {
+        let stdout = std::mem::replace(&mut self.stdout, CappedBuffer::new(0));
+        let stderr = std::mem::replace(&mut self.stderr, CappedBuffer::new(0));
+        let truncated = stdout.truncated() || stderr.truncated();
+        (stdout.finish(), stderr.finish(), truncated)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +122,27 @@ mod tests {
         exact.push(b"abc");
         assert!(!exact.truncated());
         assert_eq!(exact.finish(), b"abc");
+    }
+
+    #[test]
+    fn a_capture_hands_out_what_it_kept_and_finishes_both_streams() {
+        let mut c = CapturedOutput::new(4);
+        c.push(Stream::Stdout, b"abc");
+        c.push(Stream::Stderr, b"e");
+        c.push(Stream::Stdout, b"defg");
+        let fresh = c.take_fresh();
+        assert_eq!(fresh.len(), 3);
+        assert_eq!(
+            (fresh[2].stream, fresh[2].bytes.as_slice()),
+            (Stream::Stdout, &b"d"[..])
+        );
+        assert!(c.take_fresh().is_empty());
+        let (stdout, stderr, truncated) = c.finish();
+        assert_eq!(
+            stdout,
+            [b"abcd".as_slice(), TRUNCATION_MARKER.as_bytes()].concat()
+        );
+        assert_eq!(stderr, b"e");
+        assert!(truncated);
     }
 }
