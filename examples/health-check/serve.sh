@@ -18,6 +18,8 @@ class Health(http.server.BaseHTTPRequestHandler):
         pass
 
 port = int(os.environ.get("PORT", "8787"))
+server = http.server.HTTPServer(("127.0.0.1", port), Health)
+# Said once the socket listens, so whoever waits for this line can connect.
 print(f"health-check listening on 127.0.0.1:{port}", flush=True)
-http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+server.serve_forever()
 '
