@@ -18,6 +18,8 @@
 //! | [`replay`] | the bounded nonce cache that refuses replayed or stale signed requests |
 //! | [`ticket`] | single-use connect tickets |
 //! | [`time`] | the host-supplied clock values: wall time and a monotonic instant |
+//! | [`daemon`], [`session`], [`server`] | the three roles' state machines |
+//! | `sim` | in-memory harnesses and the seeded simulation, behind the `test-support` feature |
 //!
 //! ## Errors
 //!
@@ -42,7 +44,13 @@ pub mod routing;
 pub mod server;
 pub mod session;
 pub mod sign;
+#[cfg(any(test, feature = "test-support"))]
 pub mod sim;
 pub mod ticket;
 pub mod time;
 pub mod wire;
+
+/// The most outputs any role ([`daemon::Daemon`], [`session::Session`], [`server::Server`])
+/// lets wait in its queue: past it, `handle_input` refuses with an `OutputBacklog` error until
+/// the host drains `poll_output` (the drain rule).
+pub const MAX_QUEUED_OUTPUTS: usize = 4096;

@@ -80,6 +80,10 @@ pub struct Now {
     pub wall: UnixTime,
 }
 
+/// How long a role with no timer at all waits before it asks to be called again: the
+/// `Wait` every role returns when nothing is due.
+pub(crate) const IDLE_WAIT: Duration = Duration::from_secs(3600);
+
 /// The earliest of several wake-up times, with the reason for it: how each role computes the
 /// `Wait` it returns last from `poll_output`.
 #[derive(Debug, Clone, Copy)]
@@ -89,10 +93,10 @@ pub(crate) struct NextWake {
 }
 
 impl NextWake {
-    /// Starts from "idle": nothing to do before `now + idle`.
-    pub(crate) fn idle(now: Instant, idle: Duration) -> Self {
+    /// Starts from "idle": nothing to do before `now + IDLE_WAIT`.
+    pub(crate) fn idle(now: Instant) -> Self {
         Self {
-            at: now.saturating_add(idle),
+            at: now.saturating_add(IDLE_WAIT),
             why: "idle",
         }
     }

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use outpost_core::daemon::{self, Command, close_code};
+use outpost_core::daemon::{self, Command};
 use outpost_core::session::{self, Event, RunOutcome, RunSpec};
-use outpost_core::sim::{Pair, PairConfig};
-use outpost_core::wire::{CapabilitySource, Environment, InlineFile, RunStatus};
+use outpost_core::sim::{Pair, PairConfig, PairError};
+use outpost_core::wire::{CapabilitySource, Environment, InlineFile, RunStatus, close_code};
 
 fn spec(run_id: &str) -> RunSpec {
     RunSpec {
@@ -23,9 +23,8 @@ fn spec(run_id: &str) -> RunSpec {
     }
 }
 
-fn submit(pair: &mut Pair, run_id: &str) {
+fn submit(pair: &mut Pair, run_id: &str) -> Result<(), PairError> {
     pair.session_input(session::Input::Submit(spec(run_id)))
-        .unwrap();
 }
 
 fn ended(pair: &Pair, run_id: &str) -> Vec<RunOutcome> {
@@ -39,13 +38,13 @@ fn ended(pair: &Pair, run_id: &str) -> Vec<RunOutcome> {
 }
 
 #[test]
-fn connect_then_run_to_completion() {
-    let mut pair = Pair::connected(PairConfig::default());
+fn connect_then_run_to_completion() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
     assert!(pair.daemon.is_ready() && pair.session.is_ready());
-    submit(&mut pair, "r1");
+    submit(&mut pair, "r1")?;
     assert_eq!(pair.executor.started, vec!["r1".to_string()]);
-    pair.advance(Duration::from_millis(250));
-    pair.finish("r1", 3);
+    pair.advance(Duration::from_millis(250))?;
+    pair.finish("r1", 3)?;
     let outcomes = ended(&pair, "r1");
     assert_eq!(outcomes.len(), 1);
     let RunOutcome::Completed(result) = &outcomes[0] else {
@@ -63,49 +62,51 @@ fn connect_then_run_to_completion() {
         pair.daemon.pending_results().is_empty(),
         "the ack cleared the result"
     );
+    Ok(())
 }
 
 #[test]
-fn byte_by_byte_delivery_gives_the_same_outcome() {
+fn byte_by_byte_delivery_gives_the_same_outcome() -> Result<(), PairError> {
     let mut pair = Pair::connected(PairConfig {
         max_chunk: 1,
         ..PairConfig::default()
-    });
-    submit(&mut pair, "r1");
-    pair.finish("r1", 0);
+    })?;
+    submit(&mut pair, "r1")?;
+    pair.finish("r1", 0)?;
     assert!(matches!(ended(&pair, "r1")[..], [RunOutcome::Completed(_)]));
+    Ok(())
 }
 
 #[test]
-fn dispatch_never_overshoots_the_slots() {
+fn dispatch_never_overshoots_the_slots() -> Result<(), PairError> {
     let mut config = PairConfig::default();
     config.daemon.max_concurrent = 2;
-    let mut pair = Pair::connected(config);
+    let mut pair = Pair::connected(config)?;
     // Three submits before any accept can arrive: the third is busy at once.
     let now = outpost_core::sim::now_at(pair.elapsed);
     for id in ["a", "b", "c"] {
         pair.session
-            .handle_input(now, session::Input::Submit(spec(id)))
-            .unwrap();
+            .handle_input(now, session::Input::Submit(spec(id)))?;
     }
-    pair.drive();
+    pair.drive()?;
     assert_eq!(ended(&pair, "c"), vec![RunOutcome::Busy]);
     assert_eq!(pair.executor.running.len(), 2);
-    pair.finish("a", 0);
-    submit(&mut pair, "d");
+    pair.finish("a", 0)?;
+    submit(&mut pair, "d")?;
     assert_eq!(pair.executor.running.len(), 2);
+    Ok(())
 }
 
 #[test]
-fn a_result_survives_a_disconnect_and_is_recorded_once() {
-    let mut pair = Pair::connected(PairConfig::default());
-    submit(&mut pair, "r1");
+fn a_result_survives_a_disconnect_and_is_recorded_once() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
+    submit(&mut pair, "r1")?;
     pair.network_up = false;
-    pair.disconnect();
-    pair.finish("r1", 0); // finishes while offline: held as pending
+    pair.disconnect()?;
+    pair.finish("r1", 0)?; // finishes while offline: held as pending
     assert_eq!(pair.daemon.pending_results().len(), 1);
     pair.network_up = true;
-    pair.advance(Duration::from_secs(2));
+    pair.advance(Duration::from_secs(2))?;
     assert!(pair.daemon.is_ready());
     assert!(matches!(ended(&pair, "r1")[..], [RunOutcome::Completed(_)]));
     assert!(pair.daemon.pending_results().is_empty());
@@ -114,60 +115,64 @@ fn a_result_survives_a_disconnect_and_is_recorded_once() {
         vec!["r1".to_string()],
         "never re-run"
     );
+    Ok(())
 }
 
 #[test]
-fn a_restarted_daemon_delivers_its_persisted_result_once() {
-    let mut pair = Pair::connected(PairConfig::default());
-    submit(&mut pair, "r1");
+fn a_restarted_daemon_delivers_its_persisted_result_once() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
+    submit(&mut pair, "r1")?;
     pair.network_up = false;
-    pair.disconnect();
-    pair.finish("r1", 7);
-    pair.restart_daemon();
+    pair.disconnect()?;
+    pair.finish("r1", 7)?;
+    pair.restart_daemon()?;
     pair.network_up = true;
-    pair.advance(Duration::from_secs(2));
+    pair.advance(Duration::from_secs(2))?;
     let outcomes = ended(&pair, "r1");
     assert!(matches!(&outcomes[..], [RunOutcome::Completed(r)] if r.exit_code == Some(7)));
+    Ok(())
 }
 
 #[test]
-fn a_silent_daemon_loses_its_lease_after_deadline_plus_grace() {
-    let mut pair = Pair::connected(PairConfig::default());
-    submit(&mut pair, "r1");
+fn a_silent_daemon_loses_its_lease_after_deadline_plus_grace() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
+    submit(&mut pair, "r1")?;
     pair.network_up = false;
-    pair.disconnect();
-    pair.advance(Duration::from_secs(10 + 29));
+    pair.disconnect()?;
+    pair.advance(Duration::from_secs(10 + 29))?;
     assert!(
         ended(&pair, "r1").is_empty(),
         "not lost before deadline + 30 s"
     );
-    pair.advance(Duration::from_secs(2));
+    pair.advance(Duration::from_secs(2))?;
     assert_eq!(ended(&pair, "r1"), vec![RunOutcome::Lost]);
     // The daemon cancelled the run itself at its deadline: nothing is left running.
     assert!(pair.executor.running.is_empty());
     assert_eq!(pair.executor.cancelled, vec!["r1".to_string()]);
+    Ok(())
 }
 
 #[test]
-fn a_reconnect_without_the_run_ends_it_lost_at_once() {
-    let mut pair = Pair::connected(PairConfig::default());
-    submit(&mut pair, "r1");
-    pair.restart_daemon(); // the run died with the machine
-    pair.advance(Duration::from_secs(2));
+fn a_reconnect_without_the_run_ends_it_lost_at_once() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
+    submit(&mut pair, "r1")?;
+    pair.restart_daemon()?; // the run died with the machine
+    pair.advance(Duration::from_secs(2))?;
     assert!(pair.daemon.is_ready());
     assert_eq!(ended(&pair, "r1"), vec![RunOutcome::Lost]);
+    Ok(())
 }
 
 #[test]
-fn a_tampered_frame_closes_the_connection_and_runs_nothing() {
-    let mut pair = Pair::connected(PairConfig::default());
+fn a_tampered_frame_closes_the_connection_and_runs_nothing() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
     pair.tamper = Some(Box::new(|frame: Vec<u8>| {
         String::from_utf8(frame)
             .unwrap()
             .replace("\"r1\"", "\"r2\"")
             .into_bytes()
     }));
-    submit(&mut pair, "r1");
+    submit(&mut pair, "r1")?;
     assert!(pair.executor.started.is_empty());
     assert!(pair.daemon_events.iter().any(|e| matches!(
         e,
@@ -176,21 +181,22 @@ fn a_tampered_frame_closes_the_connection_and_runs_nothing() {
             ..
         }
     )));
-    assert!(pair.daemon_commands.contains(&Command::Close {
-        code: close_code::PROTOCOL_ERROR,
-        reason: "bad_signature".into()
-    }));
+    assert!(
+        pair.daemon_closes
+            .contains(&(close_code::PROTOCOL_ERROR, "bad_signature".into()))
+    );
     assert_eq!(ended(&pair, "r1"), vec![RunOutcome::Offline]);
     // Untampered, the daemon reconnects and works again.
     pair.tamper = None;
-    pair.advance(Duration::from_secs(2));
+    pair.advance(Duration::from_secs(2))?;
     assert!(pair.daemon.is_ready());
+    Ok(())
 }
 
 #[test]
-fn revoke_cancels_runs_and_stops_the_daemon_for_good() {
-    let mut pair = Pair::connected(PairConfig::default());
-    submit(&mut pair, "r1");
+fn revoke_cancels_runs_and_stops_the_daemon_for_good() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
+    submit(&mut pair, "r1")?;
     pair.session_input(session::Input::Revoke).unwrap();
     assert_eq!(
         ended(&pair, "r1"),
@@ -202,79 +208,82 @@ fn revoke_cancels_runs_and_stops_the_daemon_for_good() {
     assert!(pair.daemon.is_stopped());
     let stop = Command::Stop { forever: true };
     assert!(pair.daemon_commands.contains(&stop));
-    pair.advance(Duration::from_secs(600));
+    pair.advance(Duration::from_secs(600))?;
     let after_stop = pair.daemon_commands.iter().skip_while(|c| **c != stop);
     assert!(
         !after_stop.into_iter().any(|c| *c == Command::Connect),
         "never reconnects"
     );
+    Ok(())
 }
 
 #[test]
-fn a_second_connection_replaces_the_first_with_1012() {
-    let mut pair = Pair::connected(PairConfig::default());
+fn a_second_connection_replaces_the_first_with_1012() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
     let issued = pair.session.issue_ticket([9; 48]).unwrap();
     pair.session_input(session::Input::Connect {
         conn: 99,
         ticket: issued.ticket.expose_secret(),
-    })
-    .unwrap();
+    })?;
     assert!(pair.session_closes.contains(&close_code::REPLACED));
     assert!(pair.daemon.is_stopped());
     assert!(
         pair.daemon_commands
             .contains(&Command::Stop { forever: true })
     );
+    Ok(())
 }
 
 #[test]
-fn grant_updates_apply_at_once() {
-    let mut pair = Pair::connected(PairConfig::default());
+fn grant_updates_apply_at_once() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
     let mut grant = PairConfig::default().grant;
     grant.limits.max_concurrent = 1;
-    pair.session_input(session::Input::UpdateGrant(grant.clone()))
-        .unwrap();
+    pair.session_input(session::Input::UpdateGrant(grant.clone()))?;
     assert!(
         pair.daemon_commands
             .contains(&Command::ApplyGrant { version: 2, grant })
     );
     assert_eq!(pair.daemon.slots_total(), 1);
+    Ok(())
 }
 
 #[test]
-fn drain_finishes_runs_delivers_results_and_stops() {
-    let mut pair = Pair::connected(PairConfig::default());
-    submit(&mut pair, "r1");
+fn drain_finishes_runs_delivers_results_and_stops() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
+    submit(&mut pair, "r1")?;
     pair.daemon_input(daemon::Input::Drain).unwrap();
     assert!(!pair.daemon.is_stopped(), "r1 is still running");
-    submit(&mut pair, "r2");
+    submit(&mut pair, "r2")?;
     assert!(matches!(
         &ended(&pair, "r2")[..],
         [RunOutcome::Busy] | [RunOutcome::Rejected { .. }]
     ));
-    pair.finish("r1", 0);
+    pair.finish("r1", 0)?;
     assert!(matches!(ended(&pair, "r1")[..], [RunOutcome::Completed(_)]));
     assert!(pair.daemon.is_stopped());
     assert!(
         pair.daemon_commands
             .contains(&Command::Stop { forever: false })
     );
+    Ok(())
 }
 
 #[test]
-fn a_suspend_past_the_deadline_cancels_the_run() {
-    let mut pair = Pair::connected(PairConfig::default());
-    submit(&mut pair, "r1");
+fn a_suspend_past_the_deadline_cancels_the_run() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
+    submit(&mut pair, "r1")?;
     // The machine sleeps for an hour; the boot-time clock jumps.
-    pair.advance(Duration::from_secs(3600));
+    pair.advance(Duration::from_secs(3600))?;
     assert!(pair.executor.running.is_empty());
     assert_eq!(pair.executor.cancelled, vec!["r1".to_string()]);
+    Ok(())
 }
 
 #[test]
-fn digest_capabilities_are_checked_before_running() {
+fn digest_capabilities_are_checked_before_running() -> Result<(), PairError> {
     use sha2::Digest as _;
-    let mut pair = Pair::connected(PairConfig::default());
+    let mut pair = Pair::connected(PairConfig::default())?;
     let bundle = b"bundle bytes".to_vec();
     let sha: String = sha2::Sha256::digest(&bundle)
         .iter()
@@ -300,23 +309,25 @@ fn digest_capabilities_are_checked_before_running() {
     };
     pair.session_input(session::Input::Submit(good)).unwrap();
     assert_eq!(pair.executor.started, vec!["good".to_string()]);
+    Ok(())
 }
 
 #[test]
-fn the_grant_decides_which_environments_may_run() {
+fn the_grant_decides_which_environments_may_run() -> Result<(), PairError> {
     let mut config = PairConfig::default();
     config.grant.environments = Some(vec![Environment::Wasm]);
     config.daemon.environments = vec![Environment::Shell, Environment::Wasm];
-    let mut pair = Pair::connected(config);
-    submit(&mut pair, "r1");
+    let mut pair = Pair::connected(config)?;
+    submit(&mut pair, "r1")?;
     assert!(pair.executor.started.is_empty());
     assert!(matches!(&ended(&pair, "r1")[..],
         [RunOutcome::Rejected { code, .. }] if code == "environment_not_granted"));
+    Ok(())
 }
 
 #[test]
-fn oversized_inline_capabilities_are_refused() {
-    let mut pair = Pair::connected(PairConfig::default());
+fn oversized_inline_capabilities_are_refused() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
     let mut big = spec("big");
     big.capability = CapabilitySource::Inline {
         manifest: String::new(),
@@ -328,4 +339,5 @@ fn oversized_inline_capabilities_are_refused() {
     pair.session_input(session::Input::Submit(big)).unwrap();
     assert!(matches!(&ended(&pair, "big")[..],
         [RunOutcome::Rejected { code, .. }] if code == "invalid_capability"));
+    Ok(())
 }

@@ -6,7 +6,10 @@ use super::runs::{Run, RunState};
 use super::*;
 use crate::b64;
 use crate::sign::VerifiedFrame;
-use crate::wire::{DaemonFrame, PROTOCOL_VERSION, ServerFrame};
+use crate::wire::{
+    DaemonFrame, INLINE_CAPABILITY_LIMIT, PROTOCOL_VERSION, ServerFrame, Violation, WireError,
+    close_code,
+};
 
 impl Daemon {
     /// Verifies one message from the server and acts on it.
@@ -32,7 +35,7 @@ impl Daemon {
                     if protocol != PROTOCOL_VERSION {
                         self.link = Link::AwaitingWelcome { verifier, deadline };
                         self.violation(
-                            "unsupported_protocol",
+                            Violation::UnsupportedProtocol.code(),
                             format!("server speaks protocol {protocol}"),
                         );
                         return;
@@ -44,7 +47,7 @@ impl Daemon {
                 Ok(other) => {
                     self.link = Link::AwaitingWelcome { verifier, deadline };
                     self.violation(
-                        "unexpected_frame",
+                        Violation::UnexpectedFrame.code(),
                         format!("{} before welcome", other.frame.type_name()),
                     );
                 }
@@ -83,7 +86,7 @@ impl Daemon {
     fn on_server_frame(&mut self, frame: ServerFrame) {
         match frame {
             ServerFrame::Welcome { .. } => {
-                self.violation("unexpected_frame", "a second welcome".into());
+                self.violation(Violation::UnexpectedFrame.code(), "a second welcome".into());
             }
             ServerFrame::RunRequest {
                 run_id,
@@ -114,9 +117,17 @@ impl Daemon {
                 self.pending.clear();
                 self.stop(true);
             }
-            ServerFrame::PtyInput { pty_id, data } => self.event(Event::PtyInput { pty_id, data }),
-            // The PTY relay is not built yet: resize and close have nothing to act on.
-            ServerFrame::PtyResize { .. } | ServerFrame::PtyClose { .. } => {}
+            ServerFrame::PtyInput { pty_id, data } => match b64::decode(&data) {
+                Ok(data) => self.command(Command::PtyInput { pty_id, data }),
+                Err(_) => {
+                    let bad = WireError::InvalidFrame("pty.input data is not base64url".into());
+                    self.violation(bad.code(), bad.to_string());
+                }
+            },
+            ServerFrame::PtyResize { pty_id, cols, rows } => {
+                self.command(Command::PtyResize { pty_id, cols, rows })
+            }
+            ServerFrame::PtyClose { pty_id } => self.command(Command::PtyClose { pty_id }),
         }
     }
 
@@ -130,13 +141,13 @@ impl Daemon {
         true
     }
 
-    fn reject(&mut self, run_id: String, code: &'static str, message: String) {
+    fn reject(&mut self, run_id: String, refusal: Refusal, message: String) {
         self.transmit(&DaemonFrame::RunReject {
             run_id: run_id.clone(),
-            code: code.into(),
+            code: refusal.code().into(),
             message,
         });
-        self.event(Event::RunRejected { run_id, code });
+        self.event(Event::RunRejected { run_id, refusal });
     }
 
     fn on_request(
@@ -151,12 +162,16 @@ impl Daemon {
             return; // A duplicate offer: the first answer stands.
         }
         if self.draining {
-            return self.reject(run_id, "draining", "the daemon is shutting down".into());
+            return self.reject(
+                run_id,
+                Refusal::Draining,
+                "the daemon is shutting down".into(),
+            );
         }
         if !self.config.environments.contains(&environment) {
             return self.reject(
                 run_id,
-                "environment_unavailable",
+                Refusal::EnvironmentUnavailable,
                 format!(
                     "no {} executor is available on this machine",
                     environment.as_str()
@@ -170,7 +185,7 @@ impl Daemon {
         {
             return self.reject(
                 run_id,
-                "environment_not_granted",
+                Refusal::EnvironmentNotGranted,
                 format!(
                     "the grant does not allow {} runs on this machine",
                     environment.as_str()
@@ -178,12 +193,12 @@ impl Daemon {
             );
         }
         if let Err(why) = check_inline(&capability) {
-            return self.reject(run_id, "invalid_capability", why);
+            return self.reject(run_id, Refusal::InvalidCapability, why);
         }
         if self.slots_used() >= self.slots_total() {
             return self.reject(
                 run_id,
-                "busy",
+                Refusal::Busy,
                 format!("all {} slots are taken", self.slots_total()),
             );
         }
@@ -243,9 +258,6 @@ impl Daemon {
         }
     }
 }
-
-/// The most bytes a capability may carry inline in a `run.request`; larger ones go by digest.
-pub const INLINE_CAPABILITY_LIMIT: usize = 512 * 1024;
 
 /// Inline files must decode and stay inside the capability folder.
 fn check_inline(capability: &CapabilitySource) -> Result<(), String> {

@@ -8,10 +8,7 @@ use sha2::{Digest as _, Sha256};
 use super::runs::RunState;
 use super::*;
 use crate::time::NextWake;
-use crate::wire::{DaemonFrame, PROTOCOL_VERSION, Timing};
-
-/// How long an idle daemon sleeps when it has no timer at all.
-const IDLE_WAIT: Duration = Duration::from_secs(3600);
+use crate::wire::{DaemonFrame, ErrorBody, MAX_CONCURRENT_LIMIT, PROTOCOL_VERSION, close_code};
 
 impl Daemon {
     /// A daemon that trusts the frame keys of `keys`. It asks to connect at once.
@@ -114,7 +111,7 @@ impl Daemon {
             Input::Frame(bytes) => self.on_frame(&bytes),
             Input::Disconnected { code } => self.on_disconnected(code),
             Input::CapabilityFetched { run_id, bundle } => self.on_fetched(run_id, bundle),
-            Input::RunFinished { run_id, report } => self.on_finished(run_id, report),
+            Input::RunFinished { run_id, result } => self.on_finished(run_id, result),
             Input::Drain => {
                 self.draining = true;
                 self.send_status();
@@ -147,7 +144,7 @@ impl Daemon {
     }
 
     fn next_timer(&self) -> (Instant, &'static str) {
-        let mut wake = NextWake::idle(self.now.instant, IDLE_WAIT);
+        let mut wake = NextWake::idle(self.now.instant);
         match &self.link {
             Link::Idle { retry_at } => wake.consider(*retry_at, "reconnect"),
             Link::AwaitingWelcome { deadline, .. } => wake.consider(*deadline, "welcome timeout"),
@@ -218,10 +215,7 @@ impl Daemon {
     fn on_connected(&mut self, session_id: String) {
         if !matches!(self.link, Link::Connecting | Link::Idle { .. }) {
             // A second socket while one is up: the host lost track; start over cleanly.
-            self.command(Command::Close {
-                code: close_code::PROTOCOL_ERROR,
-                reason: "unexpected second connection".into(),
-            });
+            self.close(close_code::PROTOCOL_ERROR, "unexpected second connection");
         }
         let verifier = FrameVerifier::new(self.keys.clone(), session_id);
         self.link = Link::AwaitingWelcome {
@@ -231,27 +225,25 @@ impl Daemon {
     }
 
     fn on_disconnected(&mut self, code: Option<u16>) {
-        match code {
-            Some(close_code::REPLACED) | Some(close_code::REVOKED) => {
-                self.cancel_all("revoked");
-                self.stop(true);
-            }
-            _ => {
-                if matches!(self.link, Link::Idle { .. }) {
-                    return;
-                }
-                self.schedule_retry();
-            }
+        if code.is_some_and(close_code::stops_for_good) {
+            self.cancel_all("revoked");
+            self.stop(true);
+        } else if !matches!(self.link, Link::Idle { .. }) {
+            self.schedule_retry();
         }
     }
 
     /// Closes the socket after a peer error and schedules a reconnect.
     pub(super) fn close_and_retry(&mut self, code: u16, reason: &str) {
-        self.command(Command::Close {
+        self.close(code, reason);
+        self.schedule_retry();
+    }
+
+    fn close(&mut self, code: u16, reason: &str) {
+        self.outputs.push_back(Output::Close {
             code,
             reason: reason.to_owned(),
         });
-        self.schedule_retry();
     }
 
     fn schedule_retry(&mut self) {
@@ -328,23 +320,12 @@ impl Daemon {
         };
         let actual = crate::hex::lower(&Sha256::digest(&bundle));
         if &actual != sha256 {
-            let report = RunReport {
-                status: RunStatus::Failed,
-                exit_code: None,
-                signal: None,
-                stdout: String::new(),
-                stderr: String::new(),
-                truncated: false,
-                setup_ms: self.ms_since(committed_at),
-                execute_ms: 0,
-                error: Some(ErrorBody {
-                    code: "digest_mismatch".into(),
-                    message: format!(
-                        "the bundle's sha256 is {actual}, the server announced {sha256}"
-                    ),
-                }),
-            };
-            self.finish(run_id, report);
+            let mut result = RunResult::failed(ErrorBody {
+                code: "digest_mismatch".into(),
+                message: format!("the bundle's sha256 is {actual}, the server announced {sha256}"),
+            });
+            result.timing.setup_ms = self.ms_since(committed_at);
+            self.finish(run_id, result);
             return;
         }
         let sha256 = sha256.clone();
@@ -388,18 +369,18 @@ impl Daemon {
         self.command(Command::Execute(Box::new(execute)));
     }
 
-    fn on_finished(&mut self, run_id: String, report: RunReport) {
+    fn on_finished(&mut self, run_id: String, result: RunResult) {
         if !matches!(
             self.runs.get(&run_id).map(|r| &r.state),
             Some(RunState::Executing { .. })
         ) {
             return;
         }
-        self.finish(run_id, report);
+        self.finish(run_id, result);
     }
 
     /// Records a committed run's result, sends it, and frees its slot.
-    fn finish(&mut self, run_id: String, report: RunReport) {
+    fn finish(&mut self, run_id: String, mut result: RunResult) {
         let Some(run) = self.runs.remove(&run_id) else {
             return;
         };
@@ -412,24 +393,14 @@ impl Daemon {
             RunState::Fetching { committed_at } => (committed_at, self.now.instant),
             RunState::Accepted => return,
         };
-        let timing = Timing {
-            queue_ms: ms_between(run.accepted_at, started_at),
-            setup_ms: report.setup_ms,
-            execute_ms: report.execute_ms,
-            daemon_ms: self.ms_since(committed_at),
-            server_ms: None,
-            transit_ms: None,
-        };
+        // The executor's setup and execute times stand; the rest is on the daemon's clock.
+        result.timing.queue_ms = ms_between(run.accepted_at, started_at);
+        result.timing.daemon_ms = self.ms_since(committed_at);
+        result.timing.server_ms = None;
+        result.timing.transit_ms = None;
         let frame = DaemonFrame::RunResult {
             run_id: run_id.clone(),
-            status: report.status,
-            exit_code: report.exit_code,
-            signal: report.signal,
-            stdout: report.stdout,
-            stderr: report.stderr,
-            truncated: report.truncated,
-            timing,
-            error: report.error,
+            result,
         }
         .to_json();
         self.pending.insert(run_id, frame.clone());
@@ -442,10 +413,7 @@ impl Daemon {
     pub(super) fn check_drained(&mut self) {
         if self.draining && self.runs.is_empty() && self.pending.is_empty() && !self.is_stopped() {
             if !matches!(self.link, Link::Idle { .. } | Link::Connecting) {
-                self.command(Command::Close {
-                    code: close_code::NORMAL,
-                    reason: "drained".into(),
-                });
+                self.close(close_code::NORMAL, "drained");
             }
             self.stop(false);
         }

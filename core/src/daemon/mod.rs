@@ -12,6 +12,7 @@
 //! loop {
 //!     match daemon.poll_output() {
 //!         Output::Transmit(frame)   => send it on the WebSocket,
+//!         Output::Close { code, .. } => close the WebSocket with `code`,
 //!         Output::Command(command) => carry it out (connect, execute, cancel, …),
 //!         Output::Event(event)     => log it,
 //!         Output::Wait { until, .. } => wait for I/O or `until`, then
@@ -21,7 +22,8 @@
 //! ```
 //!
 //! `Wait` always comes last: drain outputs until it appears (the *drain rule*). A host that
-//! lets more than [`MAX_QUEUED_OUTPUTS`] outputs pile up gets [`DaemonError::OutputBacklog`].
+//! lets more than [`MAX_QUEUED_OUTPUTS`] outputs pile up gets [`DaemonError::OutputBacklog`];
+//! one that passes an earlier `now` gets [`DaemonError::TimeWentBackwards`].
 //!
 //! ## Time
 //!
@@ -48,37 +50,21 @@ mod tests;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
+use crate::MAX_QUEUED_OUTPUTS;
 use crate::keyset::KeySet;
 use crate::sign::FrameVerifier;
 use crate::time::{Instant, Now};
-use crate::wire::{CapabilitySource, Environment, ErrorBody, Grant, RunStatus};
+use crate::wire::{CapabilitySource, Environment, Grant, Refusal, RunResult};
 
 pub use backoff::Backoff;
-pub use frames::INLINE_CAPABILITY_LIMIT;
 use runs::Run;
-
-/// The most outputs that may wait in the queue before the host must drain them.
-pub const MAX_QUEUED_OUTPUTS: usize = 4096;
-
-/// The most runs a daemon ever holds at once.
-pub const MAX_CONCURRENT_LIMIT: u32 = 8;
-
-/// WebSocket close codes the daemon acts on.
-pub mod close_code {
-    /// Normal close (drain finished).
-    pub const NORMAL: u16 = 1000;
-    /// Protocol error: a bad frame.
-    pub const PROTOCOL_ERROR: u16 = 1002;
-    /// Replaced by another connection for the same context: stop for good.
-    pub const REPLACED: u16 = 1012;
-    /// The machine key was revoked: stop for good.
-    pub const REVOKED: u16 = 4001;
-}
 
 /// How a daemon behaves.
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
-    /// Runs held at once: default 2, at most 8, further capped by the grant.
+    /// Runs held at once: default [`DEFAULT_MAX_CONCURRENT`](crate::wire::DEFAULT_MAX_CONCURRENT),
+    /// at most [`MAX_CONCURRENT_LIMIT`](crate::wire::MAX_CONCURRENT_LIMIT), further capped by
+    /// the grant.
     pub max_concurrent: u32,
     /// Optional behaviours to announce (`fs`, `host-operator-only`, …).
     pub features: Vec<String>,
@@ -98,7 +84,7 @@ pub struct DaemonConfig {
 impl Default for DaemonConfig {
     fn default() -> Self {
         Self {
-            max_concurrent: 2,
+            max_concurrent: crate::wire::DEFAULT_MAX_CONCURRENT,
             features: Vec::new(),
             environments: vec![Environment::Shell],
             backoff: Backoff::default(),
@@ -141,12 +127,14 @@ pub enum Input {
         /// The bundle's bytes.
         bundle: Vec<u8>,
     },
-    /// An executor finished a run started by [`Command::Execute`].
+    /// An executor finished a run started by [`Command::Execute`] (or stopped by
+    /// [`Command::Cancel`]). Fill `timing.setup_ms` and `timing.execute_ms`; the daemon sets
+    /// the rest of the timing (`From<executor::Outcome>` does both).
     RunFinished {
         /// The run.
         run_id: String,
         /// How it went.
-        report: RunReport,
+        result: RunResult,
     },
     /// SIGTERM: finish what is in flight, deliver results, stop.
     Drain,
@@ -156,34 +144,24 @@ pub enum Input {
     EnvironmentsChanged(Vec<Environment>),
 }
 
-/// What an executor reports about a finished run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunReport {
-    /// How it ended.
-    pub status: RunStatus,
-    /// Its exit code.
-    pub exit_code: Option<i32>,
-    /// The signal that ended it.
-    pub signal: Option<i32>,
-    /// Captured stdout (capped).
-    pub stdout: String,
-    /// Captured stderr (capped).
-    pub stderr: String,
-    /// Whether either stream was cut.
-    pub truncated: bool,
-    /// Time spent preparing.
-    pub setup_ms: u64,
-    /// Time spent running.
-    pub execute_ms: u64,
-    /// Why it could not run, for [`RunStatus::Failed`].
-    pub error: Option<ErrorBody>,
-}
-
 /// What the daemon asks of the host.
+///
+/// A close is [`Output::Close`], next to [`Output::Transmit`], in all three roles (daemon,
+/// session, server): closing is done by the same socket code as sending, in the same order as
+/// the frames before it, whereas a [`Command`] is work for the rest of the host (tickets,
+/// executors, grants).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
     /// Send this frame (JSON text) on the socket.
     Transmit(Vec<u8>),
+    /// Close the socket with this code (see [`close_code`](crate::wire::close_code)), after
+    /// the frames transmitted before it.
+    Close {
+        /// The WebSocket close code.
+        code: u16,
+        /// Why (a stable code).
+        reason: String,
+    },
     /// Do this.
     Command(Command),
     /// Something worth logging happened.
@@ -234,13 +212,6 @@ pub enum Command {
     /// Get a connect ticket with a signed request and open the socket; then report
     /// [`Input::Connected`] or [`Input::ConnectFailed`].
     Connect,
-    /// Close the socket with this code.
-    Close {
-        /// The WebSocket close code.
-        code: u16,
-        /// Why.
-        reason: String,
-    },
     /// Fetch a capability bundle with a signed request; report [`Input::CapabilityFetched`].
     FetchCapability {
         /// The run.
@@ -271,6 +242,28 @@ pub enum Command {
         /// Replaced or revoked: do not restart.
         forever: bool,
     },
+    /// Write keystrokes to a terminal (a verified `pty.input`). The PTY executor owns the
+    /// terminal; a host without one ignores this.
+    PtyInput {
+        /// The terminal.
+        pty_id: String,
+        /// The bytes, decoded from the frame's base64url.
+        data: Vec<u8>,
+    },
+    /// Resize a terminal (a verified `pty.resize`).
+    PtyResize {
+        /// The terminal.
+        pty_id: String,
+        /// Columns.
+        cols: u16,
+        /// Rows.
+        rows: u16,
+    },
+    /// Close a terminal and end its process (a verified `pty.close`).
+    PtyClose {
+        /// The terminal.
+        pty_id: String,
+    },
 }
 
 /// Things worth logging.
@@ -288,24 +281,17 @@ pub enum Event {
         /// What was wrong.
         detail: String,
     },
-    /// A run was declined.
+    /// A run was declined (`run.reject` was sent with the refusal's code).
     RunRejected {
         /// The run.
         run_id: String,
         /// Why.
-        code: &'static str,
+        refusal: Refusal,
     },
     /// The server acknowledged a result.
     ResultDelivered {
         /// The run.
         run_id: String,
-    },
-    /// Bytes for a terminal (relayed by the PTY executor).
-    PtyInput {
-        /// The terminal.
-        pty_id: String,
-        /// The bytes, base64url.
-        data: String,
     },
     /// The connection is gone; a reconnect is scheduled.
     Disconnected {

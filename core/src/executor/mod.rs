@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::grant::{CredentialDenylist, Mount};
 use crate::manifest::Manifest;
-use crate::wire::{Egress, Environment};
+use crate::wire::{Egress, Environment, ErrorBody, RunResult, RunStatus, Timing};
 
 /// Whether an executor's backend can run capabilities here.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +115,53 @@ pub struct Outcome {
     pub setup: Duration,
     /// Running.
     pub execute: Duration,
+}
+
+impl Outcome {
+    /// The run's status as `run.result` reports it.
+    pub fn status(&self) -> RunStatus {
+        match self.ending {
+            Ending::Exited => RunStatus::Exited,
+            Ending::TimedOut => RunStatus::TimedOut,
+            Ending::Cancelled => RunStatus::Cancelled,
+        }
+    }
+}
+
+/// What the daemon's host reports for a finished run: the streams as lossy UTF-8, and
+/// `setup_ms` / `execute_ms` in the timing (the daemon fills in the rest).
+impl From<Outcome> for RunResult {
+    fn from(outcome: Outcome) -> Self {
+        RunResult {
+            status: outcome.status(),
+            exit_code: outcome.exit_code,
+            signal: outcome.signal,
+            stdout: String::from_utf8_lossy(&outcome.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&outcome.stderr).into_owned(),
+            truncated: outcome.truncated,
+            timing: Timing {
+                setup_ms: millis(outcome.setup),
+                execute_ms: millis(outcome.execute),
+                ..Timing::default()
+            },
+            error: None,
+        }
+    }
+}
+
+/// What the daemon's host reports for a run its executor refused: status `failed`, with
+/// the error's code and message.
+impl From<&ExecError> for RunResult {
+    fn from(error: &ExecError) -> Self {
+        RunResult::failed(ErrorBody {
+            code: error.code().into(),
+            message: error.to_string(),
+        })
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A run in progress.

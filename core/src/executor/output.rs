@@ -59,9 +59,17 @@ pub struct CapturedOutput {
     fresh: Vec<OutputChunk>,
 }
 
-/// What a finished capture gives: stdout and stderr (each marked if cut), and whether either
-/// was cut.
-pub type FinishedOutput = (Vec<u8>, Vec<u8>, bool);
+/// What a finished capture gives: both streams, each with [`TRUNCATION_MARKER`] appended if
+/// it was cut, and whether either was.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FinishedOutput {
+    /// Captured standard output, capped.
+    pub stdout: Vec<u8>,
+    /// Captured standard error, capped.
+    pub stderr: Vec<u8>,
+    /// Whether either stream was cut.
+    pub truncated: bool,
+}
 
 impl CapturedOutput {
     /// Nothing captured yet; each stream keeps at most `cap` bytes.
@@ -95,11 +103,26 @@ impl CapturedOutput {
 
     /// Takes both streams for the outcome, leaving the fresh chunks to be read; later pushes
     /// are dropped.
-    pub fn finish(&mut self) -> FinishedOutput {
+    pub fn finish_output(&mut self) -> FinishedOutput {
         let stdout = std::mem::replace(&mut self.stdout, CappedBuffer::new(0));
         let stderr = std::mem::replace(&mut self.stderr, CappedBuffer::new(0));
         let truncated = stdout.truncated() || stderr.truncated();
-        (stdout.finish(), stderr.finish(), truncated)
+        FinishedOutput {
+            stdout: stdout.finish(),
+            stderr: stderr.finish(),
+            truncated,
+        }
+    }
+
+    /// [`CapturedOutput::finish_output`] as a `(stdout, stderr, truncated)` tuple, for the
+    /// executors that still destructure it; new code uses `finish_output`.
+    pub fn finish(&mut self) -> (Vec<u8>, Vec<u8>, bool) {
+        let FinishedOutput {
+            stdout,
+            stderr,
+            truncated,
+        } = self.finish_output();
+        (stdout, stderr, truncated)
     }
 }
 
@@ -137,12 +160,24 @@ mod tests {
             (Stream::Stdout, &b"d"[..])
         );
         assert!(c.take_fresh().is_empty());
-        let (stdout, stderr, truncated) = c.finish();
+        let finished = c.finish_output();
         assert_eq!(
-            stdout,
+            finished.stdout,
             [b"abcd".as_slice(), TRUNCATION_MARKER.as_bytes()].concat()
         );
-        assert_eq!(stderr, b"e");
-        assert!(truncated);
+        assert_eq!(finished.stderr, b"e");
+        assert!(finished.truncated);
+        let mut tuple = CapturedOutput::new(2);
+        tuple.push(Stream::Stderr, b"xyz");
+        let (stdout, stderr, truncated) = tuple.finish();
+        assert_eq!(
+            (stdout.as_slice(), truncated),
+            (&b""[..], true),
+            "the tuple is the same capture"
+        );
+        assert_eq!(
+            stderr,
+            [b"xy".as_slice(), TRUNCATION_MARKER.as_bytes()].concat()
+        );
     }
 }

@@ -10,8 +10,6 @@ use crate::session::{self, IssuedTicket, RunOutcome, RunSpec};
 use crate::ticket::TicketError;
 use crate::time::NextWake;
 
-const IDLE_WAIT: Duration = Duration::from_secs(3600);
-
 impl Server {
     /// A dispatcher whose sessions sign frames with `signer` and use `session_template`
     /// (its `context_id` is replaced per machine).
@@ -167,7 +165,7 @@ impl Server {
         if let Some(out) = self.outputs.pop_front() {
             return out;
         }
-        let mut wake = NextWake::idle(self.now.instant, IDLE_WAIT);
+        let mut wake = NextWake::idle(self.now.instant);
         for m in self.machines.values_mut() {
             if let session::Output::Wait { until, reason } = m.session.poll_output() {
                 wake.consider(until, reason);

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use super::runs::RunState;
 use super::*;
-use crate::daemon::close_code;
-use crate::wire::{DaemonFrame, PROTOCOL_VERSION, ServerFrame};
+use crate::wire::{
+    DaemonFrame, MAX_CONCURRENT_LIMIT, PROTOCOL_VERSION, Refusal, ServerFrame, Violation,
+    close_code,
+};
 
 impl Session {
     pub(super) fn on_frame(&mut self, conn: ConnId, bytes: &[u8]) {
@@ -29,17 +31,21 @@ impl Session {
                 features,
             } => {
                 if !awaiting_hello {
-                    return self.violation(conn, "unexpected_frame", "a second hello".into());
+                    return self.violation(
+                        conn,
+                        Violation::UnexpectedFrame.code(),
+                        "a second hello".into(),
+                    );
                 }
                 if protocol != PROTOCOL_VERSION {
                     return self.violation(
                         conn,
-                        "unsupported_protocol",
+                        Violation::UnsupportedProtocol.code(),
                         format!("protocol {protocol}"),
                     );
                 }
                 let max_concurrent = max_concurrent
-                    .min(crate::daemon::MAX_CONCURRENT_LIMIT)
+                    .min(MAX_CONCURRENT_LIMIT)
                     .min(self.grant.limits.max_concurrent);
                 self.on_hello(
                     max_concurrent,
@@ -51,7 +57,7 @@ impl Session {
             }
             _ if awaiting_hello => self.violation(
                 conn,
-                "unexpected_frame",
+                Violation::UnexpectedFrame.code(),
                 format!("{} before hello", frame.type_name()),
             ),
             DaemonFrame::RunAccept { run_id } => self.on_accept(conn, run_id),
@@ -64,7 +70,7 @@ impl Session {
                     self.runs.get(&run_id).map(|r| &r.state),
                     Some(RunState::Dispatched { .. })
                 ) {
-                    let outcome = if code == "busy" {
+                    let outcome = if Refusal::from_code(&code) == Some(Refusal::Busy) {
                         RunOutcome::Busy
                     } else {
                         RunOutcome::Rejected { code, message }
@@ -72,29 +78,7 @@ impl Session {
                     self.end(&run_id, outcome);
                 }
             }
-            DaemonFrame::RunResult {
-                run_id,
-                status,
-                exit_code,
-                signal,
-                stdout,
-                stderr,
-                truncated,
-                timing,
-                error,
-            } => {
-                let result = RunResult {
-                    status,
-                    exit_code,
-                    signal,
-                    stdout,
-                    stderr,
-                    truncated,
-                    timing,
-                    error,
-                };
-                self.on_result(run_id, result);
-            }
+            DaemonFrame::RunResult { run_id, result } => self.on_result(run_id, result),
             DaemonFrame::Status { draining, .. } => {
                 if let Some(Connection {
                     state: ConnState::Ready { draining: d, .. },
@@ -123,9 +107,7 @@ impl Session {
                 {
                     *e = environments;
                     *f = features;
-                    *m = max_concurrent
-                        .min(crate::daemon::MAX_CONCURRENT_LIMIT)
-                        .min(cap);
+                    *m = max_concurrent.min(MAX_CONCURRENT_LIMIT).min(cap);
                 }
             }
             f @ DaemonFrame::CommandFinished { .. } => {

@@ -1,17 +1,13 @@
 //! The session's API, connection handling, dispatch and leases.
 
-use std::time::Duration;
-
 use sha2::{Digest as _, Sha256};
 
 use super::runs::RunState;
 use super::*;
-use crate::daemon::close_code;
 use crate::ticket::{ConnectTicket, TicketError};
 use crate::time::NextWake;
-use crate::wire::{PROTOCOL_VERSION, ServerFrame};
+use crate::wire::{PROTOCOL_VERSION, Refusal, ServerFrame, Violation, close_code};
 
-const IDLE_WAIT: Duration = Duration::from_secs(3600);
 const RECENTLY_ENDED: usize = 4096;
 const OUTSTANDING_TICKETS: usize = 16;
 
@@ -202,7 +198,7 @@ impl Session {
     }
 
     fn next_timer(&self) -> (Instant, &'static str) {
-        let mut wake = NextWake::idle(self.now.instant, IDLE_WAIT);
+        let mut wake = NextWake::idle(self.now.instant);
         if let Some(c) = &self.conn {
             wake.consider(
                 c.last_heard.saturating_add(self.config.silence_limit),
@@ -248,7 +244,7 @@ impl Session {
                 return;
             }
             if c.last_heard.saturating_add(self.config.silence_limit) <= now {
-                self.close(id, 1001, "silent for too long");
+                self.close(id, close_code::GOING_AWAY, "silent for too long");
                 self.drop_connection();
             }
         }
@@ -256,13 +252,13 @@ impl Session {
 
     fn on_connect(&mut self, conn: ConnId, ticket: &str) {
         if self.revoked {
-            self.refuse(conn, close_code::REVOKED, "revoked");
+            self.refuse(conn, close_code::REVOKED, Refusal::Revoked.code());
             return;
         }
         let session_id = match self.tickets.consume(ticket, self.now.wall) {
             Ok(sid) => sid,
             Err(e) => {
-                self.refuse(conn, 1008, e.code());
+                self.refuse(conn, close_code::POLICY_VIOLATION, e.code());
                 return;
             }
         };
@@ -320,7 +316,7 @@ impl Session {
             self.end_unstarted(
                 run_id,
                 RunOutcome::Rejected {
-                    code: "revoked".into(),
+                    code: Refusal::Revoked.code().into(),
                     message: "the machine was revoked".into(),
                 },
             );
@@ -342,7 +338,7 @@ impl Session {
             self.end_unstarted(
                 run_id,
                 RunOutcome::Rejected {
-                    code: "environment_unavailable".into(),
+                    code: Refusal::EnvironmentUnavailable.code().into(),
                     message,
                 },
             );
@@ -439,10 +435,10 @@ impl Session {
                 self.outputs
                     .push_back(Output::Event(Event::ProtocolViolation {
                         conn,
-                        code: "signer_failed",
+                        code: Violation::SignerFailed.code(),
                         detail: e.to_string(),
                     }));
-                self.close(conn, 1011, "cannot sign frames");
+                self.close(conn, close_code::INTERNAL_ERROR, "cannot sign frames");
                 self.drop_connection();
             }
         }

@@ -11,7 +11,11 @@
 //!
 //! Like every role in `core`: `handle_input(now, Input)` and `poll_output() -> Output`, with
 //! `Output::Wait` last. A daemon's bad bytes never return `Err`: the connection is closed
-//! with 1002 and an event says why.
+//! with 1002 ([`close_code::PROTOCOL_ERROR`](crate::wire::close_code::PROTOCOL_ERROR)) and an
+//! event says why.
+//!
+//! A close is [`Output::Close`], as in the daemon and the server: see
+//! [`crate::daemon::Output`] for why it sits next to `Transmit` rather than among commands.
 
 mod frames;
 mod machine;
@@ -24,20 +28,22 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::MAX_QUEUED_OUTPUTS;
 use crate::sign::{FrameSigner, Signer};
 use crate::ticket::TicketStore;
 use crate::time::{Instant, Now};
-use crate::wire::{CapabilitySource, Environment, ErrorBody, Grant, RunStatus, Timing};
+use crate::wire::{CapabilitySource, Environment, Grant};
 
 pub use machine::IssuedTicket;
 pub use runs::RecentlyEnded;
 use runs::ServerRun;
 
+/// The result a session records for a completed run: the daemon's `run.result` with
+/// `server_ms` and `transit_ms` added. The same type the daemon's host reports.
+pub use crate::wire::RunResult;
+
 /// Identifies one connection (one WebSocket) of the host's.
 pub type ConnId = u64;
-
-/// The most outputs that may wait before the host must drain them.
-pub const MAX_QUEUED_OUTPUTS: usize = 4096;
 
 /// How a session behaves.
 #[derive(Debug, Clone)]
@@ -122,27 +128,6 @@ pub enum Input {
     UpdateGrant(Grant),
     /// Revoke the machine: tell it, cancel its runs, close, refuse it from now on.
     Revoke,
-}
-
-/// A run's result as the server records it (the daemon's, plus the server's timing).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunResult {
-    /// How it ended on the daemon.
-    pub status: RunStatus,
-    /// Its exit code.
-    pub exit_code: Option<i32>,
-    /// The signal that ended it.
-    pub signal: Option<i32>,
-    /// Captured stdout.
-    pub stdout: String,
-    /// Captured stderr.
-    pub stderr: String,
-    /// Whether output was cut.
-    pub truncated: bool,
-    /// Daemon timing with `server_ms` and `transit_ms` added.
-    pub timing: Timing,
-    /// Why it could not run.
-    pub error: Option<ErrorBody>,
 }
 
 /// How a run offered to this machine ended.

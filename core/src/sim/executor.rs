@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::daemon::{Execute, RunReport};
+use crate::daemon::Execute;
 use crate::time::Instant;
-use crate::wire::RunStatus;
+use crate::wire::{RunResult, RunStatus, Timing};
 
 /// Runs started by a daemon, in memory.
 #[derive(Debug, Default, Clone)]
@@ -25,15 +25,15 @@ impl FakeExecutor {
             .insert(execute.run_id.clone(), execute.deadline);
     }
 
-    /// Stops a run; returns the report to give back if it was running.
-    pub fn cancel(&mut self, run_id: &str) -> Option<RunReport> {
+    /// Stops a run; returns the result to give back if it was running.
+    pub fn cancel(&mut self, run_id: &str) -> Option<RunResult> {
         self.running.remove(run_id)?;
         self.cancelled.push(run_id.to_owned());
         Some(report(RunStatus::Cancelled, None))
     }
 
-    /// Finishes a running run with `exit_code`; returns its report if it was running.
-    pub fn finish(&mut self, run_id: &str, exit_code: i32) -> Option<RunReport> {
+    /// Finishes a running run with `exit_code`; returns its result if it was running.
+    pub fn finish(&mut self, run_id: &str, exit_code: i32) -> Option<RunResult> {
         self.running.remove(run_id)?;
         Some(report(RunStatus::Exited, Some(exit_code)))
     }
@@ -44,17 +44,20 @@ impl FakeExecutor {
     }
 }
 
-/// A report as a fake executor gives it.
-pub(super) fn report(status: RunStatus, exit_code: Option<i32>) -> RunReport {
-    RunReport {
+/// A result as a fake executor reports it: no output, 1 ms setup, 2 ms execute.
+pub(super) fn report(status: RunStatus, exit_code: Option<i32>) -> RunResult {
+    RunResult {
         status,
         exit_code,
         signal: None,
         stdout: String::new(),
         stderr: String::new(),
         truncated: false,
-        setup_ms: 1,
-        execute_ms: 2,
+        timing: Timing {
+            setup_ms: 1,
+            execute_ms: 2,
+            ..Timing::default()
+        },
         error: None,
     }
 }

@@ -2,6 +2,9 @@
 //! one daemon) for protocol tests, and the seeded multi-daemon simulation used by
 //! `examples/simulate.rs`.
 //!
+//! Test support only: this module exists with the `test-support` feature (core's own tests,
+//! benches and examples turn it on) and never in a production build.
+//!
 //! Everything here is deterministic: time is simulated, randomness comes from a seed, and
 //! the same seed gives the same transcript. Byte streams between the two sides go through the
 //! length-prefixed codec and may be cut at arbitrary points.
@@ -13,7 +16,7 @@ mod workload;
 mod world;
 
 pub use executor::FakeExecutor;
-pub use pair::{Pair, PairConfig, test_keys};
+pub use pair::{DRIVE_BOUND, Pair, PairConfig, PairError, Tamper, test_keys};
 pub use world::{SimConfig, SimReport, simulate};
 
 use std::time::Duration;

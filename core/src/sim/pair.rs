@@ -1,18 +1,40 @@
 //! [`Pair`]: one session and one daemon wired together in memory.
+//!
+//! Every `handle_input` error of either side comes back from the `Pair` method that caused
+//! it (a harness that hid them would hide host-misuse bugs), and [`Pair::drive`] fails with
+//! [`PairError::Unsettled`] when the two sides are still talking after [`DRIVE_BOUND`] steps.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{FakeExecutor, now_at};
-use crate::daemon::{self, Daemon, DaemonConfig};
+use crate::daemon::{self, Daemon, DaemonConfig, DaemonError};
 use crate::keyset::{KeySet, PinnedRoots, test_root};
 use crate::rng::SplitMix64;
-use crate::session::{self, ConnId, Session, SessionConfig};
+use crate::session::{self, ConnId, Session, SessionConfig, SessionError};
 use crate::time::UnixTime;
 use crate::wire::{
     CommandsGrant, DEFAULT_MAX_FRAME_LEN, Egress, FrameDecoder, Grant, GrantLimits, encode_frame,
 };
+
+/// The most rounds [`Pair::drive`] runs before it gives up with [`PairError::Unsettled`]:
+/// far more than any exchange needs, so reaching it means the two sides loop.
+pub const DRIVE_BOUND: usize = 100_000;
+
+/// What went wrong while driving a [`Pair`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PairError {
+    /// The session refused an input.
+    #[error("the session refused an input: {0}")]
+    Session(#[from] SessionError),
+    /// The daemon refused an input.
+    #[error("the daemon refused an input: {0}")]
+    Daemon(#[from] DaemonError),
+    /// The two sides were still exchanging after this many rounds.
+    #[error("the pair had not settled after {0} rounds")]
+    Unsettled(usize),
+}
 
 /// How to build a [`Pair`].
 #[derive(Debug, Clone)]
@@ -106,6 +128,8 @@ pub struct Pair {
     pub daemon_commands: Vec<daemon::Command>,
     /// Close codes the session sent, in order.
     pub session_closes: Vec<u16>,
+    /// Closes the daemon asked for (code, reason), in order.
+    pub daemon_closes: Vec<(u16, String)>,
     /// Applied to each frame the daemon receives, if set.
     pub tamper: Option<Tamper>,
     /// Whether the daemon's `Connect` commands are honoured (false: the network is down).
@@ -134,6 +158,7 @@ impl Pair {
             daemon_events: Vec::new(),
             daemon_commands: Vec::new(),
             session_closes: Vec::new(),
+            daemon_closes: Vec::new(),
             tamper: None,
             network_up: true,
             link: None,
@@ -143,10 +168,10 @@ impl Pair {
     }
 
     /// A connected, ready pair.
-    pub fn connected(config: PairConfig) -> Self {
+    pub fn connected(config: PairConfig) -> Result<Self, PairError> {
         let mut pair = Self::new(config);
-        pair.drive();
-        pair
+        pair.drive()?;
+        Ok(pair)
     }
 
     /// Whether a connection is open between the two.
@@ -155,54 +180,50 @@ impl Pair {
     }
 
     /// Feeds an input to the session and drives both sides until quiet.
-    pub fn session_input(&mut self, input: session::Input) -> Result<(), session::SessionError> {
+    pub fn session_input(&mut self, input: session::Input) -> Result<(), PairError> {
         self.session.handle_input(now_at(self.elapsed), input)?;
-        self.drive();
-        Ok(())
+        self.drive()
     }
 
     /// Feeds an input to the daemon and drives both sides until quiet.
-    pub fn daemon_input(&mut self, input: daemon::Input) -> Result<(), daemon::DaemonError> {
+    pub fn daemon_input(&mut self, input: daemon::Input) -> Result<(), PairError> {
         self.daemon.handle_input(now_at(self.elapsed), input)?;
-        self.drive();
-        Ok(())
+        self.drive()
     }
 
-    /// Finishes a running run on the fake executor.
-    pub fn finish(&mut self, run_id: &str, exit_code: i32) {
-        if let Some(report) = self.executor.finish(run_id, exit_code) {
+    /// Finishes a running run on the fake executor (nothing happens if it is not running).
+    pub fn finish(&mut self, run_id: &str, exit_code: i32) -> Result<(), PairError> {
+        if let Some(result) = self.executor.finish(run_id, exit_code) {
             let input = daemon::Input::RunFinished {
                 run_id: run_id.to_owned(),
-                report,
+                result,
             };
-            let _ = self.daemon.handle_input(now_at(self.elapsed), input);
+            self.daemon.handle_input(now_at(self.elapsed), input)?;
         }
-        self.drive();
+        self.drive()
     }
 
     /// Cuts the connection: both sides see it close (no close code).
-    pub fn disconnect(&mut self) {
+    pub fn disconnect(&mut self) -> Result<(), PairError> {
         if let Some(link) = self.link.take() {
             let now = now_at(self.elapsed);
-            let _ = self
-                .session
-                .handle_input(now, session::Input::Disconnected { conn: link.conn });
-            let _ = self
-                .daemon
-                .handle_input(now, daemon::Input::Disconnected { code: None });
+            self.session
+                .handle_input(now, session::Input::Disconnected { conn: link.conn })?;
+            self.daemon
+                .handle_input(now, daemon::Input::Disconnected { code: None })?;
         }
-        self.drive();
+        self.drive()
     }
 
     /// The daemon process dies and restarts with its persisted pending results; the
     /// executor's runs die with it.
-    pub fn restart_daemon(&mut self) {
+    pub fn restart_daemon(&mut self) -> Result<(), PairError> {
         let pending = self.daemon.pending_results();
         if let Some(link) = self.link.take() {
-            let _ = self.session.handle_input(
+            self.session.handle_input(
                 now_at(self.elapsed),
                 session::Input::Disconnected { conn: link.conn },
-            );
+            )?;
         }
         self.executor.crash();
         self.daemon = Daemon::with_pending_results(
@@ -211,35 +232,37 @@ impl Pair {
             now_at(self.elapsed),
             pending,
         );
-        self.drive();
+        self.drive()
     }
 
     /// Moves time forward by `d`, firing timers on both sides.
-    pub fn advance(&mut self, d: Duration) {
+    pub fn advance(&mut self, d: Duration) -> Result<(), PairError> {
         self.elapsed += d;
         let now = now_at(self.elapsed);
-        let _ = self.session.handle_input(now, session::Input::Timeout);
-        let _ = self.daemon.handle_input(now, daemon::Input::Timeout);
-        self.drive();
+        self.session.handle_input(now, session::Input::Timeout)?;
+        self.daemon.handle_input(now, daemon::Input::Timeout)?;
+        self.drive()
     }
 
-    /// Runs both sides until neither has output and no bytes are in flight.
-    pub fn drive(&mut self) {
-        for _ in 0..100_000 {
-            let mut busy = self.pump_session();
-            busy |= self.pump_daemon();
-            busy |= self.deliver();
+    /// Runs both sides until neither has output and no bytes are in flight; fails with
+    /// [`PairError::Unsettled`] if that takes more than [`DRIVE_BOUND`] rounds.
+    pub fn drive(&mut self) -> Result<(), PairError> {
+        for _ in 0..DRIVE_BOUND {
+            let mut busy = self.pump_session()?;
+            busy |= self.pump_daemon()?;
+            busy |= self.deliver()?;
             if !busy {
-                return;
+                return Ok(());
             }
         }
+        Err(PairError::Unsettled(DRIVE_BOUND))
     }
 
-    fn pump_session(&mut self) -> bool {
+    fn pump_session(&mut self) -> Result<bool, PairError> {
         let mut any = false;
         loop {
             match self.session.poll_output() {
-                session::Output::Wait { .. } => return any,
+                session::Output::Wait { .. } => return Ok(any),
                 session::Output::Transmit { conn, bytes } => {
                     if let Some(link) = self.link.as_mut().filter(|l| l.conn == conn) {
                         let mut framed = Vec::new();
@@ -253,7 +276,7 @@ impl Pair {
                     if self.link.as_ref().is_some_and(|l| l.conn == conn) {
                         self.link = None;
                         let input = daemon::Input::Disconnected { code: Some(code) };
-                        let _ = self.daemon.handle_input(now_at(self.elapsed), input);
+                        self.daemon.handle_input(now_at(self.elapsed), input)?;
                     }
                 }
                 session::Output::Event(e) => self.session_events.push(e),
@@ -262,13 +285,12 @@ impl Pair {
         }
     }
 
-    fn pump_daemon(&mut self) -> bool {
+    fn pump_daemon(&mut self) -> Result<bool, PairError> {
         let mut any = false;
-        let now = now_at(self.elapsed);
         loop {
             let out = self.daemon.poll_output();
             match out {
-                daemon::Output::Wait { .. } => return any,
+                daemon::Output::Wait { .. } => return Ok(any),
                 daemon::Output::Transmit(bytes) => {
                     if let Some(link) = self.link.as_mut() {
                         let mut framed = Vec::new();
@@ -277,18 +299,24 @@ impl Pair {
                         }
                     }
                 }
+                daemon::Output::Close { code, reason } => {
+                    self.daemon_closes.push((code, reason));
+                    if let Some(link) = self.link.take() {
+                        let input = session::Input::Disconnected { conn: link.conn };
+                        self.session.handle_input(now_at(self.elapsed), input)?;
+                    }
+                }
                 daemon::Output::Event(e) => self.daemon_events.push(e),
                 daemon::Output::Command(c) => {
                     self.daemon_commands.push(c.clone());
-                    self.carry_out(c);
+                    self.carry_out(c)?;
                 }
             }
             any = true;
-            let _ = now;
         }
     }
 
-    fn carry_out(&mut self, command: daemon::Command) {
+    fn carry_out(&mut self, command: daemon::Command) -> Result<(), PairError> {
         let now = now_at(self.elapsed);
         match command {
             daemon::Command::Connect => {
@@ -297,8 +325,8 @@ impl Pair {
                         stop_forever: false,
                         reason: "network down".into(),
                     };
-                    let _ = self.daemon.handle_input(now, input);
-                    return;
+                    self.daemon.handle_input(now, input)?;
+                    return Ok(());
                 }
                 let mut random = [0u8; 48];
                 for chunk in random.chunks_mut(8) {
@@ -309,8 +337,8 @@ impl Pair {
                         stop_forever: self.session.is_revoked(),
                         reason: "ticket refused".into(),
                     };
-                    let _ = self.daemon.handle_input(now, input);
-                    return;
+                    self.daemon.handle_input(now, input)?;
+                    return Ok(());
                 };
                 let conn = self.next_conn;
                 self.next_conn += 1;
@@ -320,46 +348,43 @@ impl Pair {
                     to_session: Wire::new(),
                 });
                 let ticket = issued.ticket.expose_secret();
-                let _ = self
-                    .session
-                    .handle_input(now, session::Input::Connect { conn, ticket });
+                self.session
+                    .handle_input(now, session::Input::Connect { conn, ticket })?;
                 if self.link.as_ref().is_some_and(|l| l.conn == conn) {
                     let input = daemon::Input::Connected {
                         session_id: issued.session_id,
                     };
-                    let _ = self.daemon.handle_input(now, input);
-                }
-            }
-            daemon::Command::Close { .. } => {
-                if let Some(link) = self.link.take() {
-                    let input = session::Input::Disconnected { conn: link.conn };
-                    let _ = self.session.handle_input(now, input);
+                    self.daemon.handle_input(now, input)?;
                 }
             }
             daemon::Command::Execute(execute) => self.executor.start(&execute),
             daemon::Command::Cancel { run_id, .. } => {
-                if let Some(report) = self.executor.cancel(&run_id) {
-                    let _ = self
-                        .daemon
-                        .handle_input(now, daemon::Input::RunFinished { run_id, report });
+                if let Some(result) = self.executor.cancel(&run_id) {
+                    self.daemon
+                        .handle_input(now, daemon::Input::RunFinished { run_id, result })?;
                 }
             }
             daemon::Command::FetchCapability { run_id, sha256, .. } => {
                 let bundle = self.bundles.get(&sha256).cloned().unwrap_or_default();
-                let _ = self
-                    .daemon
-                    .handle_input(now, daemon::Input::CapabilityFetched { run_id, bundle });
+                self.daemon
+                    .handle_input(now, daemon::Input::CapabilityFetched { run_id, bundle })?;
             }
-            daemon::Command::ApplyGrant { .. } | daemon::Command::Stop { .. } => {}
+            // Recorded in `daemon_commands`; the pair has no grant or terminal to act on.
+            daemon::Command::ApplyGrant { .. }
+            | daemon::Command::Stop { .. }
+            | daemon::Command::PtyInput { .. }
+            | daemon::Command::PtyResize { .. }
+            | daemon::Command::PtyClose { .. } => {}
         }
+        Ok(())
     }
 
     /// Moves one chunk each way. Returns whether any byte moved.
-    fn deliver(&mut self) -> bool {
+    fn deliver(&mut self) -> Result<bool, PairError> {
         let now = now_at(self.elapsed);
         let max_chunk = self.config.max_chunk.max(1) as u64;
         let Some(link) = self.link.as_mut() else {
-            return false;
+            return Ok(false);
         };
         let conn = link.conn;
         let mut to_daemon = Vec::new();
@@ -386,13 +411,12 @@ impl Pair {
                 Some(t) => t(frame),
                 None => frame,
             };
-            let _ = self.daemon.handle_input(now, daemon::Input::Frame(frame));
+            self.daemon.handle_input(now, daemon::Input::Frame(frame))?;
         }
         for bytes in to_session {
-            let _ = self
-                .session
-                .handle_input(now, session::Input::Frame { conn, bytes });
+            self.session
+                .handle_input(now, session::Input::Frame { conn, bytes })?;
         }
-        moved
+        Ok(moved)
     }
 }

@@ -10,7 +10,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::WireError;
-use super::types::{CapabilitySource, Environment, ErrorBody, Grant, RunStatus, Timing};
+use super::result::RunResult;
+use super::types::{CapabilitySource, Environment, Grant};
 
 /// A frame the server sends to a daemon. Always signed on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,25 +162,9 @@ pub enum DaemonFrame {
     RunResult {
         /// The run.
         run_id: String,
-        /// How it ended.
-        status: RunStatus,
-        /// The exit code, when the capability exited.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        exit_code: Option<i32>,
-        /// The signal that ended it, if one did.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        signal: Option<i32>,
-        /// Captured standard output (lossy UTF-8), capped.
-        stdout: String,
-        /// Captured standard error (lossy UTF-8), capped.
-        stderr: String,
-        /// True if either stream was cut at its cap.
-        truncated: bool,
-        /// Where the time went.
-        timing: Timing,
-        /// Why the run could not be run, for `status: "failed"`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<ErrorBody>,
+        /// How it ended; its members sit next to `runId` on the wire.
+        #[serde(flatten)]
+        result: RunResult,
     },
     /// Slots in use; also the heartbeat.
     #[serde(rename = "status", rename_all = "camelCase")]

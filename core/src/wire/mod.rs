@@ -1,16 +1,26 @@
-//! The wire: typed frames for both directions and the length-prefixed stream codec.
+//! The wire: typed frames for both directions, the length-prefixed stream codec, and the
+//! protocol's constants and codes (close codes, concurrency limits, violation and refusal
+//! codes).
 //!
-//! This module owns the shape of every frame and the framing of a byte stream. It does not
+//! This module owns the shape of every frame, the framing of a byte stream and every number
+//! or code the roles share. It does not
 //! sign or verify (that is [`crate::sign`]) and never decides what a frame means for a
 //! session (that is the state machines').
 
 mod codec;
+mod codes;
 mod frame;
+mod result;
 mod types;
 
 pub use codec::{DEFAULT_MAX_FRAME_LEN, FrameDecoder, LENGTH_PREFIX_LEN, encode_frame};
+pub use codes::{
+    DEFAULT_MAX_CONCURRENT, INLINE_CAPABILITY_LIMIT, MAX_CONCURRENT_LIMIT, Refusal, Violation,
+    close_code,
+};
 pub(crate) use frame::server_frame_from_value;
 pub use frame::{DAEMON_FRAME_TYPES, DaemonFrame, SERVER_FRAME_TYPES, ServerFrame};
+pub use result::RunResult;
 pub use types::{
     CapabilitySource, CommandsGrant, Egress, Environment, ErrorBody, FolderGrant, FolderMode,
     Grant, GrantLimits, InlineFile, PROTOCOL_VERSION, RunStatus, Timing,

@@ -18,20 +18,22 @@ fn daemon_frames_round_trip() {
         },
         DaemonFrame::RunResult {
             run_id: "r1".into(),
-            status: RunStatus::Exited,
-            exit_code: Some(3),
-            signal: None,
-            stdout: "hi\n".into(),
-            stderr: String::new(),
-            truncated: false,
-            timing: Timing {
-                queue_ms: 1,
-                setup_ms: 2,
-                execute_ms: 3,
-                daemon_ms: 6,
-                ..Timing::default()
+            result: RunResult {
+                status: RunStatus::Exited,
+                exit_code: Some(3),
+                signal: None,
+                stdout: "hi\n".into(),
+                stderr: String::new(),
+                truncated: false,
+                timing: Timing {
+                    queue_ms: 1,
+                    setup_ms: 2,
+                    execute_ms: 3,
+                    daemon_ms: 6,
+                    ..Timing::default()
+                },
+                error: None,
             },
-            error: None,
         },
     ];
     for f in frames {
@@ -117,4 +119,38 @@ fn type_name_lists_match_the_enums() {
     assert_eq!(DAEMON_FRAME_TYPES.len(), 9);
     let f = ServerFrame::Revoked { reason: "x".into() };
     assert!(SERVER_FRAME_TYPES.contains(&f.type_name()));
+}
+
+#[test]
+fn a_run_result_s_members_sit_next_to_its_run_id() {
+    let frame = DaemonFrame::RunResult {
+        run_id: "r1".into(),
+        result: RunResult {
+            status: RunStatus::Failed,
+            exit_code: None,
+            signal: Some(9),
+            stdout: "hi\n".into(),
+            stderr: String::new(),
+            truncated: true,
+            timing: Timing {
+                daemon_ms: 6,
+                ..Timing::default()
+            },
+            error: Some(ErrorBody {
+                code: "digest_mismatch".into(),
+                message: "m".into(),
+            }),
+        },
+    };
+    let json = String::from_utf8(frame.to_json()).unwrap();
+    assert_eq!(
+        json,
+        r#"{"type":"run.result","runId":"r1","status":"failed","signal":9,"stdout":"hi\n","stderr":"","truncated":true,"timing":{"queueMs":0,"setupMs":0,"executeMs":0,"daemonMs":6},"error":{"code":"digest_mismatch","message":"m"}}"#
+    );
+    assert_eq!(DaemonFrame::from_json(json.as_bytes()).unwrap(), frame);
+    let missing_status = br#"{"type":"run.result","runId":"r1","stdout":"","stderr":"","truncated":false,"timing":{"queueMs":0,"setupMs":0,"executeMs":0,"daemonMs":0}}"#;
+    assert_eq!(
+        DaemonFrame::from_json(missing_status).unwrap_err().code(),
+        "invalid_frame"
+    );
 }

@@ -46,7 +46,7 @@ impl World {
             .collect();
         for (run_id, cancelled) in due {
             self.machines[i].running.remove(&run_id);
-            let report = if cancelled {
+            let result = if cancelled {
                 report(RunStatus::Cancelled, None)
             } else {
                 report(RunStatus::Exited, Some(0))
@@ -57,7 +57,7 @@ impl World {
                     now_at(now),
                     daemon::Input::RunFinished {
                         run_id: run_id.clone(),
-                        report,
+                        result,
                     },
                 );
                 if was_executing {
@@ -86,6 +86,7 @@ impl World {
                         self.send(conn, true, bytes);
                     }
                 }
+                daemon::Output::Close { .. } => self.daemon_closed(i),
                 daemon::Output::Event(_) => {}
                 daemon::Output::Command(c) => self.carry_out(i, c),
             }
@@ -93,18 +94,20 @@ impl World {
         }
     }
 
+    fn daemon_closed(&mut self, i: usize) {
+        let now = self.elapsed;
+        if let Some(conn) = self.machines[i].conn.take() {
+            self.conns.remove(&conn);
+            let _ = self
+                .server
+                .handle_input(now_at(now), server::Input::Disconnected { conn });
+        }
+    }
+
     fn carry_out(&mut self, i: usize, command: daemon::Command) {
         let now = self.elapsed;
         match command {
             daemon::Command::Connect => self.connect(i),
-            daemon::Command::Close { .. } => {
-                if let Some(conn) = self.machines[i].conn.take() {
-                    self.conns.remove(&conn);
-                    let _ = self
-                        .server
-                        .handle_input(now_at(now), server::Input::Disconnected { conn });
-                }
-            }
             daemon::Command::Execute(execute) => {
                 let long = self.rng.chance(1, 6);
                 let budget = execute.deadline.since_origin().saturating_sub(now);
@@ -139,7 +142,10 @@ impl World {
                     let _ = d.handle_input(now_at(now), input);
                 }
             }
-            daemon::Command::ApplyGrant { .. } => {}
+            daemon::Command::ApplyGrant { .. }
+            | daemon::Command::PtyInput { .. }
+            | daemon::Command::PtyResize { .. }
+            | daemon::Command::PtyClose { .. } => {}
             daemon::Command::Stop { forever } => {
                 self.note(format!("machine {i} stopped forever={forever}"));
             }
