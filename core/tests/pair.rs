@@ -341,3 +341,22 @@ fn oversized_inline_capabilities_are_refused() -> Result<(), PairError> {
         [RunOutcome::Rejected { code, .. }] if code == "invalid_capability"));
     Ok(())
 }
+
+#[test]
+fn the_pair_returns_what_a_machine_refuses() -> Result<(), PairError> {
+    let mut pair = Pair::connected(PairConfig::default())?;
+    submit(&mut pair, "r1")?;
+    assert_eq!(
+        submit(&mut pair, "r1"),
+        Err(PairError::Session(session::SessionError::DuplicateRun(
+            "r1".into()
+        )))
+    );
+    pair.advance(Duration::from_secs(1))?;
+    pair.elapsed = Duration::from_millis(500); // a host whose clock went back
+    assert_eq!(
+        pair.advance(Duration::ZERO),
+        Err(PairError::Session(session::SessionError::TimeWentBackwards))
+    );
+    Ok(())
+}

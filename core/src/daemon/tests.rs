@@ -1,1 +1,391 @@
+//! The daemon machine on its own: a test plays the server by signing frames with the test
+//! key, and reads every output.
 
+use std::time::Duration;
+
+use super::*;
+use crate::keyset::test_root;
+use crate::sign::{Ed25519Signer, FrameSigner};
+use crate::sim::{now_at, test_keys};
+use crate::wire::{
+    CommandsGrant, Egress, GrantLimits, InlineFile, RunStatus, ServerFrame, Timing, close_code,
+};
+
+const SESSION: &str = "sess_unit";
+
+struct Server {
+    daemon: Daemon,
+    frames: FrameSigner,
+    key: Ed25519Signer,
+    elapsed: Duration,
+}
+
+fn grant(max_concurrent: u32) -> Grant {
+    Grant {
+        fs: Vec::new(),
+        egress: Egress::None,
+        commands: CommandsGrant { enabled: false },
+        limits: GrantLimits { max_concurrent },
+        environments: None,
+    }
+}
+
+fn inline() -> CapabilitySource {
+    CapabilitySource::Inline {
+        manifest: "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n".into(),
+        files: vec![InlineFile {
+            path: "run.sh".into(),
+            content_b64: crate::b64::encode(b"true\n"),
+        }],
+    }
+}
+
+fn exited(code: i32, setup_ms: u64) -> RunResult {
+    RunResult {
+        status: RunStatus::Exited,
+        exit_code: Some(code),
+        signal: None,
+        stdout: "out".into(),
+        stderr: String::new(),
+        truncated: false,
+        timing: Timing {
+            setup_ms,
+            execute_ms: 7,
+            ..Timing::default()
+        },
+        error: None,
+    }
+}
+
+impl Server {
+    /// A daemon holding `slots` runs, connected and past `welcome`.
+    fn ready(slots: u32) -> Self {
+        let config = DaemonConfig {
+            max_concurrent: slots,
+            ..DaemonConfig::default()
+        };
+        let daemon = Daemon::new(config, test_keys(), now_at(Duration::ZERO));
+        let mut s = Self {
+            daemon,
+            frames: FrameSigner::new(SESSION),
+            key: test_root::frame_signer(),
+            elapsed: Duration::ZERO,
+        };
+        assert_eq!(s.drain(), vec![Output::Command(Command::Connect)]);
+        s.input(Input::Connected {
+            session_id: SESSION.into(),
+        });
+        s.send(ServerFrame::Welcome {
+            context_id: "ec_unit".into(),
+            protocol: crate::wire::PROTOCOL_VERSION,
+            grant_version: 1,
+            grant: grant(8),
+            heartbeat_secs: 15,
+        });
+        assert!(s.daemon.is_ready());
+        s
+    }
+
+    fn input(&mut self, input: Input) -> Vec<Output> {
+        self.daemon
+            .handle_input(now_at(self.elapsed), input)
+            .expect("the test never misuses the API");
+        self.drain()
+    }
+
+    fn send(&mut self, frame: ServerFrame) -> Vec<Output> {
+        let bytes = self.frames.sign(&frame, &self.key).unwrap();
+        self.input(Input::Frame(bytes))
+    }
+
+    fn drain(&mut self) -> Vec<Output> {
+        let mut out = Vec::new();
+        loop {
+            match self.daemon.poll_output() {
+                Output::Wait { .. } => return out,
+                o => out.push(o),
+            }
+        }
+    }
+
+    fn request(&mut self, run_id: &str) -> Vec<Output> {
+        self.send(ServerFrame::RunRequest {
+            run_id: run_id.into(),
+            environment: Environment::Shell,
+            capability: inline(),
+            timeout_ms: 10_000,
+            shared_run: false,
+        })
+    }
+
+    fn advance(&mut self, d: Duration) -> Vec<Output> {
+        self.elapsed += d;
+        self.input(Input::Timeout)
+    }
+}
+
+/// The `type` of each transmitted frame, in order.
+fn sent(outputs: &[Output]) -> Vec<String> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Transmit(bytes) => {
+                let v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+                Some(v["type"].as_str().unwrap().to_owned())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn stops(outputs: &[Output]) -> Vec<bool> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Command(Command::Stop { forever }) => Some(*forever),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn accepted_runs_hold_slots_until_their_result_and_the_rest_are_busy() {
+    let mut s = Server::ready(2);
+    assert_eq!(sent(&s.request("a")), ["run.accept"]);
+    assert_eq!(sent(&s.request("b")), ["run.accept"]);
+    assert_eq!(
+        s.daemon.slots_used(),
+        2,
+        "accepted, uncommitted runs hold slots"
+    );
+    let out = s.request("c");
+    assert_eq!(sent(&out), ["run.reject"]);
+    assert!(out.contains(&Output::Event(Event::RunRejected {
+        run_id: "c".into(),
+        refusal: Refusal::Busy,
+    })));
+    let out = s.send(ServerFrame::RunCommit { run_id: "a".into() });
+    assert!(matches!(&out[..], [Output::Command(Command::Execute(e))] if e.run_id == "a"));
+    assert_eq!(s.daemon.executing(), ["a"]);
+    let out = s.input(Input::RunFinished {
+        run_id: "a".into(),
+        result: exited(0, 3),
+    });
+    assert_eq!(sent(&out), ["run.result"]);
+    assert_eq!(s.daemon.slots_used(), 1, "the result freed a's slot");
+    assert_eq!(sent(&s.request("c")), ["run.accept"]);
+}
+
+#[test]
+fn a_result_keeps_the_executor_s_times_adds_the_daemon_s_and_waits_for_its_ack() {
+    let mut s = Server::ready(2);
+    s.request("r1");
+    s.advance(Duration::from_millis(40));
+    s.send(ServerFrame::RunCommit {
+        run_id: "r1".into(),
+    });
+    s.advance(Duration::from_millis(100));
+    let out = s.input(Input::RunFinished {
+        run_id: "r1".into(),
+        result: exited(3, 11),
+    });
+    let [Output::Transmit(bytes)] = &out[..] else {
+        panic!("expected one run.result, got {out:?}");
+    };
+    let Ok(crate::wire::DaemonFrame::RunResult { run_id, result }) =
+        crate::wire::DaemonFrame::from_json(bytes)
+    else {
+        panic!("not a run.result");
+    };
+    assert_eq!(run_id, "r1");
+    assert_eq!((result.exit_code, result.stdout.as_str()), (Some(3), "out"));
+    assert_eq!(
+        result.timing,
+        Timing {
+            queue_ms: 40,
+            setup_ms: 11,
+            execute_ms: 7,
+            daemon_ms: 100,
+            server_ms: None,
+            transit_ms: None,
+        }
+    );
+    assert_eq!(
+        s.daemon.pending_results().len(),
+        1,
+        "held until acknowledged"
+    );
+    let out = s.send(ServerFrame::RunAck {
+        run_id: "r1".into(),
+    });
+    assert_eq!(
+        out,
+        [Output::Event(Event::ResultDelivered {
+            run_id: "r1".into()
+        })]
+    );
+    assert!(s.daemon.pending_results().is_empty());
+}
+
+#[test]
+fn replaced_and_revoked_closes_stop_the_daemon_for_good() {
+    for code in [close_code::REPLACED, close_code::REVOKED] {
+        let mut s = Server::ready(2);
+        s.request("r1");
+        s.send(ServerFrame::RunCommit {
+            run_id: "r1".into(),
+        });
+        let out = s.input(Input::Disconnected { code: Some(code) });
+        assert!(out.contains(&Output::Command(Command::Cancel {
+            run_id: "r1".into(),
+            reason: "revoked".into(),
+        })));
+        assert_eq!(stops(&out), [true], "close {code}");
+        assert!(s.daemon.is_stopped());
+        let later = s.advance(Duration::from_secs(24 * 3600));
+        assert!(
+            later.is_empty(),
+            "a stopped daemon never reconnects: {later:?}"
+        );
+    }
+}
+
+#[test]
+fn other_closes_reconnect_with_backoff() {
+    for code in [
+        None,
+        Some(close_code::GOING_AWAY),
+        Some(close_code::INTERNAL_ERROR),
+    ] {
+        let mut s = Server::ready(2);
+        let out = s.input(Input::Disconnected { code });
+        assert!(stops(&out).is_empty());
+        let [Output::Event(Event::Disconnected { retry_at })] = out[..] else {
+            panic!("expected a scheduled reconnect, got {out:?}");
+        };
+        s.elapsed = retry_at.since_origin();
+        assert_eq!(s.input(Input::Timeout), [Output::Command(Command::Connect)]);
+    }
+}
+
+#[test]
+fn time_going_backwards_is_an_error_and_changes_nothing() {
+    let mut s = Server::ready(2);
+    s.advance(Duration::from_secs(5));
+    let before = now_at(Duration::from_secs(4));
+    assert_eq!(
+        s.daemon.handle_input(before, Input::Drain),
+        Err(DaemonError::TimeWentBackwards)
+    );
+    assert!(s.drain().is_empty(), "the refused input did nothing");
+    assert!(!s.daemon.is_stopped());
+}
+
+#[test]
+fn a_host_that_does_not_drain_is_refused_until_it_does() {
+    let mut s = Server::ready(2);
+    let now = now_at(s.elapsed);
+    let mut accepted = 0;
+    let refused = loop {
+        // Each one queues a `capabilities.update`.
+        match s
+            .daemon
+            .handle_input(now, Input::EnvironmentsChanged(vec![Environment::Shell]))
+        {
+            Ok(()) => accepted += 1,
+            Err(e) => break e,
+        }
+        assert!(accepted <= MAX_QUEUED_OUTPUTS + 1, "the queue is unbounded");
+    };
+    assert_eq!(refused, DaemonError::OutputBacklog);
+    assert_eq!(accepted, MAX_QUEUED_OUTPUTS + 1);
+    assert_eq!(s.drain().len(), MAX_QUEUED_OUTPUTS + 1);
+    assert!(
+        s.daemon
+            .handle_input(now, Input::EnvironmentsChanged(vec![]))
+            .is_ok()
+    );
+}
+
+#[test]
+fn terminal_frames_become_commands_with_decoded_bytes() {
+    let mut s = Server::ready(2);
+    let out = s.send(ServerFrame::PtyInput {
+        pty_id: "t1".into(),
+        data: crate::b64::encode(b"ls\r\x03"),
+    });
+    assert_eq!(
+        out,
+        [Output::Command(Command::PtyInput {
+            pty_id: "t1".into(),
+            data: b"ls\r\x03".to_vec(),
+        })]
+    );
+    let out = s.send(ServerFrame::PtyResize {
+        pty_id: "t1".into(),
+        cols: 120,
+        rows: 40,
+    });
+    assert_eq!(
+        out,
+        [Output::Command(Command::PtyResize {
+            pty_id: "t1".into(),
+            cols: 120,
+            rows: 40,
+        })]
+    );
+    let out = s.send(ServerFrame::PtyClose {
+        pty_id: "t1".into(),
+    });
+    assert_eq!(
+        out,
+        [Output::Command(Command::PtyClose {
+            pty_id: "t1".into()
+        })]
+    );
+}
+
+#[test]
+fn terminal_input_that_is_not_base64url_is_a_violation() {
+    let mut s = Server::ready(2);
+    let out = s.send(ServerFrame::PtyInput {
+        pty_id: "t1".into(),
+        data: "not base64!".into(),
+    });
+    assert!(matches!(
+        &out[0],
+        Output::Event(Event::ProtocolViolation {
+            code: "invalid_frame",
+            ..
+        })
+    ));
+    assert_eq!(
+        out[1],
+        Output::Close {
+            code: close_code::PROTOCOL_ERROR,
+            reason: "invalid_frame".into(),
+        }
+    );
+    assert!(!out.iter().any(|o| matches!(o, Output::Command(_))));
+    assert!(!s.daemon.is_ready());
+}
+
+#[test]
+fn anything_before_welcome_is_an_unexpected_frame() {
+    let mut s = Server::ready(2);
+    s.input(Input::Disconnected { code: None });
+    s.frames = FrameSigner::new(SESSION);
+    s.input(Input::Connected {
+        session_id: SESSION.into(),
+    });
+    let out = s.send(ServerFrame::RunAck { run_id: "x".into() });
+    assert!(matches!(
+        &out[0],
+        Output::Event(Event::ProtocolViolation { code, .. })
+            if *code == crate::wire::Violation::UnexpectedFrame.code()
+    ));
+    assert!(out.contains(&Output::Close {
+        code: close_code::PROTOCOL_ERROR,
+        reason: "unexpected_frame".into(),
+    }));
+}

@@ -274,3 +274,47 @@ impl ExecError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outcome_reports_as_a_run_result_with_the_executor_s_times() {
+        let outcome = Outcome {
+            ending: Ending::TimedOut,
+            exit_code: None,
+            signal: Some(9),
+            stdout: b"caf\xc3\xa9 \xff".to_vec(),
+            stderr: b"e".to_vec(),
+            truncated: true,
+            setup: Duration::from_micros(3_900),
+            execute: Duration::from_secs(2),
+        };
+        let result = RunResult::from(outcome);
+        assert_eq!(result.status, RunStatus::TimedOut);
+        assert_eq!((result.exit_code, result.signal), (None, Some(9)));
+        assert_eq!(result.stdout, "café \u{fffd}", "lossy UTF-8");
+        assert_eq!(result.stderr, "e");
+        assert!(result.truncated);
+        assert_eq!(
+            result.timing,
+            Timing {
+                setup_ms: 3,
+                execute_ms: 2_000,
+                ..Timing::default()
+            }
+        );
+        assert_eq!(result.error, None);
+    }
+
+    #[test]
+    fn a_refused_launch_reports_failed_with_the_error_s_code() {
+        let refused = ExecError::InvalidCapability("no entry".into());
+        let result = RunResult::from(&refused);
+        assert_eq!(result.status, RunStatus::Failed);
+        let error = result.error.unwrap();
+        assert_eq!(error.code, "invalid_capability");
+        assert_eq!(error.message, "invalid capability: no entry");
+    }
+}

@@ -1,1 +1,346 @@
+//! The session machine on its own: a test plays the daemon by writing its frames, and reads
+//! every output.
 
+use std::time::Duration;
+
+use super::*;
+use crate::keyset::test_root;
+use crate::sim::now_at;
+use crate::wire::{
+    CommandsGrant, DaemonFrame, Egress, GrantLimits, PROTOCOL_VERSION, Refusal, RunStatus,
+    close_code,
+};
+
+struct Daemon {
+    session: Session,
+    elapsed: Duration,
+    conn: ConnId,
+    tickets: u8,
+}
+
+fn spec(run_id: &str) -> RunSpec {
+    RunSpec {
+        run_id: run_id.into(),
+        environment: Environment::Shell,
+        capability: CapabilitySource::Inline {
+            manifest: String::new(),
+            files: Vec::new(),
+        },
+        timeout_ms: 10_000,
+        shared_run: false,
+    }
+}
+
+fn hello(max_concurrent: u32, held: &[&str], pending: &[&str]) -> DaemonFrame {
+    DaemonFrame::Hello {
+        protocol: PROTOCOL_VERSION,
+        features: Vec::new(),
+        max_concurrent,
+        held_runs: held.iter().map(|s| s.to_string()).collect(),
+        pending_results: pending.iter().map(|s| s.to_string()).collect(),
+        environments: vec![Environment::Shell],
+    }
+}
+
+fn result(run_id: &str, daemon_ms: u64) -> DaemonFrame {
+    DaemonFrame::RunResult {
+        run_id: run_id.into(),
+        result: RunResult {
+            status: RunStatus::Exited,
+            exit_code: Some(0),
+            signal: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            truncated: false,
+            timing: crate::wire::Timing {
+                daemon_ms,
+                ..Default::default()
+            },
+            error: None,
+        },
+    }
+}
+
+impl Daemon {
+    /// A session whose daemon connected and said hello with `slots`.
+    fn ready(slots: u32) -> Self {
+        let grant = Grant {
+            fs: Vec::new(),
+            egress: Egress::None,
+            commands: CommandsGrant { enabled: false },
+            limits: GrantLimits { max_concurrent: 8 },
+            environments: None,
+        };
+        let session = Session::new(
+            SessionConfig::new("ec_unit"),
+            grant,
+            Arc::new(test_root::frame_signer()),
+            now_at(Duration::ZERO),
+        );
+        let mut d = Self {
+            session,
+            elapsed: Duration::ZERO,
+            conn: 0,
+            tickets: 0,
+        };
+        d.connect(hello(slots, &[], &[]));
+        d
+    }
+
+    /// Opens a new connection with a fresh ticket and says `hello`.
+    fn connect(&mut self, hello: DaemonFrame) -> Vec<Output> {
+        self.tickets += 1;
+        self.conn += 1;
+        let issued = self.session.issue_ticket([self.tickets; 48]).unwrap();
+        let welcome = self.input(Input::Connect {
+            conn: self.conn,
+            ticket: issued.ticket.expose_secret(),
+        });
+        assert_eq!(sent(&welcome), ["welcome"]);
+        let out = self.frame(hello);
+        assert!(self.session.is_ready());
+        out
+    }
+
+    fn input(&mut self, input: Input) -> Vec<Output> {
+        self.session
+            .handle_input(now_at(self.elapsed), input)
+            .expect("the test never misuses the API");
+        let mut out = Vec::new();
+        loop {
+            match self.session.poll_output() {
+                Output::Wait { .. } => return out,
+                o => out.push(o),
+            }
+        }
+    }
+
+    fn frame(&mut self, frame: DaemonFrame) -> Vec<Output> {
+        self.input(Input::Frame {
+            conn: self.conn,
+            bytes: frame.to_json(),
+        })
+    }
+
+    fn submit(&mut self, run_id: &str) -> Vec<Output> {
+        self.input(Input::Submit(spec(run_id)))
+    }
+
+    fn accept(&mut self, run_id: &str) -> Vec<Output> {
+        self.frame(DaemonFrame::RunAccept {
+            run_id: run_id.into(),
+        })
+    }
+
+    fn advance_to(&mut self, at: Duration) -> Vec<Output> {
+        self.elapsed = at;
+        self.input(Input::Timeout)
+    }
+}
+
+/// The `type` of each transmitted frame, in order.
+fn sent(outputs: &[Output]) -> Vec<String> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Transmit { bytes, .. } => {
+                let v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+                Some(v["type"].as_str().unwrap().to_owned())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn ended(outputs: &[Output]) -> Vec<(String, RunOutcome)> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(Event::RunEnded { run_id, outcome }) => {
+                Some((run_id.clone(), outcome.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn runs_are_dispatched_only_while_a_slot_is_free_counting_unaccepted_ones() {
+    let mut d = Daemon::ready(2);
+    assert_eq!(sent(&d.submit("a")), ["run.request"]);
+    assert_eq!(sent(&d.submit("b")), ["run.request"]);
+    // Neither is accepted yet, but both hold a slot: the third is busy without an offer.
+    let out = d.submit("c");
+    assert!(sent(&out).is_empty());
+    assert_eq!(ended(&out), [("c".to_string(), RunOutcome::Busy)]);
+    assert_eq!(sent(&d.accept("a")), ["run.commit"]);
+    assert_eq!(
+        ended(&d.submit("c2")),
+        [("c2".to_string(), RunOutcome::Busy)]
+    );
+    let out = d.frame(DaemonFrame::RunReject {
+        run_id: "b".into(),
+        code: Refusal::Busy.code().into(),
+        message: String::new(),
+    });
+    assert_eq!(ended(&out), [("b".to_string(), RunOutcome::Busy)]);
+    assert_eq!(
+        sent(&d.submit("d")),
+        ["run.request"],
+        "b's slot is free again"
+    );
+    assert_eq!(d.session.in_flight(), 2);
+}
+
+#[test]
+fn a_reconnect_keeps_held_and_pending_runs_and_loses_the_others() {
+    let mut d = Daemon::ready(4);
+    for id in ["held", "pending", "gone"] {
+        d.submit(id);
+        d.accept(id);
+    }
+    d.submit("offered");
+    let out = d.input(Input::Disconnected { conn: d.conn });
+    assert_eq!(
+        ended(&out),
+        [("offered".to_string(), RunOutcome::Offline)],
+        "an uncommitted offer never started"
+    );
+    let out = d.connect(hello(4, &["held", "stale"], &["pending"]));
+    assert_eq!(ended(&out), [("gone".to_string(), RunOutcome::Lost)]);
+    assert_eq!(
+        sent(&out),
+        ["run.cancel"],
+        "the daemon must stop what the server ended"
+    );
+    assert_eq!(d.session.committed_runs(), ["held", "pending"]);
+    let out = d.frame(result("pending", 5));
+    assert!(matches!(
+        &ended(&out)[..],
+        [(id, RunOutcome::Completed(_))] if id == "pending"
+    ));
+}
+
+#[test]
+fn a_lease_is_lost_30_s_after_the_deadline() {
+    let mut d = Daemon::ready(2);
+    d.submit("r1");
+    d.accept("r1");
+    // Keep the connection alive without a result.
+    let beat = DaemonFrame::Status {
+        slots_used: 1,
+        slots_total: 2,
+        draining: false,
+    };
+    d.elapsed = Duration::from_secs(30);
+    d.frame(beat);
+    let just_before = d.advance_to(Duration::from_millis(39_999));
+    assert!(ended(&just_before).is_empty());
+    let out = d.advance_to(Duration::from_secs(40));
+    assert_eq!(ended(&out), [("r1".to_string(), RunOutcome::Lost)]);
+    assert_eq!(sent(&out), ["run.cancel"]);
+    assert!(d.session.committed_runs().is_empty());
+}
+
+#[test]
+fn a_result_is_recorded_once_and_acknowledged_every_time() {
+    let mut d = Daemon::ready(2);
+    d.submit("r1");
+    d.accept("r1");
+    d.elapsed = Duration::from_millis(300);
+    let first = d.frame(result("r1", 200));
+    assert_eq!(sent(&first), ["run.ack"]);
+    let [(_, RunOutcome::Completed(r))] = &ended(&first)[..] else {
+        panic!("expected one completed run, got {first:?}");
+    };
+    assert_eq!(r.timing.server_ms, Some(300));
+    assert_eq!(r.timing.transit_ms, Some(100));
+    let again = d.frame(result("r1", 200));
+    assert_eq!(sent(&again), ["run.ack"], "the daemon may forget it");
+    assert!(ended(&again).is_empty(), "never recorded twice");
+}
+
+#[test]
+fn silence_and_bad_tickets_close_with_their_codes() {
+    let mut d = Daemon::ready(2);
+    let out = d.advance_to(Duration::from_secs(45));
+    assert!(out.contains(&Output::Close {
+        conn: d.conn,
+        code: close_code::GOING_AWAY,
+        reason: "silent for too long".into(),
+    }));
+    assert!(!d.session.is_ready());
+    let out = d.input(Input::Connect {
+        conn: 77,
+        ticket: "not-a-ticket".into(),
+    });
+    assert!(matches!(
+        &out[..],
+        [
+            Output::Event(Event::ConnectRefused { conn: 77, .. }),
+            Output::Close {
+                conn: 77,
+                code: close_code::POLICY_VIOLATION,
+                ..
+            }
+        ]
+    ));
+}
+
+#[test]
+fn a_frame_before_hello_is_an_unexpected_frame() {
+    let mut d = Daemon::ready(2);
+    d.input(Input::Disconnected { conn: d.conn });
+    let issued = d.session.issue_ticket([200; 48]).unwrap();
+    d.conn = 9;
+    d.input(Input::Connect {
+        conn: 9,
+        ticket: issued.ticket.expose_secret(),
+    });
+    let out = d.accept("r1");
+    assert!(matches!(
+        &out[0],
+        Output::Event(Event::ProtocolViolation {
+            conn: 9,
+            code: "unexpected_frame",
+            ..
+        })
+    ));
+    assert!(out.contains(&Output::Close {
+        conn: 9,
+        code: close_code::PROTOCOL_ERROR,
+        reason: "unexpected_frame".into(),
+    }));
+}
+
+#[test]
+fn host_misuse_is_an_error() {
+    let mut d = Daemon::ready(2);
+    d.submit("r1");
+    assert_eq!(
+        d.session
+            .handle_input(now_at(d.elapsed), Input::Submit(spec("r1"))),
+        Err(SessionError::DuplicateRun("r1".into()))
+    );
+    d.advance_to(Duration::from_secs(5));
+    assert_eq!(
+        d.session
+            .handle_input(now_at(Duration::from_secs(4)), Input::Timeout),
+        Err(SessionError::TimeWentBackwards)
+    );
+    let now = now_at(d.elapsed);
+    let mut accepted = 0;
+    let refused = loop {
+        // Each grant update queues a `grant.update`.
+        match d
+            .session
+            .handle_input(now, Input::UpdateGrant(Grant::nothing()))
+        {
+            Ok(()) => accepted += 1,
+            Err(e) => break e,
+        }
+        assert!(accepted <= MAX_QUEUED_OUTPUTS + 1, "the queue is unbounded");
+    };
+    assert_eq!(refused, SessionError::OutputBacklog);
+    assert_eq!(accepted, MAX_QUEUED_OUTPUTS + 1);
+}
