@@ -1,5 +1,5 @@
 //! Arbitrary input sequences to the daemon: raw bytes, validly signed frames with arbitrary
-//! fields, time jumps, disconnects, finishes. Nothing may panic; the daemon never executes a
+//! fields (terminal input included, base64url or not), time jumps, disconnects, finishes. Nothing may panic; the daemon never executes a
 //! run that a verified `run.commit` did not start, never holds more slots than it has, and
 //! stops for good after `revoked`.
 #![no_main]
@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use outpost_core::daemon::{Command, Daemon, DaemonConfig, Input, Output, RunReport};
+use outpost_core::daemon::{Command, Daemon, DaemonConfig, Input, Output};
 use outpost_core::keyset::test_root;
 use outpost_core::sign::FrameSigner;
 use outpost_core::sim::{now_at, test_keys};
 use outpost_core::wire::{
-    CapabilitySource, CommandsGrant, Egress, Environment, Grant, GrantLimits, RunStatus,
-    ServerFrame,
+    CapabilitySource, CommandsGrant, Egress, Environment, Grant, GrantLimits, RunResult,
+    RunStatus, ServerFrame, Timing,
 };
 
 #[derive(Arbitrary, Debug)]
@@ -26,6 +26,7 @@ enum Step {
     Cancel { run: u8 },
     Ack { run: u8 },
     Revoked,
+    PtyInput { data: String },
     SkipSeq,
     Finish { run: u8, exit: i8 },
     Advance { millis: u32 },
@@ -98,21 +99,24 @@ fuzz_target!(|steps: Vec<Step>| {
                 &mut signer,
             )),
             Step::Revoked => Input::Frame(sign(ServerFrame::Revoked { reason: "x".into() }, &mut signer)),
+            Step::PtyInput { data } => Input::Frame(sign(
+                ServerFrame::PtyInput { pty_id: "t".into(), data },
+                &mut signer,
+            )),
             Step::SkipSeq => {
                 let _ = signer.sign(&ServerFrame::RunAck { run_id: "x".into() }, &key);
                 continue;
             }
             Step::Finish { run, exit } => Input::RunFinished {
                 run_id: format!("r{}", run % 8),
-                report: RunReport {
+                result: RunResult {
                     status: RunStatus::Exited,
                     exit_code: Some(i32::from(exit)),
                     signal: None,
                     stdout: String::new(),
                     stderr: String::new(),
                     truncated: false,
-                    setup_ms: 0,
-                    execute_ms: 0,
+                    timing: Timing::default(),
                     error: None,
                 },
             },

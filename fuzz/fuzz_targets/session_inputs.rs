@@ -15,7 +15,7 @@ use outpost_core::session::{Event, Input, Output, RunSpec, Session, SessionConfi
 use outpost_core::sim::now_at;
 use outpost_core::wire::{
     CapabilitySource, CommandsGrant, DaemonFrame, Egress, Environment, Grant, GrantLimits,
-    RunStatus, Timing,
+    RunResult, RunStatus, Timing,
 };
 
 #[derive(Arbitrary, Debug)]
@@ -112,17 +112,19 @@ fuzz_target!(|steps: Vec<Step>| {
             }),
             Step::Result { conn, run, daemon_ms } => frame(conn, DaemonFrame::RunResult {
                 run_id: format!("r{}", run % 16),
-                status: RunStatus::Exited,
-                exit_code: Some(0),
-                signal: None,
-                stdout: String::new(),
-                stderr: String::new(),
-                truncated: false,
-                timing: Timing {
-                    daemon_ms: u64::from(daemon_ms),
-                    ..Timing::default()
+                result: RunResult {
+                    status: RunStatus::Exited,
+                    exit_code: Some(0),
+                    signal: None,
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    truncated: false,
+                    timing: Timing {
+                        daemon_ms: u64::from(daemon_ms),
+                        ..Timing::default()
+                    },
+                    error: None,
                 },
-                error: None,
             }),
             Step::Status { conn, draining } => frame(conn, DaemonFrame::Status {
                 slots_used: 0,
