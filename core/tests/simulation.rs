@@ -58,4 +58,11 @@ fn a_daemon_stopped_for_good_with_a_run_in_flight_does_not_spin() {
     let report = simulate(&SimConfig::new(93_895_660));
     assert_eq!(report.violation, None);
     assert_eq!(report.finished, 24, "every execution finished");
+    let per_second = report.steps as f64 / report.elapsed.as_secs_f64();
+    assert!(
+        per_second < 10.0,
+        "{} host steps in {:?}",
+        report.steps,
+        report.elapsed
+    );
 }
