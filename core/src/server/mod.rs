@@ -23,6 +23,9 @@ mod feed;
 mod machine;
 mod timers;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
