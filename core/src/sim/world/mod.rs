@@ -277,6 +277,16 @@ impl World {
         self.checker
             .wants_wake(Role::Server, until.since_origin(), reason, now);
         consider(until.since_origin());
+        // The server's wake-up table must never be later than a session's own timer.
+        let missed = self.machines.iter().find_map(|m| {
+            let session = self.server.session(&m.context_id)?;
+            let (own, why) = session.poll_timeout()?;
+            (own < until).then(|| format!("{} ({why}) at {own:?}", m.context_id))
+        });
+        if let Some(missed) = missed {
+            let msg = format!("the server would wake at {until:?} but the session of {missed}");
+            self.checker.fail(msg);
+        }
         for (i, m) in self.machines.iter_mut().enumerate() {
             if let Some(at) = m.down_until {
                 consider(at);
