@@ -6,13 +6,15 @@
 //! cargo run --release -p outpost-core --example simulate -- --transcript 42
 //! ```
 //!
-//! The last line is `N seeds, 0 violations`, or the first failing seed and the violated
-//! invariant (with a non-zero exit).
+//! Before it, a line with the total time, seeds per second, and the slowest seed's time
+//! against the median (a seed that spins shows here even if no invariant caught it). The last
+//! line is `N seeds, 0 violations`, or the first failing seed and the violated invariant (with
+//! a non-zero exit).
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use outpost_core::sim::{SimConfig, SimReport, simulate};
 
@@ -72,17 +74,23 @@ fn main() -> ExitCode {
     let end = args.start + args.seeds;
     let failure: Arc<Mutex<Option<(u64, String)>>> = Arc::new(Mutex::new(None));
     let totals = Arc::new(Mutex::new((0usize, 0usize, 0usize)));
+    let times: Arc<Mutex<Vec<(Duration, u64)>>> = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
     let workers: Vec<_> = (0..args.threads)
         .map(|_| {
             let (next, failure, totals) = (next.clone(), failure.clone(), totals.clone());
+            let times = times.clone();
             std::thread::spawn(move || {
                 loop {
                     let seed = next.fetch_add(1, Ordering::Relaxed);
                     if seed >= end || failure.lock().map(|f| f.is_some()).unwrap_or(true) {
                         return;
                     }
+                    let one = Instant::now();
                     let report: SimReport = simulate(&SimConfig::new(seed));
+                    if let Ok(mut t) = times.lock() {
+                        t.push((one.elapsed(), seed));
+                    }
                     let done = seed + 1 - start;
                     if done % 10_000 == 0 {
                         eprintln!("{done} seeds done");
@@ -109,12 +117,30 @@ fn main() -> ExitCode {
     }
     let secs = started.elapsed().as_secs_f64();
     let (executed, finished, faults) = totals.lock().map(|t| *t).unwrap_or_default();
-    println!(
-        "{executed} runs executed, {finished} executions finished, {faults} faults injected, {:.1} seeds/s",
-        args.seeds as f64 / secs.max(1e-9)
-    );
+    println!("{executed} runs executed, {finished} executions finished, {faults} faults injected");
+    let mut times = times.lock().map(|t| t.clone()).unwrap_or_default();
+    println!("{}", timing_line(&mut times, secs));
     let failure = failure.lock().ok().and_then(|f| f.clone());
     finish(args.seeds, failure)
+}
+
+/// Total time, seeds per second, and the slowest seed against the median.
+fn timing_line(times: &mut [(Duration, u64)], secs: f64) -> String {
+    let ran = times.len();
+    let mut line = format!(
+        "{ran} seeds in {secs:.1} s, {:.1} seeds/s",
+        ran as f64 / secs.max(1e-9)
+    );
+    times.sort_unstable();
+    if let (Some((median, _)), Some((slowest, seed))) = (times.get(ran / 2), times.last()) {
+        let ratio = slowest.as_secs_f64() / median.as_secs_f64().max(1e-9);
+        line.push_str(&format!(
+            "; slowest seed {seed}: {:.1} ms, median {:.2} ms ({ratio:.0}x)",
+            slowest.as_secs_f64() * 1e3,
+            median.as_secs_f64() * 1e3
+        ));
+    }
+    line
 }
 
 fn finish(seeds: u64, failure: Option<(u64, String)>) -> ExitCode {

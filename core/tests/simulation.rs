@@ -49,3 +49,20 @@ fn without_faults_runs_complete_on_machines() {
         .count();
     assert!(on_machines > 5, "{:#?}", report.transcript);
 }
+
+/// A machine revoked while it was away, with a run still executing, is refused its next
+/// ticket and stops for good. The stopped daemon used to keep that run and ask to be woken
+/// for its deadline forever, so this seed spun for minutes.
+#[test]
+fn a_daemon_stopped_for_good_with_a_run_in_flight_does_not_spin() {
+    let report = simulate(&SimConfig::new(93_895_660));
+    assert_eq!(report.violation, None);
+    assert_eq!(report.finished, 24, "every execution finished");
+    let per_second = report.steps as f64 / report.elapsed.as_secs_f64();
+    assert!(
+        per_second < 10.0,
+        "{} host steps in {:?}",
+        report.steps,
+        report.elapsed
+    );
+}

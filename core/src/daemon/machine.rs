@@ -103,6 +103,10 @@ impl Daemon {
             Input::Connected { session_id } => self.on_connected(session_id),
             Input::ConnectFailed { stop_forever, .. } => {
                 if stop_forever {
+                    // Refused for good (revoked): what still runs must stop too, as when the
+                    // `revoked` frame or close arrives; a stopped daemon ignores every input,
+                    // so a run left in its table could never finish.
+                    self.cancel_all("revoked");
                     self.stop(true);
                 } else if matches!(self.link, Link::Connecting) {
                     self.schedule_retry();
@@ -145,6 +149,10 @@ impl Daemon {
 
     fn next_timer(&self) -> (Instant, &'static str) {
         let mut wake = NextWake::idle(self.now.instant);
+        if self.is_stopped() {
+            // Stopped for good: no input is handled any more, so no timer may be asked for.
+            return wake.get();
+        }
         match &self.link {
             Link::Idle { retry_at } => wake.consider(*retry_at, "reconnect"),
             Link::AwaitingWelcome { deadline, .. } => wake.consider(*deadline, "welcome timeout"),

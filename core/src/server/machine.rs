@@ -6,7 +6,7 @@ use super::*;
 use crate::routing::{
     AttemptOutcome, Candidate, ContextView, Plan, check_access, friendly_line, plan,
 };
-use crate::session::{self, IssuedTicket, RunOutcome, RunSpec};
+use crate::session::{self, IssuedTicket, RunSpec};
 use crate::ticket::TicketError;
 use crate::time::NextWake;
 
@@ -26,6 +26,8 @@ impl Server {
             chains: BTreeMap::new(),
             executions: BTreeMap::new(),
             runs: BTreeMap::new(),
+            session_wakes: WakeTable::default(),
+            queue_wakes: WakeTable::default(),
             outputs: VecDeque::new(),
             now,
         }
@@ -41,12 +43,19 @@ impl Server {
         self.executions.len()
     }
 
-    /// Issues a connect ticket for `context_id` (the answer to a signed ticket request).
+    /// Issues a connect ticket for `context_id` (the answer to a signed ticket request),
+    /// valid from the time of the dispatcher's latest input.
     pub fn issue_ticket(
         &mut self,
         context_id: &str,
         random: [u8; 48],
     ) -> Result<IssuedTicket, TicketError> {
+        if !self.machines.contains_key(context_id) {
+            return Err(TicketError::Unknown);
+        }
+        // Only due sessions get timeouts: bring this one's clock up to now before it stamps
+        // the ticket.
+        self.feed_or_report(context_id, session::Input::Timeout);
         let machine = self
             .machines
             .get_mut(context_id)
@@ -60,18 +69,31 @@ impl Server {
         self.now = now;
         let conns: Vec<(ConnId, String)> = std::mem::take(&mut self.conns).into_iter().collect();
         for (conn, context_id) in conns {
-            self.feed_session(&context_id, session::Input::Disconnected { conn });
+            self.feed_or_report(&context_id, session::Input::Disconnected { conn });
         }
     }
 
     /// Feeds one input at time `now`.
+    ///
+    /// # Errors
+    ///
+    /// [`ServerError::OutputBacklog`] when more than
+    /// [`MAX_QUEUED_OUTPUTS`](crate::MAX_QUEUED_OUTPUTS) outputs wait to be polled,
+    /// [`ServerError::TimeWentBackwards`] when `now` is before the previous input's; the input
+    /// is ignored. Errors for the host's own mistakes (unknown machine, duplicate execution)
+    /// and from the session an input was for.
     pub fn handle_input(&mut self, now: Now, input: Input) -> Result<(), ServerError> {
+        if self.outputs.len() > crate::MAX_QUEUED_OUTPUTS {
+            return Err(ServerError::OutputBacklog);
+        }
+        if now.instant < self.now.instant {
+            return Err(ServerError::TimeWentBackwards);
+        }
         self.now = now;
         match input {
             Input::Timeout => {
-                let ids: Vec<String> = self.machines.keys().cloned().collect();
-                for id in ids {
-                    self.feed_session(&id, session::Input::Timeout);
+                for id in self.session_wakes.due(now.instant) {
+                    self.feed_or_report(&id, session::Input::Timeout);
                 }
                 self.expire_queues();
             }
@@ -95,16 +117,20 @@ impl Server {
                     return Err(ServerError::UnknownContext(context_id));
                 }
                 self.conns.insert(conn, context_id.clone());
-                self.feed_session(&context_id, session::Input::Connect { conn, ticket });
+                let fed = self.feed_session(&context_id, session::Input::Connect { conn, ticket });
+                if fed.is_err() {
+                    self.conns.remove(&conn);
+                }
+                fed?;
             }
             Input::Frame { conn, bytes } => {
                 if let Some(context_id) = self.conns.get(&conn).cloned() {
-                    self.feed_session(&context_id, session::Input::Frame { conn, bytes });
+                    self.feed_session(&context_id, session::Input::Frame { conn, bytes })?;
                 }
             }
             Input::Disconnected { conn } => {
                 if let Some(context_id) = self.conns.remove(&conn) {
-                    self.feed_session(&context_id, session::Input::Disconnected { conn });
+                    self.feed_session(&context_id, session::Input::Disconnected { conn })?;
                 }
             }
             Input::Execute(request) => {
@@ -146,14 +172,14 @@ impl Server {
                 if !self.machines.contains_key(&context_id) {
                     return Err(ServerError::UnknownContext(context_id));
                 }
-                self.feed_session(&context_id, session::Input::UpdateGrant(grant));
+                self.feed_session(&context_id, session::Input::UpdateGrant(grant))?;
                 self.recheck_access(&context_id);
             }
             Input::Revoke { context_id } => {
                 if !self.machines.contains_key(&context_id) {
                     return Err(ServerError::UnknownContext(context_id));
                 }
-                self.feed_session(&context_id, session::Input::Revoke);
+                self.feed_session(&context_id, session::Input::Revoke)?;
                 self.replan_queued(&context_id);
             }
         }
@@ -165,19 +191,21 @@ impl Server {
         if let Some(out) = self.outputs.pop_front() {
             return out;
         }
-        let mut wake = NextWake::idle(self.now.instant);
-        for m in self.machines.values_mut() {
-            if let session::Output::Wait { until, reason } = m.session.poll_output() {
-                wake.consider(until, reason);
-            }
-        }
-        for e in self.executions.values() {
-            if let Place::Queued { until, .. } = e.place {
-                wake.consider(until, "queue");
-            }
-        }
-        let (until, reason) = wake.get();
+        let (until, reason) = self.poll_timeout();
         Output::Wait { until, reason }
+    }
+
+    /// When the dispatcher must next get [`Input::Timeout`], and why, in O(log n); pops
+    /// nothing.
+    pub fn poll_timeout(&self) -> (Instant, &'static str) {
+        let mut wake = NextWake::idle(self.now.instant);
+        if let Some((until, reason)) = self.session_wakes.first() {
+            wake.consider(until, reason);
+        }
+        if let Some((until, reason)) = self.queue_wakes.first() {
+            wake.consider(until, reason);
+        }
+        wake.get()
     }
 
     /// What the routing functions see of every machine, for a run in `environment`.
@@ -244,6 +272,8 @@ impl Server {
                         context_id: q.id,
                         until,
                     };
+                    self.queue_wakes
+                        .set(&exec_id.to_owned(), Some((until, "queue")));
                 }
             }
             Err(err) => self.fail(exec_id, err.code(), err.to_string()),
@@ -255,6 +285,7 @@ impl Server {
         let Some(e) = self.executions.get_mut(exec_id) else {
             return;
         };
+        self.queue_wakes.set(&exec_id.to_owned(), None);
         match route.current().clone() {
             Candidate::Cloud => {
                 e.route = Some(route);
@@ -279,14 +310,19 @@ impl Server {
                     run_id: run_id.clone(),
                     started: false,
                 };
-                self.runs.insert(run_id, exec_id.to_owned());
-                self.feed_session(&id, session::Input::Submit(spec));
+                self.runs.insert(run_id.clone(), exec_id.to_owned());
+                if let Err(error) = self.feed_session(&id, session::Input::Submit(spec)) {
+                    // Not offered at all (a run id the session already saw): try the next one.
+                    self.runs.remove(&run_id);
+                    self.report(&id, error);
+                    self.fall_through(exec_id, AttemptOutcome::Unusable, "run_refused");
+                }
             }
         }
     }
 
     /// The current candidate passed on the run before it started: try the next one.
-    fn fall_through(&mut self, exec_id: &str, outcome: AttemptOutcome, reason: &str) {
+    pub(super) fn fall_through(&mut self, exec_id: &str, outcome: AttemptOutcome, reason: &str) {
         let Some(e) = self.executions.get_mut(exec_id) else {
             return;
         };
@@ -314,10 +350,11 @@ impl Server {
     }
 
     /// Ends an execution, exactly once.
-    fn finish(&mut self, exec_id: &str, outcome: ExecutionOutcome) {
+    pub(super) fn finish(&mut self, exec_id: &str, outcome: ExecutionOutcome) {
         let Some(e) = self.executions.remove(exec_id) else {
             return;
         };
+        self.queue_wakes.set(&exec_id.to_owned(), None);
         if let Place::OnContext { run_id, .. } = &e.place {
             self.runs.remove(run_id);
         }
@@ -347,7 +384,7 @@ impl Server {
                 context_id, run_id, ..
             } => {
                 let (context_id, run_id) = (context_id.clone(), run_id.clone());
-                self.feed_session(
+                self.feed_or_report(
                     &context_id,
                     session::Input::Cancel {
                         run_id,
@@ -398,7 +435,7 @@ impl Server {
         }
     }
 
-    fn replan_queued(&mut self, context_id: &str) {
+    pub(super) fn replan_queued(&mut self, context_id: &str) {
         let waiting: Vec<String> = self
             .executions
             .iter()
@@ -415,11 +452,12 @@ impl Server {
     fn expire_queues(&mut self) {
         let now = self.now.instant;
         let expired: Vec<(String, String)> = self
-            .executions
-            .iter()
-            .filter_map(|(id, e)| match &e.place {
+            .queue_wakes
+            .due(now)
+            .into_iter()
+            .filter_map(|id| match &self.executions.get(&id)?.place {
                 Place::Queued { context_id, until } if *until <= now => {
-                    Some((id.clone(), context_id.clone()))
+                    Some((id, context_id.clone()))
                 }
                 _ => None,
             })
@@ -435,83 +473,5 @@ impl Server {
                 format!("{name} did not come back online in time; the run was not started"),
             );
         }
-    }
-
-    /// Feeds a session and handles everything it says.
-    fn feed_session(&mut self, context_id: &str, input: session::Input) {
-        let Some(m) = self.machines.get_mut(context_id) else {
-            return;
-        };
-        // Session errors are host misuse (duplicate run ids, a full output queue); the
-        // dispatcher never makes them, so there is nothing to recover here.
-        let _ = m.session.handle_input(self.now, input);
-        self.pump(context_id);
-    }
-
-    fn pump(&mut self, context_id: &str) {
-        loop {
-            let Some(m) = self.machines.get_mut(context_id) else {
-                return;
-            };
-            let out = m.session.poll_output();
-            match out {
-                session::Output::Wait { .. } => return,
-                session::Output::Transmit { conn, bytes } => {
-                    self.outputs.push_back(Output::Transmit { conn, bytes });
-                }
-                session::Output::Close { conn, code, reason } => {
-                    self.conns.remove(&conn);
-                    self.outputs.push_back(Output::Close { conn, code, reason });
-                }
-                session::Output::Event(event) => self.on_session_event(context_id, event),
-            }
-        }
-    }
-
-    fn on_session_event(&mut self, context_id: &str, event: session::Event) {
-        match &event {
-            session::Event::Ready { .. } => {
-                self.replan_queued(context_id);
-            }
-            session::Event::RunStarted { run_id } => {
-                if let Some(exec_id) = self.runs.get(run_id).cloned()
-                    && let Some(e) = self.executions.get_mut(&exec_id)
-                    && let Place::OnContext { started, .. } = &mut e.place
-                {
-                    *started = true;
-                    self.outputs.push_back(Output::Event(Event::RunStarted {
-                        exec_id,
-                        run_id: run_id.clone(),
-                        context_id: context_id.to_owned(),
-                    }));
-                }
-            }
-            session::Event::RunEnded { run_id, outcome } => {
-                let Some(exec_id) = self.runs.remove(run_id) else {
-                    return;
-                };
-                match outcome.clone() {
-                    RunOutcome::Busy => self.fall_through(&exec_id, AttemptOutcome::Busy, "busy"),
-                    RunOutcome::Offline => {
-                        self.fall_through(&exec_id, AttemptOutcome::Offline, "offline")
-                    }
-                    RunOutcome::Rejected { code, .. } => {
-                        self.fall_through(&exec_id, AttemptOutcome::Unusable, &code)
-                    }
-                    RunOutcome::Completed(result) => {
-                        self.finish(&exec_id, ExecutionOutcome::Completed(result))
-                    }
-                    RunOutcome::Lost => self.finish(&exec_id, ExecutionOutcome::Lost),
-                    RunOutcome::Cancelled { reason } => {
-                        self.finish(&exec_id, ExecutionOutcome::Cancelled { reason })
-                    }
-                }
-            }
-            _ => {}
-        }
-        self.outputs.push_back(Output::Event(Event::Session {
-            context_id: context_id.to_owned(),
-            event,
-        }));
     }
 }

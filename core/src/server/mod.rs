@@ -9,9 +9,22 @@
 //!
 //! It never runs anything itself: the server's own executor is asked through
 //! [`Command::RunOnCloud`]. Like every role in `core`: `handle_input(now, Input)` and
-//! `poll_output()`, `Wait` last.
+//! `poll_output()`, `Wait` last; a host that lets outputs pile up or hands in time that went
+//! backwards gets an error, and an error from a session is returned or reported as
+//! [`Event::SessionError`], never dropped.
+//!
+//! ## Timers
+//!
+//! Sessions' and queues' wake-ups live in a table ordered by time, updated whenever a session
+//! is fed: a heartbeat costs O(log n) in the number of machines, and so does finding the next
+//! [`Output::Wait`]. [`Input::Timeout`] feeds only the sessions that are due.
 
+mod feed;
 mod machine;
+mod timers;
+
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -21,6 +34,7 @@ use crate::session::{ConnId, RunResult, Session, SessionConfig};
 use crate::sign::Signer;
 use crate::time::{Instant, Now};
 use crate::wire::{CapabilitySource, Environment, Grant};
+use timers::WakeTable;
 
 /// Who may use a machine, as the server's records say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,6 +203,15 @@ pub enum Event {
         /// What happened.
         event: crate::session::Event,
     },
+    /// A session refused an input the dispatcher gave it on its own (a timeout, a run to
+    /// offer, a cancel). Nothing was done with that input; a refused offer falls through to
+    /// the next candidate.
+    SessionError {
+        /// The machine.
+        context_id: String,
+        /// What the session said.
+        error: crate::session::SessionError,
+    },
 }
 
 /// What the dispatcher asks of the host.
@@ -232,6 +255,15 @@ pub enum ServerError {
     /// The machine is not registered.
     #[error("no registered context {0:?}")]
     UnknownContext(String),
+    /// The host did not drain outputs.
+    #[error(
+        "more than {} outputs are waiting: drain poll_output first",
+        crate::MAX_QUEUED_OUTPUTS
+    )]
+    OutputBacklog,
+    /// Time went backwards.
+    #[error("time went backwards")]
+    TimeWentBackwards,
     /// A session refused the input.
     #[error(transparent)]
     Session(#[from] crate::session::SessionError),
@@ -273,6 +305,10 @@ pub struct Server {
     chains: BTreeMap<String, Chain>,
     executions: BTreeMap<String, Execution>,
     runs: BTreeMap<String, String>,
+    /// Each machine's next session timer, by context id.
+    session_wakes: WakeTable<String>,
+    /// Each queued execution's deadline, by execution id.
+    queue_wakes: WakeTable<String>,
     outputs: VecDeque<Output>,
     now: Now,
 }

@@ -197,6 +197,15 @@ impl Session {
         Output::Wait { until, reason }
     }
 
+    /// When the session must next get [`Input::Timeout`], and why; `None` when it has no
+    /// timer running (it is idle until new input). Unlike [`Session::poll_output`] it pops
+    /// nothing, so a dispatcher can keep many sessions' wake-ups in a table without losing
+    /// outputs.
+    pub fn poll_timeout(&self) -> Option<(Instant, &'static str)> {
+        let (until, reason) = self.next_timer();
+        (reason != "idle").then_some((until, reason))
+    }
+
     fn next_timer(&self) -> (Instant, &'static str) {
         let mut wake = NextWake::idle(self.now.instant);
         if let Some(c) = &self.conn {

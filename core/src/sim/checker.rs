@@ -1,10 +1,47 @@
-//! The invariants the simulation checks after every step.
+//! The invariants the simulation checks after every step: exactly-once runs and results,
+//! slots, revokes, liveness, and that no role spins (asks to be woken at a time already
+//! handled, or takes far more host steps than simulated time explains).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::time::Duration;
 
 /// How long a connection must stay ready for a pending result to be surely delivered.
 pub(super) const SETTLE: Duration = Duration::from_secs(5);
+
+/// The most host steps (inputs handed to a role) a seed may take per simulated second, on
+/// average from the start. Seeds take about 3 (at most 5 in the first 300); a role that
+/// spins takes thousands every simulated millisecond.
+pub(super) const MAX_STEPS_PER_SIMULATED_SECOND: u64 = 100;
+
+/// Slack on top of that bound, for the burst of setup and connects near time zero.
+const STEP_SLACK: u64 = 1000;
+
+/// A state machine the world drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Role {
+    /// The server's dispatcher.
+    Server,
+    /// Machine `i`'s daemon.
+    Daemon(usize),
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Role::Server => f.write_str("the server"),
+            Role::Daemon(i) => write!(f, "the daemon of machine {i}"),
+        }
+    }
+}
+
+/// What a role was last told: when it last got a timeout, and whether any other input
+/// reached it since.
+#[derive(Debug, Default, Clone, Copy)]
+struct Fed {
+    timeout_at: Option<Duration>,
+    input_since: bool,
+}
 
 /// Everything the checker needs to remember.
 #[derive(Debug, Default)]
@@ -25,6 +62,10 @@ pub(super) struct Checker {
     ready: BTreeMap<usize, Vec<(Duration, Option<Duration>)>>,
     /// Machines revoked, and when.
     revoked: BTreeMap<usize, Duration>,
+    /// Per role: its last timeout and whether input came after it.
+    fed: BTreeMap<Role, Fed>,
+    /// Host steps so far.
+    steps: u64,
 }
 
 impl Checker {
@@ -122,6 +163,53 @@ impl Checker {
         self.revoked.entry(m).or_insert(now);
     }
 
+    /// The host handed `role` one input at `now` (a timeout when `timeout`).
+    pub fn fed(&mut self, role: Role, timeout: bool, now: Duration) {
+        self.steps += 1;
+        let fed = self.fed.entry(role).or_default();
+        if timeout {
+            *fed = Fed {
+                timeout_at: Some(now),
+                input_since: false,
+            };
+        } else {
+            fed.input_since = true;
+        }
+    }
+
+    /// `role`, drained, asks to be woken at `until`. Right after a timeout at `now` it must
+    /// have handled everything due by `now`: asking for `until <= now` again, with no other
+    /// input since, is a spin (the host would call it back at once, forever).
+    pub fn wants_wake(&mut self, role: Role, until: Duration, reason: &str, now: Duration) {
+        if until > now {
+            return;
+        }
+        let fed = self.fed.get(&role).copied().unwrap_or_default();
+        if fed.timeout_at == Some(now) && !fed.input_since {
+            self.fail(format!(
+                "{role} asks to be woken at {until:?} ({reason}) at {now:?} again, with no input since its timeout"
+            ));
+        }
+    }
+
+    /// Fails when the steps so far exceed the bound for `elapsed` of simulated time.
+    pub fn check_step_rate(&mut self, elapsed: Duration) {
+        let budget = MAX_STEPS_PER_SIMULATED_SECOND
+            .saturating_mul(elapsed.as_secs())
+            .saturating_add(STEP_SLACK);
+        if self.steps > budget {
+            self.fail(format!(
+                "{} host steps in {elapsed:?} of simulated time: more than {MAX_STEPS_PER_SIMULATED_SECOND} per simulated second",
+                self.steps
+            ));
+        }
+    }
+
+    /// Host steps so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
     /// After the liveness phase: everything that started ended, every execution finished.
     pub fn final_check(&mut self, submitted: &[String]) {
         let open: Vec<&String> = self
@@ -194,6 +282,44 @@ mod tests {
         c.ready(0, true, T * 3);
         c.run_ended("x.1", true, 0, T * 40);
         assert!(c.violation.as_deref().unwrap().contains("lost"));
+    }
+
+    #[test]
+    fn a_role_asking_again_for_a_handled_time_is_a_spin() {
+        let mut c = Checker::default();
+        // Due now, but no timeout yet at this time: the host will call it back.
+        c.wants_wake(Role::Daemon(1), T, "run deadline", T);
+        assert!(c.violation.is_none());
+        // After a timeout at T, a wake in the future is fine.
+        c.fed(Role::Daemon(1), true, T);
+        c.wants_wake(Role::Daemon(1), T * 2, "heartbeat", T);
+        assert!(c.violation.is_none());
+        // New input after the timeout may set a timer due at once (a retry with no delay).
+        c.fed(Role::Server, true, T);
+        c.fed(Role::Server, false, T);
+        c.wants_wake(Role::Server, T, "reconnect", T);
+        assert!(c.violation.is_none());
+        // The same deadline again right after a timeout at or past it: a spin.
+        c.wants_wake(Role::Daemon(1), T, "run deadline", T);
+        let v = c.violation.as_deref().unwrap();
+        assert!(
+            v.contains("the daemon of machine 1") && v.contains("run deadline"),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn too_many_steps_for_the_simulated_time_is_a_spin() {
+        let mut c = Checker::default();
+        for _ in 0..STEP_SLACK + MAX_STEPS_PER_SIMULATED_SECOND {
+            c.fed(Role::Server, false, T);
+        }
+        c.check_step_rate(T);
+        assert!(c.violation.is_none());
+        c.fed(Role::Server, false, T);
+        c.check_step_rate(T);
+        assert!(c.violation.as_deref().unwrap().contains("host steps"));
+        assert_eq!(c.steps(), STEP_SLACK + MAX_STEPS_PER_SIMULATED_SECOND + 1);
     }
 
     #[test]

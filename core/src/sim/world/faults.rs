@@ -40,6 +40,7 @@ impl World {
                 self.note("fault: server restart".into());
                 let conns: Vec<ConnId> = self.conns.keys().copied().collect();
                 self.server.restart(now_at(now));
+                self.touched_server();
                 for conn in conns {
                     self.break_conn(conn);
                 }
@@ -69,27 +70,20 @@ impl World {
                     "fault: access of {} now {:?}",
                     record.id, record.opted_in
                 ));
-                let _ = self
-                    .server
-                    .handle_input(now_at(now), server::Input::UpdateAccess(record));
+                self.feed_server(server::Input::UpdateAccess(record));
             }
             80..=84 => {
                 let grant = self.workload.change_egress(i, &mut self.rng);
                 let context_id = self.machines[i].context_id.clone();
                 self.note(format!("fault: grant of {context_id} changed"));
-                let _ = self.server.handle_input(
-                    now_at(now),
-                    server::Input::UpdateGrant { context_id, grant },
-                );
+                self.feed_server(server::Input::UpdateGrant { context_id, grant });
             }
             85..=86 if !self.workload.revoked_any => {
                 self.workload.revoked_any = true;
                 let context_id = self.machines[i].context_id.clone();
                 self.note(format!("fault: revoke {context_id}"));
                 self.checker.revoked(i, now);
-                let _ = self
-                    .server
-                    .handle_input(now_at(now), server::Input::Revoke { context_id });
+                self.feed_server(server::Input::Revoke { context_id });
             }
             _ => {}
         }
@@ -97,19 +91,14 @@ impl World {
 
     /// Both ends of `conn` learn it is gone.
     pub(super) fn break_conn(&mut self, conn: ConnId) {
-        let now = now_at(self.elapsed);
         let Some(i) = self.conns.remove(&conn) else {
             return;
         };
-        let _ = self
-            .server
-            .handle_input(now, server::Input::Disconnected { conn });
+        self.feed_server(server::Input::Disconnected { conn });
         let m = &mut self.machines[i];
         if m.conn == Some(conn) {
             m.conn = None;
-            if let Some(d) = m.daemon.as_mut() {
-                let _ = d.handle_input(now, daemon::Input::Disconnected { code: None });
-            }
+            self.feed_daemon(i, daemon::Input::Disconnected { code: None });
         }
     }
 }

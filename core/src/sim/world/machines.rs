@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::World;
 use crate::daemon::{self, Daemon};
 use crate::server;
+use crate::sim::checker::Role;
 use crate::sim::executor::report;
 use crate::sim::now_at;
 use crate::sim::pair::test_keys;
@@ -29,6 +30,8 @@ impl World {
                 now_at(now),
                 pending,
             ));
+            // A new process: nothing it was told before counts.
+            self.checker.fed(Role::Daemon(i), false, now);
             self.note(format!("machine {i} restarted"));
         }
     }
@@ -51,10 +54,10 @@ impl World {
             } else {
                 report(RunStatus::Exited, Some(0))
             };
-            if let Some(d) = self.machines[i].daemon.as_mut() {
+            if let Some(d) = self.machines[i].daemon.as_ref() {
                 let was_executing = d.executing().contains(&run_id);
-                let _ = d.handle_input(
-                    now_at(now),
+                self.feed_daemon(
+                    i,
                     daemon::Input::RunFinished {
                         run_id: run_id.clone(),
                         result,
@@ -95,12 +98,9 @@ impl World {
     }
 
     fn daemon_closed(&mut self, i: usize) {
-        let now = self.elapsed;
         if let Some(conn) = self.machines[i].conn.take() {
             self.conns.remove(&conn);
-            let _ = self
-                .server
-                .handle_input(now_at(now), server::Input::Disconnected { conn });
+            self.feed_server(server::Input::Disconnected { conn });
         }
     }
 
@@ -134,13 +134,11 @@ impl World {
             }
             daemon::Command::FetchCapability { run_id, .. } => {
                 // The workload sends capabilities inline; an empty bundle fails its digest.
-                if let Some(d) = self.machines[i].daemon.as_mut() {
-                    let input = daemon::Input::CapabilityFetched {
-                        run_id,
-                        bundle: Vec::new(),
-                    };
-                    let _ = d.handle_input(now_at(now), input);
-                }
+                let input = daemon::Input::CapabilityFetched {
+                    run_id,
+                    bundle: Vec::new(),
+                };
+                self.feed_daemon(i, input);
             }
             daemon::Command::ApplyGrant { .. }
             | daemon::Command::PtyInput { .. }
@@ -153,7 +151,6 @@ impl World {
     }
 
     fn connect(&mut self, i: usize) {
-        let now = now_at(self.elapsed);
         let context_id = self.machines[i].context_id.clone();
         let mut random = [0u8; 48];
         for chunk in random.chunks_mut(8) {
@@ -161,6 +158,7 @@ impl World {
         }
         let reachable = self.machines[i].partitioned_until.is_none();
         let issued = if reachable {
+            self.touched_server();
             self.server.issue_ticket(&context_id, random).ok()
         } else {
             None
@@ -170,34 +168,27 @@ impl World {
                 .server
                 .session(&context_id)
                 .is_some_and(|s| s.is_revoked());
-            if let Some(d) = self.machines[i].daemon.as_mut() {
-                let input = daemon::Input::ConnectFailed {
-                    stop_forever: revoked,
-                    reason: "unreachable".into(),
-                };
-                let _ = d.handle_input(now, input);
-            }
+            let input = daemon::Input::ConnectFailed {
+                stop_forever: revoked,
+                reason: "unreachable".into(),
+            };
+            self.feed_daemon(i, input);
             return;
         };
         let conn = self.next_conn;
         self.next_conn += 1;
         self.conns.insert(conn, i);
         self.machines[i].conn = Some(conn);
-        let _ = self.server.handle_input(
-            now,
-            server::Input::Connect {
-                context_id,
-                conn,
-                ticket: issued.ticket.expose_secret(),
-            },
-        );
-        if self.machines[i].conn == Some(conn)
-            && let Some(d) = self.machines[i].daemon.as_mut()
-        {
+        self.feed_server(server::Input::Connect {
+            context_id,
+            conn,
+            ticket: issued.ticket.expose_secret(),
+        });
+        if self.machines[i].conn == Some(conn) {
             let input = daemon::Input::Connected {
                 session_id: issued.session_id,
             };
-            let _ = d.handle_input(now, input);
+            self.feed_daemon(i, input);
         }
     }
 }

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod faults;
+mod feed;
 mod machines;
 
-use super::checker::Checker;
+use super::checker::{Checker, Role};
 use super::now_at;
 use super::pair::test_keys;
 use super::workload::Workload;
@@ -18,6 +19,9 @@ use crate::routing::{ContextView, check_access};
 use crate::server::{self, ContextRecord, ExecutionOutcome, Server};
 use crate::session::{self, ConnId, RunOutcome, RunResult, SessionConfig};
 use crate::wire::{Grant, RunStatus, Timing};
+
+/// The most rounds of the world loop at one simulated time before it counts as stuck.
+const MAX_ROUNDS_AT_ONE_TIME: u32 = 100;
 
 /// How to run one simulation.
 #[derive(Debug, Clone)]
@@ -72,6 +76,8 @@ pub struct SimReport {
     pub faults: usize,
     /// Simulated time at the end.
     pub elapsed: Duration,
+    /// Host steps: inputs handed to the server and the daemons.
+    pub steps: u64,
 }
 
 /// Runs one seeded simulation.
@@ -129,10 +135,17 @@ impl World {
             now,
         );
         let workload = Workload::new(config, &mut rng);
+        let mut checker = Checker::default();
+        let mut setup = |server: &mut Server, input| {
+            checker.fed(Role::Server, false, Duration::ZERO);
+            if let Err(e) = server.handle_input(now, input) {
+                checker.fail(format!("the server refused its setup: {e}"));
+            }
+        };
         let mut machines = Vec::new();
         for (i, (record, grant, daemon_config)) in workload.machines.iter().enumerate() {
-            let _ = server.handle_input(
-                now,
+            setup(
+                &mut server,
                 server::Input::Register {
                     record: record.clone(),
                     grant: grant.clone(),
@@ -153,8 +166,8 @@ impl World {
             });
         }
         for (user, chain) in &workload.chains {
-            let _ = server.handle_input(
-                now,
+            setup(
+                &mut server,
                 server::Input::SetChain {
                     user_id: user.clone(),
                     chain: chain.clone(),
@@ -176,7 +189,7 @@ impl World {
             workload,
             next_fault: first_fault,
             faults: 0,
-            checker: Checker::default(),
+            checker,
             hash: 0xcbf2_9ce4_8422_2325,
             lines: Vec::new(),
         }
@@ -201,6 +214,7 @@ impl World {
         let mut stalls = 0u32;
         loop {
             self.pump_all();
+            self.checker.check_step_rate(self.elapsed);
             if self.checker.violation.is_some() {
                 return;
             }
@@ -212,16 +226,25 @@ impl World {
             }
             let next = self.next_event().max(self.elapsed);
             if next == self.elapsed {
+                // Something is due now that the last round did not handle. Once is normal
+                // (an input set a timer due at once); again and again, time never moves.
                 stalls += 1;
-                if stalls > 1000 {
-                    self.elapsed += Duration::from_millis(1);
-                    stalls = 0;
+                if stalls > MAX_ROUNDS_AT_ONE_TIME {
+                    let msg = format!(
+                        "time stuck at {:?}: {stalls} rounds without anything moving it",
+                        self.elapsed
+                    );
+                    self.checker.fail(msg);
+                    return;
                 }
             } else {
                 stalls = 0;
                 self.elapsed = next;
             }
             self.fire_due();
+        }
+        if self.checker.violation.is_some() {
+            return;
         }
         self.checker.final_check(&self.workload.submitted);
     }
@@ -237,20 +260,34 @@ impl World {
             finished,
             faults: self.faults,
             elapsed: self.elapsed,
+            steps: self.checker.steps(),
         }
     }
 
+    /// The earliest time something is due; every role's wake-up is checked for a spin.
     fn next_event(&mut self) -> Duration {
+        let now = self.elapsed;
         let mut next = self.elapsed + Duration::from_secs(3600);
         let mut consider = |at: Duration| {
             if at < next {
                 next = at;
             }
         };
-        if let server::Output::Wait { until, .. } = self.server.poll_output() {
-            consider(until.since_origin());
+        let (until, reason) = self.server.poll_timeout();
+        self.checker
+            .wants_wake(Role::Server, until.since_origin(), reason, now);
+        consider(until.since_origin());
+        // The server's wake-up table must never be later than a session's own timer.
+        let missed = self.machines.iter().find_map(|m| {
+            let session = self.server.session(&m.context_id)?;
+            let (own, why) = session.poll_timeout()?;
+            (own < until).then(|| format!("{} ({why}) at {own:?}", m.context_id))
+        });
+        if let Some(missed) = missed {
+            let msg = format!("the server would wake at {until:?} but the session of {missed}");
+            self.checker.fail(msg);
         }
-        for m in &mut self.machines {
+        for (i, m) in self.machines.iter_mut().enumerate() {
             if let Some(at) = m.down_until {
                 consider(at);
             }
@@ -262,8 +299,10 @@ impl World {
                 consider(at);
             }
             if let Some(d) = m.daemon.as_mut()
-                && let daemon::Output::Wait { until, .. } = d.poll_output()
+                && let daemon::Output::Wait { until, reason } = d.poll_output()
             {
+                self.checker
+                    .wants_wake(Role::Daemon(i), until.since_origin(), reason, now);
                 consider(until.since_origin());
             }
             for (at, _) in m.running.values() {
@@ -300,9 +339,7 @@ impl World {
                     request.exec_id, request.requester.user_id
                 ));
                 self.workload.submitted.push(request.exec_id.clone());
-                let _ = self
-                    .server
-                    .handle_input(now_at(now), server::Input::Execute(Box::new(request)));
+                self.feed_server(server::Input::Execute(Box::new(request)));
             }
         }
         if self.in_fault_phase() && self.next_fault <= now {
@@ -331,20 +368,13 @@ impl World {
         for exec_id in finished {
             self.cloud.remove(&exec_id);
             let result = Box::new(ok_result(0));
-            let _ = self.server.handle_input(
-                now_at(now),
-                server::Input::CloudFinished { exec_id, result },
-            );
+            self.feed_server(server::Input::CloudFinished { exec_id, result });
         }
-        let _ = self
-            .server
-            .handle_input(now_at(now), server::Input::Timeout);
+        self.feed_server(server::Input::Timeout);
         for i in 0..self.machines.len() {
             self.finish_due_runs(i);
-            if self.machines[i].suspended_until.is_none()
-                && let Some(d) = self.machines[i].daemon.as_mut()
-            {
-                let _ = d.handle_input(now_at(now), daemon::Input::Timeout);
+            if self.machines[i].suspended_until.is_none() {
+                self.feed_daemon(i, daemon::Input::Timeout);
             }
         }
     }
@@ -385,18 +415,14 @@ impl World {
     }
 
     fn deliver(&mut self, msg: Msg) {
-        let now = self.elapsed;
         let Some(&i) = self.conns.get(&msg.conn) else {
             return;
         };
         if msg.to_server {
-            let _ = self.server.handle_input(
-                now_at(now),
-                server::Input::Frame {
-                    conn: msg.conn,
-                    bytes: msg.bytes,
-                },
-            );
+            self.feed_server(server::Input::Frame {
+                conn: msg.conn,
+                bytes: msg.bytes,
+            });
             return;
         }
         let m = &mut self.machines[i];
@@ -409,9 +435,7 @@ impl World {
             self.net.insert((resume, self.net_seq), msg);
             return;
         }
-        if let Some(d) = m.daemon.as_mut() {
-            let _ = d.handle_input(now_at(now), daemon::Input::Frame(msg.bytes));
-        }
+        self.feed_daemon(i, daemon::Input::Frame(msg.bytes));
     }
 
     fn pump_all(&mut self) {
@@ -465,10 +489,7 @@ impl World {
                         let m = &mut self.machines[i];
                         if m.conn == Some(conn) {
                             m.conn = None;
-                            if let Some(d) = m.daemon.as_mut() {
-                                let input = daemon::Input::Disconnected { code: Some(code) };
-                                let _ = d.handle_input(now_at(self.elapsed), input);
-                            }
+                            self.feed_daemon(i, daemon::Input::Disconnected { code: Some(code) });
                         }
                         self.note(format!("server closed conn {conn} with {code}"));
                     }
@@ -519,6 +540,11 @@ impl World {
                 self.checker.committed(&exec_id, &run_id, i, now);
                 self.check_access_at_commit(&exec_id, i);
                 self.note(format!("committed {run_id} on {context_id}"));
+            }
+            server::Event::SessionError { context_id, error } => {
+                self.checker.fail(format!(
+                    "the session of {context_id} refused an input: {error}"
+                ));
             }
             server::Event::Session { context_id, event } => {
                 if let session::Event::RunEnded { run_id, outcome } = event {

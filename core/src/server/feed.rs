@@ -1,0 +1,109 @@
+//! How the dispatcher feeds a machine's session and acts on everything it says: transmits
+//! and closes go to the host, run outcomes move executions along, and the session's next
+//! timer goes into the wake-up table. It never decides routing itself.
+
+use super::*;
+use crate::routing::AttemptOutcome;
+use crate::session::{self, RunOutcome, SessionError};
+
+impl Server {
+    /// Feeds a session and handles everything it says; a refused input changed nothing.
+    pub(super) fn feed_session(
+        &mut self,
+        context_id: &str,
+        input: session::Input,
+    ) -> Result<(), SessionError> {
+        let Some(m) = self.machines.get_mut(context_id) else {
+            return Ok(());
+        };
+        let fed = m.session.handle_input(self.now, input);
+        self.pump(context_id);
+        fed
+    }
+
+    /// Feeds a session an input the dispatcher gives on its own; a refusal becomes
+    /// [`Event::SessionError`].
+    pub(super) fn feed_or_report(&mut self, context_id: &str, input: session::Input) {
+        if let Err(error) = self.feed_session(context_id, input) {
+            self.report(context_id, error);
+        }
+    }
+
+    pub(super) fn report(&mut self, context_id: &str, error: SessionError) {
+        self.outputs.push_back(Output::Event(Event::SessionError {
+            context_id: context_id.to_owned(),
+            error,
+        }));
+    }
+
+    fn pump(&mut self, context_id: &str) {
+        loop {
+            let Some(m) = self.machines.get_mut(context_id) else {
+                return;
+            };
+            let out = m.session.poll_output();
+            match out {
+                session::Output::Wait { .. } => {
+                    let wake = m.session.poll_timeout();
+                    self.session_wakes.set(&context_id.to_owned(), wake);
+                    return;
+                }
+                session::Output::Transmit { conn, bytes } => {
+                    self.outputs.push_back(Output::Transmit { conn, bytes });
+                }
+                session::Output::Close { conn, code, reason } => {
+                    self.conns.remove(&conn);
+                    self.outputs.push_back(Output::Close { conn, code, reason });
+                }
+                session::Output::Event(event) => self.on_session_event(context_id, event),
+            }
+        }
+    }
+
+    fn on_session_event(&mut self, context_id: &str, event: session::Event) {
+        match &event {
+            session::Event::Ready { .. } => {
+                self.replan_queued(context_id);
+            }
+            session::Event::RunStarted { run_id } => {
+                if let Some(exec_id) = self.runs.get(run_id).cloned()
+                    && let Some(e) = self.executions.get_mut(&exec_id)
+                    && let Place::OnContext { started, .. } = &mut e.place
+                {
+                    *started = true;
+                    self.outputs.push_back(Output::Event(Event::RunStarted {
+                        exec_id,
+                        run_id: run_id.clone(),
+                        context_id: context_id.to_owned(),
+                    }));
+                }
+            }
+            session::Event::RunEnded { run_id, outcome } => {
+                let Some(exec_id) = self.runs.remove(run_id) else {
+                    return;
+                };
+                match outcome.clone() {
+                    RunOutcome::Busy => self.fall_through(&exec_id, AttemptOutcome::Busy, "busy"),
+                    RunOutcome::Offline => {
+                        self.fall_through(&exec_id, AttemptOutcome::Offline, "offline")
+                    }
+                    RunOutcome::Rejected { code, .. } => {
+                        self.fall_through(&exec_id, AttemptOutcome::Unusable, &code)
+                    }
+                    RunOutcome::Completed(result) => {
+                        self.finish(&exec_id, ExecutionOutcome::Completed(result))
+                    }
+                    RunOutcome::Lost => self.finish(&exec_id, ExecutionOutcome::Lost),
+                    RunOutcome::Cancelled { reason } => {
+                        self.finish(&exec_id, ExecutionOutcome::Cancelled { reason })
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.outputs.push_back(Output::Event(Event::Session {
+            context_id: context_id.to_owned(),
+            event,
+        }));
+    }
+}

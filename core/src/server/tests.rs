@@ -1,0 +1,589 @@
+//! Direct tests of the dispatcher: a small harness plays the machines' daemons frame by frame
+//! (no `Daemon`, no network), so each test says exactly what every machine answers.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::*;
+use crate::keyset::test_root;
+use crate::routing::{ChainEntry, WhenOffline};
+use crate::sim::now_at;
+use crate::wire::{CommandsGrant, DaemonFrame, Egress, GrantLimits, InlineFile, RunStatus, Timing};
+
+/// One dispatcher, the machines' connections, and everything it said so far.
+struct Harness {
+    server: Server,
+    elapsed: Duration,
+    next_conn: ConnId,
+    /// Each machine's live connection.
+    conns: BTreeMap<String, ConnId>,
+    /// Everything drained, in order.
+    seen: Vec<Output>,
+}
+
+fn grant() -> Grant {
+    Grant {
+        fs: Vec::new(),
+        egress: Egress::None,
+        commands: CommandsGrant { enabled: false },
+        limits: GrantLimits { max_concurrent: 4 },
+        environments: None,
+    }
+}
+
+fn record(id: &str, operator: &str, opted_in: &[&str]) -> ContextRecord {
+    ContextRecord {
+        id: id.to_owned(),
+        name: format!("box {id}"),
+        operator: operator.to_owned(),
+        operator_is_member: true,
+        shared_with_all_members: false,
+        opted_in: opted_in.iter().map(|u| (*u).to_owned()).collect(),
+    }
+}
+
+fn request(exec_id: &str, user: &str, target: ExecuteTarget) -> ExecuteRequest {
+    ExecuteRequest {
+        exec_id: exec_id.to_owned(),
+        requester: Requester {
+            user_id: user.to_owned(),
+        },
+        target,
+        environment: Environment::Shell,
+        capability: CapabilitySource::Inline {
+            manifest: "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n".into(),
+            files: vec![InlineFile {
+                path: "run.sh".into(),
+                content_b64: crate::b64::encode(b"true\n"),
+            }],
+        },
+        timeout_ms: 10_000,
+    }
+}
+
+impl Harness {
+    fn new() -> Self {
+        let elapsed = Duration::from_secs(1);
+        let server = Server::new(
+            Arc::new(test_root::frame_signer()),
+            SessionConfig::new("template"),
+            now_at(elapsed),
+        );
+        Self {
+            server,
+            elapsed,
+            next_conn: 1,
+            conns: BTreeMap::new(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// Feeds an input, failing the test on any error, and drains.
+    fn input(&mut self, input: Input) {
+        let now = now_at(self.elapsed);
+        self.server
+            .handle_input(now, input)
+            .expect("input accepted");
+        self.drain();
+    }
+
+    fn drain(&mut self) {
+        for _ in 0..10_000 {
+            let out = self.server.poll_output();
+            if let Output::Wait { .. } = out {
+                return;
+            }
+            if let Output::Close { conn, .. } = &out {
+                self.conns.retain(|_, c| c != conn);
+            }
+            self.seen.push(out);
+        }
+        panic!("outputs never ended in Wait");
+    }
+
+    fn register(&mut self, record: ContextRecord) {
+        self.input(Input::Register {
+            record,
+            grant: grant(),
+        });
+    }
+
+    fn chain(&mut self, user: &str, entries: Vec<ChainEntry>) {
+        let chain = Chain::new(entries).expect("a valid chain");
+        self.input(Input::SetChain {
+            user_id: user.to_owned(),
+            chain,
+        });
+    }
+
+    /// Connects machine `id` and says hello with `slots` slots.
+    fn connect(&mut self, id: &str, slots: u32) -> ConnId {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        let issued = self
+            .server
+            .issue_ticket(id, [conn as u8; 48])
+            .expect("ticket");
+        self.input(Input::Connect {
+            context_id: id.to_owned(),
+            conn,
+            ticket: issued.ticket.expose_secret(),
+        });
+        self.conns.insert(id.to_owned(), conn);
+        self.daemon_says(
+            id,
+            DaemonFrame::Hello {
+                protocol: 1,
+                features: Vec::new(),
+                max_concurrent: slots,
+                held_runs: Vec::new(),
+                pending_results: Vec::new(),
+                environments: vec![Environment::Shell],
+            },
+        );
+        assert!(self.server.session(id).is_some_and(|s| s.is_ready()));
+        conn
+    }
+
+    fn daemon_says(&mut self, id: &str, frame: DaemonFrame) {
+        let conn = self.conns[id];
+        self.input(Input::Frame {
+            conn,
+            bytes: frame.to_json(),
+        });
+    }
+
+    fn disconnect(&mut self, id: &str) {
+        let conn = self.conns.remove(id).expect("connected");
+        self.input(Input::Disconnected { conn });
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.elapsed += by;
+        self.input(Input::Timeout);
+    }
+
+    /// `(type, runId)` of every frame sent on `conn`, in order.
+    fn sent(&self, conn: ConnId) -> Vec<(String, String)> {
+        self.seen
+            .iter()
+            .filter_map(|o| match o {
+                Output::Transmit { conn: c, bytes } if *c == conn => {
+                    let v: Value = serde_json::from_slice(bytes).expect("json");
+                    let field = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+                    Some((field("type"), field("runId")))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn requests(&self, conn: ConnId) -> Vec<String> {
+        self.sent(conn)
+            .into_iter()
+            .filter(|(t, _)| t == "run.request")
+            .map(|(_, run)| run)
+            .collect()
+    }
+
+    fn finished(&self, exec_id: &str) -> Vec<&ExecutionOutcome> {
+        self.seen
+            .iter()
+            .filter_map(|o| match o {
+                Output::Event(Event::ExecutionFinished {
+                    exec_id: e,
+                    outcome,
+                    ..
+                }) if e == exec_id => Some(outcome),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn started_on(&self, exec_id: &str) -> Vec<String> {
+        self.seen
+            .iter()
+            .filter_map(|o| match o {
+                Output::Event(Event::RunStarted {
+                    exec_id: e,
+                    context_id,
+                    ..
+                }) if e == exec_id => Some(context_id.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn result(&mut self, id: &str, run_id: &str) {
+        self.daemon_says(
+            id,
+            DaemonFrame::RunResult {
+                run_id: run_id.to_owned(),
+                result: RunResult {
+                    status: RunStatus::Exited,
+                    exit_code: Some(0),
+                    signal: None,
+                    stdout: "hi".into(),
+                    stderr: String::new(),
+                    truncated: false,
+                    timing: Timing::default(),
+                    error: None,
+                },
+            },
+        );
+    }
+}
+
+/// Two machines on ada's chain, both hers.
+fn two_machines() -> (Harness, ConnId, ConnId) {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    h.register(record("b", "ada", &[]));
+    h.chain(
+        "ada",
+        vec![
+            ChainEntry::Context("a".into()),
+            ChainEntry::Context("b".into()),
+        ],
+    );
+    let a = h.connect("a", 1);
+    let b = h.connect("b", 1);
+    (h, a, b)
+}
+
+#[test]
+fn a_busy_machine_passes_the_run_to_the_next_one_on_the_chain() {
+    let (mut h, a, b) = two_machines();
+    h.input(Input::Execute(Box::new(request(
+        "x1",
+        "ada",
+        ExecuteTarget::chain(),
+    ))));
+    assert_eq!(h.requests(a), ["x1.1"]);
+    assert!(h.requests(b).is_empty(), "one candidate at a time");
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunReject {
+            run_id: "x1.1".into(),
+            code: "busy".into(),
+            message: "every slot is taken".into(),
+        },
+    );
+    assert_eq!(h.requests(b), ["x1.2"], "the next hop has its own run id");
+    h.daemon_says(
+        "b",
+        DaemonFrame::RunAccept {
+            run_id: "x1.2".into(),
+        },
+    );
+    assert_eq!(h.started_on("x1"), ["b"]);
+    h.result("b", "x1.2");
+    let finished = h.finished("x1");
+    assert!(
+        matches!(finished[..], [ExecutionOutcome::Completed(r)] if r.stdout == "hi"),
+        "{finished:?}"
+    );
+    let ran_on = h.seen.iter().find_map(|o| match o {
+        Output::Event(Event::ExecutionFinished { ran_on, .. }) => ran_on.clone(),
+        _ => None,
+    });
+    assert!(ran_on.is_some(), "a placed run says where it ran");
+}
+
+#[test]
+fn a_machine_that_drops_before_committing_passes_the_run_on() {
+    let (mut h, a, b) = two_machines();
+    h.input(Input::Execute(Box::new(request(
+        "x1",
+        "ada",
+        ExecuteTarget::chain(),
+    ))));
+    assert_eq!(h.requests(a), ["x1.1"]);
+    h.disconnect("a");
+    assert_eq!(h.requests(b), ["x1.2"]);
+    assert!(h.finished("x1").is_empty());
+    // An offline machine is skipped without an offer.
+    h.input(Input::Execute(Box::new(request(
+        "x2",
+        "ada",
+        ExecuteTarget::chain(),
+    ))));
+    assert_eq!(
+        h.requests(b),
+        ["x1.2"],
+        "b is busy with x1: x2 has nowhere to go"
+    );
+    assert!(
+        matches!(h.finished("x2")[..], [ExecutionOutcome::Failed { .. }]),
+        "{:?}",
+        h.finished("x2")
+    );
+}
+
+#[test]
+fn a_run_waits_for_its_offline_machine_and_starts_when_it_comes_back() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    let target = ExecuteTarget {
+        when_offline: WhenOffline::queue(2).expect("2 minutes"),
+        ..ExecuteTarget::named("a")
+    };
+    h.input(Input::Execute(Box::new(request("x1", "ada", target))));
+    assert!(h.finished("x1").is_empty(), "queued, not failed");
+    let (until, reason) = h.server.poll_timeout();
+    assert_eq!(reason, "queue");
+    assert_eq!(until, now_at(h.elapsed + Duration::from_secs(120)).instant);
+    h.advance(Duration::from_secs(60));
+    let a = h.connect("a", 1);
+    assert_eq!(
+        h.requests(a),
+        ["x1.1"],
+        "dispatched as soon as it said hello"
+    );
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunAccept {
+            run_id: "x1.1".into(),
+        },
+    );
+    h.result("a", "x1.1");
+    assert!(matches!(
+        h.finished("x1")[..],
+        [ExecutionOutcome::Completed(_)]
+    ));
+}
+
+#[test]
+fn a_queued_run_fails_once_when_its_machine_does_not_come_back_in_time() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    let target = ExecuteTarget {
+        when_offline: WhenOffline::queue(1).expect("1 minute"),
+        ..ExecuteTarget::named("a")
+    };
+    h.input(Input::Execute(Box::new(request("x1", "ada", target))));
+    h.advance(Duration::from_secs(59));
+    assert!(h.finished("x1").is_empty());
+    h.advance(Duration::from_secs(1));
+    let finished = h.finished("x1");
+    assert!(
+        matches!(finished[..], [ExecutionOutcome::Failed { code, .. }] if code == "execution_context_queue_expired"),
+        "{finished:?}"
+    );
+    assert_eq!(h.server.executions_in_flight(), 0);
+    let (_, reason) = h.server.poll_timeout();
+    assert_eq!(reason, "idle", "an expired queue leaves no timer behind");
+    h.advance(Duration::from_secs(120));
+    assert_eq!(h.finished("x1").len(), 1, "exactly once");
+}
+
+#[test]
+fn revoking_a_machine_with_a_run_in_flight_cancels_it_and_refuses_the_machine() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    h.chain("ada", vec![ChainEntry::Context("a".into())]);
+    let a = h.connect("a", 1);
+    h.input(Input::Execute(Box::new(request(
+        "x1",
+        "ada",
+        ExecuteTarget::chain(),
+    ))));
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunAccept {
+            run_id: "x1.1".into(),
+        },
+    );
+    assert_eq!(h.started_on("x1"), ["a"]);
+    h.input(Input::Revoke {
+        context_id: "a".into(),
+    });
+    let types: Vec<String> = h.sent(a).into_iter().map(|(t, _)| t).collect();
+    assert!(types.contains(&"revoked".to_owned()), "{types:?}");
+    assert!(
+        h.seen
+            .iter()
+            .any(|o| matches!(o, Output::Close { conn, code: 4001, .. } if *conn == a)),
+        "closed as revoked"
+    );
+    let finished = h.finished("x1");
+    assert!(
+        matches!(finished[..], [ExecutionOutcome::Cancelled { reason }] if reason == "revoked"),
+        "{finished:?}"
+    );
+    // A result that still arrives on the dead connection changes nothing.
+    h.input(Input::Frame {
+        conn: a,
+        bytes: DaemonFrame::RunAccept {
+            run_id: "x1.1".into(),
+        }
+        .to_json(),
+    });
+    assert_eq!(h.finished("x1").len(), 1);
+    assert!(
+        h.server.issue_ticket("a", [7; 48]).is_err(),
+        "no new ticket"
+    );
+    h.input(Input::Execute(Box::new(request(
+        "x2",
+        "ada",
+        ExecuteTarget::chain(),
+    ))));
+    assert!(matches!(
+        h.finished("x2")[..],
+        [ExecutionOutcome::Failed { .. }]
+    ));
+    assert_eq!(
+        h.server.poll_timeout().1,
+        "idle",
+        "no timer left for a revoked machine"
+    );
+}
+
+#[test]
+fn access_is_checked_again_on_every_hop_and_on_runs_in_flight() {
+    let mut h = Harness::new();
+    // bob runs on ada's machines as a shared run: he must be opted in on each.
+    h.register(record("a", "ada", &["bob"]));
+    h.register(record("b", "ada", &["bob"]));
+    h.chain(
+        "bob",
+        vec![
+            ChainEntry::Context("a".into()),
+            ChainEntry::Context("b".into()),
+            ChainEntry::Cloud,
+        ],
+    );
+    let a = h.connect("a", 1);
+    let b = h.connect("b", 1);
+    h.input(Input::Execute(Box::new(request(
+        "x1",
+        "bob",
+        ExecuteTarget::chain(),
+    ))));
+    assert_eq!(h.requests(a), ["x1.1"]);
+    // While a holds the offer, bob loses b.
+    h.input(Input::UpdateAccess(record("b", "ada", &[])));
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunReject {
+            run_id: "x1.1".into(),
+            code: "busy".into(),
+            message: "busy".into(),
+        },
+    );
+    assert!(h.requests(b).is_empty(), "the hop saw that bob lost b");
+    let on_cloud = h
+        .seen
+        .iter()
+        .any(|o| matches!(o, Output::Command(Command::RunOnCloud(r)) if r.exec_id == "x1"));
+    assert!(on_cloud, "fell through to the cloud");
+
+    // A run already committed on a machine is cancelled when access goes.
+    h.input(Input::Execute(Box::new(request(
+        "x2",
+        "bob",
+        ExecuteTarget::chain(),
+    ))));
+    assert_eq!(h.requests(a), ["x1.1", "x2.1"]);
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunAccept {
+            run_id: "x2.1".into(),
+        },
+    );
+    h.input(Input::UpdateAccess(record("a", "ada", &[])));
+    assert!(h.sent(a).contains(&("run.cancel".into(), "x2.1".into())));
+    let finished = h.finished("x2");
+    assert!(
+        matches!(finished[..], [ExecutionOutcome::Cancelled { reason }] if reason == "access_lost"),
+        "{finished:?}"
+    );
+}
+
+#[test]
+fn a_heartbeat_moves_only_its_machine_s_timer() {
+    let (mut h, _, _) = two_machines();
+    let (first, reason) = h.server.poll_timeout();
+    assert_eq!(reason, "silence");
+    h.elapsed += Duration::from_secs(10);
+    h.daemon_says(
+        "a",
+        DaemonFrame::Status {
+            slots_used: 0,
+            slots_total: 1,
+            draining: false,
+        },
+    );
+    assert_eq!(
+        h.server.poll_timeout(),
+        (first, "silence"),
+        "b is still due first"
+    );
+    // At b's silence deadline only b is closed; a stays.
+    h.elapsed = first.since_origin();
+    h.input(Input::Timeout);
+    assert!(h.conns.contains_key("a") && !h.conns.contains_key("b"));
+    let (next, _) = h.server.poll_timeout();
+    assert_eq!(next, first.saturating_add(Duration::from_secs(10)));
+}
+
+#[test]
+fn the_host_s_mistakes_are_errors_and_a_session_s_refusal_is_an_event() {
+    let (mut h, a, _) = two_machines();
+    let earlier = now_at(h.elapsed - Duration::from_millis(1));
+    assert_eq!(
+        h.server.handle_input(earlier, Input::Timeout),
+        Err(ServerError::TimeWentBackwards)
+    );
+    // An execution id used again after the first one ended: its first run id is taken on
+    // the machine, so the session refuses the offer and the run goes to the next candidate.
+    h.input(Input::Execute(Box::new(request(
+        "x1",
+        "ada",
+        ExecuteTarget::chain(),
+    ))));
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunAccept {
+            run_id: "x1.1".into(),
+        },
+    );
+    h.result("a", "x1.1");
+    h.input(Input::Execute(Box::new(request(
+        "x1",
+        "ada",
+        ExecuteTarget::chain(),
+    ))));
+    let refused = h.seen.iter().any(|o| {
+        matches!(o, Output::Event(Event::SessionError { context_id, error: crate::session::SessionError::DuplicateRun(run) })
+            if context_id == "a" && run == "x1.1")
+    });
+    assert!(refused, "the refusal is reported, not dropped");
+    assert_eq!(h.requests(a), ["x1.1"], "not offered twice");
+    assert_eq!(h.server.executions_in_flight(), 1, "still placed, on b");
+
+    // Outputs left undrained pile up to a limit.
+    let mut server = Server::new(
+        Arc::new(test_root::frame_signer()),
+        SessionConfig::new("template"),
+        now_at(h.elapsed),
+    );
+    let now = now_at(h.elapsed);
+    let mut refused = None;
+    for n in 0..=crate::MAX_QUEUED_OUTPUTS + 1 {
+        let r = request(&format!("c{n}"), "cyd", ExecuteTarget::chain());
+        if let Err(e) = server.handle_input(now, Input::Execute(Box::new(r))) {
+            refused = Some((n, e));
+            break;
+        }
+    }
+    assert_eq!(
+        refused,
+        Some((
+            crate::MAX_QUEUED_OUTPUTS + 1,
+            ServerError::OutputBacklog
+        ))
+    );
+}

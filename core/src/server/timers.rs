@@ -1,0 +1,100 @@
+//! The dispatcher's wake-up table: one entry per key (a machine's session, a queued
+//! execution), ordered by time, so the next wake and the entries due are found in O(log n)
+//! instead of by asking every session.
+//!
+//! It only stores what it is told: the dispatcher must update a key's entry whenever the
+//! thing behind it changed (after every input it fed a session), and it never decides what a
+//! timer means.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::time::Instant;
+
+/// Wake-ups keyed by `K`: at most one per key.
+#[derive(Debug)]
+pub(super) struct WakeTable<K: Ord + Clone> {
+    by_time: BTreeSet<(Instant, K)>,
+    by_key: BTreeMap<K, (Instant, &'static str)>,
+}
+
+impl<K: Ord + Clone> Default for WakeTable<K> {
+    fn default() -> Self {
+        Self {
+            by_time: BTreeSet::new(),
+            by_key: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Ord + Clone> WakeTable<K> {
+    /// Sets (`Some`) or clears (`None`) the wake-up of `key`, replacing the one it had.
+    pub(super) fn set(&mut self, key: &K, wake: Option<(Instant, &'static str)>) {
+        let old = match wake {
+            Some(w) => {
+                if self.by_key.get(key) == Some(&w) {
+                    return;
+                }
+                self.by_key.insert(key.clone(), w)
+            }
+            None => self.by_key.remove(key),
+        };
+        if let Some((at, _)) = old {
+            self.by_time.remove(&(at, key.clone()));
+        }
+        if let Some((at, _)) = wake {
+            self.by_time.insert((at, key.clone()));
+        }
+    }
+
+    /// The earliest wake-up and why.
+    pub(super) fn first(&self) -> Option<(Instant, &'static str)> {
+        let (_, key) = self.by_time.first()?;
+        self.by_key.get(key).copied()
+    }
+
+    /// Keys whose wake-up is at or before `now`, earliest first (they stay in the table until
+    /// set again).
+    pub(super) fn due(&self, now: Instant) -> Vec<K> {
+        self.by_time
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .map(|(_, key)| key.clone())
+            .collect()
+    }
+
+    /// How many keys have a wake-up.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.by_key.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn at(secs: u64) -> Instant {
+        Instant::from_origin(Duration::from_secs(secs))
+    }
+
+    #[test]
+    fn keeps_one_entry_per_key_and_finds_the_earliest_and_the_due() {
+        let mut t = WakeTable::<String>::default();
+        let (a, b) = ("a".to_owned(), "b".to_owned());
+        t.set(&a, Some((at(10), "silence")));
+        t.set(&b, Some((at(5), "lease")));
+        assert_eq!(t.first(), Some((at(5), "lease")));
+        t.set(&b, Some((at(20), "lease")));
+        assert_eq!(t.len(), 2, "a moved entry replaces the old one");
+        assert_eq!(t.first(), Some((at(10), "silence")));
+        assert_eq!(t.due(at(9)), Vec::<String>::new());
+        assert_eq!(t.due(at(20)), vec![a.clone(), b.clone()]);
+        t.set(&a, None);
+        assert_eq!(t.due(at(20)), vec![b.clone()]);
+        t.set(&b, None);
+        assert_eq!(t.first(), None);
+        assert_eq!(t.len(), 0);
+    }
+}
