@@ -40,6 +40,7 @@
 mod backoff;
 mod frames;
 mod machine;
+mod record;
 mod runs;
 
 #[cfg(test)]
@@ -55,6 +56,9 @@ use crate::wire::{CapabilitySource, Environment, ErrorBody, Grant, RunStatus};
 
 pub use backoff::Backoff;
 pub use frames::INLINE_CAPABILITY_LIMIT;
+pub use record::{
+    DaemonChange, DaemonRecord, DaemonSnapshot, GrantRow, OutboxRow, RESTARTED_REASON,
+};
 use runs::Run;
 
 /// The most outputs that may wait in the queue before the host must drain them.
@@ -182,6 +186,8 @@ pub struct RunReport {
 /// What the daemon asks of the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
+    /// Write this record durably before carrying out any later output (see `docs/RECORDS.md`).
+    Persist(DaemonRecord),
     /// Send this frame (JSON text) on the socket.
     Transmit(Vec<u8>),
     /// Do this.
@@ -367,5 +373,6 @@ pub struct Daemon {
     runs: BTreeMap<String, Run>,
     pending: BTreeMap<String, Vec<u8>>,
     outputs: VecDeque<Output>,
+    journal: record::DaemonJournal,
     now: Now,
 }

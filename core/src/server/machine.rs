@@ -29,6 +29,7 @@ impl Server {
             executions: BTreeMap::new(),
             runs: BTreeMap::new(),
             outputs: VecDeque::new(),
+            journal: super::record::ServerJournal::new(now),
             now,
         }
     }
@@ -56,18 +57,17 @@ impl Server {
         machine.session.issue_ticket(random)
     }
 
-    /// The process restarted: every connection is gone; durable state (machines, grants,
-    /// leases, executions, chains) is kept, as a server backed by a database would keep it.
-    pub fn restart(&mut self, now: Now) {
-        self.now = now;
-        let conns: Vec<(ConnId, String)> = std::mem::take(&mut self.conns).into_iter().collect();
-        for (conn, context_id) in conns {
-            self.feed_session(&context_id, session::Input::Disconnected { conn });
-        }
+    /// Feeds one input at time `now`. The records it produces ([`Output::Persist`]) are
+    /// queued ahead of its other outputs.
+    pub fn handle_input(&mut self, now: Now, input: Input) -> Result<(), ServerError> {
+        let mark = self.outputs.len();
+        self.journal.touch_input(&input);
+        let result = self.apply_input(now, input);
+        self.flush_journal(mark);
+        result
     }
 
-    /// Feeds one input at time `now`.
-    pub fn handle_input(&mut self, now: Now, input: Input) -> Result<(), ServerError> {
+    fn apply_input(&mut self, now: Now, input: Input) -> Result<(), ServerError> {
         self.now = now;
         match input {
             Input::Timeout => {
@@ -219,7 +219,8 @@ impl Server {
     }
 
     /// Plans an execution from scratch (new, or back from a queue) and places it.
-    fn place(&mut self, exec_id: &str) {
+    pub(super) fn place(&mut self, exec_id: &str) {
+        self.journal.touch_execution(exec_id);
         let Some(e) = self.executions.get(exec_id) else {
             return;
         };
@@ -254,6 +255,7 @@ impl Server {
 
     /// Offers the execution to the route's current candidate.
     fn dispatch(&mut self, exec_id: &str, route: Route) {
+        self.journal.touch_execution(exec_id);
         let Some(e) = self.executions.get_mut(exec_id) else {
             return;
         };
@@ -288,7 +290,7 @@ impl Server {
     }
 
     /// The current candidate passed on the run before it started: try the next one.
-    fn fall_through(&mut self, exec_id: &str, outcome: AttemptOutcome, reason: &str) {
+    pub(super) fn fall_through(&mut self, exec_id: &str, outcome: AttemptOutcome, reason: &str) {
         let Some(e) = self.executions.get_mut(exec_id) else {
             return;
         };
@@ -316,7 +318,7 @@ impl Server {
     }
 
     /// Ends an execution, exactly once.
-    fn finish(&mut self, exec_id: &str, outcome: ExecutionOutcome) {
+    pub(super) fn finish(&mut self, exec_id: &str, outcome: ExecutionOutcome) {
         let Some(e) = self.executions.remove(exec_id) else {
             return;
         };
@@ -331,6 +333,8 @@ impl Server {
             (None, ExecutionOutcome::Cancelled { reason }) => format!("Cancelled ({reason})."),
             (None, _) => String::new(),
         };
+        self.journal
+            .execution_ended(exec_id, &outcome, ran_on.as_ref(), &line);
         self.outputs
             .push_back(Output::Event(Event::ExecutionFinished {
                 exec_id: exec_id.to_owned(),
@@ -440,7 +444,7 @@ impl Server {
     }
 
     /// Feeds a session and handles everything it says.
-    fn feed_session(&mut self, context_id: &str, input: session::Input) {
+    pub(super) fn feed_session(&mut self, context_id: &str, input: session::Input) {
         let Some(m) = self.machines.get_mut(context_id) else {
             return;
         };
@@ -481,6 +485,7 @@ impl Server {
                     && let Place::OnContext { started, .. } = &mut e.place
                 {
                     *started = true;
+                    self.journal.touch_execution(&exec_id);
                     self.outputs.push_back(Output::Event(Event::RunStarted {
                         exec_id,
                         run_id: run_id.clone(),

@@ -12,6 +12,7 @@
 //! `poll_output()`, `Wait` last.
 
 mod machine;
+mod record;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -21,6 +22,11 @@ use crate::session::{ConnId, RunResult, Session, SessionConfig};
 use crate::sign::Signer;
 use crate::time::{Instant, Now};
 use crate::wire::{CapabilitySource, Environment, Grant};
+
+pub use record::{
+    ChainRow, ContextRow, EndedRow, ExecutionRow, OutcomeRow, PlaceRow, ResultRow, ServerChange,
+    ServerRecord, ServerSnapshot,
+};
 
 /// Who may use a machine, as the server's records say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,6 +200,8 @@ pub enum Event {
 /// What the dispatcher asks of the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
+    /// Write this record durably before carrying out any later output (see `docs/RECORDS.md`).
+    Persist(ServerRecord),
     /// Send a frame on a connection.
     Transmit {
         /// The connection.
@@ -274,5 +282,6 @@ pub struct Server {
     executions: BTreeMap<String, Execution>,
     runs: BTreeMap<String, String>,
     outputs: VecDeque<Output>,
+    journal: record::ServerJournal,
     now: Now,
 }

@@ -15,6 +15,7 @@
 
 mod frames;
 mod machine;
+mod record;
 mod runs;
 
 #[cfg(test)]

@@ -277,6 +277,9 @@ impl Pair {
                         }
                     }
                 }
+                // The pair restarts a daemon from `pending_results`; the simulation restarts
+                // them from these records.
+                daemon::Output::Persist(_) => {}
                 daemon::Output::Event(e) => self.daemon_events.push(e),
                 daemon::Output::Command(c) => {
                     self.daemon_commands.push(c.clone());
