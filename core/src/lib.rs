@@ -17,6 +17,7 @@
 //! | [`httpsig`] | HTTP Message Signatures (RFC 9421) and `Content-Digest` (RFC 9530) |
 //! | [`replay`] | the bounded nonce cache that refuses replayed or stale signed requests |
 //! | [`ticket`] | single-use connect tickets |
+//! | [`record`] | the versioned, strictly read envelope of the server's and the daemon's durable records |
 //! | [`time`] | the host-supplied clock values: wall time and a monotonic instant |
 //! | [`daemon`], [`session`], [`server`] | the three roles' state machines |
 //! | `sim` | in-memory harnesses and the seeded simulation, behind the `test-support` feature |
@@ -38,6 +39,7 @@ pub mod httpsig;
 pub mod json;
 pub mod keyset;
 pub mod manifest;
+pub mod record;
 pub mod replay;
 pub mod rng;
 pub mod routing;

@@ -114,3 +114,120 @@ impl NextWake {
         (self.at, self.why)
     }
 }
+
+/// Fixes, for one process, how its monotonic clock maps onto wall-clock milliseconds, so that
+/// the same [`Instant`] always gets the same wall time in the records the process writes.
+///
+/// Records carry deadlines in wall time because a new process counts its [`Instant`]s from a
+/// new origin. The anchor is read once, when the machine is built or restored, from a [`Now`]
+/// whose wall time is whole seconds: the mapping is exact within a process and good to about
+/// one second across processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WallAnchor {
+    /// Wall-clock milliseconds at the host's monotonic origin (may be negative for a host whose
+    /// monotonic origin is far in the past).
+    wall_ms_at_origin: i128,
+}
+
+/// How far apart two readings of [`Now::wall`] (whole seconds) may be for the same moment.
+pub const WALL_PRECISION_MS: u64 = 1000;
+
+/// The largest wall-clock millisecond value a record holds (the strict JSON reader's range).
+pub const MAX_WALL_MS: u64 = crate::json::MAX_SAFE_INTEGER as u64;
+
+impl WallAnchor {
+    /// The anchor of a process whose clocks read `now`.
+    pub fn new(now: Now) -> Self {
+        let wall_ms = i128::from(now.wall.as_secs()) * 1000;
+        Self {
+            wall_ms_at_origin: wall_ms - now.instant.since_origin().as_millis() as i128,
+        }
+    }
+
+    /// `at` in wall-clock milliseconds since the epoch, clamped to `0..=MAX_WALL_MS`.
+    pub fn wall_ms(self, at: Instant) -> u64 {
+        let ms = self.wall_ms_at_origin + at.since_origin().as_millis() as i128;
+        ms.clamp(0, i128::from(MAX_WALL_MS)) as u64
+    }
+}
+
+/// Moves a time point a record holds in wall-clock milliseconds (`at_ms`) onto the monotonic
+/// clock of the process reading it at `now`.
+///
+/// The point keeps its distance from the moment the record was written (`written_ms`); the
+/// time that has passed since is `now`'s wall time minus `written_ms`. When wall time went
+/// backwards, no more than [`WALL_PRECISION_MS`] of it is believed: a clock set back extends a
+/// deadline by at most that much beyond what it had left when it was written. Within that
+/// precision the rebase is exact: the new process's [`WallAnchor`] maps the rebased instant
+/// back to `at_ms`. Points that end up before the monotonic origin saturate at the origin.
+pub fn rebase(at_ms: u64, written_ms: u64, now: Now) -> Instant {
+    let now_ms = i128::from(now.wall.as_secs()) * 1000;
+    let passed = (now_ms - i128::from(written_ms)).max(-i128::from(WALL_PRECISION_MS));
+    let offset = i128::from(at_ms) - i128::from(written_ms);
+    let target = now.instant.since_origin().as_millis() as i128 + offset - passed;
+    let ms = target.clamp(0, i128::from(u64::MAX)) as u64;
+    Instant::from_origin(Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod rebase_tests {
+    use super::*;
+
+    fn now(instant_ms: u64, wall_secs: u64) -> Now {
+        Now {
+            instant: Instant::from_origin(Duration::from_millis(instant_ms)),
+            wall: UnixTime(wall_secs),
+        }
+    }
+
+    #[test]
+    fn an_anchor_maps_instants_to_wall_milliseconds_and_back_across_processes() {
+        let old = now(5_000, 1_000);
+        let anchor = WallAnchor::new(old);
+        let deadline = Instant::from_origin(Duration::from_millis(65_000));
+        let written = anchor.wall_ms(old.instant);
+        assert_eq!(written, 1_000_000);
+        assert_eq!(anchor.wall_ms(deadline), 1_060_000);
+        // A new process, counting from a new origin, 20 s of wall time later.
+        let new = now(100, 1_020);
+        let rebased = rebase(anchor.wall_ms(deadline), written, new);
+        assert_eq!(rebased, Instant::from_origin(Duration::from_millis(40_100)));
+    }
+
+    #[test]
+    fn a_past_point_stays_in_the_past_and_saturates_at_the_origin() {
+        // Committed 3 s before the write; the new process reads it 10 s later.
+        let at = rebase(997_000, 1_000_000, now(50_000, 1_010));
+        assert_eq!(at, Instant::from_origin(Duration::from_millis(37_000)));
+        let at = rebase(997_000, 1_000_000, now(1_000, 1_010));
+        assert_eq!(at, Instant::from_origin(Duration::ZERO));
+    }
+
+    #[test]
+    fn wall_time_going_backwards_never_extends_a_deadline() {
+        // 60 s left when written; the wall clock was then set back ten minutes: at most the
+        // clock's precision is believed.
+        let at = rebase(1_060_000, 1_000_000, now(7_000, 1_000 - 600));
+        assert_eq!(at, Instant::from_origin(Duration::from_millis(68_000)));
+        // Wall time jumping forward past the deadline expires it at once (or earlier).
+        let at = rebase(1_060_000, 1_000_000, now(7_000, 1_000 + 3600));
+        assert!(at <= Instant::from_origin(Duration::from_millis(7_000)));
+    }
+
+    #[test]
+    fn a_rebased_point_maps_back_to_its_wall_time_within_the_clocks_precision() {
+        // The writer's anchor put the write 400 ms after the reader's whole-second reading.
+        let reader = now(3_000, 999);
+        let at = rebase(1_010_000, 999_400, reader);
+        assert_eq!(WallAnchor::new(reader).wall_ms(at), 1_010_000);
+    }
+
+    #[test]
+    fn wall_milliseconds_are_clamped_to_what_a_record_can_hold() {
+        let anchor = WallAnchor::new(now(0, 1_000));
+        let far = Instant::from_origin(Duration::from_secs(u64::MAX / 2));
+        assert_eq!(anchor.wall_ms(far), MAX_WALL_MS);
+        let anchor = WallAnchor::new(now(10_000_000, 0));
+        assert_eq!(anchor.wall_ms(Instant::from_origin(Duration::ZERO)), 0);
+    }
+}

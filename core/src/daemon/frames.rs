@@ -158,8 +158,11 @@ impl Daemon {
         timeout_ms: u64,
         shared_run: bool,
     ) {
-        if self.runs.contains_key(&run_id) || self.pending.contains_key(&run_id) {
-            return; // A duplicate offer: the first answer stands.
+        if self.runs.contains_key(&run_id)
+            || self.pending.contains_key(&run_id)
+            || self.journal.started_before_restart(&run_id)
+        {
+            return; // A duplicate offer, or a run started before a restart: never again.
         }
         if self.draining {
             return self.reject(

@@ -25,6 +25,7 @@ impl Daemon {
     ) -> Self {
         config.max_concurrent = config.max_concurrent.clamp(1, MAX_CONCURRENT_LIMIT);
         let rng = crate::rng::SplitMix64::new(config.seed);
+        let journal = super::record::DaemonJournal::new(now, pending.iter().map(|p| &p.run_id));
         let mut daemon = Self {
             config,
             keys,
@@ -36,6 +37,7 @@ impl Daemon {
             runs: BTreeMap::new(),
             pending: pending.into_iter().map(|p| (p.run_id, p.frame)).collect(),
             outputs: VecDeque::new(),
+            journal,
             now,
         };
         daemon.command(Command::Connect);
@@ -86,8 +88,16 @@ impl Daemon {
         matches!(self.link, Link::Ready { .. })
     }
 
-    /// Feeds one input at time `now`.
+    /// Feeds one input at time `now`. The records it produces ([`Output::Persist`]) are
+    /// queued ahead of its other outputs.
     pub fn handle_input(&mut self, now: Now, input: Input) -> Result<(), DaemonError> {
+        let mark = self.outputs.len();
+        let result = self.apply_input(now, input);
+        self.flush_journal(mark);
+        result
+    }
+
+    fn apply_input(&mut self, now: Now, input: Input) -> Result<(), DaemonError> {
         if self.outputs.len() > MAX_QUEUED_OUTPUTS {
             return Err(DaemonError::OutputBacklog);
         }

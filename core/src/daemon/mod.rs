@@ -42,6 +42,7 @@
 mod backoff;
 mod frames;
 mod machine;
+mod record;
 mod runs;
 
 #[cfg(test)]
@@ -57,6 +58,9 @@ use crate::time::{Instant, Now};
 use crate::wire::{CapabilitySource, Environment, Grant, Refusal, RunResult};
 
 pub use backoff::Backoff;
+pub use record::{
+    DaemonChange, DaemonRecord, DaemonSnapshot, GrantRow, OutboxRow, RESTARTED_REASON,
+};
 use runs::Run;
 
 /// How a daemon behaves.
@@ -152,6 +156,8 @@ pub enum Input {
 /// executors, grants).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
+    /// Write this record durably before carrying out any later output (see `docs/RECORDS.md`).
+    Persist(DaemonRecord),
     /// Send this frame (JSON text) on the socket.
     Transmit(Vec<u8>),
     /// Close the socket with this code (see [`close_code`](crate::wire::close_code)), after
@@ -353,5 +359,6 @@ pub struct Daemon {
     runs: BTreeMap<String, Run>,
     pending: BTreeMap<String, Vec<u8>>,
     outputs: VecDeque<Output>,
+    journal: record::DaemonJournal,
     now: Now,
 }

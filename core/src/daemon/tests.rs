@@ -165,7 +165,13 @@ fn accepted_runs_hold_slots_until_their_result_and_the_rest_are_busy() {
         refusal: Refusal::Busy,
     })));
     let out = s.send(ServerFrame::RunCommit { run_id: "a".into() });
-    assert!(matches!(&out[..], [Output::Command(Command::Execute(e))] if e.run_id == "a"));
+    assert!(
+        matches!(&out[..], [
+            Output::Persist(r),
+            Output::Command(Command::Execute(e)),
+        ] if e.run_id == "a" && matches!(&r.change, DaemonChange::RunStarted { run_id } if run_id == "a")),
+        "the start is journaled before the run is executed: {out:?}"
+    );
     assert_eq!(s.daemon.executing(), ["a"]);
     let out = s.input(Input::RunFinished {
         run_id: "a".into(),
@@ -189,9 +195,13 @@ fn a_result_keeps_the_executor_s_times_adds_the_daemon_s_and_waits_for_its_ack()
         run_id: "r1".into(),
         result: exited(3, 11),
     });
-    let [Output::Transmit(bytes)] = &out[..] else {
-        panic!("expected one run.result, got {out:?}");
+    let [Output::Persist(record), Output::Transmit(bytes)] = &out[..] else {
+        panic!("expected the result journaled, then one run.result, got {out:?}");
     };
+    assert!(
+        matches!(&record.change, DaemonChange::ResultPending { run_id, .. } if run_id == "r1"),
+        "the outbox gets the result before it is sent: {record:?}"
+    );
     let Ok(crate::wire::DaemonFrame::RunResult { run_id, result }) =
         crate::wire::DaemonFrame::from_json(bytes)
     else {
@@ -218,11 +228,12 @@ fn a_result_keeps_the_executor_s_times_adds_the_daemon_s_and_waits_for_its_ack()
     let out = s.send(ServerFrame::RunAck {
         run_id: "r1".into(),
     });
-    assert_eq!(
-        out,
-        [Output::Event(Event::ResultDelivered {
-            run_id: "r1".into()
-        })]
+    assert!(
+        matches!(&out[..], [
+            Output::Persist(r),
+            Output::Event(Event::ResultDelivered { run_id }),
+        ] if run_id == "r1" && matches!(&r.change, DaemonChange::ResultRemoved { run_id } if run_id == "r1")),
+        "the ack takes the result out of the outbox: {out:?}"
     );
     assert!(s.daemon.pending_results().is_empty());
 }

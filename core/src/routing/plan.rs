@@ -4,6 +4,8 @@
 //! the views the dispatcher passes in, so access is re-checked on every hop and `attempts`
 //! only ever lists candidates that really passed on the run. It never dispatches anything.
 
+use serde::{Deserialize, Serialize};
+
 use super::access::{ContextView, Requester, RunKind, check_access};
 use super::attempt::{Attempt, AttemptOutcome, RoutingError};
 use super::chain::{Chain, ChainEntry};
@@ -11,7 +13,8 @@ use super::target::{ExecuteTarget, Fallback, Requirement, WhenOffline};
 use super::{CLOUD_ID, CLOUD_NAME};
 
 /// The candidate to dispatch to now.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase", deny_unknown_fields)]
 pub enum Candidate {
     /// The server's own executor.
     Cloud,
@@ -66,7 +69,10 @@ pub enum Plan {
 }
 
 /// A walk along the candidates: the one to try now, the ones after it, what passed before.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// It is part of the dispatcher's durable records, so it serializes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Route {
     entries: Vec<ChainEntry>,
     position: usize,

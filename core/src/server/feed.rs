@@ -71,6 +71,7 @@ impl Server {
                     && let Place::OnContext { started, .. } = &mut e.place
                 {
                     *started = true;
+                    self.journal.touch_execution(&exec_id);
                     self.outputs.push_back(Output::Event(Event::RunStarted {
                         exec_id,
                         run_id: run_id.clone(),

@@ -29,6 +29,7 @@ impl Server {
             session_wakes: WakeTable::default(),
             queue_wakes: WakeTable::default(),
             outputs: VecDeque::new(),
+            journal: super::record::ServerJournal::new(now),
             now,
         }
     }
@@ -63,17 +64,8 @@ impl Server {
         machine.session.issue_ticket(random)
     }
 
-    /// The process restarted: every connection is gone; durable state (machines, grants,
-    /// leases, executions, chains) is kept, as a server backed by a database would keep it.
-    pub fn restart(&mut self, now: Now) {
-        self.now = now;
-        let conns: Vec<(ConnId, String)> = std::mem::take(&mut self.conns).into_iter().collect();
-        for (conn, context_id) in conns {
-            self.feed_or_report(&context_id, session::Input::Disconnected { conn });
-        }
-    }
-
-    /// Feeds one input at time `now`.
+    /// Feeds one input at time `now`. The records it produces ([`Output::Persist`]) are
+    /// queued ahead of its other outputs.
     ///
     /// # Errors
     ///
@@ -89,6 +81,14 @@ impl Server {
         if now.instant < self.now.instant {
             return Err(ServerError::TimeWentBackwards);
         }
+        let mark = self.outputs.len();
+        self.journal.touch_input(&input);
+        let result = self.apply_input(now, input);
+        self.flush_journal(mark);
+        result
+    }
+
+    fn apply_input(&mut self, now: Now, input: Input) -> Result<(), ServerError> {
         self.now = now;
         match input {
             Input::Timeout => {
@@ -245,7 +245,8 @@ impl Server {
     }
 
     /// Plans an execution from scratch (new, or back from a queue) and places it.
-    fn place(&mut self, exec_id: &str) {
+    pub(super) fn place(&mut self, exec_id: &str) {
+        self.journal.touch_execution(exec_id);
         let Some(e) = self.executions.get(exec_id) else {
             return;
         };
@@ -282,6 +283,7 @@ impl Server {
 
     /// Offers the execution to the route's current candidate.
     fn dispatch(&mut self, exec_id: &str, route: Route) {
+        self.journal.touch_execution(exec_id);
         let Some(e) = self.executions.get_mut(exec_id) else {
             return;
         };
@@ -366,6 +368,8 @@ impl Server {
             (None, ExecutionOutcome::Cancelled { reason }) => format!("Cancelled ({reason})."),
             (None, _) => String::new(),
         };
+        self.journal
+            .execution_ended(exec_id, &outcome, ran_on.as_ref(), &line);
         self.outputs
             .push_back(Output::Event(Event::ExecutionFinished {
                 exec_id: exec_id.to_owned(),

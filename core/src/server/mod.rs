@@ -21,6 +21,7 @@
 
 mod feed;
 mod machine;
+mod record;
 mod timers;
 
 #[cfg(test)]
@@ -35,6 +36,11 @@ use crate::sign::Signer;
 use crate::time::{Instant, Now};
 use crate::wire::{CapabilitySource, Environment, Grant};
 use timers::WakeTable;
+
+pub use record::{
+    ChainRow, ContextRow, EndedRow, ExecutionRow, OutcomeRow, PlaceRow, ResultRow, ServerChange,
+    ServerRecord, ServerSnapshot,
+};
 
 /// Who may use a machine, as the server's records say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,6 +223,8 @@ pub enum Event {
 /// What the dispatcher asks of the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
+    /// Write this record durably before carrying out any later output (see `docs/RECORDS.md`).
+    Persist(ServerRecord),
     /// Send a frame on a connection.
     Transmit {
         /// The connection.
@@ -310,5 +318,6 @@ pub struct Server {
     /// Each queued execution's deadline, by execution id.
     queue_wakes: WakeTable<String>,
     outputs: VecDeque<Output>,
+    journal: record::ServerJournal,
     now: Now,
 }

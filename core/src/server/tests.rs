@@ -579,11 +579,21 @@ fn the_host_s_mistakes_are_errors_and_a_session_s_refusal_is_an_event() {
             break;
         }
     }
-    assert_eq!(
-        refused,
-        Some((
-            crate::MAX_QUEUED_OUTPUTS + 1,
-            ServerError::OutputBacklog
-        ))
+    let (n, error) = refused.expect("the backlog is refused");
+    assert_eq!(error, ServerError::OutputBacklog);
+    // Each execute queues its record and its events; the refusal comes with the first input
+    // after more than the limit waited, and the refused input added nothing.
+    let mut queued = 0;
+    while !matches!(server.poll_output(), Output::Wait { .. }) {
+        queued += 1;
+    }
+    assert!(
+        queued > crate::MAX_QUEUED_OUTPUTS,
+        "{queued} outputs were queued"
     );
+    assert!(
+        queued <= crate::MAX_QUEUED_OUTPUTS + 4,
+        "no input was taken once over the limit: {queued} outputs after {n} inputs"
+    );
+    assert!(n <= crate::MAX_QUEUED_OUTPUTS + 1);
 }

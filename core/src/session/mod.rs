@@ -19,6 +19,7 @@
 
 mod frames;
 mod machine;
+mod record;
 mod runs;
 
 #[cfg(test)]

@@ -306,6 +306,9 @@ impl Pair {
                         self.session.handle_input(now_at(self.elapsed), input)?;
                     }
                 }
+                // The pair restarts a daemon from `pending_results`; the simulation restarts
+                // them from these records.
+                daemon::Output::Persist(_) => {}
                 daemon::Output::Event(e) => self.daemon_events.push(e),
                 daemon::Output::Command(c) => {
                     self.daemon_commands.push(c.clone());

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use super::world::SimConfig;
-use crate::daemon::{DaemonConfig, PendingResult};
+use crate::daemon::DaemonConfig;
 use crate::rng::SplitMix64;
 use crate::routing::{
     Chain, ChainEntry, ExecuteTarget, Fallback, HOST_OPERATOR_ONLY_FEATURE, Requester, Requirement,
@@ -33,8 +33,6 @@ pub(super) struct Workload {
     pub submitted: Vec<String>,
     /// Every request, by id.
     pub requests: BTreeMap<String, ExecuteRequest>,
-    /// Per machine: the results it persisted before crashing.
-    pub persisted: Vec<Vec<PendingResult>>,
     /// Whether a machine was revoked (at most one per seed).
     pub revoked_any: bool,
 }
@@ -119,7 +117,6 @@ impl Workload {
         }
         let records = machines.iter().map(|(r, _, _)| r.clone()).collect();
         let grants = machines.iter().map(|(_, g, _)| g.clone()).collect();
-        let persisted = vec![Vec::new(); machines.len()];
         Self {
             machines,
             records,
@@ -128,7 +125,6 @@ impl Workload {
             pending,
             submitted: Vec::new(),
             requests,
-            persisted,
             revoked_any: false,
         }
     }

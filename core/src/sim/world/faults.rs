@@ -1,5 +1,5 @@
-//! Fault injection: disconnects, crashes, restarts, suspends, partitions, access and grant
-//! changes, revokes.
+//! Fault injection: disconnects, crashes (carried out in `restart.rs`), suspends, partitions,
+//! access and grant changes, revokes.
 
 use std::time::Duration;
 
@@ -7,7 +7,6 @@ use super::World;
 use crate::daemon;
 use crate::server;
 use crate::session::ConnId;
-use crate::sim::now_at;
 
 impl World {
     pub(super) fn inject_fault(&mut self) {
@@ -23,27 +22,13 @@ impl World {
                     self.break_conn(conn);
                 }
             }
-            25..=39 if self.machines[i].daemon.is_some() => {
+            25..=39 if self.machines[i].daemon.is_some() && self.machines[i].crash.is_none() => {
                 self.note(format!("fault: crash machine {i}"));
-                if let Some(conn) = self.machines[i].conn {
-                    self.break_conn(conn);
-                }
-                let m = &mut self.machines[i];
-                if let Some(d) = m.daemon.take() {
-                    self.workload.persisted[i] = d.pending_results();
-                }
-                m.running.clear();
-                m.conn = None;
-                m.down_until = Some(now + Duration::from_millis(500 + self.rng.below(30_000)));
+                self.schedule_machine_crash(i);
             }
-            40..=49 => {
+            40..=49 if self.server_crash.is_none() => {
                 self.note("fault: server restart".into());
-                let conns: Vec<ConnId> = self.conns.keys().copied().collect();
-                self.server.restart(now_at(now));
-                self.touched_server();
-                for conn in conns {
-                    self.break_conn(conn);
-                }
+                self.schedule_server_crash();
             }
             50..=59 => {
                 let secs = 5 + self.rng.below(115);
@@ -83,6 +68,7 @@ impl World {
                 let context_id = self.machines[i].context_id.clone();
                 self.note(format!("fault: revoke {context_id}"));
                 self.checker.revoked(i, now);
+                self.revoked_machine = Some(i);
                 self.feed_server(server::Input::Revoke { context_id });
             }
             _ => {}

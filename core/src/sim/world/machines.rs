@@ -3,12 +3,9 @@
 use std::time::Duration;
 
 use super::World;
-use crate::daemon::{self, Daemon};
+use crate::daemon;
 use crate::server;
-use crate::sim::checker::Role;
 use crate::sim::executor::report;
-use crate::sim::now_at;
-use crate::sim::pair::test_keys;
 use crate::wire::RunStatus;
 
 impl World {
@@ -23,16 +20,7 @@ impl World {
         }
         if m.down_until.is_some_and(|t| t <= now) {
             m.down_until = None;
-            let pending = std::mem::take(&mut self.workload.persisted[i]);
-            m.daemon = Some(Daemon::with_pending_results(
-                m.config.clone(),
-                test_keys(),
-                now_at(now),
-                pending,
-            ));
-            // A new process: nothing it was told before counts.
-            self.checker.fed(Role::Daemon(i), false, now);
-            self.note(format!("machine {i} restarted"));
+            self.restore_machine(i);
         }
     }
 
@@ -76,14 +64,29 @@ impl World {
     pub(super) fn pump_daemon(&mut self, i: usize) -> bool {
         let mut any = false;
         loop {
-            if self.machines[i].suspended_until.is_some() {
+            let suspended = self.machines[i].suspended_until.is_some();
+            if suspended && self.machines[i].crash.is_some() {
+                // A sleeping machine loses power: what it had not carried out is gone.
+                self.crash_machine(i, false);
+                return true;
+            }
+            if suspended {
                 return any;
             }
             let Some(d) = self.machines[i].daemon.as_mut() else {
                 return any;
             };
-            match d.poll_output() {
+            let out = d.poll_output();
+            let idle = matches!(out, daemon::Output::Wait { .. });
+            if let Some(crash) = self.machines[i].crash.as_mut()
+                && crash.due(idle, self.elapsed)
+            {
+                self.crash_machine(i, idle);
+                return true;
+            }
+            match out {
                 daemon::Output::Wait { .. } => return any,
+                daemon::Output::Persist(record) => self.write_daemon_record(i, &record),
                 daemon::Output::Transmit(bytes) => {
                     if let Some(conn) = self.machines[i].conn {
                         self.send(conn, true, bytes);

@@ -1,12 +1,18 @@
 //! The seeded simulation: one server, several daemons, a faulty network, fake executors.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod disk;
 mod faults;
 mod feed;
 mod machines;
+mod restart;
+#[cfg(test)]
+mod tests;
+
+use disk::{Disk, PendingCrash};
 
 use super::checker::{Checker, Role};
 use super::now_at;
@@ -17,7 +23,7 @@ use crate::keyset::test_root;
 use crate::rng::SplitMix64;
 use crate::routing::{ContextView, check_access};
 use crate::server::{self, ContextRecord, ExecutionOutcome, Server};
-use crate::session::{self, ConnId, RunOutcome, RunResult, SessionConfig};
+use crate::session::{ConnId, RunResult, SessionConfig};
 use crate::wire::{Grant, RunStatus, Timing};
 
 /// The most rounds of the world loop at one simulated time before it counts as stuck.
@@ -78,6 +84,10 @@ pub struct SimReport {
     pub elapsed: Duration,
     /// Host steps: inputs handed to the server and the daemons.
     pub steps: u64,
+    /// Server and daemon restarts, each restored from the records on its disk.
+    pub restarts: usize,
+    /// Records the roles handed their hosts.
+    pub records: usize,
 }
 
 /// Runs one seeded simulation.
@@ -104,6 +114,10 @@ struct Machine {
     suspended_until: Option<Duration>,
     partitioned_until: Option<Duration>,
     ready: bool,
+    /// The daemon's home: its records, as bytes.
+    disk: Disk,
+    /// A crash waiting for its point in the daemon's output stream.
+    crash: Option<PendingCrash>,
 }
 
 struct World {
@@ -111,6 +125,16 @@ struct World {
     rng: SplitMix64,
     elapsed: Duration,
     server: Server,
+    /// The server's database: its records, as bytes.
+    server_disk: Disk,
+    /// A crash waiting for its point in the server's output stream.
+    server_crash: Option<PendingCrash>,
+    /// Executions the server's disk knows (an execute answered to its client).
+    durable_execs: BTreeSet<String>,
+    /// Runs whose commit the server's disk holds, by execution: the run and its machine.
+    commits: BTreeMap<String, (String, usize)>,
+    /// The machine revoked, if one was.
+    revoked_machine: Option<usize>,
     machines: Vec<Machine>,
     conns: BTreeMap<ConnId, usize>,
     next_conn: ConnId,
@@ -121,6 +145,7 @@ struct World {
     next_fault: Duration,
     faults: usize,
     checker: Checker,
+    restarts: usize,
     hash: u64,
     lines: Vec<String>,
 }
@@ -129,11 +154,7 @@ impl World {
     fn new(config: &SimConfig) -> Self {
         let mut rng = SplitMix64::new(config.seed);
         let now = now_at(Duration::ZERO);
-        let mut server = Server::new(
-            Arc::new(test_root::frame_signer()),
-            SessionConfig::new("template"),
-            now,
-        );
+        let mut server = Server::new(server_signer(), SessionConfig::new("template"), now);
         let workload = Workload::new(config, &mut rng);
         let mut checker = Checker::default();
         let mut setup = |server: &mut Server, input| {
@@ -163,6 +184,8 @@ impl World {
                 suspended_until: None,
                 partitioned_until: None,
                 ready: false,
+                disk: Disk::default(),
+                crash: None,
             });
         }
         for (user, chain) in &workload.chains {
@@ -180,6 +203,11 @@ impl World {
             rng,
             elapsed: Duration::ZERO,
             server,
+            server_disk: Disk::default(),
+            server_crash: None,
+            durable_execs: BTreeSet::new(),
+            commits: BTreeMap::new(),
+            revoked_machine: None,
             machines,
             conns: BTreeMap::new(),
             next_conn: 1,
@@ -190,6 +218,7 @@ impl World {
             next_fault: first_fault,
             faults: 0,
             checker,
+            restarts: 0,
             hash: 0xcbf2_9ce4_8422_2325,
             lines: Vec::new(),
         }
@@ -261,6 +290,9 @@ impl World {
             faults: self.faults,
             elapsed: self.elapsed,
             steps: self.checker.steps(),
+            restarts: self.restarts,
+            records: self.server_disk.written
+                + self.machines.iter().map(|m| m.disk.written).sum::<usize>(),
         }
     }
 
@@ -481,8 +513,18 @@ impl World {
     fn pump_server(&mut self) -> bool {
         let mut any = false;
         loop {
-            match self.server.poll_output() {
+            let out = self.server.poll_output();
+            let idle = matches!(out, server::Output::Wait { .. });
+            if let Some(crash) = self.server_crash.as_mut()
+                && crash.due(idle, self.elapsed)
+            {
+                // Whatever was not carried out yet dies with the process.
+                self.restart_server(idle);
+                return true;
+            }
+            match out {
                 server::Output::Wait { .. } => return any,
+                server::Output::Persist(record) => self.write_server_record(&record),
                 server::Output::Transmit { conn, bytes } => self.send(conn, false, bytes),
                 server::Output::Close { conn, code, .. } => {
                     if let Some(i) = self.conns.remove(&conn) {
@@ -508,7 +550,6 @@ impl World {
     }
 
     fn on_server_event(&mut self, event: server::Event) {
-        let now = self.elapsed;
         match event {
             server::Event::ExecutionFinished {
                 exec_id,
@@ -516,7 +557,8 @@ impl World {
                 line,
                 ..
             } => {
-                self.checker.finished(&exec_id);
+                // The checker counts the finish when its record is written (see
+                // `write_server_record`): that is when a client can learn it.
                 let kind = match &outcome {
                     ExecutionOutcome::Completed(_) => "completed".to_owned(),
                     ExecutionOutcome::Lost => "lost".to_owned(),
@@ -530,15 +572,8 @@ impl World {
                 run_id,
                 context_id,
             } => {
-                let Some(i) = self
-                    .machines
-                    .iter()
-                    .position(|m| m.context_id == context_id)
-                else {
-                    return;
-                };
-                self.checker.committed(&exec_id, &run_id, i, now);
-                self.check_access_at_commit(&exec_id, i);
+                // The checker learns of the commit from its record (`write_server_record`).
+                let _ = exec_id;
                 self.note(format!("committed {run_id} on {context_id}"));
             }
             server::Event::SessionError { context_id, error } => {
@@ -546,22 +581,13 @@ impl World {
                     "the session of {context_id} refused an input: {error}"
                 ));
             }
-            server::Event::Session { context_id, event } => {
-                if let session::Event::RunEnded { run_id, outcome } = event {
-                    let i = self
-                        .machines
-                        .iter()
-                        .position(|m| m.context_id == context_id)
-                        .unwrap_or(0);
-                    let lost = outcome == RunOutcome::Lost;
-                    self.checker.run_ended(&run_id, lost, i, now);
-                }
-            }
+            // Runs end for the checker when their execution's end is written.
+            server::Event::Session { .. } => {}
         }
     }
 
     /// A run is never started on a context its requester cannot use.
-    fn check_access_at_commit(&mut self, exec_id: &str, i: usize) {
+    pub(super) fn check_access_at_commit(&mut self, exec_id: &str, i: usize) {
         let Some(request) = self.workload.requests.get(exec_id) else {
             return;
         };
@@ -578,6 +604,11 @@ impl World {
             self.checker.fail(msg);
         }
     }
+}
+
+/// The server's frame signer, the same key in every process.
+fn server_signer() -> Arc<dyn crate::sign::Signer + Send + Sync> {
+    Arc::new(test_root::frame_signer())
 }
 
 fn view_of(record: &ContextRecord, grant: &Grant, features: Vec<String>) -> ContextView {

@@ -1,0 +1,145 @@
+//! The daemon's records: the fold, the strict reader, and a restore that never re-runs.
+
+use std::time::Duration;
+
+use super::*;
+use crate::sim::{now_at, test_keys};
+use crate::wire::{RunResult, RunStatus, Timing};
+
+fn result_frame(run_id: &str) -> String {
+    let frame = DaemonFrame::RunResult {
+        run_id: run_id.into(),
+        result: RunResult {
+            status: RunStatus::Exited,
+            exit_code: Some(0),
+            signal: None,
+            stdout: "hi\n".into(),
+            stderr: String::new(),
+            truncated: false,
+            timing: Timing::default(),
+            error: None,
+        },
+    };
+    String::from_utf8(frame.to_json()).unwrap()
+}
+
+fn record(change: DaemonChange) -> DaemonRecord {
+    DaemonRecord {
+        written_ms: 1_767_225_600_000,
+        change,
+    }
+}
+
+fn journal() -> Vec<DaemonRecord> {
+    vec![
+        record(DaemonChange::Grant {
+            version: 3,
+            grant: Grant::nothing(),
+        }),
+        record(DaemonChange::RunStarted {
+            run_id: "a.1".into(),
+        }),
+        record(DaemonChange::RunStarted {
+            run_id: "b.1".into(),
+        }),
+        record(DaemonChange::RunStarted {
+            run_id: "c.1".into(),
+        }),
+        record(DaemonChange::ResultPending {
+            run_id: "a.1".into(),
+            frame: result_frame("a.1"),
+        }),
+        record(DaemonChange::RunDropped {
+            run_id: "c.1".into(),
+        }),
+        record(DaemonChange::ResultPending {
+            run_id: "d.1".into(),
+            frame: result_frame("d.1"),
+        }),
+        record(DaemonChange::ResultRemoved {
+            run_id: "d.1".into(),
+        }),
+    ]
+}
+
+#[test]
+fn the_journal_folds_into_grant_started_runs_and_outbox() {
+    let mut state = DaemonSnapshot::default();
+    state.replay(&journal());
+    assert_eq!(state.grant.as_ref().map(|g| g.version), Some(3));
+    assert_eq!(state.started, vec!["b.1".to_owned()]);
+    let outbox: Vec<&str> = state.outbox.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(outbox, vec!["a.1"]);
+}
+
+#[test]
+fn records_and_snapshots_round_trip_and_refuse_what_was_tampered_with() {
+    for r in journal() {
+        let bytes = r.encode();
+        assert_eq!(DaemonRecord::decode(&bytes), Ok(r));
+        for end in 0..bytes.len() {
+            assert!(DaemonRecord::decode(&bytes[..end]).is_err());
+        }
+        for at in 0..bytes.len() {
+            let mut tampered = bytes.clone();
+            tampered[at] = tampered[at].wrapping_add(1);
+            let _ = DaemonRecord::decode(&tampered);
+        }
+    }
+    let mut state = DaemonSnapshot::default();
+    state.replay(&journal());
+    assert_eq!(DaemonSnapshot::decode(&state.encode()), Ok(state.clone()));
+    let other = record(DaemonChange::ResultPending {
+        run_id: "x.1".into(),
+        frame: result_frame("y.1"),
+    });
+    assert!(matches!(
+        DaemonRecord::decode(&other.encode()),
+        Err(RecordError::Shape(_))
+    ));
+    let mut unsorted = state.clone();
+    unsorted.started = vec!["z".into(), "a".into()];
+    assert!(matches!(
+        DaemonSnapshot::decode(&unsorted.encode()),
+        Err(RecordError::Shape(_))
+    ));
+    assert!(matches!(
+        DaemonSnapshot::decode(&journal()[0].encode()),
+        Err(RecordError::WrongType { .. })
+    ));
+}
+
+#[test]
+fn a_restored_daemon_reaps_and_never_reruns_what_it_had_started_and_resends_its_outbox() {
+    let mut state = DaemonSnapshot::default();
+    state.replay(&journal());
+    let now = now_at(Duration::from_secs(1));
+    let mut daemon = Daemon::restore(DaemonConfig::default(), test_keys(), &state, now);
+    let mut commands = Vec::new();
+    loop {
+        match daemon.poll_output() {
+            Output::Wait { .. } => break,
+            Output::Command(c) => commands.push(c),
+            other => panic!("nothing else before connecting: {other:?}"),
+        }
+    }
+    assert!(commands.contains(&Command::Connect));
+    assert!(commands.contains(&Command::ApplyGrant {
+        version: 3,
+        grant: Grant::nothing(),
+    }));
+    assert!(commands.contains(&Command::Cancel {
+        run_id: "b.1".into(),
+        reason: RESTARTED_REASON.into(),
+    }));
+    assert!(daemon.journal.started_before_restart("b.1"));
+    let pending: Vec<String> = daemon
+        .pending_results()
+        .into_iter()
+        .map(|p| p.run_id)
+        .collect();
+    assert_eq!(pending, vec!["a.1".to_owned()]);
+    let mut snapshot = daemon.snapshot();
+    snapshot.written_ms = state.written_ms;
+    assert_eq!(snapshot, state, "a restored daemon's state is what it read");
+}

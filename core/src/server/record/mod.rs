@@ -1,0 +1,150 @@
+//! The dispatcher's durable state as records: what a server store (SQLite, Postgres) writes,
+//! and what [`Server::restore`](super::Server::restore) rebuilds a dispatcher from after a crash.
+//!
+//! Four kinds of row, each keyed by an id: a context (its access record, grant, grant version,
+//! revocation), a user's chain, a live execution (its request, route, hops and *place*:
+//! offered, committed with its lease, queued until a deadline, on the server's executor), and
+//! an ended execution (its outcome, `ranOn` and line: the delivered result). A
+//! [`ServerRecord`] is one row written (an upsert, or the end of an execution); a
+//! [`ServerSnapshot`] is every live row at once, and folding the journal of records into an
+//! empty snapshot gives the same snapshot.
+//!
+//! The dispatcher queues every record an input produces as [`super::Output::Persist`] ahead
+//! of every other output of that input, so a host that writes each record durably before it
+//! carries out the next output never sends a frame that depends on state it would forget.
+//! Times are wall-clock milliseconds; [`crate::time::rebase`] moves them onto the new
+//! process's clock. Tickets, connections and offers die with the process.
+//!
+//! This module never reads a clock and never writes anything itself; `docs/RECORDS.md`
+//! documents the format.
+
+mod journal;
+mod restore;
+mod rows;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::{self, RecordError};
+
+pub(super) use journal::ServerJournal;
+pub use rows::{ChainRow, ContextRow, EndedRow, ExecutionRow, OutcomeRow, PlaceRow, ResultRow};
+
+const RECORD_TYPE: &str = "server.record";
+const SNAPSHOT_TYPE: &str = "server.snapshot";
+
+/// One row the dispatcher changed, to be written durably before the next output is carried
+/// out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerRecord {
+    /// When it was written, wall-clock milliseconds: the times in `change` are rebased from it.
+    pub written_ms: u64,
+    /// The row.
+    pub change: ServerChange,
+}
+
+/// What a [`ServerRecord`] says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum ServerChange {
+    /// A context's row, replacing any earlier one with its id.
+    Context(ContextRow),
+    /// A user's chain, replacing any earlier one.
+    Chain(ChainRow),
+    /// A live execution's row, replacing any earlier one with its id.
+    Execution(Box<ExecutionRow>),
+    /// An execution ended (exactly once): its row goes; the outcome is the delivered result.
+    ExecutionEnded(Box<EndedRow>),
+}
+
+impl ServerRecord {
+    /// The record's bytes (one JSON document, see `docs/RECORDS.md`).
+    pub fn encode(&self) -> Vec<u8> {
+        record::encode(RECORD_TYPE, self.written_ms, &self.change)
+    }
+
+    /// Reads a record strictly; cut, altered or newer-version bytes give a typed error.
+    pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
+        let (written_ms, change) = record::decode(RECORD_TYPE, bytes)?;
+        Ok(Self { written_ms, change })
+    }
+}
+
+/// Every live row of a dispatcher at one moment, sorted by id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerSnapshot {
+    /// When it was taken (or when the last record folded into it was written).
+    #[serde(skip)]
+    pub written_ms: u64,
+    /// Registered contexts.
+    pub contexts: Vec<ContextRow>,
+    /// Users' chains.
+    pub chains: Vec<ChainRow>,
+    /// Executions not yet ended.
+    pub executions: Vec<ExecutionRow>,
+}
+
+impl ServerSnapshot {
+    /// The snapshot's bytes (one JSON document, see `docs/RECORDS.md`).
+    pub fn encode(&self) -> Vec<u8> {
+        record::encode(SNAPSHOT_TYPE, self.written_ms, self)
+    }
+
+    /// Reads a snapshot strictly; cut, altered or newer-version bytes give a typed error.
+    pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
+        let (written_ms, mut snapshot): (u64, Self) = record::decode(SNAPSHOT_TYPE, bytes)?;
+        snapshot.written_ms = written_ms;
+        sorted_and_unique(&snapshot.contexts, |r| &r.id)?;
+        sorted_and_unique(&snapshot.chains, |r| &r.user_id)?;
+        sorted_and_unique(&snapshot.executions, |r| &r.exec_id)?;
+        Ok(snapshot)
+    }
+
+    /// Folds a journal into this snapshot, in the order the records were written.
+    pub fn replay<'a>(&mut self, journal: impl IntoIterator<Item = &'a ServerRecord>) {
+        for record in journal {
+            self.apply(record);
+        }
+    }
+
+    /// Applies one record: an upsert of its row, or the removal of an ended execution.
+    pub fn apply(&mut self, record: &ServerRecord) {
+        self.written_ms = record.written_ms;
+        match &record.change {
+            ServerChange::Context(row) => upsert(&mut self.contexts, row.clone(), |r| &r.id),
+            ServerChange::Chain(row) => upsert(&mut self.chains, row.clone(), |r| &r.user_id),
+            ServerChange::Execution(row) => {
+                upsert(&mut self.executions, (**row).clone(), |r| &r.exec_id)
+            }
+            ServerChange::ExecutionEnded(ended) => {
+                if let Ok(at) = self
+                    .executions
+                    .binary_search_by(|r| r.exec_id.as_str().cmp(&ended.exec_id))
+                {
+                    self.executions.remove(at);
+                }
+            }
+        }
+    }
+}
+
+/// Replaces the row with `row`'s key, or inserts it in order.
+fn upsert<T>(rows: &mut Vec<T>, row: T, key: impl Fn(&T) -> &String) {
+    match rows.binary_search_by(|r| key(r).cmp(key(&row))) {
+        Ok(at) => rows[at] = row,
+        Err(at) => rows.insert(at, row),
+    }
+}
+
+/// A snapshot's rows are sorted by id, each id once: anything else was not written by us.
+fn sorted_and_unique<T>(rows: &[T], key: impl Fn(&T) -> &String) -> Result<(), RecordError> {
+    match rows.windows(2).find(|w| key(&w[0]) >= key(&w[1])) {
+        Some(w) => Err(RecordError::Shape(format!(
+            "rows out of order or repeated at {:?}",
+            key(&w[1])
+        ))),
+        None => Ok(()),
+    }
+}

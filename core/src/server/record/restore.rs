@@ -1,0 +1,150 @@
+//! Rebuilding a dispatcher from its records in a new process.
+
+use std::sync::Arc;
+
+use super::{PlaceRow, ServerSnapshot};
+use crate::routing::{AttemptOutcome, Candidate, RunKind};
+use crate::server::{Execution, ExecutionOutcome, Machine, Place, Server};
+use crate::session::{self, RunSpec, Session, SessionConfig};
+use crate::sign::Signer;
+use crate::time::{Now, rebase};
+
+impl Server {
+    /// A dispatcher rebuilt in a new process from `snapshot` (a stored snapshot with the
+    /// journal written after it folded in), its times rebased onto this process's clock.
+    ///
+    /// Nothing from the old process's memory survives: no connection, no ticket, no offer.
+    /// Committed runs keep their leases and end with their result, `lost` when the lease
+    /// ends, or `lost` as soon as the daemon says hello without them. Offers not committed
+    /// move on to their next candidate. Queued executions wait until their deadline.
+    /// Executions that were on the server's own executor end `lost`: it died with the
+    /// process. What this decides comes out of [`Server::poll_output`] like any input's
+    /// outputs, records first.
+    pub fn restore(
+        signer: Arc<dyn Signer + Send + Sync>,
+        session_template: SessionConfig,
+        snapshot: &ServerSnapshot,
+        now: Now,
+    ) -> Self {
+        let written = snapshot.written_ms;
+        let mut server = Server::new(signer, session_template, now);
+        for row in &snapshot.contexts {
+            let mut config = server.session_template.clone();
+            config.context_id = row.id.clone();
+            let session = Session::restore(
+                config,
+                row.grant.clone(),
+                row.grant_version,
+                row.revoked,
+                server.signer.clone(),
+                now,
+            );
+            let machine = Machine {
+                record: row.record(),
+                session,
+            };
+            server.machines.insert(row.id.clone(), machine);
+        }
+        for row in &snapshot.chains {
+            server.chains.insert(row.user_id.clone(), row.chain.clone());
+        }
+        let mut offered = Vec::new();
+        let mut unplaced = Vec::new();
+        let mut lost = Vec::new();
+        for row in &snapshot.executions {
+            let request = row.request();
+            let exec_id = row.exec_id.clone();
+            let place = match &row.place {
+                PlaceRow::Unplaced => {
+                    unplaced.push(exec_id.clone());
+                    Place::Unplaced
+                }
+                PlaceRow::Offered { context_id, run_id } => {
+                    offered.push(exec_id.clone());
+                    Place::OnContext {
+                        context_id: context_id.clone(),
+                        run_id: run_id.clone(),
+                        started: false,
+                    }
+                }
+                PlaceRow::Committed {
+                    context_id,
+                    run_id,
+                    committed_at_ms,
+                    lost_at_ms,
+                } => {
+                    let shared_run = matches!(
+                        row.route.as_ref().map(|r| r.current()),
+                        Some(Candidate::Context {
+                            run: RunKind::Shared,
+                            ..
+                        })
+                    );
+                    let spec = RunSpec {
+                        run_id: run_id.clone(),
+                        environment: row.environment,
+                        capability: row.capability.clone(),
+                        timeout_ms: row.timeout_ms,
+                        shared_run,
+                    };
+                    match server.machines.get_mut(context_id) {
+                        Some(m) => {
+                            m.session.restore_committed(
+                                spec,
+                                rebase(*committed_at_ms, written, now),
+                                rebase(*lost_at_ms, written, now),
+                            );
+                            server.runs.insert(run_id.clone(), exec_id.clone());
+                        }
+                        None => lost.push(exec_id.clone()),
+                    }
+                    Place::OnContext {
+                        context_id: context_id.clone(),
+                        run_id: run_id.clone(),
+                        started: true,
+                    }
+                }
+                PlaceRow::Queued {
+                    context_id,
+                    until_ms,
+                } => {
+                    let until = rebase(*until_ms, written, now);
+                    server.queue_wakes.set(&exec_id, Some((until, "queue")));
+                    Place::Queued {
+                        context_id: context_id.clone(),
+                        until,
+                    }
+                }
+                PlaceRow::Cloud => {
+                    lost.push(exec_id.clone());
+                    Place::OnCloud
+                }
+            };
+            let execution = Execution {
+                request,
+                route: row.route.clone(),
+                place,
+                hops: row.hops,
+            };
+            server.executions.insert(exec_id, execution);
+        }
+        // What the restart decides is journaled like an input's changes.
+        let mark = server.outputs.len();
+        let ids: Vec<String> = server.machines.keys().cloned().collect();
+        for id in ids {
+            // Each session's timers reach the dispatcher the ordinary way.
+            server.feed_or_report(&id, session::Input::Timeout);
+        }
+        for exec_id in lost {
+            server.finish(&exec_id, ExecutionOutcome::Lost);
+        }
+        for exec_id in offered {
+            server.fall_through(&exec_id, AttemptOutcome::Offline, "offline");
+        }
+        for exec_id in unplaced {
+            server.place(&exec_id);
+        }
+        server.flush_journal(mark);
+        server
+    }
+}

@@ -1,0 +1,279 @@
+//! The rows of the dispatcher's records, and their conversions to and from its types.
+
+use serde::{Deserialize, Serialize};
+
+use crate::routing::{Chain, ExecuteTarget, RanOn, Requester, Route};
+use crate::server::{ContextRecord, ExecuteRequest, ExecutionOutcome};
+use crate::session::RunResult;
+use crate::wire::{CapabilitySource, Environment, ErrorBody, Grant, RunStatus, Timing};
+
+/// A registered context: who may use it and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContextRow {
+    /// The context id.
+    pub id: String,
+    /// Its friendly name.
+    pub name: String,
+    /// The user who runs the daemon.
+    pub operator: String,
+    /// Whether the operator is still a member of the org.
+    pub operator_is_member: bool,
+    /// Whether every member may use it.
+    pub shared_with_all_members: bool,
+    /// Users who opted in to shared runs.
+    pub opted_in: Vec<String>,
+    /// The grant in force.
+    pub grant: Grant,
+    /// Its version: only ever grows, and a restarted server keeps counting from it.
+    pub grant_version: u64,
+    /// Revoked for good.
+    pub revoked: bool,
+}
+
+impl ContextRow {
+    /// The access record part of the row.
+    pub fn record(&self) -> ContextRecord {
+        ContextRecord {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            operator: self.operator.clone(),
+            operator_is_member: self.operator_is_member,
+            shared_with_all_members: self.shared_with_all_members,
+            opted_in: self.opted_in.clone(),
+        }
+    }
+
+    pub(super) fn new(record: &ContextRecord, grant: &Grant, version: u64, revoked: bool) -> Self {
+        Self {
+            id: record.id.clone(),
+            name: record.name.clone(),
+            operator: record.operator.clone(),
+            operator_is_member: record.operator_is_member,
+            shared_with_all_members: record.shared_with_all_members,
+            opted_in: record.opted_in.clone(),
+            grant: grant.clone(),
+            grant_version: version,
+            revoked,
+        }
+    }
+}
+
+/// A user's chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChainRow {
+    /// The user.
+    pub user_id: String,
+    /// The chain.
+    pub chain: Chain,
+}
+
+/// An execution that has not ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecutionRow {
+    /// Unique per server.
+    pub exec_id: String,
+    /// Who asked.
+    pub requester: Requester,
+    /// Where it may run.
+    pub target: ExecuteTarget,
+    /// The capability's environment.
+    pub environment: Environment,
+    /// The capability.
+    pub capability: CapabilitySource,
+    /// Its time budget once committed.
+    pub timeout_ms: u64,
+    /// The walk along its candidates so far (absent until it got a place).
+    pub route: Option<Route>,
+    /// Runs offered so far: the next offer is `{execId}.{hops + 1}`, so a run id is never
+    /// reused, across restarts too.
+    pub hops: u32,
+    /// Where it is.
+    pub place: PlaceRow,
+}
+
+impl ExecutionRow {
+    /// The execute request the row was made from.
+    pub fn request(&self) -> ExecuteRequest {
+        ExecuteRequest {
+            exec_id: self.exec_id.clone(),
+            requester: self.requester.clone(),
+            target: self.target.clone(),
+            environment: self.environment,
+            capability: self.capability.clone(),
+            timeout_ms: self.timeout_ms,
+        }
+    }
+
+    pub(super) fn new(
+        request: &ExecuteRequest,
+        route: Option<Route>,
+        hops: u32,
+        place: PlaceRow,
+    ) -> Self {
+        Self {
+            exec_id: request.exec_id.clone(),
+            requester: request.requester.clone(),
+            target: request.target.clone(),
+            environment: request.environment,
+            capability: request.capability.clone(),
+            timeout_ms: request.timeout_ms,
+            route,
+            hops,
+            place,
+        }
+    }
+}
+
+/// Where a live execution is. Times are wall-clock milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "at",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum PlaceRow {
+    /// Received, not yet planned.
+    Unplaced,
+    /// Offered to a context as `run_id`, not committed: nothing runs. After a restart the
+    /// offer is gone with its connection and the execution moves on to its next candidate.
+    Offered {
+        /// The context.
+        context_id: String,
+        /// The run id the context was offered.
+        run_id: String,
+    },
+    /// Committed on a context: it may be running there. Never offered anywhere else; it ends
+    /// with its result, `lost` at `lost_at_ms`, or `lost` when the daemon says hello without it.
+    Committed {
+        /// The context.
+        context_id: String,
+        /// The run id.
+        run_id: String,
+        /// When the server committed it.
+        committed_at_ms: u64,
+        /// When its lease ends (deadline + grace).
+        lost_at_ms: u64,
+    },
+    /// Waiting for an offline context to come back.
+    Queued {
+        /// The context waited for.
+        context_id: String,
+        /// When it fails with `execution_context_queue_expired`.
+        until_ms: u64,
+    },
+    /// On the server's own executor. That executor dies with the process: after a restart
+    /// the execution ends `lost`.
+    Cloud,
+}
+
+/// An ended execution: its outcome is the delivered result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EndedRow {
+    /// The execution.
+    pub exec_id: String,
+    /// How it ended.
+    pub outcome: OutcomeRow,
+    /// Where it ran and what was tried (absent when it never got a place).
+    pub ran_on: Option<RanOn>,
+    /// One friendly sentence.
+    pub line: String,
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase", deny_unknown_fields)]
+pub enum OutcomeRow {
+    /// It ran; here is the result.
+    Completed(ResultRow),
+    /// It started on a machine (or the server's executor) that stopped answering.
+    Lost,
+    /// It was cancelled.
+    Cancelled {
+        /// Why.
+        reason: String,
+    },
+    /// It could not be placed anywhere.
+    Failed {
+        /// The code.
+        code: String,
+        /// What a person should read.
+        message: String,
+    },
+}
+
+/// A run's result as the server recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResultRow {
+    /// How it ended.
+    pub status: RunStatus,
+    /// Its exit code.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+    /// Captured stdout.
+    pub stdout: String,
+    /// Captured stderr.
+    pub stderr: String,
+    /// Whether output was cut.
+    pub truncated: bool,
+    /// Daemon and server timing.
+    pub timing: Timing,
+    /// Why it could not run.
+    pub error: Option<ErrorBody>,
+}
+
+impl From<&ExecutionOutcome> for OutcomeRow {
+    fn from(outcome: &ExecutionOutcome) -> Self {
+        match outcome {
+            ExecutionOutcome::Completed(r) => OutcomeRow::Completed(ResultRow {
+                status: r.status,
+                exit_code: r.exit_code,
+                signal: r.signal,
+                stdout: r.stdout.clone(),
+                stderr: r.stderr.clone(),
+                truncated: r.truncated,
+                timing: r.timing.clone(),
+                error: r.error.clone(),
+            }),
+            ExecutionOutcome::Lost => OutcomeRow::Lost,
+            ExecutionOutcome::Cancelled { reason } => OutcomeRow::Cancelled {
+                reason: reason.clone(),
+            },
+            ExecutionOutcome::Failed { code, message } => OutcomeRow::Failed {
+                code: code.clone(),
+                message: message.clone(),
+            },
+        }
+    }
+}
+
+impl From<&OutcomeRow> for ExecutionOutcome {
+    fn from(row: &OutcomeRow) -> Self {
+        match row {
+            OutcomeRow::Completed(r) => ExecutionOutcome::Completed(Box::new(RunResult {
+                status: r.status,
+                exit_code: r.exit_code,
+                signal: r.signal,
+                stdout: r.stdout.clone(),
+                stderr: r.stderr.clone(),
+                truncated: r.truncated,
+                timing: r.timing.clone(),
+                error: r.error.clone(),
+            })),
+            OutcomeRow::Lost => ExecutionOutcome::Lost,
+            OutcomeRow::Cancelled { reason } => ExecutionOutcome::Cancelled {
+                reason: reason.clone(),
+            },
+            OutcomeRow::Failed { code, message } => ExecutionOutcome::Failed {
+                code: code.clone(),
+                message: message.clone(),
+            },
+        }
+    }
+}

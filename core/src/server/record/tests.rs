@@ -1,0 +1,511 @@
+//! A server and a daemon in memory whose hosts write every record to a "disk" of bytes:
+//! records come before the frames that depend on them, the journal folds into the snapshot,
+//! and restores from the bytes alone keep every promise.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::daemon::{self, Daemon, DaemonConfig, DaemonRecord, DaemonSnapshot};
+use crate::keyset::test_root;
+use crate::routing::{ExecuteTarget, Requester, WhenOffline};
+use crate::server::{self, ContextRecord, ExecuteRequest, ExecutionOutcome, Output, Server};
+use crate::session::SessionConfig;
+use crate::sim::{FakeExecutor, now_at, test_keys};
+use crate::time::Now;
+use crate::wire::{CapabilitySource, CommandsGrant, Egress, Environment, Grant, GrantLimits};
+
+const CTX: &str = "ec_1";
+
+/// What a host saw, in order: records written and frames sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Record(String),
+    Frame(String),
+}
+
+fn kind_of_frame(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let at = text.find("\"type\":\"").map_or(0, |i| i + 8);
+    text[at..].split('"').next().unwrap_or_default().to_owned()
+}
+
+struct Harness {
+    elapsed: Duration,
+    server: Server,
+    daemon: Daemon,
+    conn: Option<u64>,
+    next_conn: u64,
+    server_disk: Vec<Vec<u8>>,
+    daemon_disk: Vec<Vec<u8>>,
+    server_seen: Vec<Seen>,
+    daemon_seen: Vec<Seen>,
+    to_daemon: Vec<Vec<u8>>,
+    to_server: Vec<Vec<u8>>,
+    finished: Vec<(String, ExecutionOutcome)>,
+    executor: FakeExecutor,
+    executed: Vec<String>,
+}
+
+fn record() -> ContextRecord {
+    ContextRecord {
+        id: CTX.into(),
+        name: "box".into(),
+        operator: "ada".into(),
+        operator_is_member: true,
+        shared_with_all_members: false,
+        opted_in: vec![],
+    }
+}
+
+fn request(exec_id: &str, target: ExecuteTarget) -> ExecuteRequest {
+    ExecuteRequest {
+        exec_id: exec_id.into(),
+        requester: Requester {
+            user_id: "ada".into(),
+        },
+        target,
+        environment: Environment::Shell,
+        capability: CapabilitySource::Inline {
+            manifest: "name: t\nenvironment: shell\nentry: run.sh\n".into(),
+            files: vec![],
+        },
+        timeout_ms: 60_000,
+    }
+}
+
+fn shell_grant() -> Grant {
+    Grant {
+        fs: vec![],
+        egress: Egress::None,
+        commands: CommandsGrant { enabled: false },
+        limits: GrantLimits { max_concurrent: 8 },
+        environments: None,
+    }
+}
+
+fn signer() -> Arc<dyn crate::sign::Signer + Send + Sync> {
+    Arc::new(test_root::frame_signer())
+}
+
+impl Harness {
+    fn new() -> Self {
+        let now = now_at(Duration::ZERO);
+        let mut server = Server::new(signer(), SessionConfig::new("template"), now);
+        server
+            .handle_input(
+                now,
+                server::Input::Register {
+                    record: record(),
+                    grant: shell_grant(),
+                },
+            )
+            .unwrap();
+        let mut h = Self {
+            elapsed: Duration::ZERO,
+            server,
+            daemon: Daemon::new(DaemonConfig::default(), test_keys(), now),
+            conn: None,
+            next_conn: 1,
+            server_disk: vec![],
+            daemon_disk: vec![],
+            server_seen: vec![],
+            daemon_seen: vec![],
+            to_daemon: vec![],
+            to_server: vec![],
+            finished: vec![],
+            executor: FakeExecutor::default(),
+            executed: vec![],
+        };
+        h.drive();
+        h
+    }
+
+    fn now(&self) -> Now {
+        now_at(self.elapsed)
+    }
+
+    fn drive(&mut self) {
+        for _ in 0..1000 {
+            let mut busy = false;
+            loop {
+                match self.server.poll_output() {
+                    Output::Wait { .. } => break,
+                    Output::Persist(r) => {
+                        self.server_seen
+                            .push(Seen::Record(format!("{:?}", r.change)));
+                        self.server_disk.push(r.encode());
+                    }
+                    Output::Transmit { conn, bytes } => {
+                        self.server_seen.push(Seen::Frame(kind_of_frame(&bytes)));
+                        if Some(conn) == self.conn {
+                            self.to_daemon.push(bytes);
+                        }
+                    }
+                    Output::Close { .. } => self.conn = None,
+                    Output::Command(_) => {}
+                    Output::Event(server::Event::ExecutionFinished {
+                        exec_id, outcome, ..
+                    }) => self.finished.push((exec_id, outcome)),
+                    Output::Event(_) => {}
+                }
+                busy = true;
+            }
+            loop {
+                match self.daemon.poll_output() {
+                    daemon::Output::Wait { .. } => break,
+                    daemon::Output::Persist(r) => {
+                        self.daemon_seen
+                            .push(Seen::Record(format!("{:?}", r.change)));
+                        self.daemon_disk.push(r.encode());
+                    }
+                    daemon::Output::Transmit(bytes) => {
+                        self.daemon_seen.push(Seen::Frame(kind_of_frame(&bytes)));
+                        if self.conn.is_some() {
+                            self.to_server.push(bytes);
+                        }
+                    }
+                    daemon::Output::Close { .. } => self.conn = None,
+                    daemon::Output::Command(daemon::Command::Connect) => self.connect(),
+                    daemon::Output::Command(daemon::Command::Execute(e)) => {
+                        self.executed.push(e.run_id.clone());
+                        self.executor.start(&e);
+                    }
+                    daemon::Output::Command(_) | daemon::Output::Event(_) => {}
+                }
+                busy = true;
+            }
+            let now = self.now();
+            for bytes in std::mem::take(&mut self.to_daemon) {
+                self.daemon
+                    .handle_input(now, daemon::Input::Frame(bytes))
+                    .unwrap();
+                busy = true;
+            }
+            if let Some(conn) = self.conn {
+                for bytes in std::mem::take(&mut self.to_server) {
+                    let input = server::Input::Frame { conn, bytes };
+                    self.server.handle_input(now, input).unwrap();
+                    busy = true;
+                }
+            }
+            if !busy {
+                return;
+            }
+        }
+        panic!("the harness never settled");
+    }
+
+    fn connect(&mut self) {
+        let now = self.now();
+        let issued = self.server.issue_ticket(CTX, [7; 48]).unwrap();
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.conn = Some(conn);
+        let ticket = issued.ticket.expose_secret();
+        let input = server::Input::Connect {
+            context_id: CTX.into(),
+            conn,
+            ticket,
+        };
+        self.server.handle_input(now, input).unwrap();
+        let input = daemon::Input::Connected {
+            session_id: issued.session_id,
+        };
+        self.daemon.handle_input(now, input).unwrap();
+    }
+
+    fn execute(&mut self, request: ExecuteRequest) {
+        let now = self.now();
+        let input = server::Input::Execute(Box::new(request));
+        self.server.handle_input(now, input).unwrap();
+        self.drive();
+    }
+
+    fn finish_run(&mut self, run_id: &str) {
+        let result = self.executor.finish(run_id, 0).expect("running");
+        let input = daemon::Input::RunFinished {
+            run_id: run_id.into(),
+            result,
+        };
+        self.daemon.handle_input(self.now(), input).unwrap();
+        self.drive();
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.elapsed += d;
+        let now = self.now();
+        self.server
+            .handle_input(now, server::Input::Timeout)
+            .unwrap();
+        self.daemon
+            .handle_input(now, daemon::Input::Timeout)
+            .unwrap();
+        self.drive();
+    }
+
+    fn server_state(&self) -> ServerSnapshot {
+        let mut state = ServerSnapshot::default();
+        for bytes in &self.server_disk {
+            state.apply(&ServerRecord::decode(bytes).unwrap());
+        }
+        state
+    }
+
+    fn daemon_state(&self) -> DaemonSnapshot {
+        let mut state = DaemonSnapshot::default();
+        for bytes in &self.daemon_disk {
+            state.apply(&DaemonRecord::decode(bytes).unwrap());
+        }
+        state
+    }
+
+    /// The server process dies 20 s before a new one restores from the disk's bytes.
+    fn restart_server(&mut self) {
+        let state = ServerSnapshot::decode(&self.server_state().encode()).unwrap();
+        self.elapsed += Duration::from_secs(20);
+        self.conn = None;
+        self.to_daemon.clear();
+        self.to_server.clear();
+        let now = self.now();
+        self.server = Server::restore(signer(), SessionConfig::new("template"), &state, now);
+        self.daemon
+            .handle_input(now, daemon::Input::Disconnected { code: None })
+            .unwrap();
+        // The daemon's backoff elapses.
+        self.advance(Duration::from_secs(60));
+    }
+}
+
+fn position(seen: &[Seen], pred: impl Fn(&Seen) -> bool) -> usize {
+    seen.iter().position(pred).expect("seen")
+}
+
+#[test]
+fn every_record_precedes_the_frame_that_depends_on_it() {
+    let mut h = Harness::new();
+    h.execute(request("x1", ExecuteTarget::named(CTX)));
+    assert_eq!(h.executed, vec!["x1.1".to_owned()]);
+    let committed = position(
+        &h.server_seen,
+        |s| matches!(s, Seen::Record(r) if r.contains("Committed")),
+    );
+    let commit = position(&h.server_seen, |s| *s == Seen::Frame("run.commit".into()));
+    assert!(committed < commit, "{:#?}", h.server_seen);
+    let started = position(
+        &h.daemon_seen,
+        |s| matches!(s, Seen::Record(r) if r.contains("RunStarted")),
+    );
+    assert!(
+        h.daemon_seen[started..]
+            .iter()
+            .all(|s| !matches!(s, Seen::Frame(f) if f == "run.result"))
+    );
+
+    h.finish_run("x1.1");
+    let pending = position(
+        &h.daemon_seen,
+        |s| matches!(s, Seen::Record(r) if r.contains("ResultPending")),
+    );
+    let result = position(&h.daemon_seen, |s| *s == Seen::Frame("run.result".into()));
+    assert!(pending < result, "{:#?}", h.daemon_seen);
+    let ended = position(
+        &h.server_seen,
+        |s| matches!(s, Seen::Record(r) if r.contains("ExecutionEnded")),
+    );
+    let ack = position(&h.server_seen, |s| *s == Seen::Frame("run.ack".into()));
+    assert!(ended < ack, "{:#?}", h.server_seen);
+    assert!(
+        h.daemon_seen
+            .iter()
+            .any(|s| matches!(s, Seen::Record(r) if r.contains("ResultRemoved")))
+    );
+    assert_eq!(h.finished.len(), 1);
+}
+
+#[test]
+fn the_journal_folds_into_the_snapshot_at_every_quiet_moment() {
+    let mut h = Harness::new();
+    let check = |h: &Harness| {
+        let mut live = h.server.snapshot();
+        let state = h.server_state();
+        live.written_ms = state.written_ms;
+        assert_eq!(live, state);
+        let mut live = h.daemon.snapshot();
+        let mut state = h.daemon_state();
+        live.written_ms = 0;
+        state.written_ms = 0;
+        assert_eq!(live, state);
+    };
+    check(&h);
+    h.execute(request("x1", ExecuteTarget::named(CTX)));
+    check(&h);
+    assert_eq!(h.server_state().executions.len(), 1);
+    assert_eq!(h.daemon_state().started, vec!["x1.1".to_owned()]);
+    h.finish_run("x1.1");
+    check(&h);
+    assert!(h.server_state().executions.is_empty());
+    assert!(h.daemon_state().outbox.is_empty());
+    let set_chain = server::Input::SetChain {
+        user_id: "ada".into(),
+        chain: crate::routing::Chain::default(),
+    };
+    h.server.handle_input(h.now(), set_chain).unwrap();
+    h.drive();
+    check(&h);
+}
+
+#[test]
+fn a_run_committed_before_a_server_crash_delivers_its_result_once_after_restore() {
+    let mut h = Harness::new();
+    h.execute(request("x1", ExecuteTarget::named(CTX)));
+    assert_eq!(h.executed, vec!["x1.1".to_owned()]);
+    h.restart_server();
+    assert!(
+        h.server.session(CTX).unwrap().is_ready(),
+        "the daemon reconnected"
+    );
+    assert!(
+        h.finished.is_empty(),
+        "the run is held, not lost: {:?}",
+        h.finished
+    );
+    h.finish_run("x1.1");
+    assert_eq!(h.finished.len(), 1);
+    assert!(matches!(h.finished[0].1, ExecutionOutcome::Completed(_)));
+    assert_eq!(h.executed, vec!["x1.1".to_owned()], "never run twice");
+}
+
+#[test]
+fn a_restored_lease_ends_lost_on_the_new_clock_not_the_old_one() {
+    let mut h = Harness::new();
+    h.execute(request("x1", ExecuteTarget::named(CTX)));
+    let state = h.server_state();
+    let PlaceRow::Committed { lost_at_ms, .. } = state.executions[0].place else {
+        panic!("committed: {:?}", state.executions[0].place);
+    };
+    let lease = lost_at_ms - state.written_ms;
+    assert_eq!(lease, 90_000, "a 60 s timeout and 30 s of grace");
+    // Restore 20 s of wall time later onto an origin 5000 s later: 70 s of lease are left.
+    let origin = Duration::from_secs(5_000);
+    let now = Now {
+        instant: crate::time::Instant::from_origin(origin),
+        wall: crate::time::UnixTime(crate::sim::WALL_ORIGIN + 20),
+    };
+    let mut server = Server::restore(signer(), SessionConfig::new("template"), &state, now);
+    let (until, reason) = loop {
+        if let Output::Wait { until, reason } = server.poll_output() {
+            break (until, reason);
+        }
+    };
+    assert_eq!(reason, "lease");
+    assert_eq!(until.since_origin(), origin + Duration::from_secs(70));
+}
+
+#[test]
+fn queued_executions_keep_their_deadline_and_cloud_executions_end_lost_after_restore() {
+    let mut h = Harness::new();
+    let now = h.now();
+    // Take the daemon offline so the named run waits.
+    h.conn = None;
+    h.daemon = Daemon::new(DaemonConfig::default(), test_keys(), now);
+    let mut queued = ExecuteTarget::named(CTX);
+    queued.when_offline = WhenOffline::Queue { minutes: 5 };
+    let conn = 1;
+    h.server
+        .handle_input(now, server::Input::Disconnected { conn })
+        .unwrap();
+    h.server
+        .handle_input(now, server::Input::Execute(Box::new(request("q1", queued))))
+        .unwrap();
+    h.server
+        .handle_input(
+            now,
+            server::Input::Execute(Box::new(request("c1", ExecuteTarget::named("cloud")))),
+        )
+        .unwrap();
+    // Drain the server only: the daemon stays away.
+    loop {
+        match h.server.poll_output() {
+            Output::Wait { .. } => break,
+            Output::Persist(r) => h.server_disk.push(r.encode()),
+            _ => {}
+        }
+    }
+    let state = h.server_state();
+    let places: Vec<&PlaceRow> = state.executions.iter().map(|e| &e.place).collect();
+    assert!(matches!(places[0], PlaceRow::Cloud));
+    assert!(matches!(places[1], PlaceRow::Queued { .. }));
+    let origin = Duration::from_secs(9_000);
+    let restart = Now {
+        instant: crate::time::Instant::from_origin(origin),
+        wall: crate::time::UnixTime(crate::sim::WALL_ORIGIN + 60),
+    };
+    let mut server = Server::restore(signer(), SessionConfig::new("template"), &state, restart);
+    let mut lost = vec![];
+    let until = loop {
+        match server.poll_output() {
+            Output::Wait { until, .. } => break until,
+            Output::Event(server::Event::ExecutionFinished {
+                exec_id, outcome, ..
+            }) => lost.push((exec_id, outcome)),
+            _ => {}
+        }
+    };
+    assert_eq!(lost, vec![("c1".to_owned(), ExecutionOutcome::Lost)]);
+    assert_eq!(
+        until.since_origin(),
+        origin + Duration::from_secs(240),
+        "5 min less 1 min"
+    );
+    let later = Now {
+        instant: until,
+        wall: crate::time::UnixTime(crate::sim::WALL_ORIGIN + 300),
+    };
+    server.handle_input(later, server::Input::Timeout).unwrap();
+    let mut expired = false;
+    loop {
+        match server.poll_output() {
+            Output::Wait { .. } => break,
+            Output::Event(server::Event::ExecutionFinished {
+                outcome: ExecutionOutcome::Failed { code, .. },
+                ..
+            }) => expired = code == "execution_context_queue_expired",
+            _ => {}
+        }
+    }
+    assert!(expired);
+}
+
+#[test]
+fn a_snapshot_round_trips_and_every_cut_or_flipped_byte_is_a_typed_error() {
+    let mut h = Harness::new();
+    h.execute(request("x1", ExecuteTarget::named(CTX)));
+    let snapshot = h.server.snapshot();
+    let bytes = snapshot.encode();
+    assert_eq!(ServerSnapshot::decode(&bytes).unwrap(), snapshot);
+    for end in 0..bytes.len() {
+        assert!(ServerSnapshot::decode(&bytes[..end]).is_err());
+    }
+    for at in 0..bytes.len() {
+        let mut tampered = bytes.clone();
+        tampered[at] ^= 0x20;
+        // A flip may still read (a letter's case in a free-text field); it never panics.
+        let _ = ServerSnapshot::decode(&tampered);
+    }
+    for bytes in &h.server_disk {
+        assert!(
+            ServerSnapshot::decode(bytes).is_err(),
+            "a record is not a snapshot"
+        );
+        let record = ServerRecord::decode(bytes).unwrap();
+        assert_eq!(&record.encode(), bytes);
+    }
+    let newer = String::from_utf8(bytes)
+        .unwrap()
+        .replacen("\"v\":1", "\"v\":2", 1);
+    assert_eq!(
+        ServerSnapshot::decode(newer.as_bytes()),
+        Err(RecordError::UnsupportedVersion(2))
+    );
+}

@@ -1,0 +1,216 @@
+//! Crashes and restarts that go through the records: each role's host writes what the role
+//! hands it to its disk, and a restarted role is restored from those bytes alone.
+
+use std::time::Duration;
+
+use super::disk::PendingCrash;
+use super::{World, server_signer};
+use crate::daemon::{self, Daemon};
+use crate::server::{self, OutcomeRow, PlaceRow, Server, ServerChange, ServerRecord};
+use crate::session::{ConnId, SessionConfig};
+use crate::sim::checker::Role;
+use crate::sim::now_at;
+use crate::sim::pair::test_keys;
+
+impl World {
+    /// Schedules a crash of the server at a random point of its next outputs.
+    pub(super) fn schedule_server_crash(&mut self) {
+        self.server_crash = Some(PendingCrash {
+            outputs: self.rng.below(6) as u32,
+            latest: self.elapsed + Duration::from_secs(2),
+        });
+    }
+
+    /// Schedules a crash of machine `i`'s daemon at a random point of its next outputs.
+    pub(super) fn schedule_machine_crash(&mut self, i: usize) {
+        self.machines[i].crash = Some(PendingCrash {
+            outputs: self.rng.below(4) as u32,
+            latest: self.elapsed + Duration::from_secs(2),
+        });
+    }
+
+    /// The server's host writes a record before it carries out the next output.
+    pub(super) fn write_server_record(&mut self, record: &ServerRecord) {
+        let now = self.elapsed;
+        match &record.change {
+            ServerChange::Execution(row) => {
+                self.durable_execs.insert(row.exec_id.clone());
+                if let PlaceRow::Committed {
+                    context_id, run_id, ..
+                } = &row.place
+                    && !self.commits.contains_key(&row.exec_id)
+                    && let Some(i) = self
+                        .machines
+                        .iter()
+                        .position(|m| &m.context_id == context_id)
+                {
+                    self.checker.committed(&row.exec_id, run_id, i, now);
+                    self.check_access_at_commit(&row.exec_id, i);
+                    self.commits
+                        .insert(row.exec_id.clone(), (run_id.clone(), i));
+                }
+            }
+            ServerChange::ExecutionEnded(ended) => {
+                self.durable_execs.insert(ended.exec_id.clone());
+                self.checker.finished(&ended.exec_id);
+                if let Some((run_id, i)) = self.commits.remove(&ended.exec_id) {
+                    let lost = ended.outcome == OutcomeRow::Lost;
+                    self.checker.run_ended(&run_id, lost, i, now);
+                }
+            }
+            ServerChange::Context(_) | ServerChange::Chain(_) => {}
+        }
+        if let Err(e) = self.server_disk.write_server(record) {
+            self.checker.fail(format!("server disk: {e}"));
+        }
+    }
+
+    /// The server process dies: its memory and every output not yet carried out are gone. A
+    /// new process restores from the disk. `drained`: it died idle, so its disk must hold
+    /// exactly its state.
+    pub(super) fn restart_server(&mut self, drained: bool) {
+        self.server_crash = None;
+        let now = now_at(self.elapsed);
+        let state = match self.server_disk.server_state() {
+            Ok(state) => state,
+            Err(e) => return self.checker.fail(format!("server disk does not read: {e}")),
+        };
+        if drained {
+            let mut live = self.server.snapshot();
+            live.written_ms = state.written_ms;
+            if live != state {
+                return self.checker.fail(format!(
+                    "the server's records fold into another state than its own:\n{live:#?}\n{state:#?}"
+                ));
+            }
+        }
+        self.server = Server::restore(server_signer(), SessionConfig::new("template"), &state, now);
+        // A new process: nothing it was told before counts.
+        self.touched_server();
+        self.restarts += 1;
+        self.note(format!(
+            "server restored from {} contexts, {} executions",
+            state.contexts.len(),
+            state.executions.len()
+        ));
+        // The server's own executor died with it.
+        self.cloud.clear();
+        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        for conn in conns {
+            self.break_conn(conn);
+        }
+        // An operator whose change was never answered (its record never written) sends it
+        // again.
+        for i in 0..self.machines.len() {
+            let row = state
+                .contexts
+                .iter()
+                .find(|r| r.id == self.machines[i].context_id);
+            let Some(row) = row else { continue };
+            let (record, grant) = (
+                self.workload.records[i].clone(),
+                self.workload.grants[i].clone(),
+            );
+            if row.record() != record {
+                self.note(format!("access of {} sent again", record.id));
+                let input = server::Input::UpdateAccess(record.clone());
+                self.feed_server(input);
+            }
+            if row.grant != grant {
+                self.note(format!("grant of {} sent again", record.id));
+                let input = server::Input::UpdateGrant {
+                    context_id: record.id.clone(),
+                    grant: grant.clone(),
+                };
+                self.feed_server(input);
+            }
+            if self.revoked_machine == Some(i) && !row.revoked {
+                self.note(format!("revoke of {} sent again", record.id));
+                let input = server::Input::Revoke {
+                    context_id: record.id.clone(),
+                };
+                self.feed_server(input);
+            }
+        }
+        // A client whose execute was never answered (its record never written) sends it again.
+        let unanswered: Vec<String> = self
+            .workload
+            .submitted
+            .iter()
+            .filter(|id| !self.durable_execs.contains(*id))
+            .cloned()
+            .collect();
+        for exec_id in unanswered {
+            if let Some(request) = self.workload.requests.get(&exec_id).cloned() {
+                self.note(format!("execute {exec_id} again"));
+                self.feed_server(server::Input::Execute(Box::new(request)));
+            }
+        }
+    }
+
+    /// Machine `i`'s host writes a record before it carries out the next output.
+    pub(super) fn write_daemon_record(&mut self, i: usize, record: &daemon::DaemonRecord) {
+        if let Err(e) = self.machines[i].disk.write_daemon(record) {
+            self.checker.fail(format!("machine {i} disk: {e}"));
+        }
+    }
+
+    /// Machine `i`'s daemon dies with its executor's processes; it comes back later from its
+    /// disk. `drained`: it died idle, so its disk must hold exactly its state.
+    pub(super) fn crash_machine(&mut self, i: usize, drained: bool) {
+        self.machines[i].crash = None;
+        let now = self.elapsed;
+        self.note(format!("machine {i} crashed"));
+        if let Some(conn) = self.machines[i].conn {
+            self.break_conn(conn);
+        }
+        let m = &mut self.machines[i];
+        if let Some(d) = m.daemon.take()
+            && drained
+        {
+            match m.disk.daemon_state() {
+                Ok(mut state) => {
+                    state.written_ms = 0;
+                    let mut live = d.snapshot();
+                    live.written_ms = 0;
+                    if live != state {
+                        let msg = format!(
+                            "machine {i}'s records fold into another state than its own:\n{live:#?}\n{state:#?}"
+                        );
+                        self.checker.fail(msg);
+                    }
+                }
+                Err(e) => self
+                    .checker
+                    .fail(format!("machine {i} disk does not read: {e}")),
+            }
+        }
+        let m = &mut self.machines[i];
+        m.running.clear();
+        m.conn = None;
+        m.down_until = Some(now + Duration::from_millis(500 + self.rng.below(30_000)));
+    }
+
+    /// Machine `i`'s daemon starts again from its disk.
+    pub(super) fn restore_machine(&mut self, i: usize) {
+        let now = now_at(self.elapsed);
+        let state = match self.machines[i].disk.daemon_state() {
+            Ok(state) => state,
+            Err(e) => {
+                return self
+                    .checker
+                    .fail(format!("machine {i} disk does not read: {e}"));
+            }
+        };
+        let m = &mut self.machines[i];
+        m.daemon = Some(Daemon::restore(m.config.clone(), test_keys(), &state, now));
+        // A new process: nothing it was told before counts.
+        self.checker.fed(Role::Daemon(i), false, self.elapsed);
+        self.restarts += 1;
+        self.note(format!(
+            "machine {i} restored with {} started, {} results in its outbox",
+            state.started.len(),
+            state.outbox.len()
+        ));
+    }
+}
