@@ -3,6 +3,10 @@
 //! `outpost run` runs a capability on this machine; `outpost vectors check` checks this build
 //! against the published protocol vectors. The daemon and the reference server arrive with
 //! their issues; until then they are not offered.
+//!
+//! `outpost confine …` is hidden: the Landlock helper a `confine: true` shell run starts
+//! through (see `outpost_exec_shell::confine`). It is dispatched before the command line is
+//! parsed, so its exit statuses (125, 126) and its program's arguments pass untouched.
 
 mod run;
 
@@ -11,6 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use outpost_exec_shell::confine;
 
 /// outpost: run code on machines you do not own, safely.
 #[derive(Parser)]
@@ -55,6 +60,10 @@ enum VectorsAction {
 }
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() == Some(std::ffi::OsStr::new(confine::SUBCOMMAND)) {
+        return confine::helper_main(args);
+    }
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {

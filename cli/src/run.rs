@@ -14,8 +14,9 @@ use outpost_core::manifest::Lifecycle;
 use outpost_core::manifest::{MANIFEST_FILE, Manifest};
 use outpost_core::wire::{Egress, Environment};
 use outpost_exec_docker::{DockerConfig, DockerExecutor};
-use outpost_exec_shell::{ServiceState, ServiceTable, ShellExecutor};
+use outpost_exec_shell::ShellExecutor;
 use outpost_exec_wasm::{WasmConfig, WasmExecutor};
+use outpost_host::{OwnerError, OwnerFolders, RunningServiceTable, ServiceState, owner_mounts};
 
 /// Exit status of a run stopped at its deadline (as `timeout(1)` reports it).
 const EXIT_TIMED_OUT: u8 = 124;
@@ -47,40 +48,43 @@ fn interrupt_flag() -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBo
     Ok(flag)
 }
 
-/// The credential denylist under the owner's home (SSH, GPG, cloud and package-manager
-/// credentials, outpost's own config). Executors refuse these paths as volumes and working
-/// directories; docker also hides them inside read-only volumes and refuses read-write volumes
-/// that hold them. Without an absolute `HOME` there is none, and `outpost run` says so.
-fn owner_denylist() -> CredentialDenylist {
-    let canonical = |p: &Path| {
-        let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-        outpost_core::grant::CanonicalPath::new(p.to_string_lossy().into_owned()).ok()
+/// The owner's folders and the credential denylist under the owner's home (SSH, GPG, cloud
+/// and package-manager credentials, outpost's own config). Executors refuse these paths as
+/// volumes and working directories; docker also hides them inside read-only volumes and
+/// refuses read-write volumes that hold them. Without an absolute `HOME` there is no home to
+/// guard, and `outpost run` says so; a home whose path is not UTF-8 is an error, never a
+/// rewritten denylist.
+fn owner() -> anyhow::Result<(Option<OwnerFolders>, CredentialDenylist)> {
+    let folders = match OwnerFolders::from_env() {
+        Ok(folders) => folders,
+        Err(OwnerError::NoHome) => {
+            eprintln!("outpost: HOME is not an absolute path: no credential denylist applies");
+            return Ok((None, CredentialDenylist::empty()));
+        }
+        Err(e) => return Err(anyhow::anyhow!("the owner's folders: {e}")),
     };
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-    let Some(home) = home.as_deref().and_then(canonical) else {
-        eprintln!("outpost: HOME is not an absolute path: no credential denylist applies");
-        return CredentialDenylist::empty();
-    };
-    // A relative XDG_CONFIG_HOME is invalid and ignored, as the XDG spec says.
-    let config = std::env::var_os("XDG_CONFIG_HOME")
-        .map(std::path::PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| Path::new(home.as_str()).join(".config"))
-        .join("outpost");
-    let config = canonical(&config).unwrap_or_else(|| home.clone());
-    CredentialDenylist::for_home(&home, &config)
+    if folders.home.is_none() {
+        eprintln!(
+            "outpost: HOME is not an absolute path: only {} is denylisted",
+            folders.config.display()
+        );
+    }
+    let denylist = folders
+        .denylist()
+        .map_err(|e| anyhow::anyhow!("the credential denylist: {e}"))?;
+    Ok((Some(folders), denylist))
 }
 
 /// The executor of `environment`, the only one a run needs. Environments without one are
 /// refused, never run elsewhere; an executor whose backend is missing (no Docker engine)
 /// refuses with the reason and fix. Before a docker run, containers that killed outpost
 /// processes left behind are removed.
-fn registry(environment: Environment) -> anyhow::Result<Registry> {
+fn registry(environment: Environment, owner: Option<&OwnerFolders>) -> anyhow::Result<Registry> {
     let mut registry = Registry::new();
     match environment {
         Environment::Shell => registry.register(Box::new(ShellExecutor::default())),
         Environment::Wasm => registry.register(Box::new(WasmExecutor::new(WasmConfig {
-            cache_dir: wasm_cache_dir(),
+            cache_dir: owner.map(OwnerFolders::wasm_cache),
             ..WasmConfig::default()
         }))),
         Environment::Docker => {
@@ -102,44 +106,6 @@ fn refusal(e: RunRefused) -> anyhow::Error {
     } else {
         anyhow::anyhow!("{e}")
     }
-}
-
-/// The machine's owner running a capability by hand grants the folders its manifest
-/// declares, with their modes; the credential denylist still applies inside the executor.
-fn owner_mounts(
-    dir: &Path,
-    manifest: &Manifest,
-) -> anyhow::Result<Vec<outpost_core::grant::Mount>> {
-    manifest
-        .volumes
-        .iter()
-        .map(|v| {
-            let host = Path::new(&v.host);
-            let host = if host.is_absolute() {
-                host.to_path_buf()
-            } else {
-                dir.join(host)
-            };
-            let host = host
-                .canonicalize()
-                .with_context(|| format!("volume {}", host.display()))?;
-            let path = outpost_core::grant::CanonicalPath::new(host.to_string_lossy().into_owned())
-                .map_err(|e| anyhow::anyhow!("volume {}: {e}", host.display()))?;
-            Ok(outpost_core::grant::Mount {
-                path,
-                mode: v.mode,
-                excluded: Vec::new(),
-            })
-        })
-        .collect()
-}
-
-/// `$XDG_CACHE_HOME/outpost/wasm`, else `~/.cache/outpost/wasm`.
-fn wasm_cache_dir() -> Option<std::path::PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
-    Some(base.join("outpost").join("wasm"))
 }
 
 pub fn run(
@@ -165,14 +131,18 @@ pub fn run(
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let (environment, lifecycle) = (manifest.environment, manifest.lifecycle);
     let timeout = Duration::from_millis(manifest.limits.timeout_ms);
-    let mounts = owner_mounts(&dir, &manifest)?;
+    let (folders, denylist) = owner()?;
+    // The owner typing the command grants, and allows locally, the folders the manifest
+    // declares; the daemon's intersection and denylist apply as to any run.
+    let mounts =
+        owner_mounts(&dir, &manifest, &denylist).map_err(|e| anyhow::anyhow!("volume {e}"))?;
     let launch = Launch {
         run_id: format!("local-{}", std::process::id()),
         dir,
         manifest,
         extra_args: args,
         mounts,
-        denylist: owner_denylist(),
+        denylist,
         cwd: None,
         timeout,
         egress: match egress {
@@ -180,10 +150,10 @@ pub fn run(
             EgressArg::All => Egress::All,
         },
     };
+    let registry = registry(environment, folders.as_ref())?;
     if lifecycle == Lifecycle::Persistent {
-        return serve(launch);
+        return serve(&registry, &allowlists, launch);
     }
-    let registry = registry(environment)?;
     let interrupted = interrupt_flag()?;
     let mut handle = run_capability(&registry, &allowlists, launch).map_err(refusal)?;
     let mut cancelled = false;
@@ -261,21 +231,12 @@ fn exit_code(o: &Outcome) -> ExitCode {
 
 /// A persistent capability runs in the foreground: its output streams here until it
 /// exits (a crash is reported, never restarted) or SIGINT/SIGTERM stops it.
-fn serve(launch: Launch) -> anyhow::Result<ExitCode> {
-    let registry = registry(launch.manifest.environment)?;
-    let environment = launch.manifest.environment;
-    let executor = registry.get(environment).ok_or_else(|| {
-        anyhow::anyhow!(
-            "persistent {} services cannot run here: no executor is installed",
-            environment.as_str()
-        )
-    })?;
+fn serve(registry: &Registry, allowlists: &Allowlists, launch: Launch) -> anyhow::Result<ExitCode> {
     let stop = interrupt_flag()?;
     let name = launch.manifest.name.clone();
-    let table = ServiceTable::new();
-    let info = table
-        .start(executor, launch)
-        .map_err(|e| refusal(e.into()))?;
+    let table = RunningServiceTable::new();
+    // The same permission check, trust ceiling and probe as every other run.
+    let info = table.start(registry, allowlists, launch).map_err(refusal)?;
     eprintln!(
         "outpost: {name} running{}{}; Ctrl-C stops it",
         info.id.map(|id| format!(" as {id}")).unwrap_or_default(),
@@ -295,11 +256,7 @@ fn serve(launch: Launch) -> anyhow::Result<ExitCode> {
             eprintln!("outpost: {name} stopped");
             return Ok(ExitCode::SUCCESS);
         }
-        let state = table
-            .list()
-            .into_iter()
-            .find(|s| s.name == name)
-            .map(|s| s.state);
+        let state = table.get(&name).map(|s| s.state);
         if let Some(ServiceState::Failed { exit_code, signal }) = state {
             eprintln!(
                 "outpost: {name} exited (code {exit_code:?}, signal {signal:?}); services are not restarted"

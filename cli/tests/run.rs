@@ -113,6 +113,21 @@ fn environments_without_an_executor_are_refused_honestly() {
 }
 
 #[test]
+fn a_persistent_service_goes_through_the_same_executor_check() {
+    let dir = capability(
+        "pty-service",
+        "name: p\nenvironment: pty\nlifecycle: persistent\nentry: run.sh\n",
+        "touch ran\n",
+    );
+    let stderr = run_refused(&dir, &[]);
+    assert!(
+        stderr.contains("pty capabilities cannot run here"),
+        "{stderr}"
+    );
+    assert!(!dir.join("ran").exists());
+}
+
+#[test]
 fn a_persistent_service_runs_until_sigterm() {
     let dir = std::env::temp_dir().join(format!("outpost-cli-{}-svc", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

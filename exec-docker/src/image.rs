@@ -3,13 +3,35 @@
 //!
 //! [`busybox_rootfs`] builds the smallest useful root: one static `busybox` with a link per
 //! applet, and the empty folders a container expects. [`import_rootfs`] imports such a tarball
-//! under a tag; [`ensure_busybox_image`] does both only when the tag is missing.
+//! under a tag, recording what it was built from in the [`LABEL_SOURCE`] label;
+//! [`ensure_busybox_image`] builds it again unless the tag already names exactly that image.
+//!
+//! An image's identity is checked, not its tag trusted: the label must hold the SHA-256 of the
+//! tarball and the config changes, and the image's one layer must be that tarball (the
+//! engine's own digest of it), so an image built another way under the same name is replaced.
 
 use std::path::Path;
 
 use bollard::Docker;
 use bollard::query_parameters::CreateImageOptions;
 use futures_util::StreamExt;
+use sha2::{Digest as _, Sha256};
+
+/// The label on an image made here: the SHA-256 of its root-filesystem tarball and its config
+/// changes ([`source_digest`]).
+pub const LABEL_SOURCE: &str = "dev.outpost.image-source";
+
+/// The config every imported image gets: the applets on `PATH`.
+const CHANGES: &[&str] = &["ENV PATH=/bin"];
+
+/// What [`ensure_busybox_image`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ensured {
+    /// The tag already named an image built from the same sources.
+    Kept,
+    /// The tag was missing or named another image; it was built.
+    Built,
+}
 
 /// Why an image could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -74,14 +96,42 @@ pub fn busybox_rootfs(busybox: &Path) -> Result<Vec<u8>, ImageError> {
     Ok(tar.into_inner()?)
 }
 
-/// Imports a root-filesystem tarball as image `tag` (`repo:tag`), with `PATH` set.
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What an image imported from `rootfs` is built from, as [`LABEL_SOURCE`] records it: the
+/// SHA-256 of the tarball, then of each config change, hashed together (lowercase hex).
+pub fn source_digest(rootfs: &[u8]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(sha256_hex(rootfs));
+    for change in CHANGES {
+        hasher.update(b"\n");
+        hasher.update(change.as_bytes());
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Imports a root-filesystem tarball as image `tag` (`repo:tag`), with `PATH` set and the
+/// [`LABEL_SOURCE`] label, and checks that the engine now holds exactly that image.
 pub async fn import_rootfs(docker: &Docker, tag: &str, rootfs: Vec<u8>) -> Result<(), ImageError> {
     let (repo, version) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
+    let source = source_digest(&rootfs);
+    let layer = sha256_hex(&rootfs);
+    let mut changes: Vec<String> = CHANGES.iter().map(|c| (*c).to_owned()).collect();
+    changes.push(format!("LABEL {LABEL_SOURCE}={source}"));
     let options = CreateImageOptions {
         from_src: Some("-".to_owned()),
         repo: Some(repo.to_owned()),
         tag: Some(version.to_owned()),
-        changes: vec!["ENV PATH=/bin".to_owned()],
+        changes,
         ..CreateImageOptions::default()
     };
     let import_error = |message: String| ImageError::Import {
@@ -96,22 +146,52 @@ pub async fn import_rootfs(docker: &Docker, tag: &str, rootfs: Vec<u8>) -> Resul
             return Err(import_error(detail));
         }
     }
-    match docker.inspect_image(tag).await {
-        Ok(_) => Ok(()),
+    match is_built_from(docker, tag, &source, &layer).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(import_error(
+            "the engine holds another image under the tag after the import".into(),
+        )),
         Err(e) => Err(import_error(format!(
             "the image is missing after the import: {e}"
         ))),
     }
 }
 
-/// Makes `tag` from the static busybox at `busybox` unless the engine already has it.
+/// Whether `tag` names an image labelled with `source` whose one layer is `layer` (the
+/// tarball's SHA-256, as the engine computes it on import).
+async fn is_built_from(
+    docker: &Docker,
+    tag: &str,
+    source: &str,
+    layer: &str,
+) -> Result<bool, bollard::errors::Error> {
+    let image = docker.inspect_image(tag).await?;
+    let labelled = image
+        .config
+        .as_ref()
+        .and_then(|c| c.labels.as_ref())
+        .and_then(|labels| labels.get(LABEL_SOURCE))
+        .is_some_and(|l| l == source);
+    let layers = image.root_fs.and_then(|r| r.layers).unwrap_or_default();
+    Ok(labelled && layers == [format!("sha256:{layer}")])
+}
+
+/// Makes `tag` from the static busybox at `busybox` unless the engine already has an image
+/// built from the same tarball and config under it; an image of another making under that
+/// name (an older layout, no `PATH`, a different busybox) is replaced.
 pub async fn ensure_busybox_image(
     docker: &Docker,
     tag: &str,
     busybox: &Path,
-) -> Result<(), ImageError> {
-    if docker.inspect_image(tag).await.is_ok() {
-        return Ok(());
+) -> Result<Ensured, ImageError> {
+    let rootfs = busybox_rootfs(busybox)?;
+    let (source, layer) = (source_digest(&rootfs), sha256_hex(&rootfs));
+    if is_built_from(docker, tag, &source, &layer)
+        .await
+        .unwrap_or(false)
+    {
+        return Ok(Ensured::Kept);
     }
-    import_rootfs(docker, tag, busybox_rootfs(busybox)?).await
+    import_rootfs(docker, tag, rootfs).await?;
+    Ok(Ensured::Built)
 }

@@ -22,7 +22,7 @@
 //! A persistent service with a `port` is published on `127.0.0.1:<port>` by a relay of the
 //! executor's own (see `relay`): a container without network is reached from inside its own
 //! network namespace, so publishing a port gives it no network. Record persistent runs in a
-//! [`outpost_exec_shell::ServiceTable`]; the container id is the service's id.
+//! `outpost_host::RunningServiceTable`; the container id is the service's id.
 //!
 //! bollard is async, so the executor keeps a small tokio runtime of its own; the
 //! [`Executor`] interface stays blocking. Call it from a plain thread or a blocking task,
@@ -46,7 +46,10 @@ use outpost_core::executor::{ExecError, Executor, Launch, Probe, RunHandle};
 use outpost_core::wire::Environment;
 use tokio::runtime::Runtime;
 
-pub use image::{ImageError, busybox_rootfs, ensure_busybox_image, import_rootfs};
+pub use image::{
+    Ensured, ImageError, LABEL_SOURCE, busybox_rootfs, ensure_busybox_image, import_rootfs,
+    source_digest,
+};
 pub use run::DockerRun;
 pub use spec::{LABEL_CAPABILITY, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN};
 

@@ -195,6 +195,33 @@ fn a_missing_image_is_named_and_not_pulled() {
     assert!(containers_of(&id).is_empty());
 }
 
+/// A shell executor that is always available and records whether anything was handed to it.
+#[derive(Default)]
+struct StandInShell {
+    launched: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Executor for StandInShell {
+    fn environment(&self) -> Environment {
+        Environment::Shell
+    }
+
+    fn probe(&self) -> Probe {
+        Probe::Available {
+            description: "a stand-in shell".into(),
+        }
+    }
+
+    fn launch(
+        &self,
+        _launch: outpost_core::executor::Launch,
+    ) -> Result<Box<dyn RunHandle>, ExecError> {
+        self.launched
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Err(ExecError::Spawn("the stand-in shell runs nothing".into()))
+    }
+}
+
 #[test]
 fn an_unreachable_engine_refuses_and_never_falls_back() {
     let dead = folder("dead").join("docker.sock");
@@ -212,7 +239,9 @@ fn an_unreachable_engine_refuses_and_never_falls_back() {
 
     let mut registry = Registry::new();
     registry.register(Box::new(executor));
-    registry.register(Box::new(outpost_exec_shell::ShellExecutor::default()));
+    let shell = StandInShell::default();
+    let shell_launched = shell.launched.clone();
+    registry.register(Box::new(shell));
     let mut allow = Allowlists::new();
     allow
         .allow(
@@ -229,6 +258,10 @@ fn an_unreachable_engine_refuses_and_never_falls_back() {
     let dir = folder("dead-run");
     let l = launch(&dir, "dead", &shell_manifest("dead", "true", ""));
     let err = run_capability(&registry, &allow, l).err().expect("refused");
+    assert!(
+        !shell_launched.load(std::sync::atomic::Ordering::SeqCst),
+        "the docker capability fell back to the shell"
+    );
     assert_eq!(err.code(), "environment_unavailable");
     assert!(
         err.to_string()

@@ -8,7 +8,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
-use outpost_exec_shell::{ServiceState, ServiceTable};
+use outpost_host::{RunningServiceTable as ServiceTable, ServiceState};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -49,7 +49,7 @@ fn service_manifest(name: &str, port: u16, www: &std::path::Path) -> String {
 
 #[test]
 fn a_persistent_service_answers_on_its_port_without_egress_and_is_stopped() {
-    let executor = executor();
+    let (registry, allow) = permitted(executor());
     let dir = folder("svc");
     let www = folder("www");
     std::fs::write(www.join("index.html"), "hello from the container\n").unwrap();
@@ -58,7 +58,7 @@ fn a_persistent_service_answers_on_its_port_without_egress_and_is_stopped() {
     l.mounts = vec![mount(&www, outpost_core::wire::FolderMode::Ro)];
     let run_id = l.run_id.clone();
     let table = ServiceTable::new();
-    let info = table.start(&executor, l).unwrap();
+    let info = table.start(&registry, &allow, l).unwrap();
     assert_eq!(info.port, Some(port));
     assert_eq!(info.state, ServiceState::Running);
     let container = info.id.clone().expect("the container id is recorded");
@@ -101,7 +101,7 @@ fn a_persistent_service_answers_on_its_port_without_egress_and_is_stopped() {
 
 #[test]
 fn a_service_granted_egress_is_reached_on_its_bridge_address() {
-    let executor = executor();
+    let (registry, allow) = permitted(executor());
     let dir = folder("svc-bridge");
     let www = folder("www-bridge");
     std::fs::write(www.join("index.html"), "bridged\n").unwrap();
@@ -113,7 +113,7 @@ fn a_service_granted_egress_is_reached_on_its_bridge_address() {
     l.egress = outpost_core::wire::Egress::All;
     let run_id = l.run_id.clone();
     let table = ServiceTable::new();
-    table.start(&executor, l).unwrap();
+    table.start(&registry, &allow, l).unwrap();
     assert!(get(port).contains("bridged"));
     table.shutdown();
     assert!(containers_of(&run_id).is_empty());
@@ -121,14 +121,14 @@ fn a_service_granted_egress_is_reached_on_its_bridge_address() {
 
 #[test]
 fn a_crashed_service_is_marked_failed_and_not_restarted() {
-    let executor = executor();
+    let (registry, allow) = permitted(executor());
     let dir = folder("crash");
     let manifest = shell_manifest("crasher", "echo going down; exit 7", "")
         .replace("lifecycle: oneshot", "lifecycle: persistent");
     let l = launch(&dir, "crash", &manifest);
     let run_id = l.run_id.clone();
     let table = ServiceTable::new();
-    table.start(&executor, l).unwrap();
+    table.start(&registry, &allow, l).unwrap();
     let until = Instant::now() + Duration::from_secs(30);
     let state = loop {
         let state = table.list().remove(0).state;
@@ -163,7 +163,7 @@ fn a_crashed_service_is_marked_failed_and_not_restarted() {
 
 #[test]
 fn shutdown_stops_and_removes_every_service() {
-    let executor = executor();
+    let (registry, allow) = permitted(executor());
     let table = ServiceTable::new();
     let mut runs = Vec::new();
     for name in ["one", "two"] {
@@ -172,7 +172,7 @@ fn shutdown_stops_and_removes_every_service() {
             .replace("lifecycle: oneshot", "lifecycle: persistent");
         let l = launch(&dir, name, &manifest);
         runs.push(l.run_id.clone());
-        table.start(&executor, l).unwrap();
+        table.start(&registry, &allow, l).unwrap();
     }
     assert!(runs.iter().all(|r| containers_of(r).len() == 1));
     let begun = Instant::now();

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use outpost_core::executor::{Ending, ExecError, Outcome, RunHandle};
-use outpost_core::grant::{CanonicalPath, CredentialDenylist};
+use outpost_core::grant::CredentialDenylist;
 
 use crate::ShellConfig;
 use crate::process::{ShellRun, Spawn};
@@ -245,18 +245,8 @@ impl HostCommands {
             None => std::env::current_dir()
                 .map_err(|e| CommandError::Exec(ExecError::Spawn(e.to_string())))?,
         };
-        let cwd = cwd.canonicalize().map_err(|e| {
-            CommandError::Exec(ExecError::PathRefused {
-                path: cwd.display().to_string(),
-                reason: e.to_string(),
-            })
-        })?;
-        let canonical = CanonicalPath::new(cwd.to_string_lossy().into_owned()).map_err(|e| {
-            CommandError::Exec(ExecError::PathRefused {
-                path: cwd.display().to_string(),
-                reason: e.to_string(),
-            })
-        })?;
+        let (cwd, canonical) =
+            outpost_host::resolve(&cwd).map_err(|e| CommandError::Exec(e.into()))?;
         if let Some(entry) = self.denylist.denying(&canonical) {
             return Err(CommandError::Exec(ExecError::PathRefused {
                 path: cwd.display().to_string(),

@@ -1,15 +1,26 @@
 //! Landlock confinement for `confine: true` shell capabilities.
 //!
-//! The run is started through the `outpost-confine` helper, which restricts itself with
-//! Landlock — read-only system paths, the capability folder read-only, the granted folders
+//! The run is started through the helper — the `outpost` binary's hidden `confine`
+//! subcommand, [`helper_main`] — which restricts itself with Landlock — read-only system paths, the capability folder read-only, the granted folders
 //! with their modes — and then executes the entry. Landlock is required in full: if the
 //! kernel cannot enforce every rule, the helper refuses and the run never starts unconfined.
 //! Landlock only allows; it cannot hide a path inside an allowed folder, so a mount that holds
 //! credential-denylist paths is refused for confined runs.
+//!
+//! ```text
+//! outpost confine --probe
+//! outpost confine [--ro DIR]… [--rw DIR]… -- PROGRAM [ARGS…]
+//! ```
+//!
+//! The helper exits 125 without running anything if Landlock cannot be fully enforced, 126 if
+//! the program cannot be executed. A probe that succeeds prints [`PROBE_OK`]: a binary that
+//! does not know the subcommand cannot pass for a helper by exiting 0.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode};
 use std::sync::{Mutex, OnceLock};
 
 use landlock::{
@@ -20,8 +31,17 @@ use outpost_core::executor::ExecError;
 use outpost_core::grant::Mount;
 use outpost_core::wire::{Environment, FolderMode};
 
-/// The helper binary's file name.
-pub const HELPER_NAME: &str = "outpost-confine";
+/// The hidden subcommand of the `outpost` binary that confines a run.
+pub const SUBCOMMAND: &str = "confine";
+
+/// What a successful `confine --probe` prints.
+pub const PROBE_OK: &str = "outpost-confine: Landlock enforced";
+
+/// Exit status of a helper that ran nothing: bad arguments, or Landlock not enforced.
+pub const EXIT_NOT_CONFINED: u8 = 125;
+
+/// Exit status of a helper that could not execute the program.
+pub const EXIT_CANNOT_EXECUTE: u8 = 126;
 
 /// System folders a confined run may read.
 pub const SYSTEM_READ_ONLY: &[&str] = &[
@@ -79,12 +99,18 @@ pub(crate) fn probe(helper: &Path) -> Result<(), String> {
         return known;
     }
     let result = Command::new(helper)
-        .arg("--probe")
+        .args([SUBCOMMAND, "--probe"])
         .output()
         .map_err(|e| format!("cannot run {}: {e}", helper.display()))
         .and_then(|out| {
-            if out.status.success() {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            if out.status.success() && stdout.trim() == PROBE_OK {
                 Ok(())
+            } else if out.status.success() {
+                Err(format!(
+                    "{} does not know the `{SUBCOMMAND}` subcommand; name the outpost binary in ShellConfig::confine_helper",
+                    helper.display()
+                ))
             } else {
                 Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
             }
@@ -95,14 +121,9 @@ pub(crate) fn probe(helper: &Path) -> Result<(), String> {
     result
 }
 
-/// The helper: next to the running executable (where cargo and installs put it), unless
-/// configured.
-pub(crate) fn default_helper() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    [dir.join(HELPER_NAME), dir.join("..").join(HELPER_NAME)]
-        .into_iter()
-        .find(|p| p.is_file())
+/// The helper by default: the running executable, the `outpost` binary.
+pub(crate) fn default_helper() -> Result<PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("the current executable cannot be found: {e}"))
 }
 
 /// The helper's arguments for a run of `program args…` in `capability_dir` with `mounts`.
@@ -112,7 +133,7 @@ pub(crate) fn helper_args(
     program: PathBuf,
     args: Vec<std::ffi::OsString>,
 ) -> Result<Vec<std::ffi::OsString>, ExecError> {
-    let mut out: Vec<std::ffi::OsString> = Vec::new();
+    let mut out: Vec<std::ffi::OsString> = vec![SUBCOMMAND.into()];
     for dir in SYSTEM_READ_ONLY
         .iter()
         .map(PathBuf::from)
@@ -156,4 +177,48 @@ pub(crate) fn unavailable(reason: String) -> ExecError {
             "run on a Linux kernel with Landlock (5.19 or later) enabled, or remove `confine: true`"
                 .into(),
     }
+}
+
+/// The helper itself: `args` are what follows the subcommand. Restricts this process with
+/// Landlock, then replaces it with the program (on success it never returns). Exits
+/// [`EXIT_NOT_CONFINED`] without running anything when an argument is wrong or Landlock
+/// cannot be fully enforced, [`EXIT_CANNOT_EXECUTE`] when the program cannot be executed.
+pub fn helper_main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let mut args = args.into_iter();
+    let (mut ro, mut rw): (Vec<PathBuf>, Vec<PathBuf>) = (Vec::new(), Vec::new());
+    let mut probe = false;
+    let mut program = None;
+    while let Some(arg) = args.next() {
+        match arg.to_str() {
+            Some("--probe") => probe = true,
+            Some("--ro") => ro.extend(args.next().map(PathBuf::from)),
+            Some("--rw") => rw.extend(args.next().map(PathBuf::from)),
+            Some("--") => {
+                program = args.next();
+                break;
+            }
+            _ => {
+                eprintln!("outpost-confine: unexpected argument {arg:?}");
+                return ExitCode::from(EXIT_NOT_CONFINED);
+            }
+        }
+    }
+    if let Err(why) = restrict_self(&ro, &rw) {
+        eprintln!("outpost-confine: {why}");
+        return ExitCode::from(EXIT_NOT_CONFINED);
+    }
+    if probe {
+        println!("{PROBE_OK}");
+        return ExitCode::SUCCESS;
+    }
+    let Some(program) = program else {
+        eprintln!("outpost-confine: no program after `--`");
+        return ExitCode::from(EXIT_NOT_CONFINED);
+    };
+    let err = Command::new(&program).args(args).exec();
+    eprintln!(
+        "outpost-confine: cannot execute {}: {err}",
+        PathBuf::from(program).display()
+    );
+    ExitCode::from(EXIT_CANNOT_EXECUTE)
 }

@@ -17,15 +17,17 @@
 //!   credential denylist.
 //!
 //! Oneshot and ondemand capabilities both start a fresh process per launch; persistent ones
-//! run in the [`ServiceTable`].
+//! run in `outpost_host::RunningServiceTable`.
+//!
+//! **Confinement.** A `confine: true` run starts through the `outpost` binary's hidden
+//! `confine` subcommand ([`confine::helper_main`]), found as the current executable unless
+//! [`ShellConfig::confine_helper`] names another binary that dispatches it.
 #![forbid(unsafe_code)]
 
 mod commands;
 pub mod confine;
 mod env;
-mod paths;
 mod process;
-mod services;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -33,14 +35,13 @@ use std::time::{Duration, Instant};
 use outpost_core::executor::{ExecError, Executor, Launch, Probe, RunHandle};
 use outpost_core::manifest::{Interpreter, Lifecycle};
 use outpost_core::wire::Environment;
+use outpost_host::{check_cwd, resolve_entry};
 
 pub use commands::{
     AUDIT_COMMAND_CHARS, AuditEvent, CommandError, CommandRequest, HostCommands, JobId, JobStatus,
 };
 pub use env::{PASSTHROUGH_VARS, run_environment};
-pub use paths::{check_cwd, resolve_entry, resolve_volume};
 pub use process::ShellRun;
-pub use services::{ServiceInfo, ServiceState, ServiceTable};
 
 /// How the shell executor behaves.
 #[derive(Debug, Clone)]
@@ -51,7 +52,10 @@ pub struct ShellConfig {
     pub grace: Duration,
     /// Host variables that must never reach a run, beyond every `OUTPOST_*` one.
     pub secret_vars: Vec<String>,
-    /// The `outpost-confine` helper for `confine: true` (default: next to the executable).
+    /// The binary whose hidden `confine` subcommand ([`confine::SUBCOMMAND`]) starts a
+    /// `confine: true` run. Default: the current executable, the `outpost` binary. An
+    /// embedder names its own binary here and dispatches the subcommand to
+    /// [`confine::helper_main`].
     pub confine_helper: Option<PathBuf>,
 }
 
@@ -97,7 +101,7 @@ impl Executor for ShellExecutor {
     }
 
     /// Oneshot and ondemand runs are held to `launch.timeout`; a persistent one runs until
-    /// it exits or is cancelled (the [`ServiceTable`] keeps such handles).
+    /// it exits or is cancelled (`outpost_host::RunningServiceTable` keeps such handles).
     fn launch(&self, launch: Launch) -> Result<Box<dyn RunHandle>, ExecError> {
         let service = launch.manifest.lifecycle == Lifecycle::Persistent;
         Ok(Box::new(self.spawn(launch, service)?))
@@ -134,17 +138,10 @@ impl ShellExecutor {
         argv.extend(manifest.args.iter().map(Into::into));
         argv.extend(launch.extra_args.iter().map(Into::into));
         if manifest.confine {
-            let helper = self
-                .config
-                .confine_helper
-                .clone()
-                .or_else(confine::default_helper)
-                .ok_or_else(|| {
-                    confine::unavailable(format!(
-                        "the {} helper is not installed",
-                        confine::HELPER_NAME
-                    ))
-                })?;
+            let helper = match &self.config.confine_helper {
+                Some(helper) => helper.clone(),
+                None => confine::default_helper().map_err(confine::unavailable)?,
+            };
             confine::probe(&helper).map_err(confine::unavailable)?;
             let dir = launch
                 .dir

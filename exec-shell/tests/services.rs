@@ -9,10 +9,31 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::process_alive;
-use outpost_core::executor::{ExecError, Launch};
+use outpost_core::executor::{Allowlists, ExecError, Launch, Registry, RunRefused, Scope};
 use outpost_core::grant::CredentialDenylist;
-use outpost_core::manifest::Manifest;
-use outpost_exec_shell::{ServiceState, ServiceTable, ShellExecutor};
+use outpost_core::manifest::{Manifest, Permission};
+use outpost_core::wire::Environment;
+use outpost_exec_shell::ShellExecutor;
+use outpost_host::{RunningServiceTable as ServiceTable, ServiceState};
+
+/// The shell executor, the only one these services need.
+fn shell() -> Registry {
+    let mut registry = Registry::new();
+    registry.register(Box::new(ShellExecutor::default()));
+    registry
+}
+
+/// `run_capability:shell`, allowed for the session as its trust ceiling demands.
+fn allowed() -> Allowlists {
+    let mut allow = Allowlists::new();
+    allow
+        .allow(
+            Permission::run_capability(Environment::Shell),
+            Scope::Session,
+        )
+        .unwrap();
+    allow
+}
 
 fn folder(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("outpost-svc-{}-{tag}", std::process::id()));
@@ -70,7 +91,7 @@ fn the_health_check_example_answers_on_its_port_and_stops() {
         .replace("port: 8787", &format!("port: {port}"));
     let table = ServiceTable::new();
     let info = table
-        .start(&ShellExecutor::default(), launch(&dir, &manifest))
+        .start(&shell(), &allowed(), launch(&dir, &manifest))
         .unwrap();
     assert_eq!(info.port, Some(port));
     assert_eq!(info.state, ServiceState::Running);
@@ -85,9 +106,12 @@ fn the_health_check_example_answers_on_its_port_and_stops() {
     assert!(reply.starts_with("HTTP/1.0 200"), "{reply}");
     assert!(reply.ends_with("{\"status\": \"ok\"}"), "{reply}");
 
-    let second = table.start(&ShellExecutor::default(), launch(&dir, &manifest));
+    let second = table.start(&shell(), &allowed(), launch(&dir, &manifest));
     assert!(
-        matches!(second, Err(ExecError::InvalidCapability(_))),
+        matches!(
+            second,
+            Err(RunRefused::Launch(ExecError::InvalidCapability(_)))
+        ),
         "one instance per name"
     );
 
@@ -108,7 +132,7 @@ fn a_crashed_service_is_marked_failed_and_not_restarted() {
     let table = ServiceTable::new();
     let manifest = "name: crasher\nenvironment: shell\nlifecycle: persistent\nentry: run.sh\n";
     let first = table
-        .start(&ShellExecutor::default(), launch(&dir, manifest))
+        .start(&shell(), &allowed(), launch(&dir, manifest))
         .unwrap();
     wait_for_output(&table, "crasher", "up");
     let until = Instant::now() + Duration::from_secs(20);
@@ -144,7 +168,7 @@ fn shutdown_stops_every_service() {
         let manifest =
             format!("name: {name}\nenvironment: shell\nlifecycle: persistent\nentry: run.sh\n");
         table
-            .start(&ShellExecutor::default(), launch(&dir, &manifest))
+            .start(&shell(), &allowed(), launch(&dir, &manifest))
             .unwrap();
         wait_for_output(&table, name, "up");
     }
@@ -160,7 +184,8 @@ fn only_persistent_capabilities_enter_the_table() {
     let table = ServiceTable::new();
     let err = table
         .start(
-            &ShellExecutor::default(),
+            &shell(),
+            &allowed(),
             launch(
                 &dir,
                 "name: once\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
@@ -168,4 +193,26 @@ fn only_persistent_capabilities_enter_the_table() {
         )
         .unwrap_err();
     assert_eq!(err.code(), "invalid_capability");
+}
+
+#[test]
+fn a_persistent_service_without_its_permission_is_refused_before_anything_runs() {
+    let dir = folder("unpermitted");
+    std::fs::write(dir.join("run.sh"), "touch ran\necho up\nexec sleep 300\n").unwrap();
+    let table = ServiceTable::new();
+    let manifest = "name: quiet\nenvironment: shell\nlifecycle: persistent\nentry: run.sh\n";
+    let err = table
+        .start(&shell(), &Allowlists::new(), launch(&dir, manifest))
+        .unwrap_err();
+    assert_eq!(err.code(), "not_permitted");
+    assert!(err.to_string().contains("run_capability:shell"), "{err}");
+    assert!(table.list().is_empty());
+    assert!(!dir.join("ran").exists(), "the refused service ran");
+    // With the permission, the same capability starts and its script runs.
+    table
+        .start(&shell(), &allowed(), launch(&dir, manifest))
+        .unwrap();
+    wait_for_output(&table, "quiet", "up");
+    assert!(dir.join("ran").exists());
+    table.stop("quiet").unwrap();
 }

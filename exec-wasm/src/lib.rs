@@ -237,7 +237,7 @@ impl WasmExecutor {
             wasi.env(k, v);
         }
         for volume in &manifest.volumes {
-            let host = outpost_exec_shell::resolve_volume(&launch, &volume.host, volume.mode)?;
+            let host = outpost_host::resolve_volume(&launch, &volume.host, volume.mode)?;
             let perms = match volume.mode {
                 FolderMode::Ro => FsPerms::ReadOnly,
                 FolderMode::Rw => FsPerms::ReadWrite,
@@ -323,7 +323,7 @@ impl WasmExecutor {
         {
             return Ok((known.1, known.2));
         }
-        let entry = outpost_exec_shell::resolve_entry(&launch.dir, &launch.manifest.entry)?;
+        let entry = outpost_host::resolve_entry(&launch.dir, &launch.manifest.entry)?;
         let module_name = entry
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

@@ -309,14 +309,25 @@ fn the_disk_cache_is_reused_and_corruption_is_recompiled() {
 
 #[test]
 fn persistent_modules_live_in_the_service_table_until_stopped_or_trapped() {
-    use outpost_exec_shell::{ServiceState, ServiceTable};
-    let executor = WasmExecutor::new(WasmConfig::default());
-    let table = ServiceTable::new();
+    use outpost_core::executor::{Allowlists, Registry, Scope};
+    use outpost_core::manifest::Permission;
+    use outpost_host::{RunningServiceTable, ServiceState};
+    let mut registry = Registry::new();
+    registry.register(Box::new(WasmExecutor::new(WasmConfig::default())));
+    let mut allow = Allowlists::new();
+    allow
+        .allow(
+            Permission::run_capability(outpost_core::wire::Environment::Wasm),
+            Scope::Project,
+        )
+        .unwrap();
+    let table = RunningServiceTable::new();
     let (dir, _) = capability(SPIN, "");
     let text = "name: spinner\nenvironment: wasm\nlifecycle: persistent\nentry: module.wat\n";
     let info = table
         .start(
-            &executor,
+            &registry,
+            &allow,
             launch(&dir, Manifest::parse(text).unwrap(), Vec::new()),
         )
         .unwrap();
@@ -328,7 +339,8 @@ fn persistent_modules_live_in_the_service_table_until_stopped_or_trapped() {
     let text = "name: crasher\nenvironment: wasm\nlifecycle: persistent\nentry: module.wat\n";
     table
         .start(
-            &executor,
+            &registry,
+            &allow,
             launch(&dir, Manifest::parse(text).unwrap(), Vec::new()),
         )
         .unwrap();

@@ -221,7 +221,7 @@ fn mounts(launch: &Launch) -> Result<(Vec<Mount>, Vec<Mounted>), ExecError> {
     let mut mounts = Vec::new();
     let mut volumes = Vec::new();
     for volume in &launch.manifest.volumes {
-        let host = outpost_exec_shell::resolve_volume(launch, &volume.host, volume.mode)?;
+        let host = outpost_host::resolve_volume(launch, &volume.host, volume.mode)?;
         mounts.push(Mount {
             typ: Some(MountType::BIND),
             source: Some(host.display().to_string()),

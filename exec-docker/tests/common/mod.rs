@@ -7,10 +7,10 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use outpost_core::executor::{Launch, Outcome, RunHandle};
+use outpost_core::executor::{Allowlists, Launch, Outcome, Registry, RunHandle, Scope};
 use outpost_core::grant::{CanonicalPath, CredentialDenylist, Mount};
-use outpost_core::manifest::Manifest;
-use outpost_core::wire::{Egress, FolderMode};
+use outpost_core::manifest::{Manifest, Permission};
+use outpost_core::wire::{Egress, Environment, FolderMode};
 use outpost_exec_docker::{DockerConfig, DockerExecutor, ensure_busybox_image};
 
 /// The image every test runs: Debian's static busybox, imported from a local rootfs tarball.
@@ -34,6 +34,20 @@ pub fn executor() -> DockerExecutor {
             .expect("the test image can be made from busybox-static");
     });
     executor
+}
+
+/// A registry holding `executor` alone, and allowlists that permit docker runs.
+pub fn permitted(executor: DockerExecutor) -> (Registry, Allowlists) {
+    let mut registry = Registry::new();
+    registry.register(Box::new(executor));
+    let mut allow = Allowlists::new();
+    allow
+        .allow(
+            Permission::run_capability(Environment::Docker),
+            Scope::Project,
+        )
+        .expect("docker may be allowed for the project");
+    (registry, allow)
 }
 
 /// A fresh, empty folder.

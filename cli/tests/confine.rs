@@ -1,6 +1,8 @@
-//! `confine: true`: a real Landlock sandbox around a real script.
+//! `confine: true`: a real Landlock sandbox around a real script, through the `outpost`
+//! binary's hidden `confine` subcommand — the executor's own and `outpost run`'s.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use outpost_core::executor::{Executor, Launch, Outcome};
@@ -25,7 +27,7 @@ fn mount(path: &Path, mode: FolderMode) -> Mount {
 
 fn executor() -> ShellExecutor {
     ShellExecutor::new(ShellConfig {
-        confine_helper: Some(env!("CARGO_BIN_EXE_outpost-confine").into()),
+        confine_helper: Some(env!("CARGO_BIN_EXE_outpost").into()),
         ..ShellConfig::default()
     })
 }
@@ -132,4 +134,77 @@ fn a_mount_holding_credentials_cannot_be_confined() {
         .err()
         .unwrap();
     assert_eq!(err.code(), "path_refused");
+}
+
+#[test]
+fn outpost_run_confines_with_its_own_binary() {
+    let outside = folder("run-outside");
+    std::fs::write(outside.join("secret.txt"), "top secret").unwrap();
+    let dir = folder("run-cap");
+    std::fs::write(
+        dir.join("manifest.yaml"),
+        "name: boxed\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: true\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("data.txt"), "own data").unwrap();
+    std::fs::write(
+        dir.join("run.sh"),
+        format!(
+            "echo mine: $(cat data.txt)\ncat {}/secret.txt\n",
+            outside.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outpost"))
+        .arg("run")
+        .arg(&dir)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(v["stdout"], "mine: own data\n", "{v}");
+    let stderr = v["stderr"].as_str().unwrap();
+    assert!(stderr.contains("secret.txt: Permission denied"), "{stderr}");
+    assert_ne!(v["exit_code"], 0);
+    assert_eq!(out.status.code(), v["exit_code"].as_i64().map(|c| c as i32));
+}
+
+#[test]
+fn a_binary_without_the_subcommand_is_not_taken_for_the_helper() {
+    let dir = folder("not-a-helper");
+    std::fs::write(dir.join("run.sh"), "touch ran\n").unwrap();
+    let manifest = Manifest::parse(
+        "name: boxed\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: true\n",
+    )
+    .unwrap();
+    let truth = ["/usr/bin/true", "/bin/true"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("a `true` binary");
+    let executor = ShellExecutor::new(ShellConfig {
+        confine_helper: Some(truth.into()),
+        ..ShellConfig::default()
+    });
+    let err = executor
+        .launch(Launch {
+            run_id: "boxed".into(),
+            dir: dir.clone(),
+            manifest,
+            extra_args: Vec::new(),
+            mounts: Vec::new(),
+            denylist: CredentialDenylist::empty(),
+            cwd: None,
+            timeout: Duration::from_secs(5),
+            egress: outpost_core::wire::Egress::None,
+        })
+        .err()
+        .expect("refused");
+    assert_eq!(err.code(), "environment_unavailable");
+    assert!(
+        err.to_string()
+            .contains("does not know the `confine` subcommand"),
+        "{err}"
+    );
+    assert!(!dir.join("ran").exists());
 }

@@ -1,0 +1,310 @@
+//! From the daemon's [`Execute`] command to an executor's [`Launch`], and the owner's own
+//! `outpost run` mounts.
+//!
+//! This module owns three steps a host takes before a run starts: writing the capability's
+//! folder from the frame ([`materialize`]), resolving the grant's folders with `realpath` and
+//! intersecting them with the machine owner's [`LocalPolicy`] minus the credential denylist
+//! ([`grant_mounts`], over core's [`effective_mounts`]), and assembling the [`Launch`]
+//! ([`launch_from_execute`]): the grant's egress, the time left before the run's deadline.
+//! It never starts a run and never widens the grant or the policy: a folder that cannot be
+//! resolved is skipped, never guessed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use outpost_core::daemon::{Capability, Execute};
+use outpost_core::executor::Launch;
+use outpost_core::grant::{
+    CanonicalPath, CredentialDenylist, LocalFolder, LocalPolicy, Mount, effective_mounts,
+};
+use outpost_core::manifest::{
+    Interpreter, MANIFEST_FILE, Manifest, ManifestError, check_relative_path,
+};
+use outpost_core::time::Instant;
+use outpost_core::wire::{CapabilitySource, Environment, FolderGrant, FolderMode};
+
+use crate::paths::{HostPathError, resolve, volume_path};
+
+/// Why an [`Execute`] cannot become a [`Launch`].
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The run id cannot name a folder (empty, `/`, `.`, `..`).
+    #[error("run id {0:?} cannot name a folder")]
+    UnsafeRunId(String),
+    /// A capability bundle arrived; its archive format is not defined yet.
+    #[error(
+        "capability bundles (sha256 {sha256}) cannot be unpacked yet; send the capability inline"
+    )]
+    BundleUnsupported {
+        /// The bundle's checked digest.
+        sha256: String,
+    },
+    /// An inline file has a path outside the folder or content that is not base64url.
+    #[error("capability file {path:?} {reason}")]
+    BadFile {
+        /// The path the frame gave.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The manifest does not parse or validate.
+    #[error("{0}")]
+    Manifest(#[from] ManifestError),
+    /// The frame and the manifest name different environments.
+    #[error("the run asks for {} but the manifest declares {}", .frame.as_str(), .manifest.as_str())]
+    EnvironmentMismatch {
+        /// What the frame says.
+        frame: Environment,
+        /// What the manifest declares.
+        manifest: Environment,
+    },
+    /// The grant does not let runs use this environment.
+    #[error("the grant does not allow {} runs", .0.as_str())]
+    EnvironmentNotGranted(Environment),
+    /// Writing the capability folder failed.
+    #[error("writing the capability folder {}: {source}", .path.display())]
+    Write {
+        /// The file or folder being written.
+        path: PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
+    /// The capability folder's path cannot be used.
+    #[error(transparent)]
+    Path(#[from] HostPathError),
+}
+
+impl LaunchError {
+    /// The stable error code a run failed with.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LaunchError::Manifest(e) => e.code(),
+            LaunchError::EnvironmentNotGranted(_) => "environment_not_granted",
+            LaunchError::Write { .. } => "spawn_failed",
+            LaunchError::Path(_) => "path_refused",
+            LaunchError::UnsafeRunId(_)
+            | LaunchError::BundleUnsupported { .. }
+            | LaunchError::BadFile { .. }
+            | LaunchError::EnvironmentMismatch { .. } => "invalid_capability",
+        }
+    }
+}
+
+/// What a host brings to turn an [`Execute`] into a [`Launch`].
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchContext<'a> {
+    /// Where capability folders are written, one per run id
+    /// ([`crate::OwnerFolders::runs_dir`]).
+    pub runs_dir: &'a Path,
+    /// The machine owner's local policy.
+    pub local: &'a LocalPolicy,
+    /// Paths no run may see.
+    pub denylist: &'a CredentialDenylist,
+    /// The monotonic time now, on the clock the daemon machine is fed.
+    pub now: Instant,
+}
+
+/// A grant folder that yields no mount because this machine cannot resolve it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedFolder {
+    /// The path as the grant wrote it.
+    pub path: String,
+    /// Why it was skipped.
+    pub reason: String,
+}
+
+/// A launch ready for [`outpost_core::executor::run_capability`] or the service table.
+#[derive(Debug, Clone)]
+pub struct PreparedLaunch {
+    /// The launch.
+    pub launch: Launch,
+    /// Grant folders that could not be resolved here (worth a log line; never mounted).
+    pub skipped: Vec<SkippedFolder>,
+}
+
+/// Turns the daemon's [`Execute`] into a [`Launch`]: the capability written to
+/// `runs_dir/<run id>`, mounts = grant ∩ local policy minus the denylist (none for a shared
+/// run), egress from the grant, and a timeout of the manifest's `timeout_ms` or the time left
+/// before the run's deadline, whichever is shorter (zero when it has passed: the run then
+/// times out at once and is reported so).
+pub fn launch_from_execute(
+    execute: &Execute,
+    cx: &LaunchContext<'_>,
+) -> Result<PreparedLaunch, LaunchError> {
+    if !execute.grant.allows(execute.environment) {
+        return Err(LaunchError::EnvironmentNotGranted(execute.environment));
+    }
+    let capability = Unpacked::check(&execute.capability, &execute.run_id)?;
+    if capability.manifest.environment != execute.environment {
+        return Err(LaunchError::EnvironmentMismatch {
+            frame: execute.environment,
+            manifest: capability.manifest.environment,
+        });
+    }
+    let (dir, manifest) = capability.write(cx.runs_dir, &execute.run_id)?;
+    let (mounts, skipped) = if execute.shared_run {
+        // Shared runs (not the operator's) get no folders.
+        (Vec::new(), Vec::new())
+    } else {
+        grant_mounts(&execute.grant.fs, cx.local, cx.denylist)
+    };
+    let left = execute.deadline.saturating_duration_since(cx.now);
+    let timeout = Duration::from_millis(manifest.limits.timeout_ms).min(left);
+    Ok(PreparedLaunch {
+        launch: Launch {
+            run_id: execute.run_id.clone(),
+            dir,
+            manifest,
+            extra_args: Vec::new(),
+            mounts,
+            denylist: cx.denylist.clone(),
+            cwd: None,
+            timeout,
+            egress: execute.grant.egress.clone(),
+        },
+        skipped,
+    })
+}
+
+/// The grant's folders, resolved with `realpath`, intersected with the local policy, minus
+/// the denylist. A folder that is relative, missing or not UTF-8 once resolved is skipped.
+pub fn grant_mounts(
+    grant: &[FolderGrant],
+    local: &LocalPolicy,
+    denylist: &CredentialDenylist,
+) -> (Vec<Mount>, Vec<SkippedFolder>) {
+    let mut granted: Vec<(CanonicalPath, FolderMode)> = Vec::new();
+    let mut skipped = Vec::new();
+    for folder in grant {
+        let path = Path::new(&folder.path);
+        let resolved = if path.is_absolute() {
+            resolve(path).map_err(|e| e.to_string())
+        } else {
+            Err("is not an absolute path".to_owned())
+        };
+        match resolved {
+            Ok((_, canonical)) => granted.push((canonical, folder.mode)),
+            Err(reason) => skipped.push(SkippedFolder {
+                path: folder.path.clone(),
+                reason,
+            }),
+        }
+    }
+    (effective_mounts(&granted, local, denylist), skipped)
+}
+
+/// The mounts of the owner's own run (`outpost run DIR`): typing the command grants, and
+/// locally allows, exactly the folders the manifest declares, with their modes; the same
+/// intersection and denylist as a daemon run then apply. Unlike a grant, a declared volume
+/// that cannot be resolved is an error: the owner named it.
+pub fn owner_mounts(
+    dir: &Path,
+    manifest: &Manifest,
+    denylist: &CredentialDenylist,
+) -> Result<Vec<Mount>, HostPathError> {
+    let mut folders = Vec::new();
+    for volume in &manifest.volumes {
+        let (_, path) = resolve(&volume_path(dir, &volume.host))?;
+        folders.push((path, volume.mode));
+    }
+    let local = LocalPolicy {
+        folders: folders
+            .iter()
+            .map(|(path, mode)| LocalFolder {
+                path: path.clone(),
+                mode: *mode,
+            })
+            .collect(),
+        commands_enabled: false,
+    };
+    Ok(effective_mounts(&folders, &local, denylist))
+}
+
+/// Writes the capability of run `run_id` to `runs_dir/<run_id>` (replacing what an earlier
+/// attempt left there) and returns the folder, canonical, with its validated manifest. The
+/// manifest is validated and every path checked before anything is written. A manifest's
+/// `interpreter: none` entry is made executable.
+pub fn materialize(
+    capability: &Capability,
+    runs_dir: &Path,
+    run_id: &str,
+) -> Result<(PathBuf, Manifest), LaunchError> {
+    Unpacked::check(capability, run_id)?.write(runs_dir, run_id)
+}
+
+/// A capability checked and decoded, not yet written.
+struct Unpacked<'a> {
+    text: &'a str,
+    manifest: Manifest,
+    files: Vec<(&'a str, Vec<u8>)>,
+}
+
+impl<'a> Unpacked<'a> {
+    fn check(capability: &'a Capability, run_id: &str) -> Result<Self, LaunchError> {
+        let (text, files) = match capability {
+            Capability::Inline(CapabilitySource::Inline { manifest, files }) => (manifest, files),
+            Capability::Inline(CapabilitySource::Digest { sha256, .. })
+            | Capability::Bundle { sha256, .. } => {
+                return Err(LaunchError::BundleUnsupported {
+                    sha256: sha256.clone(),
+                });
+            }
+        };
+        if run_id.contains('/') || check_relative_path(run_id).is_err() {
+            return Err(LaunchError::UnsafeRunId(run_id.to_owned()));
+        }
+        let manifest = Manifest::parse(text)?;
+        let mut decoded = Vec::with_capacity(files.len());
+        for file in files {
+            let bad = |reason: String| LaunchError::BadFile {
+                path: file.path.clone(),
+                reason,
+            };
+            check_relative_path(&file.path).map_err(bad)?;
+            if file.path == MANIFEST_FILE {
+                return Err(bad("would replace the manifest".into()));
+            }
+            let bytes = outpost_core::b64::decode(&file.content_b64)
+                .map_err(|e| bad(format!("is not base64url: {e}")))?;
+            decoded.push((file.path.as_str(), bytes));
+        }
+        Ok(Self {
+            text,
+            manifest,
+            files: decoded,
+        })
+    }
+
+    fn write(self, runs_dir: &Path, run_id: &str) -> Result<(PathBuf, Manifest), LaunchError> {
+        let dir = runs_dir.join(run_id);
+        let write = |path: &Path, result: std::io::Result<()>| {
+            result.map_err(|source| LaunchError::Write {
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        if dir.exists() {
+            write(&dir, std::fs::remove_dir_all(&dir))?;
+        }
+        write(&dir, std::fs::create_dir_all(&dir))?;
+        let manifest_path = dir.join(MANIFEST_FILE);
+        write(&manifest_path, std::fs::write(&manifest_path, self.text))?;
+        for (relative, bytes) in self.files {
+            let path = dir.join(relative);
+            if let Some(parent) = path.parent() {
+                write(parent, std::fs::create_dir_all(parent))?;
+            }
+            write(&path, std::fs::write(&path, bytes))?;
+            if self.manifest.interpreter == Interpreter::None && relative == self.manifest.entry {
+                use std::os::unix::fs::PermissionsExt as _;
+                let executable = std::fs::Permissions::from_mode(0o755);
+                write(&path, std::fs::set_permissions(&path, executable))?;
+            }
+        }
+        let (dir, _) = resolve(&dir)?;
+        Ok((dir, self.manifest))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,34 @@
+//! # outpost-host
+//!
+//! What every executor and both binaries share on a real machine, above the sans-IO core and
+//! below the executors:
+//!
+//! - **Paths** ([`resolve_entry`], [`check_cwd`], [`resolve_volume`]): `realpath` first, then
+//!   core's grant and denylist decide. A path that is not valid UTF-8 is refused with
+//!   [`HostPathError::NotUtf8`], never rewritten.
+//! - **The running-service table** ([`RunningServiceTable`]): persistent capabilities of
+//!   every environment, each started through core's `run_capability` (permission, trust
+//!   ceiling), with no lock held across a launch or a stop.
+//! - **The owner's folders** ([`OwnerFolders`]): the XDG folders (or `OUTPOST_HOME`) and the
+//!   credential denylist built from them.
+//! - **Launches** ([`launch_from_execute`]): the daemon's `Execute` command as an executor
+//!   `Launch`, with mounts = grant ∩ local policy minus the denylist and the grant's egress;
+//!   [`owner_mounts`] for the owner's own `outpost run`.
+//!
+//! Executors depend on `outpost-core` and this crate, never on each other.
+#![forbid(unsafe_code)]
+
+mod launch;
+mod owner;
+mod paths;
+mod services;
+
+pub use launch::{
+    LaunchContext, LaunchError, PreparedLaunch, SkippedFolder, grant_mounts, launch_from_execute,
+    materialize, owner_mounts,
+};
+pub use owner::{HOME_VAR, OwnerError, OwnerFolders};
+pub use paths::{
+    HostPathError, as_canonical, check_cwd, resolve, resolve_entry, resolve_volume, volume_path,
+};
+pub use services::{RunningServiceTable, ServiceInfo, ServiceState};

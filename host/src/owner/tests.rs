@@ -1,0 +1,106 @@
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use outpost_core::grant::CanonicalPath;
+
+use super::{OwnerError, OwnerFolders};
+
+/// Folders from exactly these variables (paths that do not exist stay as written).
+fn folders(vars: &[(&str, &str)]) -> Result<OwnerFolders, OwnerError> {
+    let vars: BTreeMap<String, OsString> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
+        .collect();
+    OwnerFolders::from_vars(|name| vars.get(name).cloned())
+}
+
+fn p(s: &str) -> CanonicalPath {
+    CanonicalPath::new(s).unwrap()
+}
+
+#[test]
+fn the_xdg_folders_default_under_home() {
+    let f = folders(&[("HOME", "/nonexistent/ana")]).unwrap();
+    assert_eq!(f.home, Some(PathBuf::from("/nonexistent/ana")));
+    assert_eq!(f.config, PathBuf::from("/nonexistent/ana/.config/outpost"));
+    assert_eq!(f.cache, PathBuf::from("/nonexistent/ana/.cache/outpost"));
+    assert_eq!(
+        f.state,
+        PathBuf::from("/nonexistent/ana/.local/state/outpost")
+    );
+    assert_eq!(
+        f.wasm_cache(),
+        PathBuf::from("/nonexistent/ana/.cache/outpost/wasm")
+    );
+    assert_eq!(
+        f.local_policy_file(),
+        PathBuf::from("/nonexistent/ana/.config/outpost/policy.json")
+    );
+}
+
+#[test]
+fn absolute_xdg_folders_win_and_relative_ones_are_ignored() {
+    let f = folders(&[
+        ("HOME", "/nonexistent/ana"),
+        ("XDG_CONFIG_HOME", "/nonexistent/conf"),
+        ("XDG_CACHE_HOME", "relative/cache"),
+    ])
+    .unwrap();
+    assert_eq!(f.config, PathBuf::from("/nonexistent/conf/outpost"));
+    assert_eq!(f.cache, PathBuf::from("/nonexistent/ana/.cache/outpost"));
+}
+
+#[test]
+fn outpost_home_holds_everything_in_one_folder() {
+    let f = folders(&[
+        ("HOME", "/nonexistent/ana"),
+        ("OUTPOST_HOME", "/nonexistent/op"),
+    ])
+    .unwrap();
+    let root = PathBuf::from("/nonexistent/op");
+    assert_eq!((&f.config, &f.cache, &f.state), (&root, &root, &root));
+    assert_eq!(f.runs_dir(), root.join("runs"));
+}
+
+#[test]
+fn without_a_home_the_folders_are_unknown_unless_named() {
+    assert_eq!(folders(&[]).unwrap_err(), OwnerError::NoHome);
+    assert_eq!(folders(&[("HOME", "ana")]).unwrap_err(), OwnerError::NoHome);
+    let f = folders(&[
+        ("XDG_CONFIG_HOME", "/nonexistent/conf"),
+        ("XDG_CACHE_HOME", "/nonexistent/cache"),
+        ("XDG_STATE_HOME", "/nonexistent/state"),
+    ])
+    .unwrap();
+    let deny = f.denylist().unwrap();
+    assert_eq!(deny.entries(), &[p("/nonexistent/conf/outpost")]);
+}
+
+#[test]
+fn the_denylist_guards_the_home_credentials_and_the_config_folder() {
+    let f = folders(&[("HOME", "/nonexistent/ana")]).unwrap();
+    let deny = f.denylist().unwrap();
+    for denied in [
+        "/nonexistent/ana/.ssh/id_ed25519",
+        "/nonexistent/ana/.aws",
+        "/nonexistent/ana/.config/outpost/policy.json",
+    ] {
+        assert!(deny.denying(&p(denied)).is_some(), "{denied}");
+    }
+    assert!(deny.denying(&p("/nonexistent/ana/projects")).is_none());
+}
+
+#[test]
+fn a_symlinked_home_is_denylisted_where_it_really_is() {
+    let real = std::env::temp_dir().join(format!("outpost-host-owner-{}", std::process::id()));
+    std::fs::create_dir_all(real.join(".ssh")).unwrap();
+    let real = real.canonicalize().unwrap();
+    let link = real.with_extension("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let f = folders(&[("HOME", link.to_str().unwrap())]).unwrap();
+    assert_eq!(f.home.as_deref(), Some(real.as_path()));
+    let key = CanonicalPath::new(format!("{}/.ssh/id_rsa", real.display())).unwrap();
+    assert!(f.denylist().unwrap().denying(&key).is_some());
+}

@@ -1,0 +1,294 @@
+//! The running-service table: persistent capabilities of every environment.
+//!
+//! A persistent capability is started once and keeps running until it is stopped. The table
+//! records its name, the id its executor gives (a shell service's pid, which is also its
+//! process group; a container id; none for a wasm instance), start time, port and state. A
+//! service that exits on its own is marked [`ServiceState::Failed`] with its exit status and
+//! is **not** restarted. Shutdown stops every service. Nothing here is persisted: a daemon
+//! restart starts with an empty table.
+//!
+//! Every start goes through core's [`run_capability`]: the `run_capability:<environment>`
+//! permission, the trust ceiling and the executor's probe are checked before anything runs.
+//!
+//! The table's lock is never held across a launch or a stop (either can take up to a minute:
+//! a container start, a grace period before SIGKILL). A start reserves the name
+//! ([`ServiceState::Starting`]) and launches unlocked; a stop takes the run out of its row
+//! ([`ServiceState::Stopping`]) and stops it unlocked. Meanwhile every other row can be
+//! listed, read, started and stopped.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use outpost_core::executor::{
+    Allowlists, Ending, ExecError, Launch, OutputChunk, Registry, RunHandle, RunRefused,
+    run_capability,
+};
+use outpost_core::manifest::Lifecycle;
+
+/// Where a service is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceState {
+    /// Its executor is launching it; the name is taken.
+    Starting,
+    /// Running.
+    Running,
+    /// A stop is in progress (SIGTERM sent, waiting for the grace period or the engine).
+    Stopping,
+    /// Stopped on request.
+    Stopped,
+    /// Exited on its own; not restarted.
+    Failed {
+        /// Its exit code, if it exited.
+        exit_code: Option<i32>,
+        /// The signal that ended it, if one did.
+        signal: Option<i32>,
+    },
+}
+
+impl ServiceState {
+    /// Whether the name is in use: starting, running or stopping.
+    pub fn is_live(&self) -> bool {
+        matches!(
+            self,
+            ServiceState::Starting | ServiceState::Running | ServiceState::Stopping
+        )
+    }
+}
+
+/// A row of the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceInfo {
+    /// The capability's name.
+    pub name: String,
+    /// The executor's id for it: a pid (also the process group), a container id, or none
+    /// (a wasm instance, or a service still starting).
+    pub id: Option<String>,
+    /// When it started (when the start was asked for, while starting).
+    pub started_at: SystemTime,
+    /// The port it listens on, if the manifest names one.
+    pub port: Option<u16>,
+    /// Its state.
+    pub state: ServiceState,
+}
+
+struct Row {
+    info: ServiceInfo,
+    /// `None` while starting, and while a stop holds the run outside the lock.
+    run: Option<Box<dyn RunHandle>>,
+}
+
+/// The persistent services this daemon runs. See the module docs.
+#[derive(Default)]
+pub struct RunningServiceTable {
+    rows: Mutex<BTreeMap<String, Row>>,
+}
+
+fn poisoned() -> ExecError {
+    ExecError::Failed("the service table lock was poisoned".into())
+}
+
+fn in_use(name: &str, state: &ServiceState) -> ExecError {
+    let what = match state {
+        ServiceState::Starting => "starting",
+        ServiceState::Stopping => "stopping",
+        _ => "already running",
+    };
+    ExecError::InvalidCapability(format!("service {name} is {what}"))
+}
+
+impl RunningServiceTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, BTreeMap<String, Row>>, ExecError> {
+        self.rows.lock().map_err(|_| poisoned())
+    }
+
+    /// Starts a persistent capability through [`run_capability`] (permission, trust ceiling,
+    /// probe, then the executor of its environment). Refuses other lifecycles, and a name
+    /// that is starting, running or stopping. A name that stopped or failed is replaced.
+    pub fn start(
+        &self,
+        registry: &Registry,
+        allowlists: &Allowlists,
+        launch: Launch,
+    ) -> Result<ServiceInfo, RunRefused> {
+        if launch.manifest.lifecycle != Lifecycle::Persistent {
+            return Err(ExecError::InvalidCapability(format!(
+                "{} is {}, not persistent",
+                launch.manifest.name,
+                launch.manifest.lifecycle.as_str()
+            ))
+            .into());
+        }
+        let name = launch.manifest.name.clone();
+        let reserved = ServiceInfo {
+            name: name.clone(),
+            id: None,
+            started_at: SystemTime::now(),
+            port: launch.manifest.port,
+            state: ServiceState::Starting,
+        };
+        let previous = {
+            let mut rows = self.lock()?;
+            refresh(&mut rows);
+            if let Some(row) = rows.get(&name).filter(|r| r.info.state.is_live()) {
+                return Err(in_use(&name, &row.info.state).into());
+            }
+            rows.insert(
+                name.clone(),
+                Row {
+                    info: reserved.clone(),
+                    run: None,
+                },
+            )
+        };
+        // Unlocked: a launch may take as long as its executor needs.
+        let launched = run_capability(registry, allowlists, launch);
+        let mut rows = self.lock()?;
+        match launched {
+            Ok(run) => {
+                let info = ServiceInfo {
+                    id: run.service_id(),
+                    state: ServiceState::Running,
+                    ..reserved
+                };
+                rows.insert(
+                    name,
+                    Row {
+                        info: info.clone(),
+                        run: Some(run),
+                    },
+                );
+                Ok(info)
+            }
+            Err(refused) => {
+                match previous {
+                    Some(row) => rows.insert(name, row),
+                    None => rows.remove(&name),
+                };
+                Err(refused)
+            }
+        }
+    }
+
+    /// Every service, with states brought up to date.
+    pub fn list(&self) -> Vec<ServiceInfo> {
+        match self.lock() {
+            Ok(mut rows) => {
+                refresh(&mut rows);
+                rows.values().map(|r| r.info.clone()).collect()
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// One service's row, brought up to date.
+    pub fn get(&self, name: &str) -> Option<ServiceInfo> {
+        let mut rows = self.lock().ok()?;
+        refresh(&mut rows);
+        rows.get(name).map(|r| r.info.clone())
+    }
+
+    /// Output a service printed since the last call (within its caps). Nothing while it is
+    /// starting or being stopped; what it printed meanwhile comes with the next call.
+    pub fn read_output(&self, name: &str) -> Vec<OutputChunk> {
+        match self.lock() {
+            Ok(mut rows) => rows
+                .get_mut(name)
+                .and_then(|r| r.run.as_mut())
+                .map(|run| run.read_output())
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Stops a service: SIGTERM to its group (or its container), SIGKILL after the grace
+    /// period, waiting for it to be gone. A service that already ended is reported as it is.
+    pub fn stop(&self, name: &str) -> Result<ServiceInfo, ExecError> {
+        let mut run = {
+            let mut rows = self.lock()?;
+            refresh(&mut rows);
+            let row = rows
+                .get_mut(name)
+                .ok_or_else(|| ExecError::InvalidCapability(format!("no service named {name}")))?;
+            match row.info.state {
+                ServiceState::Running => {}
+                ServiceState::Starting | ServiceState::Stopping => {
+                    return Err(in_use(name, &row.info.state));
+                }
+                ServiceState::Stopped | ServiceState::Failed { .. } => return Ok(row.info.clone()),
+            }
+            row.info.state = ServiceState::Stopping;
+            row.run
+                .take()
+                .ok_or_else(|| in_use(name, &ServiceState::Starting))?
+        };
+        // Unlocked: the grace period, or the engine removing a container.
+        let stopped = stop_run(run.as_mut());
+        let mut rows = self.lock()?;
+        let row = rows
+            .get_mut(name)
+            .ok_or_else(|| ExecError::Failed(format!("service {name} vanished while stopping")))?;
+        row.info.state = match &stopped {
+            Ok(()) => ServiceState::Stopped,
+            // The run could not be driven to its end: it stays listed as running, so a
+            // later stop or shutdown tries again.
+            Err(_) => ServiceState::Running,
+        };
+        row.run = Some(run);
+        stopped.map(|()| row.info.clone())
+    }
+
+    /// Stops every running service (daemon shutdown).
+    pub fn shutdown(&self) {
+        let names: Vec<String> = self
+            .list()
+            .into_iter()
+            .filter(|s| s.state == ServiceState::Running)
+            .map(|s| s.name)
+            .collect();
+        for name in names {
+            let _ = self.stop(&name);
+        }
+    }
+}
+
+impl Drop for RunningServiceTable {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn stop_run(run: &mut dyn RunHandle) -> Result<(), ExecError> {
+    run.cancel()?;
+    while run.wait(Duration::from_secs(60))?.is_none() {}
+    Ok(())
+}
+
+/// Marks services that exited on their own as failed.
+fn refresh(rows: &mut BTreeMap<String, Row>) {
+    for row in rows.values_mut() {
+        if row.info.state != ServiceState::Running {
+            continue;
+        }
+        let Some(run) = row.run.as_mut() else {
+            continue;
+        };
+        if let Ok(Some(outcome)) = run.wait(Duration::ZERO) {
+            row.info.state = match outcome.ending {
+                Ending::Cancelled => ServiceState::Stopped,
+                Ending::Exited | Ending::TimedOut => ServiceState::Failed {
+                    exit_code: outcome.exit_code,
+                    signal: outcome.signal,
+                },
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
