@@ -17,7 +17,8 @@ use bollard::query_parameters::{
 };
 use futures_util::{Stream, StreamExt};
 use outpost_core::executor::{
-    CapturedOutput, Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream as OutStream,
+    CapturedOutput, Ending, ExecError, FinishedOutput, Outcome, OutputChunk, RunHandle,
+    Stream as OutStream,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -95,7 +96,11 @@ impl Driver {
             .lock()
             .map_err(|_| ExecError::Failed("the output buffer lock was poisoned".into()))
             .map(|mut streams| {
-                let (stdout, mut stderr, truncated) = streams.finish();
+                let FinishedOutput {
+                    stdout,
+                    mut stderr,
+                    truncated,
+                } = streams.finish_output();
                 let truncated = truncated || !drained;
                 for note in &notes {
                     stderr.extend_from_slice(format!("\n[outpost: {note}]\n").as_bytes());

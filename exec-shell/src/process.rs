@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use outpost_core::executor::{
-    CapturedOutput, Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream,
+    CapturedOutput, Ending, ExecError, FinishedOutput, Outcome, OutputChunk, RunHandle, Stream,
 };
 
 /// How long to wait for the output pipes to close once the group is gone. A process that
@@ -124,11 +124,15 @@ impl ShellRun {
         }
         let status =
             status.map_err(|e| ExecError::Failed(format!("waiting for the process: {e}")))?;
-        let (stdout, stderr, truncated) = self
+        let FinishedOutput {
+            stdout,
+            stderr,
+            truncated,
+        } = self
             .captured
             .lock()
             .map_err(|_| ExecError::Failed("output capture panicked".into()))?
-            .finish();
+            .finish_output();
         Ok(Outcome {
             ending: self
                 .stopping

@@ -113,17 +113,6 @@ impl CapturedOutput {
             truncated,
         }
     }
-
-    /// [`CapturedOutput::finish_output`] as a `(stdout, stderr, truncated)` tuple, for the
-    /// executors that still destructure it; new code uses `finish_output`.
-    pub fn finish(&mut self) -> (Vec<u8>, Vec<u8>, bool) {
-        let FinishedOutput {
-            stdout,
-            stderr,
-            truncated,
-        } = self.finish_output();
-        (stdout, stderr, truncated)
-    }
 }
 
 #[cfg(test)]
@@ -167,13 +156,17 @@ mod tests {
         );
         assert_eq!(finished.stderr, b"e");
         assert!(finished.truncated);
-        let mut tuple = CapturedOutput::new(2);
-        tuple.push(Stream::Stderr, b"xyz");
-        let (stdout, stderr, truncated) = tuple.finish();
+        let mut small = CapturedOutput::new(2);
+        small.push(Stream::Stderr, b"xyz");
+        let FinishedOutput {
+            stdout,
+            stderr,
+            truncated,
+        } = small.finish_output();
         assert_eq!(
             (stdout.as_slice(), truncated),
             (&b""[..], true),
-            "the tuple is the same capture"
+            "a cut stderr marks the whole output truncated"
         );
         assert_eq!(
             stderr,

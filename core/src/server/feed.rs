@@ -5,6 +5,7 @@
 use super::*;
 use crate::routing::AttemptOutcome;
 use crate::session::{self, RunOutcome, SessionError};
+use crate::wire::Refusal;
 
 impl Server {
     /// Feeds a session and handles everything it says; a refused input changed nothing.
@@ -84,7 +85,9 @@ impl Server {
                     return;
                 };
                 match outcome.clone() {
-                    RunOutcome::Busy => self.fall_through(&exec_id, AttemptOutcome::Busy, "busy"),
+                    RunOutcome::Busy => {
+                        self.fall_through(&exec_id, AttemptOutcome::Busy, Refusal::Busy.code())
+                    }
                     RunOutcome::Offline => {
                         self.fall_through(&exec_id, AttemptOutcome::Offline, "offline")
                     }

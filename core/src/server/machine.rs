@@ -9,6 +9,7 @@ use crate::routing::{
 use crate::session::{self, IssuedTicket, RunSpec};
 use crate::ticket::TicketError;
 use crate::time::NextWake;
+use crate::wire::Refusal;
 
 impl Server {
     /// A dispatcher whose sessions sign frames with `signer` and use `session_template`
@@ -216,11 +217,11 @@ impl Server {
                 let (grant, _) = m.session.grant();
                 let online = m.session.is_ready();
                 let unusable = if m.session.is_revoked() {
-                    Some("revoked".to_owned())
+                    Some(Refusal::Revoked.code().to_owned())
                 } else if !grant.allows(environment) {
-                    Some("environment_not_granted".to_owned())
+                    Some(Refusal::EnvironmentNotGranted.code().to_owned())
                 } else if online && !m.session.supports(environment) {
-                    Some("environment_unavailable".to_owned())
+                    Some(Refusal::EnvironmentUnavailable.code().to_owned())
                 } else {
                     None
                 };

@@ -423,7 +423,7 @@ impl Session {
             );
         }
         if let Some(id) = self.conn.as_ref().map(|c| c.id) {
-            self.close(id, close_code::REVOKED, "revoked");
+            self.close(id, close_code::REVOKED, Refusal::Revoked.code());
             self.conn = None;
             self.outputs.push_back(Output::Event(Event::Offline));
         }
