@@ -30,14 +30,12 @@ impl<K: Ord + Clone> WakeTable<K> {
     /// Sets (`Some`) or clears (`None`) the wake-up of `key`, replacing the one it had.
     pub(super) fn set(&mut self, key: &K, wake: Option<(Instant, &'static str)>) {
         let old = match wake {
-            Some(w) => {
-                if self.by_key.get(key) == Some(&w) {
-                    return;
-                }
-                self.by_key.insert(key.clone(), w)
-            }
+            Some(w) => self.by_key.insert(key.clone(), w),
             None => self.by_key.remove(key),
         };
+        if old == wake {
+            return;
+        }
         if let Some((at, _)) = old {
             self.by_time.remove(&(at, key.clone()));
         }
