@@ -54,3 +54,7 @@ manifests.append(b"name: boxed\nenvironment: docker\nlifecycle: persistent\n"
                  b"permissions: [\"connect:example.org:443\"]\n"
                  b"limits: {timeout_ms: 1000, memory_mb: 64, cpu_millicores: 500, pids_max: 32}\n")
 write("manifest_parse", manifests)
+
+records = [line.encode() for line in (ROOT.parent / "docs" / "RECORDS.md").read_text().splitlines()
+           if line.startswith('{"v":')]
+write("record_decode", records)
