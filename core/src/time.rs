@@ -88,30 +88,38 @@ pub(crate) const IDLE_WAIT: Duration = Duration::from_secs(3600);
 /// `Wait` it returns last from `poll_output`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NextWake {
-    at: Instant,
-    why: &'static str,
+    now: Instant,
+    next: Option<(Instant, &'static str)>,
 }
 
 impl NextWake {
-    /// Starts from "idle": nothing to do before `now + IDLE_WAIT`.
+    /// Starts from "idle": no timer yet; [`NextWake::get`] says `now + IDLE_WAIT` until one is
+    /// considered.
     pub(crate) fn idle(now: Instant) -> Self {
-        Self {
-            at: now.saturating_add(IDLE_WAIT),
-            why: "idle",
-        }
+        Self { now, next: None }
     }
 
-    /// Keeps `at` if it is earlier than what is kept.
+    /// Keeps `at` if it is earlier than every timer considered so far.
     pub(crate) fn consider(&mut self, at: Instant, why: &'static str) {
-        if at < self.at {
-            self.at = at;
-            self.why = why;
+        if self.next.is_none_or(|(kept, _)| at < kept) {
+            self.next = Some((at, why));
         }
     }
 
-    /// The earliest time and why.
+    /// The earliest timer, or `now + IDLE_WAIT` ("idle") when none is earlier: when a role
+    /// that drains until `Wait` must be called back.
     pub(crate) fn get(self) -> (Instant, &'static str) {
-        (self.at, self.why)
+        let idle = self.now.saturating_add(IDLE_WAIT);
+        match self.next {
+            Some((at, why)) if at < idle => (at, why),
+            _ => (idle, "idle"),
+        }
+    }
+
+    /// The earliest timer however far away, `None` when there is none: what a table of many
+    /// machines' wake-ups keeps, so a timer beyond `IDLE_WAIT` is never forgotten.
+    pub(crate) fn timer(self) -> Option<(Instant, &'static str)> {
+        self.next
     }
 }
 

@@ -15,7 +15,7 @@ use outpost_core::sign::{FRAME_DOMAIN, FrameVerifier, Signer, signing_input};
 use outpost_core::time::UnixTime;
 use serde::de::DeserializeOwned;
 
-use crate::generate::{signer_from_hex, verifying_key_from_hex};
+use crate::keys::{signer_from_hex, verifying_key_from_hex};
 use crate::model::*;
 
 /// What a check found.

@@ -4,11 +4,15 @@
 //! implementation check itself against outpost byte for byte, the generator that writes them
 //! from fixed seeds, and the checker that runs outpost-core against them.
 //!
-//! `cargo run -p outpost-vectors -- generate` rewrites the files; `… -- check` verifies them.
+//! `cargo run -p outpost-vectors --features generate -- generate` rewrites the files; `… --
+//! check` verifies them. The generator (feature `generate`) needs the test root's private keys;
+//! the checker, which the `outpost` binary embeds, needs public keys only.
 //! The format is documented in `vectors/README.md`.
 
 pub mod check;
+#[cfg(feature = "generate")]
 pub mod generate;
+pub mod keys;
 pub mod model;
 
 use std::path::PathBuf;

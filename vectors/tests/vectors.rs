@@ -11,7 +11,7 @@ fn committed_files_match_the_generator_byte_for_byte() {
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
             committed == file.text,
-            "{} is stale: run `cargo run -p outpost-vectors -- generate`",
+            "{} is stale: run `cargo run -p outpost-vectors --features generate -- generate`",
             path.display()
         );
     }

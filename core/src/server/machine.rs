@@ -56,8 +56,11 @@ impl Server {
             return Err(TicketError::Unknown);
         }
         // Only due sessions get timeouts: bring this one's clock up to now before it stamps
-        // the ticket.
+        // the ticket. What that timeout decides (a lease that ran out) is journaled ahead of
+        // its outputs, as an input's is.
+        let mark = self.outputs.len();
         self.feed_or_report(context_id, session::Input::Timeout);
+        self.flush_journal(mark);
         let machine = self
             .machines
             .get_mut(context_id)
@@ -298,7 +301,13 @@ impl Server {
                     .push_back(Output::Command(Command::RunOnCloud(request)));
             }
             Candidate::Context { id, run, .. } => {
-                e.hops += 1;
+                // Only a forged record could hold this many hops: never reuse a run id.
+                let Some(hops) = e.hops.checked_add(1) else {
+                    let message = "the execution has been offered too many times".to_owned();
+                    self.fail(exec_id, "too_many_hops", message);
+                    return;
+                };
+                e.hops = hops;
                 let run_id = format!("{exec_id}.{}", e.hops);
                 let spec = RunSpec {
                     run_id: run_id.clone(),

@@ -202,11 +202,14 @@ impl Session {
     /// nothing, so a dispatcher can keep many sessions' wake-ups in a table without losing
     /// outputs.
     pub fn poll_timeout(&self) -> Option<(Instant, &'static str)> {
-        let (until, reason) = self.next_timer();
-        (reason != "idle").then_some((until, reason))
+        self.timers().timer()
     }
 
     fn next_timer(&self) -> (Instant, &'static str) {
+        self.timers().get()
+    }
+
+    fn timers(&self) -> NextWake {
         let mut wake = NextWake::idle(self.now.instant);
         if let Some(c) = &self.conn {
             wake.consider(
@@ -222,7 +225,7 @@ impl Session {
                 wake.consider(lost_at, "lease");
             }
         }
-        wake.get()
+        wake
     }
 
     fn on_timeout(&mut self) {

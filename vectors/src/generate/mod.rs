@@ -77,21 +77,7 @@ fn signer(kid: &str, secret_hex: &str) -> Ed25519Signer {
     )
 }
 
-/// A signer from a vector file's `*_secret_key_hex`.
-pub fn signer_from_hex(kid: &str, secret_hex: &str) -> Result<Ed25519Signer, String> {
-    let seed =
-        seed_from_hex(secret_hex).ok_or_else(|| format!("bad secret key hex {secret_hex:?}"))?;
-    Ok(Ed25519Signer::from_seed(kid, seed))
-}
-
-/// A public key from a vector file's `*public_key_hex`.
-pub fn verifying_key_from_hex(public_hex: &str) -> Result<ed25519_dalek::VerifyingKey, String> {
-    let bytes: [u8; 32] = hex::decode(public_hex)
-        .ok()
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| format!("bad public key hex {public_hex:?}"))?;
-    ed25519_dalek::VerifyingKey::from_bytes(&bytes).map_err(|e| e.to_string())
-}
+pub use crate::keys::{signer_from_hex, verifying_key_from_hex};
 
 fn public_hex(secret_hex: &str) -> String {
     let seed = seed_from_hex(secret_hex).expect("fixed seeds are valid hex");

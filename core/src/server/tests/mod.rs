@@ -374,3 +374,83 @@ fn the_host_s_mistakes_are_errors_and_a_session_s_refusal_is_an_event() {
     );
     assert!(n <= crate::MAX_QUEUED_OUTPUTS + 1);
 }
+
+#[test]
+fn a_lease_longer_than_the_idle_wait_still_ends_lost_after_its_deadline() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    h.chain("ada", vec![ChainEntry::Context("a".into())]);
+    h.connect("a", 1);
+    let mut long = request("x1", "ada", ExecuteTarget::chain());
+    long.timeout_ms = 2 * 3600 * 1000;
+    h.input(Input::Execute(Box::new(long)));
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunAccept {
+            run_id: "x1.1".into(),
+        },
+    );
+    assert_eq!(h.started_on("x1"), ["a"]);
+    h.disconnect("a");
+    assert_eq!(
+        h.server.poll_timeout().1,
+        "idle",
+        "an hour of nothing comes first"
+    );
+    // Committed at 1 s: the lease ends 30 s after its 2 h deadline.
+    h.elapsed = Duration::from_secs(1 + 2 * 3600 + 29);
+    h.input(Input::Timeout);
+    assert!(h.finished("x1").is_empty(), "not before deadline + 30 s");
+    assert_eq!(
+        h.server.poll_timeout().1,
+        "lease",
+        "the lease is still in the table"
+    );
+    h.advance(Duration::from_secs(2));
+    assert!(
+        matches!(h.finished("x1")[..], [ExecutionOutcome::Lost]),
+        "{:?}",
+        h.finished("x1")
+    );
+}
+
+#[test]
+fn a_lease_that_ends_as_a_ticket_is_issued_is_journaled_before_it_is_reported() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    h.chain("ada", vec![ChainEntry::Context("a".into())]);
+    h.connect("a", 1);
+    h.input(Input::Execute(Box::new(request(
+        "x1",
+        "ada",
+        ExecuteTarget::chain(),
+    ))));
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunAccept {
+            run_id: "x1.1".into(),
+        },
+    );
+    h.disconnect("a");
+    // Time passes, told by an input that wakes no session; the lease (10 s + 30 s) is due.
+    h.elapsed += Duration::from_secs(60);
+    h.input(Input::SetChain {
+        user_id: "bob".into(),
+        chain: Chain::default(),
+    });
+    assert!(h.finished("x1").is_empty());
+    let seen_before = h.seen.len();
+    h.server.issue_ticket("a", [7; 48]).expect("a ticket");
+    h.drain();
+    let after = &h.seen[seen_before..];
+    let ended = after.iter().position(|o| {
+        matches!(o, Output::Persist(r) if matches!(&r.change, ServerChange::ExecutionEnded(e) if e.exec_id == "x1"))
+    });
+    let reported = after.iter().position(
+        |o| matches!(o, Output::Event(Event::ExecutionFinished { exec_id, .. }) if exec_id == "x1"),
+    );
+    assert!(
+        matches!((ended, reported), (Some(e), Some(r)) if e < r),
+        "the end is written before it is reported: {after:?}"
+    );
+}
