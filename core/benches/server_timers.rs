@@ -103,15 +103,45 @@ fn server_timers(c: &mut Criterion) {
         // Every heartbeat is a little later than the last, so the machine's silence timer
         // really moves; machines take turns.
         let mut step = 0u64;
+        let heartbeat = |server: &mut Server, step: &mut u64| {
+            *step += 1;
+            let conn = *step % machines as u64;
+            let input = Input::Frame {
+                conn,
+                bytes: status.clone(),
+            };
+            server.handle_input(at(*step), input).expect("status");
+        };
+        // The input alone: the session is fed and its new wake-up goes into the table.
+        g.bench_function(BenchmarkId::new("heartbeat", machines), |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    let started = std::time::Instant::now();
+                    heartbeat(&mut server, &mut step);
+                    spent += started.elapsed();
+                    black_box(drain(&mut server));
+                }
+                spent
+            })
+        });
+        // The drain alone, after a heartbeat: its outputs, then the next wake-up from the table.
+        g.bench_function(BenchmarkId::new("drain", machines), |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    heartbeat(&mut server, &mut step);
+                    let started = std::time::Instant::now();
+                    black_box(drain(&mut server));
+                    spent += started.elapsed();
+                }
+                spent
+            })
+        });
+        // Both, as a host's loop does them.
         g.bench_function(BenchmarkId::new("heartbeat_and_drain", machines), |b| {
             b.iter(|| {
-                step += 1;
-                let conn = step % machines as u64;
-                let input = Input::Frame {
-                    conn,
-                    bytes: status.clone(),
-                };
-                server.handle_input(at(step), input).expect("status");
+                heartbeat(&mut server, &mut step);
                 black_box(drain(&mut server));
             })
         });

@@ -26,6 +26,17 @@ use crate::time::{Instant, Now, UnixTime};
 /// The simulated clock's origin: wall time 2026-01-01T00:00:00Z.
 pub const WALL_ORIGIN: u64 = 1_767_225_600;
 
+/// The `now` of a process that started at `started`, after `elapsed` of simulated time: its
+/// monotonic instants count from its own start, as a real process's do, while wall time is
+/// the world's. A restarted role gets a new `started`, so its restore must rebase every
+/// deadline it reads from its records.
+pub fn now_in_process(elapsed: Duration, started: Duration) -> Now {
+    Now {
+        instant: Instant::from_origin(elapsed.saturating_sub(started)),
+        wall: UnixTime(WALL_ORIGIN + elapsed.as_secs()),
+    }
+}
+
 /// The simulated `now` after `elapsed`.
 pub fn now_at(elapsed: Duration) -> Now {
     Now {

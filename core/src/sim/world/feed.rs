@@ -6,7 +6,7 @@ use super::World;
 use crate::daemon;
 use crate::server;
 use crate::sim::checker::Role;
-use crate::sim::now_at;
+use crate::sim::now_in_process;
 
 impl World {
     /// Hands the server one input at the current time.
@@ -14,7 +14,10 @@ impl World {
         let now = self.elapsed;
         let timeout = matches!(input, server::Input::Timeout);
         self.checker.fed(Role::Server, timeout, now);
-        if let Err(e) = self.server.handle_input(now_at(now), input) {
+        if let Err(e) = self
+            .server
+            .handle_input(now_in_process(now, self.server_started), input)
+        {
             self.checker
                 .fail(format!("the server refused an input: {e}"));
         }
@@ -23,12 +26,13 @@ impl World {
     /// Hands machine `i`'s daemon one input at the current time, if it is running.
     pub(super) fn feed_daemon(&mut self, i: usize, input: daemon::Input) {
         let now = self.elapsed;
+        let started = self.machines[i].started;
         let Some(d) = self.machines[i].daemon.as_mut() else {
             return;
         };
         let timeout = matches!(input, daemon::Input::Timeout);
         self.checker.fed(Role::Daemon(i), timeout, now);
-        if let Err(e) = d.handle_input(now_at(now), input) {
+        if let Err(e) = d.handle_input(now_in_process(now, started), input) {
             self.checker
                 .fail(format!("the daemon of machine {i} refused an input: {e}"));
         }

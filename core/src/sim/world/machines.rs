@@ -113,7 +113,8 @@ impl World {
             daemon::Command::Connect => self.connect(i),
             daemon::Command::Execute(execute) => {
                 let long = self.rng.chance(1, 6);
-                let budget = execute.deadline.since_origin().saturating_sub(now);
+                let deadline = execute.deadline.since_origin() + self.machines[i].started;
+                let budget = deadline.saturating_sub(now);
                 let duration = if long {
                     budget + Duration::from_secs(10)
                 } else {

@@ -116,6 +116,8 @@ struct Machine {
     ready: bool,
     /// The daemon's home: its records, as bytes.
     disk: Disk,
+    /// When the daemon's current process started: its instants count from here.
+    started: Duration,
     /// A crash waiting for its point in the daemon's output stream.
     crash: Option<PendingCrash>,
 }
@@ -127,6 +129,8 @@ struct World {
     server: Server,
     /// The server's database: its records, as bytes.
     server_disk: Disk,
+    /// When the server's current process started: its instants count from here.
+    server_started: Duration,
     /// A crash waiting for its point in the server's output stream.
     server_crash: Option<PendingCrash>,
     /// Executions the server's disk knows (an execute answered to its client).
@@ -185,6 +189,7 @@ impl World {
                 partitioned_until: None,
                 ready: false,
                 disk: Disk::default(),
+                started: Duration::ZERO,
                 crash: None,
             });
         }
@@ -204,6 +209,7 @@ impl World {
             elapsed: Duration::ZERO,
             server,
             server_disk: Disk::default(),
+            server_started: Duration::ZERO,
             server_crash: None,
             durable_execs: BTreeSet::new(),
             commits: BTreeMap::new(),
@@ -306,9 +312,10 @@ impl World {
             }
         };
         let (until, reason) = self.server.poll_timeout();
+        let server_until = until.since_origin() + self.server_started;
         self.checker
-            .wants_wake(Role::Server, until.since_origin(), reason, now);
-        consider(until.since_origin());
+            .wants_wake(Role::Server, server_until, reason, now);
+        consider(server_until);
         // The server's wake-up table must never be later than a session's own timer.
         let missed = self.machines.iter().find_map(|m| {
             let session = self.server.session(&m.context_id)?;
@@ -333,9 +340,9 @@ impl World {
             if let Some(d) = m.daemon.as_mut()
                 && let daemon::Output::Wait { until, reason } = d.poll_output()
             {
-                self.checker
-                    .wants_wake(Role::Daemon(i), until.since_origin(), reason, now);
-                consider(until.since_origin());
+                let until = until.since_origin() + m.started;
+                self.checker.wants_wake(Role::Daemon(i), until, reason, now);
+                consider(until);
             }
             for (at, _) in m.running.values() {
                 consider(*at);

@@ -9,7 +9,7 @@ use crate::daemon::{self, Daemon};
 use crate::server::{self, OutcomeRow, PlaceRow, Server, ServerChange, ServerRecord};
 use crate::session::{ConnId, SessionConfig};
 use crate::sim::checker::Role;
-use crate::sim::now_at;
+use crate::sim::now_in_process;
 use crate::sim::pair::test_keys;
 
 impl World {
@@ -70,7 +70,9 @@ impl World {
     /// exactly its state.
     pub(super) fn restart_server(&mut self, drained: bool) {
         self.server_crash = None;
-        let now = now_at(self.elapsed);
+        // A new process: its monotonic clock starts again.
+        self.server_started = self.elapsed;
+        let now = now_in_process(self.elapsed, self.server_started);
         let state = match self.server_disk.server_state() {
             Ok(state) => state,
             Err(e) => return self.checker.fail(format!("server disk does not read: {e}")),
@@ -193,7 +195,9 @@ impl World {
 
     /// Machine `i`'s daemon starts again from its disk.
     pub(super) fn restore_machine(&mut self, i: usize) {
-        let now = now_at(self.elapsed);
+        // A new process: its monotonic clock starts again.
+        self.machines[i].started = self.elapsed;
+        let now = now_in_process(self.elapsed, self.elapsed);
         let state = match self.machines[i].disk.daemon_state() {
             Ok(state) => state,
             Err(e) => {
