@@ -38,8 +38,8 @@ use crate::wire::{CapabilitySource, Environment, Grant};
 use timers::WakeTable;
 
 pub use record::{
-    ChainRow, ContextRow, EndedRow, ExecutionRow, OutcomeRow, PlaceRow, ResultRow, ServerChange,
-    ServerRecord, ServerSnapshot,
+    ChainRow, ContextRow, EndedRow, ExecutionRow, OutcomeRow, PlaceRow, ServerChange, ServerRecord,
+    ServerSnapshot,
 };
 
 /// Who may use a machine, as the server's records say.

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::routing::{Chain, ExecuteTarget, RanOn, Requester, Route};
 use crate::server::{ContextRecord, ExecuteRequest, ExecutionOutcome};
 use crate::session::RunResult;
-use crate::wire::{CapabilitySource, Environment, ErrorBody, Grant, RunStatus, Timing};
+use crate::wire::{CapabilitySource, Environment, Grant};
 
 /// A registered context: who may use it and what it may do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,8 +188,8 @@ pub struct EndedRow {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "camelCase", deny_unknown_fields)]
 pub enum OutcomeRow {
-    /// It ran; here is the result.
-    Completed(ResultRow),
+    /// It ran; here is the result, in the one shape every role reports it in.
+    Completed(RunResult),
     /// It started on a machine (or the server's executor) that stopped answering.
     Lost,
     /// It was cancelled.
@@ -206,41 +206,10 @@ pub enum OutcomeRow {
     },
 }
 
-/// A run's result as the server recorded it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ResultRow {
-    /// How it ended.
-    pub status: RunStatus,
-    /// Its exit code.
-    pub exit_code: Option<i32>,
-    /// The signal that ended it.
-    pub signal: Option<i32>,
-    /// Captured stdout.
-    pub stdout: String,
-    /// Captured stderr.
-    pub stderr: String,
-    /// Whether output was cut.
-    pub truncated: bool,
-    /// Daemon and server timing.
-    pub timing: Timing,
-    /// Why it could not run.
-    pub error: Option<ErrorBody>,
-}
-
 impl From<&ExecutionOutcome> for OutcomeRow {
     fn from(outcome: &ExecutionOutcome) -> Self {
         match outcome {
-            ExecutionOutcome::Completed(r) => OutcomeRow::Completed(ResultRow {
-                status: r.status,
-                exit_code: r.exit_code,
-                signal: r.signal,
-                stdout: r.stdout.clone(),
-                stderr: r.stderr.clone(),
-                truncated: r.truncated,
-                timing: r.timing.clone(),
-                error: r.error.clone(),
-            }),
+            ExecutionOutcome::Completed(r) => OutcomeRow::Completed((**r).clone()),
             ExecutionOutcome::Lost => OutcomeRow::Lost,
             ExecutionOutcome::Cancelled { reason } => OutcomeRow::Cancelled {
                 reason: reason.clone(),
@@ -256,16 +225,7 @@ impl From<&ExecutionOutcome> for OutcomeRow {
 impl From<&OutcomeRow> for ExecutionOutcome {
     fn from(row: &OutcomeRow) -> Self {
         match row {
-            OutcomeRow::Completed(r) => ExecutionOutcome::Completed(Box::new(RunResult {
-                status: r.status,
-                exit_code: r.exit_code,
-                signal: r.signal,
-                stdout: r.stdout.clone(),
-                stderr: r.stderr.clone(),
-                truncated: r.truncated,
-                timing: r.timing.clone(),
-                error: r.error.clone(),
-            })),
+            OutcomeRow::Completed(r) => ExecutionOutcome::Completed(Box::new(r.clone())),
             OutcomeRow::Lost => ExecutionOutcome::Lost,
             OutcomeRow::Cancelled { reason } => ExecutionOutcome::Cancelled {
                 reason: reason.clone(),
