@@ -1,4 +1,5 @@
-//! The dispatcher's API and its walk from candidate to candidate.
+//! The dispatcher's API and its walk from candidate to candidate. It decides where an
+//! execution goes next; it never runs anything, and never offers a started run elsewhere.
 
 use std::time::Duration;
 

@@ -34,6 +34,10 @@ pub enum PairError {
     /// The two sides were still exchanging after this many rounds.
     #[error("the pair had not settled after {0} rounds")]
     Unsettled(usize),
+    /// A role handed over a frame the codec cannot send (over the size limit): a bug in the
+    /// role, never dropped silently.
+    #[error("a frame could not be framed for sending: {0}")]
+    Unsendable(crate::wire::WireError),
 }
 
 /// How to build a [`Pair`].
@@ -266,9 +270,9 @@ impl Pair {
                 session::Output::Transmit { conn, bytes } => {
                     if let Some(link) = self.link.as_mut().filter(|l| l.conn == conn) {
                         let mut framed = Vec::new();
-                        if encode_frame(&bytes, DEFAULT_MAX_FRAME_LEN, &mut framed).is_ok() {
-                            link.to_daemon.bytes.extend(framed);
-                        }
+                        encode_frame(&bytes, DEFAULT_MAX_FRAME_LEN, &mut framed)
+                            .map_err(PairError::Unsendable)?;
+                        link.to_daemon.bytes.extend(framed);
                     }
                 }
                 session::Output::Close { conn, code, .. } => {
@@ -294,9 +298,9 @@ impl Pair {
                 daemon::Output::Transmit(bytes) => {
                     if let Some(link) = self.link.as_mut() {
                         let mut framed = Vec::new();
-                        if encode_frame(&bytes, DEFAULT_MAX_FRAME_LEN, &mut framed).is_ok() {
-                            link.to_session.bytes.extend(framed);
-                        }
+                        encode_frame(&bytes, DEFAULT_MAX_FRAME_LEN, &mut framed)
+                            .map_err(PairError::Unsendable)?;
+                        link.to_session.bytes.extend(framed);
                     }
                 }
                 daemon::Output::Close { code, reason } => {

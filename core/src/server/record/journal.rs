@@ -3,6 +3,8 @@
 //! The dispatcher marks rows as it changes them (contexts and chains by the input that names
 //! them, executions where they are placed, offered, committed or ended); at the end of each
 //! input it writes the current row of every mark as a record, ahead of the input's outputs.
+//! It never writes anything itself and never lets an output that depends on a change leave
+//! the queue before that change's record.
 
 use std::collections::BTreeSet;
 use std::mem::take;

@@ -1,4 +1,6 @@
-//! Rebuilding a dispatcher from its records in a new process.
+//! Rebuilding a dispatcher from its records in a new process: rows become machines, sessions
+//! and executions with deadlines rebased onto the new clock. It must never offer a committed
+//! run anywhere else, and never trust an instant from the old process.
 
 use std::sync::Arc;
 

@@ -1,4 +1,6 @@
-//! The rows of the dispatcher's records, and their conversions to and from its types.
+//! The rows of the dispatcher's records, and their conversions to and from its types. Rows
+//! hold wall-clock milliseconds, never an [`Instant`](crate::time::Instant), and no
+//! connection or ticket state: those die with the process.
 
 use serde::{Deserialize, Serialize};
 

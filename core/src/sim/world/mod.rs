@@ -575,12 +575,11 @@ impl World {
                 self.note(format!("finished {exec_id}: {kind}: {line}"));
             }
             server::Event::RunStarted {
-                exec_id,
+                exec_id: _,
                 run_id,
                 context_id,
             } => {
                 // The checker learns of the commit from its record (`write_server_record`).
-                let _ = exec_id;
                 self.note(format!("committed {run_id} on {context_id}"));
             }
             server::Event::SessionError { context_id, error } => {
