@@ -31,4 +31,6 @@ pub use owner::{HOME_VAR, OwnerError, OwnerFolders};
 pub use paths::{
     HostPathError, as_canonical, check_cwd, resolve, resolve_entry, resolve_volume, volume_path,
 };
-pub use services::{RunningServiceTable, ServiceInfo, ServiceState};
+pub use services::{
+    DEFAULT_STOP_BOUND, RunningServiceTable, ServiceInfo, ServiceState, ShutdownError, StopError,
+};
