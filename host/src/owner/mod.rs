@@ -55,8 +55,9 @@ impl OwnerFolders {
     /// folder, which holds keys and the policy, never contains the runs' folders or the
     /// cache); otherwise the XDG base directories, each falling
     /// back under `HOME` when unset or relative (a relative XDG path is invalid and ignored,
-    /// as the XDG spec says). Existing folders are resolved with `realpath`, so a symlinked
-    /// home is denylisted where it really is.
+    /// as the XDG spec says). Each folder is resolved with `realpath` as far as it exists
+    /// (the rest appended as written), so a symlinked home or `~/.config` is denylisted where
+    /// it really is, even before outpost's own folder is created.
     pub fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Result<Self, OwnerError> {
         let absolute = |name: &str| {
             var(name)
@@ -114,9 +115,21 @@ impl OwnerFolders {
     }
 }
 
-/// `realpath(path)` when it exists, else `path` as given.
+/// `realpath` of the deepest part of `path` that exists, with the rest appended as written:
+/// a folder outpost has not created yet is named where it will really be (under a symlinked
+/// `~/.config`, say), so the denylist guards the place its keys will be written.
 fn realpath_if_present(path: &Path) -> PathBuf {
-    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
+    for existing in path.ancestors() {
+        if let Ok(real) = existing.canonicalize() {
+            let rest = path.strip_prefix(existing).unwrap_or(Path::new(""));
+            return if rest.as_os_str().is_empty() {
+                real
+            } else {
+                real.join(rest)
+            };
+        }
+    }
+    path.to_path_buf()
 }
 
 #[cfg(test)]

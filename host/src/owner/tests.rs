@@ -14,7 +14,7 @@ use outpost_core::wire::{
 use super::{OwnerError, OwnerFolders};
 use crate::{LaunchContext, check_cwd, launch_from_execute};
 
-/// Folders from exactly these variables (paths that do not exist stay as written).
+/// Folders from exactly these variables (paths under no existing folder stay as written).
 fn folders(vars: &[(&str, &str)]) -> Result<OwnerFolders, OwnerError> {
     let vars: BTreeMap<String, OsString> = vars
         .iter()
@@ -178,4 +178,24 @@ fn a_symlinked_home_is_denylisted_where_it_really_is() {
     assert_eq!(f.home.as_deref(), Some(real.as_path()));
     let key = CanonicalPath::new(format!("{}/.ssh/id_rsa", real.display())).unwrap();
     assert!(f.denylist().unwrap().denying(&key).is_some());
+}
+
+#[test]
+fn a_config_folder_not_created_yet_is_denylisted_under_its_symlinked_parent() {
+    let base = std::env::temp_dir().join(format!("outpost-host-owner-xdg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (home, dotfiles) = (base.join("home"), base.join("dotfiles/config"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&dotfiles).unwrap();
+    let dotfiles = dotfiles.canonicalize().unwrap();
+    std::os::unix::fs::symlink(&dotfiles, home.join(".config")).unwrap();
+    let f = folders(&[("HOME", home.to_str().unwrap())]).unwrap();
+    // `~/.config/outpost` does not exist yet; it will be created inside the link's target.
+    assert_eq!(f.config, dotfiles.join("outpost"));
+    assert_eq!(f.local_policy_file(), dotfiles.join("outpost/policy.json"));
+    let key = CanonicalPath::new(format!("{}/outpost/key.json", dotfiles.display())).unwrap();
+    assert!(f.denylist().unwrap().denying(&key).is_some());
+    // A folder under no existing one at all stays as written.
+    let f = folders(&[("OUTPOST_HOME", "/nonexistent/op")]).unwrap();
+    assert_eq!(f.config, PathBuf::from("/nonexistent/op/config"));
 }
