@@ -17,6 +17,7 @@
 //!
 //! Executors depend on `outpost-core` and this crate, never on each other.
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod launch;
 mod owner;
