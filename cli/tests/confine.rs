@@ -208,3 +208,37 @@ fn a_binary_without_the_subcommand_is_not_taken_for_the_helper() {
     );
     assert!(!dir.join("ran").exists());
 }
+
+#[test]
+fn a_folder_flag_without_its_folder_is_the_helper_s_own_failure() {
+    for args in [
+        &["--probe", "--rw"][..],
+        &["--ro"][..],
+        &["--ro", "--", "/bin/true"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_outpost"))
+            .arg("confine")
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {stderr}");
+        let flag = args.iter().find(|a| a.starts_with("--r")).unwrap();
+        assert_eq!(
+            stderr,
+            format!("outpost confine: {flag} needs a folder\n"),
+            "{args:?}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: nothing was probed");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_outpost"))
+        .args(["confine", "--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(126));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("outpost confine: cannot execute"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -39,6 +39,15 @@ pub enum ImageError {
     /// Reading the local files or writing the tarball failed.
     #[error("building the root filesystem: {0}")]
     Rootfs(#[from] std::io::Error),
+    /// The engine could not say what `tag` names (unreachable, or an error other than the
+    /// image being missing), so whether it must be built is unknown.
+    #[error("inspecting {tag}: {message}")]
+    Inspect {
+        /// The tag being checked.
+        tag: String,
+        /// What the engine (or the connection to it) said.
+        message: String,
+    },
     /// The engine refused the import.
     #[error("importing {tag}: {message}")]
     Import {
@@ -178,7 +187,9 @@ async fn is_built_from(
 
 /// Makes `tag` from the static busybox at `busybox` unless the engine already has an image
 /// built from the same tarball and config under it; an image of another making under that
-/// name (an older layout, no `PATH`, a different busybox) is replaced.
+/// name (an older layout, no `PATH`, a different busybox) is replaced. A tag the engine
+/// does not know is built; any other engine error is [`ImageError::Inspect`], never taken
+/// for a missing image.
 pub async fn ensure_busybox_image(
     docker: &Docker,
     tag: &str,
@@ -186,12 +197,59 @@ pub async fn ensure_busybox_image(
 ) -> Result<Ensured, ImageError> {
     let rootfs = busybox_rootfs(busybox)?;
     let (source, layer) = (source_digest(&rootfs), sha256_hex(&rootfs));
-    if is_built_from(docker, tag, &source, &layer)
-        .await
-        .unwrap_or(false)
-    {
+    let kept = match is_built_from(docker, tag, &source, &layer).await {
+        Ok(kept) => kept,
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => false,
+        Err(e) => {
+            return Err(ImageError::Inspect {
+                tag: tag.to_owned(),
+                message: e.to_string(),
+            });
+        }
+    };
+    if kept {
         return Ok(Ensured::Kept);
     }
     import_rootfs(docker, tag, rootfs).await?;
     Ok(Ensured::Built)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_engine_is_an_error_not_a_missing_image() {
+        // A port nothing listens on: the engine cannot be reached.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let docker = Docker::connect_with_http(
+            &format!("http://127.0.0.1:{port}"),
+            5,
+            bollard::API_DEFAULT_VERSION,
+        )
+        .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // `true --list` succeeds and lists nothing: a root filesystem with no applets.
+        let truth = ["/usr/bin/true", "/bin/true"]
+            .into_iter()
+            .map(Path::new)
+            .find(|p| p.exists())
+            .expect("a `true` binary");
+        let err = runtime
+            .block_on(ensure_busybox_image(&docker, "outpost-test:none", truth))
+            .unwrap_err();
+        assert!(
+            matches!(&err, ImageError::Inspect { tag, .. } if tag == "outpost-test:none"),
+            "{err}"
+        );
+    }
 }

@@ -115,7 +115,7 @@ fn a_service_granted_egress_is_reached_on_its_bridge_address() {
     let table = ServiceTable::new();
     table.start(&registry, &allow, l).unwrap();
     assert!(get(port).contains("bridged"));
-    table.shutdown();
+    table.shutdown().unwrap();
     assert!(containers_of(&run_id).is_empty());
 }
 
@@ -176,7 +176,7 @@ fn shutdown_stops_and_removes_every_service() {
     }
     assert!(runs.iter().all(|r| containers_of(r).len() == 1));
     let begun = Instant::now();
-    table.shutdown();
+    table.shutdown().unwrap();
     assert!(runs.iter().all(|r| containers_of(r).is_empty()));
     assert!(
         table

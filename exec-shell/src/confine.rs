@@ -12,9 +12,13 @@
 //! outpost confine [--ro DIR]… [--rw DIR]… -- PROGRAM [ARGS…]
 //! ```
 //!
-//! The helper exits 125 without running anything if Landlock cannot be fully enforced, 126 if
-//! the program cannot be executed. A probe that succeeds prints [`PROBE_OK`]: a binary that
-//! does not know the subcommand cannot pass for a helper by exiting 0.
+//! Two exit statuses are the helper's own failures, never the program's: 125
+//! ([`EXIT_NOT_CONFINED`]) when it ran nothing (a bad argument, such as `--ro` or `--rw`
+//! without a folder, or Landlock not fully enforced) and 126 ([`EXIT_CANNOT_EXECUTE`]) when
+//! the program cannot be executed. A program may exit 125 or 126 itself, so each helper
+//! failure is also marked by one line on stderr starting with [`STDERR_PREFIX`]
+//! (`outpost confine:`). A probe that succeeds prints [`PROBE_OK`]: a binary that does not
+//! know the subcommand cannot pass for a helper by exiting 0.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -39,6 +43,9 @@ pub const PROBE_OK: &str = "outpost-confine: Landlock enforced";
 
 /// Exit status of a helper that ran nothing: bad arguments, or Landlock not enforced.
 pub const EXIT_NOT_CONFINED: u8 = 125;
+
+/// How the helper's own failure lines on stderr begin, telling them from the program's.
+pub const STDERR_PREFIX: &str = "outpost confine:";
 
 /// Exit status of a helper that could not execute the program.
 pub const EXIT_CANNOT_EXECUTE: u8 = 126;
@@ -191,34 +198,40 @@ pub fn helper_main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     while let Some(arg) = args.next() {
         match arg.to_str() {
             Some("--probe") => probe = true,
-            Some("--ro") => ro.extend(args.next().map(PathBuf::from)),
-            Some("--rw") => rw.extend(args.next().map(PathBuf::from)),
+            Some(flag @ ("--ro" | "--rw")) => {
+                let Some(folder) = args.next().filter(|value| value != "--") else {
+                    return not_confined(format!("{flag} needs a folder"));
+                };
+                let folders = if flag == "--ro" { &mut ro } else { &mut rw };
+                folders.push(PathBuf::from(folder));
+            }
             Some("--") => {
                 program = args.next();
                 break;
             }
-            _ => {
-                eprintln!("outpost-confine: unexpected argument {arg:?}");
-                return ExitCode::from(EXIT_NOT_CONFINED);
-            }
+            _ => return not_confined(format!("unexpected argument {arg:?}")),
         }
     }
     if let Err(why) = restrict_self(&ro, &rw) {
-        eprintln!("outpost-confine: {why}");
-        return ExitCode::from(EXIT_NOT_CONFINED);
+        return not_confined(why);
     }
     if probe {
         println!("{PROBE_OK}");
         return ExitCode::SUCCESS;
     }
     let Some(program) = program else {
-        eprintln!("outpost-confine: no program after `--`");
-        return ExitCode::from(EXIT_NOT_CONFINED);
+        return not_confined("no program after `--`");
     };
     let err = Command::new(&program).args(args).exec();
     eprintln!(
-        "outpost-confine: cannot execute {}: {err}",
+        "{STDERR_PREFIX} cannot execute {}: {err}",
         PathBuf::from(program).display()
     );
     ExitCode::from(EXIT_CANNOT_EXECUTE)
+}
+
+/// Reports `why` on stderr, marked as the helper's, and exits having run nothing.
+fn not_confined(why: impl std::fmt::Display) -> ExitCode {
+    eprintln!("{STDERR_PREFIX} {why}");
+    ExitCode::from(EXIT_NOT_CONFINED)
 }

@@ -172,7 +172,7 @@ fn shutdown_stops_every_service() {
             .unwrap();
         wait_for_output(&table, name, "up");
     }
-    table.shutdown();
+    table.shutdown().unwrap();
     let states: Vec<ServiceState> = table.list().into_iter().map(|s| s.state).collect();
     assert_eq!(states, vec![ServiceState::Stopped, ServiceState::Stopped]);
 }

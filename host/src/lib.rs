@@ -17,6 +17,7 @@
 //!
 //! Executors depend on `outpost-core` and this crate, never on each other.
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod launch;
 mod owner;
@@ -31,4 +32,6 @@ pub use owner::{HOME_VAR, OwnerError, OwnerFolders};
 pub use paths::{
     HostPathError, as_canonical, check_cwd, resolve, resolve_entry, resolve_volume, volume_path,
 };
-pub use services::{RunningServiceTable, ServiceInfo, ServiceState};
+pub use services::{
+    DEFAULT_STOP_BOUND, RunningServiceTable, ServiceInfo, ServiceState, ShutdownError, StopError,
+};

@@ -1,8 +1,9 @@
 //! The machine owner's folders and the credential denylist built from them.
 //!
 //! This module owns where outpost keeps its files for the owner (the XDG base directories,
-//! or one folder named by `OUTPOST_HOME` / `--home`) and which of the owner's paths no run may
-//! ever see ([`CredentialDenylist::for_home`] under `HOME`, plus outpost's own config folder).
+//! or one folder named by `OUTPOST_HOME` / `--home`, holding `config/`, `state/` and `cache/`)
+//! and which of the owner's paths no run may ever see ([`CredentialDenylist::for_home`] under
+//! `HOME`, plus outpost's own config folder).
 //! It reads environment variables through the caller ([`OwnerFolders::from_vars`]) and never
 //! creates, reads or writes a folder.
 
@@ -33,12 +34,13 @@ pub struct OwnerFolders {
     /// The owner's home (`HOME`), canonical; its credential paths are denylisted.
     pub home: Option<PathBuf>,
     /// Keys, tokens and the local policy: `$XDG_CONFIG_HOME/outpost` (default
-    /// `~/.config/outpost`). Denylisted as a whole.
+    /// `~/.config/outpost`), or `$OUTPOST_HOME/config`. Denylisted as a whole.
     pub config: PathBuf,
-    /// What can be rebuilt (compiled wasm modules): `$XDG_CACHE_HOME/outpost`.
+    /// What can be rebuilt (compiled wasm modules): `$XDG_CACHE_HOME/outpost`, or
+    /// `$OUTPOST_HOME/cache`.
     pub cache: PathBuf,
     /// What the daemon keeps between starts (result outbox, lock, capability folders of
-    /// runs): `$XDG_STATE_HOME/outpost`.
+    /// runs): `$XDG_STATE_HOME/outpost`, or `$OUTPOST_HOME/state`.
     pub state: PathBuf,
 }
 
@@ -48,11 +50,14 @@ impl OwnerFolders {
         Self::from_vars(|name| std::env::var_os(name))
     }
 
-    /// The folders that `var` (an environment lookup) names: with `OUTPOST_HOME`, that one
-    /// folder for config, cache and state; otherwise the XDG base directories, each falling
+    /// The folders that `var` (an environment lookup) names: with `OUTPOST_HOME`, its
+    /// `config/`, `state/` and `cache/` subfolders (separate, so that the denylisted config
+    /// folder, which holds keys and the policy, never contains the runs' folders or the
+    /// cache); otherwise the XDG base directories, each falling
     /// back under `HOME` when unset or relative (a relative XDG path is invalid and ignored,
-    /// as the XDG spec says). Existing folders are resolved with `realpath`, so a symlinked
-    /// home is denylisted where it really is.
+    /// as the XDG spec says). Each folder is resolved with `realpath` as far as it exists
+    /// (the rest appended as written), so a symlinked home or `~/.config` is denylisted where
+    /// it really is, even before outpost's own folder is created.
     pub fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Result<Self, OwnerError> {
         let absolute = |name: &str| {
             var(name)
@@ -64,9 +69,9 @@ impl OwnerFolders {
         if let Some(root) = absolute(HOME_VAR) {
             return Ok(Self {
                 home,
-                config: root.clone(),
-                cache: root.clone(),
-                state: root,
+                config: realpath_if_present(&root.join("config")),
+                cache: realpath_if_present(&root.join("cache")),
+                state: realpath_if_present(&root.join("state")),
             });
         }
         let base = |xdg: &str, under_home: &str| -> Result<PathBuf, OwnerError> {
@@ -110,9 +115,21 @@ impl OwnerFolders {
     }
 }
 
-/// `realpath(path)` when it exists, else `path` as given.
+/// `realpath` of the deepest part of `path` that exists, with the rest appended as written:
+/// a folder outpost has not created yet is named where it will really be (under a symlinked
+/// `~/.config`, say), so the denylist guards the place its keys will be written.
 fn realpath_if_present(path: &Path) -> PathBuf {
-    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
+    for existing in path.ancestors() {
+        if let Ok(real) = existing.canonicalize() {
+            let rest = path.strip_prefix(existing).unwrap_or(Path::new(""));
+            return if rest.as_os_str().is_empty() {
+                real
+            } else {
+                real.join(rest)
+            };
+        }
+    }
+    path.to_path_buf()
 }
 
 #[cfg(test)]

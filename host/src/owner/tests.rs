@@ -2,11 +2,19 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use outpost_core::grant::CanonicalPath;
+use std::time::Duration;
+
+use outpost_core::daemon::{Capability, Execute};
+use outpost_core::grant::{CanonicalPath, LocalPolicy};
+use outpost_core::time::Instant;
+use outpost_core::wire::{
+    CapabilitySource, CommandsGrant, Egress, Environment, Grant, GrantLimits, InlineFile,
+};
 
 use super::{OwnerError, OwnerFolders};
+use crate::{LaunchContext, check_cwd, launch_from_execute};
 
-/// Folders from exactly these variables (paths that do not exist stay as written).
+/// Folders from exactly these variables (paths under no existing folder stay as written).
 fn folders(vars: &[(&str, &str)]) -> Result<OwnerFolders, OwnerError> {
     let vars: BTreeMap<String, OsString> = vars
         .iter()
@@ -59,8 +67,75 @@ fn outpost_home_holds_everything_in_one_folder() {
     ])
     .unwrap();
     let root = PathBuf::from("/nonexistent/op");
-    assert_eq!((&f.config, &f.cache, &f.state), (&root, &root, &root));
-    assert_eq!(f.runs_dir(), root.join("runs"));
+    assert_eq!(
+        (&f.config, &f.cache, &f.state),
+        (
+            &root.join("config"),
+            &root.join("cache"),
+            &root.join("state")
+        )
+    );
+    assert_eq!(f.runs_dir(), root.join("state/runs"));
+    assert_eq!(f.wasm_cache(), root.join("cache/wasm"));
+    assert_eq!(f.local_policy_file(), root.join("config/policy.json"));
+}
+
+#[test]
+fn under_outpost_home_a_daemon_run_may_start_in_its_own_folder() {
+    let root = std::env::temp_dir().join(format!("outpost-host-owner-op-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let f = folders(&[("OUTPOST_HOME", root.to_str().unwrap())]).unwrap();
+    let denylist = f.denylist().unwrap();
+    let local = LocalPolicy::default();
+    let cx = LaunchContext {
+        runs_dir: &f.runs_dir(),
+        local: &local,
+        denylist: &denylist,
+        now: Instant::from_origin(Duration::ZERO),
+    };
+    let execute = Execute {
+        run_id: "run-1".into(),
+        environment: Environment::Shell,
+        capability: Capability::Inline(CapabilitySource::Inline {
+            manifest: "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n".into(),
+            files: vec![InlineFile {
+                path: "run.sh".into(),
+                content_b64: outpost_core::b64::encode(b"echo hi\n"),
+            }],
+        }),
+        grant: Grant {
+            fs: Vec::new(),
+            egress: Egress::None,
+            commands: CommandsGrant { enabled: false },
+            limits: GrantLimits { max_concurrent: 1 },
+            environments: None,
+        },
+        deadline: Instant::from_origin(Duration::from_secs(10)),
+        shared_run: false,
+    };
+    let launch = launch_from_execute(&execute, &cx).unwrap().launch;
+    let cwd = check_cwd(&launch.dir, None, &launch.mounts, &launch.denylist).unwrap();
+    assert_eq!(cwd, launch.dir);
+    // The config folder (keys, policy) is still denylisted as a whole.
+    let policy = CanonicalPath::new(format!(
+        "{}/config/policy.json",
+        root.canonicalize().unwrap().display()
+    ))
+    .unwrap();
+    assert!(denylist.denying(&policy).is_some());
+    std::fs::create_dir_all(&f.config).unwrap();
+    assert_eq!(
+        check_cwd(
+            &launch.dir,
+            Some(&f.config),
+            &launch.mounts,
+            &launch.denylist
+        )
+        .unwrap_err()
+        .code(),
+        "path_refused"
+    );
 }
 
 #[test]
@@ -103,4 +178,24 @@ fn a_symlinked_home_is_denylisted_where_it_really_is() {
     assert_eq!(f.home.as_deref(), Some(real.as_path()));
     let key = CanonicalPath::new(format!("{}/.ssh/id_rsa", real.display())).unwrap();
     assert!(f.denylist().unwrap().denying(&key).is_some());
+}
+
+#[test]
+fn a_config_folder_not_created_yet_is_denylisted_under_its_symlinked_parent() {
+    let base = std::env::temp_dir().join(format!("outpost-host-owner-xdg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (home, dotfiles) = (base.join("home"), base.join("dotfiles/config"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&dotfiles).unwrap();
+    let dotfiles = dotfiles.canonicalize().unwrap();
+    std::os::unix::fs::symlink(&dotfiles, home.join(".config")).unwrap();
+    let f = folders(&[("HOME", home.to_str().unwrap())]).unwrap();
+    // `~/.config/outpost` does not exist yet; it will be created inside the link's target.
+    assert_eq!(f.config, dotfiles.join("outpost"));
+    assert_eq!(f.local_policy_file(), dotfiles.join("outpost/policy.json"));
+    let key = CanonicalPath::new(format!("{}/outpost/key.json", dotfiles.display())).unwrap();
+    assert!(f.denylist().unwrap().denying(&key).is_some());
+    // A folder under no existing one at all stays as written.
+    let f = folders(&[("OUTPOST_HOME", "/nonexistent/op")]).unwrap();
+    assert_eq!(f.config, PathBuf::from("/nonexistent/op/config"));
 }

@@ -165,14 +165,16 @@ pub fn check_cwd(
 /// A declared volume's host folder (absolute, or relative to the capability folder), canonical,
 /// checked against the run's mounts and the credential denylist for the volume's mode. A
 /// read-only volume inside the capability folder needs no mount; a denylisted path is refused
-/// everywhere.
+/// everywhere. The capability folder is resolved with `realpath` too, so both sides of the
+/// "inside" test are compared as they really are.
 pub fn resolve_volume(launch: &Launch, host: &str, mode: FolderMode) -> Result<PathBuf, ExecError> {
-    let (resolved, canonical) = resolve(&volume_path(&launch.dir, host))?;
+    let (dir, _) = resolve(&launch.dir)?;
+    let (resolved, canonical) = resolve(&volume_path(&dir, host))?;
     let access = match mode {
         FolderMode::Ro => Access::Read,
         FolderMode::Rw => Access::Write,
     };
-    let inside_capability = mode == FolderMode::Ro && resolved.starts_with(&launch.dir);
+    let inside_capability = mode == FolderMode::Ro && resolved.starts_with(&dir);
     match check_path(&canonical, &launch.mounts, &launch.denylist, access) {
         Ok(_) => Ok(resolved),
         Err(_) if inside_capability && launch.denylist.denying(&canonical).is_none() => {

@@ -118,3 +118,19 @@ fn a_volume_is_granted_by_its_mount_and_refused_outside_it() {
     assert_eq!(resolve_volume(&l, ".", FolderMode::Ro).unwrap(), dir);
     assert!(resolve_volume(&l, ".", FolderMode::Rw).is_err());
 }
+
+#[test]
+fn a_volume_inside_a_symlinked_capability_folder_needs_no_mount() {
+    let real = folder("linked-capability");
+    std::fs::create_dir_all(real.join("assets")).unwrap();
+    let link = real.with_extension("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let l = launch(&link, Vec::new());
+    assert_eq!(
+        resolve_volume(&l, "assets", FolderMode::Ro).unwrap(),
+        real.join("assets")
+    );
+    assert_eq!(resolve_volume(&l, ".", FolderMode::Ro).unwrap(), real);
+    assert!(resolve_volume(&l, "assets", FolderMode::Rw).is_err());
+}

@@ -14,7 +14,7 @@ use outpost_core::grant::CredentialDenylist;
 use outpost_core::manifest::{Manifest, Permission};
 use outpost_core::wire::{Egress, Environment};
 
-use super::{RunningServiceTable, ServiceState};
+use super::{RunningServiceTable, ServiceState, ShutdownError, StopError};
 
 /// How long a test waits for the other side before it declares it blocked.
 const BLOCKED: Duration = Duration::from_secs(10);
@@ -43,10 +43,12 @@ impl Gate {
 }
 
 /// Runs "services" that do nothing until cancelled. The run named `slow` waits at
-/// `slow_stop` when cancelled; the launch of `slow-start` waits at `slow_launch`.
+/// `slow_stop` when cancelled; the launch of `slow-start` waits at `slow_launch`. `stuck`
+/// never ends, even cancelled; cancelling `unstoppable` fails. `cancels` counts cancels.
 #[derive(Default)]
 struct GatedExecutor {
     launches: Arc<AtomicUsize>,
+    cancels: Arc<AtomicUsize>,
     slow_launch: Option<Arc<Gate>>,
     slow_stop: Option<Arc<Gate>>,
 }
@@ -54,6 +56,7 @@ struct GatedExecutor {
 struct GatedRun {
     name: String,
     cancelled: bool,
+    cancels: Arc<AtomicUsize>,
     stop_gate: Option<Arc<Gate>>,
 }
 
@@ -87,6 +90,7 @@ impl Executor for GatedExecutor {
         Ok(Box::new(GatedRun {
             name,
             cancelled: false,
+            cancels: self.cancels.clone(),
             stop_gate,
         }))
     }
@@ -97,7 +101,12 @@ impl RunHandle for GatedRun {
         &self.name
     }
 
-    fn wait(&mut self, _timeout: Duration) -> Result<Option<Outcome>, ExecError> {
+    fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError> {
+        if self.name == "stuck" {
+            // Blocks as a real wait would, and never sees the run end.
+            std::thread::park_timeout(timeout);
+            return Ok(None);
+        }
         Ok(self.cancelled.then(|| Outcome {
             ending: Ending::Cancelled,
             exit_code: None,
@@ -111,6 +120,10 @@ impl RunHandle for GatedRun {
     }
 
     fn cancel(&mut self) -> Result<(), ExecError> {
+        self.cancels.fetch_add(1, Ordering::SeqCst);
+        if self.name == "unstoppable" {
+            return Err(ExecError::Failed("the engine refused".into()));
+        }
         if let Some(gate) = self.stop_gate.take() {
             gate.pass();
         }
@@ -310,4 +323,123 @@ fn a_failed_launch_leaves_the_previous_row_and_frees_the_name() {
         ServiceState::Running,
         "a stopped name can start again"
     );
+}
+
+#[test]
+fn shutdown_reports_every_service_it_could_not_stop_and_stops_the_rest() {
+    let registry = registry(GatedExecutor::default());
+    let table = RunningServiceTable::new();
+    for name in ["unstoppable", "svc"] {
+        table.start(&registry, &allowed(), launch(name)).unwrap();
+    }
+    let err = table.shutdown().unwrap_err();
+    let ShutdownError::NotStopped(failures) = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(failures.len(), 1, "{err}");
+    assert_eq!(failures[0].0, "unstoppable");
+    assert_eq!(failures[0].1.code(), "run_failed");
+    assert_eq!(
+        err.to_string(),
+        "1 service(s) could not be stopped: unstoppable: run failed: the engine refused"
+    );
+    assert_eq!(state(&table, "svc"), Some(ServiceState::Stopped));
+    assert_eq!(state(&table, "unstoppable"), Some(ServiceState::Running));
+}
+
+#[test]
+fn a_launch_in_flight_when_shutdown_begins_stops_its_run_when_it_completes() {
+    let (gate, entered, open) = Gate::new();
+    let executor = GatedExecutor {
+        slow_launch: Some(gate),
+        ..GatedExecutor::default()
+    };
+    let cancels = executor.cancels.clone();
+    let registry = Arc::new(registry(executor));
+    let table = Arc::new(RunningServiceTable::new());
+    let starter = {
+        let (table, registry) = (table.clone(), registry.clone());
+        std::thread::spawn(move || table.start(&registry, &allowed(), launch("slow-start")))
+    };
+    entered
+        .recv_timeout(BLOCKED)
+        .expect("the launch reached its executor");
+    table.shutdown().unwrap();
+    assert_eq!(cancels.load(Ordering::SeqCst), 0, "nothing ran yet");
+
+    open.send(()).unwrap();
+    let err = starter.join().unwrap().unwrap_err();
+    assert_eq!(err.code(), "run_failed");
+    assert!(err.to_string().contains("shutting down"), "{err}");
+    assert_eq!(
+        cancels.load(Ordering::SeqCst),
+        1,
+        "the late run was stopped"
+    );
+    assert_eq!(state(&table, "slow-start"), None, "the name is free");
+
+    let late = table
+        .start(&registry, &allowed(), launch("other"))
+        .unwrap_err();
+    assert_eq!(late.code(), "run_failed");
+    assert!(table.list().is_empty(), "no start after shutdown");
+}
+
+#[test]
+fn a_run_that_does_not_end_once_cancelled_is_reported_after_the_stop_bound() {
+    let executor = GatedExecutor::default();
+    let cancels = executor.cancels.clone();
+    let registry = registry(executor);
+    let table = RunningServiceTable::with_stop_bound(Duration::from_millis(50));
+    table.start(&registry, &allowed(), launch("stuck")).unwrap();
+    let err = table.stop("stuck").unwrap_err();
+    assert!(
+        matches!(&err, StopError::DidNotEnd { name, waited }
+            if name == "stuck" && *waited >= Duration::from_millis(50)),
+        "{err}"
+    );
+    assert_eq!(err.code(), "run_failed");
+    assert_eq!(cancels.load(Ordering::SeqCst), 1);
+    // Still listed as running, so a later stop tries again.
+    assert_eq!(state(&table, "stuck"), Some(ServiceState::Running));
+    assert!(matches!(
+        table.stop("stuck").unwrap_err(),
+        StopError::DidNotEnd { .. }
+    ));
+    assert_eq!(cancels.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn a_launch_that_cannot_be_recorded_is_stopped_not_left_untracked() {
+    let (gate, entered, open) = Gate::new();
+    let executor = GatedExecutor {
+        slow_launch: Some(gate),
+        ..GatedExecutor::default()
+    };
+    let (launches, cancels) = (executor.launches.clone(), executor.cancels.clone());
+    let registry = Arc::new(registry(executor));
+    let table = Arc::new(RunningServiceTable::new());
+    let starter = {
+        let (table, registry) = (table.clone(), registry.clone());
+        std::thread::spawn(move || table.start(&registry, &allowed(), launch("slow-start")))
+    };
+    entered
+        .recv_timeout(BLOCKED)
+        .expect("the launch reached its executor");
+    // Another thread panics holding the table's lock while the launch is in flight.
+    let poisoner = {
+        let table = table.clone();
+        std::thread::spawn(move || {
+            let _rows = table.rows.lock().unwrap();
+            panic!("poisoning the service table lock");
+        })
+    };
+    assert!(poisoner.join().is_err());
+
+    open.send(()).unwrap();
+    let err = starter.join().unwrap().unwrap_err();
+    assert_eq!(err.code(), "run_failed");
+    assert_eq!(launches.load(Ordering::SeqCst), 1, "the run did start");
+    assert_eq!(cancels.load(Ordering::SeqCst), 1, "and was stopped");
+    assert_eq!(table.shutdown().unwrap_err(), ShutdownError::Poisoned);
 }
