@@ -1,0 +1,65 @@
+//! The simulated network between the server and the machines: latency, partitions and
+//! suspends decide when (and whether) a frame arrives. It never changes a frame's bytes.
+
+use super::*;
+
+impl World {
+    pub(super) fn latency(&mut self) -> Duration {
+        Duration::from_millis(1 + self.rng.below(40))
+    }
+
+    pub(super) fn send(&mut self, conn: ConnId, to_server: bool, bytes: Vec<u8>) {
+        let mut at = self.elapsed + self.latency();
+        let mut copies = 1;
+        if self.in_fault_phase() {
+            let roll = self.rng.below(1000);
+            if roll < 8 {
+                // Lost in flight: the connection under it dies too.
+                self.note(format!("drop on conn {conn}"));
+                self.break_conn(conn);
+                return;
+            } else if roll < 18 {
+                copies = 2;
+            } else if roll < 48 {
+                at += Duration::from_millis(200 + self.rng.below(2800));
+            }
+        }
+        for _ in 0..copies {
+            self.net_seq += 1;
+            let key = (at, self.net_seq);
+            self.net.insert(
+                key,
+                Msg {
+                    conn,
+                    to_server,
+                    bytes: bytes.clone(),
+                },
+            );
+            at += Duration::from_millis(self.rng.below(5));
+        }
+    }
+
+    pub(super) fn deliver(&mut self, msg: Msg) {
+        let Some(&i) = self.conns.get(&msg.conn) else {
+            return;
+        };
+        if msg.to_server {
+            self.feed_server(server::Input::Frame {
+                conn: msg.conn,
+                bytes: msg.bytes,
+            });
+            return;
+        }
+        let m = &mut self.machines[i];
+        if m.conn != Some(msg.conn) {
+            return;
+        }
+        if let Some(resume) = m.suspended_until {
+            // A sleeping machine reads its socket when it wakes.
+            self.net_seq += 1;
+            self.net.insert((resume, self.net_seq), msg);
+            return;
+        }
+        self.feed_daemon(i, daemon::Input::Frame(msg.bytes));
+    }
+}
