@@ -81,6 +81,7 @@ impl Server {
                 }
             }
             session::Event::RunEnded { run_id, outcome } => {
+                self.restored_commits.remove(run_id);
                 let Some(exec_id) = self.runs.remove(run_id) else {
                     return;
                 };

@@ -28,6 +28,7 @@ impl Server {
             chains: BTreeMap::new(),
             executions: BTreeMap::new(),
             runs: BTreeMap::new(),
+            restored_commits: BTreeMap::new(),
             session_wakes: WakeTable::default(),
             queue_wakes: WakeTable::default(),
             outputs: VecDeque::new(),
@@ -370,6 +371,7 @@ impl Server {
         self.queue_wakes.set(&exec_id.to_owned(), None);
         if let Place::OnContext { run_id, .. } = &e.place {
             self.runs.remove(run_id);
+            self.restored_commits.remove(run_id);
         }
         let placed = !matches!(outcome, ExecutionOutcome::Failed { .. });
         let ran_on = e.route.as_ref().filter(|_| placed).map(Route::ran_on);

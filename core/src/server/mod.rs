@@ -313,6 +313,9 @@ pub struct Server {
     chains: BTreeMap<String, Chain>,
     executions: BTreeMap<String, Execution>,
     runs: BTreeMap<String, String>,
+    /// When each run restored from the records was committed, as they say: a new process's
+    /// clock cannot hold an instant from before its start, so the row keeps the written time.
+    restored_commits: BTreeMap<String, u64>,
     /// Each machine's next session timer, by context id.
     session_wakes: WakeTable<String>,
     /// Each queued execution's deadline, by execution id.

@@ -195,7 +195,11 @@ impl Server {
                 PlaceRow::Committed {
                     context_id: context_id.clone(),
                     run_id: run_id.clone(),
-                    committed_at_ms: self.journal.wall_ms(committed_at),
+                    committed_at_ms: self
+                        .restored_commits
+                        .get(run_id)
+                        .copied()
+                        .unwrap_or_else(|| self.journal.wall_ms(committed_at)),
                     lost_at_ms: self.journal.wall_ms(lost_at),
                 }
             }

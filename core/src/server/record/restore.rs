@@ -97,6 +97,9 @@ impl Server {
                                 rebase(*lost_at_ms, written, now),
                             );
                             server.runs.insert(run_id.clone(), exec_id.clone());
+                            server
+                                .restored_commits
+                                .insert(run_id.clone(), *committed_at_ms);
                         }
                         None => lost.push(exec_id.clone()),
                     }
