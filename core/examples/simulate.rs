@@ -73,7 +73,7 @@ fn main() -> ExitCode {
     let next = Arc::new(AtomicU64::new(start));
     let end = args.start + args.seeds;
     let failure: Arc<Mutex<Option<(u64, String)>>> = Arc::new(Mutex::new(None));
-    let totals = Arc::new(Mutex::new((0usize, 0usize, 0usize)));
+    let totals = Arc::new(Mutex::new((0usize, 0usize, 0usize, 0usize, 0usize)));
     let times: Arc<Mutex<Vec<(Duration, u64)>>> = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
     let workers: Vec<_> = (0..args.threads)
@@ -99,6 +99,8 @@ fn main() -> ExitCode {
                         t.0 += report.executed;
                         t.1 += report.finished;
                         t.2 += report.faults;
+                        t.3 += report.restarts;
+                        t.4 += report.records;
                     }
                     if let Some(v) = report.violation
                         && let Ok(mut f) = failure.lock()
@@ -116,8 +118,10 @@ fn main() -> ExitCode {
         let _ = w.join();
     }
     let secs = started.elapsed().as_secs_f64();
-    let (executed, finished, faults) = totals.lock().map(|t| *t).unwrap_or_default();
+    let (executed, finished, faults, restarts, records) =
+        totals.lock().map(|t| *t).unwrap_or_default();
     println!("{executed} runs executed, {finished} executions finished, {faults} faults injected");
+    println!("{restarts} restarts restored from their disks, {records} records written");
     let mut times = times.lock().map(|t| t.clone()).unwrap_or_default();
     println!("{}", timing_line(&mut times, secs));
     let failure = failure.lock().ok().and_then(|f| f.clone());
