@@ -15,6 +15,9 @@ use crate::time::Instant;
 pub(super) struct WakeTable<K: Ord + Clone> {
     by_time: BTreeSet<(Instant, K)>,
     by_key: BTreeMap<K, (Instant, &'static str)>,
+    /// The first entry of `by_time` with its reason, kept up to date by every `set`, so the
+    /// dispatcher's next wake-up (asked for on every drain) costs no tree walk.
+    earliest: Option<(Instant, K, &'static str)>,
 }
 
 impl<K: Ord + Clone> Default for WakeTable<K> {
@@ -22,6 +25,7 @@ impl<K: Ord + Clone> Default for WakeTable<K> {
         Self {
             by_time: BTreeSet::new(),
             by_key: BTreeMap::new(),
+            earliest: None,
         }
     }
 }
@@ -42,12 +46,28 @@ impl<K: Ord + Clone> WakeTable<K> {
         if let Some((at, _)) = wake {
             self.by_time.insert((at, key.clone()));
         }
+        match (wake, &self.earliest) {
+            (Some((at, why)), earliest)
+                if earliest
+                    .as_ref()
+                    .is_none_or(|(t, k, _)| (at, key) < (*t, k)) =>
+            {
+                self.earliest = Some((at, key.clone(), why));
+            }
+            (_, Some((_, k, _))) if k == key => {
+                // The earliest entry moved later, changed its reason or went: find the next.
+                self.earliest = self.by_time.first().and_then(|(t, k)| {
+                    let (_, why) = self.by_key.get(k)?;
+                    Some((*t, k.clone(), *why))
+                });
+            }
+            _ => {}
+        }
     }
 
     /// The earliest wake-up and why.
     pub(super) fn first(&self) -> Option<(Instant, &'static str)> {
-        let (_, key) = self.by_time.first()?;
-        self.by_key.get(key).copied()
+        self.earliest.as_ref().map(|(at, _, why)| (*at, *why))
     }
 
     /// Keys whose wake-up is at or before `now`, earliest first (they stay in the table until
@@ -94,5 +114,25 @@ mod tests {
         t.set(&b, None);
         assert_eq!(t.first(), None);
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn the_earliest_entry_follows_every_change_as_a_fresh_walk_would_find_it() {
+        let mut t = WakeTable::<u32>::default();
+        let mut state = 0x9e37_79b9_u64;
+        for _ in 0..5_000 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            let key = (state >> 33) as u32 % 16;
+            let wake = match (state >> 20) % 4 {
+                0 => None,
+                1 => Some((at((state >> 40) % 50), "lease")),
+                _ => Some((at((state >> 40) % 50), "silence")),
+            };
+            t.set(&key, wake);
+            let walked = t.by_time.first().map(|(at, k)| (*at, t.by_key[k].1));
+            assert_eq!(t.first(), walked);
+        }
     }
 }
