@@ -24,7 +24,7 @@ impl Server {
             signer,
             session_template,
             machines: BTreeMap::new(),
-            conns: BTreeMap::new(),
+            conns: HashMap::default(),
             chains: BTreeMap::new(),
             executions: BTreeMap::new(),
             runs: BTreeMap::new(),

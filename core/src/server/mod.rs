@@ -27,7 +27,7 @@ mod timers;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::routing::{Chain, ExecuteTarget, RanOn, Requester, Route};
@@ -309,7 +309,8 @@ pub struct Server {
     signer: Arc<dyn Signer + Send + Sync>,
     session_template: SessionConfig,
     machines: BTreeMap<String, Machine>,
-    conns: BTreeMap<ConnId, String>,
+    /// Which machine each live connection belongs to (looked up on every frame, never walked).
+    conns: HashMap<ConnId, String, timers::FixedHasher>,
     chains: BTreeMap<String, Chain>,
     executions: BTreeMap<String, Execution>,
     runs: BTreeMap<String, String>,

@@ -6,31 +6,37 @@
 //! thing behind it changed (after every input it fed a session), and it never decides what a
 //! timer means.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hash};
 
 use crate::time::Instant;
 
+/// SipHash with fixed keys: the same in every process, and core draws no randomness.
+pub(super) type FixedHasher = BuildHasherDefault<DefaultHasher>;
+
 /// Wake-ups keyed by `K`: at most one per key.
 #[derive(Debug)]
-pub(super) struct WakeTable<K: Ord + Clone> {
+pub(super) struct WakeTable<K: Ord + Hash + Clone> {
     by_time: BTreeSet<(Instant, K)>,
-    by_key: BTreeMap<K, (Instant, &'static str)>,
+    /// Each key's entry, by hash: a fixed-key hasher, so no randomness and no ordering needed.
+    by_key: HashMap<K, (Instant, &'static str), FixedHasher>,
     /// The first entry of `by_time` with its reason, kept up to date by every `set`, so the
     /// dispatcher's next wake-up (asked for on every drain) costs no tree walk.
     earliest: Option<(Instant, K, &'static str)>,
 }
 
-impl<K: Ord + Clone> Default for WakeTable<K> {
+impl<K: Ord + Hash + Clone> Default for WakeTable<K> {
     fn default() -> Self {
         Self {
             by_time: BTreeSet::new(),
-            by_key: BTreeMap::new(),
+            by_key: HashMap::default(),
             earliest: None,
         }
     }
 }
 
-impl<K: Ord + Clone> WakeTable<K> {
+impl<K: Ord + Hash + Clone> WakeTable<K> {
     /// Sets (`Some`) or clears (`None`) the wake-up of `key`, replacing the one it had.
     pub(super) fn set(&mut self, key: &K, wake: Option<(Instant, &'static str)>) {
         let old = match wake {
