@@ -132,6 +132,9 @@ pub(crate) fn decode<T: DeserializeOwned>(
 }
 
 #[cfg(test)]
+mod examples;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde::Deserialize;

@@ -38,7 +38,7 @@ use crate::wire::{CapabilitySource, Environment, Grant};
 use timers::WakeTable;
 
 pub use record::{
-    ChainRow, ContextRow, EndedRow, ExecutionRow, OutcomeRow, PlaceRow, ServerChange, ServerRecord,
+    ChainRow, ContextRow, EndedRow, ExecutionRow, PlaceRow, ServerChange, ServerRecord,
     ServerSnapshot,
 };
 
@@ -147,7 +147,8 @@ pub enum Input {
 }
 
 /// How an execution ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase", deny_unknown_fields)]
 pub enum ExecutionOutcome {
     /// It ran; here is the result.
     Completed(Box<RunResult>),

@@ -10,8 +10,7 @@ use std::collections::BTreeSet;
 use std::mem::take;
 
 use super::{
-    ContextRow, EndedRow, ExecutionRow, OutcomeRow, PlaceRow, ServerChange, ServerRecord,
-    ServerSnapshot,
+    ContextRow, EndedRow, ExecutionRow, PlaceRow, ServerChange, ServerRecord, ServerSnapshot,
 };
 use crate::routing::RanOn;
 use crate::server::{ExecutionOutcome, Input, Output, Place, Server};
@@ -79,7 +78,7 @@ impl ServerJournal {
     ) {
         self.ended.push(EndedRow {
             exec_id: exec_id.to_owned(),
-            outcome: OutcomeRow::from(outcome),
+            outcome: outcome.clone(),
             ran_on: ran_on.cloned(),
             line: line.to_owned(),
         });

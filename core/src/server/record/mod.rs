@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::record::{self, RecordError};
 
 pub(super) use journal::ServerJournal;
-pub use rows::{ChainRow, ContextRow, EndedRow, ExecutionRow, OutcomeRow, PlaceRow};
+pub use rows::{ChainRow, ContextRow, EndedRow, ExecutionRow, PlaceRow};
 
 const RECORD_TYPE: &str = "server.record";
 const SNAPSHOT_TYPE: &str = "server.snapshot";

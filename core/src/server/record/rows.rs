@@ -6,7 +6,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::routing::{Chain, ExecuteTarget, RanOn, Requester, Route};
 use crate::server::{ContextRecord, ExecuteRequest, ExecutionOutcome};
-use crate::session::RunResult;
 use crate::wire::{CapabilitySource, Environment, Grant};
 
 /// A registered context: who may use it and what it may do.
@@ -178,64 +177,10 @@ pub enum PlaceRow {
 pub struct EndedRow {
     /// The execution.
     pub exec_id: String,
-    /// How it ended.
-    pub outcome: OutcomeRow,
+    /// How it ended: the dispatcher's own outcome, tagged by `outcome`.
+    pub outcome: ExecutionOutcome,
     /// Where it ran and what was tried (absent when it never got a place).
     pub ran_on: Option<RanOn>,
     /// One friendly sentence.
     pub line: String,
-}
-
-/// How an execution ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "camelCase", deny_unknown_fields)]
-pub enum OutcomeRow {
-    /// It ran; here is the result, in the one shape every role reports it in.
-    Completed(RunResult),
-    /// It started on a machine (or the server's executor) that stopped answering.
-    Lost,
-    /// It was cancelled.
-    Cancelled {
-        /// Why.
-        reason: String,
-    },
-    /// It could not be placed anywhere.
-    Failed {
-        /// The code.
-        code: String,
-        /// What a person should read.
-        message: String,
-    },
-}
-
-impl From<&ExecutionOutcome> for OutcomeRow {
-    fn from(outcome: &ExecutionOutcome) -> Self {
-        match outcome {
-            ExecutionOutcome::Completed(r) => OutcomeRow::Completed((**r).clone()),
-            ExecutionOutcome::Lost => OutcomeRow::Lost,
-            ExecutionOutcome::Cancelled { reason } => OutcomeRow::Cancelled {
-                reason: reason.clone(),
-            },
-            ExecutionOutcome::Failed { code, message } => OutcomeRow::Failed {
-                code: code.clone(),
-                message: message.clone(),
-            },
-        }
-    }
-}
-
-impl From<&OutcomeRow> for ExecutionOutcome {
-    fn from(row: &OutcomeRow) -> Self {
-        match row {
-            OutcomeRow::Completed(r) => ExecutionOutcome::Completed(Box::new(r.clone())),
-            OutcomeRow::Lost => ExecutionOutcome::Lost,
-            OutcomeRow::Cancelled { reason } => ExecutionOutcome::Cancelled {
-                reason: reason.clone(),
-            },
-            OutcomeRow::Failed { code, message } => ExecutionOutcome::Failed {
-                code: code.clone(),
-                message: message.clone(),
-            },
-        }
-    }
 }

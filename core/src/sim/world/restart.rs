@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::disk::PendingCrash;
 use super::{World, server_signer};
 use crate::daemon::{self, Daemon};
-use crate::server::{self, OutcomeRow, PlaceRow, Server, ServerChange, ServerRecord};
+use crate::server::{self, ExecutionOutcome, PlaceRow, Server, ServerChange, ServerRecord};
 use crate::session::{ConnId, SessionConfig};
 use crate::sim::checker::Role;
 use crate::sim::now_in_process;
@@ -54,7 +54,7 @@ impl World {
                 self.durable_execs.insert(ended.exec_id.clone());
                 self.checker.finished(&ended.exec_id);
                 if let Some((run_id, i)) = self.commits.remove(&ended.exec_id) {
-                    let lost = ended.outcome == OutcomeRow::Lost;
+                    let lost = ended.outcome == ExecutionOutcome::Lost;
                     self.checker.run_ended(&run_id, lost, i, now);
                 }
             }
