@@ -23,7 +23,8 @@ impl Server {
         Self {
             signer,
             session_template,
-            machines: BTreeMap::new(),
+            machines: HashMap::default(),
+            machine_ids: BTreeSet::new(),
             conns: HashMap::default(),
             chains: BTreeMap::new(),
             executions: BTreeMap::new(),
@@ -111,6 +112,7 @@ impl Server {
                     let mut config = self.session_template.clone();
                     config.context_id = id.clone();
                     let session = Session::new(config, grant, self.signer.clone(), self.now);
+                    self.machine_ids.insert(id.clone());
                     self.machines.insert(id, Machine { record, session });
                 }
             }
@@ -216,8 +218,9 @@ impl Server {
 
     /// What the routing functions see of every machine, for a run in `environment`.
     fn views(&self, environment: Environment) -> Vec<ContextView> {
-        self.machines
-            .values()
+        self.machine_ids
+            .iter()
+            .filter_map(|id| self.machines.get(id))
             .map(|m| {
                 let (grant, _) = m.session.grant();
                 let online = m.session.is_ready();

@@ -27,7 +27,7 @@ mod timers;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::routing::{Chain, ExecuteTarget, RanOn, Requester, Route};
@@ -309,7 +309,11 @@ struct Machine {
 pub struct Server {
     signer: Arc<dyn Signer + Send + Sync>,
     session_template: SessionConfig,
-    machines: BTreeMap<String, Machine>,
+    /// Registered machines by context id: looked up on every frame, so by hash.
+    machines: HashMap<String, Machine, timers::FixedHasher>,
+    /// The same ids in order, for everything that walks the machines (routing views,
+    /// snapshots), so walks stay deterministic.
+    machine_ids: BTreeSet<String>,
     /// Which machine each live connection belongs to (looked up on every frame, never walked).
     conns: HashMap<ConnId, String, timers::FixedHasher>,
     chains: BTreeMap<String, Chain>,

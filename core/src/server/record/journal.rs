@@ -97,8 +97,8 @@ impl Server {
         ServerSnapshot {
             written_ms: self.journal.wall_ms(self.now.instant),
             contexts: self
-                .machines
-                .keys()
+                .machine_ids
+                .iter()
                 .filter_map(|id| self.context_row(id))
                 .collect(),
             chains: self

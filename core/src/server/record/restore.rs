@@ -45,6 +45,7 @@ impl Server {
                 record: row.record(),
                 session,
             };
+            server.machine_ids.insert(row.id.clone());
             server.machines.insert(row.id.clone(), machine);
         }
         for row in &snapshot.chains {
@@ -135,7 +136,7 @@ impl Server {
         }
         // What the restart decides is journaled like an input's changes.
         let mark = server.outputs.len();
-        let ids: Vec<String> = server.machines.keys().cloned().collect();
+        let ids: Vec<String> = server.machine_ids.iter().cloned().collect();
         for id in ids {
             // Each session's timers reach the dispatcher the ordinary way.
             server.feed_or_report(&id, session::Input::Timeout);
