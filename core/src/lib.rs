@@ -17,6 +17,7 @@
 //! | [`httpsig`] | HTTP Message Signatures (RFC 9421) and `Content-Digest` (RFC 9530) |
 //! | [`replay`] | the bounded nonce cache that refuses replayed or stale signed requests |
 //! | [`ticket`] | single-use connect tickets |
+//! | [`join`] | the join string a server prints and a daemon pins its root from; machine key ids |
 //! | [`record`] | the versioned, strictly read envelope of the server's and the daemon's durable records |
 //! | [`time`] | the host-supplied clock values: wall time and a monotonic instant |
 //! | [`daemon`], [`session`], [`server`] | the three roles' state machines |
@@ -36,6 +37,7 @@ pub mod executor;
 pub mod grant;
 mod hex;
 pub mod httpsig;
+pub mod join;
 pub mod json;
 pub mod keyset;
 pub mod manifest;
