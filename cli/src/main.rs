@@ -1,13 +1,14 @@
 //! The `outpost` command.
 //!
-//! `outpost run` runs a capability on this machine; `outpost vectors check` checks this build
-//! against the published protocol vectors. The daemon and the reference server arrive with
-//! their issues; until then they are not offered.
+//! `outpost run` runs a capability on this machine; `outpost execute` has a server run one
+//! where routing says; `outpost context|chain|runs|user` manage a server; `outpost vectors
+//! check` checks this build against the published protocol vectors.
 //!
 //! `outpost confine …` is hidden: the Landlock helper a `confine: true` shell run starts
 //! through (see `outpost_exec_shell::confine`). It is dispatched before the command line is
 //! parsed, so its exit statuses (125, 126) and its program's arguments pass untouched.
 
+mod client;
 mod run;
 
 use std::path::PathBuf;
@@ -42,10 +43,135 @@ enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Have a server run the capability in DIR where routing says, print its output and where
+    /// it ran, and exit with its exit code (124 timed out, 130 cancelled, 75 lost, 70 failed).
+    Execute {
+        /// The capability folder (holding manifest.yaml).
+        dir: PathBuf,
+        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        #[arg(long)]
+        server: Option<String>,
+        /// Run on this context (name or id; `cloud` for the server itself).
+        #[arg(long)]
+        context: Option<String>,
+        /// Let a named context fall through to your chain (`chain`).
+        #[arg(long, value_parser = ["chain"])]
+        fallback: Option<String>,
+        /// What only a machine can give (`fs`, `lan`): keeps the run off the cloud.
+        #[arg(long, value_parser = ["fs", "lan"])]
+        requires: Vec<String>,
+        /// What to do when the context is offline (`queue`: wait for it).
+        #[arg(long, value_parser = ["queue"])]
+        when_offline: Option<String>,
+        /// How long a queued run waits for its context (1–1440, default 60).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1440))]
+        queue_minutes: Option<u32>,
+        /// Print one JSON object (status, exitCode, stdout, stderr, ranOn, timing, …).
+        #[arg(long)]
+        json: bool,
+        /// Arguments for the capability.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// The machines (execution contexts) you can use.
+    Context {
+        #[command(subcommand)]
+        action: ContextAction,
+        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        #[arg(long, global = true)]
+        server: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
+    /// Your chain: where an execute without --context goes, in order.
+    Chain {
+        #[command(subcommand)]
+        action: ChainAction,
+        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        #[arg(long, global = true)]
+        server: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
+    /// Your executions, newest first.
+    Runs {
+        #[command(subcommand)]
+        action: RunsAction,
+        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        #[arg(long, global = true)]
+        server: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
+    /// Users of the server (admin).
+    User {
+        #[command(subcommand)]
+        action: UserAction,
+        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        #[arg(long, global = true)]
+        server: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// The published protocol test vectors.
     Vectors {
         #[command(subcommand)]
         action: VectorsAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum ContextAction {
+    /// Every context you can see, with its state and slots.
+    List,
+    /// One context and its grant.
+    Show {
+        /// Its name or id.
+        name: String,
+    },
+    /// Revoke it: its runs are cancelled and its daemon stops for good.
+    Revoke {
+        /// Its name or id.
+        name: String,
+    },
+    /// Delete a revoked context and what hangs off it (run records keep its name).
+    Delete {
+        /// Its name or id.
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ChainAction {
+    /// Set it: up to 3 contexts, `cloud` last when present (e.g. `build-box,cloud`).
+    Set {
+        /// Comma-separated names.
+        chain: String,
+    },
+    /// Show it.
+    Show,
+}
+
+#[derive(Subcommand)]
+enum RunsAction {
+    /// List executions.
+    List {
+        /// Only those on this context.
+        #[arg(long)]
+        context: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserAction {
+    /// Add a user and print their token (shown once).
+    Add {
+        /// The user's name.
+        name: String,
     },
 }
 
@@ -81,6 +207,68 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             egress,
             args,
         } => run::run(&dir, json, egress, args),
+        Command::Execute {
+            dir,
+            server,
+            context,
+            fallback,
+            requires,
+            when_offline,
+            queue_minutes,
+            json,
+            args,
+        } => client::execute::execute(&client::execute::ExecuteArgs {
+            dir: &dir,
+            server: server.as_deref(),
+            context: context.as_deref(),
+            fallback_chain: fallback.is_some(),
+            requires: &requires,
+            queue: when_offline.is_some(),
+            queue_minutes,
+            json,
+            args: &args,
+        }),
+        Command::Context {
+            action,
+            server,
+            json,
+        } => {
+            let api = client::api::Api::from_env(server.as_deref())?;
+            use client::manage::*;
+            match action {
+                ContextAction::List => context_list(&api, json),
+                ContextAction::Show { name } => context_show(&api, &name, json),
+                ContextAction::Revoke { name } => context_revoke(&api, &name, json),
+                ContextAction::Delete { name } => context_delete(&api, &name, json),
+            }
+        }
+        Command::Chain {
+            action,
+            server,
+            json,
+        } => {
+            let api = client::api::Api::from_env(server.as_deref())?;
+            match action {
+                ChainAction::Set { chain } => client::manage::chain_set(&api, &chain, json),
+                ChainAction::Show => client::manage::chain_show(&api, json),
+            }
+        }
+        Command::Runs {
+            action: RunsAction::List { context },
+            server,
+            json,
+        } => {
+            let api = client::api::Api::from_env(server.as_deref())?;
+            client::manage::runs_list(&api, context.as_deref(), json)
+        }
+        Command::User {
+            action: UserAction::Add { name },
+            server,
+            json,
+        } => {
+            let api = client::api::Api::from_env(server.as_deref())?;
+            client::manage::user_add(&api, &name, json)
+        }
         Command::Vectors {
             action: VectorsAction::Check { dir },
         } => {

@@ -14,6 +14,7 @@
 //! - **Launches** ([`launch_from_execute`]): the daemon's `Execute` command as an executor
 //!   `Launch`, with mounts = grant ∩ local policy minus the denylist and the grant's egress;
 //!   [`owner_mounts`] for the owner's own `outpost run`.
+//! - **Packing** ([`pack_capability`]): a capability folder as the inline source a run carries.
 //!
 //! Executors depend on `outpost-core` and this crate, never on each other.
 #![forbid(unsafe_code)]
@@ -21,6 +22,7 @@
 
 mod launch;
 mod owner;
+mod pack;
 mod paths;
 mod services;
 
@@ -29,6 +31,7 @@ pub use launch::{
     materialize, owner_mounts,
 };
 pub use owner::{HOME_VAR, OwnerError, OwnerFolders};
+pub use pack::{MAX_INLINE_BYTES, PackError, pack_capability};
 pub use paths::{
     HostPathError, as_canonical, check_cwd, resolve, resolve_entry, resolve_volume, volume_path,
 };

@@ -1,0 +1,208 @@
+//! The user side of the HTTP API (PROTOCOL §11.4): a bearer-token client over ureq, and where
+//! the server and the token come from when the command line does not say.
+//!
+//! This module owns finding the server (`--server`, `OUTPOST_SERVER`, or the local server's
+//! `join` file) and the token (`OUTPOST_TOKEN`, or the local server's `admin.token`). It never
+//! prints; callers decide what a person reads.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+/// An error answer of the API: its status and the `{error:{code,message}}` body.
+#[derive(Debug)]
+pub struct ApiError {
+    /// The HTTP status (0 when the server could not be reached).
+    pub status: u16,
+    /// The stable code.
+    pub code: String,
+    /// What the server said.
+    pub message: String,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.status == 0 {
+            write!(f, "{} ({})", self.message, self.code)
+        } else {
+            write!(f, "{} ({}, HTTP {})", self.message, self.code, self.status)
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// The local server's state folder: `OUTPOST_STATE`, else `$XDG_DATA_HOME/outpost/server`,
+/// else `~/.local/share/outpost/server`.
+pub fn default_state_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("OUTPOST_STATE") {
+        return Ok(PathBuf::from(dir));
+    }
+    if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|d| Path::new(d).is_absolute()) {
+        return Ok(PathBuf::from(data).join("outpost/server"));
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| Path::new(h).is_absolute())
+        .context("neither OUTPOST_STATE, XDG_DATA_HOME nor HOME is set: pass --state DIR")?;
+    Ok(PathBuf::from(home).join(".local/share/outpost/server"))
+}
+
+/// A client of one server, authenticated by one bearer token.
+pub struct Api {
+    base: String,
+    token: String,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    /// A client of `base` (an `http(s)://host:port` URL) with `token`.
+    pub fn new(base: &str, token: &str, ca_file: Option<&Path>) -> anyhow::Result<Self> {
+        outpost_core::join::check_server_url(base).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut tls = ureq::tls::TlsConfig::builder();
+        if let Some(path) = ca_file {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("reading the CA certificate {}", path.display()))?;
+            let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            anyhow::ensure!(!certs.is_empty(), "{} holds no certificate", path.display());
+            tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(&certs));
+        }
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(330)))
+            .tls_config(tls.build())
+            .build()
+            .new_agent();
+        Ok(Self {
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            agent,
+        })
+    }
+
+    /// The client the command line asks for: the server from `server`, `OUTPOST_SERVER` or
+    /// the local server's `join`; the token from `OUTPOST_TOKEN` or the local `admin.token`.
+    pub fn from_env(server: Option<&str>) -> anyhow::Result<Self> {
+        let state = default_state_dir().ok();
+        let server = match server
+            .map(str::to_owned)
+            .or_else(|| std::env::var("OUTPOST_SERVER").ok())
+        {
+            Some(url) => url,
+            None => {
+                let dir = state.as_deref().context("no server: pass --server URL")?;
+                let join = std::fs::read_to_string(dir.join("join")).with_context(|| {
+                    format!(
+                        "no server given and no local server's join in {}: pass --server URL (or set OUTPOST_SERVER)",
+                        dir.display()
+                    )
+                })?;
+                outpost_core::join::Join::parse(&join)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("join").display()))?
+                    .url
+            }
+        };
+        let token = match std::env::var("OUTPOST_TOKEN") {
+            Ok(token) => token,
+            Err(_) => {
+                let dir = state.as_deref().context("no token: set OUTPOST_TOKEN")?;
+                let path = dir.join("admin.token");
+                std::fs::read_to_string(&path)
+                    .with_context(|| {
+                        format!(
+                            "no OUTPOST_TOKEN and no local admin token at {}: set OUTPOST_TOKEN",
+                            path.display()
+                        )
+                    })?
+                    .trim()
+                    .to_owned()
+            }
+        };
+        let ca = std::env::var_os("OUTPOST_CA_FILE").map(PathBuf::from);
+        Self::new(&server, &token, ca.as_deref())
+    }
+
+    /// `GET path`.
+    pub fn get(&self, path: &str) -> Result<Value, ApiError> {
+        self.call("GET", path, None)
+    }
+
+    /// `POST path` with a JSON body.
+    pub fn post(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
+        self.call("POST", path, Some(body))
+    }
+
+    /// `PUT path` with a JSON body.
+    pub fn put(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
+        self.call("PUT", path, Some(body))
+    }
+
+    /// `DELETE path`.
+    pub fn delete(&self, path: &str) -> Result<Value, ApiError> {
+        self.call("DELETE", path, None)
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let auth = format!("Bearer {}", self.token);
+        let unreachable = |e: ureq::Error| ApiError {
+            status: 0,
+            code: "server_unreachable".into(),
+            message: format!("cannot reach the server at {}: {e}", self.base),
+        };
+        let response = match (method, body) {
+            ("GET", _) => self.agent.get(&url).header("authorization", &auth).call(),
+            ("DELETE", _) => self
+                .agent
+                .delete(&url)
+                .header("authorization", &auth)
+                .call(),
+            (_, body) => {
+                let text = body.map(Value::to_string).unwrap_or_default();
+                let request = match method {
+                    "PUT" => self.agent.put(&url),
+                    _ => self.agent.post(&url),
+                };
+                request
+                    .header("authorization", &auth)
+                    .header("content-type", "application/json")
+                    .send(text.as_bytes())
+            }
+        }
+        .map_err(unreachable)?;
+        let status = response.status().as_u16();
+        let text = response
+            .into_body()
+            .with_config()
+            .limit(64 * 1024 * 1024)
+            .read_to_string()
+            .map_err(unreachable)?;
+        let value: Value = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).map_err(|e| ApiError {
+                status,
+                code: "bad_answer".into(),
+                message: format!("the server's answer is not JSON: {e}"),
+            })?
+        };
+        if (200..300).contains(&status) {
+            return Ok(value);
+        }
+        let error = &value["error"];
+        Err(ApiError {
+            status,
+            code: error["code"].as_str().unwrap_or("http_error").to_owned(),
+            message: error["message"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("HTTP {status}")),
+        })
+    }
+}

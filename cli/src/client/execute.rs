@@ -1,0 +1,155 @@
+//! `outpost execute DIR …`: pack a capability, have the server run it where the routing says,
+//! print its output and where it ran, and exit with its exit code.
+//!
+//! This module owns the command's exit codes and its two outputs (the capability's streams
+//! with one `Ran on …` line, or `--json`). It never runs anything locally.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+use super::api::Api;
+
+/// Exit status of a run stopped at its deadline (as `timeout(1)` reports it).
+pub const EXIT_TIMED_OUT: u8 = 124;
+/// Exit status of a cancelled run.
+pub const EXIT_CANCELLED: u8 = 130;
+/// Exit status of a run whose machine stopped answering after it started (`lost`).
+pub const EXIT_LOST: u8 = 75;
+/// Exit status of a run that could not be run or placed (`failed`).
+pub const EXIT_FAILED: u8 = 70;
+
+/// Where and how to run.
+pub struct ExecuteArgs<'a> {
+    /// The capability folder.
+    pub dir: &'a Path,
+    /// `--server`.
+    pub server: Option<&'a str>,
+    /// `--context NAME`.
+    pub context: Option<&'a str>,
+    /// `--fallback chain`.
+    pub fallback_chain: bool,
+    /// `--requires fs|lan`.
+    pub requires: &'a [String],
+    /// `--when-offline queue`.
+    pub queue: bool,
+    /// `--queue-minutes N`.
+    pub queue_minutes: Option<u32>,
+    /// `--json`.
+    pub json: bool,
+    /// `-- ARGS`.
+    pub args: &'a [String],
+}
+
+/// Runs `outpost execute`.
+pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        a.args.is_empty(),
+        "passing arguments after `--` is not supported by the protocol yet: put them in the manifest's `args`"
+    );
+    let api = Api::from_env(a.server)?;
+    let (capability, _) = outpost_host::pack_capability(a.dir)
+        .map_err(|e| anyhow::anyhow!("{e} ({})", e.code()))
+        .with_context(|| format!("packing the capability in {}", a.dir.display()))?;
+    let mut body = json!({ "capability": capability, "wait": true, "waitSecs": 300 });
+    if let Some(context) = a.context {
+        body["context"] = json!(context);
+    }
+    if a.fallback_chain {
+        body["fallback"] = json!("chain");
+    }
+    if !a.requires.is_empty() {
+        body["requires"] = json!(a.requires);
+    }
+    if a.queue {
+        body["whenOffline"] = json!("queue");
+        if let Some(minutes) = a.queue_minutes {
+            body["queueMinutes"] = json!(minutes);
+        }
+    }
+    let started = Instant::now();
+    let mut execution = api.post("/v1/executions", &body)?;
+    while !is_final(&execution) {
+        let id = execution["executionId"]
+            .as_str()
+            .context("the server's answer has no executionId")?
+            .to_owned();
+        if !a.json {
+            eprintln!(
+                "outpost: {id} is {} after {}s…",
+                execution["status"].as_str().unwrap_or("pending"),
+                started.elapsed().as_secs()
+            );
+        }
+        execution = api.get(&format!("/v1/executions/{id}?waitSecs=300"))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&execution)?);
+    } else {
+        print_streams(&execution)?;
+    }
+    Ok(exit_code(&execution))
+}
+
+fn is_final(execution: &Value) -> bool {
+    !matches!(
+        execution["status"].as_str(),
+        Some("pending" | "running") | None
+    )
+}
+
+fn print_streams(execution: &Value) -> anyhow::Result<()> {
+    std::io::stdout().write_all(execution["stdout"].as_str().unwrap_or("").as_bytes())?;
+    std::io::stdout().flush()?;
+    let mut err = std::io::stderr();
+    err.write_all(execution["stderr"].as_str().unwrap_or("").as_bytes())?;
+    if execution["truncated"].as_bool() == Some(true) {
+        writeln!(err, "outpost: the output was cut at the capability's limit")?;
+    }
+    if let Some(e) = execution["error"].as_object() {
+        writeln!(
+            err,
+            "outpost: {} ({})",
+            e.get("message").and_then(Value::as_str).unwrap_or(""),
+            e.get("code").and_then(Value::as_str).unwrap_or("")
+        )?;
+    }
+    match execution["status"].as_str() {
+        Some("timed_out") => writeln!(err, "outpost: the run timed out")?,
+        Some("cancelled") => writeln!(err, "outpost: the run was cancelled")?,
+        Some("lost") => writeln!(
+            err,
+            "outpost: the machine stopped answering after the run started; it was not run again"
+        )?,
+        _ => {}
+    }
+    if let Some(line) = execution["ranOnText"].as_str() {
+        writeln!(err, "{line}")?;
+    }
+    Ok(())
+}
+
+/// The capability's exit code; 124 timed out, 130 cancelled, 75 lost, 70 failed, the
+/// signal number + 128 for a run a signal ended.
+fn exit_code(execution: &Value) -> ExitCode {
+    let code = match execution["status"].as_str() {
+        Some("exited") => execution["exitCode"]
+            .as_i64()
+            .map(|c| c.clamp(0, 255) as u8)
+            .or_else(|| {
+                execution["signal"]
+                    .as_i64()
+                    .map(|s| (128 + s).clamp(0, 255) as u8)
+            })
+            .unwrap_or(EXIT_FAILED),
+        Some("timed_out") => EXIT_TIMED_OUT,
+        Some("cancelled") => EXIT_CANCELLED,
+        Some("lost") => EXIT_LOST,
+        _ => EXIT_FAILED,
+    };
+    ExitCode::from(code)
+}

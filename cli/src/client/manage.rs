@@ -1,0 +1,158 @@
+//! `outpost context …`, `outpost chain …`, `outpost runs list`, `outpost user add`: the
+//! management commands over the user routes (PROTOCOL §11.4), each with a table for a person
+//! and `--json` for a script.
+//!
+//! This module owns only presentation; every decision is the server's.
+
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+
+use super::api::Api;
+
+fn print(value: &Value, json_out: bool, table: impl FnOnce(&Value)) -> anyhow::Result<ExitCode> {
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        table(value);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn context_line(c: &Value) -> String {
+    format!(
+        "{:<20} {:<22} {:<8} {:>5} {:<10} {}",
+        c["name"].as_str().unwrap_or("?"),
+        c["id"].as_str().unwrap_or("?"),
+        if c["revoked"].as_bool() == Some(true) {
+            "revoked"
+        } else if c["online"].as_bool() == Some(true) {
+            "online"
+        } else {
+            "offline"
+        },
+        format!(
+            "{}/{}",
+            c["slotsUsed"].as_u64().unwrap_or(0),
+            c["slotsTotal"].as_u64().unwrap_or(0)
+        ),
+        c["operator"].as_str().unwrap_or("?"),
+        c["daemonVersion"].as_str().unwrap_or("-"),
+    )
+}
+
+const CONTEXT_HEADER: &str =
+    "NAME                 ID                     STATE    SLOTS OPERATOR   VERSION";
+
+/// `outpost context list`.
+pub fn context_list(api: &Api, json_out: bool) -> anyhow::Result<ExitCode> {
+    let value = api.get("/v1/execution-contexts")?;
+    print(&value, json_out, |v| {
+        println!("{CONTEXT_HEADER}");
+        for c in v["contexts"].as_array().into_iter().flatten() {
+            println!("{}", context_line(c));
+        }
+    })
+}
+
+/// `outpost context show NAME`.
+pub fn context_show(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    let value = api.get(&format!("/v1/execution-contexts/{name}"))?;
+    print(&value, json_out, |c| {
+        println!("{CONTEXT_HEADER}");
+        println!("{}", context_line(c));
+        println!("grant (version {}): {}", c["grantVersion"], c["grant"]);
+    })
+}
+
+/// `outpost context revoke NAME`.
+pub fn context_revoke(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    let value = api.post(&format!("/v1/execution-contexts/{name}/revoke"), &json!({}))?;
+    print(&value, json_out, |c| {
+        println!(
+            "revoked {}: its runs were cancelled and its daemon stops for good",
+            c["name"].as_str().unwrap_or(name)
+        );
+    })
+}
+
+/// `outpost context delete NAME`.
+pub fn context_delete(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    api.delete(&format!("/v1/execution-contexts/{name}"))?;
+    let value = json!({ "deleted": name });
+    print(&value, json_out, |_| {
+        println!("deleted {name}; its run records keep its name");
+    })
+}
+
+/// `outpost chain set A,B,cloud`.
+pub fn chain_set(api: &Api, chain: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    let entries: Vec<&str> = chain
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let value = api.put("/v1/chain", &json!({ "chain": entries }))?;
+    print(&value, json_out, |v| println!("chain: {}", chain_text(v)))
+}
+
+/// `outpost chain show`.
+pub fn chain_show(api: &Api, json_out: bool) -> anyhow::Result<ExitCode> {
+    let value = api.get("/v1/chain")?;
+    print(&value, json_out, |v| println!("chain: {}", chain_text(v)))
+}
+
+fn chain_text(v: &Value) -> String {
+    let entries: Vec<&str> = v["chain"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if entries.is_empty() {
+        "(none: executes need --context)".into()
+    } else {
+        entries.join(" → ")
+    }
+}
+
+/// `outpost runs list [--context NAME]`.
+pub fn runs_list(api: &Api, context: Option<&str>, json_out: bool) -> anyhow::Result<ExitCode> {
+    let path = match context {
+        Some(name) => format!("/v1/runs?context={name}"),
+        None => "/v1/runs".to_owned(),
+    };
+    let value = api.get(&path)?;
+    print(&value, json_out, |v| {
+        println!(
+            "{:<24} {:<10} {:>5} {:>8}  RAN ON",
+            "EXECUTION", "STATUS", "EXIT", "MS"
+        );
+        for r in v["runs"].as_array().into_iter().flatten() {
+            let ms = r["timing"]["serverMs"]
+                .as_u64()
+                .map(|m| m.to_string())
+                .unwrap_or_else(|| "-".into());
+            println!(
+                "{:<24} {:<10} {:>5} {:>8}  {}",
+                r["executionId"].as_str().unwrap_or("?"),
+                r["status"].as_str().unwrap_or("?"),
+                r["exitCode"]
+                    .as_i64()
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                ms,
+                r["ranOnText"].as_str().unwrap_or("")
+            );
+        }
+    })
+}
+
+/// `outpost user add NAME`.
+pub fn user_add(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    let value = api.post("/v1/users", &json!({ "name": name }))?;
+    print(&value, json_out, |v| {
+        println!("{}", v["token"].as_str().unwrap_or(""));
+        eprintln!("outpost: the token of {name} is shown once; give it to them as OUTPOST_TOKEN");
+    })
+}
