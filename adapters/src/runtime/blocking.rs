@@ -1,0 +1,137 @@
+//! [`Host`] on plain std threads with tungstenite's sync API: one thread per WebSocket,
+//! reading with a short timeout and writing what the [`Link`] queued between reads. No async
+//! runtime is involved.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+use tungstenite::{Error as WsError, Message};
+
+use super::link::{Out, close_message, message_of, ws_config};
+use super::{EventFn, Host, Link, LinkEvent, redact, target_of};
+
+/// How long a read waits before the thread checks for queued messages: the longest a send
+/// waits on an idle connection.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// How long connecting and the handshake may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A [`Host`] on std threads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BlockingHost;
+
+trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
+impl Host for BlockingHost {
+    fn spawn_blocking(&self, work: Box<dyn FnOnce() + Send>) {
+        std::thread::spawn(work);
+    }
+
+    fn open(&self, url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
+        std::thread::spawn(move || drive(url, tls, events));
+    }
+
+    fn name(&self) -> &'static str {
+        "blocking"
+    }
+}
+
+fn connect(
+    url: &str,
+    tls: Arc<rustls::ClientConfig>,
+) -> Result<(Box<dyn Stream>, TcpStream), String> {
+    let target = target_of(url, tls)?;
+    let addrs: Vec<_> = (target.host.as_str(), target.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("resolving {}: {e}", target.host))?
+        .collect();
+    let mut last = format!("{} resolves to no address", target.host);
+    let mut tcp = None;
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            Ok(s) => {
+                tcp = Some(s);
+                break;
+            }
+            Err(e) => last = format!("connecting to {addr}: {e}"),
+        }
+    }
+    let tcp = tcp.ok_or(last)?;
+    let control = tcp.try_clone().map_err(|e| e.to_string())?;
+    let _ = tcp.set_nodelay(true);
+    control
+        .set_read_timeout(Some(CONNECT_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let stream: Box<dyn Stream> = match target.tls {
+        None => Box::new(tcp),
+        Some(config) => {
+            let name = ServerName::try_from(target.host.clone()).map_err(|e| e.to_string())?;
+            let conn = rustls::ClientConnection::new(config, name).map_err(|e| e.to_string())?;
+            Box::new(rustls::StreamOwned::new(conn, tcp))
+        }
+    };
+    Ok((stream, control))
+}
+
+fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
+    let (stream, control) = match connect(&url, tls) {
+        Ok(s) => s,
+        Err(e) => return events(LinkEvent::Failed(e)),
+    };
+    let mut ws =
+        match tungstenite::client::client_with_config(url.as_str(), stream, Some(ws_config())) {
+            Ok((ws, _response)) => ws,
+            Err(e) => {
+                return events(LinkEvent::Failed(format!(
+                    "WebSocket handshake with {}: {e}",
+                    redact(&url)
+                )));
+            }
+        };
+    if let Err(e) = control.set_read_timeout(Some(POLL_INTERVAL)) {
+        return events(LinkEvent::Failed(e.to_string()));
+    }
+    let link = Link::new();
+    let outbox = link.outbox.clone();
+    events(LinkEvent::Opened(link));
+    let mut code = None;
+    let mut closing = false;
+    'conn: loop {
+        while !closing && let Some(out) = outbox.try_take() {
+            let sent = match out {
+                Out::Send(bytes) => ws.send(message_of(bytes)),
+                Out::Close(code, reason) => {
+                    closing = true;
+                    ws.send(close_message(code, reason))
+                }
+            };
+            match sent {
+                Ok(()) => {}
+                Err(e) if would_block(&e) => {}
+                Err(_) => break 'conn,
+            }
+        }
+        match ws.read() {
+            Ok(Message::Text(text)) => events(LinkEvent::Message(text.as_bytes().to_vec())),
+            Ok(Message::Binary(bytes)) => events(LinkEvent::Message(bytes.to_vec())),
+            Ok(Message::Close(frame)) => code = frame.map(|f| u16::from(f.code)),
+            Ok(_) => {}
+            Err(e) if would_block(&e) => {
+                // Flush what a timed-out write left behind, then look at the queue again.
+                let _ = ws.flush();
+            }
+            Err(_) => break,
+        }
+    }
+    outbox.shut();
+    events(LinkEvent::Closed { code });
+}
+
+fn would_block(e: &WsError) -> bool {
+    matches!(e, WsError::Io(io) if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+}

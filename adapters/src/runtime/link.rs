@@ -1,0 +1,215 @@
+//! One WebSocket connection as the driver sees it: a [`Link`] to send on and close, and the
+//! [`LinkEvent`]s it reports; plus the async half that moves messages for [`super::AsyncHost`].
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+
+use futures_util::StreamExt as _;
+use tungstenite::Message;
+use tungstenite::protocol::WebSocketConfig;
+use tungstenite::protocol::frame::CloseFrame;
+use tungstenite::protocol::frame::coding::CloseCode;
+
+use super::{EventFn, Runtime, redact, target_of};
+
+/// The largest WebSocket message either side accepts (PROTOCOL §2: 1 MiB; larger is 1009).
+pub const MAX_MESSAGE_LEN: usize = 1 << 20;
+
+/// What happened on a WebSocket.
+#[derive(Debug)]
+pub enum LinkEvent {
+    /// The handshake finished; send with this link.
+    Opened(Link),
+    /// Connecting or the handshake failed (the message names the cause).
+    Failed(String),
+    /// One message (text or binary) arrived.
+    Message(Vec<u8>),
+    /// The connection ended; `code` is the peer's close code, if it sent one.
+    Closed {
+        /// The close code the peer sent.
+        code: Option<u16>,
+    },
+}
+
+pub(crate) enum Out {
+    Send(Vec<u8>),
+    Close(u16, String),
+}
+
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<Out>,
+    waker: Option<Waker>,
+    shut: bool,
+}
+
+/// The queue of messages waiting to be written, shared by a [`Link`] and the task or thread
+/// that writes them.
+#[derive(Default)]
+pub(crate) struct Outbox {
+    queue: Mutex<Queue>,
+}
+
+impl Outbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&self, out: Out) {
+        let mut q = self.lock();
+        if q.shut {
+            return;
+        }
+        q.items.push_back(out);
+        if let Some(w) = q.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// The next item without waiting (the blocking host polls between reads).
+    pub(crate) fn try_take(&self) -> Option<Out> {
+        self.lock().items.pop_front()
+    }
+
+    /// Refuses further items and wakes the writer, which then ends.
+    pub(crate) fn shut(&self) {
+        let mut q = self.lock();
+        q.shut = true;
+        if let Some(w) = q.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// The next item; `None` once shut and empty.
+    async fn next(&self) -> Option<Out> {
+        std::future::poll_fn(|cx| {
+            let mut q = self.lock();
+            if let Some(out) = q.items.pop_front() {
+                return Poll::Ready(Some(out));
+            }
+            if q.shut {
+                return Poll::Ready(None);
+            }
+            q.waker = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// The sending half of an open WebSocket. Cheap to clone; sends are queued in order and never
+/// block.
+#[derive(Clone)]
+pub struct Link {
+    pub(crate) outbox: Arc<Outbox>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Link")
+    }
+}
+
+impl Link {
+    pub(crate) fn new() -> Self {
+        Self {
+            outbox: Arc::new(Outbox::default()),
+        }
+    }
+
+    /// Queues one message (sent as text when it is UTF-8, as binary otherwise).
+    pub fn send(&self, bytes: Vec<u8>) {
+        self.outbox.push(Out::Send(bytes));
+    }
+
+    /// Queues a close with `code` after the messages queued before it; later sends are dropped.
+    pub fn close(&self, code: u16, reason: &str) {
+        self.outbox.push(Out::Close(code, reason.to_owned()));
+    }
+}
+
+/// The WebSocket settings both hosts use.
+pub(crate) fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE_LEN))
+        .max_frame_size(Some(MAX_MESSAGE_LEN))
+}
+
+pub(crate) fn message_of(bytes: Vec<u8>) -> Message {
+    match String::from_utf8(bytes) {
+        Ok(text) => Message::text(text),
+        Err(e) => Message::binary(e.into_bytes()),
+    }
+}
+
+pub(crate) fn close_message(code: u16, reason: String) -> Message {
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::from(code),
+        reason: reason.into(),
+    }))
+}
+
+/// Connects, shakes hands, then moves messages until the connection ends.
+pub(crate) async fn drive_async(
+    runtime: Arc<dyn Runtime>,
+    url: String,
+    tls: Arc<rustls::ClientConfig>,
+    events: EventFn,
+) {
+    let target = match target_of(&url, tls) {
+        Ok(t) => t,
+        Err(e) => return events(LinkEvent::Failed(e)),
+    };
+    let io = match runtime.connect(target.clone()).await {
+        Ok(io) => io,
+        Err(e) => {
+            return events(LinkEvent::Failed(format!(
+                "connecting to {}:{}: {e}",
+                target.host, target.port
+            )));
+        }
+    };
+    let ws = match async_tungstenite::client_async_with_config(url.as_str(), io, Some(ws_config()))
+        .await
+    {
+        Ok((ws, _response)) => ws,
+        Err(e) => {
+            return events(LinkEvent::Failed(format!(
+                "WebSocket handshake with {}: {e}",
+                redact(&url)
+            )));
+        }
+    };
+    let link = Link::new();
+    let outbox = link.outbox.clone();
+    events(LinkEvent::Opened(link));
+    let (mut sender, mut receiver) = ws.split();
+    let writer_outbox = outbox.clone();
+    runtime.spawn(Box::pin(async move {
+        while let Some(out) = writer_outbox.next().await {
+            let result = match out {
+                Out::Send(bytes) => sender.send(message_of(bytes)).await,
+                Out::Close(code, reason) => {
+                    let _ = sender.send(close_message(code, reason)).await;
+                    break;
+                }
+            };
+            if result.is_err() {
+                break;
+            }
+        }
+    }));
+    let mut code = None;
+    while let Some(message) = receiver.next().await {
+        match message {
+            Ok(Message::Text(text)) => events(LinkEvent::Message(text.as_bytes().to_vec())),
+            Ok(Message::Binary(bytes)) => events(LinkEvent::Message(bytes.to_vec())),
+            Ok(Message::Close(frame)) => code = frame.map(|f| u16::from(f.code)),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    outbox.shut();
+    events(LinkEvent::Closed { code });
+}

@@ -1,0 +1,106 @@
+//! Real servers for the adapters' tests: a WebSocket echo server on a std TcpListener, plain
+//! or TLS with an rcgen self-signed certificate for `localhost`.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+
+use outpost_adapters::tls::Trust;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tungstenite::Message;
+use tungstenite::protocol::frame::CloseFrame;
+use tungstenite::protocol::frame::coding::CloseCode;
+
+/// A self-signed certificate for `localhost` and the trust that accepts it.
+pub struct TestCert {
+    pub server: Arc<rustls::ServerConfig>,
+    pub trust: Trust,
+    pub pem: String,
+}
+
+pub fn test_cert() -> TestCert {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let der = CertificateDer::from(certified.cert.der().to_vec());
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+        certified.signing_key.serialize_der(),
+    ));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![der], key)
+        .unwrap();
+    let pem = certified.cert.pem();
+    TestCert {
+        server: Arc::new(server),
+        trust: Trust::with_ca_pem(pem.as_bytes()).unwrap(),
+        pem,
+    }
+}
+
+trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
+/// Accepts WebSocket connections forever on a background thread; each connection echoes
+/// messages back, and answers the text `close:<code>` by closing with that code.
+/// Returns the base URL (`ws://127.0.0.1:port` or `wss://localhost:port`).
+pub fn echo_server(tls: Option<Arc<rustls::ServerConfig>>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let secure = tls.is_some();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let tls = tls.clone();
+            std::thread::spawn(move || echo(stream, tls));
+        }
+    });
+    if secure {
+        format!("wss://localhost:{port}")
+    } else {
+        format!("ws://127.0.0.1:{port}")
+    }
+}
+
+fn echo(tcp: TcpStream, tls: Option<Arc<rustls::ServerConfig>>) {
+    let stream: Box<dyn Stream> = match tls {
+        None => Box::new(tcp),
+        Some(config) => {
+            let Ok(conn) = rustls::ServerConnection::new(config) else {
+                return;
+            };
+            Box::new(rustls::StreamOwned::new(conn, tcp))
+        }
+    };
+    let Ok(mut ws) = tungstenite::accept(stream) else {
+        return;
+    };
+    loop {
+        match ws.read() {
+            Ok(Message::Text(text)) => {
+                if let Some(code) = text.as_str().strip_prefix("close:") {
+                    let code: u16 = code.parse().unwrap();
+                    let _ = ws.close(Some(CloseFrame {
+                        code: CloseCode::from(code),
+                        reason: "asked".into(),
+                    }));
+                    // Drive the close handshake to its end.
+                    while ws.read().is_ok() {}
+                    return;
+                }
+                if ws.send(Message::Text(text)).is_err() {
+                    return;
+                }
+            }
+            Ok(Message::Binary(bytes)) => {
+                if ws.send(Message::Binary(bytes)).is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => return,
+        }
+    }
+}
