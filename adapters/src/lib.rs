@@ -14,5 +14,6 @@
 #![forbid(unsafe_code)]
 
 pub mod clock;
+pub mod http;
 pub mod runtime;
 pub mod tls;
