@@ -16,4 +16,5 @@
 pub mod clock;
 pub mod http;
 pub mod runtime;
+pub mod store;
 pub mod tls;
