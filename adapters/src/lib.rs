@@ -14,5 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod clock;
+pub mod http;
 pub mod runtime;
+pub mod store;
 pub mod tls;

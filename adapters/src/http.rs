@@ -1,0 +1,391 @@
+//! The daemon's signed HTTP client for PROTOCOL §11's machine routes, over ureq (rustls).
+//!
+//! Every request is signed with the machine key (RFC 9421, label `outpost`: `@method`,
+//! `@authority`, `@path`, `@query`, and `content-digest` with a `Content-Digest: sha-256=…`
+//! field when there is a body; `created`, `expires` 60 s later, a random single-use `nonce`,
+//! `keyid` = the machine key id, `alg="ed25519"`). Error answers (`{"error":{"code",
+//! "message"}}`) become [`HttpError::Api`] with their code and status.
+//!
+//! The client is blocking: async hosts call it through `spawn_blocking`. This module owns the
+//! request bytes and the reading of answers; it never retries and never follows a redirect
+//! (a signature covers one target).
+
+use std::time::Duration;
+
+use outpost_core::httpsig::{
+    ALG_ED25519, DigestAlgorithm, HttpRequest, OUTPOST_LABEL, SignatureParams, content_digest,
+    sign_request,
+};
+use outpost_core::join::machine_key_id;
+use outpost_core::keyset::{KeySet, PinnedRoots};
+use outpost_core::sign::Ed25519Signer;
+use serde::{Deserialize, Serialize};
+
+use crate::tls::{ServerUrl, Trust};
+
+/// How long a signature stays valid after `created` (the profile allows up to 300 s).
+pub const SIGNATURE_VALIDITY_SECS: u64 = 60;
+
+/// The largest answer body read.
+pub const MAX_ANSWER_LEN: u64 = 1 << 20;
+
+/// How long one request may take, end to end.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The server answered with an error body.
+    #[error("the server refused {route} ({status} {code}): {message}")]
+    Api {
+        /// The route (`POST /v1/execution-contexts`).
+        route: String,
+        /// The HTTP status.
+        status: u16,
+        /// The error's stable code.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The server could not be reached or the connection failed.
+    #[error("cannot reach the server for {route}: {reason}")]
+    Transport {
+        /// The route.
+        route: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The answer is not what §11 says it is.
+    #[error("the server's answer to {route} is not readable ({status}): {reason}")]
+    BadAnswer {
+        /// The route.
+        route: String,
+        /// The HTTP status.
+        status: u16,
+        /// What was wrong.
+        reason: String,
+    },
+    /// Signing failed.
+    #[error("signing the request failed: {0}")]
+    Sign(String),
+    /// The key set did not verify against the pinned root.
+    #[error("the server's key set is refused ({code}): {0}", code = .0.code())]
+    KeySet(outpost_core::keyset::KeySetError),
+}
+
+impl HttpError {
+    /// The stable code: the server's for [`HttpError::Api`], else this client's.
+    pub fn code(&self) -> &str {
+        match self {
+            HttpError::Api { code, .. } => code,
+            HttpError::Transport { .. } => "server_unreachable",
+            HttpError::BadAnswer { .. } => "bad_answer",
+            HttpError::Sign(_) => "signer_failed",
+            HttpError::KeySet(e) => e.code(),
+        }
+    }
+
+    /// The HTTP status, when the server answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            HttpError::Api { status, .. } | HttpError::BadAnswer { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// The body of `POST /v1/execution-contexts`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterRequest {
+    /// The machine's name (`[a-z0-9-]`, 1–64).
+    pub name: String,
+    /// The machine's public key, base64url.
+    pub public_key: String,
+    /// Runs held at once.
+    pub max_concurrent: u32,
+    /// Environments available now.
+    pub environments: Vec<String>,
+    /// This build's version.
+    pub daemon_version: String,
+}
+
+/// The answer to a registration (201 new, 200 already registered).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Registered {
+    /// The context id (`ec_…`).
+    pub context_id: String,
+    /// The machine's name.
+    pub name: String,
+    /// The operator (the join token's owner).
+    #[serde(default)]
+    pub operator: String,
+    /// The machine key id.
+    pub key_id: String,
+    /// The grant's version.
+    #[serde(default)]
+    pub grant_version: u64,
+}
+
+/// A connect ticket (a bearer secret: never logged, `Debug` redacts it).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ticket {
+    /// The ticket text (`otk_…`).
+    pub ticket: String,
+    /// The session id every server frame of that connection carries.
+    pub session_id: String,
+    /// When the ticket expires, Unix seconds.
+    pub expires_at: u64,
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket")
+            .field("ticket", &"otk_[redacted]")
+            .field("session_id", &self.session_id)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
+}
+
+/// The signed client of one machine for one server.
+pub struct SignedClient {
+    agent: ureq::Agent,
+    server: ServerUrl,
+    signer: Ed25519Signer,
+    key_id: String,
+}
+
+impl std::fmt::Debug for SignedClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignedClient")
+            .field("server", &self.server.base)
+            .field("key_id", &self.key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An answer: status and body.
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl SignedClient {
+    /// A client for `server`, signing with the machine key `seed`. With an extra CA in
+    /// `trust`, HTTPS trusts that CA (ureq takes one root list: the extra CA replaces the
+    /// public roots for HTTP; the WebSocket trusts both).
+    pub fn new(server: ServerUrl, seed: [u8; 32], trust: &Trust) -> Self {
+        let roots = if trust.extra.is_empty() {
+            ureq::tls::RootCerts::WebPki
+        } else {
+            let certs: Vec<ureq::tls::Certificate<'static>> = trust
+                .extra
+                .iter()
+                .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
+                .collect();
+            ureq::tls::RootCerts::new_with_certs(&certs)
+        };
+        let tls = ureq::tls::TlsConfig::builder()
+            .provider(ureq::tls::TlsProvider::Rustls)
+            .root_certs(roots)
+            .build();
+        let agent = ureq::Agent::config_builder()
+            .tls_config(tls)
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .build()
+            .new_agent();
+        let probe = Ed25519Signer::from_seed("machine", seed);
+        let key_id = machine_key_id(&probe.verifying_key());
+        Self {
+            agent,
+            server,
+            signer: Ed25519Signer::from_seed(key_id.clone(), seed),
+            key_id,
+        }
+    }
+
+    /// The machine key id (`mk_…`).
+    pub fn key_id(&self) -> &str {
+        &self.key_id
+    }
+
+    /// The machine's public key, base64url.
+    pub fn public_key_b64(&self) -> String {
+        outpost_core::b64::encode(self.signer.verifying_key().as_bytes())
+    }
+
+    /// The server.
+    pub fn server(&self) -> &ServerUrl {
+        &self.server
+    }
+
+    /// Builds and signs a request (exposed so tests can check the exact bytes).
+    pub fn sign(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        now: outpost_core::time::UnixTime,
+    ) -> Result<HttpRequest, HttpError> {
+        let mut req = HttpRequest {
+            method: method.to_owned(),
+            url: self.server.http_url(path),
+            headers: Vec::new(),
+            body: body.to_vec(),
+        };
+        let mut components: Vec<String> = ["@method", "@authority", "@path", "@query"]
+            .map(String::from)
+            .to_vec();
+        if !body.is_empty() {
+            req.set_header("content-type", "application/json");
+            req.set_header(
+                "content-digest",
+                content_digest(body, &[DigestAlgorithm::Sha256]),
+            );
+            components.push("content-digest".into());
+        }
+        let mut nonce = [0u8; 18];
+        getrandom::fill(&mut nonce).map_err(|e| HttpError::Sign(e.to_string()))?;
+        let params = SignatureParams {
+            components,
+            created: Some(now.as_secs()),
+            expires: Some(now.as_secs() + SIGNATURE_VALIDITY_SECS),
+            nonce: Some(outpost_core::b64::encode(&nonce)),
+            alg: Some(ALG_ED25519.to_owned()),
+            keyid: Some(self.key_id.clone()),
+            tag: None,
+        };
+        sign_request(&mut req, OUTPOST_LABEL, &params, &self.signer)
+            .map_err(|e| HttpError::Sign(e.to_string()))?;
+        Ok(req)
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        bearer: Option<&str>,
+        signed: bool,
+    ) -> Result<Answer, HttpError> {
+        let route = format!("{method} {path}");
+        let req = if signed {
+            self.sign(method, path, body, crate::clock::wall_now())?
+        } else {
+            HttpRequest {
+                method: method.to_owned(),
+                url: self.server.http_url(path),
+                headers: Vec::new(),
+                body: body.to_vec(),
+            }
+        };
+        let transport = |e: ureq::Error| HttpError::Transport {
+            route: route.clone(),
+            reason: e.to_string(),
+        };
+        let mut builder = ureq::http::Request::builder().method(method).uri(&req.url);
+        for (name, value) in &req.headers {
+            builder = builder.header(name, value);
+        }
+        if let Some(token) = bearer {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        let request = builder
+            .body(req.body.clone())
+            .map_err(|e| HttpError::Transport {
+                route: route.clone(),
+                reason: e.to_string(),
+            })?;
+        let response = self.agent.run(request).map_err(transport)?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .with_config()
+            .limit(MAX_ANSWER_LEN)
+            .read_to_vec()
+            .map_err(transport)?;
+        if (200..300).contains(&status) {
+            return Ok(Answer { status, body });
+        }
+        Err(api_error(route, status, &body))
+    }
+
+    fn json<T: for<'de> Deserialize<'de>>(route: &str, answer: Answer) -> Result<T, HttpError> {
+        serde_json::from_slice(&answer.body).map_err(|e| HttpError::BadAnswer {
+            route: route.to_owned(),
+            status: answer.status,
+            reason: e.to_string(),
+        })
+    }
+
+    /// `POST /v1/execution-contexts`: registers this machine with the join's bearer token.
+    /// Idempotent: a key already registered answers 200 with the same context.
+    pub fn register(
+        &self,
+        token: &str,
+        request: &RegisterRequest,
+    ) -> Result<Registered, HttpError> {
+        let path = "/v1/execution-contexts";
+        let body = serde_json::to_vec(request).map_err(|e| HttpError::Sign(e.to_string()))?;
+        let answer = self.call("POST", path, &body, Some(token), true)?;
+        Self::json(&format!("POST {path}"), answer)
+    }
+
+    /// `POST /v1/execution-contexts/connect-ticket` (empty body): a single-use ticket.
+    pub fn connect_ticket(&self) -> Result<Ticket, HttpError> {
+        let path = "/v1/execution-contexts/connect-ticket";
+        let answer = self.call("POST", path, &[], None, true)?;
+        Self::json(&format!("POST {path}"), answer)
+    }
+
+    /// `GET /v1/execution-contexts/server-keys`, verified against `roots`.
+    pub fn server_keys(&self, roots: &PinnedRoots) -> Result<KeySet, HttpError> {
+        let path = "/v1/execution-contexts/server-keys";
+        let answer = self.call("GET", path, &[], None, false)?;
+        KeySet::from_document(&answer.body, roots).map_err(HttpError::KeySet)
+    }
+
+    /// The WebSocket URL of a ticket (`…/connect?ticket=otk_…`; never log it).
+    pub fn connect_url(&self, ticket: &Ticket) -> String {
+        self.server.ws_url(&format!(
+            "/v1/execution-contexts/connect?ticket={}",
+            ticket.ticket
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+struct ErrorAnswer {
+    error: ErrorBody,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    code: String,
+    #[serde(default)]
+    message: String,
+}
+
+fn api_error(route: String, status: u16, body: &[u8]) -> HttpError {
+    match serde_json::from_slice::<ErrorAnswer>(body) {
+        Ok(answer) => HttpError::Api {
+            route,
+            status,
+            code: answer.error.code,
+            message: answer.error.message,
+        },
+        Err(_) => HttpError::BadAnswer {
+            route,
+            status,
+            reason: format!(
+                "not an error body: {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            ),
+        },
+    }
+}
