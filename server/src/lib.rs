@@ -1,5 +1,132 @@
 //! # outpost-server
 //!
-//! The reference server: the HTTP API, the daemons' WebSocket sessions, the SQLite store and
-//! the server's own executor (`cloud`), driving `outpost-core`'s dispatcher.
+//! The reference server behind `outpost serve`: the HTTP API of PROTOCOL §11, the daemons'
+//! WebSocket sessions, the SQLite store and the server's own executor (`cloud`), driving
+//! `outpost-core`'s dispatcher.
+//!
+//! The whole public API is [`start`] with a [`ServeConfig`], and the [`Running`] server it
+//! returns. Everything else — the store, the dispatcher actor, the routes — stays inside.
 #![forbid(unsafe_code)]
+
+mod bootstrap;
+mod clock;
+mod dispatch;
+mod http;
+mod metrics;
+mod secrets;
+mod serve;
+mod state;
+mod store;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use outpost_core::executor::Registry;
+use outpost_core::wire::Environment;
+use tokio::sync::watch;
+
+pub use state::StateError;
+pub use store::StoreError;
+
+/// A certificate chain and its private key, both PEM files.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Where to listen; port 0 picks a free port ([`Running::url`] says which).
+    pub listen: SocketAddr,
+    /// The state folder (created 0700): `outpost.db`, `keys.json`, `admin.token`, `join`.
+    pub state_dir: PathBuf,
+    /// Serve HTTPS with these files; plain HTTP when `None`.
+    pub tls: Option<TlsFiles>,
+    /// The environments the server's own executor may run (the registry handed to [`start`]
+    /// must hold their executors); any other is refused on the server with `not_permitted`.
+    pub cloud: Vec<Environment>,
+    /// The base URL daemons should use (behind a proxy, a DNS name); default the address
+    /// actually bound (an unspecified address is shown as loopback).
+    pub public_url: Option<String>,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The state folder or one of its files.
+    #[error("state folder: {0}")]
+    State(#[from] StateError),
+    /// The database.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The listening socket.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The TLS files.
+    #[error("TLS: {0}")]
+    Tls(String),
+}
+
+/// A server that is running.
+#[derive(Debug)]
+pub struct Running {
+    /// The base URL actually served, e.g. `http://127.0.0.1:40123`.
+    pub url: String,
+    /// The join string (also in `state_dir/join`).
+    pub join: String,
+    /// The admin token (also in `state_dir/admin.token`).
+    pub admin_token: String,
+    /// The state folder.
+    pub state_dir: PathBuf,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops gracefully: no new connections, open requests finish (at most 10 s), the
+    /// dispatcher writes what it holds and stops, cloud runs are cancelled.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Serves until SIGINT or SIGTERM, then shuts down as [`Running::shutdown`] does.
+    pub async fn wait(self) {
+        let interrupt = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = interrupt => {},
+                        _ = term.recv() => {},
+                    }
+                }
+                Err(_) => {
+                    let _ = interrupt.await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = interrupt.await;
+        self.shutdown().await;
+    }
+}
+
+/// Starts serving: creates or reads the state folder, restores the dispatcher from the
+/// store, binds `config.listen` and returns once the socket accepts. `cloud` holds the
+/// executors of the server's own executor (the `cli` crate builds it with the wasm, docker
+/// and shell executors).
+pub async fn start(config: ServeConfig, cloud: Registry) -> Result<Running, ServeError> {
+    bootstrap::start(config, cloud).await
+}

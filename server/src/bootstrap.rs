@@ -1,0 +1,189 @@
+//! Putting a server together: the state folder and its secrets (created on first start,
+//! read back after), the store, the dispatcher restored from its records, the used nonces
+//! reloaded, the socket bound, the join string rewritten with the URL served.
+
+use std::sync::Arc;
+
+use outpost_core::executor::Registry;
+use outpost_core::join::Join;
+use outpost_core::replay::{ReplayGuard, ReplayPolicy};
+use outpost_core::server::Server;
+use outpost_core::session::SessionConfig;
+use outpost_core::time::UnixTime;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+use crate::clock::{Clock, wall_now};
+use crate::dispatch::{Cloud, Dispatcher, Shared};
+use crate::metrics::Metrics;
+use crate::state::{self, StateError};
+use crate::store::Store;
+use crate::{Running, ServeConfig, ServeError, secrets, serve};
+
+/// Messages the dispatcher may have waiting.
+const DISPATCH_QUEUE: usize = 1024;
+
+/// The admin user's name.
+const ADMIN_USER: &str = "admin";
+
+/// The admin token and the join's registration token: created with the admin user on first
+/// start, read back from their files after.
+fn tokens(config: &ServeConfig, store: &Store) -> Result<(String, String), ServeError> {
+    let dir = &config.state_dir;
+    let admin_path = dir.join("admin.token");
+    let join_path = dir.join("join");
+    if store.has_users()? {
+        let corrupt = |path: &std::path::Path, reason: &str| {
+            ServeError::State(StateError::Corrupt {
+                path: path.to_path_buf(),
+                reason: reason.to_owned(),
+            })
+        };
+        let admin = state::read_optional(&admin_path)?
+            .ok_or_else(|| corrupt(&admin_path, "missing; the database has users"))?;
+        let join = state::read_optional(&join_path)?
+            .ok_or_else(|| corrupt(&join_path, "missing; the database has users"))?;
+        let token = join_token(&join).ok_or_else(|| corrupt(&join_path, "not a join string"))?;
+        return Ok((admin.trim().to_owned(), token));
+    }
+    let admin = secrets::new_token();
+    let join = secrets::new_token();
+    // The files first: a crash before the database commit leaves no users, and the next
+    // start makes new tokens and overwrites them.
+    state::write_secret(&admin_path, format!("{admin}\n").as_bytes())?;
+    state::write_secret(&join_path, format!("{join}\n").as_bytes())?;
+    let now = wall_now().0;
+    let all: Vec<String> = crate::http::all_scopes();
+    store.create_user(ADMIN_USER, &secrets::hash(&admin), &all, now)?;
+    store.add_token(
+        ADMIN_USER,
+        &secrets::hash(&join),
+        &["execution_context:create".to_owned()],
+        None,
+        now,
+    )?;
+    Ok((admin, join))
+}
+
+/// The token inside a join file (or a bare token, as a crash during first start leaves it).
+fn join_token(text: &str) -> Option<String> {
+    let text = text.trim();
+    if secrets::looks_like_token(text) {
+        return Some(text.to_owned());
+    }
+    let body = text.strip_prefix(outpost_core::join::JOIN_PREFIX)?;
+    let bytes = outpost_core::b64::decode(body).ok()?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    value.get("token")?.as_str().map(str::to_owned)
+}
+
+fn base_url(config: &ServeConfig, bound: std::net::SocketAddr) -> String {
+    if let Some(url) = &config.public_url {
+        return url.trim_end_matches('/').to_owned();
+    }
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let mut addr = bound;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    format!("{scheme}://{addr}")
+}
+
+fn replay_guard(store: &Store, now: UnixTime) -> Result<ReplayGuard, ServeError> {
+    let mut guard = ReplayGuard::new(ReplayPolicy::default());
+    for (key_id, nonce, created, expires) in store.live_nonces(now.0)? {
+        // Entries still fresh are remembered again; the others are past replaying anyway.
+        let _ = guard.check(
+            &key_id,
+            &nonce,
+            UnixTime(created),
+            expires.map(UnixTime),
+            now,
+        );
+    }
+    Ok(guard)
+}
+
+pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Running, ServeError> {
+    let dir = config.state_dir.clone();
+    state::prepare_dir(&dir)?;
+    let tls = match &config.tls {
+        Some(files) => Some(serve::tls_acceptor(&files.cert, &files.key)?),
+        None => None,
+    };
+    let store = Arc::new(Store::open(&dir.join("outpost.db"))?);
+    let clock = Clock::start();
+    let (keys, _) = state::load_keys(&dir, wall_now())?;
+    let (admin_token, join_token) = tokens(&config, &store)?;
+
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(|source| ServeError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let url = base_url(&config, bound);
+    let join = Join {
+        url: url.clone(),
+        root: keys.root.clone(),
+        token: join_token,
+    }
+    .encode();
+    state::write_secret(&dir.join("join"), format!("{join}\n").as_bytes())?;
+
+    let (changed, _) = watch::channel(0);
+    let shared = Arc::new(Shared {
+        store: store.clone(),
+        clock,
+        metrics: Metrics::default(),
+        changed,
+    });
+    let signer = Arc::new(keys.signer);
+    let template = SessionConfig::new("");
+    let now = clock.now();
+    let server = match store.load_snapshot()? {
+        Some(snapshot) => Server::restore(signer, template, &snapshot, now),
+        None => Server::new(signer, template, now),
+    };
+    let cloud = Cloud::new(cloud, &config.cloud, dir.join("cloud-runs"));
+    let mut dispatcher = Dispatcher::new(server, shared.clone(), cloud);
+    dispatcher.settle()?;
+    let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);
+    let dispatch_task = tokio::spawn(dispatcher.run(rx));
+
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let replay = replay_guard(&store, wall_now())?;
+    let app = crate::http::App::new(shared, tx.clone(), keys.key_set, replay, scheme);
+    let router = crate::http::router(app);
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        serve::accept_loop(listener, tls, router, stop_rx).await;
+        let _ = tx.send(crate::dispatch::Msg::Shutdown).await;
+        let _ = dispatch_task.await;
+    });
+    tracing::info!(%url, "outpost server listening");
+    Ok(Running {
+        url,
+        join,
+        admin_token,
+        state_dir: dir,
+        stop,
+        task,
+    })
+}

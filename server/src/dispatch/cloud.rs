@@ -1,0 +1,149 @@
+//! The server's own executor (`cloud`): runs a [`Command::RunOnCloud`] execution on the
+//! registry the caller handed in, on a blocking thread, and reports its result.
+//!
+//! Only the environments the operator enabled are allowed (`run_capability:<env>` for the
+//! session); any other is refused with `not_permitted`, never run elsewhere. A cloud run gets
+//! no host folders and no network. It never touches the dispatcher's state: results come
+//! back through a channel.
+//!
+//! [`Command::RunOnCloud`]: outpost_core::server::Command::RunOnCloud
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use outpost_core::daemon::Capability;
+use outpost_core::executor::{Allowlists, Launch, Registry, Scope, run_capability};
+use outpost_core::grant::CredentialDenylist;
+use outpost_core::manifest::Permission;
+use outpost_core::server::ExecuteRequest;
+use outpost_core::wire::{Egress, Environment, ErrorBody, RunResult};
+use tokio::sync::mpsc;
+
+/// How often a blocking run checks for a cancel.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The cloud executor.
+pub(crate) struct Cloud {
+    registry: Arc<Registry>,
+    allowlists: Arc<Allowlists>,
+    runs_dir: PathBuf,
+    cancels: HashMap<String, Arc<AtomicBool>>,
+    tx: mpsc::UnboundedSender<(String, RunResult)>,
+    rx: mpsc::UnboundedReceiver<(String, RunResult)>,
+}
+
+impl Cloud {
+    /// A cloud executor over `registry`, allowing `environments`, writing capability folders
+    /// under `runs_dir`.
+    pub(crate) fn new(registry: Registry, environments: &[Environment], runs_dir: PathBuf) -> Self {
+        let mut allowlists = Allowlists::new();
+        for environment in environments {
+            // Session scope is within every environment's trust ceiling.
+            let _ = allowlists.allow(Permission::run_capability(*environment), Scope::Session);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        Self {
+            registry: Arc::new(registry),
+            allowlists: Arc::new(allowlists),
+            runs_dir,
+            cancels: HashMap::new(),
+            tx,
+            rx,
+        }
+    }
+
+    /// The next finished run.
+    pub(crate) async fn finished(&mut self) -> Option<(String, RunResult)> {
+        let done = self.rx.recv().await;
+        if let Some((exec_id, _)) = &done {
+            self.cancels.remove(exec_id);
+        }
+        done
+    }
+
+    /// Starts `request` on a blocking thread.
+    pub(crate) fn start(&mut self, request: ExecuteRequest) {
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.cancels.insert(request.exec_id.clone(), cancel.clone());
+        let registry = self.registry.clone();
+        let allowlists = self.allowlists.clone();
+        let runs_dir = self.runs_dir.clone();
+        let tx = self.tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let mut result = run(&registry, &allowlists, &runs_dir, &request, &cancel);
+            result.timing.daemon_ms =
+                u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let _ = std::fs::remove_dir_all(runs_dir.join(&request.exec_id));
+            let _ = tx.send((request.exec_id, result));
+        });
+    }
+
+    /// Asks a running execution to stop.
+    pub(crate) fn cancel(&mut self, exec_id: &str) {
+        if let Some(flag) = self.cancels.get(exec_id) {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Asks every running execution to stop (shutdown).
+    pub(crate) fn cancel_all(&mut self) {
+        for flag in self.cancels.values() {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+fn failed(code: &str, message: impl Into<String>) -> RunResult {
+    RunResult::failed(ErrorBody {
+        code: code.into(),
+        message: message.into(),
+    })
+}
+
+fn run(
+    registry: &Registry,
+    allowlists: &Allowlists,
+    runs_dir: &std::path::Path,
+    request: &ExecuteRequest,
+    cancel: &AtomicBool,
+) -> RunResult {
+    let capability = Capability::Inline(request.capability.clone());
+    let (dir, manifest) = match outpost_host::materialize(&capability, runs_dir, &request.exec_id) {
+        Ok(done) => done,
+        Err(e) => return failed(e.code(), e.to_string()),
+    };
+    let timeout = Duration::from_millis(manifest.limits.timeout_ms.min(request.timeout_ms));
+    let launch = Launch {
+        run_id: request.exec_id.clone(),
+        dir,
+        manifest,
+        extra_args: Vec::new(),
+        mounts: Vec::new(),
+        denylist: CredentialDenylist::default(),
+        cwd: None,
+        timeout,
+        egress: Egress::None,
+    };
+    let mut handle = match run_capability(registry, allowlists, launch) {
+        Ok(handle) => handle,
+        Err(e) => return failed(e.code(), e.to_string()),
+    };
+    let mut cancelled = false;
+    loop {
+        if !cancelled && cancel.load(Ordering::SeqCst) {
+            cancelled = true;
+            if let Err(e) = handle.cancel() {
+                return failed(e.code(), e.to_string());
+            }
+        }
+        match handle.wait(POLL) {
+            Ok(Some(outcome)) => return RunResult::from(outcome),
+            Ok(None) => {}
+            Err(e) => return RunResult::from(&e),
+        }
+    }
+}

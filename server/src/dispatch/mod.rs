@@ -1,0 +1,317 @@
+//! The dispatcher actor: one tokio task owns the core's [`Server`], fed through a bounded
+//! channel. After every input it drains `poll_output` to `Wait`: it commits each run of
+//! `Persist` records before it carries out the next output (RECORDS.md §1), hands frames and
+//! closes to the connections' bounded queues, starts and cancels cloud runs, and turns events
+//! into metrics, audit rows and wake-ups for the routes that wait on executions. Then it
+//! sleeps until the `Wait` deadline or the next message.
+//!
+//! It never blocks on a slow connection (a full queue closes that connection), and it stops
+//! (fail-stop) rather than carry on after the store refused a record.
+
+mod cloud;
+mod conns;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use outpost_core::server::{self as core_server, Event, Input, Output, Server};
+use outpost_core::session::{self, ConnId, IssuedTicket};
+use outpost_core::ticket::TicketError;
+use outpost_core::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+
+pub(crate) use cloud::Cloud;
+pub(crate) use conns::{ConnHandle, ToConn, queue as conns_queue};
+
+use crate::clock::Clock;
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// What a connection's live state is, for the context routes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Live {
+    pub(crate) online: bool,
+    pub(crate) slots_used: usize,
+    pub(crate) slots_total: u32,
+}
+
+/// A message to the dispatcher.
+pub(crate) enum Msg {
+    /// Feed an input; the reply comes once its records are written and its outputs carried
+    /// out.
+    Input {
+        input: Input,
+        reply: Option<oneshot::Sender<Result<(), String>>>,
+    },
+    /// Issue a connect ticket.
+    IssueTicket {
+        context_id: String,
+        reply: oneshot::Sender<Result<IssuedTicket, TicketError>>,
+    },
+    /// A WebSocket presented a ticket: attach its queue, then feed `Connect`.
+    Connect {
+        context_id: String,
+        conn: ConnId,
+        ticket: String,
+        handle: ConnHandle,
+    },
+    /// A connection's reader ended.
+    Disconnected { conn: ConnId },
+    /// The live state of contexts.
+    Live {
+        ids: Vec<String>,
+        reply: oneshot::Sender<HashMap<String, Live>>,
+    },
+    /// Stop.
+    Shutdown,
+}
+
+/// What the actor shares with the routes.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<Store>,
+    pub(crate) clock: Clock,
+    pub(crate) metrics: Metrics,
+    /// Bumped whenever an execution starts or ends, for waiters.
+    pub(crate) changed: tokio::sync::watch::Sender<u64>,
+}
+
+/// The actor's state.
+pub(crate) struct Dispatcher {
+    server: Server,
+    shared: Arc<Shared>,
+    conns: HashMap<ConnId, ConnHandle>,
+    cloud: Cloud,
+    next_wake: Instant,
+    /// When each execution was received, for the dispatch-latency histogram.
+    received: HashMap<String, Instant>,
+}
+
+impl Dispatcher {
+    /// An actor around `server` (new or restored).
+    pub(crate) fn new(server: Server, shared: Arc<Shared>, cloud: Cloud) -> Self {
+        let next_wake = shared.clock.now().instant;
+        Self {
+            server,
+            shared,
+            conns: HashMap::new(),
+            cloud,
+            next_wake,
+            received: HashMap::new(),
+        }
+    }
+
+    /// Drains what restoring decided; call once before [`Dispatcher::run`].
+    pub(crate) fn settle(&mut self) -> Result<(), crate::store::StoreError> {
+        self.drain()
+    }
+
+    /// Runs until [`Msg::Shutdown`], the channel closing, or a store failure.
+    pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
+        loop {
+            let wake = self.shared.clock.to_tokio(self.next_wake);
+            let step = tokio::select! {
+                msg = rx.recv() => match msg {
+                    None | Some(Msg::Shutdown) => break,
+                    Some(msg) => self.on_msg(msg),
+                },
+                Some((exec_id, result)) = self.cloud.finished() => {
+                    self.feed(Input::CloudFinished { exec_id, result: Box::new(result) })
+                }
+                () = tokio::time::sleep_until(wake) => self.feed(Input::Timeout),
+            };
+            if let Err(e) = step {
+                tracing::error!(error = %e, "the store refused a record; the dispatcher stops");
+                break;
+            }
+        }
+        self.cloud.cancel_all();
+    }
+
+    fn feed(&mut self, input: Input) -> Result<(), crate::store::StoreError> {
+        let now = self.shared.clock.now();
+        if let Err(e) = self.server.handle_input(now, input) {
+            tracing::warn!(error = %e, "the dispatcher refused an input");
+        }
+        self.drain()
+    }
+
+    fn on_msg(&mut self, msg: Msg) -> Result<(), crate::store::StoreError> {
+        match msg {
+            Msg::Input { input, reply } => {
+                if let Input::Execute(request) = &input {
+                    self.received
+                        .insert(request.exec_id.clone(), self.shared.clock.now().instant);
+                }
+                let now = self.shared.clock.now();
+                let result = self
+                    .server
+                    .handle_input(now, input)
+                    .map_err(|e| e.to_string());
+                let drained = self.drain();
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                }
+                drained
+            }
+            Msg::IssueTicket { context_id, reply } => {
+                let now = self.shared.clock.now();
+                // Bring the dispatcher's clock up to now so the ticket is stamped with it.
+                let _ = self.server.handle_input(now, Input::Timeout);
+                self.drain()?;
+                let issued = self
+                    .server
+                    .issue_ticket(&context_id, crate::secrets::random::<48>());
+                let drained = self.drain();
+                let _ = reply.send(issued);
+                drained
+            }
+            Msg::Connect {
+                context_id,
+                conn,
+                ticket,
+                handle,
+            } => {
+                self.conns.insert(conn, handle);
+                self.feed(Input::Connect {
+                    context_id,
+                    conn,
+                    ticket,
+                })
+            }
+            Msg::Disconnected { conn } => {
+                if self.conns.remove(&conn).is_some() {
+                    self.feed(Input::Disconnected { conn })
+                } else {
+                    Ok(())
+                }
+            }
+            Msg::Live { ids, reply } => {
+                let live = ids
+                    .into_iter()
+                    .map(|id| {
+                        let live = self.server.session(&id).map(|s| Live {
+                            online: s.is_ready(),
+                            slots_used: s.in_flight(),
+                            slots_total: s.max_concurrent(),
+                        });
+                        (id, live.unwrap_or_default())
+                    })
+                    .collect();
+                let _ = reply.send(live);
+                Ok(())
+            }
+            Msg::Shutdown => Ok(()),
+        }
+    }
+
+    /// Polls outputs until `Wait`, writing each run of records before the next output.
+    fn drain(&mut self) -> Result<(), crate::store::StoreError> {
+        let mut records = Vec::new();
+        loop {
+            let output = self.server.poll_output();
+            if let Output::Persist(record) = output {
+                records.push(record);
+                continue;
+            }
+            if !records.is_empty() {
+                self.shared.store.write_records(&records)?;
+                records.clear();
+            }
+            match output {
+                Output::Persist(_) => {}
+                Output::Wait { until, .. } => {
+                    self.next_wake = until;
+                    return Ok(());
+                }
+                Output::Transmit { conn, bytes } => self.send(conn, ToConn::Frame(bytes)),
+                Output::Close { conn, code, reason } => {
+                    self.send(conn, ToConn::Close(code, reason));
+                    self.conns.remove(&conn);
+                }
+                Output::Command(core_server::Command::RunOnCloud(request)) => {
+                    self.cloud.start(*request);
+                }
+                Output::Command(core_server::Command::CancelCloud { exec_id }) => {
+                    self.cloud.cancel(&exec_id);
+                }
+                Output::Event(event) => self.on_event(event)?,
+            }
+        }
+    }
+
+    fn send(&mut self, conn: ConnId, message: ToConn) {
+        let Some(handle) = self.conns.get(&conn) else {
+            return;
+        };
+        if !handle.offer(message) {
+            // The reader is too slow: its queue is full. Close it rather than buffer without
+            // bound; the session hears it as a disconnect.
+            tracing::warn!(conn, "a connection's send queue is full; closing it");
+            self.conns.remove(&conn);
+            let now = self.shared.clock.now();
+            if let Err(e) = self.server.handle_input(now, Input::Disconnected { conn }) {
+                tracing::warn!(error = %e, "the dispatcher refused a disconnect");
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: Event) -> Result<(), crate::store::StoreError> {
+        let at = self.shared.clock.now();
+        match event {
+            Event::ExecutionFinished {
+                exec_id,
+                outcome,
+                ran_on,
+                ..
+            } => {
+                self.received.remove(&exec_id);
+                let status = crate::store::outcome_status(&outcome);
+                self.shared.metrics.run_finished(&status);
+                let context = ran_on.as_ref().map(|r| r.id.as_str());
+                self.shared.store.audit(
+                    at.wall.0,
+                    "run",
+                    "dispatcher",
+                    context,
+                    &format!("{exec_id} {status}"),
+                )?;
+                self.shared.changed.send_modify(|n| *n += 1);
+            }
+            Event::RunStarted {
+                exec_id, run_id, ..
+            } => {
+                if let Some(received) = self.received.get(&exec_id) {
+                    let latency = at.instant.saturating_duration_since(*received);
+                    self.shared.metrics.dispatched(latency);
+                }
+                tracing::debug!(%exec_id, %run_id, "run committed");
+                self.shared.changed.send_modify(|n| *n += 1);
+            }
+            Event::Session { context_id, event } => match event {
+                session::Event::Ready { .. } => self.shared.metrics.daemon_ready(&context_id),
+                session::Event::Offline => self.shared.metrics.daemon_offline(&context_id),
+                session::Event::ProtocolViolation { code, detail, .. } => {
+                    tracing::warn!(%context_id, code, %detail, "a daemon broke the protocol");
+                }
+                session::Event::ConnectRefused { code, .. } => {
+                    tracing::info!(%context_id, code, "a connect was refused");
+                }
+                session::Event::CommandFinished { frame } => {
+                    let detail = String::from_utf8_lossy(&frame.to_json()).into_owned();
+                    self.shared.store.audit(
+                        at.wall.0,
+                        "command_finished",
+                        "daemon",
+                        Some(&context_id),
+                        &detail,
+                    )?;
+                }
+                session::Event::RunStarted { .. } | session::Event::RunEnded { .. } => {}
+            },
+            Event::SessionError { context_id, error } => {
+                tracing::warn!(%context_id, error = %error, "a session refused an input");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,287 @@
+//! Context routes (§11.4): list, show, change the grant, revoke, delete; and the caller's
+//! chain. Changes go through the dispatcher (which journals them) before the answer.
+
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, patch, post};
+use outpost_core::routing::{CLOUD_ID, Chain, ChainEntry};
+use outpost_core::server::Input;
+use outpost_core::wire::Grant;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::auth::{self, Caller, DELETE, EXECUTE, READ};
+use super::error::{ApiError, ApiResult};
+use super::openapi::{Auth, api};
+use super::{App, Route, body, route, views};
+use crate::clock::wall_now;
+use crate::dispatch::Live;
+use crate::store::ContextEntry;
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        route(
+            api("GET", "/v1/execution-contexts", "The caller's contexts")
+                .auth(Auth::Bearer(READ))
+                .response(200, Some("Contexts")),
+            get(list),
+        ),
+        route(
+            api(
+                "GET",
+                "/v1/execution-contexts/{context}",
+                "One context, by name or id",
+            )
+            .auth(Auth::Bearer(READ))
+            .response(200, Some("Context"))
+            .errors(&[(404, "context_unknown"), (403, "not_yours")]),
+            get(show),
+        ),
+        route(
+            api(
+                "PATCH",
+                "/v1/execution-contexts/{context}/grant",
+                "Replace a context's grant",
+            )
+            .auth(Auth::Bearer(DELETE))
+            .request("Grant")
+            .response(200, Some("Context"))
+            .errors(&[
+                (404, "context_unknown"),
+                (403, "not_yours"),
+                (409, "context_revoked"),
+            ]),
+            patch(grant),
+        ),
+        route(
+            api(
+                "POST",
+                "/v1/execution-contexts/{context}/revoke",
+                "Revoke a context for good",
+            )
+            .auth(Auth::Bearer(DELETE))
+            .response(200, Some("Context"))
+            .errors(&[(404, "context_unknown"), (403, "not_yours")]),
+            post(revoke),
+        ),
+        route(
+            api(
+                "DELETE",
+                "/v1/execution-contexts/{context}",
+                "Delete a revoked context",
+            )
+            .auth(Auth::Bearer(DELETE))
+            .response(204, None)
+            .errors(&[
+                (404, "context_unknown"),
+                (403, "not_yours"),
+                (409, "context_not_revoked"),
+            ]),
+            axum::routing::delete(delete),
+        ),
+        route(
+            api("GET", "/v1/chain", "The caller's chain")
+                .auth(Auth::Bearer(EXECUTE))
+                .response(200, Some("Chain")),
+            get(get_chain),
+        ),
+        route(
+            api("PUT", "/v1/chain", "Set the caller's chain")
+                .auth(Auth::Bearer(EXECUTE))
+                .request("Chain")
+                .response(200, Some("Chain"))
+                .errors(&[(400, "invalid_chain"), (404, "context_unknown")]),
+            axum::routing::put(put_chain),
+        ),
+    ]
+}
+
+/// The context `given` names (id, or name among the caller's own first), checked to be the
+/// caller's.
+fn find(app: &App, caller: &Caller, given: &str) -> Result<ContextEntry, ApiError> {
+    let contexts = app.shared.store.contexts()?;
+    let found = contexts
+        .iter()
+        .find(|c| c.id == given)
+        .or_else(|| {
+            contexts
+                .iter()
+                .find(|c| c.name == given && c.operator == caller.user && !c.revoked)
+        })
+        .or_else(|| {
+            contexts
+                .iter()
+                .find(|c| c.name == given && c.operator == caller.user)
+        })
+        .or_else(|| contexts.iter().find(|c| c.name == given))
+        .cloned()
+        .ok_or_else(|| ApiError::new(404, "context_unknown", format!("no context {given:?}")))?;
+    caller.owns(&found.operator)?;
+    Ok(found)
+}
+
+async fn answer(app: &App, id: &str) -> ApiResult {
+    let entry = app
+        .shared
+        .store
+        .context(id)?
+        .ok_or_else(|| ApiError::new(404, "context_unknown", "the context is gone"))?;
+    let live = app.live(vec![entry.id.clone()]).await?;
+    let live = live.get(&entry.id).copied().unwrap_or_default();
+    Ok(axum::Json(views::context(&entry, live)).into_response())
+}
+
+async fn list(State(app): State<App>, req: Request) -> ApiResult {
+    let caller = auth::bearer(&app, req.headers(), READ)?;
+    let contexts: Vec<ContextEntry> = app
+        .shared
+        .store
+        .contexts()?
+        .into_iter()
+        .filter(|c| caller.is_admin() || c.operator == caller.user)
+        .collect();
+    let live = app
+        .live(contexts.iter().map(|c| c.id.clone()).collect())
+        .await?;
+    let out: Vec<_> = contexts
+        .iter()
+        .map(|c| views::context(c, live.get(&c.id).copied().unwrap_or(Live::default())))
+        .collect();
+    Ok(axum::Json(json!({ "contexts": out })).into_response())
+}
+
+async fn show(State(app): State<App>, Path(given): Path<String>, req: Request) -> ApiResult {
+    let caller = auth::bearer(&app, req.headers(), READ)?;
+    let entry = find(&app, &caller, &given)?;
+    answer(&app, &entry.id).await
+}
+
+async fn grant(State(app): State<App>, Path(given): Path<String>, req: Request) -> ApiResult {
+    let (parts, raw) = req.into_parts();
+    let caller = auth::bearer(&app, &parts.headers, DELETE)?;
+    let bytes = body::read(&parts.headers, raw).await?;
+    let grant: Grant = body::parse(&bytes)?;
+    if !(1..=8).contains(&grant.limits.max_concurrent) {
+        return Err(ApiError::invalid_body(
+            "limits.maxConcurrent must be 1 to 8",
+        ));
+    }
+    let entry = find(&app, &caller, &given)?;
+    if entry.revoked {
+        return Err(ApiError::new(
+            409,
+            "context_revoked",
+            "a revoked context keeps its grant",
+        ));
+    }
+    let detail = String::from_utf8_lossy(&bytes).into_owned();
+    app.call(Input::UpdateGrant {
+        context_id: entry.id.clone(),
+        grant,
+    })
+    .await?;
+    app.shared.store.audit(
+        wall_now().0,
+        "grant_updated",
+        &caller.user,
+        Some(&entry.id),
+        &detail,
+    )?;
+    answer(&app, &entry.id).await
+}
+
+async fn revoke(State(app): State<App>, Path(given): Path<String>, req: Request) -> ApiResult {
+    let caller = auth::bearer(&app, req.headers(), DELETE)?;
+    let entry = find(&app, &caller, &given)?;
+    if !entry.revoked {
+        app.call(Input::Revoke {
+            context_id: entry.id.clone(),
+        })
+        .await?;
+        app.shared.store.audit(
+            wall_now().0,
+            "context_revoked",
+            &caller.user,
+            Some(&entry.id),
+            &entry.name,
+        )?;
+    }
+    answer(&app, &entry.id).await
+}
+
+async fn delete(State(app): State<App>, Path(given): Path<String>, req: Request) -> ApiResult {
+    let caller = auth::bearer(&app, req.headers(), DELETE)?;
+    let entry = find(&app, &caller, &given)?;
+    if !entry.revoked {
+        return Err(ApiError::new(
+            409,
+            "context_not_revoked",
+            "revoke the context before deleting it",
+        ));
+    }
+    for (user, chain) in app.shared.store.chains_naming(&entry.id)? {
+        let kept: Vec<ChainEntry> = chain
+            .entries()
+            .iter()
+            .filter(|e| e.id() != entry.id)
+            .cloned()
+            .collect();
+        if let Ok(chain) = Chain::new(kept) {
+            app.call(Input::SetChain {
+                user_id: user,
+                chain,
+            })
+            .await?;
+        }
+    }
+    app.shared.store.delete_context(&entry.id)?;
+    app.shared.store.audit(
+        wall_now().0,
+        "context_deleted",
+        &caller.user,
+        Some(&entry.id),
+        &entry.name,
+    )?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+fn chain_body(chain: &Chain) -> serde_json::Value {
+    let ids: Vec<&str> = chain.entries().iter().map(ChainEntry::id).collect();
+    json!({ "chain": ids })
+}
+
+async fn get_chain(State(app): State<App>, req: Request) -> ApiResult {
+    let caller = auth::bearer(&app, req.headers(), EXECUTE)?;
+    let chain = app.shared.store.chain(&caller.user)?.unwrap_or_default();
+    Ok(axum::Json(chain_body(&chain)).into_response())
+}
+
+#[derive(Deserialize)]
+struct ChainBody {
+    chain: Vec<String>,
+}
+
+async fn put_chain(State(app): State<App>, req: Request) -> ApiResult {
+    let (parts, raw) = req.into_parts();
+    let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
+    let bytes = body::read(&parts.headers, raw).await?;
+    let body: ChainBody = body::parse(&bytes)?;
+    let mut entries = Vec::new();
+    for given in &body.chain {
+        let id = super::executions::resolve_context(&app, &caller, given)?;
+        entries.push(if id == CLOUD_ID {
+            ChainEntry::Cloud
+        } else {
+            ChainEntry::Context(id)
+        });
+    }
+    let chain = Chain::new(entries)
+        .map_err(|e| ApiError::new(400, "invalid_chain", format!("{e} ({})", e.code())))?;
+    app.call(Input::SetChain {
+        user_id: caller.user.clone(),
+        chain: chain.clone(),
+    })
+    .await?;
+    Ok(axum::Json(chain_body(&chain)).into_response())
+}

@@ -1,0 +1,71 @@
+//! The one error answer of every route: `{"error":{"code","message"}}` with a status, and
+//! `Retry-After` for `rate_limited`. Internal failures answer 500 `internal` without their
+//! detail (which goes to the log); nothing a client sends reaches that path.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+/// An error answer.
+#[derive(Debug, Clone)]
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    pub(crate) code: String,
+    pub(crate) message: String,
+    pub(crate) retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// An answer with `status`, `code` and `message`.
+    pub(crate) fn new(status: u16, code: &str, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+            code: code.to_owned(),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 400 `invalid_body`, naming what was wrong.
+    pub(crate) fn invalid_body(message: impl Into<String>) -> Self {
+        Self::new(400, "invalid_body", message)
+    }
+
+    /// 500 `internal`: the server failed; the cause is logged, not sent.
+    pub(crate) fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "a request failed inside the server");
+        Self::new(500, "internal", "the server failed; see its log")
+    }
+
+    /// 429 `rate_limited`.
+    pub(crate) fn rate_limited(retry_after: u64) -> Self {
+        let mut e = Self::new(
+            429,
+            "rate_limited",
+            format!("too many requests; retry in {retry_after} s"),
+        );
+        e.retry_after = Some(retry_after);
+        e
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        Self::internal(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after
+            && let Ok(value) = HeaderValue::from_str(&secs.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        response
+    }
+}
+
+/// What every handler returns.
+pub(crate) type ApiResult = Result<Response, ApiError>;

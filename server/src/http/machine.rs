@@ -1,0 +1,377 @@
+//! Machine routes (§11.3): register, connect-ticket, server-keys, and the WebSocket upgrade
+//! (whose ticket is checked before upgrading; the socket itself is driven by `ws`).
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{StatusCode, Uri, header};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use ed25519_dalek::VerifyingKey;
+use outpost_core::b64;
+use outpost_core::join::machine_key_id;
+use outpost_core::server::{ContextRecord, Input};
+use outpost_core::ticket::TICKET_PREFIX;
+use outpost_core::wire::{CommandsGrant, Egress, Environment, Grant, GrantLimits};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use super::auth::{self, CREATE};
+use super::error::{ApiError, ApiResult};
+use super::openapi::{Auth, api};
+use super::{App, Route, body, route};
+use crate::clock::wall_now;
+use crate::dispatch::Msg;
+use crate::secrets;
+use crate::store::ContextEntry;
+
+/// The most slots a daemon may offer.
+const MAX_SLOTS: u32 = 8;
+/// The slots a daemon offers when it names none.
+const DEFAULT_SLOTS: u32 = 2;
+/// Tickets kept before expired ones are swept.
+const TICKET_SWEEP: usize = 1024;
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        route(
+            api(
+                "POST",
+                "/v1/execution-contexts",
+                "Register a machine (signed by the new key)",
+            )
+            .auth(Auth::SignedBearer(CREATE))
+            .request("RegisterRequest")
+            .response(201, Some("Registered"))
+            .errors(&[
+                (400, "key_id_mismatch"),
+                (400, "invalid_name"),
+                (403, "context_revoked"),
+                (409, "context_name_taken"),
+            ]),
+            post(register),
+        ),
+        route(
+            api(
+                "POST",
+                "/v1/execution-contexts/connect-ticket",
+                "Get a single-use connect ticket",
+            )
+            .auth(Auth::Signed)
+            .response(200, Some("ConnectTicket"))
+            .errors(&[(403, "context_revoked"), (503, "ticket_store_full")]),
+            post(connect_ticket),
+        ),
+        route(
+            api(
+                "GET",
+                "/v1/execution-contexts/connect",
+                "Open the daemon's WebSocket",
+            )
+            .auth(Auth::Ticket)
+            .query(&["ticket"])
+            .response(101, None)
+            .errors(&[
+                (401, "ticket_malformed"),
+                (401, "ticket_unknown"),
+                (401, "ticket_expired"),
+                (400, "websocket_required"),
+            ]),
+            get(connect),
+        ),
+        route(
+            api(
+                "GET",
+                "/v1/execution-contexts/server-keys",
+                "The server's key set (§7)",
+            )
+            .response(200, Some("KeySet")),
+            get(server_keys),
+        ),
+    ]
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RegisterBody {
+    name: String,
+    public_key: String,
+    #[serde(default)]
+    max_concurrent: Option<u32>,
+    #[serde(default)]
+    environments: Option<Vec<Environment>>,
+    #[serde(default)]
+    daemon_version: Option<String>,
+}
+
+/// 1–64 characters of `[a-z0-9-]`, starting with a letter or digit.
+pub(crate) fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && !name.starts_with('-')
+}
+
+fn registered(entry: &ContextEntry) -> serde_json::Value {
+    let grant: serde_json::Value = serde_json::from_str(&entry.grant_json).unwrap_or_default();
+    json!({
+        "contextId": entry.id, "name": entry.name, "operator": entry.operator,
+        "keyId": entry.key_id, "grant": grant, "grantVersion": entry.grant_version,
+    })
+}
+
+async fn register(
+    State(app): State<App>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> ApiResult {
+    auth::limit_address(&app, addr)?;
+    let (parts, raw) = req.into_parts();
+    let caller = auth::bearer(&app, &parts.headers, CREATE)?;
+    let bytes = body::read(&parts.headers, raw).await?;
+    let reg: RegisterBody = body::parse(&bytes)?;
+    let key = b64::decode_array::<32>(&reg.public_key).map_err(|e| {
+        ApiError::invalid_body(format!("publicKey is not 32 bytes of base64url: {e}"))
+    })?;
+    let public = VerifyingKey::from_bytes(&key)
+        .ok()
+        .filter(|k| !k.is_weak())
+        .ok_or_else(|| ApiError::invalid_body("publicKey is not a usable Ed25519 key"))?;
+    let key_id = machine_key_id(&public);
+    let signed = auth::signed_request(&app, &parts.method, &parts.uri, &parts.headers, &bytes);
+    // The signature is checked against the body's key whatever `keyid` says; a `keyid` that
+    // is not that key's id is then its own error.
+    let verified = auth::verify(&signed, &|_| Some(public))?;
+    if verified.keyid != key_id {
+        return Err(ApiError::new(
+            400,
+            "key_id_mismatch",
+            format!("keyid must be {key_id}, the id of publicKey"),
+        ));
+    }
+    auth::limit_context(&app, &key_id)?;
+    auth::spend_nonce(&app, &verified)?;
+    if !valid_name(&reg.name) {
+        return Err(ApiError::new(
+            400,
+            "invalid_name",
+            "a name is 1-64 characters of a-z, 0-9 and '-', starting with a letter or digit",
+        ));
+    }
+    let slots = reg.max_concurrent.unwrap_or(DEFAULT_SLOTS);
+    if !(1..=MAX_SLOTS).contains(&slots) {
+        return Err(ApiError::invalid_body(format!(
+            "maxConcurrent must be 1 to {MAX_SLOTS}"
+        )));
+    }
+    let store = &app.shared.store;
+    if let Some(existing) = store.context_by_key(&key_id)? {
+        if existing.revoked {
+            return Err(ApiError::new(
+                403,
+                "context_revoked",
+                "this machine key was revoked",
+            ));
+        }
+        return Ok((StatusCode::OK, axum::Json(registered(&existing))).into_response());
+    }
+    let taken = store
+        .contexts()?
+        .into_iter()
+        .any(|c| c.operator == caller.user && c.name == reg.name && !c.revoked);
+    if taken {
+        return Err(ApiError::new(
+            409,
+            "context_name_taken",
+            format!(
+                "you already have a live context named {:?}; revoke or delete it first",
+                reg.name
+            ),
+        ));
+    }
+    let grant = Grant {
+        fs: Vec::new(),
+        egress: Egress::None,
+        commands: CommandsGrant { enabled: false },
+        limits: GrantLimits {
+            max_concurrent: slots,
+        },
+        environments: None,
+    };
+    let entry = ContextEntry {
+        id: secrets::new_id("ec_"),
+        name: reg.name.clone(),
+        operator: caller.user.clone(),
+        key_id: key_id.clone(),
+        max_concurrent: slots,
+        environments: reg
+            .environments
+            .unwrap_or_default()
+            .iter()
+            .map(|e| e.as_str().to_owned())
+            .collect(),
+        daemon_version: reg.daemon_version.unwrap_or_default(),
+        registered_at: wall_now().0,
+        grant_json: serde_json::to_string(&grant).map_err(ApiError::internal)?,
+        grant_version: 1,
+        revoked: false,
+    };
+    store.insert_context(&entry, public.as_bytes())?;
+    let record = ContextRecord {
+        id: entry.id.clone(),
+        name: entry.name.clone(),
+        operator: entry.operator.clone(),
+        operator_is_member: true,
+        shared_with_all_members: false,
+        opted_in: Vec::new(),
+    };
+    app.call(Input::Register { record, grant }).await?;
+    store.audit(
+        wall_now().0,
+        "context_registered",
+        &caller.user,
+        Some(&entry.id),
+        &entry.name,
+    )?;
+    let entry = store.context(&entry.id)?.unwrap_or(entry);
+    Ok((StatusCode::CREATED, axum::Json(registered(&entry))).into_response())
+}
+
+async fn connect_ticket(
+    State(app): State<App>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> ApiResult {
+    auth::limit_address(&app, addr)?;
+    let (parts, raw) = req.into_parts();
+    let bytes = body::read(&parts.headers, raw).await?;
+    let signed = auth::signed_request(&app, &parts.method, &parts.uri, &parts.headers, &bytes);
+    let store = app.shared.store.clone();
+    let lookup = move |kid: &str| {
+        store
+            .machine_key(kid)
+            .ok()
+            .flatten()
+            .and_then(|(_, key, _)| VerifyingKey::from_bytes(&key).ok())
+    };
+    let verified = auth::verify(&signed, &lookup)?;
+    let (context_id, _, revoked) = app
+        .shared
+        .store
+        .machine_key(&verified.keyid)?
+        .ok_or_else(|| ApiError::new(401, "unknown_key", "no machine has this key"))?;
+    auth::limit_context(&app, &context_id)?;
+    auth::spend_nonce(&app, &verified)?;
+    if revoked {
+        return Err(ApiError::new(
+            403,
+            "context_revoked",
+            "this machine key was revoked",
+        ));
+    }
+    let (reply, rx) = oneshot::channel();
+    app.tx
+        .send(Msg::IssueTicket {
+            context_id: context_id.clone(),
+            reply,
+        })
+        .await
+        .map_err(|_| ApiError::new(503, "unavailable", "the dispatcher is not running"))?;
+    let issued = rx
+        .await
+        .map_err(|_| ApiError::new(503, "unavailable", "the dispatcher is not running"))?
+        .map_err(|e| match e {
+            outpost_core::ticket::TicketError::StoreFull => {
+                ApiError::new(503, e.code(), "too many outstanding tickets; retry shortly")
+            }
+            _ => ApiError::new(401, "unknown_key", "this machine is not registered"),
+        })?;
+    let text = issued.ticket.expose_secret();
+    let expires_at = issued.ticket.expires_at.0;
+    {
+        let mut tickets = app
+            .tickets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if tickets.len() >= TICKET_SWEEP {
+            let now = wall_now().0;
+            tickets.retain(|_, (_, exp)| *exp > now);
+        }
+        tickets.insert(secrets::hash(&text), (context_id, expires_at));
+    }
+    Ok(axum::Json(json!({
+        "ticket": text, "sessionId": issued.session_id, "expiresAt": expires_at,
+    }))
+    .into_response())
+}
+
+async fn server_keys(State(app): State<App>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        app.key_set.clone(),
+    )
+}
+
+fn ticket_error(code: &str, message: &str) -> ApiError {
+    ApiError::new(401, code, message)
+}
+
+async fn connect(
+    State(app): State<App>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    uri: Uri,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> ApiResult {
+    auth::limit_address(&app, addr)?;
+    let ticket = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("ticket="))
+        .unwrap_or("")
+        .to_owned();
+    let well_formed = ticket
+        .strip_prefix(TICKET_PREFIX)
+        .is_some_and(|rest| b64::decode_array::<48>(rest).is_ok());
+    if !well_formed {
+        return Err(ticket_error(
+            "ticket_malformed",
+            "the ticket is not otk_ and 64 base64url characters",
+        ));
+    }
+    let upgrade = upgrade.map_err(|_| {
+        ApiError::new(
+            400,
+            "websocket_required",
+            "this route only opens a WebSocket",
+        )
+    })?;
+    let found = app
+        .tickets
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(&secrets::hash(&ticket));
+    let (context_id, expires_at) = found.ok_or_else(|| {
+        ticket_error(
+            "ticket_unknown",
+            "the ticket was never issued, was used, or is wrong",
+        )
+    })?;
+    if wall_now().0 >= expires_at {
+        return Err(ticket_error(
+            "ticket_expired",
+            "the ticket expired; ask for a new one",
+        ));
+    }
+    auth::limit_context(&app, &context_id)?;
+    let conn = app.next_conn.fetch_add(1, Ordering::Relaxed);
+    let upgrade = upgrade
+        .max_message_size(super::ws::READ_LIMIT)
+        .max_frame_size(super::ws::READ_LIMIT);
+    Ok(upgrade.on_upgrade(move |socket| super::ws::drive(app, socket, conn, context_id, ticket)))
+}

@@ -1,0 +1,173 @@
+//! The HTTP API of PROTOCOL §11 on axum: one route table ([`routes`]) builds both the router
+//! and the OpenAPI document, so the two cannot drift apart.
+//!
+//! Handlers parse and check what a client sent, ask the store and the dispatcher actor, and
+//! answer; they never touch the core's state machines directly and never log a ticket or a
+//! token.
+
+mod admin;
+mod auth;
+mod body;
+mod contexts;
+mod error;
+mod executions;
+mod machine;
+mod openapi;
+mod ratelimit;
+mod views;
+mod ws;
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+
+use axum::Router;
+use axum::routing::MethodRouter;
+use outpost_core::replay::ReplayGuard;
+use outpost_core::server::Input;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::dispatch::{Live, Msg, Shared};
+pub(crate) use error::ApiError;
+use openapi::RouteDoc;
+use ratelimit::{Limiter, Rate};
+
+/// Signed machine requests and connects per source address.
+const ADDRESS_RATE: Rate = Rate {
+    burst: 30.0,
+    per_sec: 10.0,
+};
+/// Signed machine requests and connects per context.
+const CONTEXT_RATE: Rate = Rate {
+    burst: 20.0,
+    per_sec: 5.0,
+};
+
+/// Everything the handlers share.
+pub(crate) struct AppInner {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) tx: mpsc::Sender<Msg>,
+    /// The key-set document served at `server-keys`.
+    pub(crate) key_set: Vec<u8>,
+    pub(crate) replay: Mutex<ReplayGuard>,
+    pub(crate) by_address: Limiter,
+    pub(crate) by_context: Limiter,
+    /// Outstanding connect tickets: SHA-256 of the ticket text → (context id, expiry).
+    pub(crate) tickets: Mutex<HashMap<[u8; 32], (String, u64)>>,
+    pub(crate) next_conn: AtomicU64,
+    /// `https` with TLS, else `http`: the scheme signed URLs carry.
+    pub(crate) scheme: &'static str,
+    pub(crate) openapi: serde_json::Value,
+}
+
+/// The handlers' state.
+#[derive(Clone)]
+pub(crate) struct App(Arc<AppInner>);
+
+impl Deref for App {
+    type Target = AppInner;
+    fn deref(&self) -> &AppInner {
+        &self.0
+    }
+}
+
+impl App {
+    /// Builds the state.
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        tx: mpsc::Sender<Msg>,
+        key_set: Vec<u8>,
+        replay: ReplayGuard,
+        scheme: &'static str,
+    ) -> Self {
+        Self(Arc::new(AppInner {
+            shared,
+            tx,
+            key_set,
+            replay: Mutex::new(replay),
+            by_address: Limiter::new(ADDRESS_RATE),
+            by_context: Limiter::new(CONTEXT_RATE),
+            tickets: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            scheme,
+            openapi: openapi::document(&routes()),
+        }))
+    }
+
+    fn gone() -> ApiError {
+        ApiError::new(503, "unavailable", "the dispatcher is not running")
+    }
+
+    /// Feeds `input` to the dispatcher and waits until its records are written.
+    pub(crate) async fn call(&self, input: Input) -> Result<(), ApiError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Input {
+                input,
+                reply: Some(reply),
+            })
+            .await
+            .map_err(|_| Self::gone())?;
+        rx.await
+            .map_err(|_| Self::gone())?
+            .map_err(|e| ApiError::new(409, "dispatcher_refused", e))
+    }
+
+    /// The live state of these contexts.
+    pub(crate) async fn live(&self, ids: Vec<String>) -> Result<HashMap<String, Live>, ApiError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Live { ids, reply })
+            .await
+            .map_err(|_| Self::gone())?;
+        rx.await.map_err(|_| Self::gone())
+    }
+}
+
+/// One route: its documentation and its handler.
+pub(crate) struct Route {
+    pub(crate) doc: RouteDoc,
+    pub(crate) handler: MethodRouter<App>,
+}
+
+fn route(doc: RouteDoc, handler: MethodRouter<App>) -> Route {
+    Route { doc, handler }
+}
+
+/// Every route of the API.
+pub(crate) fn routes() -> Vec<Route> {
+    let mut all = Vec::new();
+    all.extend(machine::routes());
+    all.extend(executions::routes());
+    all.extend(contexts::routes());
+    all.extend(admin::routes());
+    all
+}
+
+/// The router over [`routes`], with JSON answers for unknown routes and methods.
+pub(crate) fn router(app: App) -> Router {
+    let mut router = Router::new();
+    for r in routes() {
+        router = router.route(r.doc.path, r.handler);
+    }
+    router
+        .fallback(|| async {
+            ApiError::new(404, "not_found", "no such route; see /v1/openapi.json")
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                405,
+                "method_not_allowed",
+                "this route does not take that method",
+            )
+        })
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(app)
+}
+
+/// Every scope, for the admin user.
+pub(crate) fn all_scopes() -> Vec<String> {
+    auth::SCOPES.iter().map(|s| (*s).to_owned()).collect()
+}

@@ -1,0 +1,121 @@
+//! One daemon's WebSocket: each message one frame (§2). The reader feeds frames to the
+//! dispatcher (waiting for room, so a fast sender is slowed, not buffered); the writer drains
+//! the connection's bounded queue and closes with 1011 when the dispatcher found it full.
+//! A message over 1 MiB is closed with 1009.
+//!
+//! It never interprets a frame and never logs the ticket it was opened with.
+
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures_util::{SinkExt as _, StreamExt as _};
+use outpost_core::server::Input;
+use outpost_core::session::ConnId;
+use outpost_core::wire::DEFAULT_MAX_FRAME_LEN;
+
+use super::App;
+use crate::dispatch::{ConnHandle, Msg, ToConn};
+
+/// What the socket reads at most before it gives up on a message: above the frame limit, so
+/// an oversized frame is read far enough to be answered with 1009.
+pub(crate) const READ_LIMIT: usize = 2 * DEFAULT_MAX_FRAME_LEN;
+
+/// The longest one write may take before the connection is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Close code: frame over the size limit.
+const TOO_LARGE: u16 = 1009;
+/// Close code: the server could not keep up with this connection.
+const QUEUE_FULL: u16 = 1011;
+
+/// Drives one upgraded socket until either side closes it.
+pub(crate) async fn drive(
+    app: App,
+    socket: WebSocket,
+    conn: ConnId,
+    context_id: String,
+    ticket: String,
+) {
+    let (handle, mut queue) = crate::dispatch::conns_queue();
+    let connect = Msg::Connect {
+        context_id,
+        conn,
+        ticket,
+        handle: handle.clone(),
+    };
+    if app.tx.send(connect).await.is_err() {
+        return;
+    }
+    let (mut sink, mut stream) = socket.split();
+    let mut writer = tokio::spawn(async move {
+        loop {
+            let message = tokio::select! {
+                m = queue.rx.recv() => m,
+                () = queue.overflow.notified() => Some(ToConn::Close(QUEUE_FULL, "send queue full".into())),
+            };
+            let (message, last) = match message {
+                Some(ToConn::Frame(bytes)) => (
+                    Message::Text(String::from_utf8_lossy(&bytes).into_owned().into()),
+                    false,
+                ),
+                Some(ToConn::Close(code, reason)) => (
+                    Message::Close(Some(CloseFrame {
+                        code,
+                        reason: reason.into(),
+                    })),
+                    true,
+                ),
+                None => {
+                    let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.close()).await;
+                    return;
+                }
+            };
+            match tokio::time::timeout(WRITE_TIMEOUT, sink.send(message)).await {
+                Ok(Ok(())) if !last => {}
+                _ => return,
+            }
+        }
+    });
+    let mut writer_done = false;
+    loop {
+        let next = tokio::select! {
+            next = stream.next() => next,
+            _ = &mut writer => { writer_done = true; break; }
+        };
+        let bytes = match next {
+            Some(Ok(Message::Text(text))) => text.as_bytes().to_vec(),
+            Some(Ok(Message::Binary(bytes))) => bytes.to_vec(),
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(Message::Close(_))) | None => break,
+            Some(Err(e)) => {
+                // The socket refuses messages over READ_LIMIT itself.
+                if e.to_string().contains("too long") || e.to_string().contains("Space limit") {
+                    close(&handle, TOO_LARGE, "frame too large").await;
+                }
+                break;
+            }
+        };
+        if bytes.len() > DEFAULT_MAX_FRAME_LEN {
+            close(&handle, TOO_LARGE, "frame too large").await;
+            break;
+        }
+        let input = Input::Frame { conn, bytes };
+        if app
+            .tx
+            .send(Msg::Input { input, reply: None })
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    drop(handle);
+    let _ = app.tx.send(Msg::Disconnected { conn }).await;
+    if !writer_done {
+        let _ = tokio::time::timeout(WRITE_TIMEOUT, writer).await;
+    }
+}
+
+async fn close(handle: &ConnHandle, code: u16, reason: &str) {
+    handle.send(ToConn::Close(code, reason.into())).await;
+}

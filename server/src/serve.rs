@@ -1,0 +1,117 @@
+//! Listening: the accept loop over plain TCP or TLS (rustls on ring), one hyper HTTP/1
+//! connection per socket with upgrades (for the WebSocket), the client's address handed to
+//! the routes, and a graceful stop: no new connections, open ones finish their request.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt as _;
+
+use crate::ServeError;
+
+/// How long a stopping server lets open connections finish.
+const DRAIN: Duration = Duration::from_secs(10);
+/// How long a TLS handshake may take.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// A TLS acceptor from PEM files.
+pub(crate) fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, ServeError> {
+    let tls = |what: &str, e: &dyn std::fmt::Display| ServeError::Tls(format!("{what}: {e}"));
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| tls(&format!("reading {}", cert.display()), &e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| tls(&format!("reading {}", cert.display()), &e))?;
+    if certs.is_empty() {
+        return Err(ServeError::Tls(format!(
+            "{} holds no certificate",
+            cert.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| tls(&format!("reading {}", key.display()), &e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls("protocol versions", &e))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| tls("certificate and key", &e))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Accepts until `stop` turns true, then lets open connections drain.
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => break,
+        };
+        let (tcp, addr) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let router = router.clone();
+        let tls = tls.clone();
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            match tls {
+                Some(acceptor) => {
+                    match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
+                        Ok(Ok(stream)) => serve_one(TokioIo::new(stream), addr, router, stop).await,
+                        Ok(Err(e)) => tracing::debug!(error = %e, %addr, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
+                    }
+                }
+                None => serve_one(TokioIo::new(tcp), addr, router, stop).await,
+            }
+        });
+        while tasks.try_join_next().is_some() {}
+    }
+    let _ = tokio::time::timeout(DRAIN, async { while tasks.join_next().await.is_some() {} }).await;
+    tasks.abort_all();
+}
+
+async fn serve_one<I>(io: I, addr: SocketAddr, router: Router, mut stop: watch::Receiver<bool>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(ConnectInfo(addr));
+        router.clone().oneshot(req.map(axum::body::Body::new))
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .serve_connection(io, service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => if let Err(e) = r { tracing::debug!(error = %e, %addr, "connection ended with an error") },
+        _ = stop.changed() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}

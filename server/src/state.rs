@@ -1,0 +1,236 @@
+//! The state folder (`--state DIR`, mode 0700) and the secrets it holds beside the database:
+//! `keys.json` (the root key and the frame keys, 0600), `admin.token` (0600) and `join` (0600).
+//!
+//! On first start it creates them; on every later start it reads them back, adds a frame key
+//! when the newest one nears the end of its window (the old one stays published, so the two
+//! overlap), and rewrites `join` with the URL actually served. It never prints a secret and
+//! never loosens a file's mode.
+
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+use outpost_core::b64;
+use outpost_core::keyset::{FrameKey, KeySet, RootKey};
+use outpost_core::sign::Ed25519Signer;
+use outpost_core::time::UnixTime;
+use serde::{Deserialize, Serialize};
+
+use crate::secrets::random;
+
+/// How long a frame key is valid.
+const FRAME_KEY_DAYS: u64 = 90;
+/// A new frame key is added when the newest has less than this left.
+const ROTATE_DAYS_LEFT: u64 = 30;
+/// A new key starts this much in the past, for clocks that lag.
+const BACKDATE_SECS: u64 = 3600;
+const DAY: u64 = 24 * 3600;
+
+/// What went wrong with the state folder.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// A file or folder could not be read or written.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A file in the state folder does not hold what this server writes.
+    #[error("{}: {reason}", .path.display())]
+    Corrupt {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Creates `dir` (and its parents) if needed and sets it to 0700.
+pub(crate) fn prepare_dir(dir: &Path) -> Result<(), StateError> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io(dir))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io(dir))
+}
+
+/// Writes `bytes` to `path` with mode 0600, atomically (a temporary file renamed over it).
+pub(crate) fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
+    let tmp = path.with_extension("tmp");
+    let _ = fs::remove_file(&tmp);
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    file.write_all(bytes).map_err(io(&tmp))?;
+    file.sync_all().map_err(io(&tmp))?;
+    fs::rename(&tmp, path).map_err(io(path))
+}
+
+/// Reads a file, `None` when it does not exist.
+pub(crate) fn read_optional(path: &Path) -> Result<Option<String>, StateError> {
+    match fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(path)(e)),
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct KeyFile {
+    root: SeedEntry,
+    version: u64,
+    frame_keys: Vec<FrameEntry>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SeedEntry {
+    id: String,
+    seed: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FrameEntry {
+    kid: String,
+    seed: String,
+    not_before: u64,
+    not_after: u64,
+}
+
+/// The server's keys: the root that signs the key set and the frame keys it publishes.
+pub(crate) struct Keys {
+    /// The root's public half, for the join string.
+    pub(crate) root: RootKey,
+    /// The frame key sessions sign with (the newest one already valid).
+    pub(crate) signer: Ed25519Signer,
+    /// The key-set document served at `server-keys`.
+    pub(crate) key_set: Vec<u8>,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("root", &self.root.id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn seed_of(path: &Path, text: &str) -> Result<[u8; 32], StateError> {
+    b64::decode_array::<32>(text).map_err(|e| StateError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!("a seed is not 32 bytes of base64url: {e}"),
+    })
+}
+
+fn new_frame(now: UnixTime) -> FrameEntry {
+    let seed = random::<32>();
+    let public = Ed25519Signer::from_seed("", seed).verifying_key();
+    FrameEntry {
+        kid: format!("frame-{}", &b64::encode(public.as_bytes())[..12]),
+        seed: b64::encode(&seed),
+        not_before: now.0.saturating_sub(BACKDATE_SECS),
+        not_after: now.0 + FRAME_KEY_DAYS * DAY,
+    }
+}
+
+/// Loads `DIR/keys.json`, creating it on first start and rotating the frame key when the
+/// newest nears its end; returns the keys and whether the file was created.
+pub(crate) fn load_keys(dir: &Path, now: UnixTime) -> Result<(Keys, bool), StateError> {
+    let path = dir.join("keys.json");
+    let (mut file, created) = match read_optional(&path)? {
+        Some(text) => {
+            let file: KeyFile = serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            (file, false)
+        }
+        None => {
+            let seed = random::<32>();
+            let public = Ed25519Signer::from_seed("", seed).verifying_key();
+            let root = SeedEntry {
+                id: format!("root-{}", &b64::encode(public.as_bytes())[..12]),
+                seed: b64::encode(&seed),
+            };
+            let file = KeyFile {
+                root,
+                version: 1,
+                frame_keys: vec![new_frame(now)],
+            };
+            (file, true)
+        }
+    };
+    let mut changed = created;
+    file.frame_keys.retain(|k| k.not_after > now.0);
+    let newest_end = file.frame_keys.iter().map(|k| k.not_after).max();
+    if newest_end.is_none_or(|end| end < now.0 + ROTATE_DAYS_LEFT * DAY) {
+        file.frame_keys.push(new_frame(now));
+        if !created {
+            file.version += 1;
+        }
+        changed = true;
+    }
+    if changed {
+        let text = serde_json::to_vec_pretty(&file).map_err(|e| StateError::Corrupt {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        write_secret(&path, &text)?;
+    }
+    keys_from(&path, &file, now).map(|keys| (keys, created))
+}
+
+fn keys_from(path: &Path, file: &KeyFile, now: UnixTime) -> Result<Keys, StateError> {
+    let corrupt = |reason: String| StateError::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let root_signer =
+        Ed25519Signer::from_seed(file.root.id.clone(), seed_of(path, &file.root.seed)?);
+    let mut frame_keys = Vec::new();
+    let mut signing: Option<((bool, std::cmp::Reverse<u64>), Ed25519Signer)> = None;
+    for entry in &file.frame_keys {
+        let signer = Ed25519Signer::from_seed(entry.kid.clone(), seed_of(path, &entry.seed)?);
+        frame_keys.push(FrameKey {
+            kid: entry.kid.clone(),
+            public_key: signer.verifying_key(),
+            not_before: UnixTime(entry.not_before),
+            not_after: UnixTime(entry.not_after),
+        });
+        // Sign with the oldest key that still has a day left: a rotated-in key is announced
+        // for weeks before it signs, so every daemon has fetched the set that names it.
+        let usable = entry.not_before <= now.0 && now.0 < entry.not_after;
+        let lasting = entry.not_after > now.0 + DAY;
+        let rank = (lasting, std::cmp::Reverse(entry.not_before));
+        if usable && signing.as_ref().is_none_or(|(best, _)| rank > *best) {
+            signing = Some((rank, signer));
+        }
+    }
+    let (_, signer) = signing.ok_or_else(|| corrupt("no frame key is valid now".into()))?;
+    let key_set = KeySet::sign_document(file.version, &frame_keys, &root_signer)
+        .map_err(|e| corrupt(e.to_string()))?;
+    Ok(Keys {
+        root: RootKey {
+            id: file.root.id.clone(),
+            public_key: root_signer.verifying_key(),
+        },
+        signer,
+        key_set,
+    })
+}

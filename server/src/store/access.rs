@@ -1,0 +1,289 @@
+//! Who may do what: users, their tokens (SHA-256 only), registered contexts with their
+//! machine keys, and the nonces signed requests have used.
+
+use rusqlite::{OptionalExtension as _, Row, params};
+
+use super::{Doing as _, Store, StoreError};
+
+/// A token as stored: whose it is and what it may do.
+#[derive(Debug, Clone)]
+pub(crate) struct TokenEntry {
+    /// The user.
+    pub(crate) user: String,
+    /// Its scopes.
+    pub(crate) scopes: Vec<String>,
+    /// When it stops working, if ever (Unix seconds).
+    pub(crate) expires_at: Option<u64>,
+    /// Whether it was revoked.
+    pub(crate) revoked: bool,
+}
+
+/// A registered context as the server's own table keeps it (the grant columns follow the
+/// dispatcher's records).
+#[derive(Debug, Clone)]
+pub(crate) struct ContextEntry {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) operator: String,
+    pub(crate) key_id: String,
+    pub(crate) max_concurrent: u32,
+    pub(crate) environments: Vec<String>,
+    pub(crate) daemon_version: String,
+    pub(crate) registered_at: u64,
+    pub(crate) grant_json: String,
+    pub(crate) grant_version: u64,
+    pub(crate) revoked: bool,
+}
+
+const CONTEXT_COLUMNS: &str = "id, name, operator, key_id, max_concurrent, environments, \
+     daemon_version, registered_at, grant_json, grant_version, revoked";
+
+fn context_row(r: &Row<'_>) -> rusqlite::Result<ContextEntry> {
+    let environments: String = r.get(5)?;
+    Ok(ContextEntry {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        operator: r.get(2)?,
+        key_id: r.get(3)?,
+        max_concurrent: r.get(4)?,
+        environments: serde_json::from_str(&environments).unwrap_or_default(),
+        daemon_version: r.get(6)?,
+        registered_at: r.get::<_, i64>(7)? as u64,
+        grant_json: r.get(8)?,
+        grant_version: r.get::<_, i64>(9)? as u64,
+        revoked: r.get(10)?,
+    })
+}
+
+impl Store {
+    /// Whether any user exists (false on first start).
+    pub fn has_users(&self) -> Result<bool, StoreError> {
+        let n: i64 = self
+            .lock()
+            .query_row("SELECT COUNT(*) FROM users", [], |r| r.get(0))
+            .doing("counting users")?;
+        Ok(n > 0)
+    }
+
+    /// Creates a user with one token; false when the name is taken (nothing written).
+    pub fn create_user(
+        &self,
+        name: &str,
+        token_hash: &[u8; 32],
+        scopes: &[String],
+        now: u64,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("starting a user transaction")?;
+        let inserted = tx
+            .execute(
+                "INSERT INTO users (name, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                params![name, now as i64],
+            )
+            .doing("creating a user")?;
+        if inserted == 0 {
+            return Ok(false);
+        }
+        insert_token(&tx, name, token_hash, scopes, None, now)?;
+        tx.commit().doing("committing a user")?;
+        Ok(true)
+    }
+
+    /// Adds a token for an existing user.
+    pub fn add_token(
+        &self,
+        user: &str,
+        token_hash: &[u8; 32],
+        scopes: &[String],
+        expires_at: Option<u64>,
+        now: u64,
+    ) -> Result<(), StoreError> {
+        insert_token(&self.lock(), user, token_hash, scopes, expires_at, now)
+    }
+
+    /// The token with this hash.
+    pub fn token(&self, hash: &[u8; 32]) -> Result<Option<TokenEntry>, StoreError> {
+        self.lock()
+            .query_row(
+                "SELECT user, scopes, expires_at, revoked FROM tokens WHERE hash = ?1",
+                [hash.as_slice()],
+                |r| {
+                    let scopes: String = r.get(1)?;
+                    Ok(TokenEntry {
+                        user: r.get(0)?,
+                        scopes: scopes
+                            .split(' ')
+                            .filter(|s| !s.is_empty())
+                            .map(str::to_owned)
+                            .collect(),
+                        expires_at: r.get::<_, Option<i64>>(2)?.map(|t| t as u64),
+                        revoked: r.get(3)?,
+                    })
+                },
+            )
+            .optional()
+            .doing("looking up a token")
+    }
+
+    /// Registers a context and its machine key in one transaction.
+    pub fn insert_context(
+        &self,
+        entry: &ContextEntry,
+        public_key: &[u8; 32],
+    ) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("starting a context transaction")?;
+        tx.execute(
+            &format!("INSERT INTO contexts ({CONTEXT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+            params![
+                entry.id,
+                entry.name,
+                entry.operator,
+                entry.key_id,
+                entry.max_concurrent,
+                serde_json::to_string(&entry.environments).doing("encoding environments")?,
+                entry.daemon_version,
+                entry.registered_at as i64,
+                entry.grant_json,
+                entry.grant_version as i64,
+                entry.revoked
+            ],
+        )
+        .doing("registering a context")?;
+        tx.execute(
+            "INSERT INTO machine_keys (key_id, context_id, public_key) VALUES (?1, ?2, ?3)",
+            params![entry.key_id, entry.id, public_key.as_slice()],
+        )
+        .doing("registering a machine key")?;
+        tx.commit().doing("committing a context")
+    }
+
+    fn one_context(&self, clause: &str, arg: &str) -> Result<Option<ContextEntry>, StoreError> {
+        self.lock()
+            .query_row(
+                &format!("SELECT {CONTEXT_COLUMNS} FROM contexts WHERE {clause}"),
+                [arg],
+                context_row,
+            )
+            .optional()
+            .doing("reading a context")
+    }
+
+    /// The context with this id.
+    pub fn context(&self, id: &str) -> Result<Option<ContextEntry>, StoreError> {
+        self.one_context("id = ?1", id)
+    }
+
+    /// The context registered with this machine key.
+    pub fn context_by_key(&self, key_id: &str) -> Result<Option<ContextEntry>, StoreError> {
+        self.one_context("key_id = ?1", key_id)
+    }
+
+    /// Every context, oldest first.
+    pub fn contexts(&self) -> Result<Vec<ContextEntry>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT {CONTEXT_COLUMNS} FROM contexts ORDER BY registered_at, id"
+            ))
+            .doing("listing contexts")?;
+        let rows = stmt.query_map([], context_row).doing("listing contexts")?;
+        rows.collect::<Result<_, _>>().doing("listing contexts")
+    }
+
+    /// Removes a context and its machine key (its executions keep their copied name).
+    pub fn delete_context(&self, id: &str) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("starting a delete")?;
+        tx.execute("DELETE FROM machine_keys WHERE context_id = ?1", [id])
+            .doing("deleting a machine key")?;
+        tx.execute("DELETE FROM contexts WHERE id = ?1", [id])
+            .doing("deleting a context")?;
+        tx.execute(
+            "DELETE FROM records WHERE kind = 'context' AND key = ?1",
+            [id],
+        )
+        .doing("deleting a context record")?;
+        tx.commit().doing("committing a delete")
+    }
+
+    /// A machine key: its context, public key and whether it was revoked.
+    pub fn machine_key(
+        &self,
+        key_id: &str,
+    ) -> Result<Option<(String, [u8; 32], bool)>, StoreError> {
+        let found: Option<(String, Vec<u8>, bool)> = self
+            .lock()
+            .query_row(
+                "SELECT context_id, public_key, revoked FROM machine_keys WHERE key_id = ?1",
+                [key_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .doing("reading a machine key")?;
+        Ok(found.and_then(|(ctx, key, revoked)| {
+            <[u8; 32]>::try_from(key.as_slice())
+                .ok()
+                .map(|k| (ctx, k, revoked))
+        }))
+    }
+
+    /// Records a used nonce (kept until `keep_until`, Unix seconds).
+    pub fn insert_nonce(
+        &self,
+        key_id: &str,
+        nonce: &str,
+        created: u64,
+        expires: Option<u64>,
+        keep_until: u64,
+    ) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "INSERT OR IGNORE INTO nonces (key_id, nonce, created, expires, keep_until) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![key_id, nonce, created as i64, expires.map(|e| e as i64), keep_until as i64],
+            )
+            .doing("recording a nonce")?;
+        Ok(())
+    }
+
+    /// Nonces still worth remembering at `now`; older ones are deleted.
+    #[allow(clippy::type_complexity)]
+    pub fn live_nonces(
+        &self,
+        now: u64,
+    ) -> Result<Vec<(String, String, u64, Option<u64>)>, StoreError> {
+        let conn = self.lock();
+        conn.execute("DELETE FROM nonces WHERE keep_until < ?1", [now as i64])
+            .doing("pruning nonces")?;
+        let mut stmt = conn
+            .prepare("SELECT key_id, nonce, created, expires FROM nonces")
+            .doing("reading nonces")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get::<_, i64>(2)? as u64,
+                    r.get::<_, Option<i64>>(3)?.map(|e| e as u64),
+                ))
+            })
+            .doing("reading nonces")?;
+        rows.collect::<Result<_, _>>().doing("reading nonces")
+    }
+}
+
+fn insert_token(
+    conn: &rusqlite::Connection,
+    user: &str,
+    hash: &[u8; 32],
+    scopes: &[String],
+    expires_at: Option<u64>,
+    now: u64,
+) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO tokens (hash, user, scopes, expires_at, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![hash.as_slice(), user, scopes.join(" "), expires_at.map(|e| e as i64), now as i64],
+    )
+    .doing("storing a token")?;
+    Ok(())
+}

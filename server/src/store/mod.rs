@@ -1,0 +1,89 @@
+//! The server's durable state: one SQLite database (`DIR/outpost.db`, WAL,
+//! `synchronous=FULL`, versioned migrations in a `schema_version` table).
+//!
+//! [`Store`] is the seam a Postgres store would replace: every query the server makes goes
+//! through its methods, none takes SQL from a caller. It keeps the dispatcher's records byte
+//! for byte as `ServerRecord::encode` wrote them (one row per record key, replaced on upsert)
+//! and the server's own tables: users, tokens (SHA-256 only), contexts and their machine
+//! keys, used nonces, executions for listing, and the audit log. It never decides anything:
+//! the dispatcher and the routes do.
+
+mod access;
+mod records;
+mod runs;
+mod schema;
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::Connection;
+
+pub(crate) use access::ContextEntry;
+pub(crate) use records::outcome_status;
+pub(crate) use runs::ExecutionEntry;
+
+/// A database error, with what the store was doing.
+#[derive(Debug, thiserror::Error)]
+#[error("the database failed while {doing}: {source}")]
+pub struct StoreError {
+    doing: &'static str,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl StoreError {
+    pub(crate) fn new(
+        doing: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            doing,
+            source: Box::new(source),
+        }
+    }
+}
+
+/// Adds `doing` to a rusqlite error.
+pub(crate) trait Doing<T> {
+    fn doing(self, doing: &'static str) -> Result<T, StoreError>;
+}
+
+impl<T, E: std::error::Error + Send + Sync + 'static> Doing<T> for Result<T, E> {
+    fn doing(self, doing: &'static str) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::new(doing, e))
+    }
+}
+
+/// The SQLite store. Cheap calls: each takes the connection's lock for one statement or one
+/// transaction.
+#[derive(Debug)]
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path).doing("opening the database")?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .doing("switching to WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .doing("setting synchronous=FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .doing("enabling foreign keys")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .doing("setting the busy timeout")?;
+        schema::migrate(&conn)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves SQLite consistent (statements are atomic and
+        // unfinished transactions roll back on drop), so a poisoned lock is still usable.
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,186 @@
+//! The dispatcher's records: written as the core encoded them, folded back into a
+//! snapshot on start. The listing columns of `executions` and the grant columns of
+//! `contexts` follow the records in the same transaction, so they never disagree.
+
+use outpost_core::server::{
+    ExecutionOutcome, PlaceRow, ServerChange, ServerRecord, ServerSnapshot,
+};
+use rusqlite::{OptionalExtension as _, params};
+
+use super::{Doing as _, Store, StoreError};
+use outpost_core::routing::Chain;
+
+/// The status an ended execution shows.
+pub(crate) fn outcome_status(outcome: &ExecutionOutcome) -> String {
+    match outcome {
+        ExecutionOutcome::Completed(result) => serde_json::to_value(result.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_else(|| "failed".into()),
+        ExecutionOutcome::Lost => "lost".into(),
+        ExecutionOutcome::Cancelled { .. } => "cancelled".into(),
+        ExecutionOutcome::Failed { .. } => "failed".into(),
+    }
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).doing("encoding a row")
+}
+
+impl Store {
+    /// Writes the records of one input in one committed transaction.
+    pub fn write_records(&self, records: &[ServerRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("starting a records transaction")?;
+        let mut seq: i64 = tx
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM records", [], |r| {
+                r.get(0)
+            })
+            .doing("reading the record sequence")?;
+        for record in records {
+            seq += 1;
+            let bytes = record.encode();
+            let (kind, key) = match &record.change {
+                ServerChange::Context(row) => {
+                    tx.execute(
+                        "UPDATE contexts SET grant_json = ?1, grant_version = ?2, revoked = ?3 WHERE id = ?4",
+                        params![json(&row.grant)?, row.grant_version as i64, row.revoked, row.id],
+                    )
+                    .doing("updating a context's grant")?;
+                    if row.revoked {
+                        tx.execute(
+                            "UPDATE machine_keys SET revoked = 1 WHERE context_id = ?1",
+                            [&row.id],
+                        )
+                        .doing("revoking a machine key")?;
+                    }
+                    ("context", row.id.clone())
+                }
+                ServerChange::Chain(row) => ("chain", row.user_id.clone()),
+                ServerChange::Execution(row) => {
+                    let running = match &row.place {
+                        PlaceRow::Committed { context_id, .. } => Some(context_id.as_str()),
+                        PlaceRow::Cloud => Some(outpost_core::routing::CLOUD_ID),
+                        _ => None,
+                    };
+                    if let Some(context_id) = running {
+                        tx.execute(
+                            "UPDATE executions SET status = 'running', context_id = ?1 WHERE id = ?2 AND status = 'pending'",
+                            params![context_id, row.exec_id],
+                        )
+                        .doing("marking an execution running")?;
+                    }
+                    ("execution", row.exec_id.clone())
+                }
+                ServerChange::ExecutionEnded(row) => {
+                    tx.execute(
+                        "DELETE FROM records WHERE kind = 'execution' AND key = ?1",
+                        [&row.exec_id],
+                    )
+                    .doing("removing an ended execution's row")?;
+                    let ran_on = row.ran_on.as_ref().map(json).transpose()?;
+                    tx.execute(
+                        "UPDATE executions SET status = ?1, finished_at = ?2, outcome_json = ?3,
+                         ran_on_json = ?4, line = ?5,
+                         context_id = COALESCE(?6, context_id), context_name = COALESCE(?7, context_name)
+                         WHERE id = ?8",
+                        params![
+                            outcome_status(&row.outcome),
+                            (record.written_ms / 1000) as i64,
+                            json(&row.outcome)?,
+                            ran_on,
+                            row.line,
+                            row.ran_on.as_ref().map(|r| r.id.clone()),
+                            row.ran_on.as_ref().map(|r| r.name.clone()),
+                            row.exec_id
+                        ],
+                    )
+                    .doing("recording an execution's end")?;
+                    ("ended", row.exec_id.clone())
+                }
+            };
+            tx.execute(
+                "INSERT INTO records (kind, key, seq, bytes) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (kind, key) DO UPDATE SET seq = excluded.seq, bytes = excluded.bytes",
+                params![kind, key, seq, bytes],
+            )
+            .doing("writing a record")?;
+        }
+        tx.commit().doing("committing records")
+    }
+
+    /// Every live record folded into a snapshot, for `Server::restore`; `None` when the
+    /// database holds no record yet.
+    pub fn load_snapshot(&self) -> Result<Option<ServerSnapshot>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare("SELECT kind, bytes FROM records ORDER BY seq")
+            .doing("reading records")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
+            .doing("reading records")?;
+        let mut snapshot = ServerSnapshot::default();
+        let mut any = false;
+        let mut latest = 0;
+        for row in rows {
+            let (kind, bytes) = row.doing("reading a record")?;
+            let record = ServerRecord::decode(&bytes).doing("decoding a stored record")?;
+            latest = latest.max(record.written_ms);
+            any = true;
+            if kind != "ended" {
+                snapshot.apply(&record);
+            }
+        }
+        snapshot.written_ms = latest;
+        Ok(any.then_some(snapshot))
+    }
+
+    /// A user's chain as last recorded.
+    pub fn chain(&self, user: &str) -> Result<Option<Chain>, StoreError> {
+        let conn = self.lock();
+        let bytes: Option<Vec<u8>> = conn
+            .query_row(
+                "SELECT bytes FROM records WHERE kind = 'chain' AND key = ?1",
+                [user],
+                |r| r.get(0),
+            )
+            .optional()
+            .doing("reading a chain")?;
+        let Some(bytes) = bytes else { return Ok(None) };
+        match ServerRecord::decode(&bytes)
+            .doing("decoding a chain")?
+            .change
+        {
+            ServerChange::Chain(row) => Ok(Some(row.chain)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Every user whose chain names `context_id`, with that chain.
+    pub fn chains_naming(&self, context_id: &str) -> Result<Vec<(String, Chain)>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare("SELECT bytes FROM records WHERE kind = 'chain'")
+            .doing("reading chains")?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, Vec<u8>>(0))
+            .doing("reading chains")?;
+        let mut out = Vec::new();
+        for bytes in rows {
+            let bytes = bytes.doing("reading a chain")?;
+            if let ServerChange::Chain(row) = ServerRecord::decode(&bytes)
+                .doing("decoding a chain")?
+                .change
+                && row.chain.entries().iter().any(|e| e.id() == context_id)
+            {
+                out.push((row.user_id, row.chain));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,159 @@
+//! Executions as the listing routes show them, and the audit log.
+
+use rusqlite::{OptionalExtension as _, Row, params};
+
+use super::{Doing as _, Store, StoreError};
+
+/// One execution's listing row.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ExecutionEntry {
+    pub(crate) id: String,
+    pub(crate) user: String,
+    /// The context the request named, as given.
+    pub(crate) requested: Option<String>,
+    /// `pending`, `running` or an end status.
+    pub(crate) status: String,
+    pub(crate) created_at: u64,
+    pub(crate) finished_at: Option<u64>,
+    pub(crate) context_id: Option<String>,
+    /// The context's name, copied when it ran (kept after the context is deleted).
+    pub(crate) context_name: Option<String>,
+    /// The dispatcher's `ExecutionOutcome`, JSON.
+    pub(crate) outcome_json: Option<String>,
+    /// `ranOn`, JSON.
+    pub(crate) ran_on_json: Option<String>,
+    pub(crate) line: Option<String>,
+}
+
+const COLUMNS: &str = "id, user, requested, status, created_at, finished_at, context_id, \
+     context_name, outcome_json, ran_on_json, line";
+
+fn execution_row(r: &Row<'_>) -> rusqlite::Result<ExecutionEntry> {
+    Ok(ExecutionEntry {
+        id: r.get(0)?,
+        user: r.get(1)?,
+        requested: r.get(2)?,
+        status: r.get(3)?,
+        created_at: r.get::<_, i64>(4)? as u64,
+        finished_at: r.get::<_, Option<i64>>(5)?.map(|t| t as u64),
+        context_id: r.get(6)?,
+        context_name: r.get(7)?,
+        outcome_json: r.get(8)?,
+        ran_on_json: r.get(9)?,
+        line: r.get(10)?,
+    })
+}
+
+/// One audit event.
+#[derive(Debug, Clone)]
+pub(crate) struct AuditEntry {
+    pub(crate) at: u64,
+    pub(crate) kind: String,
+    pub(crate) actor: String,
+    pub(crate) context_id: Option<String>,
+    pub(crate) detail: String,
+}
+
+impl Store {
+    /// Records a new execution as `pending`.
+    pub fn insert_execution(&self, entry: &ExecutionEntry) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                &format!("INSERT INTO executions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6, ?7, NULL, NULL, NULL)"),
+                params![
+                    entry.id,
+                    entry.user,
+                    entry.requested,
+                    entry.status,
+                    entry.created_at as i64,
+                    entry.context_id,
+                    entry.context_name
+                ],
+            )
+            .doing("recording an execution")?;
+        Ok(())
+    }
+
+    /// One execution.
+    pub fn execution(&self, id: &str) -> Result<Option<ExecutionEntry>, StoreError> {
+        self.lock()
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM executions WHERE id = ?1"),
+                [id],
+                execution_row,
+            )
+            .optional()
+            .doing("reading an execution")
+    }
+
+    /// Executions, newest first: of `user` (every user's when `None`), of the context
+    /// named `context` (by the name it had) when given.
+    pub fn executions(
+        &self,
+        user: Option<&str>,
+        context: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ExecutionEntry>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT {COLUMNS} FROM executions
+                 WHERE (?1 IS NULL OR user = ?1)
+                   AND (?2 IS NULL OR context_name = ?2 OR context_id = ?2 OR requested = ?2)
+                 ORDER BY created_at DESC, rowid DESC LIMIT ?3"
+            ))
+            .doing("listing executions")?;
+        let rows = stmt
+            .query_map(params![user, context, limit], execution_row)
+            .doing("listing executions")?;
+        rows.collect::<Result<_, _>>().doing("listing executions")
+    }
+
+    /// Appends an audit event.
+    pub fn audit(
+        &self,
+        at: u64,
+        kind: &str,
+        actor: &str,
+        context_id: Option<&str>,
+        detail: &str,
+    ) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "INSERT INTO audit (at, kind, actor, context_id, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![at as i64, kind, actor, context_id, detail],
+            )
+            .doing("writing an audit event")?;
+        Ok(())
+    }
+
+    /// The latest audit events, newest first; only `actor`'s and its contexts' when given.
+    pub fn audit_events(
+        &self,
+        actor: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare(
+                "SELECT at, kind, actor, context_id, detail FROM audit
+                 WHERE ?1 IS NULL OR actor = ?1
+                    OR context_id IN (SELECT id FROM contexts WHERE operator = ?1)
+                 ORDER BY seq DESC LIMIT ?2",
+            )
+            .doing("reading the audit log")?;
+        let rows = stmt
+            .query_map(params![actor, limit], |r| {
+                Ok(AuditEntry {
+                    at: r.get::<_, i64>(0)? as u64,
+                    kind: r.get(1)?,
+                    actor: r.get(2)?,
+                    context_id: r.get(3)?,
+                    detail: r.get(4)?,
+                })
+            })
+            .doing("reading the audit log")?;
+        rows.collect::<Result<_, _>>()
+            .doing("reading the audit log")
+    }
+}

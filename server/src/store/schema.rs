@@ -1,0 +1,127 @@
+//! The database schema and its migrations, applied in order and recorded in
+//! `schema_version`. A database newer than this code is refused, never altered.
+
+use rusqlite::Connection;
+
+use super::{Doing as _, StoreError};
+
+/// Each migration, in order: index + 1 is the version it brings the schema to.
+const MIGRATIONS: &[&str] = &[
+    // 1: the first schema.
+    "
+    CREATE TABLE records (
+        kind TEXT NOT NULL,
+        key TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        bytes BLOB NOT NULL,
+        PRIMARY KEY (kind, key)
+    );
+    CREATE TABLE users (
+        name TEXT PRIMARY KEY,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE tokens (
+        hash BLOB PRIMARY KEY,
+        user TEXT NOT NULL REFERENCES users(name),
+        scopes TEXT NOT NULL,
+        expires_at INTEGER,
+        revoked INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE contexts (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        operator TEXT NOT NULL,
+        key_id TEXT NOT NULL UNIQUE,
+        max_concurrent INTEGER NOT NULL,
+        environments TEXT NOT NULL,
+        daemon_version TEXT NOT NULL,
+        registered_at INTEGER NOT NULL,
+        grant_json TEXT NOT NULL,
+        grant_version INTEGER NOT NULL,
+        revoked INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE machine_keys (
+        key_id TEXT PRIMARY KEY,
+        context_id TEXT NOT NULL,
+        public_key BLOB NOT NULL,
+        revoked INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE nonces (
+        key_id TEXT NOT NULL,
+        nonce TEXT NOT NULL,
+        created INTEGER NOT NULL,
+        expires INTEGER,
+        keep_until INTEGER NOT NULL,
+        PRIMARY KEY (key_id, nonce)
+    );
+    CREATE TABLE executions (
+        id TEXT PRIMARY KEY,
+        user TEXT NOT NULL,
+        requested TEXT,
+        status TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        finished_at INTEGER,
+        context_id TEXT,
+        context_name TEXT,
+        outcome_json TEXT,
+        ran_on_json TEXT,
+        line TEXT
+    );
+    CREATE INDEX executions_by_user ON executions (user, created_at);
+    CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        context_id TEXT,
+        detail TEXT NOT NULL
+    );
+    ",
+];
+
+/// The version recorded, 0 for an empty database.
+pub(super) fn version(conn: &Connection) -> Result<i64, StoreError> {
+    conn.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        .doing("creating schema_version")?;
+    let v: Option<i64> = conn
+        .query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0))
+        .doing("reading the schema version")?;
+    Ok(v.unwrap_or(0))
+}
+
+/// Applies every migration the database lacks, each in its own transaction.
+pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    let current = version(conn)?;
+    let known = MIGRATIONS.len() as i64;
+    if current > known {
+        return Err(StoreError::new(
+            "checking the schema version",
+            NewerSchema {
+                found: current,
+                known,
+            },
+        ));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.unchecked_transaction().doing("starting a migration")?;
+        tx.execute_batch(sql).doing("migrating the schema")?;
+        tx.execute(
+            "INSERT INTO schema_version (version) VALUES (?1)",
+            [i as i64 + 1],
+        )
+        .doing("recording the schema version")?;
+        tx.commit().doing("committing a migration")?;
+    }
+    Ok(())
+}
+
+/// The database was written by a newer server.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the database is at schema version {found}; this server knows up to {known}: upgrade outpost"
+)]
+struct NewerSchema {
+    found: i64,
+    known: i64,
+}
