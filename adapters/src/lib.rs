@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod clock;
+pub mod daemon;
 pub mod http;
 pub mod runtime;
 pub mod store;

@@ -1,7 +1,8 @@
 //! The `outpost` command.
 //!
-//! `outpost run` runs a capability on this machine; `outpost execute` has a server run one
-//! where routing says; `outpost context|chain|runs|user` manage a server; `outpost vectors
+//! `outpost run` runs a capability on this machine; `outpost serve` is the server;
+//! `outpost daemon` joins a server and runs what it sends; `outpost execute` has a server run
+//! one where routing says; `outpost context|chain|runs|user` manage a server; `outpost vectors
 //! check` checks this build against the published protocol vectors.
 //!
 //! `outpost confine …` is hidden: the Landlock helper a `confine: true` shell run starts
@@ -9,7 +10,10 @@
 //! parsed, so its exit statuses (125, 126) and its program's arguments pass untouched.
 
 mod client;
+mod daemon;
+mod executors;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,6 +46,61 @@ enum Command {
         /// Arguments passed to the capability after its manifest's args.
         #[arg(last = true)]
         args: Vec<String>,
+    },
+    /// Serve: the HTTP API, the daemons' WebSockets and the server's own `cloud` executor.
+    /// Prints `listening on URL`, then `join: JOIN` for `outpost daemon --join`.
+    Serve {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:8440")]
+        listen: std::net::SocketAddr,
+        /// The state folder (default: OUTPOST_STATE, else $XDG_DATA_HOME/outpost/server).
+        #[arg(long)]
+        state: Option<PathBuf>,
+        /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+        #[arg(long)]
+        tls_cert: Option<PathBuf>,
+        /// The certificate's private key (PEM).
+        #[arg(long)]
+        tls_key: Option<PathBuf>,
+        /// The environments the server's own executor runs (comma-separated: wasm, docker,
+        /// shell). Shell gives runs the server's own machine: only with reason.
+        #[arg(long, value_delimiter = ',', default_value = "wasm", value_parser = serve::cloud_environment)]
+        cloud: Vec<outpost_core::wire::Environment>,
+        /// The base URL daemons should use (behind a proxy); default the address bound.
+        #[arg(long)]
+        public_url: Option<String>,
+        /// Print one JSON line (url, join, rootKey, stateDir) instead of the text lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Join a server and run what it sends, within what this machine's owner allows. Exits 0
+    /// when revoked or replaced (it never reconnects), 78 for a setup to fix (join, home,
+    /// key), 69 when the server cannot be reached or refuses.
+    Daemon {
+        /// The join string `outpost serve` printed (first start only).
+        #[arg(long)]
+        join: Option<String>,
+        /// This machine's name on the server (default: the host name).
+        #[arg(long)]
+        name: Option<String>,
+        /// One folder for the daemon's key, outbox and runs (default: the XDG folders).
+        #[arg(long)]
+        home: Option<PathBuf>,
+        /// Runs held at once (1–8).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+        max_concurrent: u32,
+        /// The server's URL, instead of --join (with --root and OUTPOST_TOKEN).
+        #[arg(long)]
+        server: Option<String>,
+        /// The server's root public key (base64url), with --server.
+        #[arg(long)]
+        root: Option<String>,
+        /// An extra CA certificate (PEM) to trust for the server (default: OUTPOST_CA_FILE).
+        #[arg(long)]
+        ca: Option<PathBuf>,
+        /// The host the daemon runs on: tokio, smol, or blocking (std threads only).
+        #[arg(long, default_value = "tokio", value_parser = host_kind)]
+        host: outpost_adapters::daemon::HostKind,
     },
     /// Have a server run the capability in DIR where routing says, print its output and where
     /// it ran, and exit with its exit code (124 timed out, 130 cancelled, 75 lost, 70 failed).
@@ -185,6 +244,23 @@ enum VectorsAction {
     },
 }
 
+fn host_kind(name: &str) -> Result<outpost_adapters::daemon::HostKind, String> {
+    outpost_adapters::daemon::HostKind::parse(name)
+        .ok_or_else(|| format!("{name:?} is not a host: use tokio, smol or blocking"))
+}
+
+/// Logs to stderr, filtered by `OUTPOST_LOG` (default `info`).
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OUTPOST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
 fn main() -> ExitCode {
     let mut args = std::env::args_os();
     if args.nth(1).as_deref() == Some(std::ffi::OsStr::new(confine::SUBCOMMAND)) {
@@ -207,6 +283,48 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             egress,
             args,
         } => run::run(&dir, json, egress, args),
+        Command::Serve {
+            listen,
+            state,
+            tls_cert,
+            tls_key,
+            cloud,
+            public_url,
+            json,
+        } => {
+            init_logs();
+            serve::serve(serve::ServeArgs {
+                listen,
+                state,
+                tls_cert,
+                tls_key,
+                cloud,
+                public_url,
+                json,
+            })
+        }
+        Command::Daemon {
+            join,
+            name,
+            home,
+            max_concurrent,
+            server,
+            root,
+            ca,
+            host,
+        } => {
+            init_logs();
+            daemon::daemon(daemon::DaemonArgs {
+                join,
+                name,
+                home,
+                max_concurrent,
+                server,
+                root,
+                ca,
+                host,
+            })
+        }
         Command::Execute {
             dir,
             server,

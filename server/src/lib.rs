@@ -8,6 +8,7 @@
 //! returns. Everything else — the store, the dispatcher actor, the routes — stays inside.
 #![forbid(unsafe_code)]
 
+mod blocking;
 mod bootstrap;
 mod clock;
 mod dispatch;
@@ -25,6 +26,7 @@ use outpost_core::executor::Registry;
 use outpost_core::wire::Environment;
 use tokio::sync::watch;
 
+pub use blocking::BlockingServer;
 pub use state::StateError;
 pub use store::StoreError;
 
@@ -74,6 +76,9 @@ pub enum ServeError {
     /// The TLS files.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The async runtime of a [`BlockingServer`] cannot start.
+    #[error("the server's runtime cannot start: {0}")]
+    Runtime(String),
 }
 
 /// A server that is running.

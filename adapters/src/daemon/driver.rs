@@ -1,0 +1,492 @@
+//! The daemon's one loop: set-up (key, join, key set, outbox), then the core's
+//! `handle_input` / `poll_output` over a channel of [`Event`]s from the sockets and threads it
+//! started.
+//!
+//! Rules it keeps: every [`Output::Persist`] is committed to the outbox before the next output
+//! is carried out; events of an older connection attempt are ignored (each attempt has a
+//! number); one wake carries out at most [`MAX_OUTPUTS_PER_WAKE`] outputs or the daemon stops
+//! loudly. It never reads a frame itself: bytes go to the core as they came.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::time::{Duration, Instant as StdInstant};
+
+use outpost_core::daemon::{
+    Command, Daemon, DaemonConfig, DaemonRecord, Event as CoreEvent, Input, Output,
+};
+use outpost_core::executor::Registry;
+use outpost_core::join::check_server_url;
+use outpost_core::keyset::{PinnedRoots, RootKey};
+use outpost_core::wire::close_code;
+
+use super::home::{Home, SERVER_FILE, ServerFile};
+use super::runner::Runner;
+use super::{DaemonError, DaemonExit, DaemonOptions, Event, STOP_POLL, ServerChoice, StopSignal};
+use crate::clock::Clock;
+use crate::http::{RegisterRequest, SignedClient};
+use crate::runtime::{Host, Link, LinkEvent};
+use crate::store::DaemonStore;
+use crate::tls::{ServerUrl, Trust};
+
+/// The most outputs one wake may carry out; more means the core and the host disagree, and
+/// the daemon stops with [`DaemonError::RunawayOutputs`] rather than spin.
+pub const MAX_OUTPUTS_PER_WAKE: usize = 65_536;
+
+/// How long a stopping daemon waits for cancelled runs to clean up.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Refusals of the ticket request after which reconnecting cannot help.
+const FINAL_REFUSALS: [&str; 2] = ["context_revoked", "unknown_key"];
+
+struct Driver {
+    daemon: Daemon,
+    store: DaemonStore,
+    clock: Arc<Clock>,
+    host: Arc<dyn Host>,
+    client: Arc<SignedClient>,
+    roots: Arc<PinnedRoots>,
+    tls: Arc<rustls::ClientConfig>,
+    runner: Runner,
+    tx: Sender<Event>,
+    rx: Receiver<Event>,
+    /// The number of the current connection attempt; events of others are stale.
+    conn: u64,
+    link: Option<Link>,
+    session_id: Option<String>,
+    last_close: Option<u16>,
+    final_refusal: Option<String>,
+    server_file: std::path::PathBuf,
+    keys_version: u64,
+    stop: StopSignal,
+    exit: Option<DaemonExit>,
+}
+
+pub(super) fn run(
+    options: DaemonOptions,
+    registry: Registry,
+    host: Arc<dyn Host>,
+    stop: StopSignal,
+) -> Result<DaemonExit, DaemonError> {
+    let clock = Arc::new(Clock::new()?);
+    let home = Home::open(options.folders.clone())?;
+    let seed = home.machine_key()?;
+    let saved = home.server()?;
+    let (url, root, token) = match &options.server {
+        ServerChoice::Join(join) => (
+            join.url.clone(),
+            join.root.clone(),
+            Some(join.token.clone()),
+        ),
+        ServerChoice::Explicit { url, root, token } => {
+            check_server_url(url)?;
+            (
+                url.trim_end_matches('/').to_owned(),
+                root.clone(),
+                Some(token.clone()),
+            )
+        }
+        ServerChoice::Saved => {
+            let saved = saved.as_ref().ok_or(DaemonError::NotJoined)?;
+            let root = saved.root().map_err(|reason| DaemonError::BadServerFile {
+                path: home.folders.config.join(SERVER_FILE),
+                reason,
+            })?;
+            (saved.url.clone(), root, None)
+        }
+    };
+    if let Some(saved) = &saved
+        && (saved.url != url || saved.root_id != root.id)
+    {
+        return Err(DaemonError::OtherServer {
+            saved: saved.url.clone(),
+            given: url,
+        });
+    }
+    let trust = Trust::from_option(options.ca_file.as_deref())?;
+    let server = ServerUrl::parse(&url)?;
+    let client = Arc::new(SignedClient::new(server, seed, &trust));
+    let roots = Arc::new(PinnedRoots::new(vec![root.clone()]));
+    let keys = client
+        .server_keys(&roots)
+        .map_err(|source| DaemonError::Keys {
+            server: url.clone(),
+            source,
+        })?;
+    let environments = registry.available();
+    if saved.is_none() {
+        let token = token.ok_or(DaemonError::NotJoined)?;
+        register(&home, &client, &url, &root, &token, &options, &environments)?;
+    }
+    let (store, snapshot) = DaemonStore::open(&home.store_path())?;
+    if !snapshot.outbox.is_empty() || !snapshot.started.is_empty() {
+        tracing::info!(
+            results = snapshot.outbox.len(),
+            interrupted = snapshot.started.len(),
+            "restored the outbox: undelivered results are sent again, runs a crash interrupted are reaped"
+        );
+    }
+    let seed = if options.seed == 0 {
+        let mut bytes = [0u8; 8];
+        getrandom::fill(&mut bytes).map_err(|e| DaemonError::Random(e.to_string()))?;
+        u64::from_le_bytes(bytes)
+    } else {
+        options.seed
+    };
+    let config = DaemonConfig {
+        max_concurrent: options.max_concurrent,
+        features: options.features.clone(),
+        environments: environments.clone(),
+        seed,
+        ..DaemonConfig::default()
+    };
+    let keys_version = keys.version();
+    let daemon = Daemon::restore(config, keys, &snapshot, clock.now());
+    let denylist = home
+        .folders
+        .denylist()
+        .map_err(|e| DaemonError::home(&home.folders.config, std::io::Error::other(e)))?;
+    let (tx, rx) = channel();
+    let runner = Runner::new(
+        Arc::new(registry),
+        host.clone(),
+        home.runs_dir(),
+        options.local.clone(),
+        denylist,
+        clock.clone(),
+        tx.clone(),
+    );
+    tracing::info!(server = %url, host = host.name(), environments = ?environments.iter().map(|e| e.as_str()).collect::<Vec<_>>(), "daemon starting");
+    let mut driver = Driver {
+        daemon,
+        store,
+        clock,
+        host,
+        client,
+        roots,
+        tls: trust.client_config(),
+        runner,
+        tx,
+        rx,
+        conn: 0,
+        link: None,
+        session_id: None,
+        last_close: None,
+        final_refusal: None,
+        server_file: home.folders.config.join(SERVER_FILE),
+        keys_version,
+        stop,
+        exit: None,
+    };
+    let exit = driver.serve();
+    drop(home);
+    exit
+}
+
+fn register(
+    home: &Home,
+    client: &SignedClient,
+    url: &str,
+    root: &RootKey,
+    token: &str,
+    options: &DaemonOptions,
+    environments: &[outpost_core::wire::Environment],
+) -> Result<(), DaemonError> {
+    let request = RegisterRequest {
+        name: options.name.clone(),
+        public_key: client.public_key_b64(),
+        max_concurrent: options.max_concurrent,
+        environments: environments.iter().map(|e| e.as_str().to_owned()).collect(),
+        daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
+    };
+    let registered = client
+        .register(token, &request)
+        .map_err(|source| DaemonError::Register {
+            server: url.to_owned(),
+            source,
+        })?;
+    home.save_server(&ServerFile {
+        url: url.to_owned(),
+        root_id: root.id.clone(),
+        root_public_key: outpost_core::b64::encode(root.public_key.as_bytes()),
+        context_id: registered.context_id.clone(),
+        name: registered.name.clone(),
+        key_id: registered.key_id.clone(),
+    })?;
+    tracing::info!(context = %registered.context_id, name = %registered.name, key = %registered.key_id, "registered");
+    Ok(())
+}
+
+impl Driver {
+    fn serve(&mut self) -> Result<DaemonExit, DaemonError> {
+        let mut drain_asked = false;
+        loop {
+            let until = self.carry_out()?;
+            if let Some(exit) = self.exit {
+                let exit = self.finish(exit);
+                if let Some(code) = self.final_refusal.take()
+                    && code == "unknown_key"
+                {
+                    return Err(DaemonError::Unregistered {
+                        code,
+                        server_file: self.server_file.clone(),
+                    });
+                }
+                return Ok(exit);
+            }
+            match self.stop.count() {
+                0 => {}
+                1 if !drain_asked => {
+                    drain_asked = true;
+                    tracing::info!(
+                        "stopping: runs in flight finish and their results are delivered first (again to stop at once)"
+                    );
+                    self.input(Input::Drain)?;
+                    continue;
+                }
+                1 => {}
+                _ => return self.interrupt(),
+            }
+            let wait = self.clock.until(until);
+            match self.rx.recv_timeout(wait.min(STOP_POLL)) {
+                Ok(event) => self.on_event(event)?,
+                Err(RecvTimeoutError::Timeout) if wait <= STOP_POLL => {
+                    self.input(Input::Timeout)?
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                // The driver holds a sender itself: the channel never disconnects.
+                Err(RecvTimeoutError::Disconnected) => {}
+            }
+        }
+    }
+
+    fn input(&mut self, input: Input) -> Result<(), DaemonError> {
+        let now = self.clock.now();
+        self.daemon.handle_input(now, input)?;
+        Ok(())
+    }
+
+    /// Carries out outputs until the core waits; returns when it wants a timeout.
+    fn carry_out(&mut self) -> Result<outpost_core::time::Instant, DaemonError> {
+        let mut records: Vec<DaemonRecord> = Vec::new();
+        for _ in 0..MAX_OUTPUTS_PER_WAKE {
+            let output = self.daemon.poll_output();
+            if let Output::Persist(record) = output {
+                records.push(record);
+                continue;
+            }
+            // Every record polled so far is committed before anything that depends on it.
+            self.store.append(&records)?;
+            records.clear();
+            match output {
+                Output::Wait { until, .. } => return Ok(until),
+                Output::Persist(_) => {}
+                Output::Transmit(bytes) => {
+                    if let Some(link) = &self.link {
+                        link.send(bytes);
+                    }
+                }
+                Output::Close { code, reason } => {
+                    if let Some(link) = self.link.take() {
+                        link.close(code, &reason);
+                    }
+                    // Whatever that socket still reports is stale now.
+                    self.conn += 1;
+                }
+                Output::Command(command) => self.command(command),
+                Output::Event(event) => log_event(&event),
+            }
+        }
+        Err(DaemonError::RunawayOutputs)
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Connect => self.connect(),
+            Command::Execute(execute) => {
+                tracing::info!(run = %execute.run_id, environment = execute.environment.as_str(), "run started");
+                self.runner.start(*execute);
+            }
+            Command::Cancel { run_id, reason } => {
+                tracing::info!(run = %run_id, %reason, "cancelling run");
+                self.runner.cancel(&run_id);
+            }
+            Command::ApplyGrant { version, grant } => {
+                tracing::info!(
+                    version,
+                    folders = grant.fs.len(),
+                    egress = ?grant.egress,
+                    "grant in force"
+                );
+            }
+            Command::Stop { forever } => {
+                self.exit = Some(if !forever {
+                    DaemonExit::Drained
+                } else if self.last_close == Some(close_code::REPLACED) {
+                    DaemonExit::Replaced
+                } else {
+                    DaemonExit::Revoked
+                });
+            }
+            Command::FetchCapability { run_id, sha256, .. } => {
+                // No bundle route exists yet (the server sends capabilities inline): the run
+                // is answered with an empty bundle, which fails the core's digest check, so it
+                // ends `failed` (`digest_mismatch`) at once instead of holding a slot.
+                tracing::warn!(run = %run_id, %sha256, "capability bundles cannot be fetched yet");
+                let _ = self.tx.send(Event::FetchUnavailable { run_id });
+            }
+            Command::PtyInput { .. } | Command::PtyResize { .. } | Command::PtyClose { .. } => {
+                tracing::debug!("terminal frames are ignored: this daemon runs no PTY executor");
+            }
+        }
+    }
+
+    /// Fetches a fresh key set and a ticket on a blocking thread; [`Event::Ticket`] brings
+    /// them back.
+    fn connect(&mut self) {
+        self.conn += 1;
+        let conn = self.conn;
+        let client = self.client.clone();
+        let roots = self.roots.clone();
+        let tx = self.tx.clone();
+        self.host.spawn_blocking(Box::new(move || {
+            let keys = client.server_keys(&roots);
+            let ticket = client.connect_ticket();
+            let _ = tx.send(Event::Ticket { conn, keys, ticket });
+        }));
+    }
+
+    fn on_event(&mut self, event: Event) -> Result<(), DaemonError> {
+        match event {
+            Event::RunDone { run_id, result } => {
+                self.runner.finished(&run_id);
+                tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
+                self.input(Input::RunFinished { run_id, result })
+            }
+            Event::FetchUnavailable { run_id } => self.input(Input::CapabilityFetched {
+                run_id,
+                bundle: Vec::new(),
+            }),
+            Event::Ticket { conn, .. } if conn != self.conn => Ok(()),
+            Event::Ticket { keys, ticket, .. } => {
+                match keys {
+                    Ok(keys) if keys.version() != self.keys_version => {
+                        tracing::info!(version = keys.version(), "the server's key set changed");
+                        self.keys_version = keys.version();
+                        self.input(Input::KeysUpdated(keys))?;
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("cannot refresh the server's key set: {e}"),
+                }
+                match ticket {
+                    Ok(ticket) => {
+                        self.session_id = Some(ticket.session_id.clone());
+                        let url = self.client.connect_url(&ticket);
+                        let tx = self.tx.clone();
+                        let conn = self.conn;
+                        self.host.open(
+                            url,
+                            self.tls.clone(),
+                            Arc::new(move |event| {
+                                let _ = tx.send(Event::Link { conn, event });
+                            }),
+                        );
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let stop_forever = FINAL_REFUSALS.contains(&e.code());
+                        if stop_forever {
+                            self.final_refusal = Some(e.code().to_owned());
+                        }
+                        tracing::warn!("cannot get a connect ticket: {e}");
+                        self.input(Input::ConnectFailed {
+                            stop_forever,
+                            reason: e.to_string(),
+                        })
+                    }
+                }
+            }
+            Event::Link { conn, event } if conn != self.conn => {
+                if let LinkEvent::Opened(link) = event {
+                    link.close(close_code::NORMAL, "stale connection");
+                }
+                Ok(())
+            }
+            Event::Link { event, .. } => match event {
+                LinkEvent::Opened(link) => {
+                    self.link = Some(link);
+                    let session_id = self.session_id.take().unwrap_or_default();
+                    self.input(Input::Connected { session_id })
+                }
+                LinkEvent::Failed(reason) => {
+                    tracing::warn!("cannot connect: {reason}");
+                    self.input(Input::ConnectFailed {
+                        stop_forever: false,
+                        reason,
+                    })
+                }
+                LinkEvent::Message(bytes) => self.input(Input::Frame(bytes)),
+                LinkEvent::Closed { code } => {
+                    self.link = None;
+                    self.last_close = code;
+                    self.input(Input::Disconnected { code })
+                }
+            },
+        }
+    }
+
+    /// A second stop request: cancel what runs, keep its results in the outbox, go.
+    fn interrupt(&mut self) -> Result<DaemonExit, DaemonError> {
+        tracing::warn!("stopping at once: runs in flight are cancelled");
+        self.runner.cancel_all();
+        self.collect_runs(true)?;
+        if let Some(link) = self.link.take() {
+            link.close(close_code::GOING_AWAY, "stopping");
+        }
+        Ok(DaemonExit::Interrupted)
+    }
+
+    /// Waits (bounded) for run threads to end; with `record`, their results enter the outbox.
+    fn collect_runs(&mut self, record: bool) -> Result<(), DaemonError> {
+        let deadline = StdInstant::now() + STOP_GRACE;
+        while self.runner.running() > 0 {
+            let left = deadline.saturating_duration_since(StdInstant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(Event::RunDone { run_id, result }) => {
+                    self.runner.finished(&run_id);
+                    if record {
+                        self.input(Input::RunFinished { run_id, result })?;
+                        self.carry_out()?;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, exit: DaemonExit) -> DaemonExit {
+        if exit != DaemonExit::Drained {
+            self.runner.cancel_all();
+            let _ = self.collect_runs(false);
+        }
+        if let Some(link) = self.link.take() {
+            link.close(close_code::NORMAL, "stopped");
+        }
+        exit
+    }
+}
+
+fn log_event(event: &CoreEvent) {
+    match event {
+        CoreEvent::Ready { session_id } => tracing::info!(session = %session_id, "connected"),
+        CoreEvent::ProtocolViolation { code, detail } => {
+            tracing::warn!(%code, %detail, "the server sent a frame that does not verify; reconnecting")
+        }
+        CoreEvent::RunRejected { run_id, refusal } => {
+            tracing::info!(run = %run_id, code = refusal.code(), "run declined")
+        }
+        CoreEvent::ResultDelivered { run_id } => tracing::info!(run = %run_id, "result delivered"),
+        CoreEvent::Disconnected { .. } => tracing::info!("disconnected; reconnecting with backoff"),
+    }
+}

@@ -1,0 +1,194 @@
+//! The daemon's files on the owner's machine, in the owner's folders
+//! ([`OwnerFolders`]): the machine key and the server it joined in the config folder
+//! (denylisted: no run ever sees them), the result outbox, the lock and the runs' folders in
+//! the state folder.
+//!
+//! ```text
+//! config/machine.key   0600  the Ed25519 seed, base64url (encrypted at rest: not yet)
+//! config/server.json   0600  the server, its pinned root, this machine's context
+//! state/daemon.lock          held (flock) while a daemon runs on this home
+//! state/daemon.db            the durable records (result outbox), SQLite
+//! state/runs/<run id>/       each run's capability folder
+//! state/runs/<run id>.pgid   the process group of a shell run, to reap after a crash
+//! ```
+//!
+//! This module owns those files' formats and modes. It never talks to the server and never
+//! decides whether to register: it reads and writes what the driver hands it.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+use outpost_core::b64;
+use outpost_core::keyset::RootKey;
+use outpost_host::OwnerFolders;
+use serde::{Deserialize, Serialize};
+
+use super::DaemonError;
+
+/// The machine key's file name in the config folder.
+pub const KEY_FILE: &str = "machine.key";
+/// The joined server's file name in the config folder.
+pub const SERVER_FILE: &str = "server.json";
+/// The outbox database's file name in the state folder.
+pub const STORE_FILE: &str = "daemon.db";
+/// The lock file's name in the state folder.
+pub const LOCK_FILE: &str = "daemon.lock";
+
+/// The server this machine joined, as `config/server.json` keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerFile {
+    /// The server's base URL.
+    pub url: String,
+    /// The pinned root key's id.
+    pub root_id: String,
+    /// The pinned root key, base64url.
+    pub root_public_key: String,
+    /// The context the registration created (`ec_…`).
+    pub context_id: String,
+    /// The machine's name on that server.
+    pub name: String,
+    /// The machine key id (`mk_…`).
+    pub key_id: String,
+}
+
+impl ServerFile {
+    /// The pinned root this file names.
+    pub fn root(&self) -> Result<RootKey, String> {
+        let key = b64::decode_array::<32>(&self.root_public_key).map_err(|e| e.to_string())?;
+        let public_key = ed25519_dalek::VerifyingKey::from_bytes(&key)
+            .map_err(|_| "rootPublicKey is not an Ed25519 key".to_owned())?;
+        Ok(RootKey {
+            id: self.root_id.clone(),
+            public_key,
+        })
+    }
+}
+
+/// A daemon's home, locked for this process.
+#[derive(Debug)]
+pub struct Home {
+    /// The owner's folders.
+    pub folders: OwnerFolders,
+    _lock: Flock<File>,
+}
+
+impl Home {
+    /// Creates the folders (0700) and takes the lock; a second daemon on the same home is
+    /// refused with [`DaemonError::HomeLocked`].
+    pub fn open(folders: OwnerFolders) -> Result<Self, DaemonError> {
+        for dir in [&folders.config, &folders.state, &folders.state.join("runs")] {
+            create_private_dir(dir)?;
+        }
+        let lock_path = folders.state.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(|e| DaemonError::home(&lock_path, e))?;
+        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
+            .map_err(|_| DaemonError::HomeLocked(folders.state.clone()))?;
+        Ok(Self {
+            folders,
+            _lock: lock,
+        })
+    }
+
+    /// The outbox database.
+    pub fn store_path(&self) -> PathBuf {
+        self.folders.state.join(STORE_FILE)
+    }
+
+    /// Where runs' capability folders go.
+    pub fn runs_dir(&self) -> PathBuf {
+        self.folders.runs_dir()
+    }
+
+    /// The machine key's seed: read, or generated (from the OS) and written 0600 on first
+    /// start. A key file readable by others is refused, never used.
+    pub fn machine_key(&self) -> Result<[u8; 32], DaemonError> {
+        let path = self.folders.config.join(KEY_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let mode = std::fs::metadata(&path)
+                    .map_err(|e| DaemonError::home(&path, e))?
+                    .permissions()
+                    .mode();
+                if mode & 0o077 != 0 {
+                    return Err(DaemonError::KeyExposed {
+                        path,
+                        mode: mode & 0o777,
+                    });
+                }
+                b64::decode_array::<32>(text.trim()).map_err(|e| DaemonError::BadKey {
+                    path,
+                    reason: e.to_string(),
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut seed = [0u8; 32];
+                getrandom::fill(&mut seed).map_err(|e| DaemonError::Random(e.to_string()))?;
+                write_private(&path, format!("{}\n", b64::encode(&seed)).as_bytes())?;
+                Ok(seed)
+            }
+            Err(e) => Err(DaemonError::home(&path, e)),
+        }
+    }
+
+    /// The server this machine joined, if it registered before.
+    pub fn server(&self) -> Result<Option<ServerFile>, DaemonError> {
+        let path = self.folders.config.join(SERVER_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| DaemonError::BadServerFile {
+                        path,
+                        reason: e.to_string(),
+                    })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(DaemonError::home(&path, e)),
+        }
+    }
+
+    /// Records the registration (atomically: a crash leaves the old file or the new one).
+    pub fn save_server(&self, server: &ServerFile) -> Result<(), DaemonError> {
+        let path = self.folders.config.join(SERVER_FILE);
+        let mut text = serde_json::to_vec_pretty(server).unwrap_or_default();
+        text.push(b'\n');
+        write_private(&path, &text)
+    }
+
+    /// Where a shell run's process group is recorded.
+    pub fn pgid_path(&self, run_id: &str) -> PathBuf {
+        self.runs_dir().join(format!("{run_id}.pgid"))
+    }
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), DaemonError> {
+    std::fs::create_dir_all(dir).map_err(|e| DaemonError::home(dir, e))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| DaemonError::home(dir, e))
+}
+
+/// Writes `bytes` to `path` with mode 0600 through a temporary file and a rename, synced.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), DaemonError> {
+    let tmp = path.with_extension("tmp");
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| DaemonError::home(&tmp, e))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| DaemonError::home(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| DaemonError::home(path, e))
+}

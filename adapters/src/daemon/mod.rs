@@ -1,0 +1,394 @@
+//! The daemon's host: what `outpost daemon` runs. It joins a server (first start: a machine
+//! key, a signed registration), then drives the core's [`Daemon`] over a real WebSocket on
+//! the chosen [`HostKind`], carrying out its commands with the executors it was given, and
+//! writing every record to the result outbox before the output that depends on it.
+//!
+//! - [`home`]: the files in the owner's folders (key, server, outbox, lock, runs).
+//! - `driver`: one loop over the core's `handle_input` / `poll_output`.
+//! - `runner`: runs on blocking threads, cancel flags, reaping after a crash.
+//!
+//! This module owns the daemon's process lifecycle: start, reconnects, drain, exit. It never
+//! decides what the protocol allows (the core does) and never picks an executor for an
+//! environment the registry does not hold.
+//!
+//! [`Daemon`]: outpost_core::daemon::Daemon
+
+mod driver;
+pub mod home;
+mod runner;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use outpost_core::executor::Registry;
+use outpost_core::grant::LocalPolicy;
+use outpost_core::join::{Join, JoinError};
+use outpost_core::keyset::RootKey;
+use outpost_core::wire::RunResult;
+use outpost_host::OwnerFolders;
+
+use crate::http::HttpError;
+use crate::runtime::{BlockingHost, Host, LinkEvent};
+
+pub use driver::MAX_OUTPUTS_PER_WAKE;
+
+/// Which host the daemon runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostKind {
+    /// A tokio runtime (two worker threads) the daemon creates.
+    #[cfg(feature = "tokio")]
+    Tokio,
+    /// smol's global executor.
+    #[cfg(feature = "smol")]
+    Smol,
+    /// Plain std threads, no async runtime.
+    Blocking,
+}
+
+impl HostKind {
+    /// The host's name (`tokio`, `smol`, `blocking`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            #[cfg(feature = "tokio")]
+            HostKind::Tokio => "tokio",
+            #[cfg(feature = "smol")]
+            HostKind::Smol => "smol",
+            HostKind::Blocking => "blocking",
+        }
+    }
+
+    /// Reads a name given on the command line.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            #[cfg(feature = "tokio")]
+            "tokio" => Some(HostKind::Tokio),
+            #[cfg(feature = "smol")]
+            "smol" => Some(HostKind::Smol),
+            "blocking" => Some(HostKind::Blocking),
+            _ => None,
+        }
+    }
+}
+
+/// A [`Host`] with the runtime it runs on kept alive.
+pub struct OwnedHost {
+    /// The host.
+    pub host: Arc<dyn Host>,
+    #[cfg(feature = "tokio")]
+    _tokio: Option<tokio::runtime::Runtime>,
+}
+
+impl OwnedHost {
+    /// Builds the host `kind` names.
+    pub fn new(kind: HostKind) -> Result<Self, DaemonError> {
+        match kind {
+            #[cfg(feature = "tokio")]
+            HostKind::Tokio => {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("outpost-daemon")
+                    .enable_all()
+                    .build()
+                    .map_err(|e| DaemonError::Runtime(e.to_string()))?;
+                let host = crate::runtime::AsyncHost::new(
+                    crate::runtime::TokioRuntime::new(runtime.handle().clone()),
+                    "tokio",
+                );
+                Ok(Self {
+                    host: Arc::new(host),
+                    _tokio: Some(runtime),
+                })
+            }
+            #[cfg(feature = "smol")]
+            HostKind::Smol => Ok(Self::wrap(Arc::new(crate::runtime::AsyncHost::new(
+                crate::runtime::SmolRuntime,
+                "smol",
+            )))),
+            HostKind::Blocking => Ok(Self::wrap(Arc::new(BlockingHost))),
+        }
+    }
+
+    fn wrap(host: Arc<dyn Host>) -> Self {
+        Self {
+            host,
+            #[cfg(feature = "tokio")]
+            _tokio: None,
+        }
+    }
+}
+
+/// Where the daemon finds its server the first time.
+#[derive(Debug, Clone)]
+pub enum ServerChoice {
+    /// A join string (`outpost-join-v1.…`).
+    Join(Join),
+    /// A server URL, the root key to pin, and a token that may register machines.
+    Explicit {
+        /// The server's base URL.
+        url: String,
+        /// The root key.
+        root: RootKey,
+        /// A token with `execution_context:create`.
+        token: String,
+    },
+    /// What `config/server.json` recorded at an earlier start.
+    Saved,
+}
+
+/// How one daemon runs.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    /// The server (on later starts [`ServerChoice::Saved`] is enough).
+    pub server: ServerChoice,
+    /// The machine's name on the server (`[a-z0-9-]`, 1–64).
+    pub name: String,
+    /// The owner's folders (the daemon's home).
+    pub folders: OwnerFolders,
+    /// Runs held at once.
+    pub max_concurrent: u32,
+    /// An extra CA to trust for the server's certificate.
+    pub ca_file: Option<PathBuf>,
+    /// The owner's local policy (folders runs may use).
+    pub local: LocalPolicy,
+    /// Optional features to announce.
+    pub features: Vec<String>,
+    /// Seeds the reconnect jitter (0: from the OS).
+    pub seed: u64,
+}
+
+/// Why the daemon stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DaemonExit {
+    /// The owner asked it to stop (SIGTERM / SIGINT): runs in flight finished and their
+    /// results were delivered.
+    Drained,
+    /// A second stop request arrived while draining; runs in flight were cancelled and
+    /// undelivered results stay in the outbox.
+    Interrupted,
+    /// The server closed with 1012: another daemon with this key connected. Never reconnects.
+    Replaced,
+    /// The operator revoked this machine (4001 or `context_revoked`). Never reconnects.
+    Revoked,
+}
+
+impl DaemonExit {
+    /// The process exit code: 0 for every planned end, 130 for an interrupt.
+    pub fn code(self) -> u8 {
+        match self {
+            DaemonExit::Drained | DaemonExit::Replaced | DaemonExit::Revoked => 0,
+            DaemonExit::Interrupted => 130,
+        }
+    }
+}
+
+/// Why the daemon could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// A folder or file of the home cannot be used.
+    #[error("the daemon's home: {}: {source}", .path.display())]
+    Home {
+        /// The path.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// Another daemon runs on this home.
+    #[error("another outpost daemon is running with the state folder {}; stop it first or pass another --home", .0.display())]
+    HomeLocked(PathBuf),
+    /// The machine key file is readable by others.
+    #[error("the machine key {} has mode {mode:o}: it must be 0600 (chmod 600 it, or remove it to make a new machine)", .path.display())]
+    KeyExposed {
+        /// The key file.
+        path: PathBuf,
+        /// Its mode.
+        mode: u32,
+    },
+    /// The machine key file does not read.
+    #[error("the machine key {} does not read: {reason}", .path.display())]
+    BadKey {
+        /// The key file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// `server.json` does not read.
+    #[error("{} does not read: {reason}", .path.display())]
+    BadServerFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The OS random source failed.
+    #[error("the OS random source failed: {0}")]
+    Random(String),
+    /// No server is known: this home never joined one.
+    #[error(
+        "this machine has not joined a server: pass --join JOIN (printed by `outpost serve`), or --server URL --root KEY with OUTPOST_TOKEN"
+    )]
+    NotJoined,
+    /// The home joined another server than the one given.
+    #[error("this home already joined {saved}; pass another --home to join {given}")]
+    OtherServer {
+        /// The server in `server.json`.
+        saved: String,
+        /// The server given now.
+        given: String,
+    },
+    /// The join string or server URL is refused.
+    #[error(transparent)]
+    Join(#[from] JoinError),
+    /// The TLS configuration (an extra CA) does not load.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// Registering failed.
+    #[error("registering with {server}: {source}")]
+    Register {
+        /// The server.
+        server: String,
+        /// What happened.
+        source: HttpError,
+    },
+    /// The server's key set cannot be fetched or does not verify against the pinned root.
+    #[error("the server's key set ({server}/v1/execution-contexts/server-keys): {source}")]
+    Keys {
+        /// The server.
+        server: String,
+        /// What happened.
+        source: HttpError,
+    },
+    /// The server no longer knows this machine (its context was deleted).
+    #[error("the server no longer knows this machine ({code}): remove {} and join again", .server_file.display())]
+    Unregistered {
+        /// The refusal's code.
+        code: String,
+        /// The file that names the server.
+        server_file: PathBuf,
+    },
+    /// The result outbox failed: the daemon stops rather than lose a result.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// The clock cannot be read.
+    #[error(transparent)]
+    Clock(#[from] crate::clock::ClockError),
+    /// The async runtime cannot start.
+    #[error("the async runtime cannot start: {0}")]
+    Runtime(String),
+    /// The host misused the core (a bug in this crate).
+    #[error("the daemon state machine refused an input: {0}")]
+    Core(#[from] outpost_core::daemon::DaemonError),
+    /// One wake produced more outputs than any input can (a bug, stopped loudly).
+    #[error("one wake produced more than {MAX_OUTPUTS_PER_WAKE} outputs")]
+    RunawayOutputs,
+}
+
+impl DaemonError {
+    pub(crate) fn home(path: &Path, source: std::io::Error) -> Self {
+        DaemonError::Home {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &str {
+        match self {
+            DaemonError::Home { .. } => "home_unusable",
+            DaemonError::HomeLocked(_) => "home_locked",
+            DaemonError::KeyExposed { .. } => "key_exposed",
+            DaemonError::BadKey { .. } => "key_unreadable",
+            DaemonError::BadServerFile { .. } => "server_file_unreadable",
+            DaemonError::Random(_) => "random_unavailable",
+            DaemonError::NotJoined => "not_joined",
+            DaemonError::OtherServer { .. } => "joined_elsewhere",
+            DaemonError::Join(e) => e.code(),
+            DaemonError::Tls(e) => e.code(),
+            DaemonError::Register { source, .. } => source.code(),
+            DaemonError::Keys { .. } => "server_keys_unavailable",
+            DaemonError::Unregistered { .. } => "unregistered",
+            DaemonError::Store(e) => e.code(),
+            DaemonError::Clock(e) => e.code(),
+            DaemonError::Runtime(_) => "runtime_unavailable",
+            DaemonError::Core(_) | DaemonError::RunawayOutputs => "internal",
+        }
+    }
+}
+
+/// Asks a running daemon to stop: the first request drains (runs in flight finish, results
+/// are delivered), the second stops at once. Cheap to clone; safe from a signal handler's
+/// flag thread.
+#[derive(Debug, Clone, Default)]
+pub struct StopSignal {
+    requests: Arc<AtomicU32>,
+}
+
+impl StopSignal {
+    /// A signal nobody has raised.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Raises it once more.
+    pub fn raise(&self) {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many times it was raised.
+    pub fn count(&self) -> u32 {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    /// The counter, for `signal_hook`-style registration.
+    pub fn counter(&self) -> Arc<AtomicU32> {
+        self.requests.clone()
+    }
+}
+
+/// What the driver hears from the threads and sockets it started.
+pub(crate) enum Event {
+    /// A WebSocket event of connection number `conn`.
+    Link {
+        /// Which connection attempt.
+        conn: u64,
+        /// What happened.
+        event: LinkEvent,
+    },
+    /// The signed requests before a connect: a fresh key set (if it verified) and a ticket.
+    Ticket {
+        /// Which connection attempt.
+        conn: u64,
+        /// The key set, or why it was not fetched.
+        keys: Result<outpost_core::keyset::KeySet, HttpError>,
+        /// The ticket.
+        ticket: Result<crate::http::Ticket, HttpError>,
+    },
+    /// A bundle was asked for; none can be fetched yet.
+    FetchUnavailable {
+        /// The run.
+        run_id: String,
+    },
+    /// A run's thread finished.
+    RunDone {
+        /// The run.
+        run_id: String,
+        /// How it went.
+        result: RunResult,
+    },
+}
+
+/// How long the driver sleeps at most before it looks at the [`StopSignal`] again.
+pub const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// Runs a daemon until it stops: joins (first start), restores the outbox, connects and
+/// serves runs with `registry`'s executors on `host`. Returns why it stopped; an error names
+/// what must be fixed.
+pub fn run_daemon(
+    options: DaemonOptions,
+    registry: Registry,
+    host: Arc<dyn Host>,
+    stop: StopSignal,
+) -> Result<DaemonExit, DaemonError> {
+    driver::run(options, registry, host, stop)
+}

@@ -1,0 +1,260 @@
+//! Runs the daemon's [`Execute`] commands on the machine: each on a blocking thread of the
+//! host, through [`launch_from_execute`] and [`run_capability`], waiting in short slices so a
+//! [`Command::Cancel`](outpost_core::daemon::Command::Cancel) stops it promptly; the result
+//! comes back to the driver as [`Event::RunDone`].
+//!
+//! While a run lives, the process it started is recorded next to its folder
+//! (`runs/<run id>.service`), so that a daemon killed mid-run can reap it after a restart
+//! ([`reap`]). This module owns those files. It never talks to the server and never decides
+//! whether a run may start: the core accepted it and the grant in the command bounds it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant as StdInstant};
+
+use outpost_core::daemon::Execute;
+use outpost_core::executor::{Allowlists, Registry, Scope, run_capability};
+use outpost_core::grant::{CredentialDenylist, LocalPolicy};
+use outpost_core::manifest::Permission;
+use outpost_core::wire::{Environment, ErrorBody, RunResult};
+use outpost_host::{LaunchContext, launch_from_execute};
+use serde::{Deserialize, Serialize};
+
+use super::Event;
+use crate::clock::Clock;
+use crate::runtime::Host;
+
+/// How often a waiting run checks for a cancel.
+const SLICE: Duration = Duration::from_millis(200);
+
+/// What a run started on the machine, recorded while it lives.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ServiceFile {
+    environment: Environment,
+    /// The executor's id for it: a process (group) id for shell, a container id for docker.
+    id: String,
+    /// For a process: its start time in clock ticks since boot (`/proc/PID/stat` field 22),
+    /// so a recycled pid is never killed.
+    start_ticks: Option<u64>,
+}
+
+/// The machine's side of runs: executors, folders, cancel flags.
+pub(crate) struct Runner {
+    registry: Arc<Registry>,
+    host: Arc<dyn Host>,
+    runs_dir: PathBuf,
+    local: Arc<LocalPolicy>,
+    denylist: Arc<CredentialDenylist>,
+    clock: Arc<Clock>,
+    cancels: HashMap<String, Arc<AtomicBool>>,
+    events: Sender<Event>,
+}
+
+/// What a run needs on its thread.
+struct Job {
+    execute: Execute,
+    registry: Arc<Registry>,
+    runs_dir: PathBuf,
+    local: Arc<LocalPolicy>,
+    denylist: Arc<CredentialDenylist>,
+    clock: Arc<Clock>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Runner {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        registry: Arc<Registry>,
+        host: Arc<dyn Host>,
+        runs_dir: PathBuf,
+        local: LocalPolicy,
+        denylist: CredentialDenylist,
+        clock: Arc<Clock>,
+        events: Sender<Event>,
+    ) -> Self {
+        Self {
+            registry,
+            host,
+            runs_dir,
+            local: Arc::new(local),
+            denylist: Arc::new(denylist),
+            clock,
+            cancels: HashMap::new(),
+            events,
+        }
+    }
+
+    /// Starts `execute` on a blocking thread; [`Event::RunDone`] reports its end.
+    pub(crate) fn start(&mut self, execute: Execute) {
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.cancels.insert(execute.run_id.clone(), cancel.clone());
+        let job = Job {
+            execute,
+            registry: self.registry.clone(),
+            runs_dir: self.runs_dir.clone(),
+            local: self.local.clone(),
+            denylist: self.denylist.clone(),
+            clock: self.clock.clone(),
+            cancel,
+        };
+        let events = self.events.clone();
+        self.host.spawn_blocking(Box::new(move || {
+            let run_id = job.execute.run_id.clone();
+            let result = job.run();
+            let _ = events.send(Event::RunDone { run_id, result });
+        }));
+    }
+
+    /// Stops a run this process started. A run it does not know is one a crashed
+    /// predecessor started: its process is reaped and its folder removed.
+    pub(crate) fn cancel(&mut self, run_id: &str) {
+        match self.cancels.get(run_id) {
+            Some(flag) => flag.store(true, Ordering::SeqCst),
+            None => reap(&self.runs_dir, run_id),
+        }
+    }
+
+    /// Stops every run (the daemon is stopping for good).
+    pub(crate) fn cancel_all(&mut self) {
+        for flag in self.cancels.values() {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A run's thread reported its end.
+    pub(crate) fn finished(&mut self, run_id: &str) {
+        self.cancels.remove(run_id);
+    }
+
+    /// How many runs are on threads now.
+    pub(crate) fn running(&self) -> usize {
+        self.cancels.len()
+    }
+}
+
+fn failed(code: &str, message: impl Into<String>) -> RunResult {
+    RunResult::failed(ErrorBody {
+        code: code.into(),
+        message: message.into(),
+    })
+}
+
+impl Job {
+    fn run(self) -> RunResult {
+        let started = StdInstant::now();
+        let run_id = self.execute.run_id.clone();
+        let mut result = self.execute_once();
+        // The daemon's share of the time: from the command to the result, setup included.
+        result.timing.daemon_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let _ = std::fs::remove_file(service_path(&self.runs_dir, &run_id));
+        let _ = std::fs::remove_dir_all(self.runs_dir.join(&run_id));
+        result
+    }
+
+    fn execute_once(&self) -> RunResult {
+        let cx = LaunchContext {
+            runs_dir: &self.runs_dir,
+            local: &self.local,
+            denylist: &self.denylist,
+            now: self.clock.instant(),
+        };
+        let prepared = match launch_from_execute(&self.execute, &cx) {
+            Ok(prepared) => prepared,
+            Err(e) => return failed(e.code(), e.to_string()),
+        };
+        for skipped in &prepared.skipped {
+            tracing::warn!(run = %self.execute.run_id, path = %skipped.path, reason = %skipped.reason,
+                "a granted folder is not mounted");
+        }
+        // The grant in the command allows this environment (launch_from_execute checked):
+        // that is the permission, for this run only.
+        let mut allowlists = Allowlists::new();
+        if let Err(e) = allowlists.allow(
+            Permission::run_capability(self.execute.environment),
+            Scope::Session,
+        ) {
+            return failed("not_permitted", e.to_string());
+        }
+        let mut handle = match run_capability(&self.registry, &allowlists, prepared.launch) {
+            Ok(handle) => handle,
+            Err(e) => return failed(e.code(), e.to_string()),
+        };
+        if let Some(id) = handle.service_id() {
+            record_service(&self.runs_dir, &self.execute, id);
+        }
+        let mut cancelled = false;
+        loop {
+            if !cancelled && self.cancel.load(Ordering::SeqCst) {
+                cancelled = true;
+                if let Err(e) = handle.cancel() {
+                    return RunResult::from(&e);
+                }
+            }
+            match handle.wait(SLICE) {
+                Ok(Some(outcome)) => return RunResult::from(outcome),
+                Ok(None) => {}
+                Err(e) => return RunResult::from(&e),
+            }
+        }
+    }
+}
+
+fn service_path(runs_dir: &Path, run_id: &str) -> PathBuf {
+    runs_dir.join(format!("{run_id}.service"))
+}
+
+fn record_service(runs_dir: &Path, execute: &Execute, id: String) {
+    let start_ticks = match execute.environment {
+        Environment::Shell => id.parse().ok().and_then(process_start_ticks),
+        _ => None,
+    };
+    let file = ServiceFile {
+        environment: execute.environment,
+        id,
+        start_ticks,
+    };
+    let path = service_path(runs_dir, &execute.run_id);
+    let bytes = serde_json::to_vec(&file).unwrap_or_default();
+    if let Err(e) = super::home::write_private(&path, &bytes) {
+        tracing::warn!(run = %execute.run_id, "cannot record the run's process: {e}");
+    }
+}
+
+/// `/proc/PID/stat` field 22: when the process started, in clock ticks since boot.
+fn process_start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Ends what a crashed daemon's run left on the machine: the process group of a shell run
+/// (only if the recorded process is still the same one), and the run's folder. Containers
+/// are removed by the docker executor's own orphan sweep at start.
+pub(crate) fn reap(runs_dir: &Path, run_id: &str) {
+    let path = service_path(runs_dir, run_id);
+    if let Ok(bytes) = std::fs::read(&path)
+        && let Ok(file) = serde_json::from_slice::<ServiceFile>(&bytes)
+        && file.environment == Environment::Shell
+        && let Ok(pid) = file.id.parse::<i32>()
+        && pid > 1
+        && file.start_ticks.is_some()
+        && process_start_ticks(pid) == file.start_ticks
+    {
+        let group = nix::unistd::Pid::from_raw(pid);
+        match nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL) {
+            Ok(()) => {
+                tracing::info!(run = %run_id, pgid = pid, "reaped the process group a crashed daemon left")
+            }
+            Err(e) => {
+                tracing::warn!(run = %run_id, pgid = pid, "cannot reap the process group: {e}")
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(runs_dir.join(run_id));
+}

@@ -1,0 +1,51 @@
+//! The executors this binary carries, as one [`Registry`] for the daemon and for the server's
+//! own `cloud` executor.
+//!
+//! Shell and wasm always register; docker registers only when its client can be built, and
+//! then first removes containers a killed outpost process left behind. A registered executor
+//! whose backend is missing (no engine answering) still refuses each run with its reason:
+//! nothing falls back to another environment.
+
+use std::path::PathBuf;
+
+use outpost_core::executor::Registry;
+use outpost_core::wire::Environment;
+use outpost_exec_docker::{DockerConfig, DockerExecutor};
+use outpost_exec_shell::ShellExecutor;
+use outpost_exec_wasm::{WasmConfig, WasmExecutor};
+
+/// The environments a daemon offers when its executors probe available.
+pub const DAEMON_ENVIRONMENTS: [Environment; 3] =
+    [Environment::Shell, Environment::Wasm, Environment::Docker];
+
+/// A registry with the executors of `environments`; compiled wasm modules are cached in
+/// `wasm_cache` when given.
+pub fn registry(environments: &[Environment], wasm_cache: Option<PathBuf>) -> Registry {
+    let mut registry = Registry::new();
+    for environment in environments {
+        match environment {
+            Environment::Shell => registry.register(Box::new(ShellExecutor::default())),
+            Environment::Wasm => registry.register(Box::new(WasmExecutor::new(WasmConfig {
+                cache_dir: wasm_cache.clone(),
+                ..WasmConfig::default()
+            }))),
+            Environment::Docker => match DockerExecutor::new(DockerConfig::default()) {
+                Ok(docker) => {
+                    // An unreachable engine is reported by the probe and by each launch.
+                    if let Ok(removed) = docker.remove_orphans()
+                        && !removed.is_empty()
+                    {
+                        eprintln!(
+                            "outpost: removed {} container(s) a killed outpost process left behind",
+                            removed.len()
+                        );
+                    }
+                    registry.register(Box::new(docker));
+                }
+                Err(e) => eprintln!("outpost: docker runs are unavailable: {e}"),
+            },
+            Environment::Pty => {}
+        }
+    }
+    registry
+}

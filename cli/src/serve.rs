@@ -1,0 +1,92 @@
+//! `outpost serve`: the server, in the foreground until SIGINT or SIGTERM.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use outpost_core::join::Join;
+use outpost_core::wire::Environment;
+use outpost_server::{BlockingServer, ServeConfig, TlsFiles};
+
+use crate::executors;
+
+/// What `outpost serve` was given.
+pub struct ServeArgs {
+    pub listen: SocketAddr,
+    pub state: Option<PathBuf>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub cloud: Vec<Environment>,
+    pub public_url: Option<String>,
+    pub json: bool,
+}
+
+/// Reads one `--cloud` environment.
+pub fn cloud_environment(name: &str) -> Result<Environment, String> {
+    match name {
+        "wasm" => Ok(Environment::Wasm),
+        "docker" => Ok(Environment::Docker),
+        "shell" => Ok(Environment::Shell),
+        other => Err(format!(
+            "{other:?} is not a cloud environment: use wasm, docker or shell"
+        )),
+    }
+}
+
+pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let state_dir = match args.state {
+        Some(dir) => dir,
+        None => crate::client::api::default_state_dir()?,
+    };
+    let tls = match (args.tls_cert, args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        (None, None) => None,
+        _ => anyhow::bail!("--tls-cert and --tls-key go together: pass both, or neither"),
+    };
+    let mut cloud = args.cloud;
+    cloud.dedup();
+    let registry = executors::registry(&cloud, Some(state_dir.join("cache/wasm")));
+    let config = ServeConfig {
+        listen: args.listen,
+        state_dir: state_dir.clone(),
+        tls,
+        cloud: cloud.clone(),
+        public_url: args.public_url,
+    };
+    let server = BlockingServer::start(config, registry, 2).with_context(|| {
+        format!(
+            "starting the server with the state folder {}",
+            state_dir.display()
+        )
+    })?;
+    let running = server.running();
+    let root = Join::parse(&running.join)
+        .map(|j| outpost_core::b64::encode(j.root.public_key.as_bytes()))
+        .unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let value = serde_json::json!({
+            "url": running.url,
+            "join": running.join,
+            "rootKey": root,
+            "stateDir": running.state_dir,
+            "cloud": cloud.iter().map(|e| e.as_str()).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{value}")?;
+    } else {
+        writeln!(out, "listening on {}", running.url)?;
+        writeln!(out, "join: {}", running.join)?;
+        writeln!(out, "root: {root}")?;
+        writeln!(
+            out,
+            "state: {} (admin token in admin.token); Ctrl-C stops the server",
+            running.state_dir.display()
+        )?;
+    }
+    out.flush()?;
+    drop(out);
+    server.wait();
+    Ok(ExitCode::SUCCESS)
+}
