@@ -1,0 +1,292 @@
+//! The real `outpost` binary as a server and as daemons, in temporary folders, with an HTTP
+//! client for the API and helpers that wait for a condition (never for a fixed time).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long any condition may take before a test fails.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_outpost"))
+}
+
+/// A fresh folder under the system's temporary folder.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "outpost-e2e-{name}-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    dir
+}
+
+/// Polls `check` every 50 ms until it gives a value; fails the test after [`PATIENCE`].
+pub fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A running `outpost serve`.
+pub struct Server {
+    pub child: Child,
+    pub url: String,
+    pub join: String,
+    pub admin: String,
+    pub state: PathBuf,
+    pub port: u16,
+}
+
+impl Server {
+    /// Starts a server with `state` on `port` (0: a free one) and waits for its join line.
+    pub fn start(state: &Path, port: u16) -> Server {
+        let mut child = Command::new(binary())
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--state"])
+            .arg(state)
+            .args(["--cloud", "shell"])
+            .env("OUTPOST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("outpost serve starts");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut url = String::new();
+        let mut join = String::new();
+        for line in lines.by_ref() {
+            let line = line.expect("a line");
+            if let Some(rest) = line.strip_prefix("listening on ") {
+                url = rest.to_owned();
+            } else if let Some(rest) = line.strip_prefix("join: ") {
+                join = rest.to_owned();
+                break;
+            }
+        }
+        assert!(
+            !url.is_empty() && !join.is_empty(),
+            "serve printed its lines"
+        );
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let admin = std::fs::read_to_string(state.join("admin.token"))
+            .expect("admin.token")
+            .trim()
+            .to_owned();
+        let port = url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a port");
+        Server {
+            child,
+            url,
+            join,
+            admin,
+            state: state.to_path_buf(),
+            port,
+        }
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The same state folder and port, started again.
+    pub fn restart(mut self) -> Server {
+        self.kill();
+        Server::start(&self.state.clone(), self.port)
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+
+    pub fn api(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        api(&self.url, &self.admin, method, path, body)
+    }
+
+    /// The context's view, once `check` holds for it.
+    pub fn wait_context(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        wait_for(what, || {
+            let (status, ctx) = self.api("GET", &format!("/v1/execution-contexts/{name}"), None);
+            (status == 200 && check(&ctx)).then_some(ctx)
+        })
+    }
+
+    /// The execution, once its status is `status`.
+    pub fn wait_status(&self, id: &str, status: &str) -> Value {
+        wait_for(&format!("{id} to be {status}"), || {
+            let (_, e) = self.api("GET", &format!("/v1/executions/{id}"), None);
+            (e["status"] == status).then_some(e)
+        })
+    }
+
+    /// Starts an execution of `capability` on `context` without waiting for it.
+    pub fn submit(&self, capability: &Value, context: &str) -> String {
+        let (status, e) = self.api(
+            "POST",
+            "/v1/executions",
+            Some(serde_json::json!({"capability": capability, "context": context})),
+        );
+        assert!(status == 201 || status == 202, "submitted: {status} {e}");
+        e["executionId"].as_str().expect("an id").to_owned()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One HTTP call; the status and the JSON body (null when empty or not JSON).
+pub fn api(base: &str, token: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .new_agent();
+    let url = format!("{base}{path}");
+    let auth = format!("Bearer {token}");
+    let response = match method {
+        "GET" => agent.get(&url).header("authorization", &auth).call(),
+        "DELETE" => agent.delete(&url).header("authorization", &auth).call(),
+        _ => {
+            let text = body.map(|b| b.to_string()).unwrap_or_default();
+            let request = if method == "PATCH" {
+                agent.patch(&url)
+            } else if method == "PUT" {
+                agent.put(&url)
+            } else {
+                agent.post(&url)
+            };
+            request
+                .header("authorization", &auth)
+                .header("content-type", "application/json")
+                .send(text.as_bytes())
+        }
+    };
+    match response {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let text = r.into_body().read_to_string().unwrap_or_default();
+            (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+/// A running `outpost daemon`.
+pub struct Daemon {
+    pub child: Child,
+    pub home: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts a daemon on `home`; `join` on first start.
+    pub fn start(home: &Path, name: &str, join: Option<&str>, host: &str) -> Daemon {
+        std::fs::create_dir_all(home).expect("home");
+        let log = home.join(format!(
+            "daemon-{}.log",
+            Instant::now().elapsed().as_nanos()
+        ));
+        let mut command = Command::new(binary());
+        command
+            .args(["daemon", "--name", name, "--host", host, "--home"])
+            .arg(home);
+        if let Some(join) = join {
+            command.args(["--join", join]);
+        }
+        let child = command
+            .env("OUTPOST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("outpost daemon starts");
+        Daemon {
+            child,
+            home: home.to_path_buf(),
+            log,
+        }
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Its exit code, once it exits.
+    pub fn wait_exit(&mut self) -> i32 {
+        let child = &mut self.child;
+        wait_for("the daemon to exit", || {
+            child
+                .try_wait()
+                .ok()
+                .flatten()
+                .map(|s| s.code().unwrap_or(-1))
+        })
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An inline shell capability running `script`.
+pub fn shell_capability(name: &str, script: &str) -> Value {
+    use base64::Engine as _;
+    let content = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(script);
+    serde_json::json!({
+        "kind": "inline",
+        "manifest": format!("name: {name}\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nlimits:\n  timeout_ms: 120000\n"),
+        "files": [{"path": "run.sh", "contentB64": content}],
+    })
+}
+
+/// The lines of a file (none if it does not exist).
+pub fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+pub fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
