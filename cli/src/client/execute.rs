@@ -88,6 +88,12 @@ pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
         execution = api.get(&format!("/v1/executions/{id}?waitSecs=300"))?;
     }
     if a.json {
+        // The fields scripts read are always there: null when the run has none.
+        if let Some(object) = execution.as_object_mut() {
+            for field in ["exitCode", "signal", "error"] {
+                object.entry(field).or_insert(Value::Null);
+            }
+        }
         println!("{}", serde_json::to_string_pretty(&execution)?);
     } else {
         print_streams(&execution)?;
