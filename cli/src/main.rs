@@ -11,6 +11,7 @@
 
 mod client;
 mod daemon;
+mod demo;
 mod executors;
 mod run;
 mod serve;
@@ -46,6 +47,16 @@ enum Command {
         /// Arguments passed to the capability after its manifest's args.
         #[arg(last = true)]
         args: Vec<String>,
+    },
+    /// The whole path on this machine: a server, a daemon joined to it, and a shell, a wasm,
+    /// a container and a fallback-to-cloud run, printed as a table; then all of it removed.
+    Demo {
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Keep the temporary folders (server state, daemon home) for a look afterwards.
+        #[arg(long)]
+        keep: bool,
     },
     /// Serve: the HTTP API, the daemons' WebSockets and the server's own `cloud` executor.
     /// Prints `listening on URL`, then `join: JOIN` for `outpost daemon --join`.
@@ -283,6 +294,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             egress,
             args,
         } => run::run(&dir, json, egress, args),
+        Command::Demo { json, keep } => demo::demo(json, keep),
         Command::Serve {
             listen,
             state,

@@ -1,0 +1,209 @@
+//! `outpost daemon`'s lifecycle with the real binary: revoke and replace stop it for good with
+//! exit 0; a bad join, a plain-http join to a remote host, a key others can read and a second
+//! daemon on one home are refused with a code and exit 78; `outpost execute` prints where the
+//! run went and exits with the capability's code.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::process::Command;
+
+use common::{Daemon, Server, binary, temp_dir, wait_for};
+
+fn online(server: &Server, name: &str) {
+    server.wait_context(name, "the daemon to come online", |c| c["online"] == true);
+}
+
+#[test]
+fn revoke_stops_the_daemon_for_good_with_exit_0() {
+    let dir = temp_dir("revoke");
+    let server = Server::start(&dir.join("server"), 0);
+    let home = dir.join("home");
+    let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    online(&server, "box");
+    let (status, body) = server.api("POST", "/v1/execution-contexts/box/revoke", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(daemon.wait_exit(), 0, "{}", daemon.log_text());
+    assert!(
+        daemon.log_text().contains("revoked"),
+        "{}",
+        daemon.log_text()
+    );
+    // Started again, it learns it is revoked and exits 0 without connecting.
+    let mut again = Daemon::start(&home, "box", None, "tokio");
+    assert_eq!(again.wait_exit(), 0, "{}", again.log_text());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_second_daemon_with_the_same_key_replaces_the_first() {
+    let dir = temp_dir("replace");
+    let server = Server::start(&dir.join("server"), 0);
+    let home = dir.join("home");
+    let mut first = Daemon::start(&home, "box", Some(&server.join), "smol");
+    online(&server, "box");
+    // The same machine key in a copied home (a restored backup, a cloned disk).
+    let copy = dir.join("copy");
+    std::fs::create_dir_all(copy.join("config")).expect("config");
+    for file in ["machine.key", "server.json"] {
+        std::fs::copy(
+            home.join("config").join(file),
+            copy.join("config").join(file),
+        )
+        .expect("copy");
+    }
+    let mut second = Daemon::start(&copy, "box", None, "blocking");
+    assert_eq!(first.wait_exit(), 0, "{}", first.log_text());
+    assert!(
+        first.log_text().contains("replaced"),
+        "{}",
+        first.log_text()
+    );
+    online(&server, "box");
+    assert!(
+        second.child.try_wait().expect("status").is_none(),
+        "the newer daemon serves"
+    );
+    second.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn daemon_output(args: &[&str], home: &std::path::Path) -> (i32, String) {
+    let out = Command::new(binary())
+        .arg("daemon")
+        .args(args)
+        .arg("--home")
+        .arg(home)
+        .env("OUTPOST_LOG", "warn")
+        .output()
+        .expect("outpost daemon runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_setups_are_refused_with_a_code_and_exit_78() {
+    let dir = temp_dir("refusals");
+    let home = dir.join("home");
+    let (code, err) = daemon_output(&["--join", "outpost-join-v1.bm90IGpzb24"], &home);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not a join string"), "{err}");
+
+    let (code, err) = daemon_output(&[], &home);
+    assert_eq!(code, 78, "{err}");
+    assert!(err.contains("[not_joined]"), "{err}");
+
+    // A join whose server is plain http to a host that is not loopback.
+    use base64::Engine as _;
+    let json = r#"{"url":"http://10.20.30.40:8440","root":{"id":"root-x","publicKey":"0vfEcpLkOVZAMq1Ci0RfP2ThzJ80NyeIuy4gdUyYIRo"},"token":"opt_x"}"#;
+    let join = format!(
+        "outpost-join-v1.{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    );
+    let (code, err) = daemon_output(&["--join", &join], &home);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("plain http"), "{err}");
+
+    // A machine key others can read is never used.
+    let server = Server::start(&dir.join("server"), 0);
+    let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    online(&server, "box");
+    let (code, err) = daemon_output(&[], &home);
+    assert_eq!(code, 78, "a second daemon on one home: {err}");
+    assert!(err.contains("[home_locked]"), "{err}");
+    daemon.kill();
+    let key = home.join("config/machine.key");
+    assert_eq!(
+        std::fs::metadata(&key).expect("key").permissions().mode() & 0o777,
+        0o600
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (code, err) = daemon_output(&[], &home);
+    assert_eq!(code, 78, "{err}");
+    assert!(err.contains("[key_exposed]"), "{err}");
+
+    // A server that is not there.
+    let mut server = server;
+    server.kill();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (code, err) = daemon_output(&[], &home);
+    assert_eq!(code, 69, "{err}");
+    assert!(err.contains("[server_keys_unavailable]"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn execute_prints_the_output_and_where_it_ran_and_exits_with_the_run_s_code() {
+    let dir = temp_dir("execute");
+    let server = Server::start(&dir.join("server"), 0);
+    let mut daemon = Daemon::start(&dir.join("home"), "build-box", Some(&server.join), "tokio");
+    online(&server, "build-box");
+    let cap = dir.join("cap");
+    std::fs::create_dir_all(&cap).expect("cap");
+    std::fs::write(
+        cap.join("manifest.yaml"),
+        "name: seven\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
+    )
+    .expect("manifest");
+    std::fs::write(cap.join("run.sh"), "echo out\necho err >&2\nexit 7\n").expect("script");
+    let run = |json: bool| {
+        let mut command = Command::new(binary());
+        command
+            .arg("execute")
+            .arg(&cap)
+            .args(["--context", "build-box", "--server", &server.url])
+            .env("OUTPOST_TOKEN", &server.admin);
+        if json {
+            command.arg("--json");
+        }
+        command.output().expect("outpost execute runs")
+    };
+    let out = run(false);
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("err\n"), "{err}");
+    assert!(err.contains("Ran on build-box (your machine)."), "{err}");
+    let out = run(true);
+    assert_eq!(out.status.code(), Some(7));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for field in [
+        "status",
+        "exitCode",
+        "signal",
+        "stdout",
+        "stderr",
+        "truncated",
+        "ranOn",
+        "ranOnText",
+        "timing",
+    ] {
+        assert!(value.get(field).is_some(), "{field} in {value}");
+    }
+    for field in ["kind", "id", "name", "yours", "attempts", "fellBackToCloud"] {
+        assert!(
+            value["ranOn"].get(field).is_some(),
+            "ranOn.{field} in {value}"
+        );
+    }
+    for field in [
+        "queueMs",
+        "setupMs",
+        "executeMs",
+        "daemonMs",
+        "serverMs",
+        "transitMs",
+    ] {
+        assert!(value["timing"][field].is_u64(), "timing.{field} in {value}");
+    }
+    assert_eq!(value["status"], "exited");
+    assert_eq!(value["exitCode"], 7);
+    wait_for("the daemon's slot to free", || {
+        let (_, c) = server.api("GET", "/v1/execution-contexts/build-box", None);
+        (c["slotsUsed"] == 0).then_some(())
+    });
+    daemon.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}
