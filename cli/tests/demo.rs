@@ -13,7 +13,11 @@ fn the_demo_runs_every_step_and_cleans_up() {
         .output()
         .expect("outpost demo runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
     assert_eq!(report["ok"], true, "{report}");
     let steps = report["steps"].as_array().expect("steps");
@@ -29,7 +33,12 @@ fn the_demo_runs_every_step_and_cleans_up() {
         assert_eq!(s["status"], "exited", "{s}");
         assert_eq!(s["ranOn"]["name"], "demo-box", "{s}");
     }
-    assert!(find("hello-shell")["stdout"].as_str().unwrap_or("").starts_with("hello from "));
+    assert!(
+        find("hello-shell")["stdout"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("hello from ")
+    );
     assert_eq!(find("hello-wasm")["stdout"], "hello from a wasm module\n");
     let container = find("hello-container");
     assert!(
@@ -37,7 +46,10 @@ fn the_demo_runs_every_step_and_cleans_up() {
         "{container}"
     );
     if container["status"] == "skipped" {
-        assert!(container["reason"].as_str().is_some_and(|r| !r.is_empty()), "{container}");
+        assert!(
+            container["reason"].as_str().is_some_and(|r| !r.is_empty()),
+            "{container}"
+        );
     }
     let chain = find("hello-wasm (chain)");
     assert_eq!(chain["status"], "exited", "{chain}");

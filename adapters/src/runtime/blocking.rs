@@ -10,7 +10,7 @@ use std::time::Duration;
 use rustls::pki_types::ServerName;
 use tungstenite::{Error as WsError, Message};
 
-use super::link::{Out, close_message, message_of, ws_config};
+use super::link::{MESSAGE_TOO_BIG, Out, close_message, message_of, ws_config};
 use super::{EventFn, Host, Link, LinkEvent, redact, target_of};
 
 /// How long a read waits before the thread checks for queued messages: the longest a send
@@ -124,6 +124,12 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
             Err(e) if would_block(&e) => {
                 // Flush what a timed-out write left behind, then look at the queue again.
                 let _ = ws.flush();
+            }
+            Err(WsError::Capacity(_)) => {
+                // A message over the limit: say so (1009), then drop the connection.
+                let _ = ws.send(close_message(MESSAGE_TOO_BIG, "message too big".into()));
+                let _ = ws.flush();
+                break;
             }
             Err(_) => break,
         }

@@ -16,6 +16,9 @@ use super::{EventFn, Runtime, redact, target_of};
 /// The largest WebSocket message either side accepts (PROTOCOL §2: 1 MiB; larger is 1009).
 pub const MAX_MESSAGE_LEN: usize = 1 << 20;
 
+/// The close code for a message over [`MAX_MESSAGE_LEN`].
+pub(crate) const MESSAGE_TOO_BIG: u16 = outpost_core::wire::close_code::MESSAGE_TOO_BIG;
+
 /// What happened on a WebSocket.
 #[derive(Debug)]
 pub enum LinkEvent {
@@ -207,6 +210,11 @@ pub(crate) async fn drive_async(
             Ok(Message::Binary(bytes)) => events(LinkEvent::Message(bytes.to_vec())),
             Ok(Message::Close(frame)) => code = frame.map(|f| u16::from(f.code)),
             Ok(_) => {}
+            Err(tungstenite::Error::Capacity(_)) => {
+                // A message over the limit: say so (1009) after what is queued, then end.
+                outbox.push(Out::Close(MESSAGE_TOO_BIG, "message too big".into()));
+                break;
+            }
             Err(_) => break,
         }
     }

@@ -1,0 +1,167 @@
+//! A TCP proxy between a daemon and the server that can cut every connection, tamper with
+//! the server's `run.request` frames, inject a message over the limit, and reports the close
+//! codes the daemon sends.
+
+use std::io::{Read as _, Write as _};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+/// What the proxy does to the server's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Pass everything.
+    Pass,
+    /// Alter one byte of every `run.request` (same length: the frame still parses, its
+    /// signature no longer verifies).
+    TamperRunRequests,
+}
+
+#[derive(Default)]
+struct State {
+    mode: Option<Mode>,
+    /// (daemon side, server side) of every connection.
+    conns: Vec<(TcpStream, Arc<Mutex<TcpStream>>)>,
+    /// WebSocket upgrades seen.
+    upgrades: usize,
+    /// Close codes the daemon sent.
+    closes: Vec<u16>,
+    tampered: usize,
+}
+
+/// The proxy.
+#[derive(Clone)]
+pub struct Proxy {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    state: Arc<Mutex<State>>,
+}
+
+impl Proxy {
+    /// A proxy to `upstream` (`host:port`).
+    pub fn start(upstream: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let state = Arc::new(Mutex::new(State {
+            mode: Some(Mode::Pass),
+            ..State::default()
+        }));
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let to_client = Arc::new(Mutex::new(client.try_clone().expect("clone")));
+                shared
+                    .lock()
+                    .unwrap()
+                    .conns
+                    .push((server.try_clone().expect("clone"), to_client.clone()));
+                let (state_up, state_down) = (shared.clone(), shared.clone());
+                let (mut client_read, mut server_write) =
+                    (client, server.try_clone().expect("clone"));
+                std::thread::spawn(move || up(&mut client_read, &mut server_write, &state_up));
+                let mut server_read = server;
+                std::thread::spawn(move || down(&mut server_read, &to_client, &state_down));
+            }
+        });
+        Proxy { url, state }
+    }
+
+    pub fn set_mode(&self, mode: Mode) {
+        self.state.lock().unwrap().mode = Some(mode);
+    }
+
+    /// Cuts every connection (as a network failure would).
+    pub fn cut(&self) {
+        let mut state = self.state.lock().unwrap();
+        for (server, client) in state.conns.drain(..) {
+            let _ = server.shutdown(Shutdown::Both);
+            let _ = client.lock().unwrap().shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Sends the daemon a text message one byte over 1 MiB on every open connection.
+    pub fn inject_oversized(&self) {
+        let len: u64 = (1 << 20) + 1;
+        let mut frame = vec![0x81u8, 127];
+        frame.extend_from_slice(&len.to_be_bytes());
+        frame.extend(std::iter::repeat_n(b'x', len as usize));
+        let state = self.state.lock().unwrap();
+        for (_, client) in &state.conns {
+            let _ = client.lock().unwrap().write_all(&frame);
+        }
+    }
+
+    pub fn upgrades(&self) -> usize {
+        self.state.lock().unwrap().upgrades
+    }
+
+    pub fn closes(&self) -> Vec<u16> {
+        self.state.lock().unwrap().closes.clone()
+    }
+
+    pub fn tampered(&self) -> usize {
+        self.state.lock().unwrap().tampered
+    }
+}
+
+/// Daemon → server: copied; upgrades counted; the daemon's close frames read (they are
+/// masked, as every client frame is).
+fn up(from: &mut TcpStream, to: &mut TcpStream, state: &Mutex<State>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &buf[..n];
+        if chunk.starts_with(b"GET ") && contains(chunk, b"Upgrade: websocket") {
+            state.lock().unwrap().upgrades += 1;
+        }
+        if n >= 8 && chunk[0] == 0x88 && chunk[1] & 0x80 != 0 && chunk[1] & 0x7f >= 2 {
+            let mask = [chunk[2], chunk[3], chunk[4], chunk[5]];
+            let code = u16::from_be_bytes([chunk[6] ^ mask[0], chunk[7] ^ mask[1]]);
+            state.lock().unwrap().closes.push(code);
+        }
+        if to.write_all(chunk).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+/// Server → daemon: copied, tampered with when the mode says so.
+fn down(from: &mut TcpStream, to: &Mutex<TcpStream>, state: &Mutex<State>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &mut buf[..n];
+        let mode = state.lock().unwrap().mode;
+        if mode == Some(Mode::TamperRunRequests)
+            && contains(chunk, b"\"run.request\"")
+            && let Some(at) = find(chunk, b"\"runId\":\"")
+        {
+            let byte = &mut chunk[at + 9];
+            *byte = if *byte == b'x' { b'y' } else { b'x' };
+            state.lock().unwrap().tampered += 1;
+        }
+        if to.lock().unwrap().write_all(chunk).is_err() {
+            break;
+        }
+    }
+    let _ = to.lock().unwrap().shutdown(Shutdown::Write);
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    find(haystack, needle).is_some()
+}
