@@ -139,7 +139,7 @@ enum Command {
         /// Print one JSON object (status, exitCode, stdout, stderr, ranOn, timing, …).
         #[arg(long)]
         json: bool,
-        /// Arguments for the capability.
+        /// Arguments passed to the capability after its manifest's args.
         #[arg(last = true)]
         args: Vec<String>,
     },

@@ -200,6 +200,36 @@ fn execute_prints_the_output_and_where_it_ran_and_exits_with_the_run_s_code() {
     }
     assert_eq!(value["status"], "exited");
     assert_eq!(value["exitCode"], 7);
+    // `-- ARGS` come after the manifest's own args.
+    let echo = dir.join("echo");
+    std::fs::create_dir_all(&echo).expect("echo");
+    std::fs::write(
+        echo.join("manifest.yaml"),
+        "name: echo\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nargs: [first]\n",
+    )
+    .expect("manifest");
+    std::fs::write(echo.join("run.sh"), "echo \"$@\"\n").expect("script");
+    let out = Command::new(binary())
+        .arg("execute")
+        .arg(&echo)
+        .args([
+            "--context",
+            "build-box",
+            "--server",
+            &server.url,
+            "--",
+            "second",
+            "third arg",
+        ])
+        .env("OUTPOST_TOKEN", &server.admin)
+        .output()
+        .expect("outpost execute runs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "first second third arg\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_for("the daemon's slot to free", || {
         let (_, c) = server.api("GET", "/v1/execution-contexts/build-box", None);
         (c["slotsUsed"] == 0).then_some(())

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context as _;
+use outpost_core::wire::CapabilitySource;
 use serde_json::{Value, json};
 
 use super::api::Api;
@@ -47,14 +48,13 @@ pub struct ExecuteArgs<'a> {
 
 /// Runs `outpost execute`.
 pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        a.args.is_empty(),
-        "passing arguments after `--` is not supported by the protocol yet: put them in the manifest's `args`"
-    );
     let api = Api::from_env(a.server)?;
-    let (capability, _) = outpost_host::pack_capability(a.dir)
+    let (mut capability, _) = outpost_host::pack_capability(a.dir)
         .map_err(|e| anyhow::anyhow!("{e} ({})", e.code()))
         .with_context(|| format!("packing the capability in {}", a.dir.display()))?;
+    if !a.args.is_empty() {
+        with_args(&mut capability, a.args)?;
+    }
     let mut body = json!({ "capability": capability, "wait": true, "waitSecs": 300 });
     if let Some(context) = a.context {
         body["context"] = json!(context);
@@ -99,6 +99,32 @@ pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
         print_streams(&execution)?;
     }
     Ok(exit_code(&execution))
+}
+
+/// Appends `-- ARGS` to the manifest's `args` (a run carries its manifest whole, so the
+/// arguments travel, and are signed, with it). The manifest is rewritten as JSON — which is
+/// YAML — and parsed again before it is sent.
+fn with_args(capability: &mut CapabilitySource, args: &[String]) -> anyhow::Result<()> {
+    let CapabilitySource::Inline { manifest, .. } = capability else {
+        anyhow::bail!("arguments need an inline capability");
+    };
+    let mut doc: Value = serde_saphyr::from_str(manifest)
+        .map_err(|e| anyhow::anyhow!("the manifest does not read: {e}"))?;
+    let object = doc
+        .as_object_mut()
+        .context("the manifest is not a mapping")?;
+    let mut all: Vec<Value> = match object.get("args") {
+        Some(Value::Array(existing)) => existing.clone(),
+        Some(Value::Null) | None => Vec::new(),
+        Some(_) => anyhow::bail!("the manifest's args is not a list"),
+    };
+    all.extend(args.iter().cloned().map(Value::String));
+    object.insert("args".into(), Value::Array(all));
+    let text = serde_json::to_string_pretty(&doc)?;
+    outpost_core::manifest::Manifest::parse(&text)
+        .map_err(|e| anyhow::anyhow!("the manifest with the arguments added: {e}"))?;
+    *manifest = text;
+    Ok(())
 }
 
 fn is_final(execution: &Value) -> bool {
