@@ -76,6 +76,8 @@ impl Store {
                     ("execution", row.exec_id.clone())
                 }
                 ServerChange::ExecutionEnded(row) => {
+                    // The record's time is anchored to whole wall seconds at start: it can
+                    // trail the wall clock by up to a second, never before the creation.
                     tx.execute(
                         "DELETE FROM records WHERE kind = 'execution' AND key = ?1",
                         [&row.exec_id],
@@ -83,7 +85,7 @@ impl Store {
                     .doing("removing an ended execution's row")?;
                     let ran_on = row.ran_on.as_ref().map(json).transpose()?;
                     tx.execute(
-                        "UPDATE executions SET status = ?1, finished_at = ?2, outcome_json = ?3,
+                        "UPDATE executions SET status = ?1, finished_at = MAX(?2, created_at), outcome_json = ?3,
                          ran_on_json = ?4, line = ?5,
                          context_id = COALESCE(?6, context_id), context_name = COALESCE(?7, context_name)
                          WHERE id = ?8",
