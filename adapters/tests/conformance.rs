@@ -2,7 +2,7 @@
 //! blocking) and the real server over real TCP: connect and verify `welcome`, a run round
 //! trip, a cut connection mid-run (the held run finishes, its result arrives once), 1012
 //! replaced, 4001 revoked, a tampered server frame (1002, nothing executed), and a message
-//! over the limit (1009).
+//! over the limit (1009), and heartbeats on an idle connection.
 
 mod common;
 
@@ -363,6 +363,24 @@ fn oversized(kind: HostKind) {
     assert_eq!(daemon.drain(), DaemonExit::Drained);
 }
 
+/// Idle, the daemon sends its heartbeat (`status`) and the connection stays up.
+fn heartbeats(kind: HostKind) {
+    let world = World::new(&format!("hb-{}", kind.as_str()));
+    let daemon = RunningDaemon::start(
+        kind,
+        &world.dir.join("home"),
+        ServerChoice::Join(world.join.clone()),
+    );
+    world.online("box");
+    let before = world.proxy.statuses();
+    wait_for("a heartbeat", || {
+        (world.proxy.statuses() > before).then_some(())
+    });
+    assert_eq!(world.proxy.upgrades(), 1, "no reconnect");
+    world.online("box");
+    assert_eq!(daemon.drain(), DaemonExit::Drained);
+}
+
 macro_rules! conformance {
     ($host:ident, $kind:expr) => {
         mod $host {
@@ -386,6 +404,10 @@ macro_rules! conformance {
             #[test]
             fn tampered() {
                 super::tampered($kind)
+            }
+            #[test]
+            fn heartbeats() {
+                super::heartbeats($kind)
             }
             #[test]
             fn oversized() {

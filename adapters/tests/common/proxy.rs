@@ -25,6 +25,8 @@ struct State {
     upgrades: usize,
     /// Close codes the daemon sent.
     closes: Vec<u16>,
+    /// `status` frames the daemon sent (its heartbeats, when idle).
+    statuses: usize,
     tampered: usize,
 }
 
@@ -103,6 +105,10 @@ impl Proxy {
         self.state.lock().unwrap().closes.clone()
     }
 
+    pub fn statuses(&self) -> usize {
+        self.state.lock().unwrap().statuses
+    }
+
     pub fn tampered(&self) -> usize {
         self.state.lock().unwrap().tampered
     }
@@ -126,11 +132,38 @@ fn up(from: &mut TcpStream, to: &mut TcpStream, state: &Mutex<State>) {
             let code = u16::from_be_bytes([chunk[6] ^ mask[0], chunk[7] ^ mask[1]]);
             state.lock().unwrap().closes.push(code);
         }
+        if let Some(text) = unmask_text(chunk)
+            && contains(&text, b"\"type\":\"status\"")
+        {
+            state.lock().unwrap().statuses += 1;
+        }
         if to.write_all(chunk).is_err() {
             break;
         }
     }
     let _ = to.shutdown(Shutdown::Write);
+}
+
+/// The payload of a masked text frame that fills `chunk` from its start (a daemon writes a
+/// small frame in one piece).
+fn unmask_text(chunk: &[u8]) -> Option<Vec<u8>> {
+    if chunk.len() < 6 || chunk[0] != 0x81 || chunk[1] & 0x80 == 0 {
+        return None;
+    }
+    let (len, at) = match chunk[1] & 0x7f {
+        126 => (usize::from(u16::from_be_bytes([chunk[2], chunk[3]])), 4),
+        127 => return None,
+        n => (usize::from(n), 2),
+    };
+    let mask = chunk.get(at..at + 4)?;
+    let payload = chunk.get(at + 4..at + 4 + len)?;
+    Some(
+        payload
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ mask[i % 4])
+            .collect(),
+    )
 }
 
 /// Server → daemon: copied, tampered with when the mode says so.
