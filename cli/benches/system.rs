@@ -1,0 +1,313 @@
+//! The running system over loopback, each figure beside its baseline from the same run:
+//!
+//! - `round_trip`: `POST /v1/executions` with `wait` for a trivial wasm capability, through
+//!   the real server and a daemon on each host (tokio, smol, blocking), against three raw
+//!   WebSocket round trips on the tokio host (target: execute ≤ 3× the raw trips; smol and
+//!   blocking ≤ 1.2× tokio).
+//! - `throughput`: 512 executions through one server and 8 daemons × 8 slots, submitted at
+//!   once and waited for (criterion reports executions per second; target ≥ 2,000/s).
+//!
+//! Run with `cargo bench -p outpost --bench system`.
+#![allow(missing_docs)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use outpost_adapters::daemon::{
+    DaemonError, DaemonExit, DaemonOptions, HostKind, OwnedHost, ServerChoice, StopSignal,
+    run_daemon,
+};
+use outpost_adapters::runtime::{Link, LinkEvent};
+use outpost_adapters::tls::Trust;
+use outpost_core::executor::Registry;
+use outpost_core::grant::LocalPolicy;
+use outpost_core::join::Join;
+use outpost_core::wire::Environment;
+use outpost_exec_wasm::{WasmConfig, WasmExecutor};
+use outpost_host::{HOME_VAR, OwnerFolders};
+use outpost_server::{BlockingServer, ServeConfig};
+use serde_json::{Value, json};
+
+const HELLO: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "hello\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const 6))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+fn capability() -> Value {
+    use base64::Engine as _;
+    json!({
+        "kind": "inline",
+        "manifest": "name: hello\nenvironment: wasm\nlifecycle: oneshot\nentry: module.wat\n",
+        "files": [{"path": "module.wat", "contentB64": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(HELLO)}],
+    })
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("outpost-bench-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+struct Daemon {
+    stop: StopSignal,
+    thread: Option<JoinHandle<Result<DaemonExit, DaemonError>>>,
+    _host: OwnedHost,
+}
+
+impl Daemon {
+    fn start(kind: HostKind, home: PathBuf, name: &str, join: &Join, slots: u32) -> Daemon {
+        std::fs::create_dir_all(&home).unwrap();
+        let folders =
+            OwnerFolders::from_vars(|n| (n == HOME_VAR).then(|| home.clone().into_os_string()))
+                .unwrap();
+        let options = DaemonOptions {
+            server: ServerChoice::Join(join.clone()),
+            name: name.into(),
+            folders,
+            max_concurrent: slots,
+            ca_file: None,
+            local: LocalPolicy::default(),
+            features: Vec::new(),
+            seed: 1,
+        };
+        let mut registry = Registry::new();
+        registry.register(Box::new(WasmExecutor::new(WasmConfig::default())));
+        let host = OwnedHost::new(kind).unwrap();
+        let stop = StopSignal::new();
+        let (h, s) = (host.host.clone(), stop.clone());
+        let thread = Some(std::thread::spawn(move || {
+            run_daemon(options, registry, h, s)
+        }));
+        Daemon {
+            stop,
+            thread,
+            _host: host,
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop.raise();
+        self.stop.raise();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct World {
+    server: Option<BlockingServer>,
+    url: String,
+    admin: String,
+    join: Join,
+    dir: PathBuf,
+    agent: ureq::Agent,
+}
+
+impl World {
+    fn new(tag: &str) -> World {
+        let dir = temp_dir(tag);
+        let server = BlockingServer::start(
+            ServeConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                state_dir: dir.join("server"),
+                tls: None,
+                cloud: vec![Environment::Wasm],
+                public_url: None,
+            },
+            Registry::new(),
+            2,
+        )
+        .unwrap();
+        let r = server.running();
+        World {
+            url: r.url.clone(),
+            admin: r.admin_token.clone(),
+            join: Join::parse(&r.join).unwrap(),
+            server: Some(server),
+            dir,
+            agent: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .build()
+                .new_agent(),
+        }
+    }
+
+    fn post(&self, body: &Value) -> Value {
+        let text = self
+            .agent
+            .post(&format!("{}/v1/executions", self.url))
+            .header("authorization", &format!("Bearer {}", self.admin))
+            .header("content-type", "application/json")
+            .send(body.to_string().as_bytes())
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let text = self
+            .agent
+            .get(&format!("{}{path}", self.url))
+            .header("authorization", &format!("Bearer {}", self.admin))
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    fn online(&self, name: &str) {
+        for _ in 0..1000 {
+            if self.get(&format!("/v1/execution-contexts/{name}"))["online"] == true {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{name} never came online");
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A WebSocket echo server on std threads.
+fn echo_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = stream.set_nodelay(true);
+                let Ok(mut ws) = tungstenite::accept(stream) else {
+                    return;
+                };
+                while let Ok(m) = ws.read() {
+                    if (m.is_text() || m.is_binary()) && ws.send(m).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    format!("ws://{addr}/echo")
+}
+
+fn open_echo(host: &OwnedHost, url: &str) -> (Link, Receiver<LinkEvent>) {
+    let (tx, rx) = channel();
+    host.host.open(
+        url.to_owned(),
+        Trust::public().client_config(),
+        Arc::new(move |e| {
+            let _ = tx.send(e);
+        }),
+    );
+    match rx.recv().unwrap() {
+        LinkEvent::Opened(link) => (link, rx),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn round_trip(c: &mut Criterion) {
+    let mut group = c.benchmark_group("round_trip");
+    group
+        .sample_size(50)
+        .measurement_time(Duration::from_secs(8));
+    let tokio = OwnedHost::new(HostKind::Tokio).unwrap();
+    let url = echo_server();
+    let (link, rx) = open_echo(&tokio, &url);
+    group.bench_function("raw_websocket_x3/tokio", |b| {
+        b.iter(|| {
+            for _ in 0..3 {
+                link.send(b"{\"type\":\"ping\"}".to_vec());
+                match rx.recv().unwrap() {
+                    LinkEvent::Message(_) => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+        })
+    });
+    for kind in [HostKind::Tokio, HostKind::Smol, HostKind::Blocking] {
+        let world = World::new(&format!("rt-{}", kind.as_str()));
+        let _daemon = Daemon::start(kind, world.dir.join("home"), "box", &world.join, 2);
+        world.online("box");
+        let body =
+            json!({"capability": capability(), "context": "box", "wait": true, "waitSecs": 60});
+        group.bench_function(format!("execute_wasm/{}", kind.as_str()), |b| {
+            b.iter(|| {
+                let e = world.post(&body);
+                assert_eq!(e["status"], "exited", "{e}");
+            })
+        });
+    }
+    group.finish();
+}
+
+fn throughput(c: &mut Criterion) {
+    const BATCH: usize = 512;
+    let mut group = c.benchmark_group("throughput");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(20));
+    group.throughput(Throughput::Elements(BATCH as u64));
+    let world = Arc::new(World::new("throughput"));
+    let daemons: Vec<Daemon> = (0..8)
+        .map(|i| {
+            Daemon::start(
+                HostKind::Tokio,
+                world.dir.join(format!("home{i}")),
+                &format!("box{i}"),
+                &world.join,
+                8,
+            )
+        })
+        .collect();
+    for i in 0..8 {
+        world.online(&format!("box{i}"));
+    }
+    group.bench_function("executions_8x8", |b| {
+        b.iter(|| {
+            // 64 clients, one per slot, each waiting for its execution before the next.
+            let clients: Vec<_> = (0..64)
+                .map(|t| {
+                    let world = world.clone();
+                    std::thread::spawn(move || {
+                        let body = json!({"capability": capability(), "context": format!("box{}", t % 8), "wait": true, "waitSecs": 120});
+                        for _ in 0..BATCH / 64 {
+                            let e = world.post(&body);
+                            assert_eq!(e["status"], "exited", "{e}");
+                        }
+                    })
+                })
+                .collect();
+            for c in clients {
+                c.join().unwrap();
+            }
+        })
+    });
+    group.finish();
+    drop(daemons);
+}
+
+criterion_group!(benches, round_trip, throughput);
+criterion_main!(benches);
