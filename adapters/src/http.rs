@@ -273,6 +273,18 @@ impl SignedClient {
         bearer: Option<&str>,
         signed: bool,
     ) -> Result<Answer, HttpError> {
+        self.call_limited(method, path, body, bearer, signed, MAX_ANSWER_LEN)
+    }
+
+    fn call_limited(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        bearer: Option<&str>,
+        signed: bool,
+        limit: u64,
+    ) -> Result<Answer, HttpError> {
         let route = format!("{method} {path}");
         let req = if signed {
             self.sign(method, path, body, crate::clock::wall_now())?
@@ -306,7 +318,7 @@ impl SignedClient {
         let body = response
             .into_body()
             .with_config()
-            .limit(MAX_ANSWER_LEN)
+            .limit(limit)
             .read_to_vec()
             .map_err(transport)?;
         if (200..300).contains(&status) {
@@ -348,6 +360,22 @@ impl SignedClient {
         let path = "/v1/execution-contexts/server-keys";
         let answer = self.call("GET", path, &[], None, false)?;
         KeySet::from_document(&answer.body, roots).map_err(HttpError::KeySet)
+    }
+
+    /// `GET /v1/execution-contexts/bundles/{sha256}` (signed): the bundle a run names by
+    /// digest, at most [`MAX_BUNDLE_BYTES`](outpost_core::wire::MAX_BUNDLE_BYTES) (the
+    /// caller checks the digest; the core does before anything runs).
+    pub fn fetch_bundle(&self, sha256: &str) -> Result<Vec<u8>, HttpError> {
+        let path = format!("/v1/execution-contexts/bundles/{sha256}");
+        let answer = self.call_limited(
+            "GET",
+            &path,
+            &[],
+            None,
+            true,
+            outpost_core::wire::MAX_BUNDLE_BYTES,
+        )?;
+        Ok(answer.body)
     }
 
     /// The WebSocket URL of a ticket (`…/connect?ticket=otk_…`; never log it).

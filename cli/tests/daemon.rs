@@ -237,3 +237,91 @@ fn execute_prints_the_output_and_where_it_ran_and_exits_with_the_run_s_code() {
     daemon.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_capability_over_512_kib_travels_as_a_bundle_by_digest() {
+    let dir = temp_dir("bundle");
+    let server = Server::start(&dir.join("server"), 0);
+    let mut daemon = Daemon::start(
+        &dir.join("home"),
+        "build-box",
+        Some(&server.join),
+        "blocking",
+    );
+    online(&server, "build-box");
+    let cap = dir.join("big");
+    std::fs::create_dir_all(&cap).expect("cap");
+    std::fs::write(
+        cap.join("manifest.yaml"),
+        "name: big\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
+    )
+    .expect("manifest");
+    std::fs::write(cap.join("run.sh"), "wc -c < data.bin\n").expect("script");
+    std::fs::write(cap.join("data.bin"), vec![b'x'; 700 * 1024]).expect("data");
+    let out = Command::new(binary())
+        .arg("execute")
+        .arg(&cap)
+        .args(["--context", "build-box", "--server", &server.url, "--json"])
+        .env("OUTPOST_TOKEN", &server.admin)
+        .output()
+        .expect("outpost execute runs");
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(value["status"], "exited", "{value}");
+    assert_eq!(
+        value["stdout"].as_str().map(str::trim),
+        Some("716800"),
+        "{value}"
+    );
+
+    // Refusals, each with its code and nothing stored.
+    let digest = "0".repeat(64);
+    let put = |path: &str, body: &[u8]| {
+        let answer = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent()
+            .put(&format!("{}{path}", server.url))
+            .header("authorization", &format!("Bearer {}", server.admin))
+            .send(body)
+            .expect("answer");
+        let status = answer.status().as_u16();
+        let body: serde_json::Value =
+            serde_json::from_str(&answer.into_body().read_to_string().unwrap_or_default())
+                .unwrap_or_default();
+        (
+            status,
+            body["error"]["code"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    assert_eq!(
+        put(&format!("/v1/bundles/{digest}"), b"{}"),
+        (400, "digest_mismatch".into())
+    );
+    assert_eq!(
+        put("/v1/bundles/NOT-HEX", b"{}"),
+        (400, "invalid_digest".into())
+    );
+    let bytes = b"not a bundle";
+    use sha2::Digest as _;
+    let sha: String = sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        put(&format!("/v1/bundles/{sha}"), bytes),
+        (400, "invalid_bundle".into())
+    );
+    let (status, body) = server.api(
+        "POST",
+        "/v1/executions",
+        Some(serde_json::json!({"capability": {"kind": "digest", "sha256": sha, "size": 12}, "context": "build-box"})),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("bundle_unknown")),
+        "{body}"
+    );
+    daemon.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}

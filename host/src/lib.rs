@@ -31,7 +31,7 @@ pub use launch::{
     materialize, owner_mounts,
 };
 pub use owner::{HOME_VAR, OwnerError, OwnerFolders};
-pub use pack::{MAX_INLINE_BYTES, PackError, pack_capability};
+pub use pack::{MAX_INLINE_BYTES, PackError, pack_bundle, pack_capability};
 pub use paths::{
     HostPathError, as_canonical, check_cwd, resolve, resolve_entry, resolve_volume, volume_path,
 };

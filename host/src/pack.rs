@@ -3,12 +3,13 @@
 //!
 //! This module owns what may leave the machine in a pack: regular files under the folder,
 //! nothing else. It never follows a symlink, never packs a file outside the folder, and never
-//! packs past [`MAX_INLINE_BYTES`].
+//! packs past [`MAX_INLINE_BYTES`] inline or [`MAX_BUNDLE_BYTES`] as a bundle ([`pack_bundle`]).
 
 use std::path::{Path, PathBuf};
 
 use outpost_core::manifest::{MANIFEST_FILE, Manifest};
-use outpost_core::wire::{CapabilitySource, InlineFile};
+use outpost_core::wire::{CapabilitySource, InlineFile, MAX_BUNDLE_BYTES, encode_bundle};
+use sha2::{Digest as _, Sha256};
 
 /// The most bytes (manifest and files, before base64) an inline capability may hold; larger
 /// ones travel as a bundle by digest.
@@ -45,14 +46,20 @@ pub enum PackError {
         /// The path.
         path: PathBuf,
     },
-    /// The folder holds more than [`MAX_INLINE_BYTES`].
+    /// The folder holds more than [`MAX_INLINE_BYTES`] (send it as a bundle,
+    /// [`pack_bundle`]).
     #[error(
-        "the capability holds {size} bytes, more than the {MAX_INLINE_BYTES} an inline capability may carry; remove what the run does not need"
+        "the capability holds {size} bytes, more than the {MAX_INLINE_BYTES} an inline capability may carry; send it as a bundle"
     )]
     TooLarge {
         /// Its size.
         size: u64,
     },
+    /// The folder's bundle would exceed [`MAX_BUNDLE_BYTES`].
+    #[error(
+        "the capability's bundle holds more than {MAX_BUNDLE_BYTES} bytes; remove what the run does not need"
+    )]
+    BundleTooLarge,
 }
 
 impl PackError {
@@ -64,6 +71,7 @@ impl PackError {
             PackError::NotRegular { .. } => "capability_not_regular",
             PackError::NotUtf8 { .. } => "path_not_utf8",
             PackError::TooLarge { .. } => "capability_too_large",
+            PackError::BundleTooLarge => "bundle_too_large",
         }
     }
 }
@@ -71,6 +79,36 @@ impl PackError {
 /// The folder `dir` packed inline, with its validated manifest. Files are listed in path
 /// order, so the same folder always packs to the same bytes.
 pub fn pack_capability(dir: &Path) -> Result<(CapabilitySource, Manifest), PackError> {
+    pack_within(dir, MAX_INLINE_BYTES)
+}
+
+/// The folder `dir` packed as a bundle (PROTOCOL §11.4), for a capability too large to send
+/// inline: its bytes, their lowercase hex SHA-256, and the validated manifest.
+pub fn pack_bundle(dir: &Path) -> Result<(Vec<u8>, String, Manifest), PackError> {
+    // Base64 grows the files by a third: what packs within 3/4 of the limit may fit.
+    let (source, manifest) = pack_within(dir, MAX_BUNDLE_BYTES / 4 * 3).map_err(|e| match e {
+        PackError::TooLarge { .. } => PackError::BundleTooLarge,
+        other => other,
+    })?;
+    let CapabilitySource::Inline {
+        manifest: text,
+        files,
+    } = source
+    else {
+        return Err(PackError::BundleTooLarge);
+    };
+    let bytes = encode_bundle(&text, &files);
+    if bytes.len() as u64 > MAX_BUNDLE_BYTES {
+        return Err(PackError::BundleTooLarge);
+    }
+    let sha256 = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok((bytes, sha256, manifest))
+}
+
+fn pack_within(dir: &Path, limit: u64) -> Result<(CapabilitySource, Manifest), PackError> {
     let manifest_path = dir.join(MANIFEST_FILE);
     let text = std::fs::read_to_string(&manifest_path).map_err(|source| PackError::Read {
         path: manifest_path.clone(),
@@ -94,7 +132,7 @@ pub fn pack_capability(dir: &Path) -> Result<(CapabilitySource, Manifest), PackE
             source,
         })?;
         size += bytes.len() as u64;
-        if size > MAX_INLINE_BYTES {
+        if size > limit {
             return Err(PackError::TooLarge { size });
         }
         files.push(InlineFile {
@@ -102,7 +140,7 @@ pub fn pack_capability(dir: &Path) -> Result<(CapabilitySource, Manifest), PackE
             content_b64: outpost_core::b64::encode(&bytes),
         });
     }
-    if size > MAX_INLINE_BYTES {
+    if size > limit {
         return Err(PackError::TooLarge { size });
     }
     Ok((

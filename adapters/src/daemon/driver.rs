@@ -328,11 +328,12 @@ impl Driver {
                 });
             }
             Command::FetchCapability { run_id, sha256, .. } => {
-                // No bundle route exists yet (the server sends capabilities inline): the run
-                // is answered with an empty bundle, which fails the core's digest check, so it
-                // ends `failed` (`digest_mismatch`) at once instead of holding a slot.
-                tracing::warn!(run = %run_id, %sha256, "capability bundles cannot be fetched yet");
-                let _ = self.tx.send(Event::FetchUnavailable { run_id });
+                let client = self.client.clone();
+                let tx = self.tx.clone();
+                self.host.spawn_blocking(Box::new(move || {
+                    let bundle = client.fetch_bundle(&sha256);
+                    let _ = tx.send(Event::Fetched { run_id, bundle });
+                }));
             }
             Command::PtyInput { .. } | Command::PtyResize { .. } | Command::PtyClose { .. } => {
                 tracing::debug!("terminal frames are ignored: this daemon runs no PTY executor");
@@ -362,10 +363,15 @@ impl Driver {
                 tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
                 self.input(Input::RunFinished { run_id, result })
             }
-            Event::FetchUnavailable { run_id } => self.input(Input::CapabilityFetched {
-                run_id,
-                bundle: Vec::new(),
-            }),
+            Event::Fetched { run_id, bundle } => {
+                let bundle = bundle.unwrap_or_else(|e| {
+                    // The core checks the digest: what did not arrive cannot match, so the
+                    // run ends `failed` (`digest_mismatch`) at once instead of holding a slot.
+                    tracing::warn!(run = %run_id, "cannot fetch the run's bundle: {e}");
+                    Vec::new()
+                });
+                self.input(Input::CapabilityFetched { run_id, bundle })
+            }
             Event::Ticket { conn, .. } if conn != self.conn => Ok(()),
             Event::Ticket { keys, ticket, .. } => {
                 match keys {

@@ -364,10 +364,12 @@ pub(crate) enum Event {
         /// The ticket.
         ticket: Result<crate::http::Ticket, HttpError>,
     },
-    /// A bundle was asked for; none can be fetched yet.
-    FetchUnavailable {
+    /// A bundle a run names by digest, or why it could not be fetched.
+    Fetched {
         /// The run.
         run_id: String,
+        /// The bytes (the core checks their digest).
+        bundle: Result<Vec<u8>, HttpError>,
     },
     /// A run's thread finished.
     RunDone {

@@ -148,7 +148,28 @@ impl Api {
         self.call("DELETE", path, None)
     }
 
+    /// `PUT path` with raw bytes (a bundle).
+    pub fn put_bytes(&self, path: &str, bytes: &[u8]) -> Result<Value, ApiError> {
+        self.call_raw("PUT", path, Some(bytes), "application/octet-stream")
+    }
+
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, ApiError> {
+        let text = body.map(Value::to_string);
+        self.call_raw(
+            method,
+            path,
+            text.as_deref().map(str::as_bytes),
+            "application/json",
+        )
+    }
+
+    fn call_raw(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        content_type: &str,
+    ) -> Result<Value, ApiError> {
         let url = format!("{}{path}", self.base);
         let auth = format!("Bearer {}", self.token);
         let unreachable = |e: ureq::Error| ApiError {
@@ -164,15 +185,14 @@ impl Api {
                 .header("authorization", &auth)
                 .call(),
             (_, body) => {
-                let text = body.map(Value::to_string).unwrap_or_default();
                 let request = match method {
                     "PUT" => self.agent.put(&url),
                     _ => self.agent.post(&url),
                 };
                 request
                     .header("authorization", &auth)
-                    .header("content-type", "application/json")
-                    .send(text.as_bytes())
+                    .header("content-type", content_type)
+                    .send(body.unwrap_or_default())
             }
         }
         .map_err(unreachable)?;

@@ -49,12 +49,23 @@ pub struct ExecuteArgs<'a> {
 /// Runs `outpost execute`.
 pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
     let api = Api::from_env(a.server)?;
-    let (mut capability, _) = outpost_host::pack_capability(a.dir)
-        .map_err(|e| anyhow::anyhow!("{e} ({})", e.code()))
-        .with_context(|| format!("packing the capability in {}", a.dir.display()))?;
-    if !a.args.is_empty() {
-        with_args(&mut capability, a.args)?;
-    }
+    let packing = || format!("packing the capability in {}", a.dir.display());
+    let capability = match outpost_host::pack_capability(a.dir) {
+        Ok((mut capability, _)) => {
+            if !a.args.is_empty() {
+                with_args(&mut capability, a.args)?;
+            }
+            capability
+        }
+        Err(outpost_host::PackError::TooLarge { .. }) => {
+            anyhow::ensure!(
+                a.args.is_empty(),
+                "arguments after `--` travel in the manifest, which a bundle carries sealed: put them in the manifest's `args`"
+            );
+            upload_bundle(&api, a.dir, a.json).with_context(packing)?
+        }
+        Err(e) => return Err(anyhow::anyhow!("{e} ({})", e.code())).with_context(packing),
+    };
     let mut body = json!({ "capability": capability, "wait": true, "waitSecs": 300 });
     if let Some(context) = a.context {
         body["context"] = json!(context);
@@ -99,6 +110,24 @@ pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
         print_streams(&execution)?;
     }
     Ok(exit_code(&execution))
+}
+
+/// Uploads the folder as a bundle by digest (PROTOCOL §11.4) and names it.
+fn upload_bundle(api: &Api, dir: &Path, json: bool) -> anyhow::Result<CapabilitySource> {
+    let (bytes, sha256, _) =
+        outpost_host::pack_bundle(dir).map_err(|e| anyhow::anyhow!("{e} ({})", e.code()))?;
+    if !json {
+        eprintln!(
+            "outpost: uploading the capability as a bundle ({} KiB, sha256 {})…",
+            bytes.len() / 1024,
+            &sha256[..12]
+        );
+    }
+    api.put_bytes(&format!("/v1/bundles/{sha256}"), &bytes)?;
+    Ok(CapabilitySource::Digest {
+        sha256,
+        size: bytes.len() as u64,
+    })
 }
 
 /// Appends `-- ARGS` to the manifest's `args` (a run carries its manifest whole, so the

@@ -7,12 +7,16 @@
 //! sign or verify (that is [`crate::sign`]) and never decides what a frame means for a
 //! session (that is the state machines').
 
+mod bundle;
 mod codec;
 mod codes;
 mod frame;
 mod result;
 mod types;
 
+pub use bundle::{
+    BUNDLE_TYPE, BUNDLE_VERSION, BundleError, MAX_BUNDLE_BYTES, decode_bundle, encode_bundle,
+};
 pub use codec::{DEFAULT_MAX_FRAME_LEN, FrameDecoder, LENGTH_PREFIX_LEN, encode_frame};
 pub use codes::{
     DEFAULT_MAX_CONCURRENT, INLINE_CAPABILITY_LIMIT, MAX_CONCURRENT_LIMIT, Refusal, Violation,

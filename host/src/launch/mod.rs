@@ -21,7 +21,7 @@ use outpost_core::manifest::{
     Interpreter, MANIFEST_FILE, Manifest, ManifestError, check_relative_path,
 };
 use outpost_core::time::Instant;
-use outpost_core::wire::{CapabilitySource, Environment, FolderGrant, FolderMode};
+use outpost_core::wire::{CapabilitySource, Environment, FolderGrant, FolderMode, decode_bundle};
 
 use crate::paths::{HostPathError, resolve, volume_path};
 
@@ -31,13 +31,20 @@ pub enum LaunchError {
     /// The run id cannot name a folder (empty, `/`, `.`, `..`).
     #[error("run id {0:?} cannot name a folder")]
     UnsafeRunId(String),
-    /// A capability bundle arrived; its archive format is not defined yet.
-    #[error(
-        "capability bundles (sha256 {sha256}) cannot be unpacked yet; send the capability inline"
-    )]
+    /// A capability named by digest reached the launch without its bundle (the host must
+    /// fetch it first).
+    #[error("the capability {sha256} is named by digest and its bundle was not fetched")]
     BundleUnsupported {
+        /// The bundle's digest.
+        sha256: String,
+    },
+    /// The fetched bundle is not a bundle (PROTOCOL §11.4).
+    #[error("the bundle {sha256} does not read: {reason}")]
+    BadBundle {
         /// The bundle's checked digest.
         sha256: String,
+        /// What is wrong.
+        reason: String,
     },
     /// An inline file has a path outside the folder or content that is not base64url.
     #[error("capability file {path:?} {reason}")]
@@ -84,6 +91,7 @@ impl LaunchError {
             LaunchError::Path(_) => "path_refused",
             LaunchError::UnsafeRunId(_)
             | LaunchError::BundleUnsupported { .. }
+            | LaunchError::BadBundle { .. }
             | LaunchError::BadFile { .. }
             | LaunchError::EnvironmentMismatch { .. } => "invalid_capability",
         }
@@ -233,18 +241,34 @@ pub fn materialize(
 }
 
 /// A capability checked and decoded, not yet written.
-struct Unpacked<'a> {
-    text: &'a str,
+struct Unpacked {
+    text: String,
     manifest: Manifest,
-    files: Vec<(&'a str, Vec<u8>)>,
+    files: Vec<(String, Vec<u8>)>,
 }
 
-impl<'a> Unpacked<'a> {
-    fn check(capability: &'a Capability, run_id: &str) -> Result<Self, LaunchError> {
+impl Unpacked {
+    fn check(capability: &Capability, run_id: &str) -> Result<Self, LaunchError> {
+        let bundled;
         let (text, files) = match capability {
             Capability::Inline(CapabilitySource::Inline { manifest, files }) => (manifest, files),
-            Capability::Inline(CapabilitySource::Digest { sha256, .. })
-            | Capability::Bundle { sha256, .. } => {
+            Capability::Bundle { sha256, bytes } => {
+                // The core checked the digest; the bundle carries the inline form.
+                bundled = decode_bundle(bytes).map_err(|e| LaunchError::BadBundle {
+                    sha256: sha256.clone(),
+                    reason: e.to_string(),
+                })?;
+                match &bundled {
+                    CapabilitySource::Inline { manifest, files } => (manifest, files),
+                    CapabilitySource::Digest { .. } => {
+                        return Err(LaunchError::BadBundle {
+                            sha256: sha256.clone(),
+                            reason: "a bundle cannot name another bundle".into(),
+                        });
+                    }
+                }
+            }
+            Capability::Inline(CapabilitySource::Digest { sha256, .. }) => {
                 return Err(LaunchError::BundleUnsupported {
                     sha256: sha256.clone(),
                 });
@@ -266,10 +290,10 @@ impl<'a> Unpacked<'a> {
             }
             let bytes = outpost_core::b64::decode(&file.content_b64)
                 .map_err(|e| bad(format!("is not base64url: {e}")))?;
-            decoded.push((file.path.as_str(), bytes));
+            decoded.push((file.path.clone(), bytes));
         }
         Ok(Self {
-            text,
+            text: text.clone(),
             manifest,
             files: decoded,
         })
@@ -290,7 +314,7 @@ impl<'a> Unpacked<'a> {
         let manifest_path = dir.join(MANIFEST_FILE);
         write(&manifest_path, std::fs::write(&manifest_path, self.text))?;
         for (relative, bytes) in self.files {
-            let path = dir.join(relative);
+            let path = dir.join(&relative);
             if let Some(parent) = path.parent() {
                 write(parent, std::fs::create_dir_all(parent))?;
             }

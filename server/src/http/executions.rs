@@ -42,6 +42,8 @@ pub(super) fn routes() -> Vec<Route> {
                     (404, "context_unknown"),
                     (400, "queue_minutes_out_of_range"),
                     (413, "capability_too_large"),
+                    (404, "bundle_unknown"),
+                    (400, "digest_mismatch"),
                 ]),
             post(execute),
         ),
@@ -102,13 +104,38 @@ enum OfflineMode {
     Queue,
 }
 
-/// Checks an inline capability the way the machine will: the manifest validates and every
-/// file has a safe relative path and base64url content.
-fn check_capability(capability: &CapabilitySource) -> Result<Manifest, ApiError> {
-    let CapabilitySource::Inline { manifest, files } = capability else {
-        return Err(ApiError::invalid_body(
-            "capability: only {\"kind\":\"inline\"} capabilities can be executed here",
-        ));
+/// Checks a capability the way the machine will: the manifest validates and every file has
+/// a safe relative path and base64url content. One named by digest must be a stored bundle
+/// of that size, and its content is checked the same way.
+pub(super) fn check_capability(
+    app: &App,
+    capability: &CapabilitySource,
+) -> Result<Manifest, ApiError> {
+    let (manifest, files) = match capability {
+        CapabilitySource::Inline { manifest, files } => (manifest, files),
+        CapabilitySource::Digest { sha256, size } => {
+            super::bundles::check_digest(sha256)?;
+            let bytes = app.shared.store.bundle(sha256)?.ok_or_else(|| {
+                ApiError::new(
+                    404,
+                    "bundle_unknown",
+                    format!("no bundle has the digest {sha256}: upload it first (PUT /v1/bundles/{sha256})"),
+                )
+            })?;
+            if bytes.len() as u64 != *size {
+                return Err(ApiError::new(
+                    400,
+                    "digest_mismatch",
+                    format!(
+                        "the bundle {sha256} holds {} bytes, not {size}",
+                        bytes.len()
+                    ),
+                ));
+            }
+            let inline = outpost_core::wire::decode_bundle(&bytes)
+                .map_err(|e| ApiError::new(400, e.code(), e.to_string()))?;
+            return check_capability(app, &inline);
+        }
     };
     let parsed = Manifest::parse(manifest)
         .map_err(|e| ApiError::new(400, "invalid_manifest", e.to_string()))?;
@@ -148,7 +175,7 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
     let bytes = body::read(&parts.headers, raw).await?;
     let body: ExecuteBody = body::parse(&bytes)?;
-    let manifest = check_capability(&body.capability)?;
+    let manifest = check_capability(&app, &body.capability)?;
     let wait_secs = body.wait_secs.unwrap_or(DEFAULT_WAIT_SECS);
     if wait_secs > MAX_WAIT_SECS {
         return Err(ApiError::invalid_body(format!(

@@ -8,6 +8,7 @@
 mod admin;
 mod auth;
 mod body;
+mod bundles;
 mod contexts;
 mod error;
 mod executions;
@@ -141,6 +142,7 @@ pub(crate) fn routes() -> Vec<Route> {
     let mut all = Vec::new();
     all.extend(machine::routes());
     all.extend(executions::routes());
+    all.extend(bundles::routes());
     all.extend(contexts::routes());
     all.extend(admin::routes());
     all

@@ -242,6 +242,7 @@ pub(crate) fn schemas() -> Value {
         "Registered": object(&["contextId", "name", "operator", "keyId", "grant", "grantVersion"], json!({
             "contextId": s, "name": s, "operator": s, "keyId": s, "grant": schema_ref("Grant"), "grantVersion": i})),
         "ConnectTicket": object(&["ticket", "sessionId", "expiresAt"], json!({"ticket": s, "sessionId": s, "expiresAt": i})),
+        "Bundle": object(&["sha256", "size"], json!({"sha256": s, "size": i})),
         "KeySet": object(&["type", "version", "root", "keys", "sig"], json!({
             "type": s, "version": i, "root": s, "sig": s,
             "keys": {"type": "array", "items": object(&["kid", "publicKey", "notBefore", "notAfter"], json!({

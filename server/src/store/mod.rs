@@ -9,6 +9,7 @@
 //! the dispatcher and the routes do.
 
 mod access;
+mod bundles;
 mod records;
 mod runs;
 mod schema;

@@ -78,6 +78,13 @@ const MIGRATIONS: &[&str] = &[
         detail TEXT NOT NULL
     );
     ",
+    // 2: capability bundles uploaded by digest (PROTOCOL §11.4).
+    "CREATE TABLE bundles (
+        sha256 TEXT PRIMARY KEY,
+        bytes BLOB NOT NULL,
+        user TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );",
 ];
 
 /// The version recorded, 0 for an empty database.

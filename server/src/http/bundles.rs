@@ -1,0 +1,154 @@
+//! Bundle routes (§11.4): a user uploads a capability too large to send inline under its
+//! SHA-256; a daemon fetches it with a signed request when a run names it by digest.
+//!
+//! An upload is checked whole before it is stored: the digest of the bytes, the bundle
+//! format, the manifest and every path, exactly as an inline capability is. Nothing here runs
+//! or unpacks a bundle.
+
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::{get, put};
+use outpost_core::wire::{MAX_BUNDLE_BYTES, decode_bundle};
+use serde_json::json;
+use sha2::{Digest as _, Sha256};
+
+use super::auth::{self, EXECUTE};
+use super::error::{ApiError, ApiResult};
+use super::openapi::{Auth, api};
+use super::{App, Route, route};
+use crate::clock::wall_now;
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        route(
+            api(
+                "PUT",
+                "/v1/bundles/{sha256}",
+                "Upload a capability bundle under its SHA-256 (the body is the bundle)",
+            )
+            .auth(Auth::Bearer(EXECUTE))
+            .response(201, Some("Bundle"))
+            .errors(&[
+                (400, "invalid_digest"),
+                (400, "digest_mismatch"),
+                (400, "invalid_bundle"),
+                (400, "invalid_manifest"),
+                (413, "bundle_too_large"),
+            ]),
+            put(upload),
+        ),
+        route(
+            api(
+                "GET",
+                "/v1/execution-contexts/bundles/{sha256}",
+                "Fetch a capability bundle a run names by digest",
+            )
+            .auth(Auth::Signed)
+            .response(200, None)
+            .errors(&[(400, "invalid_digest"), (404, "bundle_unknown")]),
+            get(fetch),
+        ),
+    ]
+}
+
+/// A digest as routes name it: 64 lowercase hex digits.
+pub(crate) fn check_digest(sha256: &str) -> Result<(), ApiError> {
+    if sha256.len() == 64
+        && sha256
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            400,
+            "invalid_digest",
+            "a bundle is named by its SHA-256: 64 lowercase hex digits",
+        ))
+    }
+}
+
+/// Lowercase hex SHA-256.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        413,
+        "bundle_too_large",
+        format!("a bundle holds at most {MAX_BUNDLE_BYTES} bytes"),
+    )
+}
+
+async fn upload(State(app): State<App>, Path(sha256): Path<String>, req: Request) -> ApiResult {
+    let (parts, raw) = req.into_parts();
+    let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
+    check_digest(&sha256)?;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BUNDLE_BYTES) {
+        return Err(too_large());
+    }
+    let bytes = axum::body::to_bytes(raw, MAX_BUNDLE_BYTES as usize)
+        .await
+        .map_err(|_| too_large())?;
+    let actual = sha256_hex(&bytes);
+    if actual != sha256 {
+        return Err(ApiError::new(
+            400,
+            "digest_mismatch",
+            format!("the body's SHA-256 is {actual}, not {sha256}"),
+        ));
+    }
+    let capability =
+        decode_bundle(&bytes).map_err(|e| ApiError::new(400, e.code(), e.to_string()))?;
+    super::executions::check_capability(&app, &capability)?;
+    let added = app
+        .shared
+        .store
+        .put_bundle(&sha256, &bytes, &caller.user, wall_now().0)?;
+    let status = if added {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        axum::Json(json!({"sha256": sha256, "size": bytes.len()})),
+    )
+        .into_response())
+}
+
+async fn fetch(
+    State(app): State<App>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Path(sha256): Path<String>,
+    req: Request,
+) -> ApiResult {
+    let (parts, raw) = req.into_parts();
+    let body = super::body::read(&parts.headers, raw).await?;
+    auth::signed_machine(&app, addr, &parts, &body)?;
+    check_digest(&sha256)?;
+    let bytes = app
+        .shared
+        .store
+        .bundle(&sha256)?
+        .ok_or_else(|| ApiError::new(404, "bundle_unknown", "no bundle has this digest"))?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Body::from(bytes),
+    )
+        .into_response())
+}
