@@ -1,0 +1,120 @@
+//! The management commands against a real server: `context list|show|revoke|delete`,
+//! `chain set|show`, `runs list`, `user add`, each with `--json`; errors exit non-zero with a
+//! message that names the cause.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::{Daemon, Server, temp_dir};
+use serde_json::Value;
+
+fn outpost(server: &Server, token: &str, args: &[&str]) -> Output {
+    Command::new(common::binary())
+        .args(args)
+        .args(["--server", &server.url])
+        .env("OUTPOST_TOKEN", token)
+        .output()
+        .expect("outpost runs")
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+#[test]
+fn contexts_chains_runs_and_users_are_managed_from_the_command_line() {
+    let dir = temp_dir("manage");
+    let server = Server::start(&dir.join("server"), 0);
+    let admin = server.admin.clone();
+    let mut daemon = Daemon::start(&dir.join("home"), "build-box", Some(&server.join), "tokio");
+    server.wait_context("build-box", "online", |c| c["online"] == true);
+
+    let list = json(&outpost(&server, &admin, &["context", "list", "--json"]));
+    let contexts = list["contexts"].as_array().expect("contexts");
+    assert_eq!(contexts.len(), 1, "{list}");
+    assert_eq!(contexts[0]["name"], "build-box");
+    let shown = json(&outpost(
+        &server,
+        &admin,
+        &["context", "show", "build-box", "--json"],
+    ));
+    assert_eq!(shown["online"], true, "{shown}");
+    let text = outpost(&server, &admin, &["context", "list"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("build-box"));
+
+    let chain = json(&outpost(
+        &server,
+        &admin,
+        &["chain", "set", "build-box,cloud", "--json"],
+    ));
+    let id = shown["id"].as_str().expect("an id");
+    assert_eq!(chain["chain"], serde_json::json!([id, "cloud"]), "{chain}");
+    let chain = json(&outpost(&server, &admin, &["chain", "show", "--json"]));
+    assert_eq!(chain["chain"][1], "cloud", "{chain}");
+    let bad = outpost(&server, &admin, &["chain", "set", "cloud,build-box"]);
+    assert!(!bad.status.success(), "cloud must come last");
+
+    let cap = dir.join("cap");
+    std::fs::create_dir_all(&cap).expect("cap");
+    std::fs::write(
+        cap.join("manifest.yaml"),
+        "name: hi\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
+    )
+    .expect("manifest");
+    std::fs::write(cap.join("run.sh"), "echo hi\n").expect("script");
+    let ran = outpost(
+        &server,
+        &admin,
+        &[
+            "execute",
+            cap.to_str().expect("utf-8"),
+            "--context",
+            "build-box",
+        ],
+    );
+    assert!(ran.status.success());
+    let runs = json(&outpost(
+        &server,
+        &admin,
+        &["runs", "list", "--context", "build-box", "--json"],
+    ));
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(1), "{runs}");
+
+    let user = json(&outpost(&server, &admin, &["user", "add", "ana", "--json"]));
+    let token = user["token"].as_str().expect("a token").to_owned();
+    // Ana sees none of the admin's machines.
+    let hers = json(&outpost(&server, &token, &["context", "list", "--json"]));
+    assert_eq!(hers["contexts"].as_array().map(Vec::len), Some(0), "{hers}");
+    let denied = outpost(&server, "opt_wrong", &["context", "list"]);
+    assert!(!denied.status.success());
+    assert!(!String::from_utf8_lossy(&denied.stderr).is_empty());
+
+    let revoked = json(&outpost(
+        &server,
+        &admin,
+        &["context", "revoke", "build-box", "--json"],
+    ));
+    assert_eq!(revoked["revoked"], true, "{revoked}");
+    assert_eq!(daemon.wait_exit(), 0);
+    let deleted = json(&outpost(
+        &server,
+        &admin,
+        &["context", "delete", "build-box", "--json"],
+    ));
+    assert_eq!(deleted["deleted"], "build-box");
+    let runs = json(&outpost(&server, &admin, &["runs", "list", "--json"]));
+    let run = &runs["runs"][0];
+    assert_eq!(
+        run["ranOn"]["name"], "build-box",
+        "the record keeps the name: {runs}"
+    );
+    let gone = outpost(&server, &admin, &["context", "show", "build-box"]);
+    assert!(!gone.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
