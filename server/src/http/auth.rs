@@ -18,15 +18,7 @@ use super::App;
 use super::error::ApiError;
 use crate::secrets;
 
-/// Every scope a token may hold (§11.2).
-pub(crate) const SCOPES: [&str; 6] = [
-    "execution_context:create",
-    "execution_context:read",
-    "execution_context:execute",
-    "execution_context:delete",
-    "execution_context:command",
-    "admin",
-];
+pub(crate) use crate::bodies::SCOPES;
 
 /// The scope of the join's registration token.
 pub(crate) const CREATE: &str = "execution_context:create";
