@@ -14,8 +14,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 
-use common::{Answer, Machine, TestServer, bearer, http_from, raw_from, temp_dir};
-use outpost_core::b64;
+use common::{Answer, Machine, TestServer, bearer, http_from, inline, raw_from, temp_dir};
 use serde_json::{Value, json};
 
 /// Every scope a token may hold (PROTOCOL §11.2).
@@ -52,12 +51,6 @@ fn send(
     body: &[u8],
 ) -> Answer {
     http_from(source(), addr, method, path, headers, body)
-}
-
-fn inline(script: &str) -> Value {
-    json!({"kind": "inline",
-           "manifest": "name: hi\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
-           "files": [{"path": "run.sh", "contentB64": b64::encode(script.as_bytes())}]})
 }
 
 /// What the store holds, table by table, except the spent nonces (a refused signed request

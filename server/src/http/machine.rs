@@ -7,11 +7,13 @@ use std::sync::atomic::Ordering;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{ConnectInfo, Request, State};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use ed25519_dalek::VerifyingKey;
 use outpost_core::b64;
+use outpost_core::httpsig::VerifiedRequest;
 use outpost_core::join::machine_key_id;
 use outpost_core::server::{ContextRecord, Input};
 use outpost_core::ticket::TICKET_PREFIX;
@@ -104,6 +106,30 @@ fn registered(entry: &ContextEntry) -> serde_json::Value {
     })
 }
 
+/// Verifies a machine request's `outpost` signature with the key `lookup` finds (§8 steps
+/// 1–6), over the request as it arrived.
+fn verify_machine(
+    app: &App,
+    parts: &Parts,
+    bytes: &[u8],
+    lookup: &dyn Fn(&str) -> Option<VerifyingKey>,
+) -> Result<VerifiedRequest, ApiError> {
+    let signed = auth::signed_request(app, &parts.method, &parts.uri, &parts.headers, bytes);
+    auth::verify(&signed, lookup)
+}
+
+/// Lets a verified machine request in: a token from the bucket of `context` (the context's
+/// id, or the key's id before it has one), then its nonce spent (§8 step 7).
+fn admit(app: &App, context: &str, verified: &VerifiedRequest) -> Result<(), ApiError> {
+    auth::limit_context(app, context)?;
+    auth::spend_nonce(app, verified)
+}
+
+/// 403 `context_revoked`: the key verified, but its context was revoked for good.
+fn key_revoked() -> ApiError {
+    ApiError::new(403, "context_revoked", "this machine key was revoked")
+}
+
 async fn register(
     State(app): State<App>,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
@@ -116,10 +142,9 @@ async fn register(
     let reg = bodies::decode_registration(&bytes)?;
     let public = reg.public_key;
     let key_id = machine_key_id(&public);
-    let signed = auth::signed_request(&app, &parts.method, &parts.uri, &parts.headers, &bytes);
     // The signature is checked against the body's key whatever `keyid` says; a `keyid` that
     // is not that key's id is then its own error.
-    let verified = auth::verify(&signed, &|_| Some(public))?;
+    let verified = verify_machine(&app, &parts, &bytes, &|_| Some(public))?;
     if verified.keyid != key_id {
         return Err(ApiError::new(
             400,
@@ -127,8 +152,7 @@ async fn register(
             format!("keyid must be {key_id}, the id of publicKey"),
         ));
     }
-    auth::limit_context(&app, &key_id)?;
-    auth::spend_nonce(&app, &verified)?;
+    admit(&app, &key_id, &verified)?;
     let slots = reg.max_concurrent;
     // One registration at a time: two requests with one key (a daemon retrying) or one name
     // must not both pass the checks below before either is stored.
@@ -136,11 +160,7 @@ async fn register(
     let store = &app.shared.store;
     if let Some(existing) = store.context_by_key(&key_id)? {
         if existing.revoked {
-            return Err(ApiError::new(
-                403,
-                "context_revoked",
-                "this machine key was revoked",
-            ));
+            return Err(key_revoked());
         }
         return Ok((StatusCode::OK, axum::Json(registered(&existing))).into_response());
     }
@@ -213,7 +233,6 @@ async fn connect_ticket(
     auth::limit_address(&app, addr)?;
     let (parts, raw) = req.into_parts();
     let bytes = body::read(&parts.headers, raw).await?;
-    let signed = auth::signed_request(&app, &parts.method, &parts.uri, &parts.headers, &bytes);
     let store = app.shared.store.clone();
     let lookup = move |kid: &str| {
         store
@@ -222,20 +241,15 @@ async fn connect_ticket(
             .flatten()
             .and_then(|(_, key, _)| VerifyingKey::from_bytes(&key).ok())
     };
-    let verified = auth::verify(&signed, &lookup)?;
+    let verified = verify_machine(&app, &parts, &bytes, &lookup)?;
     let (context_id, _, revoked) = app
         .shared
         .store
         .machine_key(&verified.keyid)?
         .ok_or_else(|| ApiError::new(401, "unknown_key", "no machine has this key"))?;
-    auth::limit_context(&app, &context_id)?;
-    auth::spend_nonce(&app, &verified)?;
+    admit(&app, &context_id, &verified)?;
     if revoked {
-        return Err(ApiError::new(
-            403,
-            "context_revoked",
-            "this machine key was revoked",
-        ));
+        return Err(key_revoked());
     }
     let secret = secrets::random::<48>()?;
     let (reply, rx) = oneshot::channel();

@@ -277,6 +277,13 @@ fn parse_answer(raw: &[u8]) -> Answer {
     }
 }
 
+/// An inline capability that runs `script` with the shell (PROTOCOL §11.4).
+pub fn inline(script: &str) -> Value {
+    serde_json::json!({"kind": "inline",
+           "manifest": "name: hi\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
+           "files": [{"path": "run.sh", "contentB64": b64::encode(script.as_bytes())}]})
+}
+
 /// Bearer header value.
 pub fn bearer(token: &str) -> String {
     format!("Bearer {token}")
@@ -483,6 +490,18 @@ pub fn next_frame(socket: &mut Socket) -> Vec<u8> {
             tungstenite::Message::Text(t) => return t.as_bytes().to_vec(),
             tungstenite::Message::Binary(b) => return b.to_vec(),
             _ => continue,
+        }
+    }
+}
+
+/// The close code the server sends, reading past any other message; `None` when the socket
+/// ends without one.
+pub fn close_code(socket: &mut Socket) -> Option<u16> {
+    loop {
+        match socket.read() {
+            Ok(tungstenite::Message::Close(frame)) => return frame.map(|f| u16::from(f.code)),
+            Ok(_) => continue,
+            Err(_) => return None,
         }
     }
 }
