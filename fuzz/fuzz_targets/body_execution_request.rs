@@ -17,7 +17,10 @@ fuzz_target!(|data: &[u8]| {
     let CapabilitySource::Inline { manifest, files } = &request.capability else {
         panic!("a capability that is not inline was accepted");
     };
-    assert_eq!(Manifest::parse(manifest).ok().as_ref(), Some(&request.manifest));
+    assert_eq!(
+        Manifest::parse(manifest).ok().as_ref(),
+        Some(&request.manifest)
+    );
     for file in files {
         assert!(check_relative_path(&file.path).is_ok(), "{:?}", file.path);
         assert!(outpost_core::b64::decode(&file.content_b64).is_ok());

@@ -14,7 +14,10 @@ fuzz_target!(|data: &[u8]| {
     assert!(valid_name(&registration.name), "{:?}", registration.name);
     assert!((1..=MAX_SLOTS).contains(&registration.max_concurrent));
     assert!(!registration.public_key.is_weak());
-    let spelled = value.get("publicKey").and_then(|v| v.as_str()).expect("publicKey");
+    let spelled = value
+        .get("publicKey")
+        .and_then(|v| v.as_str())
+        .expect("publicKey");
     assert_eq!(
         outpost_core::b64::decode(spelled).ok().as_deref(),
         Some(registration.public_key.as_bytes().as_slice())
