@@ -58,3 +58,31 @@ write("manifest_parse", manifests)
 records = [line.encode() for line in (ROOT.parent / "docs" / "RECORDS.md").read_text().splitlines()
            if line.startswith('{"v":')]
 write("record_decode", records)
+
+# The request bodies of PROTOCOL §11, as its examples spell them, and near misses.
+run_sh = "ZWNobyBoaQo"
+inline = {"kind": "inline", "manifest": "name: hi\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
+          "files": [{"path": "run.sh", "contentB64": run_sh}]}
+write("body_execution_request", [json.dumps(b).encode() for b in [
+    {"capability": inline},
+    {"capability": inline, "context": "build-box", "fallback": "chain", "requires": ["fs"],
+     "whenOffline": "queue", "queueMinutes": 60, "wait": True, "waitSecs": 60},
+    {"capability": {"kind": "digest", "sha256": "00" * 32, "size": 1}},
+    {"capability": inline, "waitSecs": 301},
+]])
+write("body_grant", [json.dumps(b).encode() for b in [
+    {"egress": {"mode": "none"}, "limits": {"maxConcurrent": 1}},
+    {"fs": [{"path": "/home/ada/src", "mode": "rw"}], "egress": {"mode": "allowlist", "hosts": ["*.example.org:443"]},
+     "commands": {"enabled": True}, "limits": {"maxConcurrent": 8}, "environments": ["shell", "wasm"]},
+    {"egress": {"mode": "all"}, "limits": [1]},
+]])
+write("body_chain", [b'{"chain":["build-box","cloud"]}', b'{"chain":[]}', b'{"chain":"cloud"}'])
+write("body_user", [b'{"name":"ada"}', b'{"name":"ada","scopes":["execution_context:read","admin"]}',
+                    b'{"name":"Ada","scopes":["root"]}'])
+key = "Tiu7yzmXQoBYEOutpb8QaFQCs4ozR9TAglCukgLAIYc"
+write("body_registration", [json.dumps(b).encode() for b in [
+    {"name": "build-box", "publicKey": key, "maxConcurrent": 2, "environments": ["shell", "wasm"],
+     "daemonVersion": "0.1.0"},
+    {"name": "b", "publicKey": key},
+    {"name": "build-box", "publicKey": "A" * 43, "maxConcurrent": 9},
+]])

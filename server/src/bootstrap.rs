@@ -46,8 +46,8 @@ fn tokens(config: &ServeConfig, store: &Store) -> Result<(String, String), Serve
         let token = join_token(&join).ok_or_else(|| corrupt(&join_path, "not a join string"))?;
         return Ok((admin.trim().to_owned(), token));
     }
-    let admin = secrets::new_token();
-    let join = secrets::new_token();
+    let admin = secrets::new_token()?;
+    let join = secrets::new_token()?;
     // The files first: a crash before the database commit leaves no users, and the next
     // start makes new tokens and overwrites them.
     state::write_secret(&admin_path, format!("{admin}\n").as_bytes())?;

@@ -4,11 +4,13 @@
 //! WebSocket sessions, the SQLite store and the server's own executor (`cloud`), driving
 //! `outpost-core`'s dispatcher.
 //!
-//! The whole public API is [`start`] with a [`ServeConfig`], and the [`Running`] server it
-//! returns. Everything else — the store, the dispatcher actor, the routes — stays inside.
+//! The public API is [`start`] with a [`ServeConfig`], the [`Running`] server it returns,
+//! and [`bodies`], the decoders of the request bodies (public so they can be fuzzed alone).
+//! Everything else — the store, the dispatcher actor, the routes — stays inside.
 #![forbid(unsafe_code)]
 
 mod blocking;
+pub mod bodies;
 mod bootstrap;
 mod clock;
 mod dispatch;
@@ -27,6 +29,7 @@ use outpost_core::wire::Environment;
 use tokio::sync::watch;
 
 pub use blocking::BlockingServer;
+pub use secrets::RandomError;
 pub use state::StateError;
 pub use store::StoreError;
 
@@ -76,6 +79,9 @@ pub enum ServeError {
     /// The TLS files.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The OS random source failed: no secret can be made.
+    #[error(transparent)]
+    Random(#[from] RandomError),
     /// The async runtime of a [`BlockingServer`] cannot start.
     #[error("the server's runtime cannot start: {0}")]
     Runtime(String),

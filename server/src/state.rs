@@ -38,6 +38,9 @@ pub enum StateError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// The OS random source failed while making a key.
+    #[error(transparent)]
+    Random(#[from] crate::secrets::RandomError),
     /// A file in the state folder does not hold what this server writes.
     #[error("{}: {reason}", .path.display())]
     Corrupt {
@@ -138,15 +141,15 @@ fn seed_of(path: &Path, text: &str) -> Result<[u8; 32], StateError> {
     })
 }
 
-fn new_frame(now: UnixTime) -> FrameEntry {
-    let seed = random::<32>();
+fn new_frame(now: UnixTime) -> Result<FrameEntry, StateError> {
+    let seed = random::<32>()?;
     let public = Ed25519Signer::from_seed("", seed).verifying_key();
-    FrameEntry {
+    Ok(FrameEntry {
         kid: format!("frame-{}", &b64::encode(public.as_bytes())[..12]),
         seed: b64::encode(&seed),
         not_before: now.0.saturating_sub(BACKDATE_SECS),
         not_after: now.0 + FRAME_KEY_DAYS * DAY,
-    }
+    })
 }
 
 /// Loads `DIR/keys.json`, creating it on first start and rotating the frame key when the
@@ -162,7 +165,7 @@ pub(crate) fn load_keys(dir: &Path, now: UnixTime) -> Result<(Keys, bool), State
             (file, false)
         }
         None => {
-            let seed = random::<32>();
+            let seed = random::<32>()?;
             let public = Ed25519Signer::from_seed("", seed).verifying_key();
             let root = SeedEntry {
                 id: format!("root-{}", &b64::encode(public.as_bytes())[..12]),
@@ -171,7 +174,7 @@ pub(crate) fn load_keys(dir: &Path, now: UnixTime) -> Result<(Keys, bool), State
             let file = KeyFile {
                 root,
                 version: 1,
-                frame_keys: vec![new_frame(now)],
+                frame_keys: vec![new_frame(now)?],
             };
             (file, true)
         }
@@ -180,7 +183,7 @@ pub(crate) fn load_keys(dir: &Path, now: UnixTime) -> Result<(Keys, bool), State
     file.frame_keys.retain(|k| k.not_after > now.0);
     let newest_end = file.frame_keys.iter().map(|k| k.not_after).max();
     if newest_end.is_none_or(|end| end < now.0 + ROTATE_DAYS_LEFT * DAY) {
-        file.frame_keys.push(new_frame(now));
+        file.frame_keys.push(new_frame(now)?);
         if !created {
             file.version += 1;
         }

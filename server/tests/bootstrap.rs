@@ -116,6 +116,8 @@ fn operations_routes_answer_and_openapi_lists_every_route_with_its_schemas() {
         ("get", "/healthz"),
         ("get", "/metrics"),
         ("get", "/v1/openapi.json"),
+        ("put", "/v1/bundles/{sha256}"),
+        ("get", "/v1/execution-contexts/bundles/{sha256}"),
     ];
     let count: usize = paths
         .values()

@@ -7,7 +7,8 @@ mod common;
 use std::time::{Duration, Instant as StdInstant};
 
 use common::{
-    Machine, Socket, TestServer, bearer, http, next_frame, now_secs, open_socket, temp_dir,
+    Machine, Socket, TestServer, bearer, close_code, http, inline, next_frame, now_secs,
+    open_socket, temp_dir,
 };
 use outpost_core::daemon::{self, Daemon, DaemonConfig};
 use outpost_core::time::{Instant, Now, UnixTime};
@@ -165,9 +166,7 @@ fn a_daemon_driven_over_the_websocket_runs_an_execution_to_exited() {
     }
     let addr = server.addr();
     let body = json!({
-        "capability": {"kind": "inline",
-                       "manifest": "name: hi\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
-                       "files": [{"path": "run.sh", "contentB64": "ZWNobyBoaQo"}]},
+        "capability": inline("echo hi\n"),
         "context": "build-box", "wait": true, "waitSecs": 30,
     })
     .to_string();
@@ -226,16 +225,6 @@ fn a_daemon_driven_over_the_websocket_runs_an_execution_to_exited() {
     assert_eq!(runs["runs"].as_array().map(Vec::len), Some(1));
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn close_code(socket: &mut Socket) -> Option<u16> {
-    loop {
-        match socket.read() {
-            Ok(Message::Close(frame)) => return frame.map(|f| u16::from(f.code)),
-            Ok(_) => continue,
-            Err(_) => return None,
-        }
-    }
 }
 
 #[test]

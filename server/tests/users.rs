@@ -3,15 +3,8 @@
 
 mod common;
 
-use common::{TestServer, bearer, http, temp_dir};
-use outpost_core::b64;
+use common::{TestServer, bearer, http, inline, temp_dir};
 use serde_json::json;
-
-fn inline(script: &str) -> serde_json::Value {
-    json!({"kind": "inline",
-           "manifest": "name: hi\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
-           "files": [{"path": "run.sh", "contentB64": b64::encode(script.as_bytes())}]})
-}
 
 #[test]
 fn tokens_are_checked_with_codes() {

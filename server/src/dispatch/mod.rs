@@ -46,6 +46,8 @@ pub(crate) enum Msg {
     /// Issue a connect ticket.
     IssueTicket {
         context_id: String,
+        /// The ticket's 48 random bytes, drawn by the caller.
+        secret: [u8; 48],
         reply: oneshot::Sender<Result<IssuedTicket, TicketError>>,
     },
     /// A WebSocket presented a ticket: attach its queue, then feed `Connect`.
@@ -153,14 +155,16 @@ impl Dispatcher {
                 }
                 drained
             }
-            Msg::IssueTicket { context_id, reply } => {
+            Msg::IssueTicket {
+                context_id,
+                secret,
+                reply,
+            } => {
                 let now = self.shared.clock.now();
                 // Bring the dispatcher's clock up to now so the ticket is stamped with it.
                 let _ = self.server.handle_input(now, Input::Timeout);
                 self.drain()?;
-                let issued = self
-                    .server
-                    .issue_ticket(&context_id, crate::secrets::random::<48>());
+                let issued = self.server.issue_ticket(&context_id, secret);
                 let drained = self.drain();
                 let _ = reply.send(issued);
                 drained

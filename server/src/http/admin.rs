@@ -1,17 +1,19 @@
 //! Users, audit and operations (§11.4–§11.5): creating users with tokens (shown once), the
 //! audit log, `/healthz`, `/metrics` and the OpenAPI document.
 
-use axum::extract::{Query, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::{self, ADMIN, READ, SCOPES};
+use super::auth::{self, ADMIN, READ};
 use super::error::{ApiError, ApiResult};
+use super::extract::QueryParams;
 use super::openapi::{Auth, api};
 use super::{App, Route, body, route};
+use crate::bodies::{self, SCOPES};
 use crate::clock::wall_now;
 use crate::secrets;
 
@@ -26,6 +28,7 @@ pub(super) fn routes() -> Vec<Route> {
                     (409, "user_exists"),
                     (400, "invalid_name"),
                     (400, "unknown_scope"),
+                    (503, "random_unavailable"),
                 ]),
             post(create_user),
         ),
@@ -53,43 +56,19 @@ pub(super) fn routes() -> Vec<Route> {
     ]
 }
 
-#[derive(Deserialize)]
-struct UserBody {
-    name: String,
-    #[serde(default)]
-    scopes: Option<Vec<String>>,
-}
-
 async fn create_user(State(app): State<App>, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let caller = auth::bearer(&app, &parts.headers, ADMIN)?;
-    let bytes = body::read(&parts.headers, raw).await?;
-    let body: UserBody = body::parse(&bytes)?;
-    if !super::machine::valid_name(&body.name) {
-        return Err(ApiError::new(
-            400,
-            "invalid_name",
-            "a user name is 1-64 characters of a-z, 0-9 and '-'",
-        ));
-    }
-    let scopes = match body.scopes {
-        Some(scopes) => {
-            if let Some(bad) = scopes.iter().find(|s| !SCOPES.contains(&s.as_str())) {
-                return Err(ApiError::new(
-                    400,
-                    "unknown_scope",
-                    format!("{bad:?} is not a scope"),
-                ));
-            }
-            scopes
-        }
-        None => SCOPES
+    let bytes = body::read_json(&parts.headers, raw).await?;
+    let body = bodies::decode_user(&bytes)?;
+    let scopes = body.scopes.unwrap_or_else(|| {
+        SCOPES
             .iter()
             .filter(|s| **s != ADMIN)
             .map(|s| (*s).to_owned())
-            .collect(),
-    };
-    let token = secrets::new_token();
+            .collect()
+    });
+    let token = secrets::new_token()?;
     let now = wall_now().0;
     if !app
         .shared
@@ -119,11 +98,10 @@ struct AuditQuery {
 
 async fn audit(
     State(app): State<App>,
-    query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+    QueryParams(query): QueryParams<AuditQuery>,
     req: Request,
 ) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
-    let Query(query) = query.map_err(|e| ApiError::new(400, "invalid_query", e.to_string()))?;
     let limit = query.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::new(400, "invalid_query", "limit is 1 to 1000"));

@@ -18,15 +18,7 @@ use super::App;
 use super::error::ApiError;
 use crate::secrets;
 
-/// Every scope a token may hold (§11.2).
-pub(crate) const SCOPES: [&str; 6] = [
-    "execution_context:create",
-    "execution_context:read",
-    "execution_context:execute",
-    "execution_context:delete",
-    "execution_context:command",
-    "admin",
-];
+pub(crate) use crate::bodies::SCOPES;
 
 /// The scope of the join's registration token.
 pub(crate) const CREATE: &str = "execution_context:create";
@@ -201,41 +193,4 @@ pub(crate) fn spend_nonce(app: &App, verified: &VerifiedRequest) -> Result<(), A
         .store
         .insert_nonce(&verified.keyid, nonce, created, expires, keep_until)?;
     Ok(())
-}
-
-/// A signed machine request, checked whole: the source address's rate, the signature by a
-/// registered machine key, that context's rate, the nonce, and that the key is not revoked.
-/// Returns the machine's context id.
-pub(crate) fn signed_machine(
-    app: &App,
-    addr: std::net::SocketAddr,
-    parts: &axum::http::request::Parts,
-    body: &[u8],
-) -> Result<String, ApiError> {
-    limit_address(app, addr)?;
-    let signed = signed_request(app, &parts.method, &parts.uri, &parts.headers, body);
-    let store = app.shared.store.clone();
-    let lookup = move |kid: &str| {
-        store
-            .machine_key(kid)
-            .ok()
-            .flatten()
-            .and_then(|(_, key, _)| VerifyingKey::from_bytes(&key).ok())
-    };
-    let verified = verify(&signed, &lookup)?;
-    let (context_id, _, revoked) = app
-        .shared
-        .store
-        .machine_key(&verified.keyid)?
-        .ok_or_else(|| ApiError::new(401, "unknown_key", "no machine has this key"))?;
-    limit_context(app, &context_id)?;
-    spend_nonce(app, &verified)?;
-    if revoked {
-        return Err(ApiError::new(
-            403,
-            "context_revoked",
-            "this machine key was revoked",
-        ));
-    }
-    Ok(context_id)
 }

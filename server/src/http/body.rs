@@ -1,10 +1,8 @@
-//! Reading request bodies: at most 1 MiB (`body_too_large`, 413), parsed by the core's strict
-//! JSON reader (duplicate keys, floats and the like refused with their §10 code), then read
-//! into a typed structure (`invalid_body`, naming the member).
+//! Reading request bodies: at most 1 MiB (`body_too_large`, 413), labelled JSON when labelled
+//! at all (`unsupported_media_type`, 415). Decoding them is [`crate::bodies`]'s.
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
-use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 
@@ -33,14 +31,23 @@ pub(crate) async fn read(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiEr
         .map_err(|_| too_large())
 }
 
-/// Parses `bytes` as strict JSON into `T`.
-pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    if bytes.is_empty() {
-        return Err(ApiError::invalid_body("a JSON body is required"));
+/// [`read`] for a route whose body is JSON: a `Content-Type` other than `application/json`
+/// (parameters such as `charset` aside) is refused before the body is read. A body sent
+/// without one is read as JSON.
+pub(crate) async fn read_json(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    if let Some(value) = headers.get(header::CONTENT_TYPE) {
+        let media = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.split(';').next())
+            .map(|m| m.trim().to_ascii_lowercase());
+        if media.as_deref() != Some("application/json") {
+            return Err(ApiError::new(
+                415,
+                "unsupported_media_type",
+                "the body must be JSON, sent as content-type: application/json",
+            ));
+        }
     }
-    let value = outpost_core::json::parse_strict(bytes)
-        .map_err(|e| ApiError::new(400, e.code(), format!("the body is not strict JSON: {e}")))?;
-    value.deserialize_into().map_err(|e| {
-        ApiError::invalid_body(format!("the body does not have the expected members: {e}"))
-    })
+    read(headers, body).await
 }

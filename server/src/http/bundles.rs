@@ -8,18 +8,21 @@
 use std::net::SocketAddr;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, put};
-use outpost_core::wire::{MAX_BUNDLE_BYTES, decode_bundle};
+use outpost_core::manifest::Manifest;
+use outpost_core::wire::{CapabilitySource, MAX_BUNDLE_BYTES, decode_bundle};
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
 
 use super::auth::{self, EXECUTE};
 use super::error::{ApiError, ApiResult};
+use super::extract::PathParam;
 use super::openapi::{Auth, api};
 use super::{App, Route, route};
+use crate::bodies::{check_digest, check_inline};
 use crate::clock::wall_now;
 
 pub(super) fn routes() -> Vec<Route> {
@@ -55,20 +58,40 @@ pub(super) fn routes() -> Vec<Route> {
     ]
 }
 
-/// A digest as routes name it: 64 lowercase hex digits.
-pub(crate) fn check_digest(sha256: &str) -> Result<(), ApiError> {
-    if sha256.len() == 64
-        && sha256
-            .bytes()
-            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    {
-        Ok(())
-    } else {
-        Err(ApiError::new(
+/// The manifest of the stored bundle `sha256`, which must hold `size` bytes; its content is
+/// checked as an inline capability's is.
+pub(super) fn stored_manifest(app: &App, sha256: &str, size: u64) -> Result<Manifest, ApiError> {
+    let bytes = app.shared.store.bundle(sha256)?.ok_or_else(|| {
+        ApiError::new(
+            404,
+            "bundle_unknown",
+            format!(
+                "no bundle has the digest {sha256}: upload it first (PUT /v1/bundles/{sha256})"
+            ),
+        )
+    })?;
+    if bytes.len() as u64 != size {
+        return Err(ApiError::new(
             400,
-            "invalid_digest",
-            "a bundle is named by its SHA-256: 64 lowercase hex digits",
-        ))
+            "digest_mismatch",
+            format!(
+                "the bundle {sha256} holds {} bytes, not {size}",
+                bytes.len()
+            ),
+        ));
+    }
+    bundle_manifest(&bytes)
+}
+
+/// A bundle's manifest, after the checks an inline capability gets.
+fn bundle_manifest(bytes: &[u8]) -> Result<Manifest, ApiError> {
+    match decode_bundle(bytes).map_err(|e| ApiError::new(400, e.code(), e.to_string()))? {
+        CapabilitySource::Inline { manifest, files } => Ok(check_inline(&manifest, &files)?),
+        CapabilitySource::Digest { .. } => Err(ApiError::new(
+            400,
+            "invalid_bundle",
+            "a bundle cannot name another bundle",
+        )),
     }
 }
 
@@ -88,7 +111,7 @@ fn too_large() -> ApiError {
     )
 }
 
-async fn upload(State(app): State<App>, Path(sha256): Path<String>, req: Request) -> ApiResult {
+async fn upload(State(app): State<App>, PathParam(sha256): PathParam, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
     check_digest(&sha256)?;
@@ -111,9 +134,7 @@ async fn upload(State(app): State<App>, Path(sha256): Path<String>, req: Request
             format!("the body's SHA-256 is {actual}, not {sha256}"),
         ));
     }
-    let capability =
-        decode_bundle(&bytes).map_err(|e| ApiError::new(400, e.code(), e.to_string()))?;
-    super::executions::check_capability(&app, &capability)?;
+    bundle_manifest(&bytes)?;
     let added = app
         .shared
         .store
@@ -133,12 +154,13 @@ async fn upload(State(app): State<App>, Path(sha256): Path<String>, req: Request
 async fn fetch(
     State(app): State<App>,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
-    Path(sha256): Path<String>,
+    PathParam(sha256): PathParam,
     req: Request,
 ) -> ApiResult {
+    auth::limit_address(&app, addr)?;
     let (parts, raw) = req.into_parts();
     let body = super::body::read(&parts.headers, raw).await?;
-    auth::signed_machine(&app, addr, &parts, &body)?;
+    super::machine::registered_machine(&app, &parts, &body)?;
     check_digest(&sha256)?;
     let bytes = app
         .shared

@@ -1,20 +1,20 @@
 //! Context routes (§11.4): list, show, change the grant, revoke, delete; and the caller's
 //! chain. Changes go through the dispatcher (which journals them) before the answer.
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, patch, post};
 use outpost_core::routing::{CLOUD_ID, Chain, ChainEntry};
 use outpost_core::server::Input;
-use outpost_core::wire::Grant;
-use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::{self, Caller, DELETE, EXECUTE, READ};
 use super::error::{ApiError, ApiResult};
+use super::extract::PathParam;
 use super::openapi::{Auth, api};
 use super::{App, Route, body, route, views};
+use crate::bodies;
 use crate::clock::wall_now;
 use crate::dispatch::Live;
 use crate::store::ContextEntry;
@@ -151,22 +151,17 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
     Ok(axum::Json(json!({ "contexts": out })).into_response())
 }
 
-async fn show(State(app): State<App>, Path(given): Path<String>, req: Request) -> ApiResult {
+async fn show(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
     let entry = find(&app, &caller, &given)?;
     answer(&app, &entry.id).await
 }
 
-async fn grant(State(app): State<App>, Path(given): Path<String>, req: Request) -> ApiResult {
+async fn grant(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let caller = auth::bearer(&app, &parts.headers, DELETE)?;
-    let bytes = body::read(&parts.headers, raw).await?;
-    let grant: Grant = body::parse(&bytes)?;
-    if !(1..=8).contains(&grant.limits.max_concurrent) {
-        return Err(ApiError::invalid_body(
-            "limits.maxConcurrent must be 1 to 8",
-        ));
-    }
+    let bytes = body::read_json(&parts.headers, raw).await?;
+    let grant = bodies::decode_grant(&bytes)?;
     let entry = find(&app, &caller, &given)?;
     if entry.revoked {
         return Err(ApiError::new(
@@ -191,7 +186,7 @@ async fn grant(State(app): State<App>, Path(given): Path<String>, req: Request) 
     answer(&app, &entry.id).await
 }
 
-async fn revoke(State(app): State<App>, Path(given): Path<String>, req: Request) -> ApiResult {
+async fn revoke(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), DELETE)?;
     let entry = find(&app, &caller, &given)?;
     if !entry.revoked {
@@ -210,7 +205,7 @@ async fn revoke(State(app): State<App>, Path(given): Path<String>, req: Request)
     answer(&app, &entry.id).await
 }
 
-async fn delete(State(app): State<App>, Path(given): Path<String>, req: Request) -> ApiResult {
+async fn delete(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), DELETE)?;
     let entry = find(&app, &caller, &given)?;
     if !entry.revoked {
@@ -257,16 +252,11 @@ async fn get_chain(State(app): State<App>, req: Request) -> ApiResult {
     Ok(axum::Json(chain_body(&chain)).into_response())
 }
 
-#[derive(Deserialize)]
-struct ChainBody {
-    chain: Vec<String>,
-}
-
 async fn put_chain(State(app): State<App>, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
-    let bytes = body::read(&parts.headers, raw).await?;
-    let body: ChainBody = body::parse(&bytes)?;
+    let bytes = body::read_json(&parts.headers, raw).await?;
+    let body = bodies::decode_chain(&bytes)?;
     let mut entries = Vec::new();
     for given in &body.chain {
         let id = super::executions::resolve_context(&app, &caller, given)?;

@@ -25,11 +25,6 @@ impl ApiError {
         }
     }
 
-    /// 400 `invalid_body`, naming what was wrong.
-    pub(crate) fn invalid_body(message: impl Into<String>) -> Self {
-        Self::new(400, "invalid_body", message)
-    }
-
     /// 500 `internal`: the server failed; the cause is logged, not sent.
     pub(crate) fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "a request failed inside the server");
@@ -45,6 +40,23 @@ impl ApiError {
         );
         e.retry_after = Some(retry_after);
         e
+    }
+}
+
+impl From<crate::bodies::BodyError> for ApiError {
+    fn from(e: crate::bodies::BodyError) -> Self {
+        Self::new(400, e.code(), e.message())
+    }
+}
+
+impl From<crate::secrets::RandomError> for ApiError {
+    fn from(e: crate::secrets::RandomError) -> Self {
+        tracing::error!(error = %e, "a request could not draw randomness");
+        Self::new(
+            503,
+            "random_unavailable",
+            "the server cannot draw randomness now; retry later",
+        )
     }
 }
 

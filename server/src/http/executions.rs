@@ -4,14 +4,11 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use outpost_core::manifest::{Manifest, check_relative_path};
-use outpost_core::routing::{
-    CLOUD_ID, ExecuteTarget, Fallback, Requester, Requirement, WhenOffline,
-};
+use outpost_core::routing::{CLOUD_ID, ExecuteTarget, Requester};
 use outpost_core::server::{ExecuteRequest, Input};
 use outpost_core::wire::CapabilitySource;
 use serde::Deserialize;
@@ -19,16 +16,13 @@ use serde_json::json;
 
 use super::auth::{self, Caller, EXECUTE, READ};
 use super::error::{ApiError, ApiResult};
+use super::extract::{PathParam, QueryParams};
 use super::openapi::{Auth, api};
 use super::{App, Route, body, route, views};
+use crate::bodies::{self, MAX_WAIT_SECS};
 use crate::clock::wall_now;
 use crate::secrets;
 use crate::store::ExecutionEntry;
-
-/// How long `wait` waits when no `waitSecs` is given.
-const DEFAULT_WAIT_SECS: u64 = 60;
-/// The longest a request waits for an execution to end.
-const MAX_WAIT_SECS: u64 = 300;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -44,6 +38,8 @@ pub(super) fn routes() -> Vec<Route> {
                     (413, "capability_too_large"),
                     (404, "bundle_unknown"),
                     (400, "digest_mismatch"),
+                    (400, "invalid_digest"),
+                    (503, "random_unavailable"),
                 ]),
             post(execute),
         ),
@@ -77,79 +73,6 @@ pub(super) fn routes() -> Vec<Route> {
     ]
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ExecuteBody {
-    capability: CapabilitySource,
-    #[serde(default)]
-    context: Option<String>,
-    #[serde(default)]
-    fallback: Option<Fallback>,
-    #[serde(default)]
-    requires: Option<Vec<Requirement>>,
-    #[serde(default)]
-    when_offline: Option<OfflineMode>,
-    #[serde(default)]
-    queue_minutes: Option<u32>,
-    #[serde(default)]
-    wait: Option<bool>,
-    #[serde(default)]
-    wait_secs: Option<u64>,
-}
-
-#[derive(Deserialize, Clone, Copy)]
-#[serde(rename_all = "lowercase")]
-enum OfflineMode {
-    Fail,
-    Queue,
-}
-
-/// Checks a capability the way the machine will: the manifest validates and every file has
-/// a safe relative path and base64url content. One named by digest must be a stored bundle
-/// of that size, and its content is checked the same way.
-pub(super) fn check_capability(
-    app: &App,
-    capability: &CapabilitySource,
-) -> Result<Manifest, ApiError> {
-    let (manifest, files) = match capability {
-        CapabilitySource::Inline { manifest, files } => (manifest, files),
-        CapabilitySource::Digest { sha256, size } => {
-            super::bundles::check_digest(sha256)?;
-            let bytes = app.shared.store.bundle(sha256)?.ok_or_else(|| {
-                ApiError::new(
-                    404,
-                    "bundle_unknown",
-                    format!("no bundle has the digest {sha256}: upload it first (PUT /v1/bundles/{sha256})"),
-                )
-            })?;
-            if bytes.len() as u64 != *size {
-                return Err(ApiError::new(
-                    400,
-                    "digest_mismatch",
-                    format!(
-                        "the bundle {sha256} holds {} bytes, not {size}",
-                        bytes.len()
-                    ),
-                ));
-            }
-            let inline = outpost_core::wire::decode_bundle(&bytes)
-                .map_err(|e| ApiError::new(400, e.code(), e.to_string()))?;
-            return check_capability(app, &inline);
-        }
-    };
-    let parsed = Manifest::parse(manifest)
-        .map_err(|e| ApiError::new(400, "invalid_manifest", e.to_string()))?;
-    for file in files {
-        check_relative_path(&file.path).map_err(|e| {
-            ApiError::invalid_body(format!("capability.files: {:?} {e}", file.path))
-        })?;
-        outpost_core::b64::decode(&file.content_b64).map_err(|e| {
-            ApiError::invalid_body(format!("capability.files: {:?} contentB64: {e}", file.path))
-        })?;
-    }
-    Ok(parsed)
-}
-
 /// The context id a request names: `cloud`, an id, or a name (the caller's own first).
 pub(crate) fn resolve_context(app: &App, caller: &Caller, given: &str) -> Result<String, ApiError> {
     if given == CLOUD_ID {
@@ -173,22 +96,21 @@ pub(crate) fn resolve_context(app: &App, caller: &Caller, given: &str) -> Result
 async fn execute(State(app): State<App>, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
-    let bytes = body::read(&parts.headers, raw).await?;
-    let body: ExecuteBody = body::parse(&bytes)?;
-    let manifest = check_capability(&app, &body.capability)?;
-    let wait_secs = body.wait_secs.unwrap_or(DEFAULT_WAIT_SECS);
-    if wait_secs > MAX_WAIT_SECS {
-        return Err(ApiError::invalid_body(format!(
-            "waitSecs is at most {MAX_WAIT_SECS}"
-        )));
-    }
-    let when_offline = match body.when_offline {
-        None | Some(OfflineMode::Fail) => WhenOffline::Fail,
-        Some(OfflineMode::Queue) => WhenOffline::queue(
-            body.queue_minutes
-                .unwrap_or(outpost_core::routing::DEFAULT_QUEUE_MINUTES),
-        )
-        .map_err(|e| ApiError::new(400, e.code(), e.to_string()))?,
+    let bytes = body::read_json(&parts.headers, raw).await?;
+    let body = bodies::decode_execution_request(&bytes)?;
+    // A capability named by digest is checked against its stored bundle.
+    let manifest = match (&body.manifest, &body.capability) {
+        (Some(manifest), _) => manifest.clone(),
+        (None, CapabilitySource::Digest { sha256, size }) => {
+            super::bundles::stored_manifest(&app, sha256, *size)?
+        }
+        (None, CapabilitySource::Inline { .. }) => {
+            return Err(ApiError::new(
+                400,
+                "invalid_body",
+                "capability: no manifest",
+            ));
+        }
     };
     let context_id = body
         .context
@@ -197,16 +119,16 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         .transpose()?;
     let target = ExecuteTarget {
         context: context_id.clone(),
-        fallback: body.fallback.unwrap_or_default(),
-        requires: body.requires.unwrap_or_default(),
-        when_offline,
+        fallback: body.fallback,
+        requires: body.requires,
+        when_offline: body.when_offline,
         wants_commands: false,
     };
     target
         .validate()
         .map_err(|e| ApiError::new(400, e.code(), e.to_string()))?;
     let entry = ExecutionEntry {
-        id: secrets::new_id("ex_"),
+        id: secrets::new_id("ex_")?,
         user: caller.user.clone(),
         requested: body.context.clone(),
         status: "pending".into(),
@@ -225,8 +147,8 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         timeout_ms: manifest.limits.timeout_ms,
     };
     app.call(Input::Execute(Box::new(request))).await?;
-    let entry = if body.wait.unwrap_or(false) {
-        wait_for_end(&app, &entry.id, Duration::from_secs(wait_secs)).await?
+    let entry = if body.wait {
+        wait_for_end(&app, &entry.id, Duration::from_secs(body.wait_secs)).await?
     } else {
         app.shared.store.execution(&entry.id)?.unwrap_or(entry)
     };
@@ -274,22 +196,13 @@ struct ShowQuery {
     wait_secs: Option<u64>,
 }
 
-fn bad_query(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
-        400,
-        "invalid_query",
-        format!("the query string is not valid: {e}"),
-    )
-}
-
 async fn show(
     State(app): State<App>,
-    Path(id): Path<String>,
-    query: Result<Query<ShowQuery>, axum::extract::rejection::QueryRejection>,
+    PathParam(id): PathParam,
+    QueryParams(query): QueryParams<ShowQuery>,
     req: Request,
 ) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
-    let Query(query) = query.map_err(bad_query)?;
     let mut entry = visible(&app, &caller, &id)?;
     if let Some(secs) = query.wait_secs {
         let secs = secs.min(MAX_WAIT_SECS);
@@ -298,7 +211,7 @@ async fn show(
     Ok(axum::Json(views::execution(&entry)).into_response())
 }
 
-async fn cancel(State(app): State<App>, Path(id): Path<String>, req: Request) -> ApiResult {
+async fn cancel(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), EXECUTE)?;
     let entry = visible(&app, &caller, &id)?;
     if !views::ended(&entry.status) {
@@ -321,11 +234,10 @@ struct RunsQuery {
 
 async fn runs(
     State(app): State<App>,
-    query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
+    QueryParams(query): QueryParams<RunsQuery>,
     req: Request,
 ) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
-    let Query(query) = query.map_err(bad_query)?;
     let limit = query.limit.unwrap_or(50);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::new(400, "invalid_query", "limit is 1 to 500"));

@@ -7,16 +7,17 @@ use std::sync::atomic::Ordering;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{ConnectInfo, Request, State};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use ed25519_dalek::VerifyingKey;
 use outpost_core::b64;
+use outpost_core::httpsig::VerifiedRequest;
 use outpost_core::join::machine_key_id;
 use outpost_core::server::{ContextRecord, Input};
 use outpost_core::ticket::TICKET_PREFIX;
-use outpost_core::wire::{CommandsGrant, Egress, Environment, Grant, GrantLimits};
-use serde::Deserialize;
+use outpost_core::wire::{CommandsGrant, Egress, Grant, GrantLimits};
 use serde_json::json;
 use tokio::sync::oneshot;
 
@@ -24,15 +25,12 @@ use super::auth::{self, CREATE};
 use super::error::{ApiError, ApiResult};
 use super::openapi::{Auth, api};
 use super::{App, Route, body, route};
+use crate::bodies;
 use crate::clock::wall_now;
 use crate::dispatch::Msg;
 use crate::secrets;
 use crate::store::ContextEntry;
 
-/// The most slots a daemon may offer.
-const MAX_SLOTS: u32 = 8;
-/// The slots a daemon offers when it names none.
-const DEFAULT_SLOTS: u32 = 2;
 /// Tickets kept before expired ones are swept.
 const TICKET_SWEEP: usize = 1024;
 
@@ -52,6 +50,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (400, "invalid_name"),
                 (403, "context_revoked"),
                 (409, "context_name_taken"),
+                (503, "random_unavailable"),
             ]),
             post(register),
         ),
@@ -63,7 +62,11 @@ pub(super) fn routes() -> Vec<Route> {
             )
             .auth(Auth::Signed)
             .response(200, Some("ConnectTicket"))
-            .errors(&[(403, "context_revoked"), (503, "ticket_store_full")]),
+            .errors(&[
+                (403, "context_revoked"),
+                (503, "ticket_store_full"),
+                (503, "random_unavailable"),
+            ]),
             post(connect_ticket),
         ),
         route(
@@ -95,34 +98,65 @@ pub(super) fn routes() -> Vec<Route> {
     ]
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RegisterBody {
-    name: String,
-    public_key: String,
-    #[serde(default)]
-    max_concurrent: Option<u32>,
-    #[serde(default)]
-    environments: Option<Vec<Environment>>,
-    #[serde(default)]
-    daemon_version: Option<String>,
-}
-
-/// 1–64 characters of `[a-z0-9-]`, starting with a letter or digit.
-pub(crate) fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-        && !name.starts_with('-')
-}
-
 fn registered(entry: &ContextEntry) -> serde_json::Value {
     let grant: serde_json::Value = serde_json::from_str(&entry.grant_json).unwrap_or_default();
     json!({
         "contextId": entry.id, "name": entry.name, "operator": entry.operator,
         "keyId": entry.key_id, "grant": grant, "grantVersion": entry.grant_version,
     })
+}
+
+/// Verifies a machine request's `outpost` signature with the key `lookup` finds (§8 steps
+/// 1–6), over the request as it arrived.
+fn verify_machine(
+    app: &App,
+    parts: &Parts,
+    bytes: &[u8],
+    lookup: &dyn Fn(&str) -> Option<VerifyingKey>,
+) -> Result<VerifiedRequest, ApiError> {
+    let signed = auth::signed_request(app, &parts.method, &parts.uri, &parts.headers, bytes);
+    auth::verify(&signed, lookup)
+}
+
+/// Lets a verified machine request in: a token from the bucket of `context` (the context's
+/// id, or the key's id before it has one), then its nonce spent (§8 step 7).
+fn admit(app: &App, context: &str, verified: &VerifiedRequest) -> Result<(), ApiError> {
+    auth::limit_context(app, context)?;
+    auth::spend_nonce(app, verified)
+}
+
+/// 403 `context_revoked`: the key verified, but its context was revoked for good.
+fn key_revoked() -> ApiError {
+    ApiError::new(403, "context_revoked", "this machine key was revoked")
+}
+
+/// A signed request of a registered machine, checked whole (after the source address's
+/// rate): the signature by its key, its context's rate, the nonce, and that the key is not
+/// revoked. Returns the machine's context id.
+pub(super) fn registered_machine(
+    app: &App,
+    parts: &Parts,
+    bytes: &[u8],
+) -> Result<String, ApiError> {
+    let store = app.shared.store.clone();
+    let lookup = move |kid: &str| {
+        store
+            .machine_key(kid)
+            .ok()
+            .flatten()
+            .and_then(|(_, key, _)| VerifyingKey::from_bytes(&key).ok())
+    };
+    let verified = verify_machine(app, parts, bytes, &lookup)?;
+    let (context_id, _, revoked) = app
+        .shared
+        .store
+        .machine_key(&verified.keyid)?
+        .ok_or_else(|| ApiError::new(401, "unknown_key", "no machine has this key"))?;
+    admit(app, &context_id, &verified)?;
+    if revoked {
+        return Err(key_revoked());
+    }
+    Ok(context_id)
 }
 
 async fn register(
@@ -133,20 +167,13 @@ async fn register(
     auth::limit_address(&app, addr)?;
     let (parts, raw) = req.into_parts();
     let caller = auth::bearer(&app, &parts.headers, CREATE)?;
-    let bytes = body::read(&parts.headers, raw).await?;
-    let reg: RegisterBody = body::parse(&bytes)?;
-    let key = b64::decode_array::<32>(&reg.public_key).map_err(|e| {
-        ApiError::invalid_body(format!("publicKey is not 32 bytes of base64url: {e}"))
-    })?;
-    let public = VerifyingKey::from_bytes(&key)
-        .ok()
-        .filter(|k| !k.is_weak())
-        .ok_or_else(|| ApiError::invalid_body("publicKey is not a usable Ed25519 key"))?;
+    let bytes = body::read_json(&parts.headers, raw).await?;
+    let reg = bodies::decode_registration(&bytes)?;
+    let public = reg.public_key;
     let key_id = machine_key_id(&public);
-    let signed = auth::signed_request(&app, &parts.method, &parts.uri, &parts.headers, &bytes);
     // The signature is checked against the body's key whatever `keyid` says; a `keyid` that
     // is not that key's id is then its own error.
-    let verified = auth::verify(&signed, &|_| Some(public))?;
+    let verified = verify_machine(&app, &parts, &bytes, &|_| Some(public))?;
     if verified.keyid != key_id {
         return Err(ApiError::new(
             400,
@@ -154,29 +181,15 @@ async fn register(
             format!("keyid must be {key_id}, the id of publicKey"),
         ));
     }
-    auth::limit_context(&app, &key_id)?;
-    auth::spend_nonce(&app, &verified)?;
-    if !valid_name(&reg.name) {
-        return Err(ApiError::new(
-            400,
-            "invalid_name",
-            "a name is 1-64 characters of a-z, 0-9 and '-', starting with a letter or digit",
-        ));
-    }
-    let slots = reg.max_concurrent.unwrap_or(DEFAULT_SLOTS);
-    if !(1..=MAX_SLOTS).contains(&slots) {
-        return Err(ApiError::invalid_body(format!(
-            "maxConcurrent must be 1 to {MAX_SLOTS}"
-        )));
-    }
+    admit(&app, &key_id, &verified)?;
+    let slots = reg.max_concurrent;
+    // One registration at a time: two requests with one key (a daemon retrying) or one name
+    // must not both pass the checks below before either is stored.
+    let _registering = app.registering.lock().await;
     let store = &app.shared.store;
     if let Some(existing) = store.context_by_key(&key_id)? {
         if existing.revoked {
-            return Err(ApiError::new(
-                403,
-                "context_revoked",
-                "this machine key was revoked",
-            ));
+            return Err(key_revoked());
         }
         return Ok((StatusCode::OK, axum::Json(registered(&existing))).into_response());
     }
@@ -204,18 +217,17 @@ async fn register(
         environments: None,
     };
     let entry = ContextEntry {
-        id: secrets::new_id("ec_"),
+        id: secrets::new_id("ec_")?,
         name: reg.name.clone(),
         operator: caller.user.clone(),
         key_id: key_id.clone(),
         max_concurrent: slots,
         environments: reg
             .environments
-            .unwrap_or_default()
             .iter()
             .map(|e| e.as_str().to_owned())
             .collect(),
-        daemon_version: reg.daemon_version.unwrap_or_default(),
+        daemon_version: reg.daemon_version,
         registered_at: wall_now().0,
         grant_json: serde_json::to_string(&grant).map_err(ApiError::internal)?,
         grant_version: 1,
@@ -250,47 +262,23 @@ async fn connect_ticket(
     auth::limit_address(&app, addr)?;
     let (parts, raw) = req.into_parts();
     let bytes = body::read(&parts.headers, raw).await?;
-    let signed = auth::signed_request(&app, &parts.method, &parts.uri, &parts.headers, &bytes);
-    let store = app.shared.store.clone();
-    let lookup = move |kid: &str| {
-        store
-            .machine_key(kid)
-            .ok()
-            .flatten()
-            .and_then(|(_, key, _)| VerifyingKey::from_bytes(&key).ok())
-    };
-    let verified = auth::verify(&signed, &lookup)?;
-    let (context_id, _, revoked) = app
-        .shared
-        .store
-        .machine_key(&verified.keyid)?
-        .ok_or_else(|| ApiError::new(401, "unknown_key", "no machine has this key"))?;
-    auth::limit_context(&app, &context_id)?;
-    auth::spend_nonce(&app, &verified)?;
-    if revoked {
-        return Err(ApiError::new(
-            403,
-            "context_revoked",
-            "this machine key was revoked",
-        ));
-    }
+    let context_id = registered_machine(&app, &parts, &bytes)?;
+    let secret = secrets::random::<48>()?;
     let (reply, rx) = oneshot::channel();
     app.tx
         .send(Msg::IssueTicket {
             context_id: context_id.clone(),
+            secret,
             reply,
         })
         .await
-        .map_err(|_| ApiError::new(503, "unavailable", "the dispatcher is not running"))?;
-    let issued = rx
-        .await
-        .map_err(|_| ApiError::new(503, "unavailable", "the dispatcher is not running"))?
-        .map_err(|e| match e {
-            outpost_core::ticket::TicketError::StoreFull => {
-                ApiError::new(503, e.code(), "too many outstanding tickets; retry shortly")
-            }
-            _ => ApiError::new(401, "unknown_key", "this machine is not registered"),
-        })?;
+        .map_err(|_| App::gone())?;
+    let issued = rx.await.map_err(|_| App::gone())?.map_err(|e| match e {
+        outpost_core::ticket::TicketError::StoreFull => {
+            ApiError::new(503, e.code(), "too many outstanding tickets; retry shortly")
+        }
+        _ => ApiError::new(401, "unknown_key", "this machine is not registered"),
+    })?;
     let text = issued.ticket.expose_secret();
     let expires_at = issued.ticket.expires_at.0;
     {

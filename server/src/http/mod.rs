@@ -12,6 +12,7 @@ mod bundles;
 mod contexts;
 mod error;
 mod executions;
+mod extract;
 mod machine;
 mod openapi;
 mod ratelimit;
@@ -58,6 +59,8 @@ pub(crate) struct AppInner {
     /// Outstanding connect tickets: SHA-256 of the ticket text → (context id, expiry).
     pub(crate) tickets: Mutex<HashMap<[u8; 32], (String, u64)>>,
     pub(crate) next_conn: AtomicU64,
+    /// Held by a registration from its checks until it is stored.
+    pub(crate) registering: tokio::sync::Mutex<()>,
     /// `https` with TLS, else `http`: the scheme signed URLs carry.
     pub(crate) scheme: &'static str,
     pub(crate) openapi: serde_json::Value,
@@ -92,12 +95,14 @@ impl App {
             by_context: Limiter::new(CONTEXT_RATE),
             tickets: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
+            registering: tokio::sync::Mutex::new(()),
             scheme,
             openapi: openapi::document(&routes()),
         }))
     }
 
-    fn gone() -> ApiError {
+    /// 503 `unavailable`: the dispatcher stopped.
+    pub(crate) fn gone() -> ApiError {
         ApiError::new(503, "unavailable", "the dispatcher is not running")
     }
 

@@ -102,6 +102,8 @@ impl RouteDoc {
             (401, "nonce_too_long"),
             (503, "replay_cache_full"),
             (429, "rate_limited"),
+            // The body is read for its digest.
+            (413, "body_too_large"),
         ];
         match self.auth {
             Auth::None => {}
@@ -113,13 +115,25 @@ impl RouteDoc {
             }
             Auth::Ticket => out.push((429, "rate_limited")),
         }
+        if self.path.contains('{') {
+            out.push((400, "invalid_path"));
+        }
+        if !self.query.is_empty() && self.auth != Auth::Ticket {
+            out.push((400, "invalid_query"));
+        }
         if self.request.is_some() {
             out.extend([
+                (415, "unsupported_media_type"),
                 (413, "body_too_large"),
                 (400, "invalid_body"),
                 (400, "malformed_json"),
                 (400, "duplicate_key"),
                 (400, "float_not_allowed"),
+                (400, "invalid_utf8"),
+                (400, "truncated"),
+                (400, "too_deep"),
+                (400, "integer_out_of_range"),
+                (400, "lone_surrogate"),
             ]);
         }
         out.extend(self.errors.iter().copied());

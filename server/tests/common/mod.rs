@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -165,8 +165,55 @@ pub fn http(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Answer {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
+    let stream = TcpStream::connect(addr).expect("connect");
+    exchange(stream, &request_bytes(addr, method, path, headers, body))
+}
+
+/// [`http`] from the loopback address `source` (each source address has its own rate
+/// limit bucket).
+pub fn http_from(
+    source: Ipv4Addr,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Answer {
+    raw_from(
+        source,
+        addr,
+        &request_bytes(addr, method, path, headers, body),
+    )
+}
+
+/// Sends `request` as it is from the loopback address `source`, and reads the answer.
+pub fn raw_from(source: Ipv4Addr, addr: SocketAddr, request: &[u8]) -> Answer {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("a runtime");
+    let stream = rt
+        .block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::new(source.into(), 0))?;
+            socket.connect(addr).await
+        })
+        .expect("connect from a loopback source address");
+    let stream = stream.into_std().expect("a std stream");
+    stream.set_nonblocking(false).expect("blocking");
+    drop(rt);
+    exchange(stream, request)
+}
+
+/// The bytes of a request with `Connection: close` and, for a body or a method that takes
+/// one, `Content-Length`.
+pub fn request_bytes(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Vec<u8> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
     for (n, v) in headers {
         head.push_str(&format!("{n}: {v}\r\n"));
@@ -175,9 +222,15 @@ pub fn http(
         head.push_str(&format!("content-length: {}\r\n", body.len()));
     }
     head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).expect("write");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+fn exchange(mut stream: TcpStream, request: &[u8]) -> Answer {
+    stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
     // A server may answer (413) before reading all of a large body.
-    let _ = stream.write_all(body);
+    let _ = stream.write_all(request);
     let mut raw = Vec::new();
     let _ = stream.read_to_end(&mut raw);
     parse_answer(&raw)
@@ -222,6 +275,13 @@ fn parse_answer(raw: &[u8]) -> Answer {
         headers,
         body,
     }
+}
+
+/// An inline capability that runs `script` with the shell (PROTOCOL §11.4).
+pub fn inline(script: &str) -> Value {
+    serde_json::json!({"kind": "inline",
+           "manifest": "name: hi\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
+           "files": [{"path": "run.sh", "contentB64": b64::encode(script.as_bytes())}]})
 }
 
 /// Bearer header value.
@@ -320,6 +380,36 @@ impl Machine {
         nonce: &str,
         extra: &[(&str, &str)],
     ) -> Answer {
+        let request = self.signed_request(addr, method, path, body, nonce, extra);
+        exchange(TcpStream::connect(addr).expect("connect"), &request)
+    }
+
+    /// [`Machine::send_with`] from the loopback address `source`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_with_from(
+        &self,
+        source: Ipv4Addr,
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        nonce: &str,
+        extra: &[(&str, &str)],
+    ) -> Answer {
+        let request = self.signed_request(addr, method, path, body, nonce, extra);
+        raw_from(source, addr, &request)
+    }
+
+    /// The bytes of a request signed with `nonce`, with extra headers.
+    fn signed_request(
+        &self,
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        nonce: &str,
+        extra: &[(&str, &str)],
+    ) -> Vec<u8> {
         let signed = self.sign_as(addr, method, path, body, &self.key_id, nonce);
         let mut headers: Vec<(&str, &str)> = signed
             .iter()
@@ -327,7 +417,7 @@ impl Machine {
             .collect();
         headers.push(("content-type", "application/json"));
         headers.extend_from_slice(extra);
-        http(addr, method, path, &headers, body)
+        request_bytes(addr, method, path, &headers, body)
     }
 
     /// The register body for `name`.
@@ -400,6 +490,18 @@ pub fn next_frame(socket: &mut Socket) -> Vec<u8> {
             tungstenite::Message::Text(t) => return t.as_bytes().to_vec(),
             tungstenite::Message::Binary(b) => return b.to_vec(),
             _ => continue,
+        }
+    }
+}
+
+/// The close code the server sends, reading past any other message; `None` when the socket
+/// ends without one.
+pub fn close_code(socket: &mut Socket) -> Option<u16> {
+    loop {
+        match socket.read() {
+            Ok(tungstenite::Message::Close(frame)) => return frame.map(|f| u16::from(f.code)),
+            Ok(_) => continue,
+            Err(_) => return None,
         }
     }
 }

@@ -1,0 +1,44 @@
+//! The path and query extractors of the routes: axum's, with their refusals answered as the
+//! API's JSON errors (`invalid_path`, `invalid_query`, 400) instead of axum's plain text.
+
+use axum::extract::{FromRequestParts, Path, Query};
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// A route's one path parameter, percent-decoded.
+pub(crate) struct PathParam(pub(crate) String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Self(value)),
+            Err(e) => Err(ApiError::new(
+                400,
+                "invalid_path",
+                format!("the path is not valid: {}", e.body_text()),
+            )),
+        }
+    }
+}
+
+/// The query string read into `T`.
+pub(crate) struct QueryParams<T>(pub(crate) T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::try_from_uri(&parts.uri) {
+            Ok(Query(value)) => Ok(Self(value)),
+            Err(e) => Err(ApiError::new(
+                400,
+                "invalid_query",
+                format!("the query string is not valid: {}", e.body_text()),
+            )),
+        }
+    }
+}
