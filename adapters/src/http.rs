@@ -265,18 +265,8 @@ impl SignedClient {
         Ok(req)
     }
 
+    /// One request; the answer's body is read up to `limit` bytes.
     fn call(
-        &self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-        bearer: Option<&str>,
-        signed: bool,
-    ) -> Result<Answer, HttpError> {
-        self.call_limited(method, path, body, bearer, signed, MAX_ANSWER_LEN)
-    }
-
-    fn call_limited(
         &self,
         method: &str,
         path: &str,
@@ -344,21 +334,21 @@ impl SignedClient {
     ) -> Result<Registered, HttpError> {
         let path = "/v1/execution-contexts";
         let body = serde_json::to_vec(request).map_err(|e| HttpError::Sign(e.to_string()))?;
-        let answer = self.call("POST", path, &body, Some(token), true)?;
+        let answer = self.call("POST", path, &body, Some(token), true, MAX_ANSWER_LEN)?;
         Self::json(&format!("POST {path}"), answer)
     }
 
     /// `POST /v1/execution-contexts/connect-ticket` (empty body): a single-use ticket.
     pub fn connect_ticket(&self) -> Result<Ticket, HttpError> {
         let path = "/v1/execution-contexts/connect-ticket";
-        let answer = self.call("POST", path, &[], None, true)?;
+        let answer = self.call("POST", path, &[], None, true, MAX_ANSWER_LEN)?;
         Self::json(&format!("POST {path}"), answer)
     }
 
     /// `GET /v1/execution-contexts/server-keys`, verified against `roots`.
     pub fn server_keys(&self, roots: &PinnedRoots) -> Result<KeySet, HttpError> {
         let path = "/v1/execution-contexts/server-keys";
-        let answer = self.call("GET", path, &[], None, false)?;
+        let answer = self.call("GET", path, &[], None, false, MAX_ANSWER_LEN)?;
         KeySet::from_document(&answer.body, roots).map_err(HttpError::KeySet)
     }
 
@@ -367,7 +357,7 @@ impl SignedClient {
     /// caller checks the digest; the core does before anything runs).
     pub fn fetch_bundle(&self, sha256: &str) -> Result<Vec<u8>, HttpError> {
         let path = format!("/v1/execution-contexts/bundles/{sha256}");
-        let answer = self.call_limited(
+        let answer = self.call(
             "GET",
             &path,
             &[],

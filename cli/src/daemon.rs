@@ -21,16 +21,38 @@ const EXIT_CONFIG: u8 = 78;
 /// Exit status when the server cannot be reached or refuses the registration.
 const EXIT_UNAVAILABLE: u8 = 69;
 
-/// What `outpost daemon` was given.
+/// What `outpost daemon` takes.
+#[derive(clap::Args)]
 pub struct DaemonArgs {
+    /// The join string `outpost serve` printed (first start only).
+    #[arg(long)]
     pub join: Option<String>,
+    /// This machine's name on the server (default: the host name).
+    #[arg(long)]
     pub name: Option<String>,
+    /// One folder for the daemon's key, outbox and runs (default: the XDG folders).
+    #[arg(long)]
     pub home: Option<PathBuf>,
+    /// Runs held at once (1–8).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub max_concurrent: u32,
+    /// The server's URL, instead of --join (with --root and OUTPOST_TOKEN).
+    #[arg(long)]
     pub server: Option<String>,
+    /// The server's root public key (base64url), with --server.
+    #[arg(long)]
     pub root: Option<String>,
+    /// An extra CA certificate (PEM) to trust for the server (default: OUTPOST_CA_FILE).
+    #[arg(long)]
     pub ca: Option<PathBuf>,
+    /// The host the daemon runs on: tokio, smol, or blocking (std threads only).
+    #[arg(long, default_value = "tokio", value_parser = host_kind)]
     pub host: HostKind,
+}
+
+fn host_kind(name: &str) -> Result<HostKind, String> {
+    HostKind::parse(name)
+        .ok_or_else(|| format!("{name:?} is not a host: use tokio, smol or blocking"))
 }
 
 /// The owner's folders: `--home DIR` holds them all (as `OUTPOST_HOME` does).

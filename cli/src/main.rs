@@ -60,59 +60,11 @@ enum Command {
     },
     /// Serve: the HTTP API, the daemons' WebSockets and the server's own `cloud` executor.
     /// Prints `listening on URL`, then `join: JOIN` for `outpost daemon --join`.
-    Serve {
-        /// Where to listen.
-        #[arg(long, default_value = "127.0.0.1:8440")]
-        listen: std::net::SocketAddr,
-        /// The state folder (default: OUTPOST_STATE, else $XDG_DATA_HOME/outpost/server).
-        #[arg(long)]
-        state: Option<PathBuf>,
-        /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
-        #[arg(long)]
-        tls_cert: Option<PathBuf>,
-        /// The certificate's private key (PEM).
-        #[arg(long)]
-        tls_key: Option<PathBuf>,
-        /// The environments the server's own executor runs (comma-separated: wasm, docker,
-        /// shell). Shell gives runs the server's own machine: only with reason.
-        #[arg(long, value_delimiter = ',', default_value = "wasm", value_parser = serve::cloud_environment)]
-        cloud: Vec<outpost_core::wire::Environment>,
-        /// The base URL daemons should use (behind a proxy); default the address bound.
-        #[arg(long)]
-        public_url: Option<String>,
-        /// Print one JSON line (url, join, rootKey, stateDir) instead of the text lines.
-        #[arg(long)]
-        json: bool,
-    },
+    Serve(serve::ServeArgs),
     /// Join a server and run what it sends, within what this machine's owner allows. Exits 0
     /// when revoked or replaced (it never reconnects), 78 for a setup to fix (join, home,
     /// key), 69 when the server cannot be reached or refuses.
-    Daemon {
-        /// The join string `outpost serve` printed (first start only).
-        #[arg(long)]
-        join: Option<String>,
-        /// This machine's name on the server (default: the host name).
-        #[arg(long)]
-        name: Option<String>,
-        /// One folder for the daemon's key, outbox and runs (default: the XDG folders).
-        #[arg(long)]
-        home: Option<PathBuf>,
-        /// Runs held at once (1–8).
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
-        max_concurrent: u32,
-        /// The server's URL, instead of --join (with --root and OUTPOST_TOKEN).
-        #[arg(long)]
-        server: Option<String>,
-        /// The server's root public key (base64url), with --server.
-        #[arg(long)]
-        root: Option<String>,
-        /// An extra CA certificate (PEM) to trust for the server (default: OUTPOST_CA_FILE).
-        #[arg(long)]
-        ca: Option<PathBuf>,
-        /// The host the daemon runs on: tokio, smol, or blocking (std threads only).
-        #[arg(long, default_value = "tokio", value_parser = host_kind)]
-        host: outpost_adapters::daemon::HostKind,
-    },
+    Daemon(daemon::DaemonArgs),
     /// Have a server run the capability in DIR where routing says, print its output and where
     /// it ran, and exit with its exit code (124 timed out, 130 cancelled, 75 lost, 70 failed).
     Execute {
@@ -255,11 +207,6 @@ enum VectorsAction {
     },
 }
 
-fn host_kind(name: &str) -> Result<outpost_adapters::daemon::HostKind, String> {
-    outpost_adapters::daemon::HostKind::parse(name)
-        .ok_or_else(|| format!("{name:?} is not a host: use tokio, smol or blocking"))
-}
-
 /// Logs to stderr, filtered by `OUTPOST_LOG` (default `info`).
 fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OUTPOST_LOG")
@@ -295,47 +242,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             args,
         } => run::run(&dir, json, egress, args),
         Command::Demo { json, keep } => demo::demo(json, keep),
-        Command::Serve {
-            listen,
-            state,
-            tls_cert,
-            tls_key,
-            cloud,
-            public_url,
-            json,
-        } => {
+        Command::Serve(args) => {
             init_logs();
-            serve::serve(serve::ServeArgs {
-                listen,
-                state,
-                tls_cert,
-                tls_key,
-                cloud,
-                public_url,
-                json,
-            })
+            serve::serve(args)
         }
-        Command::Daemon {
-            join,
-            name,
-            home,
-            max_concurrent,
-            server,
-            root,
-            ca,
-            host,
-        } => {
+        Command::Daemon(args) => {
             init_logs();
-            daemon::daemon(daemon::DaemonArgs {
-                join,
-                name,
-                home,
-                max_concurrent,
-                server,
-                root,
-                ca,
-                host,
-            })
+            daemon::daemon(args)
         }
         Command::Execute {
             dir,

@@ -12,14 +12,30 @@ use outpost_server::{BlockingServer, ServeConfig, TlsFiles};
 
 use crate::executors;
 
-/// What `outpost serve` was given.
+/// What `outpost serve` takes.
+#[derive(clap::Args)]
 pub struct ServeArgs {
+    /// Where to listen.
+    #[arg(long, default_value = "127.0.0.1:8440")]
     pub listen: SocketAddr,
+    /// The state folder (default: OUTPOST_STATE, else $XDG_DATA_HOME/outpost/server).
+    #[arg(long)]
     pub state: Option<PathBuf>,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long)]
     pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long)]
     pub tls_key: Option<PathBuf>,
+    /// The environments the server's own executor runs (comma-separated: wasm, docker,
+    /// shell). Shell gives runs the server's own machine: only with reason.
+    #[arg(long, value_delimiter = ',', default_value = "wasm", value_parser = cloud_environment)]
     pub cloud: Vec<Environment>,
+    /// The base URL daemons should use (behind a proxy); default the address bound.
+    #[arg(long)]
     pub public_url: Option<String>,
+    /// Print one JSON line (url, join, rootKey, stateDir) instead of the text lines.
+    #[arg(long)]
     pub json: bool,
 }
 

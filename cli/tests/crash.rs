@@ -22,33 +22,9 @@ fn online(server: &Server, name: &str) {
     server.wait_context(name, "the daemon to come online", |c| c["online"] == true);
 }
 
-/// How many results the daemon's outbox holds: its SQLite file read beside the daemon, the
-/// snapshot with the journal folded in, as the daemon itself reads it at start.
+/// How many results the daemon's outbox holds.
 fn outbox_results(home: &Path) -> usize {
-    use outpost_core::daemon::{DaemonRecord, DaemonSnapshot};
-    let Ok(conn) = rusqlite::Connection::open_with_flags(
-        home.join("state/daemon.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    ) else {
-        return 0;
-    };
-    let mut snapshot = conn
-        .query_row("SELECT bytes FROM snapshot WHERE id = 1", [], |r| {
-            r.get::<_, Vec<u8>>(0)
-        })
-        .ok()
-        .and_then(|bytes| DaemonSnapshot::decode(&bytes).ok())
-        .unwrap_or_default();
-    if let Ok(mut stmt) = conn.prepare("SELECT bytes FROM records ORDER BY seq")
-        && let Ok(rows) = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))
-    {
-        for bytes in rows.flatten() {
-            if let Ok(record) = DaemonRecord::decode(&bytes) {
-                snapshot.apply(&record);
-            }
-        }
-    }
-    snapshot.outbox.len()
+    common::outbox(home).len()
 }
 
 #[test]

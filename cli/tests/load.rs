@@ -6,42 +6,13 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Daemon, Server, shell_capability, temp_dir, wait_for};
-use outpost_core::daemon::{DaemonRecord, DaemonSnapshot};
+use common::{Daemon, Server, outbox, shell_capability, temp_dir, wait_for};
 
 const DAEMONS: usize = 20;
 const EXECUTIONS: usize = 1_000;
 const KILLS: usize = 40;
-
-/// The run ids in a (stopped) daemon's outbox.
-fn outbox(home: &Path) -> Vec<String> {
-    let Ok(conn) = rusqlite::Connection::open_with_flags(
-        home.join("state/daemon.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    ) else {
-        return Vec::new();
-    };
-    let mut snapshot = conn
-        .query_row("SELECT bytes FROM snapshot WHERE id = 1", [], |r| {
-            r.get::<_, Vec<u8>>(0)
-        })
-        .ok()
-        .and_then(|b| DaemonSnapshot::decode(&b).ok())
-        .unwrap_or_default();
-    if let Ok(mut stmt) = conn.prepare("SELECT bytes FROM records ORDER BY seq")
-        && let Ok(rows) = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))
-    {
-        for bytes in rows.flatten() {
-            if let Ok(record) = DaemonRecord::decode(&bytes) {
-                snapshot.apply(&record);
-            }
-        }
-    }
-    snapshot.outbox.into_iter().map(|row| row.run_id).collect()
-}
 
 /// A small deterministic generator (the test's own randomness, seeded).
 struct Rng(u64);

@@ -290,3 +290,32 @@ pub fn process_gone(pid: i32) -> bool {
             .is_some_and(|state| state == "Z" || state == "X"),
     }
 }
+
+/// The run ids in a daemon's outbox: its SQLite file read beside the daemon, the snapshot with
+/// the journal folded in, as the daemon itself reads it at start.
+pub fn outbox(home: &Path) -> Vec<String> {
+    use outpost_core::daemon::{DaemonRecord, DaemonSnapshot};
+    let Ok(conn) = rusqlite::Connection::open_with_flags(
+        home.join("state/daemon.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    ) else {
+        return Vec::new();
+    };
+    let mut snapshot = conn
+        .query_row("SELECT bytes FROM snapshot WHERE id = 1", [], |r| {
+            r.get::<_, Vec<u8>>(0)
+        })
+        .ok()
+        .and_then(|bytes| DaemonSnapshot::decode(&bytes).ok())
+        .unwrap_or_default();
+    if let Ok(mut stmt) = conn.prepare("SELECT bytes FROM records ORDER BY seq")
+        && let Ok(rows) = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))
+    {
+        for bytes in rows.flatten() {
+            if let Ok(record) = DaemonRecord::decode(&bytes) {
+                snapshot.apply(&record);
+            }
+        }
+    }
+    snapshot.outbox.into_iter().map(|row| row.run_id).collect()
+}
