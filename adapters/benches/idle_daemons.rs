@@ -19,8 +19,13 @@
 //! - heartbeat CPU in criterion (`idle_daemons/heartbeat_batch/N`): one iteration is one
 //!   `status` from every daemon; the time is the server's CPU time, read after every daemon
 //!   saw a pong sent after its `status` and a request through the dispatcher's queue (an
-//!   empty `PUT /v1/chain`, its cost printed apart) was answered behind them. The throughput
-//!   is heartbeats per server CPU second.
+//!   empty `PUT /v1/chain`, its cost printed apart) was answered behind them, so a batch
+//!   also carries one ping per daemon and that one request. The throughput is heartbeats
+//!   per server CPU second.
+//!
+//! The kernel counts CPU time in clock ticks (10 ms at `CLK_TCK` 100): the windows are long
+//! enough (tenths of a second of server CPU and more) for that to matter little. The bench
+//! never changes the server's limits: the source addresses keep it under them.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
@@ -591,6 +596,16 @@ async fn idle(mut ws: Ws, heartbeat: Duration, mut beat: watch::Receiver<u64>, t
     tally.open.fetch_sub(1, Ordering::Relaxed);
 }
 
+/// What one [`Fleet::grow`] did.
+struct Grown {
+    registered: usize,
+    registering: Duration,
+    /// The server's memory once they were registered, before they connected.
+    registered_memory: Memory,
+    connected: usize,
+    connecting: Duration,
+}
+
 /// The fake daemons and the runtime they run on.
 struct Fleet {
     rt: tokio::runtime::Runtime,
@@ -628,9 +643,8 @@ impl Fleet {
         &self.ctx.tally
     }
 
-    /// Registers `count` more machines, then connects them; returns (registered, connected)
-    /// with the time each step took.
-    fn grow(&mut self, count: usize, server: &Server) -> ((usize, Duration), (usize, Duration)) {
+    /// Registers `count` more machines, then connects them.
+    fn grow(&mut self, count: usize, server: &Server) -> Grown {
         let machines: Vec<Arc<Machine>> = (self.next_index..self.next_index + count)
             .map(|i| Arc::new(Machine::new(i, &self.ctx.url)))
             .collect();
@@ -668,10 +682,13 @@ impl Fleet {
         if let Some(max) = periods.iter().max() {
             self.heartbeat = *max;
         }
-        (
-            (registered.len(), registering),
-            (periods.len(), started.elapsed()),
-        )
+        Grown {
+            registered: registered.len(),
+            registering,
+            registered_memory: mem,
+            connected: periods.len(),
+            connecting: started.elapsed(),
+        }
     }
 
     /// `outpost_connected_daemons` from `/metrics`.
@@ -829,6 +846,11 @@ fn natural_heartbeats(fleet: &Fleet, server: &Server, periods: u32) -> (Duration
     (cpu, sent)
 }
 
+/// KiB per item from `before` to `after`.
+fn kib(after: u64, before: u64, items: usize) -> f64 {
+    (after as f64 - before as f64) / items.max(1) as f64
+}
+
 fn per(cpu: Duration, count: u64) -> f64 {
     cpu.as_secs_f64() * 1e6 / count.max(1) as f64
 }
@@ -838,14 +860,12 @@ fn per(cpu: Duration, count: u64) -> f64 {
 /// in ticks (10 ms); a batch measured as zero counts as 1 ns so criterion can analyse a
 /// small fleet.
 fn bench_batches(criterion: &mut Criterion, fleet: &mut Fleet, server: &Server, open: usize) {
-    let barrier = fleet.barrier_cost(server, 50);
-    eprintln!(
-        "idle_daemons: one barrier request costs the server {:.1} µs of CPU",
-        barrier.as_secs_f64() * 1e6
-    );
     let mut group = criterion.benchmark_group("idle_daemons");
+    // Room for 10 batches at about 100 µs of server CPU per heartbeat.
+    let room = Duration::from_micros(1_000 * open as u64).max(Duration::from_secs(4));
     group
         .sample_size(10)
+        .measurement_time(room)
         .sampling_mode(SamplingMode::Flat)
         .throughput(Throughput::Elements(open as u64));
     group.bench_function(BenchmarkId::new("heartbeat_batch", open), |b| {
@@ -888,20 +908,33 @@ fn run(criterion: &mut Criterion, small: usize, large: usize) {
     let mut grown = 0;
     for target in [small, large] {
         let setup = Instant::now();
-        let ((reg, reg_time), (conn, conn_time)) = fleet.grow(target - grown, &server);
+        let before = memory.last().copied().unwrap_or((0, base));
+        let step = fleet.grow(target - grown, &server);
         grown = target;
         let open = fleet.tally().open.load(Ordering::Relaxed);
         let seen = fleet.await_connected(open);
         let mem = server.memory();
         eprintln!(
-            "idle_daemons: {target} daemons: {reg} registered ({:.1} s), {conn} connected \
+            "idle_daemons: {target} daemons: {} registered ({:.1} s), {} connected \
              ({:.1} s); {open} open here, server counts {seen:?}; set-up {:.1} s; \
              server RSS {} KiB (anon {} KiB)",
-            reg_time.as_secs_f64(),
-            conn_time.as_secs_f64(),
+            step.registered,
+            step.registering.as_secs_f64(),
+            step.connected,
+            step.connecting.as_secs_f64(),
             setup.elapsed().as_secs_f64(),
             mem.rss,
             mem.anon,
+        );
+        let reg = step.registered_memory;
+        eprintln!(
+            "idle_daemons: from {} to {open}: registering {:.1} KiB per context (anon {:.1}), \
+             connecting {:.1} KiB per connection (anon {:.1})",
+            before.0,
+            kib(reg.rss, before.1.rss, step.registered),
+            kib(reg.anon, before.1.anon, step.registered),
+            kib(mem.rss, reg.rss, step.connected),
+            kib(mem.anon, reg.anon, step.connected),
         );
         memory.push((open, mem));
         let (cpu, sent) = natural_heartbeats(&fleet, &server, 2);
@@ -911,6 +944,12 @@ fn run(criterion: &mut Criterion, small: usize, large: usize) {
             (fleet.heartbeat * 2).as_secs(),
             cpu.as_secs_f64(),
             per(cpu, sent)
+        );
+        let barrier = fleet.barrier_cost(&server, 50);
+        eprintln!(
+            "idle_daemons: {open} idle daemons: one barrier request costs the server {:.1} µs \
+             of CPU",
+            barrier.as_secs_f64() * 1e6
         );
         let before = (server.cpu(), fleet.tally().statuses.load(Ordering::Relaxed));
         bench_batches(criterion, &mut fleet, &server, open);
@@ -922,7 +961,6 @@ fn run(criterion: &mut Criterion, small: usize, large: usize) {
     let still = fleet.connected();
     let total = started.elapsed();
     let [(n0, m1), (n1, m2)] = [memory[0], memory[1]];
-    let kib = |a: u64, b: u64, n: usize| (a as f64 - b as f64) / n.max(1) as f64;
     eprintln!("idle_daemons: ---- summary ----");
     eprintln!(
         "idle_daemons: RSS 0: {} KiB, {n0}: {} KiB, {n1}: {} KiB (anon {} / {} / {} KiB)",
