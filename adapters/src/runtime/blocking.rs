@@ -1,21 +1,28 @@
-//! [`Host`] on plain std threads with tungstenite's sync API: one thread per WebSocket,
-//! reading with a short timeout and writing what the [`Link`] queued between reads. No async
-//! runtime is involved.
+//! [`Host`] on plain std threads with tungstenite's sync API: one thread per WebSocket that
+//! waits in `poll(2)` on the socket and on a wake-up pipe the [`Link`] writes to when it
+//! queues a message, so a send leaves at once and an idle connection costs no wake-ups. No
+//! async runtime is involved.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd as _;
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use rustls::pki_types::ServerName;
 use tungstenite::{Error as WsError, Message};
 
 use super::link::{MESSAGE_TOO_BIG, Out, close_message, message_of, ws_config};
 use super::{EventFn, Host, Link, LinkEvent, redact, target_of};
 
-/// How long a read waits before the thread checks for queued messages: the longest a send
-/// waits on an idle connection.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// How long the thread waits in `poll(2)` before it looks at the socket anyway (a backstop:
+/// the socket and the wake-up pipe wake it first).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How long one read waits for the rest of a message once the socket was readable.
+const READ_SLICE: Duration = Duration::from_millis(1);
 
 /// How long connecting and the handshake may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -93,14 +100,26 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                 )));
             }
         };
-    if let Err(e) = control.set_read_timeout(Some(POLL_INTERVAL)) {
+    if let Err(e) = control.set_read_timeout(Some(READ_SLICE)) {
         return events(LinkEvent::Failed(e.to_string()));
+    }
+    let (wake_tx, mut wake_rx) = match UnixStream::pair() {
+        Ok(pair) => pair,
+        Err(e) => return events(LinkEvent::Failed(format!("a wake-up pipe: {e}"))),
+    };
+    if let Err(e) = wake_tx
+        .set_nonblocking(true)
+        .and_then(|()| wake_rx.set_nonblocking(true))
+    {
+        return events(LinkEvent::Failed(format!("a wake-up pipe: {e}")));
     }
     let link = Link::new();
     let outbox = link.outbox.clone();
+    outbox.notify_with(wake_tx);
     events(LinkEvent::Opened(link));
     let mut code = None;
     let mut closing = false;
+    let timeout = PollTimeout::try_from(POLL_INTERVAL).unwrap_or(PollTimeout::NONE);
     'conn: loop {
         while !closing && let Some(out) = outbox.try_take() {
             let sent = match out {
@@ -116,23 +135,35 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                 Err(_) => break 'conn,
             }
         }
-        match ws.read() {
-            Ok(Message::Text(text)) => events(LinkEvent::Message(text.as_bytes().to_vec())),
-            Ok(Message::Binary(bytes)) => events(LinkEvent::Message(bytes.to_vec())),
-            Ok(Message::Close(frame)) => code = frame.map(|f| u16::from(f.code)),
-            Ok(_) => {}
-            Err(e) if would_block(&e) => {
-                // Flush what a timed-out write left behind, then look at the queue again.
-                let _ = ws.flush();
+        // Everything that already arrived (TLS may hold decrypted bytes the socket no longer
+        // shows as readable), then wait for the socket or a queued message.
+        loop {
+            match ws.read() {
+                Ok(Message::Text(text)) => events(LinkEvent::Message(text.as_bytes().to_vec())),
+                Ok(Message::Binary(bytes)) => events(LinkEvent::Message(bytes.to_vec())),
+                Ok(Message::Close(frame)) => code = frame.map(|f| u16::from(f.code)),
+                Ok(_) => {}
+                Err(e) if would_block(&e) => {
+                    // Flush what a timed-out write left behind.
+                    let _ = ws.flush();
+                    break;
+                }
+                Err(WsError::Capacity(_)) => {
+                    // A message over the limit: say so (1009), then drop the connection.
+                    let _ = ws.send(close_message(MESSAGE_TOO_BIG, "message too big".into()));
+                    let _ = ws.flush();
+                    break 'conn;
+                }
+                Err(_) => break 'conn,
             }
-            Err(WsError::Capacity(_)) => {
-                // A message over the limit: say so (1009), then drop the connection.
-                let _ = ws.send(close_message(MESSAGE_TOO_BIG, "message too big".into()));
-                let _ = ws.flush();
-                break;
-            }
-            Err(_) => break,
         }
+        let mut fds = [
+            PollFd::new(control.as_fd(), PollFlags::POLLIN),
+            PollFd::new(wake_rx.as_fd(), PollFlags::POLLIN),
+        ];
+        let _ = poll(&mut fds, timeout);
+        let mut drained = [0u8; 64];
+        while matches!(wake_rx.read(&mut drained), Ok(n) if n > 0) {}
     }
     outbox.shut();
     events(LinkEvent::Closed { code });

@@ -52,6 +52,9 @@ struct Queue {
 #[derive(Default)]
 pub(crate) struct Outbox {
     queue: Mutex<Queue>,
+    /// Written one byte per queued item, so a thread waiting in `poll(2)` wakes at once (the
+    /// blocking host); none for a task, which its waker wakes.
+    notify: Mutex<Option<std::os::unix::net::UnixStream>>,
 }
 
 impl Outbox {
@@ -60,14 +63,30 @@ impl Outbox {
     }
 
     fn push(&self, out: Out) {
-        let mut q = self.lock();
-        if q.shut {
-            return;
+        {
+            let mut q = self.lock();
+            if q.shut {
+                return;
+            }
+            q.items.push_back(out);
+            if let Some(w) = q.waker.take() {
+                w.wake();
+            }
         }
-        q.items.push_back(out);
-        if let Some(w) = q.waker.take() {
-            w.wake();
+        if let Some(notify) = self
+            .notify
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            // Non-blocking: a full pipe already holds a wake-up.
+            let _ = std::io::Write::write(notify, &[1]);
         }
+    }
+
+    /// Wakes `notify`'s peer on every queued item from now on.
+    pub(crate) fn notify_with(&self, notify: std::os::unix::net::UnixStream) {
+        *self.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(notify);
     }
 
     /// The next item without waiting (the blocking host polls between reads).
@@ -135,6 +154,7 @@ impl Link {
 /// The WebSocket settings both hosts use.
 pub(crate) fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
+        .read_buffer_size(4096)
         .max_message_size(Some(MAX_MESSAGE_LEN))
         .max_frame_size(Some(MAX_MESSAGE_LEN))
 }

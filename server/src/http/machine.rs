@@ -193,11 +193,7 @@ async fn register(
         }
         return Ok((StatusCode::OK, axum::Json(registered(&existing))).into_response());
     }
-    let taken = store
-        .contexts()?
-        .into_iter()
-        .any(|c| c.operator == caller.user && c.name == reg.name && !c.revoked);
-    if taken {
+    if store.live_name_taken(&caller.user, &reg.name)? {
         return Err(ApiError::new(
             409,
             "context_name_taken",
@@ -358,7 +354,10 @@ async fn connect(
     }
     auth::limit_context(&app, &context_id)?;
     let conn = app.next_conn.fetch_add(1, Ordering::Relaxed);
+    // A small read buffer (it grows for a large message): an idle connection then holds a
+    // few KiB instead of tungstenite's default 128 KiB.
     let upgrade = upgrade
+        .read_buffer_size(super::ws::READ_BUFFER)
         .max_message_size(super::ws::READ_LIMIT)
         .max_frame_size(super::ws::READ_LIMIT);
     Ok(upgrade.on_upgrade(move |socket| super::ws::drive(app, socket, conn, context_id, ticket)))

@@ -20,6 +20,9 @@ use crate::dispatch::{ConnHandle, Msg, ToConn};
 /// an oversized frame is read far enough to be answered with 1009.
 pub(crate) const READ_LIMIT: usize = 2 * DEFAULT_MAX_FRAME_LEN;
 
+/// The socket's initial read buffer; it grows for a larger message.
+pub(crate) const READ_BUFFER: usize = 4096;
+
 /// The longest one write may take before the connection is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 

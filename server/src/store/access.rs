@@ -179,6 +179,18 @@ impl Store {
         self.one_context("key_id = ?1", key_id)
     }
 
+    /// Whether `operator` has a live (not revoked) context named `name`: one indexed lookup,
+    /// so registering stays cheap however many machines there are.
+    pub fn live_name_taken(&self, operator: &str, name: &str) -> Result<bool, StoreError> {
+        self.lock()
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM contexts WHERE operator = ?1 AND name = ?2 AND revoked = 0)",
+                [operator, name],
+                |r| r.get(0),
+            )
+            .doing("checking a context name")
+    }
+
     /// Every context, oldest first.
     pub fn contexts(&self) -> Result<Vec<ContextEntry>, StoreError> {
         let conn = self.lock();

@@ -85,6 +85,8 @@ const MIGRATIONS: &[&str] = &[
         user TEXT NOT NULL,
         created_at INTEGER NOT NULL
     );",
+    // 3: contexts found by operator and name without a scan.
+    "CREATE INDEX contexts_by_name ON contexts (operator, name);",
 ];
 
 /// The version recorded, 0 for an empty database.
