@@ -27,6 +27,12 @@ use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::store::Store;
 
+/// The most messages one group commit takes.
+const BATCH: usize = 256;
+
+/// Where a request waits for its input's records to be written.
+type Reply = Option<oneshot::Sender<Result<(), String>>>;
+
 /// What a connection's live state is, for the context routes.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Live {
@@ -114,7 +120,10 @@ impl Dispatcher {
             let step = tokio::select! {
                 msg = rx.recv() => match msg {
                     None | Some(Msg::Shutdown) => break,
-                    Some(msg) => self.on_msg(msg),
+                    Some(msg) => match self.on_batch(msg, &mut rx) {
+                        Ok(true) => break,
+                        other => other.map(|_| ()),
+                    },
                 },
                 Some((exec_id, result)) = self.cloud.finished() => {
                     self.feed(Input::CloudFinished { exec_id, result: Box::new(result) })
@@ -137,24 +146,92 @@ impl Dispatcher {
         self.drain()
     }
 
+    /// Handles `first` and what is already waiting behind it (at most [`BATCH`] messages):
+    /// the inputs of consecutive `Input`, `Connect` and `Disconnected` messages go to the
+    /// core one after another and their records are committed in one transaction (a group
+    /// commit) before any of their outputs is carried out or any reply sent. Returns whether
+    /// a shutdown was among them.
+    fn on_batch(
+        &mut self,
+        first: Msg,
+        rx: &mut mpsc::Receiver<Msg>,
+    ) -> Result<bool, crate::store::StoreError> {
+        let mut replies = Vec::new();
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(msg) = next.take() {
+            taken += 1;
+            match msg {
+                Msg::Shutdown => {
+                    self.finish_batch(replies)?;
+                    return Ok(true);
+                }
+                Msg::Input { input, reply } => {
+                    let result = self.apply(input);
+                    replies.push((reply, result));
+                }
+                Msg::Connect {
+                    context_id,
+                    conn,
+                    ticket,
+                    handle,
+                } => {
+                    self.conns.insert(conn, handle);
+                    let _ = self.apply(Input::Connect {
+                        context_id,
+                        conn,
+                        ticket,
+                    });
+                }
+                Msg::Disconnected { conn } => {
+                    if self.conns.remove(&conn).is_some() {
+                        let _ = self.apply(Input::Disconnected { conn });
+                    }
+                }
+                other => {
+                    self.finish_batch(std::mem::take(&mut replies))?;
+                    self.on_msg(other)?;
+                }
+            }
+            if taken < BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        self.finish_batch(replies)?;
+        Ok(false)
+    }
+
+    /// Feeds one input of a batch (outputs are drained by [`Dispatcher::finish_batch`]).
+    fn apply(&mut self, input: Input) -> Result<(), String> {
+        if let Input::Execute(request) = &input {
+            self.received
+                .insert(request.exec_id.clone(), self.shared.clock.now().instant);
+        }
+        let now = self.shared.clock.now();
+        self.server.handle_input(now, input).map_err(|e| {
+            tracing::warn!(error = %e, "the dispatcher refused an input");
+            e.to_string()
+        })
+    }
+
+    /// Drains a batch's outputs (records first, in one transaction), then answers its
+    /// requests.
+    fn finish_batch(
+        &mut self,
+        replies: Vec<(Reply, Result<(), String>)>,
+    ) -> Result<(), crate::store::StoreError> {
+        let drained = self.drain();
+        for (reply, result) in replies {
+            if let Some(reply) = reply {
+                let _ = reply.send(result);
+            }
+        }
+        drained
+    }
+
+    /// The messages a batch does not take: they read the state the batch left.
     fn on_msg(&mut self, msg: Msg) -> Result<(), crate::store::StoreError> {
         match msg {
-            Msg::Input { input, reply } => {
-                if let Input::Execute(request) = &input {
-                    self.received
-                        .insert(request.exec_id.clone(), self.shared.clock.now().instant);
-                }
-                let now = self.shared.clock.now();
-                let result = self
-                    .server
-                    .handle_input(now, input)
-                    .map_err(|e| e.to_string());
-                let drained = self.drain();
-                if let Some(reply) = reply {
-                    let _ = reply.send(result);
-                }
-                drained
-            }
             Msg::IssueTicket {
                 context_id,
                 secret,
@@ -168,26 +245,6 @@ impl Dispatcher {
                 let drained = self.drain();
                 let _ = reply.send(issued);
                 drained
-            }
-            Msg::Connect {
-                context_id,
-                conn,
-                ticket,
-                handle,
-            } => {
-                self.conns.insert(conn, handle);
-                self.feed(Input::Connect {
-                    context_id,
-                    conn,
-                    ticket,
-                })
-            }
-            Msg::Disconnected { conn } => {
-                if self.conns.remove(&conn).is_some() {
-                    self.feed(Input::Disconnected { conn })
-                } else {
-                    Ok(())
-                }
             }
             Msg::Live { ids, reply } => {
                 let live = ids
@@ -204,43 +261,61 @@ impl Dispatcher {
                 let _ = reply.send(live);
                 Ok(())
             }
-            Msg::Shutdown => Ok(()),
+            // Taken by `on_batch` itself.
+            Msg::Input { .. } | Msg::Connect { .. } | Msg::Disconnected { .. } | Msg::Shutdown => {
+                Ok(())
+            }
         }
     }
 
-    /// Polls outputs until `Wait`, writing each run of records before the next output.
+    /// Polls outputs until `Wait`, then writes every record among them in one transaction
+    /// before it carries out any other output (so each output follows the records it depends
+    /// on, RECORDS.md §1, with one commit for all the inputs fed since the last drain).
+    /// Carrying out can feed the core (a connection whose queue is full is dropped), so it
+    /// polls again until nothing is left.
     fn drain(&mut self) -> Result<(), crate::store::StoreError> {
-        let mut records = Vec::new();
         loop {
-            let output = self.server.poll_output();
-            if let Output::Persist(record) = output {
-                records.push(record);
-                continue;
+            let mut records = Vec::new();
+            let mut outputs = Vec::new();
+            loop {
+                match self.server.poll_output() {
+                    Output::Persist(record) => records.push(record),
+                    Output::Wait { until, .. } => {
+                        self.next_wake = until;
+                        break;
+                    }
+                    output => outputs.push(output),
+                }
+            }
+            if records.is_empty() && outputs.is_empty() {
+                return Ok(());
             }
             if !records.is_empty() {
                 self.shared.store.write_records(&records)?;
-                records.clear();
             }
-            match output {
-                Output::Persist(_) => {}
-                Output::Wait { until, .. } => {
-                    self.next_wake = until;
-                    return Ok(());
-                }
-                Output::Transmit { conn, bytes } => self.send(conn, ToConn::Frame(bytes)),
-                Output::Close { conn, code, reason } => {
-                    self.send(conn, ToConn::Close(code, reason));
-                    self.conns.remove(&conn);
-                }
-                Output::Command(core_server::Command::RunOnCloud(request)) => {
-                    self.cloud.start(*request);
-                }
-                Output::Command(core_server::Command::CancelCloud { exec_id }) => {
-                    self.cloud.cancel(&exec_id);
-                }
-                Output::Event(event) => self.on_event(event)?,
+            for output in outputs {
+                self.carry_out(output)?;
             }
         }
+    }
+
+    fn carry_out(&mut self, output: Output) -> Result<(), crate::store::StoreError> {
+        match output {
+            Output::Persist(_) | Output::Wait { .. } => {}
+            Output::Transmit { conn, bytes } => self.send(conn, ToConn::Frame(bytes)),
+            Output::Close { conn, code, reason } => {
+                self.send(conn, ToConn::Close(code, reason));
+                self.conns.remove(&conn);
+            }
+            Output::Command(core_server::Command::RunOnCloud(request)) => {
+                self.cloud.start(*request);
+            }
+            Output::Command(core_server::Command::CancelCloud { exec_id }) => {
+                self.cloud.cancel(&exec_id);
+            }
+            Output::Event(event) => self.on_event(event)?,
+        }
+        Ok(())
     }
 
     fn send(&mut self, conn: ConnId, message: ToConn) {
