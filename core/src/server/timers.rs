@@ -86,6 +86,17 @@ impl<K: Ord + Hash + Clone> WakeTable<K> {
             .collect()
     }
 
+    /// Replaces every key by `rekey(key)`, keeping its wake-up; `rekey` must keep keys
+    /// distinct.
+    pub(super) fn rekey(&mut self, rekey: impl Fn(&K) -> K) {
+        let entries: Vec<(K, (Instant, &'static str))> = self.by_key.drain().collect();
+        self.by_time.clear();
+        self.earliest = None;
+        for (key, wake) in entries {
+            self.set(&rekey(&key), Some(wake));
+        }
+    }
+
     /// How many keys have a wake-up.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
