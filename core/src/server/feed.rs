@@ -56,8 +56,7 @@ impl Server {
             match m.session.poll_output() {
                 session::Output::Wait { .. } => {
                     let wake = m.session.poll_timeout();
-                    let key = self.machines.key(slot);
-                    self.session_wakes.set(&key, wake);
+                    self.session_wakes.set(slot, wake);
                     return;
                 }
                 session::Output::Transmit { conn, bytes } => {

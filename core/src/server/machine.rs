@@ -29,7 +29,7 @@ impl Server {
             executions: BTreeMap::new(),
             runs: BTreeMap::new(),
             restored_commits: BTreeMap::new(),
-            session_wakes: WakeTable::default(),
+            session_wakes: SessionWakes::default(),
             queue_wakes: WakeTable::default(),
             outputs: VecDeque::new(),
             journal: super::record::ServerJournal::new(now),
@@ -44,10 +44,11 @@ impl Server {
 
     /// Registers a machine not registered yet; a rank change re-keys the wake-up table.
     pub(super) fn add_machine(&mut self, id: String, machine: Machine) {
-        let (_, reranked) = self.machines.insert(id, machine);
+        let (slot, reranked) = self.machines.insert(id, machine);
+        self.session_wakes.push(self.machines.rank(slot));
         if reranked {
             let machines = &self.machines;
-            self.session_wakes.rekey(|key| machines.key(key.slot()));
+            self.session_wakes.rerank(|slot| machines.rank(slot));
         }
     }
 
@@ -107,9 +108,9 @@ impl Server {
         self.now = now;
         match input {
             Input::Timeout => {
-                for key in self.session_wakes.due(now.instant) {
-                    if let Err(error) = self.feed_slot(key.slot(), session::Input::Timeout) {
-                        let context_id = self.machines.at(key.slot()).session.context_id();
+                for slot in self.session_wakes.due(now.instant) {
+                    if let Err(error) = self.feed_slot(slot, session::Input::Timeout) {
+                        let context_id = self.machines.at(slot).session.context_id();
                         self.report(&context_id.to_owned(), error);
                     }
                 }

@@ -36,8 +36,8 @@ use crate::session::{ConnId, RunResult, Session, SessionConfig};
 use crate::sign::Signer;
 use crate::time::{Instant, Now};
 use crate::wire::{CapabilitySource, Environment, Grant};
-use registry::{Registry, SessionKey};
-use timers::WakeTable;
+use registry::Registry;
+use timers::{SessionWakes, WakeTable};
 
 pub use record::{
     ChainRow, ContextRow, EndedRow, ExecutionRow, PlaceRow, ServerChange, ServerRecord,
@@ -323,8 +323,8 @@ pub struct Server {
     /// When each run restored from the records was committed, as they say: a new process's
     /// clock cannot hold an instant from before its start, so the row keeps the written time.
     restored_commits: BTreeMap<String, u64>,
-    /// Each machine's next session timer, by its key (ordered like the context ids).
-    session_wakes: WakeTable<SessionKey>,
+    /// Each machine's next session timer, by position (ties ordered like the context ids).
+    session_wakes: SessionWakes,
     /// Each queued execution's deadline, by execution id.
     queue_wakes: WakeTable<String>,
     outputs: VecDeque<Output>,

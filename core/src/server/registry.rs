@@ -16,21 +16,6 @@ use super::timers::FixedHasher;
 /// registers between two others usually fits without renumbering.
 const RANK_GAP: u64 = 1 << 32;
 
-/// A machine's place in the wake-up table: ordered by rank (like the context ids), carrying
-/// the position it is stored at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(super) struct SessionKey {
-    rank: u64,
-    slot: u32,
-}
-
-impl SessionKey {
-    /// Where the machine is stored.
-    pub(super) fn slot(self) -> usize {
-        self.slot as usize
-    }
-}
-
 /// Every registered machine. See the module docs.
 #[derive(Default)]
 pub(super) struct Registry {
@@ -68,12 +53,9 @@ impl Registry {
         &mut self.machines[slot]
     }
 
-    /// The wake-up table's key for the machine at `slot`.
-    pub(super) fn key(&self, slot: usize) -> SessionKey {
-        SessionKey {
-            rank: self.ranks[slot],
-            slot: slot as u32,
-        }
+    /// The rank of the machine at `slot`: ranks order like the context ids.
+    pub(super) fn rank(&self, slot: usize) -> u64 {
+        self.ranks[slot]
     }
 
     /// Every machine, in context-id order.
@@ -174,7 +156,7 @@ mod tests {
             reranked += usize::from(again);
             let by_rank: Vec<&str> = {
                 let mut slots: Vec<usize> = (0..=n).collect();
-                slots.sort_by_key(|&s| registry.key(s));
+                slots.sort_by_key(|&s| registry.rank(s));
                 slots.iter().map(|&s| ids[s].as_str()).collect()
             };
             let by_id: Vec<&str> = registry.ids().map(String::as_str).collect();
