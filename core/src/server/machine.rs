@@ -110,8 +110,8 @@ impl Server {
             Input::Timeout => {
                 for slot in self.session_wakes.due(now.instant) {
                     if let Err(error) = self.feed_slot(slot, session::Input::Timeout) {
-                        let context_id = self.machines.at(slot).session.context_id();
-                        self.report(&context_id.to_owned(), error);
+                        let context_id = self.machines.at(slot).session.context_id().to_owned();
+                        self.report(&context_id, error);
                     }
                 }
                 self.expire_queues();
