@@ -18,6 +18,9 @@ use outpost_core::sim::now_at;
 use outpost_core::time::Now;
 use outpost_core::wire::{CommandsGrant, DaemonFrame, Egress, Environment, Grant, GrantLimits};
 
+/// Visits every machine once per round in a scattered order (prime, so coprime with both counts).
+const STRIDE: u64 = 7_919;
+
 fn drain(server: &mut Server) -> usize {
     let mut n = 0;
     while !matches!(server.poll_output(), Output::Wait { .. }) {
@@ -101,11 +104,13 @@ fn server_timers(c: &mut Criterion) {
     for machines in [1_000usize, 100_000] {
         let mut server = connected(machines);
         // Every heartbeat is a little later than the last, so the machine's silence timer
-        // really moves; machines take turns.
+        // really moves; machines take turns, each once per round as periodic heartbeats do,
+        // in an order unrelated to how they are stored (a prime stride coprime with the
+        // count), so no heartbeat finds its machine in cache by registration order.
         let mut step = 0u64;
         let heartbeat = |server: &mut Server, step: &mut u64| {
             *step += 1;
-            let conn = *step % machines as u64;
+            let conn = step.wrapping_mul(STRIDE) % machines as u64;
             let input = Input::Frame {
                 conn,
                 bytes: status.clone(),

@@ -14,11 +14,24 @@ impl Server {
         context_id: &str,
         input: session::Input,
     ) -> Result<(), SessionError> {
-        let Some(m) = self.machines.get_mut(context_id) else {
-            return Ok(());
-        };
-        let fed = m.session.handle_input(self.now, input);
-        self.pump(context_id);
+        match self.machines.slot(context_id) {
+            Some(slot) => self.feed_slot(slot, input),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Server::feed_session`] for the machine stored at `slot`.
+    pub(super) fn feed_slot(
+        &mut self,
+        slot: usize,
+        input: session::Input,
+    ) -> Result<(), SessionError> {
+        let fed = self
+            .machines
+            .at_mut(slot)
+            .session
+            .handle_input(self.now, input);
+        self.pump(slot);
         fed
     }
 
@@ -37,16 +50,13 @@ impl Server {
         }));
     }
 
-    fn pump(&mut self, context_id: &str) {
+    fn pump(&mut self, slot: usize) {
         loop {
-            let Some(m) = self.machines.get_mut(context_id) else {
-                return;
-            };
-            let out = m.session.poll_output();
-            match out {
+            let m = self.machines.at_mut(slot);
+            match m.session.poll_output() {
                 session::Output::Wait { .. } => {
                     let wake = m.session.poll_timeout();
-                    self.session_wakes.set(&context_id.to_owned(), wake);
+                    self.session_wakes.set(slot, wake);
                     return;
                 }
                 session::Output::Transmit { conn, bytes } => {
@@ -56,7 +66,10 @@ impl Server {
                     self.conns.remove(&conn);
                     self.outputs.push_back(Output::Close { conn, code, reason });
                 }
-                session::Output::Event(event) => self.on_session_event(context_id, event),
+                session::Output::Event(event) => {
+                    let context_id = m.session.context_id().to_owned();
+                    self.on_session_event(&context_id, event);
+                }
             }
         }
     }

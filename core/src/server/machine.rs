@@ -23,14 +23,13 @@ impl Server {
         Self {
             signer,
             session_template,
-            machines: HashMap::default(),
-            machine_ids: BTreeSet::new(),
+            machines: Registry::default(),
             conns: HashMap::default(),
             chains: BTreeMap::new(),
             executions: BTreeMap::new(),
             runs: BTreeMap::new(),
             restored_commits: BTreeMap::new(),
-            session_wakes: WakeTable::default(),
+            session_wakes: SessionWakes::default(),
             queue_wakes: WakeTable::default(),
             outputs: VecDeque::new(),
             journal: super::record::ServerJournal::new(now),
@@ -41,6 +40,16 @@ impl Server {
     /// The session of `context_id`.
     pub fn session(&self, context_id: &str) -> Option<&Session> {
         self.machines.get(context_id).map(|m| &m.session)
+    }
+
+    /// Registers a machine not registered yet; a rank change re-keys the wake-up table.
+    pub(super) fn add_machine(&mut self, id: String, machine: Machine) {
+        let (slot, reranked) = self.machines.insert(id, machine);
+        self.session_wakes.push(self.machines.rank(slot));
+        if reranked {
+            let machines = &self.machines;
+            self.session_wakes.rerank(|slot| machines.rank(slot));
+        }
     }
 
     /// Executions not yet finished.
@@ -55,7 +64,7 @@ impl Server {
         context_id: &str,
         random: [u8; 48],
     ) -> Result<IssuedTicket, TicketError> {
-        if !self.machines.contains_key(context_id) {
+        if !self.machines.contains(context_id) {
             return Err(TicketError::Unknown);
         }
         // Only due sessions get timeouts: bring this one's clock up to now before it stamps
@@ -99,8 +108,11 @@ impl Server {
         self.now = now;
         match input {
             Input::Timeout => {
-                for id in self.session_wakes.due(now.instant) {
-                    self.feed_or_report(&id, session::Input::Timeout);
+                for slot in self.session_wakes.due(now.instant) {
+                    if let Err(error) = self.feed_slot(slot, session::Input::Timeout) {
+                        let context_id = self.machines.at(slot).session.context_id().to_owned();
+                        self.report(&context_id, error);
+                    }
                 }
                 self.expire_queues();
             }
@@ -112,8 +124,7 @@ impl Server {
                     let mut config = self.session_template.clone();
                     config.context_id = id.clone();
                     let session = Session::new(config, grant, self.signer.clone(), self.now);
-                    self.machine_ids.insert(id.clone());
-                    self.machines.insert(id, Machine { record, session });
+                    self.add_machine(id, Machine { record, session });
                 }
             }
             Input::Connect {
@@ -121,24 +132,24 @@ impl Server {
                 conn,
                 ticket,
             } => {
-                if !self.machines.contains_key(&context_id) {
+                let Some(slot) = self.machines.slot(&context_id) else {
                     return Err(ServerError::UnknownContext(context_id));
-                }
-                self.conns.insert(conn, context_id.clone());
-                let fed = self.feed_session(&context_id, session::Input::Connect { conn, ticket });
+                };
+                self.conns.insert(conn, slot);
+                let fed = self.feed_slot(slot, session::Input::Connect { conn, ticket });
                 if fed.is_err() {
                     self.conns.remove(&conn);
                 }
                 fed?;
             }
             Input::Frame { conn, bytes } => {
-                if let Some(context_id) = self.conns.get(&conn).cloned() {
-                    self.feed_session(&context_id, session::Input::Frame { conn, bytes })?;
+                if let Some(&slot) = self.conns.get(&conn) {
+                    self.feed_slot(slot, session::Input::Frame { conn, bytes })?;
                 }
             }
             Input::Disconnected { conn } => {
-                if let Some(context_id) = self.conns.remove(&conn) {
-                    self.feed_session(&context_id, session::Input::Disconnected { conn })?;
+                if let Some(slot) = self.conns.remove(&conn) {
+                    self.feed_slot(slot, session::Input::Disconnected { conn })?;
                 }
             }
             Input::Execute(request) => {
@@ -177,14 +188,14 @@ impl Server {
                 self.recheck_access(&id);
             }
             Input::UpdateGrant { context_id, grant } => {
-                if !self.machines.contains_key(&context_id) {
+                if !self.machines.contains(&context_id) {
                     return Err(ServerError::UnknownContext(context_id));
                 }
                 self.feed_session(&context_id, session::Input::UpdateGrant(grant))?;
                 self.recheck_access(&context_id);
             }
             Input::Revoke { context_id } => {
-                if !self.machines.contains_key(&context_id) {
+                if !self.machines.contains(&context_id) {
                     return Err(ServerError::UnknownContext(context_id));
                 }
                 self.feed_session(&context_id, session::Input::Revoke)?;
@@ -218,9 +229,8 @@ impl Server {
 
     /// What the routing functions see of every machine, for a run in `environment`.
     fn views(&self, environment: Environment) -> Vec<ContextView> {
-        self.machine_ids
-            .iter()
-            .filter_map(|id| self.machines.get(id))
+        self.machines
+            .in_order()
             .map(|m| {
                 let (grant, _) = m.session.grant();
                 let online = m.session.is_ready();

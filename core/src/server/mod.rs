@@ -22,12 +22,13 @@
 mod feed;
 mod machine;
 mod record;
+mod registry;
 mod timers;
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::routing::{Chain, ExecuteTarget, RanOn, Requester, Route};
@@ -35,7 +36,8 @@ use crate::session::{ConnId, RunResult, Session, SessionConfig};
 use crate::sign::Signer;
 use crate::time::{Instant, Now};
 use crate::wire::{CapabilitySource, Environment, Grant};
-use timers::WakeTable;
+use registry::Registry;
+use timers::{SessionWakes, WakeTable};
 
 pub use record::{
     ChainRow, ContextRow, EndedRow, ExecutionRow, PlaceRow, ServerChange, ServerRecord,
@@ -309,21 +311,20 @@ struct Machine {
 pub struct Server {
     signer: Arc<dyn Signer + Send + Sync>,
     session_template: SessionConfig,
-    /// Registered machines by context id: looked up on every frame, so by hash.
-    machines: HashMap<String, Machine, timers::FixedHasher>,
-    /// The same ids in order, for everything that walks the machines (routing views,
-    /// snapshots), so walks stay deterministic.
-    machine_ids: BTreeSet<String>,
-    /// Which machine each live connection belongs to (looked up on every frame, never walked).
-    conns: HashMap<ConnId, String, timers::FixedHasher>,
+    /// Registered machines: by position, by context id (looked up by hash) and in id order
+    /// (for everything that walks them, so walks stay deterministic).
+    machines: Registry,
+    /// Which machine each live connection belongs to, by position (looked up on every frame,
+    /// never walked).
+    conns: HashMap<ConnId, usize, timers::FixedHasher>,
     chains: BTreeMap<String, Chain>,
     executions: BTreeMap<String, Execution>,
     runs: BTreeMap<String, String>,
     /// When each run restored from the records was committed, as they say: a new process's
     /// clock cannot hold an instant from before its start, so the row keeps the written time.
     restored_commits: BTreeMap<String, u64>,
-    /// Each machine's next session timer, by context id.
-    session_wakes: WakeTable<String>,
+    /// Each machine's next session timer, by position (ties ordered like the context ids).
+    session_wakes: SessionWakes,
     /// Each queued execution's deadline, by execution id.
     queue_wakes: WakeTable<String>,
     outputs: VecDeque<Output>,

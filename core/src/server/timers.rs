@@ -1,4 +1,4 @@
-//! The dispatcher's wake-up table: one entry per key (a machine's session, a queued
+//! The dispatcher's wake-up tables: one entry per key (a machine's session, a queued
 //! execution), ordered by time, so the next wake and the entries due are found in O(log n)
 //! instead of by asking every session.
 //!
@@ -9,6 +9,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hash};
+use std::mem::replace;
 
 use crate::time::Instant;
 
@@ -93,6 +94,90 @@ impl<K: Ord + Hash + Clone> WakeTable<K> {
     }
 }
 
+/// One machine's entry in [`SessionWakes`].
+#[derive(Debug, Clone, Copy)]
+struct SlotWake {
+    /// Orders like the machine's context id.
+    rank: u64,
+    wake: Option<(Instant, &'static str)>,
+}
+
+/// Ordered by time, then rank (so ties fall as the context ids would), carrying the storage
+/// position and the reason, so the earliest entry needs no second lookup.
+type TimeEntry = (Instant, u64, u32, &'static str);
+
+/// The machines' session wake-ups, by storage position: at most one per machine. A heartbeat
+/// moves one entry without hashing or comparing strings, and the earliest entry is kept at
+/// hand for every drain.
+#[derive(Debug, Default)]
+pub(super) struct SessionWakes {
+    slots: Vec<SlotWake>,
+    by_time: BTreeSet<TimeEntry>,
+    earliest: Option<TimeEntry>,
+}
+
+impl SessionWakes {
+    /// Adds the next position, with `rank` and no wake-up.
+    pub(super) fn push(&mut self, rank: u64) {
+        self.slots.push(SlotWake { rank, wake: None });
+    }
+
+    /// Sets (`Some`) or clears (`None`) the wake-up of the machine at `slot`.
+    pub(super) fn set(&mut self, slot: usize, wake: Option<(Instant, &'static str)>) {
+        let entry = &mut self.slots[slot];
+        let rank = entry.rank;
+        let old = replace(&mut entry.wake, wake);
+        if old == wake {
+            return;
+        }
+        let at = |w: (Instant, &'static str)| (w.0, rank, slot as u32, w.1);
+        let old = old.map(at);
+        let new = wake.map(at);
+        if let Some(old) = old {
+            self.by_time.remove(&old);
+        }
+        if let Some(new) = new {
+            self.by_time.insert(new);
+        }
+        match (new, self.earliest) {
+            (Some(new), earliest) if earliest.is_none_or(|e| new < e) => {
+                self.earliest = Some(new);
+            }
+            (_, Some(earliest)) if Some(earliest) == old => {
+                // The earliest entry moved later, changed its reason or went: find the next.
+                self.earliest = self.by_time.first().copied();
+            }
+            _ => {}
+        }
+    }
+
+    /// The earliest wake-up and why.
+    pub(super) fn first(&self) -> Option<(Instant, &'static str)> {
+        self.earliest.map(|(at, _, _, why)| (at, why))
+    }
+
+    /// Positions whose wake-up is at or before `now`, earliest first (they stay in the table
+    /// until set again).
+    pub(super) fn due(&self, now: Instant) -> Vec<usize> {
+        self.by_time
+            .iter()
+            .take_while(|(at, ..)| *at <= now)
+            .map(|&(_, _, slot, _)| slot as usize)
+            .collect()
+    }
+
+    /// Gives every position the rank `rank(slot)`, keeping its wake-up.
+    pub(super) fn rerank(&mut self, rank: impl Fn(usize) -> u64) {
+        self.by_time.clear();
+        self.earliest = None;
+        for slot in 0..self.slots.len() {
+            let wake = self.slots[slot].wake.take();
+            self.slots[slot].rank = rank(slot);
+            self.set(slot, wake);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -139,6 +224,52 @@ mod tests {
             t.set(&key, wake);
             let walked = t.by_time.first().map(|(at, k)| (*at, t.by_key[k].1));
             assert_eq!(t.first(), walked);
+        }
+    }
+
+    #[test]
+    fn session_wakes_fall_in_time_then_rank_order_and_follow_every_change() {
+        let mut t = SessionWakes::default();
+        // Positions 0..4 with ranks that order them 3, 1, 0, 2.
+        for rank in [30, 20, 40, 10] {
+            t.push(rank);
+        }
+        t.set(0, Some((at(5), "silence")));
+        t.set(1, Some((at(5), "lease")));
+        t.set(3, Some((at(9), "hello timeout")));
+        assert_eq!(
+            t.first(),
+            Some((at(5), "lease")),
+            "a tie goes to the lower rank"
+        );
+        assert_eq!(t.due(at(9)), vec![1, 0, 3]);
+        t.rerank(|slot| [30, 40, 20, 10][slot]);
+        assert_eq!(
+            t.first(),
+            Some((at(5), "silence")),
+            "ranks changed, wake-ups kept"
+        );
+        assert_eq!(t.due(at(9)), vec![0, 1, 3]);
+        t.set(0, None);
+        assert_eq!(t.first(), Some((at(5), "lease")));
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..5_000 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            let slot = (state >> 33) as usize % 4;
+            let wake = match (state >> 20) % 4 {
+                0 => None,
+                1 => Some((at((state >> 40) % 20), "lease")),
+                _ => Some((at((state >> 40) % 20), "silence")),
+            };
+            t.set(slot, wake);
+            let walked = t.by_time.first().map(|&(at, _, _, why)| (at, why));
+            assert_eq!(t.first(), walked);
+            let by_time: Vec<usize> = t.by_time.iter().map(|e| e.2 as usize).collect();
+            let mut expected: Vec<usize> = (0..4).filter(|&s| t.slots[s].wake.is_some()).collect();
+            expected.sort_by_key(|&s| (t.slots[s].wake.map(|w| w.0), t.slots[s].rank));
+            assert_eq!(by_time, expected);
         }
     }
 }

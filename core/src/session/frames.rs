@@ -46,7 +46,7 @@ impl Session {
                 }
                 let max_concurrent = max_concurrent
                     .min(MAX_CONCURRENT_LIMIT)
-                    .min(self.grant.limits.max_concurrent);
+                    .min(self.cold.grant.limits.max_concurrent);
                 self.on_hello(
                     max_concurrent,
                     environments,
@@ -93,7 +93,7 @@ impl Session {
                 max_concurrent,
                 features,
             } => {
-                let cap = self.grant.limits.max_concurrent;
+                let cap = self.cold.grant.limits.max_concurrent;
                 if let Some(Connection {
                     state:
                         ConnState::Ready {
@@ -167,7 +167,7 @@ impl Session {
         let deadline = now.saturating_add(Duration::from_millis(run.spec.timeout_ms));
         run.state = RunState::Committed {
             committed_at: now,
-            lost_at: deadline.saturating_add(self.config.lease_grace),
+            lost_at: deadline.saturating_add(self.cold.config.lease_grace),
         };
         self.send(ServerFrame::RunCommit {
             run_id: run_id.clone(),

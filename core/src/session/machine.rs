@@ -30,28 +30,31 @@ impl Session {
     ) -> Self {
         let tickets = TicketStore::new(config.ticket_ttl_secs, OUTSTANDING_TICKETS);
         Self {
-            config,
-            signer,
-            grant,
-            grant_version: 1,
-            revoked: false,
-            tickets,
+            now,
+            outputs: VecDeque::new(),
             conn: None,
             runs: BTreeMap::new(),
-            ended: RecentlyEnded::new(RECENTLY_ENDED),
-            outputs: VecDeque::new(),
-            now,
+            silence_limit: config.silence_limit,
+            revoked: false,
+            grant_version: 1,
+            cold: Box::new(Cold {
+                config,
+                signer,
+                grant,
+                tickets,
+                ended: RecentlyEnded::new(RECENTLY_ENDED),
+            }),
         }
     }
 
     /// The context this session serves.
     pub fn context_id(&self) -> &str {
-        &self.config.context_id
+        &self.cold.config.context_id
     }
 
     /// The grant in force and its version.
     pub fn grant(&self) -> (&Grant, u64) {
-        (&self.grant, self.grant_version)
+        (&self.cold.grant, self.grant_version)
     }
 
     /// Whether the machine was revoked.
@@ -150,7 +153,10 @@ impl Session {
         }
         let digest = Sha256::digest(random);
         let session_id = format!("sess_{}", crate::hex::lower(&digest[..12]));
-        let ticket = self.tickets.issue(random, &session_id, self.now.wall)?;
+        let ticket = self
+            .cold
+            .tickets
+            .issue(random, &session_id, self.now.wall)?;
         Ok(IssuedTicket { ticket, session_id })
     }
 
@@ -175,7 +181,7 @@ impl Session {
             Input::Submit(spec) => return self.submit(spec),
             Input::Cancel { run_id, reason } => self.cancel(&run_id, reason),
             Input::UpdateGrant(grant) => {
-                self.grant = grant.clone();
+                self.cold.grant = grant.clone();
                 self.grant_version += 1;
                 let version = self.grant_version;
                 self.send(ServerFrame::GrantUpdate {
@@ -212,10 +218,7 @@ impl Session {
     fn timers(&self) -> NextWake {
         let mut wake = NextWake::idle(self.now.instant);
         if let Some(c) = &self.conn {
-            wake.consider(
-                c.last_heard.saturating_add(self.config.silence_limit),
-                "silence",
-            );
+            wake.consider(c.last_heard.saturating_add(self.silence_limit), "silence");
             if let ConnState::AwaitingHello { deadline } = c.state {
                 wake.consider(deadline, "hello timeout");
             }
@@ -255,7 +258,7 @@ impl Session {
                 self.drop_connection();
                 return;
             }
-            if c.last_heard.saturating_add(self.config.silence_limit) <= now {
+            if c.last_heard.saturating_add(self.silence_limit) <= now {
                 self.close(id, close_code::GOING_AWAY, "silent for too long");
                 self.drop_connection();
             }
@@ -267,7 +270,7 @@ impl Session {
             self.refuse(conn, close_code::REVOKED, Refusal::Revoked.code());
             return;
         }
-        let session_id = match self.tickets.consume(ticket, self.now.wall) {
+        let session_id = match self.cold.tickets.consume(ticket, self.now.wall) {
             Ok(sid) => sid,
             Err(e) => {
                 self.refuse(conn, close_code::POLICY_VIOLATION, e.code());
@@ -282,16 +285,19 @@ impl Session {
             id: conn,
             frames: FrameSigner::new(session_id),
             state: ConnState::AwaitingHello {
-                deadline: self.now.instant.saturating_add(self.config.hello_timeout),
+                deadline: self
+                    .now
+                    .instant
+                    .saturating_add(self.cold.config.hello_timeout),
             },
             last_heard: self.now.instant,
         });
         let welcome = ServerFrame::Welcome {
-            context_id: self.config.context_id.clone(),
+            context_id: self.cold.config.context_id.clone(),
             protocol: PROTOCOL_VERSION,
             grant_version: self.grant_version,
-            grant: self.grant.clone(),
-            heartbeat_secs: self.config.heartbeat_secs,
+            grant: self.cold.grant.clone(),
+            heartbeat_secs: self.cold.config.heartbeat_secs,
         };
         self.send(welcome);
     }
@@ -320,7 +326,7 @@ impl Session {
     }
 
     fn submit(&mut self, spec: RunSpec) -> Result<(), SessionError> {
-        if self.runs.contains_key(&spec.run_id) || self.ended.contains(&spec.run_id) {
+        if self.runs.contains_key(&spec.run_id) || self.cold.ended.contains(&spec.run_id) {
             return Err(SessionError::DuplicateRun(spec.run_id));
         }
         let run_id = spec.run_id.clone();
@@ -380,7 +386,7 @@ impl Session {
 
     /// A run that never entered the table ends at once.
     fn end_unstarted(&mut self, run_id: String, outcome: RunOutcome) {
-        self.ended.insert(run_id.clone());
+        self.cold.ended.insert(run_id.clone());
         self.outputs
             .push_back(Output::Event(Event::RunEnded { run_id, outcome }));
     }
@@ -390,7 +396,7 @@ impl Session {
         if self.runs.remove(run_id).is_none() {
             return;
         }
-        self.ended.insert(run_id.to_owned());
+        self.cold.ended.insert(run_id.to_owned());
         self.outputs.push_back(Output::Event(Event::RunEnded {
             run_id: run_id.to_owned(),
             outcome,
@@ -437,7 +443,7 @@ impl Session {
         let Some(c) = self.conn.as_mut() else {
             return;
         };
-        match c.frames.sign(&frame, self.signer.as_ref()) {
+        match c.frames.sign(&frame, self.cold.signer.as_ref()) {
             Ok(bytes) => {
                 let conn = c.id;
                 self.outputs.push_back(Output::Transmit { conn, bytes });

@@ -275,16 +275,27 @@ struct Connection {
 }
 
 /// One machine's session. See the module docs.
+///
+/// What every input and timer check reads stays inline; what only connects, offers and
+/// grants need lives apart in [`Cold`], so a dispatcher holding many sessions touches few
+/// cache lines per heartbeat.
 pub struct Session {
+    now: Now,
+    outputs: VecDeque<Output>,
+    conn: Option<Connection>,
+    runs: BTreeMap<String, ServerRun>,
+    /// `config.silence_limit`, read on every timer check.
+    silence_limit: Duration,
+    revoked: bool,
+    grant_version: u64,
+    cold: Box<Cold>,
+}
+
+/// The parts of a session a heartbeat never reads.
+struct Cold {
     config: SessionConfig,
     signer: Arc<dyn Signer + Send + Sync>,
     grant: Grant,
-    grant_version: u64,
-    revoked: bool,
     tickets: TicketStore,
-    conn: Option<Connection>,
-    runs: BTreeMap<String, ServerRun>,
     ended: RecentlyEnded,
-    outputs: VecDeque<Output>,
-    now: Now,
 }

@@ -97,8 +97,8 @@ impl Server {
         ServerSnapshot {
             written_ms: self.journal.wall_ms(self.now.instant),
             contexts: self
-                .machine_ids
-                .iter()
+                .machines
+                .ids()
                 .filter_map(|id| self.context_row(id))
                 .collect(),
             chains: self

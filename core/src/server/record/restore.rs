@@ -45,8 +45,7 @@ impl Server {
                 record: row.record(),
                 session,
             };
-            server.machine_ids.insert(row.id.clone());
-            server.machines.insert(row.id.clone(), machine);
+            server.add_machine(row.id.clone(), machine);
         }
         for row in &snapshot.chains {
             server.chains.insert(row.user_id.clone(), row.chain.clone());
@@ -136,7 +135,7 @@ impl Server {
         }
         // What the restart decides is journaled like an input's changes.
         let mark = server.outputs.len();
-        let ids: Vec<String> = server.machine_ids.iter().cloned().collect();
+        let ids: Vec<String> = server.machines.ids().cloned().collect();
         for id in ids {
             // Each session's timers reach the dispatcher the ordinary way.
             server.feed_or_report(&id, session::Input::Timeout);
