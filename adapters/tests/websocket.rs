@@ -109,7 +109,7 @@ fn conformance(host: &dyn Host) {
 
 #[test]
 fn blocking_host_conforms() {
-    conformance(&BlockingHost);
+    conformance(&BlockingHost::default());
 }
 
 #[cfg(feature = "tokio")]

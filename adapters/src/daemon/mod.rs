@@ -106,7 +106,7 @@ impl OwnedHost {
                 crate::runtime::SmolRuntime,
                 "smol",
             )))),
-            HostKind::Blocking => Ok(Self::wrap(Arc::new(BlockingHost))),
+            HostKind::Blocking => Ok(Self::wrap(Arc::new(BlockingHost::default()))),
         }
     }
 

@@ -21,22 +21,22 @@ use super::{EventFn, Host, Link, LinkEvent, redact, target_of};
 /// the socket and the wake-up pipe wake it first).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
-/// How long one read waits for the rest of a message once the socket was readable.
-const READ_SLICE: Duration = Duration::from_millis(1);
-
 /// How long connecting and the handshake may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A [`Host`] on std threads.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BlockingHost;
+/// A [`Host`] on std threads: blocking work on a pool of reused threads, one thread per
+/// WebSocket.
+#[derive(Debug, Clone, Default)]
+pub struct BlockingHost {
+    pool: super::pool::Pool,
+}
 
 trait Stream: Read + Write + Send {}
 impl<T: Read + Write + Send> Stream for T {}
 
 impl Host for BlockingHost {
     fn spawn_blocking(&self, work: Box<dyn FnOnce() + Send>) {
-        std::thread::spawn(work);
+        self.pool.spawn(work);
     }
 
     fn open(&self, url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
@@ -100,7 +100,9 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                 )));
             }
         };
-    if let Err(e) = control.set_read_timeout(Some(READ_SLICE)) {
+    // Non-blocking from here: `poll(2)` does the waiting (a socket timeout would round up
+    // to a scheduler tick on every read that finds nothing).
+    if let Err(e) = control.set_nonblocking(true) {
         return events(LinkEvent::Failed(e.to_string()));
     }
     let (wake_tx, mut wake_rx) = match UnixStream::pair() {
@@ -119,8 +121,17 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
     events(LinkEvent::Opened(link));
     let mut code = None;
     let mut closing = false;
+    // Bytes tungstenite holds because the socket would not take them yet.
+    let mut unflushed = false;
     let timeout = PollTimeout::try_from(POLL_INTERVAL).unwrap_or(PollTimeout::NONE);
     'conn: loop {
+        if unflushed {
+            match ws.flush() {
+                Ok(()) => unflushed = false,
+                Err(e) if would_block(&e) => {}
+                Err(_) => break 'conn,
+            }
+        }
         while !closing && let Some(out) = outbox.try_take() {
             let sent = match out {
                 Out::Send(bytes) => ws.send(message_of(bytes)),
@@ -131,7 +142,7 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
             };
             match sent {
                 Ok(()) => {}
-                Err(e) if would_block(&e) => {}
+                Err(e) if would_block(&e) => unflushed = true,
                 Err(_) => break 'conn,
             }
         }
@@ -143,11 +154,7 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                 Ok(Message::Binary(bytes)) => events(LinkEvent::Message(bytes.to_vec())),
                 Ok(Message::Close(frame)) => code = frame.map(|f| u16::from(f.code)),
                 Ok(_) => {}
-                Err(e) if would_block(&e) => {
-                    // Flush what a timed-out write left behind.
-                    let _ = ws.flush();
-                    break;
-                }
+                Err(e) if would_block(&e) => break,
                 Err(WsError::Capacity(_)) => {
                     // A message over the limit: say so (1009), then drop the connection.
                     let _ = ws.send(close_message(MESSAGE_TOO_BIG, "message too big".into()));
@@ -157,8 +164,13 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                 Err(_) => break 'conn,
             }
         }
+        let wanted = if unflushed {
+            PollFlags::POLLIN | PollFlags::POLLOUT
+        } else {
+            PollFlags::POLLIN
+        };
         let mut fds = [
-            PollFd::new(control.as_fd(), PollFlags::POLLIN),
+            PollFd::new(control.as_fd(), wanted),
             PollFd::new(wake_rx.as_fd(), PollFlags::POLLIN),
         ];
         let _ = poll(&mut fds, timeout);

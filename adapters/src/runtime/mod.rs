@@ -16,6 +16,7 @@
 
 mod blocking;
 mod link;
+mod pool;
 #[cfg(feature = "smol")]
 mod smol;
 #[cfg(feature = "tokio")]
