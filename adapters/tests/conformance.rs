@@ -169,6 +169,7 @@ impl RunningDaemon {
             local: LocalPolicy::default(),
             features: Vec::new(),
             seed: 7,
+            passphrase: None,
         };
         let mut registry = Registry::new();
         registry.register(Box::new(ShellExecutor::default()));
@@ -274,7 +275,7 @@ fn replaced(kind: HostKind) {
     world.online("box");
     let copy = world.dir.join("copy");
     std::fs::create_dir_all(copy.join("config")).expect("config");
-    for file in ["machine.key", "server.json"] {
+    for file in ["key.enc", "key.file", "server.json"] {
         std::fs::copy(
             home.join("config").join(file),
             copy.join("config").join(file),

@@ -72,6 +72,7 @@ impl Daemon {
             local: LocalPolicy::default(),
             features: Vec::new(),
             seed: 1,
+            passphrase: None,
         };
         let mut registry = Registry::new();
         registry.register(Box::new(WasmExecutor::new(WasmConfig::default())));

@@ -166,6 +166,7 @@ pub fn daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         local,
         features: Vec::new(),
         seed: 0,
+        passphrase: std::env::var(outpost_adapters::daemon::key::PASSPHRASE_VAR).ok(),
     };
     let registry = executors::registry(&executors::DAEMON_ENVIRONMENTS, Some(folders.wasm_cache()));
     let host = OwnedHost::new(args.host).map_err(|e| anyhow::anyhow!("{e}"))?;

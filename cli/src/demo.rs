@@ -163,6 +163,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
         local: LocalPolicy::default(),
         features: Vec::new(),
         seed: 0,
+        passphrase: None,
     };
     let registry = executors::registry(&executors::DAEMON_ENVIRONMENTS, Some(folders.wasm_cache()));
     let host = OwnedHost::new(HostKind::Tokio)?;

@@ -45,7 +45,7 @@ fn a_second_daemon_with_the_same_key_replaces_the_first() {
     // The same machine key in a copied home (a restored backup, a cloned disk).
     let copy = dir.join("copy");
     std::fs::create_dir_all(copy.join("config")).expect("config");
-    for file in ["machine.key", "server.json"] {
+    for file in ["key.enc", "key.file", "server.json"] {
         std::fs::copy(
             home.join("config").join(file),
             copy.join("config").join(file),
@@ -114,7 +114,7 @@ fn bad_setups_are_refused_with_a_code_and_exit_78() {
     assert_eq!(code, 78, "a second daemon on one home: {err}");
     assert!(err.contains("[home_locked]"), "{err}");
     daemon.kill();
-    let key = home.join("config/machine.key");
+    let key = home.join("config/key.file");
     assert_eq!(
         std::fs::metadata(&key).expect("key").permissions().mode() & 0o777,
         0o600

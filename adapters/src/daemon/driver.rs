@@ -69,7 +69,7 @@ pub(super) fn run(
 ) -> Result<DaemonExit, DaemonError> {
     let clock = Arc::new(Clock::new()?);
     let home = Home::open(options.folders.clone())?;
-    let seed = home.machine_key()?;
+    let seed = super::key::machine_seed(&home.folders.config, options.passphrase.as_deref())?;
     let saved = home.server()?;
     let (url, root, token) = match &options.server {
         ServerChoice::Join(join) => (

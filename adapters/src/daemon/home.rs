@@ -4,7 +4,8 @@
 //! the state folder.
 //!
 //! ```text
-//! config/machine.key   0600  the Ed25519 seed, base64url (encrypted at rest: not yet)
+//! config/key.enc       0600  the Ed25519 seed sealed with AES-256-GCM (see `key`)
+//! config/key.file      0600  the file key that seals it, when no passphrase is used
 //! config/server.json   0600  the server, its pinned root, this machine's context
 //! state/daemon.lock          held (flock) while a daemon runs on this home
 //! state/daemon.db            the durable records (result outbox), SQLite
@@ -28,8 +29,6 @@ use serde::{Deserialize, Serialize};
 
 use super::DaemonError;
 
-/// The machine key's file name in the config folder.
-pub const KEY_FILE: &str = "machine.key";
 /// The joined server's file name in the config folder.
 pub const SERVER_FILE: &str = "server.json";
 /// The outbox database's file name in the state folder.
@@ -107,37 +106,6 @@ impl Home {
     /// Where runs' capability folders go.
     pub fn runs_dir(&self) -> PathBuf {
         self.folders.runs_dir()
-    }
-
-    /// The machine key's seed: read, or generated (from the OS) and written 0600 on first
-    /// start. A key file readable by others is refused, never used.
-    pub fn machine_key(&self) -> Result<[u8; 32], DaemonError> {
-        let path = self.folders.config.join(KEY_FILE);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                let mode = std::fs::metadata(&path)
-                    .map_err(|e| DaemonError::home(&path, e))?
-                    .permissions()
-                    .mode();
-                if mode & 0o077 != 0 {
-                    return Err(DaemonError::KeyExposed {
-                        path,
-                        mode: mode & 0o777,
-                    });
-                }
-                b64::decode_array::<32>(text.trim()).map_err(|e| DaemonError::BadKey {
-                    path,
-                    reason: e.to_string(),
-                })
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let mut seed = [0u8; 32];
-                getrandom::fill(&mut seed).map_err(|e| DaemonError::Random(e.to_string()))?;
-                write_private(&path, format!("{}\n", b64::encode(&seed)).as_bytes())?;
-                Ok(seed)
-            }
-            Err(e) => Err(DaemonError::home(&path, e)),
-        }
     }
 
     /// The server this machine joined, if it registered before.

@@ -15,6 +15,7 @@
 
 mod driver;
 pub mod home;
+pub mod key;
 mod runner;
 
 use std::path::{Path, PathBuf};
@@ -156,6 +157,8 @@ pub struct DaemonOptions {
     pub features: Vec<String>,
     /// Seeds the reconnect jitter (0: from the OS).
     pub seed: u64,
+    /// The passphrase that seals the machine key (`OUTPOST_KEY_PASSPHRASE`); none: a file key.
+    pub passphrase: Option<String>,
 }
 
 /// Why the daemon stopped.
@@ -221,6 +224,12 @@ pub enum DaemonError {
         /// Why.
         reason: String,
     },
+    /// The key is sealed with a passphrase and none was given.
+    #[error("the machine key {} is sealed with a passphrase: set OUTPOST_KEY_PASSPHRASE", .0.display())]
+    PassphraseRequired(PathBuf),
+    /// The passphrase does not open the key.
+    #[error("OUTPOST_KEY_PASSPHRASE does not open the machine key {}: nothing was changed", .0.display())]
+    WrongPassphrase(PathBuf),
     /// The OS random source failed.
     #[error("the OS random source failed: {0}")]
     Random(String),
@@ -300,6 +309,8 @@ impl DaemonError {
             DaemonError::KeyExposed { .. } => "key_exposed",
             DaemonError::BadKey { .. } => "key_unreadable",
             DaemonError::BadServerFile { .. } => "server_file_unreadable",
+            DaemonError::PassphraseRequired(_) => "passphrase_required",
+            DaemonError::WrongPassphrase(_) => "wrong_passphrase",
             DaemonError::Random(_) => "random_unavailable",
             DaemonError::NotJoined => "not_joined",
             DaemonError::OtherServer { .. } => "joined_elsewhere",
