@@ -12,10 +12,7 @@ use outpost_core::executor::{
 use outpost_core::grant::CredentialDenylist;
 use outpost_core::manifest::Lifecycle;
 use outpost_core::manifest::{MANIFEST_FILE, Manifest};
-use outpost_core::wire::{Egress, Environment};
-use outpost_exec_docker::{DockerConfig, DockerExecutor};
-use outpost_exec_shell::ShellExecutor;
-use outpost_exec_wasm::{WasmConfig, WasmExecutor};
+use outpost_core::wire::Egress;
 use outpost_host::{OwnerError, OwnerFolders, RunningServiceTable, ServiceState, owner_mounts};
 
 /// Exit status of a run stopped at its deadline (as `timeout(1)` reports it).
@@ -75,30 +72,6 @@ fn owner() -> anyhow::Result<(Option<OwnerFolders>, CredentialDenylist)> {
     Ok((Some(folders), denylist))
 }
 
-/// The executor of `environment`, the only one a run needs. Environments without one are
-/// refused, never run elsewhere; an executor whose backend is missing (no Docker engine)
-/// refuses with the reason and fix. Before a docker run, containers that killed outpost
-/// processes left behind are removed.
-fn registry(environment: Environment, owner: Option<&OwnerFolders>) -> anyhow::Result<Registry> {
-    let mut registry = Registry::new();
-    match environment {
-        Environment::Shell => registry.register(Box::new(ShellExecutor::default())),
-        Environment::Wasm => registry.register(Box::new(WasmExecutor::new(WasmConfig {
-            cache_dir: owner.map(OwnerFolders::wasm_cache),
-            ..WasmConfig::default()
-        }))),
-        Environment::Docker => {
-            let docker =
-                DockerExecutor::new(DockerConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
-            // An unreachable engine is reported by the launch itself.
-            let _ = docker.remove_orphans();
-            registry.register(Box::new(docker));
-        }
-        Environment::Pty => {}
-    }
-    Ok(registry)
-}
-
 /// A refused run, with the flag that lifts an egress refusal here.
 fn refusal(e: RunRefused) -> anyhow::Error {
     if e.code() == "egress_denied" {
@@ -150,7 +123,12 @@ pub fn run(
             EgressArg::All => Egress::All,
         },
     };
-    let registry = registry(environment, folders.as_ref())?;
+    // The executor of this run's environment alone. One whose backend is missing (no Docker
+    // engine) refuses with the reason and the fix; nothing runs elsewhere.
+    let registry = crate::executors::registry(
+        &[environment],
+        folders.as_ref().map(OwnerFolders::wasm_cache),
+    );
     if lifecycle == Lifecycle::Persistent {
         return serve(&registry, &allowlists, launch);
     }

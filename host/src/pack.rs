@@ -8,8 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use outpost_core::manifest::{MANIFEST_FILE, Manifest};
-use outpost_core::wire::{CapabilitySource, InlineFile, MAX_BUNDLE_BYTES, encode_bundle};
-use sha2::{Digest as _, Sha256};
+use outpost_core::wire::{
+    CapabilitySource, InlineFile, MAX_BUNDLE_BYTES, bundle_digest, encode_bundle,
+};
 
 /// The most bytes (manifest and files, before base64) an inline capability may hold; larger
 /// ones travel as a bundle by digest.
@@ -101,10 +102,7 @@ pub fn pack_bundle(dir: &Path) -> Result<(Vec<u8>, String, Manifest), PackError>
     if bytes.len() as u64 > MAX_BUNDLE_BYTES {
         return Err(PackError::BundleTooLarge);
     }
-    let sha256 = Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sha256 = bundle_digest(&bytes);
     Ok((bytes, sha256, manifest))
 }
 

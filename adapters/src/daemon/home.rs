@@ -10,7 +10,8 @@
 //! state/daemon.lock          held (flock) while a daemon runs on this home
 //! state/daemon.db            the durable records (result outbox), SQLite
 //! state/runs/<run id>/       each run's capability folder
-//! state/runs/<run id>.pgid   the process group of a shell run, to reap after a crash
+//! state/runs/<run id>.service  what a live run started (a process group, a container), to
+//!                            reap after a crash
 //! ```
 //!
 //! This module owns those files' formats and modes. It never talks to the server and never
@@ -131,11 +132,6 @@ impl Home {
         let mut text = serde_json::to_vec_pretty(server).unwrap_or_default();
         text.push(b'\n');
         write_private(&path, &text)
-    }
-
-    /// Where a shell run's process group is recorded.
-    pub fn pgid_path(&self, run_id: &str) -> PathBuf {
-        self.runs_dir().join(format!("{run_id}.pgid"))
     }
 }
 

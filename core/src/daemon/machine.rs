@@ -3,8 +3,6 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use sha2::{Digest as _, Sha256};
-
 use super::runs::RunState;
 use super::*;
 use crate::time::NextWake;
@@ -336,7 +334,7 @@ impl Daemon {
         let CapabilitySource::Digest { sha256, .. } = &run.capability else {
             return;
         };
-        let actual = crate::hex::lower(&Sha256::digest(&bundle));
+        let actual = crate::wire::bundle_digest(&bundle);
         if &actual != sha256 {
             let mut result = RunResult::failed(ErrorBody {
                 code: "digest_mismatch".into(),

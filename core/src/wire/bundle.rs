@@ -67,6 +67,13 @@ pub fn encode_bundle(manifest: &str, files: &[InlineFile]) -> Vec<u8> {
     serde_json::to_vec(&doc).unwrap_or_default()
 }
 
+/// A bundle's name: the lowercase hex SHA-256 of its bytes (what `run.request` and the
+/// routes carry, and what the daemon checks before anything runs).
+pub fn bundle_digest(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    crate::hex::lower(&sha2::Sha256::digest(bytes))
+}
+
 /// Reads a bundle back into the inline capability it carries.
 pub fn decode_bundle(bytes: &[u8]) -> Result<CapabilitySource, BundleError> {
     if bytes.len() as u64 > MAX_BUNDLE_BYTES {

@@ -15,7 +15,8 @@ mod result;
 mod types;
 
 pub use bundle::{
-    BUNDLE_TYPE, BUNDLE_VERSION, BundleError, MAX_BUNDLE_BYTES, decode_bundle, encode_bundle,
+    BUNDLE_TYPE, BUNDLE_VERSION, BundleError, MAX_BUNDLE_BYTES, bundle_digest, decode_bundle,
+    encode_bundle,
 };
 pub use codec::{DEFAULT_MAX_FRAME_LEN, FrameDecoder, LENGTH_PREFIX_LEN, encode_frame};
 pub use codes::{

@@ -13,9 +13,8 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, put};
 use outpost_core::manifest::Manifest;
-use outpost_core::wire::{CapabilitySource, MAX_BUNDLE_BYTES, decode_bundle};
+use outpost_core::wire::{CapabilitySource, MAX_BUNDLE_BYTES, bundle_digest, decode_bundle};
 use serde_json::json;
-use sha2::{Digest as _, Sha256};
 
 use super::auth::{self, EXECUTE};
 use super::error::{ApiError, ApiResult};
@@ -95,14 +94,6 @@ fn bundle_manifest(bytes: &[u8]) -> Result<Manifest, ApiError> {
     }
 }
 
-/// Lowercase hex SHA-256.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 fn too_large() -> ApiError {
     ApiError::new(
         413,
@@ -126,7 +117,7 @@ async fn upload(State(app): State<App>, PathParam(sha256): PathParam, req: Reque
     let bytes = axum::body::to_bytes(raw, MAX_BUNDLE_BYTES as usize)
         .await
         .map_err(|_| too_large())?;
-    let actual = sha256_hex(&bytes);
+    let actual = bundle_digest(&bytes);
     if actual != sha256 {
         return Err(ApiError::new(
             400,
