@@ -325,3 +325,115 @@ fn a_capability_over_512_kib_travels_as_a_bundle_by_digest() {
     daemon.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn serve_json_daemon_server_and_root_and_a_queued_execute_work_as_named() {
+    use std::io::BufRead as _;
+    let dir = temp_dir("explicit");
+    // `outpost serve --json` prints one JSON line: url, join, rootKey, stateDir.
+    let mut serve = Command::new(binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+        .arg(dir.join("server"))
+        .args(["--cloud", "wasm", "--json"])
+        .env("OUTPOST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("outpost serve starts");
+    let mut line = String::new();
+    std::io::BufReader::new(serve.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("a line");
+    let started: serde_json::Value = serde_json::from_str(&line).expect("one JSON line");
+    let url = started["url"].as_str().expect("url").to_owned();
+    let root = started["rootKey"].as_str().expect("rootKey").to_owned();
+    let join = outpost_core::join::Join::parse(started["join"].as_str().expect("join"))
+        .expect("the join parses");
+    assert_eq!(join.url, url);
+    assert_eq!(
+        started["stateDir"].as_str().map(std::path::PathBuf::from),
+        Some(dir.join("server"))
+    );
+    let admin = std::fs::read_to_string(dir.join("server/admin.token"))
+        .expect("admin.token")
+        .trim()
+        .to_owned();
+    let api = |method: &str, path: &str| common::api(&url, &admin, method, path, None);
+
+    // `outpost daemon --server URL --root KEY` with the token in OUTPOST_TOKEN, no join.
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let start = |extra: &[&str], token: Option<&str>| {
+        let log = home.join(format!("daemon-{}.log", extra.len()));
+        let mut command = Command::new(binary());
+        command
+            .args(["daemon", "--name", "box", "--home"])
+            .arg(&home)
+            .args(extra)
+            .env("OUTPOST_LOG", "info")
+            .stderr(std::fs::File::create(&log).expect("log"));
+        if let Some(token) = token {
+            command.env("OUTPOST_TOKEN", token);
+        }
+        Daemon {
+            child: command.spawn().expect("outpost daemon starts"),
+            home: home.clone(),
+            log,
+        }
+    };
+    let online = |want: bool| {
+        wait_for("the context's online state", || {
+            let (_, c) = api("GET", "/v1/execution-contexts/box");
+            (c["online"] == want).then_some(())
+        })
+    };
+    let mut daemon = start(&["--server", &url, "--root", &root], Some(&join.token));
+    online(true);
+    daemon.kill();
+    online(false);
+
+    // `outpost execute --when-offline queue --queue-minutes N` waits for the machine.
+    let cap = dir.join("cap");
+    std::fs::create_dir_all(&cap).expect("cap");
+    std::fs::write(
+        cap.join("manifest.yaml"),
+        "name: later\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
+    )
+    .expect("manifest");
+    std::fs::write(cap.join("run.sh"), "echo later\n").expect("script");
+    let execute = Command::new(binary())
+        .arg("execute")
+        .arg(&cap)
+        .args([
+            "--context",
+            "box",
+            "--when-offline",
+            "queue",
+            "--queue-minutes",
+            "5",
+            "--server",
+            &url,
+        ])
+        .env("OUTPOST_TOKEN", &admin)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("outpost execute runs");
+    wait_for("the execution to wait in the queue", || {
+        let (_, runs) = api("GET", "/v1/runs?context=box");
+        (runs["runs"][0]["status"] == "pending").then_some(())
+    });
+    // The daemon comes back with what it saved (no flags): the queued run goes there.
+    let mut daemon = start(&[], None);
+    let out = execute.wait_with_output().expect("execute ends");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "later\n");
+    daemon.kill();
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
