@@ -363,15 +363,17 @@ impl Driver {
                 tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
                 self.input(Input::RunFinished { run_id, result })
             }
-            Event::Fetched { run_id, bundle } => {
-                let bundle = bundle.unwrap_or_else(|e| {
-                    // The core checks the digest: what did not arrive cannot match, so the
-                    // run ends `failed` (`digest_mismatch`) at once instead of holding a slot.
+            Event::Fetched { run_id, bundle } => match bundle {
+                Ok(bundle) => self.input(Input::CapabilityFetched { run_id, bundle }),
+                Err(e) => {
                     tracing::warn!(run = %run_id, "cannot fetch the run's bundle: {e}");
-                    Vec::new()
-                });
-                self.input(Input::CapabilityFetched { run_id, bundle })
-            }
+                    let error = outpost_core::wire::ErrorBody {
+                        code: "bundle_unavailable".into(),
+                        message: format!("the daemon could not fetch the bundle: {e}"),
+                    };
+                    self.input(Input::CapabilityFetchFailed { run_id, error })
+                }
+            },
             Event::Ticket { conn, .. } if conn != self.conn => Ok(()),
             Event::Ticket { keys, ticket, .. } => {
                 match keys {

@@ -123,6 +123,7 @@ impl Daemon {
             Input::Frame(bytes) => self.on_frame(&bytes),
             Input::Disconnected { code } => self.on_disconnected(code),
             Input::CapabilityFetched { run_id, bundle } => self.on_fetched(run_id, bundle),
+            Input::CapabilityFetchFailed { run_id, error } => self.on_fetch_failed(run_id, error),
             Input::RunFinished { run_id, result } => self.on_finished(run_id, result),
             Input::Drain => {
                 self.draining = true;
@@ -322,6 +323,18 @@ impl Daemon {
                 });
             }
         }
+    }
+
+    fn on_fetch_failed(&mut self, run_id: String, error: ErrorBody) {
+        let Some(run) = self.runs.get(&run_id) else {
+            return;
+        };
+        let RunState::Fetching { committed_at } = run.state else {
+            return;
+        };
+        let mut result = RunResult::failed(error);
+        result.timing.setup_ms = self.ms_since(committed_at);
+        self.finish(run_id, result);
     }
 
     fn on_fetched(&mut self, run_id: String, bundle: Vec<u8>) {

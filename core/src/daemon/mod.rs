@@ -131,6 +131,14 @@ pub enum Input {
         /// The bundle's bytes.
         bundle: Vec<u8>,
     },
+    /// The bundle asked for by [`Command::FetchCapability`] could not be fetched (the server
+    /// refused, the connection failed): the run ends `failed` with `error`, nothing ran.
+    CapabilityFetchFailed {
+        /// The run.
+        run_id: String,
+        /// Why, as the run's error (`code` stable, `message` for people).
+        error: crate::wire::ErrorBody,
+    },
     /// An executor finished a run started by [`Command::Execute`] (or stopped by
     /// [`Command::Cancel`]). Fill `timing.setup_ms` and `timing.execute_ms`; the daemon sets
     /// the rest of the timing (`From<executor::Outcome>` does both).

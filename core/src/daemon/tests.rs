@@ -400,3 +400,56 @@ fn anything_before_welcome_is_an_unexpected_frame() {
         reason: "unexpected_frame".into(),
     }));
 }
+
+#[test]
+fn a_bundle_that_cannot_be_fetched_ends_the_run_failed_with_the_host_s_code_and_runs_nothing() {
+    let mut s = Server::ready(2);
+    s.send(ServerFrame::RunRequest {
+        run_id: "r1".into(),
+        environment: Environment::Shell,
+        capability: CapabilitySource::Digest {
+            sha256: "ab".repeat(32),
+            size: 10,
+        },
+        timeout_ms: 10_000,
+        shared_run: false,
+    });
+    let out = s.send(ServerFrame::RunCommit {
+        run_id: "r1".into(),
+    });
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::Command(Command::FetchCapability { run_id, .. }) if run_id == "r1")),
+        "a digest is fetched after the commit: {out:?}"
+    );
+    s.advance(Duration::from_millis(25));
+    let out = s.input(Input::CapabilityFetchFailed {
+        run_id: "r1".into(),
+        error: crate::wire::ErrorBody {
+            code: "bundle_unavailable".into(),
+            message: "unreachable".into(),
+        },
+    });
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Command(Command::Execute(_)))),
+        "nothing runs: {out:?}"
+    );
+    let result = out
+        .iter()
+        .find_map(|o| match o {
+            Output::Transmit(bytes) => match crate::wire::DaemonFrame::from_json(bytes) {
+                Ok(crate::wire::DaemonFrame::RunResult { result, .. }) => Some(result),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("a run.result");
+    assert_eq!(result.status, crate::wire::RunStatus::Failed);
+    assert_eq!(
+        result.error.map(|e| e.code),
+        Some("bundle_unavailable".to_owned())
+    );
+    assert_eq!(result.timing.setup_ms, 25);
+    assert_eq!(s.daemon.slots_used(), 0, "the slot is free again");
+}
