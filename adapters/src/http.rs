@@ -85,6 +85,19 @@ impl HttpError {
         }
     }
 
+    /// Whether trying again later may succeed: the server was unreachable, asked the caller
+    /// to slow down (429), or failed on its side (5xx). A refusal of the request itself (a bad
+    /// token, an unknown key, a key set that does not verify) is not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            HttpError::Transport { .. } => true,
+            HttpError::Api { status, .. } | HttpError::BadAnswer { status, .. } => {
+                *status == 429 || *status >= 500
+            }
+            HttpError::Sign(_) | HttpError::KeySet(_) => false,
+        }
+    }
+
     /// The HTTP status, when the server answered.
     pub fn status(&self) -> Option<u16> {
         match self {

@@ -8,7 +8,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, Server, outbox, shell_capability, temp_dir, wait_for};
+use common::{Daemon, Server, outbox, shell_capability, temp_dir, wait_for, wait_for_explained};
 
 const DAEMONS: usize = 20;
 const EXECUTIONS: usize = 1_000;
@@ -37,10 +37,16 @@ fn a_thousand_executions_over_twenty_daemons_with_kills_lose_and_repeat_nothing(
         .enumerate()
         .map(|(i, home)| Daemon::start(home, &format!("box{i}"), Some(&server.join), "tokio"))
         .collect();
-    for i in 0..DAEMONS {
-        server.wait_context(&format!("box{i}"), "every daemon online", |c| {
-            c["online"] == true
-        });
+    for (i, daemon) in daemons.iter().enumerate() {
+        let name = format!("box{i}");
+        wait_for_explained(
+            &format!("{name} online"),
+            || {
+                let (status, ctx) = server.api("GET", &format!("/v1/execution-contexts/{name}"), None);
+                (status == 200 && ctx["online"] == true).then_some(())
+            },
+            || format!("{name}'s log ends:\n{}", daemon.log_tail(20)),
+        );
     }
     let started = Instant::now();
     let submit = {

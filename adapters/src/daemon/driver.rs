@@ -20,10 +20,11 @@ use outpost_core::keyset::{PinnedRoots, RootKey};
 use outpost_core::wire::close_code;
 
 use super::home::{Home, SERVER_FILE, ServerFile};
+use super::patience::{Patience, patiently};
 use super::runner::Runner;
 use super::{DaemonError, DaemonExit, DaemonOptions, Event, STOP_POLL, ServerChoice, StopSignal};
 use crate::clock::Clock;
-use crate::http::{RegisterRequest, SignedClient};
+use crate::http::{RegisterRequest, Registered, SignedClient};
 use crate::runtime::{Host, Link, LinkEvent};
 use crate::store::DaemonStore;
 use crate::tls::{ServerUrl, Trust};
@@ -106,16 +107,41 @@ pub(super) fn run(
     let server = ServerUrl::parse(&url)?;
     let client = Arc::new(SignedClient::new(server, seed, &trust));
     let roots = Arc::new(PinnedRoots::new(vec![root.clone()]));
-    let keys = client
-        .server_keys(&roots)
-        .map_err(|source| DaemonError::Keys {
-            server: url.clone(),
-            source,
-        })?;
+    let keys = match patiently("fetching the server's key set", &stop, || {
+        client.server_keys(&roots)
+    }) {
+        Ok(Patience::Done(keys)) => keys,
+        Ok(Patience::Stopped) => return Ok(DaemonExit::Interrupted),
+        Err(source) => {
+            return Err(DaemonError::Keys {
+                server: url.clone(),
+                source,
+            });
+        }
+    };
     let environments = registry.available();
     if saved.is_none() {
         let token = token.ok_or(DaemonError::NotJoined)?;
-        register(&home, &client, &url, &root, &token, &options, &environments)?;
+        let request = RegisterRequest {
+            name: options.name.clone(),
+            public_key: client.public_key_b64(),
+            max_concurrent: options.max_concurrent,
+            environments: environments.iter().map(|e| e.as_str().to_owned()).collect(),
+            daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
+        };
+        let registered = match patiently("registering", &stop, || {
+            client.register(&token, &request)
+        }) {
+            Ok(Patience::Done(registered)) => registered,
+            Ok(Patience::Stopped) => return Ok(DaemonExit::Interrupted),
+            Err(source) => {
+                return Err(DaemonError::Register {
+                    server: url.clone(),
+                    source,
+                });
+            }
+        };
+        save_registration(&home, &url, &root, &registered)?;
     }
     let (store, snapshot) = DaemonStore::open(&home.store_path())?;
     if !snapshot.outbox.is_empty() || !snapshot.started.is_empty() {
@@ -182,28 +208,12 @@ pub(super) fn run(
     exit
 }
 
-fn register(
+fn save_registration(
     home: &Home,
-    client: &SignedClient,
     url: &str,
     root: &RootKey,
-    token: &str,
-    options: &DaemonOptions,
-    environments: &[outpost_core::wire::Environment],
+    registered: &Registered,
 ) -> Result<(), DaemonError> {
-    let request = RegisterRequest {
-        name: options.name.clone(),
-        public_key: client.public_key_b64(),
-        max_concurrent: options.max_concurrent,
-        environments: environments.iter().map(|e| e.as_str().to_owned()).collect(),
-        daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
-    };
-    let registered = client
-        .register(token, &request)
-        .map_err(|source| DaemonError::Register {
-            server: url.to_owned(),
-            source,
-        })?;
     home.save_server(&ServerFile {
         url: url.to_owned(),
         root_id: root.id.clone(),

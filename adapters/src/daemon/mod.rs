@@ -6,6 +6,7 @@
 //! - [`home`]: the files in the owner's folders (key, server, outbox, lock, runs).
 //! - `driver`: one loop over the core's `handle_input` / `poll_output`.
 //! - `runner`: runs on blocking threads, cancel flags, reaping after a crash.
+//! - `patience`: start-up requests retried while the server is unreachable or busy.
 //!
 //! This module owns the daemon's process lifecycle: start, reconnects, drain, exit. It never
 //! decides what the protocol allows (the core does) and never picks an executor for an
@@ -16,6 +17,7 @@
 mod driver;
 pub mod home;
 pub mod key;
+mod patience;
 mod runner;
 
 use std::path::{Path, PathBuf};

@@ -30,13 +30,26 @@ pub fn temp_dir(name: &str) -> PathBuf {
 }
 
 /// Polls `check` every 50 ms until it gives a value; fails the test after [`PATIENCE`].
-pub fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
+    wait_for_explained(what, check, String::new)
+}
+
+/// [`wait_for`], and on a timeout the failure also shows what `explain` says (a log's tail).
+pub fn wait_for_explained<T>(
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+    explain: impl Fn() -> String,
+) -> T {
     let deadline = Instant::now() + PATIENCE;
     loop {
         if let Some(value) = check() {
             return value;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            explain()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -250,6 +263,13 @@ impl Daemon {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last `lines` lines of its log, for a failure message.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = self.log_text();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 }
 
