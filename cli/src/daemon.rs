@@ -201,6 +201,9 @@ fn exit_status(e: &DaemonError) -> u8 {
         | DaemonError::HomeLocked(_)
         | DaemonError::KeyExposed { .. }
         | DaemonError::BadKey { .. }
+        | DaemonError::KeyringUnavailable { .. }
+        | DaemonError::PassphraseRequired(_)
+        | DaemonError::WrongPassphrase(_)
         | DaemonError::BadServerFile { .. }
         | DaemonError::NotJoined
         | DaemonError::OtherServer { .. }

@@ -1,13 +1,16 @@
 //! The machine key at rest: `config/key.enc`, the Ed25519 seed sealed with AES-256-GCM under
-//! a wrapping key that never sits beside it in a form anyone else can read:
+//! a wrapping key that never sits beside it in a form anyone else can read. The first that
+//! works when the key is made is used, and `key.enc` says which:
 //!
+//! - **keyring**: 32 random bytes in the OS keyring (see `os_keyring`), where one answers and
+//!   `OUTPOST_KEYRING` is not `off`;
 //! - **passphrase**: derived with Argon2id from `OUTPOST_KEY_PASSPHRASE` (and the file's
 //!   salt); nothing of it is stored;
 //! - **file**: 32 random bytes in `config/key.file`, mode 0600 — the wrapper for a service,
 //!   which has no one to type a passphrase. A file key others can read is refused.
 //!
-//! The OS keyring is not wired in yet: this build says so and uses the next wrapper. A key
-//! written in the clear by an earlier build (`machine.key`) is sealed on first start and the
+//! A keyring that does not answer is reported with its reason and the next wrapper is used.
+//! A key written in the clear by an earlier build (`machine.key`) is sealed on first start and the
 //! clear file removed. This module owns these files' formats. A wrong passphrase, a cut or
 //! altered `key.enc`, a missing or exposed file key: each is refused with its error and
 //! nothing is overwritten.
@@ -23,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::DaemonError;
 use super::home::write_private;
+use super::os_keyring;
 
 /// The sealed key's file name in the config folder.
 pub const SEALED_FILE: &str = "key.enc";
@@ -42,6 +46,7 @@ const ARGON_PASSES: u32 = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum Wrapper {
+    Keyring,
     Passphrase,
     File,
 }
@@ -56,6 +61,9 @@ struct Sealed {
     /// Argon2id salt (passphrase wrapper only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     salt: Option<String>,
+    /// The keyring entry's user name (keyring wrapper only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    keyring_user: Option<String>,
     nonce: String,
     ciphertext: String,
 }
@@ -76,14 +84,6 @@ pub fn machine_seed(config: &Path, passphrase: Option<&str>) -> Result<[u8; 32],
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => random32()?,
         Err(e) => return Err(DaemonError::home(&legacy, e)),
     };
-    tracing::info!(
-        "the OS keyring is not used by this build; the machine key is sealed with {}",
-        if passphrase.is_some() {
-            "the passphrase"
-        } else {
-            "a file key (config/key.file, 0600)"
-        }
-    );
     seal(config, &sealed_path, &seed, passphrase)?;
     if legacy.exists() {
         std::fs::remove_file(&legacy).map_err(|e| DaemonError::home(&legacy, e))?;
@@ -145,12 +145,37 @@ fn seal(
     seed: &[u8; 32],
     passphrase: Option<&str>,
 ) -> Result<(), DaemonError> {
-    let (wrapper, salt, key) = match passphrase {
-        Some(p) => {
-            let salt = random32()?;
-            (Wrapper::Passphrase, Some(salt), derive(p, &salt)?)
+    let next = if passphrase.is_some() {
+        "the passphrase (OUTPOST_KEY_PASSPHRASE)"
+    } else {
+        "a file key (config/key.file, 0600)"
+    };
+    let keyring = if os_keyring::switched_off() {
+        tracing::info!("OUTPOST_KEYRING is off; the machine key is sealed with {next}");
+        None
+    } else {
+        let user = os_keyring::user_for(config);
+        let key = random32()?;
+        match os_keyring::store(&user, &key) {
+            Ok(()) => Some((user, key)),
+            Err(reason) => {
+                tracing::info!(
+                    "the OS keyring does not answer ({reason}); the machine key is sealed with {next}"
+                );
+                None
+            }
         }
-        None => (Wrapper::File, None, file_key(config, true)?),
+    };
+    let (wrapper, salt, keyring_user, key) = match (keyring, passphrase) {
+        (Some((user, key)), _) => {
+            tracing::info!("the machine key is sealed with a key in the OS keyring");
+            (Wrapper::Keyring, None, Some(user), key)
+        }
+        (None, Some(p)) => {
+            let salt = random32()?;
+            (Wrapper::Passphrase, Some(salt), None, derive(p, &salt)?)
+        }
+        (None, None) => (Wrapper::File, None, None, file_key(config, true)?),
     };
     let nonce = random32()?;
     let nonce = &nonce[..12];
@@ -168,6 +193,7 @@ fn seal(
         version: 1,
         wrapper,
         salt: salt.map(|s| b64::encode(&s)),
+        keyring_user,
         nonce: b64::encode(nonce),
         ciphertext: b64::encode(&ciphertext),
     };
@@ -195,6 +221,16 @@ fn unseal(
         )));
     }
     let key = match sealed.wrapper {
+        Wrapper::Keyring => {
+            let user = sealed
+                .keyring_user
+                .as_deref()
+                .ok_or_else(|| corrupt("the keyring entry's name is missing".into()))?;
+            os_keyring::load(user).map_err(|reason| DaemonError::KeyringUnavailable {
+                path: path.clone(),
+                reason,
+            })?
+        }
         Wrapper::Passphrase => {
             let passphrase =
                 passphrase.ok_or_else(|| DaemonError::PassphraseRequired(path.clone()))?;
@@ -223,6 +259,9 @@ fn unseal(
         )
         .map_err(|_| match sealed.wrapper {
             Wrapper::Passphrase => DaemonError::WrongPassphrase(path.clone()),
+            Wrapper::Keyring => corrupt(
+                "it does not open with the OS keyring's wrapping key: the key or the entry was altered or replaced".into(),
+            ),
             Wrapper::File => corrupt(
                 "it does not open with key.file: one of the two was altered or replaced".into(),
             ),

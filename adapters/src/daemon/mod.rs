@@ -17,6 +17,7 @@
 mod driver;
 pub mod home;
 pub mod key;
+mod os_keyring;
 mod patience;
 mod runner;
 
@@ -232,6 +233,17 @@ pub enum DaemonError {
     /// The passphrase does not open the key.
     #[error("OUTPOST_KEY_PASSPHRASE does not open the machine key {}: nothing was changed", .0.display())]
     WrongPassphrase(PathBuf),
+    /// The machine key is sealed with the OS keyring, which does not answer here.
+    #[error(
+        "the machine key {} is sealed with the OS keyring, which does not answer ({reason}): start the daemon in the login session that holds that keyring; nothing was changed",
+        .path.display()
+    )]
+    KeyringUnavailable {
+        /// The sealed key file.
+        path: PathBuf,
+        /// What the keyring said.
+        reason: String,
+    },
     /// The OS random source failed.
     #[error("the OS random source failed: {0}")]
     Random(String),
@@ -313,6 +325,7 @@ impl DaemonError {
             DaemonError::BadServerFile { .. } => "server_file_unreadable",
             DaemonError::PassphraseRequired(_) => "passphrase_required",
             DaemonError::WrongPassphrase(_) => "wrong_passphrase",
+            DaemonError::KeyringUnavailable { .. } => "keyring_unavailable",
             DaemonError::Random(_) => "random_unavailable",
             DaemonError::NotJoined => "not_joined",
             DaemonError::OtherServer { .. } => "joined_elsewhere",
