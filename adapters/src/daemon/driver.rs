@@ -21,6 +21,7 @@ use outpost_core::wire::close_code;
 
 use super::home::{Home, SERVER_FILE, ServerFile};
 use super::patience::{Patience, Unreachable, patiently};
+use super::policy::PolicySource;
 use super::runner::Runner;
 use super::{DaemonError, DaemonExit, DaemonOptions, Event, STOP_POLL, ServerChoice, StopSignal};
 use crate::clock::Clock;
@@ -181,7 +182,7 @@ pub(super) fn run(
         Arc::new(registry),
         host.clone(),
         home.runs_dir(),
-        options.local.clone(),
+        PolicySource::new(home.folders.local_policy_file(), options.local.clone()),
         denylist,
         clock.clone(),
         tx.clone(),

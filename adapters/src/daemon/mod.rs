@@ -7,6 +7,7 @@
 //! - `driver`: one loop over the core's `handle_input` / `poll_output`.
 //! - `runner`: runs on blocking threads, cancel flags, reaping after a crash.
 //! - `patience`: start-up requests retried while the server is unreachable or busy.
+//! - `policy`: the owner's local policy, read again when its file changes.
 //!
 //! This module owns the daemon's process lifecycle: start, reconnects, drain, exit. It never
 //! decides what the protocol allows (the core does) and never picks an executor for an
@@ -19,6 +20,7 @@ pub mod home;
 pub mod key;
 mod os_keyring;
 mod patience;
+mod policy;
 mod runner;
 
 use std::path::{Path, PathBuf};
