@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use outpost_adapters::daemon::{
     DaemonError, DaemonExit, DaemonOptions, HostKind, OwnedHost, ServerChoice, StopSignal,
-    run_daemon,
+    run_daemon, update,
 };
 use outpost_core::join::Join;
 use outpost_core::keyset::RootKey;
@@ -142,6 +142,14 @@ fn default_name() -> String {
 pub fn daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
     let server = server_choice(&args)?;
     let folders = folders(args.home.as_deref())?;
+    // An older binary runs the newest proven update instead (a staged one on its trial).
+    if let update::AtStart::HandOver(binary) = update::at_start(&folders.state) {
+        let e = update::hand_over(&binary);
+        eprintln!(
+            "outpost: cannot start the update {}: {e}; running this version",
+            binary.display()
+        );
+    }
     let local = crate::policy::read(&folders.local_policy_file())?;
     // `fs` tells the server this machine can mount folders at all (its owner allows some).
     let features = if local.folders.is_empty() {
@@ -178,8 +186,17 @@ pub fn daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
                         "replaced: another daemon connected with this machine's key; this one will not reconnect",
                     DaemonExit::Revoked =>
                         "revoked by the server's operator; this daemon will not reconnect",
+                    DaemonExit::Updated =>
+                        "every result was delivered; handing over to the verified update",
                 }
             );
+            if exit == DaemonExit::Updated
+                && let update::AtStart::HandOver(binary) = update::at_start(&folders.state)
+            {
+                let e = update::hand_over(&binary);
+                eprintln!("outpost: cannot start the update {}: {e}", binary.display());
+                return Ok(ExitCode::from(1));
+            }
             Ok(ExitCode::from(exit.code()))
         }
         Err(e) => {

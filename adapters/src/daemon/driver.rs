@@ -23,6 +23,7 @@ use super::home::{Home, SERVER_FILE, ServerFile};
 use super::patience::{Patience, Unreachable, patiently};
 use super::policy::PolicySource;
 use super::runner::Runner;
+use super::update::{self, Schedule};
 use super::{DaemonError, DaemonExit, DaemonOptions, Event, STOP_POLL, ServerChoice, StopSignal};
 use crate::clock::Clock;
 use crate::http::{RegisterRequest, Registered, SignedClient};
@@ -60,6 +61,8 @@ struct Driver {
     server_file: std::path::PathBuf,
     keys_version: u64,
     stop: StopSignal,
+    state_dir: std::path::PathBuf,
+    updates: Schedule,
     exit: Option<DaemonExit>,
 }
 
@@ -207,6 +210,8 @@ pub(super) fn run(
         server_file: home.folders.config.join(SERVER_FILE),
         keys_version,
         stop,
+        state_dir: home.folders.state.clone(),
+        updates: Schedule::new(update::enabled(options.local.auto_update), seed),
         exit: None,
     };
     let exit = driver.serve();
@@ -249,6 +254,7 @@ impl Driver {
                 }
                 return Ok(exit);
             }
+            self.tick_updates()?;
             match self.stop.count() {
                 0 => {}
                 1 if !drain_asked => {
@@ -273,6 +279,27 @@ impl Driver {
                 Err(RecvTimeoutError::Disconnected) => {}
             }
         }
+    }
+
+    /// Starts a due update check on a blocking thread; marks this version proven once it ran
+    /// its trial minute.
+    fn tick_updates(&mut self) -> Result<(), DaemonError> {
+        if self.updates.prove_due() {
+            update::mark_proven(&self.state_dir);
+        }
+        if self.updates.check_due() {
+            let (client, roots, dir, tx) = (
+                self.client.clone(),
+                self.roots.clone(),
+                self.state_dir.clone(),
+                self.tx.clone(),
+            );
+            self.host.spawn_blocking(Box::new(move || {
+                let checked = update::check(&client, &roots, &dir, update::unix_now());
+                let _ = tx.send(Event::UpdateChecked(checked));
+            }));
+        }
+        Ok(())
     }
 
     fn input(&mut self, input: Input) -> Result<(), DaemonError> {
@@ -335,7 +362,9 @@ impl Driver {
                 );
             }
             Command::Stop { forever } => {
-                self.exit = Some(if !forever {
+                self.exit = Some(if !forever && self.updates.handing_over {
+                    DaemonExit::Updated
+                } else if !forever {
                     DaemonExit::Drained
                 } else if self.last_close == Some(close_code::REPLACED) {
                     DaemonExit::Replaced
@@ -374,6 +403,21 @@ impl Driver {
 
     fn on_event(&mut self, event: Event) -> Result<(), DaemonError> {
         match event {
+            Event::UpdateChecked(checked) => {
+                self.updates.checked();
+                match checked {
+                    Ok(update::Checked::Staged(staged)) if self.stop.count() == 0 => {
+                        tracing::info!(version = %staged.version, "handing over to the update once the runs in flight have finished and reported");
+                        self.updates.handing_over = true;
+                        self.input(Input::Drain)
+                    }
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        tracing::warn!(code = e.code(), "the update check took nothing: {e}");
+                        Ok(())
+                    }
+                }
+            }
             Event::RunDone { run_id, result } => {
                 self.runner.finished(&run_id);
                 tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
@@ -490,7 +534,7 @@ impl Driver {
     }
 
     fn finish(&mut self, exit: DaemonExit) -> DaemonExit {
-        if exit != DaemonExit::Drained {
+        if !matches!(exit, DaemonExit::Drained | DaemonExit::Updated) {
             self.runner.cancel_all();
             let _ = self.collect_runs(false);
         }

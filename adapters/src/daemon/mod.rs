@@ -6,6 +6,7 @@
 //! - [`home`]: the files in the owner's folders (key, server, outbox, lock, runs).
 //! - `driver`: one loop over the core's `handle_input` / `poll_output`.
 //! - `runner`: runs on blocking threads, cancel flags, reaping after a crash.
+//! - [`update`]: signed self-update (check, stage, prove, hand over, fall back).
 //! - `patience`: start-up requests retried while the server is unreachable or busy.
 //! - `policy`: the owner's local policy, read again when its file changes.
 //!
@@ -22,6 +23,7 @@ mod os_keyring;
 mod patience;
 mod policy;
 mod runner;
+pub mod update;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -179,13 +181,19 @@ pub enum DaemonExit {
     Replaced,
     /// The operator revoked this machine (4001 or `context_revoked`). Never reconnects.
     Revoked,
+    /// A signed update was staged and proven; runs in flight finished and their results
+    /// were delivered. The caller hands over to it ([`update::at_start`] names the binary).
+    Updated,
 }
 
 impl DaemonExit {
     /// The process exit code: 0 for every planned end, 130 for an interrupt.
     pub fn code(self) -> u8 {
         match self {
-            DaemonExit::Drained | DaemonExit::Replaced | DaemonExit::Revoked => 0,
+            DaemonExit::Drained
+            | DaemonExit::Replaced
+            | DaemonExit::Revoked
+            | DaemonExit::Updated => 0,
             DaemonExit::Interrupted => 130,
         }
     }
@@ -406,6 +414,8 @@ pub(crate) enum Event {
         /// How it went.
         result: RunResult,
     },
+    /// An update check came back.
+    UpdateChecked(Result<update::Checked, update::UpdateError>),
 }
 
 /// How long the driver sleeps at most before it looks at the [`StopSignal`] again.
