@@ -63,6 +63,7 @@ struct Driver {
     stop: StopSignal,
     state_dir: std::path::PathBuf,
     updates: Schedule,
+    features: Features,
     exit: Option<DaemonExit>,
 }
 
@@ -212,6 +213,7 @@ pub(super) fn run(
         stop,
         state_dir: home.folders.state.clone(),
         updates: Schedule::new(update::enabled(options.local.auto_update), seed),
+        features: Features::new(&options.features),
         exit: None,
     };
     let exit = driver.serve();
@@ -254,7 +256,7 @@ impl Driver {
                 }
                 return Ok(exit);
             }
-            self.tick_updates()?;
+            self.tick()?;
             match self.stop.count() {
                 0 => {}
                 1 if !drain_asked => {
@@ -281,9 +283,16 @@ impl Driver {
         }
     }
 
-    /// Starts a due update check on a blocking thread; marks this version proven once it ran
-    /// its trial minute.
-    fn tick_updates(&mut self) -> Result<(), DaemonError> {
+    /// The driver's own timers: announces a changed `fs` feature, marks this version proven
+    /// once it ran its trial minute, starts a due update check on a blocking thread.
+    fn tick(&mut self) -> Result<(), DaemonError> {
+        if let Some(features) = self.features.look(&self.runner) {
+            tracing::info!(
+                ?features,
+                "the folders this machine can mount changed; announcing it"
+            );
+            self.input(Input::FeaturesChanged(features))?;
+        }
         if self.updates.prove_due() {
             update::mark_proven(&self.state_dir);
         }
@@ -354,6 +363,8 @@ impl Driver {
                 self.runner.cancel(&run_id);
             }
             Command::ApplyGrant { version, grant } => {
+                self.features.granted = grant.fs.clone();
+                self.features.next_look = StdInstant::now();
                 tracing::info!(
                     version,
                     folders = grant.fs.len(),
@@ -542,6 +553,48 @@ impl Driver {
             link.close(close_code::NORMAL, "stopped");
         }
         exit
+    }
+}
+
+/// The `fs` feature as it is now: announced while the owner's policy mounts a granted
+/// folder, looked at on each grant and every [`FEATURE_LOOK`] (the policy file may change).
+struct Features {
+    base: Vec<String>,
+    granted: Vec<outpost_core::wire::FolderGrant>,
+    fs: bool,
+    next_look: StdInstant,
+}
+
+/// How often the driver looks whether the `fs` feature changed.
+const FEATURE_LOOK: Duration = Duration::from_secs(1);
+
+impl Features {
+    fn new(announced: &[String]) -> Self {
+        Self {
+            base: announced.iter().filter(|f| *f != "fs").cloned().collect(),
+            granted: Vec::new(),
+            fs: announced.iter().any(|f| f == "fs"),
+            next_look: StdInstant::now() + FEATURE_LOOK,
+        }
+    }
+
+    /// The features to announce, when they changed since the last look.
+    fn look(&mut self, runner: &Runner) -> Option<Vec<String>> {
+        let now = StdInstant::now();
+        if now < self.next_look {
+            return None;
+        }
+        self.next_look = now + FEATURE_LOOK;
+        let fs = runner.mounts_any(&self.granted);
+        if fs == self.fs {
+            return None;
+        }
+        self.fs = fs;
+        let mut features = self.base.clone();
+        if fs {
+            features.push("fs".into());
+        }
+        Some(features)
     }
 }
 
