@@ -404,6 +404,21 @@ impl SignedClient {
         Ok(answer.body)
     }
 
+    /// `POST /v1/execution-contexts/commands` (signed): turns this machine's host commands on
+    /// or off on the server (only this route turns them on). Returns the grant's new version.
+    pub fn set_commands(&self, enabled: bool) -> Result<u64, HttpError> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Switched {
+            grant_version: u64,
+        }
+        let path = "/v1/execution-contexts/commands";
+        let body = serde_json::to_vec(&serde_json::json!({ "enabled": enabled }))
+            .map_err(|e| HttpError::Sign(e.to_string()))?;
+        let answer = self.call("POST", path, &body, None, true, MAX_ANSWER_LEN)?;
+        Self::json::<Switched>(&format!("POST {path}"), answer).map(|s| s.grant_version)
+    }
+
     /// The WebSocket URL of a ticket (`…/connect?ticket=otk_…`; never log it).
     pub fn connect_url(&self, ticket: &Ticket) -> String {
         self.server.ws_url(&format!(

@@ -184,6 +184,16 @@ enum ContextAction {
         /// Its name or id.
         name: String,
     },
+    /// Host commands on this machine, on or off: the owner's local switch and the server's
+    /// (which only this machine's own signed request turns on). Both must be on.
+    Commands {
+        /// on or off.
+        #[arg(value_parser = policy::on_off, action = clap::ArgAction::Set)]
+        state: bool,
+        /// The daemon's home (default: OUTPOST_HOME, else the XDG folders).
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
     /// This machine's local policy: the folders runs here may use (read and edited on the
     /// machine, not on the server).
     Policy {
@@ -304,14 +314,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             server,
             json,
         } => {
-            if let ContextAction::Policy { action, home } = action {
-                let folders = daemon::folders(home.as_deref())?;
-                return policy::policy(action, &folders, json);
+            match action {
+                ContextAction::Policy { action, home } => {
+                    let folders = daemon::folders(home.as_deref())?;
+                    return policy::policy(action, &folders, json);
+                }
+                ContextAction::Commands { state, home } => {
+                    let folders = daemon::folders(home.as_deref())?;
+                    return policy::commands(state, &folders, json);
+                }
+                _ => {}
             }
             let api = client::api::Api::from_env(server.as_deref())?;
             use client::manage::*;
             match action {
-                ContextAction::Policy { .. } => unreachable!("handled above"),
+                ContextAction::Policy { .. } | ContextAction::Commands { .. } => {
+                    unreachable!("handled above")
+                }
                 ContextAction::List => context_list(&api, json),
                 ContextAction::Show { name } => context_show(&api, &name, json),
                 ContextAction::Revoke { name } => context_revoke(&api, &name, json),

@@ -1,11 +1,12 @@
-//! `outpost context policy`: the machine owner's local policy — the folders runs on this
+//! `outpost context policy` and `outpost context commands`: the machine owner's local policy — the folders runs on this
 //! machine may ever see, each with the most it allows (`ro` or `rw`) — in the daemon's config
 //! folder (`policy.json`, mode 0600; absent means none).
 //!
 //! A run's folders are the server's grant intersected with this policy, the narrower mode
 //! winning; a running daemon applies an edit to its next run. This module owns the file's
 //! edits: it refuses a folder that does not resolve, one the credential denylist covers, and
-//! one holding outpost's own config; it never talks to a server.
+//! one holding outpost's own config. Only `commands on|off` talks to the server, as the
+//! machine, to set the server's half of that switch.
 
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -36,6 +37,63 @@ pub enum PolicyAction {
         /// The folder.
         folder: PathBuf,
     },
+}
+
+/// Reads `on` / `off`.
+pub fn on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other:?} is neither on nor off")),
+    }
+}
+
+/// `outpost context commands on|off`: the local switch in the policy file, then the server's
+/// through the machine's signed request. Turning off locally is enough to stop commands (both
+/// switches must be on); a server that cannot be reached is reported, exit 69.
+pub fn commands(on: bool, folders: &OwnerFolders, json: bool) -> anyhow::Result<ExitCode> {
+    let path = folders.local_policy_file();
+    let mut policy = read(&path)?;
+    policy.commands_enabled = on;
+    write(&path, &policy)?;
+    let word = if on { "on" } else { "off" };
+    let server = outpost_adapters::daemon::owner::machine_client(
+        folders,
+        std::env::var(outpost_adapters::daemon::key::PASSPHRASE_VAR)
+            .ok()
+            .as_deref(),
+        std::env::var_os("OUTPOST_CA_FILE")
+            .map(PathBuf::from)
+            .as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!("{e} [{}]", e.code()))
+    .and_then(|client| {
+        client
+            .set_commands(on)
+            .map_err(|e| anyhow::anyhow!("{e} [{}]", e.code()))
+    });
+    match server {
+        Ok(grant_version) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"local": on, "server": on, "grantVersion": grant_version})
+                );
+            } else {
+                println!(
+                    "host commands {word}: on this machine and on the server (grant version {grant_version})"
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!(
+                "outpost: host commands are {word} on this machine ({}), but the server was not told: {e}",
+                path.display()
+            );
+            Ok(ExitCode::from(69))
+        }
+    }
 }
 
 fn mode(text: &str) -> Result<FolderMode, String> {

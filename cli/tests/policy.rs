@@ -188,3 +188,69 @@ fn audit_lists_what_the_server_did_as_a_table_and_as_json() {
     assert!(table.contains("revoke"), "{table}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn host_commands_are_turned_on_only_from_the_machine_and_off_from_either_side() {
+    let dir = temp_dir("commands");
+    let home = dir.join("home");
+    let mut server = Server::start(&dir.join("server"), 0);
+    let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    let context = server.wait_context("box", "box online", |c| c["online"] == true);
+    let commands = |state: &str| {
+        let out = Command::new(binary())
+            .args(["context", "commands", state, "--home"])
+            .arg(&home)
+            .arg("--json")
+            .env("OUTPOST_KEYRING", "off")
+            .output()
+            .expect("outpost context commands runs");
+        (
+            out.status.code().unwrap_or(-1),
+            serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let patch = |server: &Server, enabled: bool| {
+        let mut grant = context["grant"].clone();
+        grant["commands"] = json!({ "enabled": enabled });
+        server.api("PATCH", "/v1/execution-contexts/box/grant", Some(grant))
+    };
+    let enabled = |server: &Server| {
+        let (_, c) = server.api("GET", "/v1/execution-contexts/box", None);
+        c["grant"]["commands"]["enabled"].clone()
+    };
+
+    // A user cannot turn them on from the server side.
+    let (status, e) = patch(&server, true);
+    assert_eq!(status, 403, "{e}");
+    assert_eq!(e["error"]["code"], "commands_opt_in_local");
+    assert_eq!(enabled(&server), false);
+
+    // The owner, on the machine, can.
+    let (code, out, err) = commands("on");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out["server"], true, "{out}");
+    assert_eq!(enabled(&server), true);
+    let policy: Value =
+        serde_json::from_slice(&std::fs::read(home.join("config/policy.json")).expect("policy"))
+            .expect("JSON");
+    assert_eq!(policy["commandsEnabled"], true);
+    let (_, audit) = server.api("GET", "/v1/audit", None);
+    assert!(audit.to_string().contains("commands_enabled"), "{audit}");
+
+    // Either side turns them off; the server side cannot turn them back on.
+    let (status, e) = patch(&server, false);
+    assert_eq!(status, 200, "{e}");
+    assert_eq!(enabled(&server), false);
+    assert_eq!(patch(&server, true).0, 403);
+    let (code, _, err) = commands("off");
+    assert_eq!(code, 0, "{err}");
+
+    // A server that cannot be reached: the local switch still moves, and the exit says so.
+    daemon.kill();
+    server.kill();
+    let (code, _, err) = commands("on");
+    assert_eq!(code, 69, "{err}");
+    assert!(err.contains("the server was not told"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

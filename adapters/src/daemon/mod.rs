@@ -6,6 +6,7 @@
 //! - [`home`]: the files in the owner's folders (key, server, outbox, lock, runs).
 //! - `driver`: one loop over the core's `handle_input` / `poll_output`.
 //! - `runner`: runs on blocking threads, cancel flags, reaping after a crash.
+//! - [`owner`]: the machine owner's commands speaking for the machine.
 //! - [`update`]: signed self-update (check, stage, prove, hand over, fall back).
 //! - `patience`: start-up requests retried while the server is unreachable or busy.
 //! - `policy`: the owner's local policy, read again when its file changes.
@@ -20,6 +21,7 @@ mod driver;
 pub mod home;
 pub mod key;
 mod os_keyring;
+pub mod owner;
 mod patience;
 mod policy;
 mod runner;

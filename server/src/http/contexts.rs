@@ -50,6 +50,7 @@ pub(super) fn routes() -> Vec<Route> {
             .errors(&[
                 (404, "context_unknown"),
                 (403, "not_yours"),
+                (403, "commands_opt_in_local"),
                 (409, "context_revoked"),
             ]),
             patch(grant),
@@ -170,6 +171,7 @@ async fn grant(State(app): State<App>, PathParam(given): PathParam, req: Request
             "a revoked context keeps its grant",
         ));
     }
+    super::commands::refuse_turning_on(&entry.grant_json, &grant)?;
     let detail = String::from_utf8_lossy(&bytes).into_owned();
     app.call(Input::UpdateGrant {
         context_id: entry.id.clone(),

@@ -9,6 +9,7 @@ mod admin;
 mod auth;
 mod body;
 mod bundles;
+mod commands;
 mod contexts;
 mod error;
 mod executions;
@@ -154,6 +155,7 @@ pub(crate) fn routes() -> Vec<Route> {
     all.extend(executions::routes());
     all.extend(bundles::routes());
     all.extend(releases::routes());
+    all.extend(commands::routes());
     all.extend(contexts::routes());
     all.extend(admin::routes());
     all

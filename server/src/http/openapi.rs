@@ -257,6 +257,7 @@ pub(crate) fn schemas() -> Value {
             "contextId": s, "name": s, "operator": s, "keyId": s, "grant": schema_ref("Grant"), "grantVersion": i})),
         "ConnectTicket": object(&["ticket", "sessionId", "expiresAt"], json!({"ticket": s, "sessionId": s, "expiresAt": i})),
         "Bundle": object(&["sha256", "size"], json!({"sha256": s, "size": i})),
+        "CommandsSwitch": object(&["enabled"], json!({"enabled": b, "grantVersion": i})),
         "DaemonRelease": object(
             &["type", "version", "os", "arch", "size", "sha512", "root", "sig"],
             json!({"type": s, "version": s, "os": s, "arch": s, "size": i, "sha512": s, "root": s, "sig": s}),

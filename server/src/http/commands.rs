@@ -1,0 +1,105 @@
+//! Host-commands switch (§11.3): the signed machine route by which a machine's owner turns
+//! its commands on (`outpost context commands on`). Only this route sets the server's
+//! `grant.commands.enabled` to true — a user's grant edit may only turn it off
+//! (`commands_opt_in_local`) — so commands run on a machine only where its owner asked for
+//! them there. Either write bumps the grant's version and pushes `grant.update`.
+//!
+//! Nothing here runs a command; the daemon does, under both switches.
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use outpost_core::server::Input;
+use outpost_core::wire::Grant;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::{ApiError, ApiResult};
+use super::openapi::{Auth, api};
+use super::{App, Route, auth, route};
+use crate::clock::wall_now;
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![route(
+        api(
+            "POST",
+            "/v1/execution-contexts/commands",
+            "Turn this machine's host commands on or off (the machine's own signed request)",
+        )
+        .auth(Auth::Signed)
+        .request("CommandsSwitch")
+        .response(200, Some("CommandsSwitch"))
+        .errors(&[(400, "invalid_body"), (409, "context_revoked")]),
+        post(switch),
+    )]
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Switch {
+    enabled: bool,
+}
+
+async fn switch(
+    State(app): State<App>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> ApiResult {
+    auth::limit_address(&app, addr)?;
+    let (parts, raw) = req.into_parts();
+    let bytes = super::body::read_json(&parts.headers, raw).await?;
+    let context_id = super::machine::registered_machine(&app, &parts, &bytes)?;
+    let body: Switch = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            400,
+            "invalid_body",
+            format!("the body must be {{\"enabled\": true|false}}: {e}"),
+        )
+    })?;
+    let entry = app
+        .shared
+        .store
+        .context(&context_id)?
+        .ok_or_else(|| ApiError::new(401, "unknown_key", "no machine has this key"))?;
+    let mut grant: Grant = serde_json::from_str(&entry.grant_json)
+        .map_err(|e| ApiError::internal(format!("the stored grant does not read: {e}")))?;
+    if grant.commands.enabled != body.enabled {
+        grant.commands.enabled = body.enabled;
+        app.call(Input::UpdateGrant {
+            context_id: context_id.clone(),
+            grant,
+        })
+        .await?;
+        app.shared.store.audit(
+            wall_now().0,
+            if body.enabled {
+                "commands_enabled"
+            } else {
+                "commands_disabled"
+            },
+            &entry.operator,
+            Some(&context_id),
+            "by the machine's owner, on the machine",
+        )?;
+    }
+    let entry = app.shared.store.context(&context_id)?.unwrap_or(entry);
+    Ok(
+        axum::Json(json!({"enabled": body.enabled, "grantVersion": entry.grant_version}))
+            .into_response(),
+    )
+}
+
+/// 403 `commands_opt_in_local` for a user's grant edit that would turn commands on.
+pub(super) fn refuse_turning_on(current: &str, next: &Grant) -> Result<(), ApiError> {
+    let on_now = serde_json::from_str::<Grant>(current).is_ok_and(|g| g.commands.enabled);
+    if next.commands.enabled && !on_now {
+        return Err(ApiError::new(
+            403,
+            "commands_opt_in_local",
+            "host commands are turned on only on the machine: its owner runs `outpost context commands on` there",
+        ));
+    }
+    Ok(())
+}
