@@ -113,7 +113,18 @@ pub fn demo(json: bool, keep: bool) -> anyhow::Result<ExitCode> {
     if keep {
         eprintln!("outpost: the demo's folders stay in {}", root.display());
     } else {
-        let _ = std::fs::remove_dir_all(&root);
+        let removed = std::fs::remove_dir_all(&root).is_ok() || !root.exists();
+        if !json {
+            eprintln!(
+                "outpost: {} the demo's folders ({}); the image {IMAGE} stays in the Docker engine for the next run (docker rmi {IMAGE} removes it)",
+                if removed {
+                    "removed"
+                } else {
+                    "could not remove"
+                },
+                root.display()
+            );
+        }
     }
     result
 }

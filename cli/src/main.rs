@@ -403,3 +403,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// clap checks a command's definition only when that command is built: this builds them
+    /// all, so a definition it would reject fails here rather than in a user's hands.
+    #[test]
+    fn every_command_definition_is_valid() {
+        use clap::CommandFactory as _;
+        super::Cli::command().debug_assert();
+    }
+}
