@@ -17,7 +17,6 @@ use outpost_adapters::daemon::{
     DaemonError, DaemonExit, DaemonOptions, HostKind, Launcher, OwnedHost, ServerChoice,
     StopSignal, run_daemon,
 };
-use outpost_core::grant::LocalPolicy;
 use outpost_core::join::Join;
 use outpost_core::keyset::RootKey;
 use outpost_host::{HOME_VAR, OwnerFolders};
@@ -73,7 +72,7 @@ fn host_kind(name: &str) -> Result<HostKind, String> {
 }
 
 /// The owner's folders: `--home DIR` holds them all (as `OUTPOST_HOME` does).
-fn folders(home: Option<&Path>) -> anyhow::Result<OwnerFolders> {
+pub fn folders(home: Option<&Path>) -> anyhow::Result<OwnerFolders> {
     let folders = match home {
         Some(dir) => {
             std::fs::create_dir_all(dir)
@@ -155,16 +154,6 @@ fn stop_on_signals() -> anyhow::Result<StopSignal> {
     Ok(stop)
 }
 
-fn local_policy(folders: &OwnerFolders) -> anyhow::Result<LocalPolicy> {
-    let path = folders.local_policy_file();
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .with_context(|| format!("the local policy {} does not read", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LocalPolicy::default()),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
-}
-
 fn default_name() -> String {
     let raw = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
     let name: String = raw
@@ -194,7 +183,13 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
     };
     let server = server_choice(&args)?;
     let folders = folders(args.home.as_deref())?;
-    let local = local_policy(&folders)?;
+    let local = crate::policy::read(&folders.local_policy_file())?;
+    // `fs` tells the server this machine can mount folders at all (its owner allows some).
+    let features = if local.folders.is_empty() {
+        Vec::new()
+    } else {
+        vec!["fs".to_owned()]
+    };
     let options = DaemonOptions {
         server,
         name: args.name.clone().unwrap_or_else(default_name),
@@ -205,7 +200,7 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
             .clone()
             .or_else(|| std::env::var_os("OUTPOST_CA_FILE").map(PathBuf::from)),
         local,
-        features: Vec::new(),
+        features,
         seed: 0,
         passphrase: std::env::var(outpost_adapters::daemon::key::PASSPHRASE_VAR).ok(),
         launcher,
@@ -255,6 +250,9 @@ fn exit_status(e: &DaemonError) -> u8 {
         | DaemonError::BadStateFile { .. }
         | DaemonError::KeyExposed { .. }
         | DaemonError::BadKey { .. }
+        | DaemonError::KeyringUnavailable { .. }
+        | DaemonError::PassphraseRequired(_)
+        | DaemonError::WrongPassphrase(_)
         | DaemonError::BadServerFile { .. }
         | DaemonError::NotJoined
         | DaemonError::OtherServer { .. }

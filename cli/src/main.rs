@@ -13,6 +13,7 @@ mod client;
 mod daemon;
 mod demo;
 mod executors;
+mod policy;
 mod run;
 mod serve;
 mod service;
@@ -142,6 +143,18 @@ enum Command {
         #[arg(long, global = true)]
         json: bool,
     },
+    /// The server's audit log, newest first: registrations, revokes, grant edits, commands.
+    Audit {
+        /// At most this many events.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        #[arg(long)]
+        server: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// The published protocol test vectors.
     Vectors {
         #[command(subcommand)]
@@ -167,6 +180,15 @@ enum ContextAction {
     Delete {
         /// Its name or id.
         name: String,
+    },
+    /// This machine's local policy: the folders runs here may use (read and edited on the
+    /// machine, not on the server).
+    Policy {
+        #[command(subcommand)]
+        action: Option<policy::PolicyAction>,
+        /// The daemon's home (default: OUTPOST_HOME, else the XDG folders).
+        #[arg(long, global = true)]
+        home: Option<PathBuf>,
     },
 }
 
@@ -279,9 +301,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             server,
             json,
         } => {
+            if let ContextAction::Policy { action, home } = action {
+                let folders = daemon::folders(home.as_deref())?;
+                return policy::policy(action, &folders, json);
+            }
             let api = client::api::Api::from_env(server.as_deref())?;
             use client::manage::*;
             match action {
+                ContextAction::Policy { .. } => unreachable!("handled above"),
                 ContextAction::List => context_list(&api, json),
                 ContextAction::Show { name } => context_show(&api, &name, json),
                 ContextAction::Revoke { name } => context_revoke(&api, &name, json),
@@ -314,6 +341,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let api = client::api::Api::from_env(server.as_deref())?;
             client::manage::user_add(&api, &name, json)
+        }
+        Command::Audit {
+            limit,
+            server,
+            json,
+        } => {
+            let api = client::api::Api::from_env(server.as_deref())?;
+            client::manage::audit(&api, limit, json)
         }
         Command::Vectors {
             action: VectorsAction::Check { dir },

@@ -124,13 +124,26 @@ fn bad_setups_are_refused_with_a_code_and_exit_78() {
     assert_eq!(code, 78, "{err}");
     assert!(err.contains("[key_exposed]"), "{err}");
 
-    // A server that is not there.
+    // A first join to a server that is not there fails at once...
     let mut server = server;
+    let join = server.join.clone();
     server.kill();
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    let (code, err) = daemon_output(&[], &home);
+    let (code, err) = daemon_output(&["--join", &join], &dir.join("other-home"));
     assert_eq!(code, 69, "{err}");
     assert!(err.contains("[server_keys_unavailable]"), "{err}");
+    // ...while a joined machine waits for its server to come back, until it is stopped.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let mut waiting = Daemon::start(&home, "box", None, "tokio");
+    wait_for("the daemon to say it waits for the server", || {
+        let log = waiting.log_text();
+        (log.contains("server_unreachable") && log.contains("trying again")).then_some(())
+    });
+    let signal = Command::new("kill")
+        .args(["-TERM", &waiting.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(signal.success());
+    assert_eq!(waiting.wait_exit(), 130, "{}", waiting.log_text());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -36,6 +36,7 @@ fn isolated(command: &mut Command, dir: &Path) {
         .env("XDG_CONFIG_HOME", dir.join("user/.config"))
         .env("XDG_RUNTIME_DIR", &runtime)
         .env("DBUS_SESSION_BUS_ADDRESS", format!("unix:path={}", dir.join("no-bus").display()))
+        .env("OUTPOST_KEYRING", "off")
         .env("OUTPOST_LOG", "info");
 }
 

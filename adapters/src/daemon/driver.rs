@@ -20,7 +20,8 @@ use outpost_core::keyset::{PinnedRoots, RootKey};
 use outpost_core::wire::close_code;
 
 use super::home::{Home, SERVER_FILE, ServerFile};
-use super::patience::{Patience, patiently};
+use super::patience::{Patience, Unreachable, patiently};
+use super::policy::PolicySource;
 use super::runner::Runner;
 use super::{DaemonError, DaemonExit, DaemonOptions, Event, STOP_POLL, ServerChoice, StopSignal};
 use crate::clock::Clock;
@@ -107,7 +108,12 @@ pub(super) fn run(
     let server = ServerUrl::parse(&url)?;
     let client = Arc::new(SignedClient::new(server, seed, &trust));
     let roots = Arc::new(PinnedRoots::new(vec![root.clone()]));
-    let keys = match patiently("fetching the server's key set", &stop, || {
+    let unreachable = if saved.is_some() {
+        Unreachable::Waits
+    } else {
+        Unreachable::Fails
+    };
+    let keys = match patiently("fetching the server's key set", unreachable, &stop, || {
         client.server_keys(&roots)
     }) {
         Ok(Patience::Done(keys)) => keys,
@@ -129,7 +135,7 @@ pub(super) fn run(
             environments: environments.iter().map(|e| e.as_str().to_owned()).collect(),
             daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
         };
-        let registered = match patiently("registering", &stop, || {
+        let registered = match patiently("registering", Unreachable::Fails, &stop, || {
             client.register(&token, &request)
         }) {
             Ok(Patience::Done(registered)) => registered,
@@ -176,7 +182,7 @@ pub(super) fn run(
         Arc::new(registry),
         host.clone(),
         home.runs_dir(),
-        options.local.clone(),
+        PolicySource::new(home.folders.local_policy_file(), options.local.clone()),
         denylist,
         clock.clone(),
         tx.clone(),

@@ -1,13 +1,16 @@
 //! The machine key at rest: `config/key.enc`, the Ed25519 seed sealed with AES-256-GCM under
-//! a wrapping key that never sits beside it in a form anyone else can read:
+//! a wrapping key that never sits beside it in a form anyone else can read. The first that
+//! works when the key is made is used, and `key.enc` says which:
 //!
+//! - **keyring**: 32 random bytes in the OS keyring (see `os_keyring`), where one answers and
+//!   `OUTPOST_KEYRING` is not `off`;
 //! - **passphrase**: derived with Argon2id from `OUTPOST_KEY_PASSPHRASE` (and the file's
 //!   salt); nothing of it is stored;
 //! - **file**: 32 random bytes in `config/key.file`, mode 0600 — the wrapper for a service,
 //!   which has no one to type a passphrase. A file key others can read is refused.
 //!
-//! The OS keyring is not wired in yet: this build says so and uses the next wrapper. A key
-//! written in the clear by an earlier build (`machine.key`) is sealed on first start and the
+//! A keyring that does not answer is reported with its reason and the next wrapper is used.
+//! A key written in the clear by an earlier build (`machine.key`) is sealed on first start and the
 //! clear file removed. This module owns these files' formats. A wrong passphrase, a cut or
 //! altered `key.enc`, a missing or exposed file key: each is refused with its error and
 //! nothing is overwritten.
@@ -23,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::DaemonError;
 use super::home::write_private;
+use super::os_keyring;
 
 /// The sealed key's file name in the config folder.
 pub const SEALED_FILE: &str = "key.enc";
@@ -43,6 +47,8 @@ const ARGON_PASSES: u32 = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Wrapper {
+    /// A key kept in the OS keyring.
+    Keyring,
     /// A key derived from `OUTPOST_KEY_PASSPHRASE`: someone must give it at every start.
     Passphrase,
     /// The 0600 file key `key.file`: starts need no one (what a service uses).
@@ -59,6 +65,9 @@ struct Sealed {
     /// Argon2id salt (passphrase wrapper only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     salt: Option<String>,
+    /// The keyring entry's user name (keyring wrapper only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    keyring_user: Option<String>,
     nonce: String,
     ciphertext: String,
 }
@@ -79,14 +88,6 @@ pub fn machine_seed(config: &Path, passphrase: Option<&str>) -> Result<[u8; 32],
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => random32()?,
         Err(e) => return Err(DaemonError::home(&legacy, e)),
     };
-    tracing::info!(
-        "the OS keyring is not used by this build; the machine key is sealed with {}",
-        if passphrase.is_some() {
-            "the passphrase"
-        } else {
-            "a file key (config/key.file, 0600)"
-        }
-    );
     seal(config, &sealed_path, &seed, passphrase)?;
     if legacy.exists() {
         std::fs::remove_file(&legacy).map_err(|e| DaemonError::home(&legacy, e))?;
@@ -110,13 +111,14 @@ pub fn wrapper(config: &Path) -> Result<Option<Wrapper>, DaemonError> {
 }
 
 /// Seals the machine key in `config` again under a file key (`key.file`, 0600, made if
-/// missing) instead of `passphrase`, for a service that has no one to type it. The key
-/// stays the same; a wrong passphrase is refused and nothing is changed. From then on,
-/// anyone who can read the owner's files can use the key, as with any file key.
-pub fn rewrap_with_file_key(config: &Path, passphrase: &str) -> Result<(), DaemonError> {
+/// missing) instead of its passphrase or keyring key, for a service that has no one to type
+/// a passphrase and may start before a keyring is unlocked. The key stays the same; a wrong
+/// passphrase is refused and nothing is changed. From then on, anyone who can read the
+/// owner's files can use the key, as with any file key.
+pub fn rewrap_with_file_key(config: &Path, passphrase: Option<&str>) -> Result<(), DaemonError> {
     let path = config.join(SEALED_FILE);
-    let seed = unseal(config, &path, Some(passphrase))?;
-    seal(config, &path, &seed, None)
+    let seed = unseal(config, &path, passphrase)?;
+    seal_as(config, &path, &seed, None, false)
 }
 
 fn random32() -> Result<[u8; 32], DaemonError> {
@@ -173,12 +175,50 @@ fn seal(
     seed: &[u8; 32],
     passphrase: Option<&str>,
 ) -> Result<(), DaemonError> {
-    let (wrapper, salt, key) = match passphrase {
-        Some(p) => {
-            let salt = random32()?;
-            (Wrapper::Passphrase, Some(salt), derive(p, &salt)?)
+    seal_as(config, path, seed, passphrase, true)
+}
+
+/// [`seal`], trying the OS keyring first only when `try_keyring`.
+fn seal_as(
+    config: &Path,
+    path: &Path,
+    seed: &[u8; 32],
+    passphrase: Option<&str>,
+    try_keyring: bool,
+) -> Result<(), DaemonError> {
+    let next = if passphrase.is_some() {
+        "the passphrase (OUTPOST_KEY_PASSPHRASE)"
+    } else {
+        "a file key (config/key.file, 0600)"
+    };
+    let keyring = if !try_keyring {
+        None
+    } else if os_keyring::switched_off() {
+        tracing::info!("OUTPOST_KEYRING is off; the machine key is sealed with {next}");
+        None
+    } else {
+        let user = os_keyring::user_for(config);
+        let key = random32()?;
+        match os_keyring::store(&user, &key) {
+            Ok(()) => Some((user, key)),
+            Err(reason) => {
+                tracing::info!(
+                    "the OS keyring does not answer ({reason}); the machine key is sealed with {next}"
+                );
+                None
+            }
         }
-        None => (Wrapper::File, None, file_key(config, true)?),
+    };
+    let (wrapper, salt, keyring_user, key) = match (keyring, passphrase) {
+        (Some((user, key)), _) => {
+            tracing::info!("the machine key is sealed with a key in the OS keyring");
+            (Wrapper::Keyring, None, Some(user), key)
+        }
+        (None, Some(p)) => {
+            let salt = random32()?;
+            (Wrapper::Passphrase, Some(salt), None, derive(p, &salt)?)
+        }
+        (None, None) => (Wrapper::File, None, None, file_key(config, true)?),
     };
     let nonce = random32()?;
     let nonce = &nonce[..12];
@@ -196,6 +236,7 @@ fn seal(
         version: 1,
         wrapper,
         salt: salt.map(|s| b64::encode(&s)),
+        keyring_user,
         nonce: b64::encode(nonce),
         ciphertext: b64::encode(&ciphertext),
     };
@@ -223,6 +264,16 @@ fn unseal(
         )));
     }
     let key = match sealed.wrapper {
+        Wrapper::Keyring => {
+            let user = sealed
+                .keyring_user
+                .as_deref()
+                .ok_or_else(|| corrupt("the keyring entry's name is missing".into()))?;
+            os_keyring::load(user).map_err(|reason| DaemonError::KeyringUnavailable {
+                path: path.clone(),
+                reason,
+            })?
+        }
         Wrapper::Passphrase => {
             let passphrase =
                 passphrase.ok_or_else(|| DaemonError::PassphraseRequired(path.clone()))?;
@@ -251,6 +302,9 @@ fn unseal(
         )
         .map_err(|_| match sealed.wrapper {
             Wrapper::Passphrase => DaemonError::WrongPassphrase(path.clone()),
+            Wrapper::Keyring => corrupt(
+                "it does not open with the OS keyring's wrapping key: the key or the entry was altered or replaced".into(),
+            ),
             Wrapper::File => corrupt(
                 "it does not open with key.file: one of the two was altered or replaced".into(),
             ),
@@ -344,11 +398,11 @@ mod tests {
         let seed = machine_seed(&d, Some("pass")).unwrap();
         assert_eq!(wrapper(&d).unwrap(), Some(Wrapper::Passphrase));
         assert!(matches!(
-            rewrap_with_file_key(&d, "wrong"),
+            rewrap_with_file_key(&d, Some("wrong")),
             Err(DaemonError::WrongPassphrase(_))
         ));
         assert!(!d.join(FILE_KEY).exists(), "nothing changed");
-        rewrap_with_file_key(&d, "pass").unwrap();
+        rewrap_with_file_key(&d, Some("pass")).unwrap();
         assert_eq!(wrapper(&d).unwrap(), Some(Wrapper::File));
         assert_eq!(machine_seed(&d, None).unwrap(), seed);
         every_file_lacks(&d, &seed);

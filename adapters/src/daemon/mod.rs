@@ -9,6 +9,7 @@
 //! - `driver`: one loop over the core's `handle_input` / `poll_output`.
 //! - `runner`: runs on blocking threads, cancel flags, reaping after a crash.
 //! - `patience`: start-up requests retried while the server is unreachable or busy.
+//! - `policy`: the owner's local policy, read again when its file changes.
 //!
 //! This module owns the daemon's process lifecycle: start, reconnects, drain, exit. It never
 //! decides what the protocol allows (the core does) and never picks an executor for an
@@ -20,7 +21,9 @@ mod driver;
 pub mod home;
 pub mod key;
 pub mod lock;
+mod os_keyring;
 mod patience;
+mod policy;
 mod runner;
 pub mod status;
 
@@ -263,6 +266,17 @@ pub enum DaemonError {
     /// The passphrase does not open the key.
     #[error("OUTPOST_KEY_PASSPHRASE does not open the machine key {}: nothing was changed", .0.display())]
     WrongPassphrase(PathBuf),
+    /// The machine key is sealed with the OS keyring, which does not answer here.
+    #[error(
+        "the machine key {} is sealed with the OS keyring, which does not answer ({reason}): start the daemon in the login session that holds that keyring; nothing was changed",
+        .path.display()
+    )]
+    KeyringUnavailable {
+        /// The sealed key file.
+        path: PathBuf,
+        /// What the keyring said.
+        reason: String,
+    },
     /// The OS random source failed.
     #[error("the OS random source failed: {0}")]
     Random(String),
@@ -346,6 +360,7 @@ impl DaemonError {
             DaemonError::BadServerFile { .. } => "server_file_unreadable",
             DaemonError::PassphraseRequired(_) => "passphrase_required",
             DaemonError::WrongPassphrase(_) => "wrong_passphrase",
+            DaemonError::KeyringUnavailable { .. } => "keyring_unavailable",
             DaemonError::Random(_) => "random_unavailable",
             DaemonError::NotJoined => "not_joined",
             DaemonError::OtherServer { .. } => "joined_elsewhere",

@@ -3,7 +3,9 @@
 //! A daemon started at boot, or one of many machines joining at once, can find its server
 //! unreachable, overloaded (5xx) or asking it to slow down (429). Those are tried again with
 //! jittered backoff until they succeed or the owner stops the daemon; a refusal of the request
-//! itself (a bad token, a key set that does not verify) ends the start at once. This module
+//! itself (a bad token, a key set that does not verify) ends the start at once. So does an
+//! unreachable server on a first join, when [`Unreachable::Fails`] says so: a server never
+//! reached is more likely a mistyped URL than one that is down. This module
 //! owns only the waiting: it never decides what a request means.
 
 use std::time::{Duration, Instant};
@@ -13,6 +15,15 @@ use outpost_core::rng::SplitMix64;
 
 use super::{STOP_POLL, StopSignal};
 use crate::http::HttpError;
+
+/// Whether an unreachable server is waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unreachable {
+    /// Try again (the server answered before: it will again).
+    Waits,
+    /// Fail at once (a first join).
+    Fails,
+}
 
 /// How a patient request ended.
 pub(crate) enum Patience<T> {
@@ -26,6 +37,7 @@ pub(crate) enum Patience<T> {
 /// request in the log line each retry writes.
 pub(crate) fn patiently<T>(
     what: &str,
+    unreachable: Unreachable,
     stop: &StopSignal,
     mut request: impl FnMut() -> Result<T, HttpError>,
 ) -> Result<Patience<T>, HttpError> {
@@ -38,7 +50,11 @@ pub(crate) fn patiently<T>(
         }
         match request() {
             Ok(value) => return Ok(Patience::Done(value)),
-            Err(e) if e.is_transient() => {
+            Err(e)
+                if e.is_transient()
+                    && (unreachable == Unreachable::Waits
+                        || !matches!(e, HttpError::Transport { .. })) =>
+            {
                 let floor = if e.status() == Some(429) {
                     Duration::from_secs(1)
                 } else {

@@ -24,6 +24,7 @@ use outpost_host::{LaunchContext, launch_from_execute};
 use serde::{Deserialize, Serialize};
 
 use super::Event;
+use super::policy::PolicySource;
 use crate::clock::Clock;
 use crate::runtime::Host;
 
@@ -47,7 +48,7 @@ pub(crate) struct Runner {
     registry: Arc<Registry>,
     host: Arc<dyn Host>,
     runs_dir: PathBuf,
-    local: Arc<LocalPolicy>,
+    policy: PolicySource,
     denylist: Arc<CredentialDenylist>,
     clock: Arc<Clock>,
     cancels: HashMap<String, Arc<AtomicBool>>,
@@ -71,7 +72,7 @@ impl Runner {
         registry: Arc<Registry>,
         host: Arc<dyn Host>,
         runs_dir: PathBuf,
-        local: LocalPolicy,
+        policy: PolicySource,
         denylist: CredentialDenylist,
         clock: Arc<Clock>,
         events: Sender<Event>,
@@ -80,7 +81,7 @@ impl Runner {
             registry,
             host,
             runs_dir,
-            local: Arc::new(local),
+            policy,
             denylist: Arc::new(denylist),
             clock,
             cancels: HashMap::new(),
@@ -96,7 +97,7 @@ impl Runner {
             execute,
             registry: self.registry.clone(),
             runs_dir: self.runs_dir.clone(),
-            local: self.local.clone(),
+            local: self.policy.current(),
             denylist: self.denylist.clone(),
             clock: self.clock.clone(),
             cancel,

@@ -1,6 +1,6 @@
-//! `outpost context …`, `outpost chain …`, `outpost runs list`, `outpost user add`: the
-//! management commands over the user routes (PROTOCOL §11.4), each with a table for a person
-//! and `--json` for a script.
+//! `outpost context …`, `outpost chain …`, `outpost runs list`, `outpost user add`,
+//! `outpost audit`: the management commands over the user routes (PROTOCOL §11.4), each with
+//! a table for a person and `--json` for a script.
 //!
 //! This module owns only presentation; every decision is the server's.
 
@@ -154,5 +154,31 @@ pub fn user_add(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCod
     print(&value, json_out, |v| {
         println!("{}", v["token"].as_str().unwrap_or(""));
         eprintln!("outpost: the token of {name} is shown once; give it to them as OUTPOST_TOKEN");
+    })
+}
+
+/// `outpost audit`: the server's audit events, newest first.
+pub fn audit(api: &Api, limit: u32, json_out: bool) -> anyhow::Result<ExitCode> {
+    let value = api.get(&format!("/v1/audit?limit={limit}"))?;
+    print(&value, json_out, |v| {
+        println!(
+            "{:<12} {:<22} {:<12} {:<22} DETAIL",
+            "AT", "KIND", "ACTOR", "CONTEXT"
+        );
+        for e in v["events"].as_array().into_iter().flatten() {
+            let detail = match &e["detail"] {
+                Value::Null => String::new(),
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            println!(
+                "{:<12} {:<22} {:<12} {:<22} {}",
+                e["at"].to_string().trim_matches('"'),
+                e["kind"].as_str().unwrap_or("?"),
+                e["actor"].as_str().unwrap_or("-"),
+                e["contextId"].as_str().unwrap_or("-"),
+                detail
+            );
+        }
     })
 }

@@ -200,25 +200,38 @@ fn plan(
     })
 }
 
-/// Makes sure a service can open the machine key; `--file-key` moves a passphrase-sealed
-/// one to a file key. Returns the wrapper in force.
+/// Makes sure a service can open the machine key; `--file-key` moves a passphrase- or
+/// keyring-sealed one to a file key. Returns the wrapper in force.
 fn key_for_service(target: &Target, file_key: bool) -> Result<Option<Wrapper>, ServiceError> {
     let config = &target.folders.config;
-    match key::wrapper(config)? {
-        Some(Wrapper::Passphrase) if file_key => {
-            let passphrase = std::env::var(PASSPHRASE_VAR).map_err(|_| {
-                ServiceError::Daemon(outpost_adapters::daemon::DaemonError::PassphraseRequired(
-                    config.join(key::SEALED_FILE),
-                ))
-            })?;
-            key::rewrap_with_file_key(config, &passphrase)?;
+    let wrapper = key::wrapper(config)?;
+    match wrapper {
+        Some(Wrapper::Passphrase | Wrapper::Keyring) if file_key => {
+            let passphrase = if wrapper == Some(Wrapper::Passphrase) {
+                Some(std::env::var(PASSPHRASE_VAR).map_err(|_| {
+                    ServiceError::Daemon(
+                        outpost_adapters::daemon::DaemonError::PassphraseRequired(
+                            config.join(key::SEALED_FILE),
+                        ),
+                    )
+                })?)
+            } else {
+                None
+            };
+            key::rewrap_with_file_key(config, passphrase.as_deref())?;
             println!(
-                "sealed the machine key with a file key ({}, mode 0600) instead of the passphrase: the service starts without one; anyone who can read your files as you (or root) can use the key",
+                "sealed the machine key with a file key ({}, mode 0600) instead: the service starts with no one to type a passphrase and no keyring to unlock; anyone who can read your files as you (or root) can use the key",
                 config.join(key::FILE_KEY).display()
             );
             Ok(Some(Wrapper::File))
         }
         Some(Wrapper::Passphrase) => Err(ServiceError::PassphraseSealed),
+        Some(Wrapper::Keyring) => {
+            println!(
+                "the machine key is sealed with a key in the OS keyring: a service that starts at boot, before you log in, may find the keyring locked; --file-key moves it to a 0600 file key"
+            );
+            Ok(wrapper)
+        }
         other => Ok(other),
     }
 }
@@ -292,6 +305,7 @@ pub fn install(args: &InstallArgs, home: Option<&Path>) -> Result<u8, ServiceErr
         next,
         linger,
         key_wrapper: wrapper.map(|w| match w {
+            Wrapper::Keyring => "keyring",
             Wrapper::Passphrase => "passphrase",
             Wrapper::File => "file",
         }),

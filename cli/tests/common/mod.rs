@@ -216,8 +216,20 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts a daemon on `home`; `join` on first start.
+    /// Starts a daemon on `home`; `join` on first start. The OS keyring is off (a developer's
+    /// login keyring is not the test's to fill); [`Daemon::start_with`] sets it otherwise.
     pub fn start(home: &Path, name: &str, join: Option<&str>, host: &str) -> Daemon {
+        Daemon::start_with(home, name, join, host, &[("OUTPOST_KEYRING", "off")])
+    }
+
+    /// [`Daemon::start`] with `env` added to the environment (an empty value removes one).
+    pub fn start_with(
+        home: &Path,
+        name: &str,
+        join: Option<&str>,
+        host: &str,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         std::fs::create_dir_all(home).expect("home");
         let log = home.join(format!(
             "daemon-{}.log",
@@ -229,6 +241,13 @@ impl Daemon {
             .arg(home);
         if let Some(join) = join {
             command.args(["--join", join]);
+        }
+        for (key, value) in env {
+            if value.is_empty() {
+                command.env_remove(key);
+            } else {
+                command.env(key, value);
+            }
         }
         let child = command
             .env("OUTPOST_LOG", "info")

@@ -1,0 +1,171 @@
+//! `outpost context policy`: the machine owner's local policy — the folders runs on this
+//! machine may ever see, each with the most it allows (`ro` or `rw`) — in the daemon's config
+//! folder (`policy.json`, mode 0600; absent means none).
+//!
+//! A run's folders are the server's grant intersected with this policy, the narrower mode
+//! winning; a running daemon applies an edit to its next run. This module owns the file's
+//! edits: it refuses a folder that does not resolve, one the credential denylist covers, and
+//! one holding outpost's own config; it never talks to a server.
+
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use outpost_core::grant::{LocalFolder, LocalPolicy};
+use outpost_core::wire::FolderMode;
+use outpost_host::OwnerFolders;
+use outpost_host::resolve;
+
+/// What `outpost context policy` does.
+#[derive(clap::Subcommand)]
+pub enum PolicyAction {
+    /// Show the folders runs on this machine may use (the default).
+    Show,
+    /// Allow runs to use FOLDER (if the server also grants it), at most with --mode.
+    Allow {
+        /// The folder (resolved with realpath; it must exist).
+        folder: PathBuf,
+        /// The most it allows: ro (read only) or rw.
+        #[arg(long, default_value = "ro", value_parser = mode)]
+        mode: FolderMode,
+    },
+    /// Stop allowing FOLDER (as resolved when it was allowed).
+    Remove {
+        /// The folder.
+        folder: PathBuf,
+    },
+}
+
+fn mode(text: &str) -> Result<FolderMode, String> {
+    match text {
+        "ro" => Ok(FolderMode::Ro),
+        "rw" => Ok(FolderMode::Rw),
+        other => Err(format!("{other:?} is not a mode: use ro or rw")),
+    }
+}
+
+/// Runs `outpost context policy` on the owner's `folders`.
+pub fn policy(
+    action: Option<PolicyAction>,
+    folders: &OwnerFolders,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let path = folders.local_policy_file();
+    let mut policy = read(&path)?;
+    match action.unwrap_or(PolicyAction::Show) {
+        PolicyAction::Show => {}
+        PolicyAction::Allow { folder, mode } => {
+            let (_, canonical) = resolve(&folder)
+                .map_err(|e| anyhow::anyhow!("{e}: allow a folder that exists [{}]", e.code()))?;
+            let denylist = folders
+                .denylist()
+                .map_err(|e| anyhow::anyhow!("the credential denylist: {e}"))?;
+            if let Some(entry) = denylist.denying(&canonical) {
+                anyhow::bail!(
+                    "{canonical} is a credential folder (it lies in {entry}, which no run ever sees): allow another folder [folder_denied]"
+                );
+            }
+            let inside = denylist.inside(&canonical);
+            policy.folders.retain(|f| f.path != canonical);
+            policy.folders.push(LocalFolder {
+                path: canonical.clone(),
+                mode,
+            });
+            policy.folders.sort_by(|a, b| a.path.cmp(&b.path));
+            write(&path, &policy)?;
+            if !json {
+                println!("allowed {canonical} ({})", mode_name(mode));
+                for entry in inside {
+                    println!("  never mounted inside it: {entry} (a credential folder)");
+                }
+            }
+        }
+        PolicyAction::Remove { folder } => {
+            let canonical = resolve(&folder)
+                .map(|(_, c)| c.to_string())
+                .unwrap_or_else(|_| folder.display().to_string());
+            let before = policy.folders.len();
+            policy.folders.retain(|f| f.path.as_str() != canonical);
+            if policy.folders.len() == before {
+                anyhow::bail!(
+                    "{canonical} is not in the local policy {}: `outpost context policy` lists what is [folder_not_allowed]",
+                    path.display()
+                );
+            }
+            write(&path, &policy)?;
+            if !json {
+                println!("removed {canonical}");
+            }
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"file": path, "folders": policy.folders, "commandsEnabled": policy.commands_enabled})
+        );
+    } else {
+        show(&path, &policy);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mode_name(mode: FolderMode) -> &'static str {
+    match mode {
+        FolderMode::Ro => "ro",
+        FolderMode::Rw => "rw",
+    }
+}
+
+fn show(path: &Path, policy: &LocalPolicy) {
+    if policy.folders.is_empty() {
+        println!(
+            "no folders allowed: runs on this machine see none ({})",
+            path.display()
+        );
+        return;
+    }
+    println!(
+        "folders runs may use, if the server grants them ({}):",
+        path.display()
+    );
+    for folder in &policy.folders {
+        println!("  {}  {}", mode_name(folder.mode), folder.path);
+    }
+}
+
+/// The policy at `path`; none when the file is absent.
+pub fn read(path: &Path) -> anyhow::Result<LocalPolicy> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "the local policy {} does not read: fix or remove it",
+                path.display()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LocalPolicy::default()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Writes `policy` to `path` (0600) through a temporary file renamed over it, so a daemon
+/// reading it sees the old policy or the new one, never half of one.
+fn write(path: &Path, policy: &LocalPolicy) -> anyhow::Result<()> {
+    let dir = path.parent().context("the policy file has a folder")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let temp = path.with_extension("json.tmp");
+    let mut text = serde_json::to_vec_pretty(policy)?;
+    text.push(b'\n');
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)
+        .with_context(|| format!("writing {}", temp.display()))?;
+    file.write_all(&text)?;
+    file.sync_all()?;
+    std::fs::rename(&temp, path).with_context(|| format!("replacing {}", path.display()))?;
+    Ok(())
+}

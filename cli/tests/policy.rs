@@ -1,0 +1,168 @@
+//! The machine owner's local policy across the wire: `outpost context policy` edits it on the
+//! machine, the server's grant is intersected with it (the narrower mode wins), and a running
+//! daemon applies an edit to its next run. Real server, real daemon, real Landlock runs.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{Daemon, Server, binary, temp_dir};
+use serde_json::{Value, json};
+
+/// `outpost context policy ARGS --home HOME --json`: exit code, stdout JSON, stderr.
+fn policy(home: &Path, args: &[&str]) -> (i32, Value, String) {
+    let out = Command::new(binary())
+        .args(["context", "policy"])
+        .args(args)
+        .arg("--home")
+        .arg(home)
+        .arg("--json")
+        .output()
+        .expect("outpost context policy runs");
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A confined shell capability running `script`.
+fn confined(script: &str) -> Value {
+    use base64::Engine as _;
+    json!({
+        "kind": "inline",
+        "manifest": "name: folders\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: true\n",
+        "files": [{"path": "run.sh", "contentB64": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(script)}],
+    })
+}
+
+fn run(server: &Server, script: &str) -> Value {
+    let (status, e) = server.api(
+        "POST",
+        "/v1/executions",
+        Some(
+            json!({"capability": confined(script), "context": "box", "wait": true, "waitSecs": 60}),
+        ),
+    );
+    assert_eq!(status, 201, "{e}");
+    assert_eq!(e["status"], "exited", "{e}");
+    e
+}
+
+#[test]
+fn the_grant_meets_the_local_policy_and_an_edit_applies_to_the_next_run() {
+    let dir = temp_dir("policy");
+    let home = dir.join("home");
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).expect("data");
+    std::fs::write(data.join("note.txt"), "hello\n").expect("note");
+    let data = data.canonicalize().expect("realpath");
+    let data_text = data.display().to_string();
+
+    // Refusals leave the policy as it was.
+    let (code, _, err) = policy(&home, &["allow", "/nonexistent/folder"]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("allow a folder that exists"), "{err}");
+    std::fs::create_dir_all(home.join("config")).expect("config");
+    let (code, _, err) = policy(
+        &home,
+        &["allow", &home.join("config").display().to_string()],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("[folder_denied]"), "{err}");
+    let (code, shown, err) = policy(&home, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(shown["folders"], json!([]), "absent means none");
+
+    let (code, shown, err) = policy(&home, &["allow", &data_text, "--mode", "ro"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(shown["folders"], json!([{"path": data_text, "mode": "ro"}]));
+
+    let server = Server::start(&dir.join("server"), 0);
+    let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    let context = server.wait_context("box", "box online", |c| c["online"] == true);
+    // The server grants the folder read-write; the owner allows read-only: ro wins.
+    let mut grant = context["grant"].clone();
+    grant["fs"] = json!([{"path": data_text, "mode": "rw"}]);
+    let (status, answer) = server.api(
+        "PATCH",
+        "/v1/execution-contexts/box/grant",
+        Some(grant.clone()),
+    );
+    assert_eq!(status, 200, "{answer}");
+
+    let script = format!(
+        "cat {data}/note.txt\nif echo x > {data}/written.txt 2>/dev/null; then echo wrote; else echo refused; fi\n",
+        data = data_text
+    );
+    let e = run(&server, &script);
+    assert_eq!(e["stdout"], "hello\nrefused\n", "{e}");
+    assert!(!data.join("written.txt").exists());
+
+    // The owner widens the policy while the daemon runs: the next run may write.
+    let (code, _, err) = policy(&home, &["allow", &data_text, "--mode", "rw"]);
+    assert_eq!(code, 0, "{err}");
+    let e = run(&server, &script);
+    assert_eq!(e["stdout"], "hello\nwrote\n", "{e}");
+    assert!(data.join("written.txt").exists());
+
+    // The owner removes the folder: the next run sees nothing of it.
+    let (code, shown, err) = policy(&home, &["remove", &data_text]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(shown["folders"], json!([]));
+    let e = run(
+        &server,
+        &format!("if cat {data_text}/note.txt 2>/dev/null; then echo read; else echo unseen; fi\n"),
+    );
+    assert_eq!(e["stdout"], "unseen\n", "{e}");
+    let (code, _, err) = policy(&home, &["remove", &data_text]);
+    assert_ne!(code, 0, "removing twice: {err}");
+    assert!(err.contains("[folder_not_allowed]"), "{err}");
+
+    daemon.kill();
+    let log = daemon.log_text();
+    assert!(log.contains("the local policy changed"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn audit_lists_what_the_server_did_as_a_table_and_as_json() {
+    let dir = temp_dir("audit");
+    let home = dir.join("home");
+    let server = Server::start(&dir.join("server"), 0);
+    let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    let (status, _) = server.api("POST", "/v1/execution-contexts/box/revoke", Some(json!({})));
+    assert_eq!(status, 200);
+    daemon.wait_exit();
+    let audit = |json: bool| {
+        let mut command = Command::new(binary());
+        command
+            .args(["audit", "--server", &server.url])
+            .env("OUTPOST_TOKEN", &server.admin);
+        if json {
+            command.arg("--json");
+        }
+        let out = command.output().expect("outpost audit runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let events: Value = serde_json::from_str(&audit(true)).expect("JSON");
+    let kinds: Vec<&str> = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert!(kinds.iter().any(|k| k.contains("revoke")), "{kinds:?}");
+    assert!(kinds.iter().any(|k| k.contains("regist")), "{kinds:?}");
+    let table = audit(false);
+    assert!(table.starts_with("AT"), "{table}");
+    assert!(table.contains("revoke"), "{table}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
