@@ -35,7 +35,10 @@ fn isolated(command: &mut Command, dir: &Path) {
         .env("HOME", dir.join("user"))
         .env("XDG_CONFIG_HOME", dir.join("user/.config"))
         .env("XDG_RUNTIME_DIR", &runtime)
-        .env("DBUS_SESSION_BUS_ADDRESS", format!("unix:path={}", dir.join("no-bus").display()))
+        .env(
+            "DBUS_SESSION_BUS_ADDRESS",
+            format!("unix:path={}", dir.join("no-bus").display()),
+        )
         .env("OUTPOST_KEYRING", "off")
         .env("OUTPOST_LOG", "info");
 }
@@ -57,7 +60,9 @@ fn spawn_daemon(
             .as_nanos()
     ));
     let mut command = Command::new(program);
-    command.args(["daemon", "--name", "box", "--home"]).arg(home);
+    command
+        .args(["daemon", "--name", "box", "--home"])
+        .arg(home);
     if let Some(join) = join {
         command.args(["--join", join]);
     }
@@ -147,13 +152,21 @@ fn secrets(server: &Server, home: &Path) -> Vec<String> {
         secrets.push(key.trim().to_owned());
     }
     let sealed = json_file(&home.join("config/key.enc"));
-    secrets.push(sealed["ciphertext"].as_str().expect("ciphertext").to_owned());
+    secrets.push(
+        sealed["ciphertext"]
+            .as_str()
+            .expect("ciphertext")
+            .to_owned(),
+    );
     secrets
 }
 
 fn holds_no_secret(what: &str, text: &str, secrets: &[String]) {
     for secret in secrets {
-        assert!(!text.contains(secret.as_str()), "{what} holds a secret: {text}");
+        assert!(
+            !text.contains(secret.as_str()),
+            "{what} holds a secret: {text}"
+        );
     }
     assert!(!text.contains("opt_"), "{what} holds a token: {text}");
 }
@@ -168,14 +181,25 @@ fn the_systemd_unit_verifies_holds_no_secret_and_is_written_where_no_manager_ans
     let unit_path = dir.join("user/.config/systemd/user").join(&unit_name);
 
     // Refusals, each with its code, before anything is written.
-    let out = outpost(&dir, &home, &["install"], &[("OUTPOST_SERVICE_TEST_ALLOW", "root")]);
+    let out = outpost(
+        &dir,
+        &home,
+        &["install"],
+        &[("OUTPOST_SERVICE_TEST_ALLOW", "root")],
+    );
     assert_eq!(out.status.code(), Some(78), "{}", text(&out));
     assert!(text(&out).contains("[binary_vanishes]"), "{}", text(&out));
     assert!(text(&out).contains("cargo build folder"), "{}", text(&out));
     let copy = dir.join("bin/outpost");
     std::fs::create_dir_all(copy.parent().expect("bin")).expect("bin");
     std::fs::copy(binary(), &copy).expect("a copy in a temporary folder");
-    let out = outpost_from(&copy, &dir, &home, &["install"], &[("OUTPOST_SERVICE_TEST_ALLOW", "root")]);
+    let out = outpost_from(
+        &copy,
+        &dir,
+        &home,
+        &["install"],
+        &[("OUTPOST_SERVICE_TEST_ALLOW", "root")],
+    );
     assert_eq!(out.status.code(), Some(78), "{}", text(&out));
     assert!(text(&out).contains("[binary_vanishes]"), "{}", text(&out));
     assert!(text(&out).contains("temporary folder"), "{}", text(&out));
@@ -191,7 +215,11 @@ fn the_systemd_unit_verifies_holds_no_secret_and_is_written_where_no_manager_ans
     let out = outpost(&dir, &not_joined, &["install"], &[ALLOW]);
     assert_eq!(out.status.code(), Some(78), "{}", text(&out));
     assert!(text(&out).contains("[not_joined]"), "{}", text(&out));
-    assert!(text(&out).contains("outpost daemon --join"), "{}", text(&out));
+    assert!(
+        text(&out).contains("outpost daemon --join"),
+        "{}",
+        text(&out)
+    );
 
     // --print shows the unit and writes nothing.
     let out = outpost(&dir, &home, &["install", "--print", "--json"], &[ALLOW]);
@@ -213,7 +241,10 @@ fn the_systemd_unit_verifies_holds_no_secret_and_is_written_where_no_manager_ans
     assert_eq!(out.status.code(), Some(75), "{said}");
     assert!(said.contains("no service manager answered"), "{said}");
     assert!(said.contains("nothing was started"), "{said}");
-    assert!(said.contains(&format!("systemctl --user enable --now {unit_name}")), "{said}");
+    assert!(
+        said.contains(&format!("systemctl --user enable --now {unit_name}")),
+        "{said}"
+    );
     assert!(said.contains("sudo loginctl enable-linger"), "{said}");
     assert!(said.contains("file key"), "{said}");
     let written = std::fs::read_to_string(&unit_path).expect("the unit is written");
@@ -266,9 +297,18 @@ fn the_systemd_unit_verifies_holds_no_secret_and_is_written_where_no_manager_ans
     assert!(verify.status.success());
 
     // The daemon the unit starts needs no passphrase now, and names its launcher.
-    let mut service = spawn_daemon(&binary(), &dir, &home, None, &[("OUTPOST_DAEMON_SERVICE", "systemd")]);
+    let mut service = spawn_daemon(
+        &binary(),
+        &dir,
+        &home,
+        None,
+        &[("OUTPOST_DAEMON_SERVICE", "systemd")],
+    );
     online(&server, "box", true);
-    assert_eq!(json_file(&home.join("state/daemon.json"))["manager"], "systemd");
+    assert_eq!(
+        json_file(&home.join("state/daemon.json"))["manager"],
+        "systemd"
+    );
     signal(service.child.id(), "TERM");
     assert_eq!(service.wait_exit(), 0, "{}", service.log_text());
 
@@ -293,7 +333,11 @@ fn the_systemd_unit_verifies_holds_no_secret_and_is_written_where_no_manager_ans
     assert!(!unit_path.exists());
     let out = outpost(&dir, &home, &["restart"], &[]);
     assert_eq!(out.status.code(), Some(78), "{}", text(&out));
-    assert!(text(&out).contains("no service is installed"), "{}", text(&out));
+    assert!(
+        text(&out).contains("no service is installed"),
+        "{}",
+        text(&out)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -335,7 +379,15 @@ fn the_launchagent_plist_parses_and_restarts_only_after_a_failure() {
     let out = outpost(
         &dir,
         &home,
-        &["install", "--print", "--manager", "launchd", "--json", "--max-concurrent", "3"],
+        &[
+            "install",
+            "--print",
+            "--manager",
+            "launchd",
+            "--json",
+            "--max-concurrent",
+            "3",
+        ],
         &[ALLOW],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -368,13 +420,26 @@ fn the_launchagent_plist_parses_and_restarts_only_after_a_failure() {
         .write_all(plist.as_bytes())
         .expect("write");
     let parsed = python.wait_with_output().expect("python3 ends");
-    assert!(parsed.status.success(), "{}", String::from_utf8_lossy(&parsed.stderr));
+    assert!(
+        parsed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
     let parsed: Value = serde_json::from_slice(&parsed.stdout).expect("JSON");
     assert_eq!(parsed["Label"], label.as_str());
     assert_eq!(parsed["RunAtLoad"], true);
-    assert_eq!(parsed["KeepAlive"], serde_json::json!({"SuccessfulExit": false}));
-    assert!(parsed["ThrottleInterval"].as_u64().is_some_and(|s| s > 0), "{parsed}");
-    assert!(parsed["ExitTimeOut"].as_u64().is_some_and(|s| s >= 300), "{parsed}");
+    assert_eq!(
+        parsed["KeepAlive"],
+        serde_json::json!({"SuccessfulExit": false})
+    );
+    assert!(
+        parsed["ThrottleInterval"].as_u64().is_some_and(|s| s > 0),
+        "{parsed}"
+    );
+    assert!(
+        parsed["ExitTimeOut"].as_u64().is_some_and(|s| s >= 300),
+        "{parsed}"
+    );
     let home_real = home.canonicalize().expect("home");
     assert_eq!(
         parsed["ProgramArguments"],
@@ -387,8 +452,15 @@ fn the_launchagent_plist_parses_and_restarts_only_after_a_failure() {
             "3"
         ])
     );
-    assert_eq!(parsed["EnvironmentVariables"]["OUTPOST_DAEMON_SERVICE"], "launchd");
-    assert!(parsed["EnvironmentVariables"]["PATH"].as_str().is_some_and(|p| p.starts_with('/')));
+    assert_eq!(
+        parsed["EnvironmentVariables"]["OUTPOST_DAEMON_SERVICE"],
+        "launchd"
+    );
+    assert!(
+        parsed["EnvironmentVariables"]["PATH"]
+            .as_str()
+            .is_some_and(|p| p.starts_with('/'))
+    );
     assert_eq!(
         parsed["EnvironmentVariables"].as_object().map(|o| o.len()),
         Some(2),
@@ -396,7 +468,10 @@ fn the_launchagent_plist_parses_and_restarts_only_after_a_failure() {
     );
     assert_eq!(
         parsed["StandardErrorPath"],
-        home_real.join("state/daemon.log").to_string_lossy().as_ref()
+        home_real
+            .join("state/daemon.log")
+            .to_string_lossy()
+            .as_ref()
     );
     // Installed only on macOS.
     let out = outpost(&dir, &home, &["install", "--manager", "launchd"], &[ALLOW]);
@@ -404,7 +479,11 @@ fn the_launchagent_plist_parses_and_restarts_only_after_a_failure() {
         assert_ne!(out.status.code(), Some(78), "{}", text(&out));
     } else {
         assert_eq!(out.status.code(), Some(78), "{}", text(&out));
-        assert!(text(&out).contains("[manager_unsupported]"), "{}", text(&out));
+        assert!(
+            text(&out).contains("[manager_unsupported]"),
+            "{}",
+            text(&out)
+        );
         assert!(!dir.join("user/Library").exists());
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -435,7 +514,11 @@ fn one_runner_per_home_a_second_daemon_names_the_first_and_a_service_waits() {
     assert_eq!(lock_line(&home)["launcher"], "terminal");
     let (code, st) = status(&dir, &home);
     assert_eq!(code, 0, "{st}");
-    assert_eq!((st["running"].clone(), st["pid"].clone()), (true.into(), pid.into()), "{st}");
+    assert_eq!(
+        (st["running"].clone(), st["pid"].clone()),
+        (true.into(), pid.into()),
+        "{st}"
+    );
     assert_eq!(st["manager"], "terminal");
     assert_eq!(st["outdated"], false, "{st}");
 
@@ -445,7 +528,10 @@ fn one_runner_per_home_a_second_daemon_names_the_first_and_a_service_waits() {
     assert_eq!(out.status.code(), Some(78), "{said}");
     assert!(said.contains("[home_locked]"), "{said}");
     assert!(
-        said.contains(&format!("pid {pid}, started from terminal, version {}", env!("CARGO_PKG_VERSION"))),
+        said.contains(&format!(
+            "pid {pid}, started from terminal, version {}",
+            env!("CARGO_PKG_VERSION")
+        )),
         "{said}"
     );
 
@@ -454,12 +540,28 @@ fn one_runner_per_home_a_second_daemon_names_the_first_and_a_service_waits() {
     let copy = dir.join("bin/outpost");
     std::fs::create_dir_all(copy.parent().expect("bin")).expect("bin");
     std::fs::copy(binary(), &copy).expect("copy");
-    let mut service = spawn_daemon(&copy, &dir, &home, None, &[("OUTPOST_DAEMON_SERVICE", "systemd")]);
+    let mut service = spawn_daemon(
+        &copy,
+        &dir,
+        &home,
+        None,
+        &[("OUTPOST_DAEMON_SERVICE", "systemd")],
+    );
     wait_for("the service to wait for the lock", || {
-        service.log_text().contains("waiting for it to stop").then_some(())
+        service
+            .log_text()
+            .contains("waiting for it to stop")
+            .then_some(())
     });
-    assert!(service.log_text().contains(&format!("pid {pid}")), "{}", service.log_text());
-    assert!(service.child.try_wait().expect("status").is_none(), "the service waits");
+    assert!(
+        service.log_text().contains(&format!("pid {pid}")),
+        "{}",
+        service.log_text()
+    );
+    assert!(
+        service.child.try_wait().expect("status").is_none(),
+        "the service waits"
+    );
     signal(pid, "TERM");
     assert_eq!(first.wait_exit(), 0, "{}", first.log_text());
     let service_pid = service.child.id();
@@ -476,7 +578,12 @@ fn one_runner_per_home_a_second_daemon_names_the_first_and_a_service_waits() {
     std::fs::copy(binary(), &copy).expect("a new binary");
     let (_, st) = status(&dir, &home);
     assert_eq!(st["outdated"], true, "{st}");
-    assert!(st["outdatedWhy"].as_str().is_some_and(|w| w.contains("replaced")), "{st}");
+    assert!(
+        st["outdatedWhy"]
+            .as_str()
+            .is_some_and(|w| w.contains("replaced")),
+        "{st}"
+    );
 
     // kill -9: the lock is free, its line stale; the next daemon takes it over and says so.
     service.kill();
@@ -489,12 +596,22 @@ fn one_runner_per_home_a_second_daemon_names_the_first_and_a_service_waits() {
     wait_for("the takeover to be logged", || {
         next.log_text().contains("took over the lock").then_some(())
     });
-    assert!(next.log_text().contains(&format!("pid {service_pid}")), "{}", next.log_text());
+    assert!(
+        next.log_text().contains(&format!("pid {service_pid}")),
+        "{}",
+        next.log_text()
+    );
     assert_eq!(lock_line(&home)["pid"], next.child.id());
-    assert_eq!(json_file(&home.join("state/daemon.json"))["pid"], next.child.id());
+    assert_eq!(
+        json_file(&home.join("state/daemon.json"))["pid"],
+        next.child.id()
+    );
     signal(next.child.id(), "TERM");
     assert_eq!(next.wait_exit(), 0, "{}", next.log_text());
-    assert!(!home.join("state/daemon.json").exists(), "removed on a clean exit");
+    assert!(
+        !home.join("state/daemon.json").exists(),
+        "removed on a clean exit"
+    );
     assert_eq!(lock_line(&home), Value::Null, "the lock line is emptied");
     let (code, st) = status(&dir, &home);
     assert_eq!((code, st["leftBehind"].clone()), (3, Value::Null), "{st}");
@@ -524,10 +641,19 @@ fn a_revoked_service_writes_stopped_json_exits_0_and_does_not_start_again() {
     let stopped = json_file(&home.join("state/stopped.json"));
     assert_eq!(stopped["reason"], "revoked", "{stopped}");
     assert_eq!(stopped["contextId"], context_id.as_str(), "{stopped}");
-    assert!(stopped["at"].as_str().is_some_and(|at| at.ends_with('Z')), "{stopped}");
+    assert!(
+        stopped["at"].as_str().is_some_and(|at| at.ends_with('Z')),
+        "{stopped}"
+    );
     let log = daemon.log_text();
-    assert!(log.contains("could not disable the service (best effort"), "{log}");
-    assert!(log.contains(&format!("outpost-daemon-{context_id}.service")), "{log}");
+    assert!(
+        log.contains("could not disable the service (best effort"),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("outpost-daemon-{context_id}.service")),
+        "{log}"
+    );
     assert!(!home.join("state/daemon.json").exists());
 
     // Started again (by a manager or by hand) it refuses at once, exit 0.
@@ -559,10 +685,15 @@ fn sigterm_mid_run_finishes_the_run_and_the_server_has_its_result_before_the_exi
         g = go.display()
     );
     let id = server.submit(&shell_capability("slow", &script), "box");
-    wait_for("the run to start", || (!lines(&marks).is_empty()).then_some(()));
+    wait_for("the run to start", || {
+        (!lines(&marks).is_empty()).then_some(())
+    });
     signal(daemon.child.id(), "TERM");
     wait_for("the daemon to drain", || {
-        daemon.log_text().contains("stopping: runs in flight finish").then_some(())
+        daemon
+            .log_text()
+            .contains("stopping: runs in flight finish")
+            .then_some(())
     });
     // The draining daemon takes no new run.
     let late_mark = dir.join("late");
@@ -570,17 +701,27 @@ fn sigterm_mid_run_finishes_the_run_and_the_server_has_its_result_before_the_exi
         &shell_capability("late", &format!("echo ran >> {}\n", late_mark.display())),
         "box",
     );
-    assert!(daemon.child.try_wait().expect("status").is_none(), "it waits for the run");
+    assert!(
+        daemon.child.try_wait().expect("status").is_none(),
+        "it waits for the run"
+    );
     std::fs::write(&go, b"").expect("go");
     assert_eq!(daemon.wait_exit(), 0, "{}", daemon.log_text());
     // No waiting here: the result was acknowledged before the daemon exited.
     let (_, execution) = server.api("GET", &format!("/v1/executions/{id}"), None);
     assert_eq!(execution["status"], "exited", "{execution}");
     assert_eq!(execution["stdout"], "finished\n", "{execution}");
-    assert!(!late_mark.exists(), "a run offered while draining never ran");
+    assert!(
+        !late_mark.exists(),
+        "a run offered while draining never ran"
+    );
     let (_, late) = server.api("GET", &format!("/v1/executions/{late}"), None);
     assert_ne!(late["status"], "exited", "{late}");
-    assert!(daemon.log_text().contains("every result was delivered"), "{}", daemon.log_text());
+    assert!(
+        daemon.log_text().contains("every result was delivered"),
+        "{}",
+        daemon.log_text()
+    );
     assert!(!home.join("state/daemon.json").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -199,7 +199,9 @@ pub fn take(
             if stop.count() > 0 {
                 return Ok(None);
             }
-            std::thread::sleep(super::STOP_POLL.min(next.saturating_duration_since(Instant::now())));
+            std::thread::sleep(
+                super::STOP_POLL.min(next.saturating_duration_since(Instant::now())),
+            );
         }
         pause = (pause * 2).min(WAIT_MAX);
     };

@@ -106,12 +106,14 @@ impl Stopped {
 
 fn read_json<T: serde::de::DeserializeOwned>(path: PathBuf) -> Result<Option<T>, DaemonError> {
     match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| DaemonError::BadStateFile {
-                path,
-                reason: e.to_string(),
-            }),
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| DaemonError::BadStateFile {
+                    path,
+                    reason: e.to_string(),
+                })
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(DaemonError::home(&path, e)),
     }

@@ -209,11 +209,9 @@ fn key_for_service(target: &Target, file_key: bool) -> Result<Option<Wrapper>, S
         Some(Wrapper::Passphrase | Wrapper::Keyring) if file_key => {
             let passphrase = if wrapper == Some(Wrapper::Passphrase) {
                 Some(std::env::var(PASSPHRASE_VAR).map_err(|_| {
-                    ServiceError::Daemon(
-                        outpost_adapters::daemon::DaemonError::PassphraseRequired(
-                            config.join(key::SEALED_FILE),
-                        ),
-                    )
+                    ServiceError::Daemon(outpost_adapters::daemon::DaemonError::PassphraseRequired(
+                        config.join(key::SEALED_FILE),
+                    ))
                 })?)
             } else {
                 None

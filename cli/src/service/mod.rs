@@ -435,7 +435,9 @@ pub fn disable_after_stop(launcher: Launcher, folders: &OwnerFolders) {
     {
         Some(server) => server.context_id,
         None => {
-            tracing::warn!("stopped for good, but server.json does not name the service to disable");
+            tracing::warn!(
+                "stopped for good, but server.json does not name the service to disable"
+            );
             return;
         }
     };
@@ -445,7 +447,9 @@ pub fn disable_after_stop(launcher: Launcher, folders: &OwnerFolders) {
         Manager::Launchd => launchd::disable(&name),
     };
     match answer {
-        Answer::Done => tracing::info!(service = %name, "disabled the service: it does not start again"),
+        Answer::Done => {
+            tracing::info!(service = %name, "disabled the service: it does not start again")
+        }
         Answer::NoManager { why, .. } => tracing::warn!(
             service = %name,
             "could not disable the service (best effort: {why}); exit 0 keeps it from restarting, and stopped.json from serving"

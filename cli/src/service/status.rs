@@ -103,7 +103,10 @@ fn report(target: &Target) -> Result<Report, ServiceError> {
     });
     Ok(Report {
         running,
-        pid: file.as_ref().map(|f| f.pid).or(holder.as_ref().map(|h| h.pid)),
+        pid: file
+            .as_ref()
+            .map(|f| f.pid)
+            .or(holder.as_ref().map(|h| h.pid)),
         version: file
             .as_ref()
             .map(|f| f.version.clone())
