@@ -331,8 +331,12 @@ fn the_systemd_unit_verifies_holds_no_secret_and_is_written_where_no_manager_ans
     assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     assert!(text(&out).contains("removed"), "{}", text(&out));
     assert!(!unit_path.exists());
+    let out = outpost(&dir, &home, &["uninstall"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("nothing to do"), "{}", text(&out));
     let out = outpost(&dir, &home, &["restart"], &[]);
     assert_eq!(out.status.code(), Some(78), "{}", text(&out));
+    assert!(text(&out).contains("[not_installed]"), "{}", text(&out));
     assert!(
         text(&out).contains("no service is installed"),
         "{}",
@@ -533,6 +537,17 @@ fn one_runner_per_home_a_second_daemon_names_the_first_and_a_service_waits() {
             env!("CARGO_PKG_VERSION")
         )),
         "{said}"
+    );
+
+    // Installing meanwhile says the service will wait for it.
+    let out = outpost(&dir, &home, &["install"], &[ALLOW]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "a daemon runs on this home in a terminal (pid {pid}"
+        )),
+        "{}",
+        text(&out)
     );
 
     // A service waits for the lock, then serves; it runs from a binary that is replaced

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use outpost_adapters::daemon::key::{self, PASSPHRASE_VAR, Wrapper};
-use outpost_adapters::daemon::lock::SERVICE_VAR;
+use outpost_adapters::daemon::lock::{Launcher, LockState, SERVICE_VAR, probe};
 use outpost_adapters::daemon::status::read_stopped;
 use serde::Serialize;
 
@@ -278,6 +278,15 @@ pub fn install(args: &InstallArgs, home: Option<&Path>) -> Result<u8, ServiceErr
         });
     }
     let wrapper = key_for_service(&target, args.file_key)?;
+    if let Ok(LockState::Held {
+        holder: Some(holder),
+    }) = probe(&target.folders.state)
+        && holder.launcher == Launcher::Terminal
+    {
+        println!(
+            "a daemon runs on this home in a terminal ({holder}): the service waits for it to stop"
+        );
+    }
     let changed = write_file(&path, &text)?;
     let answer = match manager {
         Manager::Systemd => systemd::start(&name, changed),

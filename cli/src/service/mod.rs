@@ -156,6 +156,9 @@ pub enum ServiceError {
     /// `stopped.json` is there.
     #[error("{0}")]
     StoppedForGood(String),
+    /// No unit is installed for this home.
+    #[error("no service is installed for this home ({} is not there): run `outpost daemon install`", .0.display())]
+    NotInstalled(PathBuf),
     /// A path cannot be written into a unit.
     #[error("{0:?} cannot go into a unit file: it holds a control character")]
     BadPath(String),
@@ -196,6 +199,7 @@ impl ServiceError {
             ServiceError::PassphraseSealed => "passphrase_sealed",
             ServiceError::WrongOs { .. } => "manager_unsupported",
             ServiceError::StoppedForGood(_) => "stopped_for_good",
+            ServiceError::NotInstalled(_) => "not_installed",
             ServiceError::BadPath(_) => "path_unusable",
             ServiceError::Manager { .. } => "service_manager_failed",
             ServiceError::NoHome => "no_home",
@@ -357,11 +361,7 @@ fn restart(home: Option<&Path>) -> Result<u8, ServiceError> {
     let name = manager.service_name(&context_id);
     let path = manager.service_path(&context_id)?;
     if !path.exists() {
-        println!(
-            "no service is installed for this home ({} is not there): run `outpost daemon install`",
-            path.display()
-        );
-        return Ok(EXIT_CONFIG);
+        return Err(ServiceError::NotInstalled(path));
     }
     let done = match manager {
         Manager::Systemd => systemd::restart(&name),
@@ -383,16 +383,19 @@ fn uninstall(home: Option<&Path>) -> Result<u8, ServiceError> {
     let manager = Manager::native();
     let name = manager.service_name(&context_id);
     let path = manager.service_path(&context_id)?;
+    if !path.exists() {
+        println!("nothing to do: no unit is installed at {}", path.display());
+        return Ok(0);
+    }
     let stopped = match manager {
         Manager::Systemd => systemd::stop_and_disable(&name),
         Manager::Launchd => launchd::stop_and_disable(&name, &path),
     };
-    let removed = remove_file(&path)?;
-    if removed {
-        println!("removed {}", path.display());
-    } else {
-        println!("no unit was installed at {}", path.display());
+    if let Answer::Failed(e) = stopped {
+        return Err(e);
     }
+    remove_file(&path)?;
+    println!("removed {}", path.display());
     match stopped {
         Answer::Done => {
             if manager == Manager::Systemd {
