@@ -197,6 +197,26 @@ fn a_revoked_service_writes_stopped_json_exits_0_and_does_not_start_again() {
     let out = outpost(&dir, &home, &["install"], &[ALLOW]);
     assert_eq!(out.status.code(), Some(78), "{}", text(&out));
     assert!(text(&out).contains("[stopped_for_good]"), "{}", text(&out));
+
+    // The operator deletes the machine; the owner removes stopped.json and starts it again:
+    // the server no longer knows it, which stops it for good too.
+    let (status_code, body) = server.api("DELETE", "/v1/execution-contexts/box", None);
+    assert!(
+        status_code == 200 || status_code == 204,
+        "{status_code} {body}"
+    );
+    std::fs::remove_file(home.join("state/stopped.json")).expect("rm stopped.json");
+    let out = outpost(&dir, &home, &[], &[("OUTPOST_DAEMON_SERVICE", "systemd")]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("[unregistered]"), "{said}");
+    assert!(
+        said.contains("could not disable the service (best effort"),
+        "{said}"
+    );
+    let stopped = json_file(&home.join("state/stopped.json"));
+    assert_eq!(stopped["reason"], "unregistered", "{stopped}");
+    assert_eq!(stopped["contextId"], context_id.as_str(), "{stopped}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
