@@ -381,6 +381,29 @@ impl SignedClient {
         Ok(answer.body)
     }
 
+    /// `GET /v1/execution-contexts/daemon-release` (signed): the release document the server
+    /// publishes, as it was signed (the caller verifies it against the pinned root).
+    pub fn daemon_release(&self) -> Result<Vec<u8>, HttpError> {
+        let path = "/v1/execution-contexts/daemon-release";
+        let answer = self.call(
+            "GET",
+            path,
+            &[],
+            None,
+            true,
+            outpost_core::release::MAX_DOCUMENT_BYTES as u64,
+        )?;
+        Ok(answer.body)
+    }
+
+    /// `GET /v1/execution-contexts/daemon-release/{sha512}` (signed): the binary a verified
+    /// release names, at most `size` bytes (the caller checks its length and digest).
+    pub fn daemon_binary(&self, sha512: &str, size: u64) -> Result<Vec<u8>, HttpError> {
+        let path = format!("/v1/execution-contexts/daemon-release/{sha512}");
+        let answer = self.call("GET", &path, &[], None, true, size)?;
+        Ok(answer.body)
+    }
+
     /// The WebSocket URL of a ticket (`…/connect?ticket=otk_…`; never log it).
     pub fn connect_url(&self, ticket: &Ticket) -> String {
         self.server.ws_url(&format!(

@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use outpost_adapters::daemon::lock::SERVICE_VAR;
 use outpost_adapters::daemon::{
     DaemonError, DaemonExit, DaemonOptions, HostKind, Launcher, OwnedHost, ServerChoice,
-    StopSignal, run_daemon,
+    StopSignal, run_daemon, update,
 };
 use outpost_core::join::Join;
 use outpost_core::keyset::RootKey;
@@ -183,6 +183,14 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
     };
     let server = server_choice(&args)?;
     let folders = folders(args.home.as_deref())?;
+    // An older binary runs the newest proven update instead (a staged one on its trial).
+    if let update::AtStart::HandOver(binary) = update::at_start(&folders.state) {
+        let e = update::hand_over(&binary);
+        eprintln!(
+            "outpost: cannot start the update {}: {e}; running this version",
+            binary.display()
+        );
+    }
     let local = crate::policy::read(&folders.local_policy_file())?;
     // `fs` tells the server this machine can mount folders at all (its owner allows some).
     let features = if local.folders.is_empty() {
@@ -220,10 +228,19 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
                         "replaced: another daemon connected with this machine's key; this one will not reconnect",
                     DaemonExit::Revoked =>
                         "revoked by the server's operator; this daemon will not reconnect",
+                    DaemonExit::Updated =>
+                        "every result was delivered; handing over to the verified update",
                 }
             );
             if matches!(exit, DaemonExit::Replaced | DaemonExit::Revoked) {
                 service::disable_after_stop(launcher, &folders);
+            }
+            if exit == DaemonExit::Updated
+                && let update::AtStart::HandOver(binary) = update::at_start(&folders.state)
+            {
+                let e = update::hand_over(&binary);
+                eprintln!("outpost: cannot start the update {}: {e}", binary.display());
+                return Ok(ExitCode::from(1));
             }
             Ok(ExitCode::from(exit.code()))
         }

@@ -155,6 +155,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// This build's version (`--json`: `{"version","os","arch"}`), as daemon updates read it.
+    Version {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// The published protocol test vectors.
     Vectors {
         #[command(subcommand)]
@@ -349,6 +355,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let api = client::api::Api::from_env(server.as_deref())?;
             client::manage::audit(&api, limit, json)
+        }
+        Command::Version { json } => {
+            let version = outpost_adapters::daemon::update::running_version();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"version": version.to_string(), "os": std::env::consts::OS, "arch": std::env::consts::ARCH})
+                );
+            } else {
+                println!("outpost {version}");
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Vectors {
             action: VectorsAction::Check { dir },

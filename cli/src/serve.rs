@@ -37,6 +37,11 @@ pub struct ServeArgs {
     /// Print one JSON line (url, join, rootKey, stateDir) instead of the text lines.
     #[arg(long)]
     pub json: bool,
+    /// Publish this outpost binary as the daemon release (signed by the server's root key;
+    /// its version is what `BINARY version --json` prints). Daemons of this server take it
+    /// when it is newer than theirs.
+    #[arg(long, value_name = "BINARY")]
+    pub publish_daemon: Option<PathBuf>,
 }
 
 /// Reads one `--cloud` environment.
@@ -77,6 +82,14 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             state_dir.display()
         )
     })?;
+    let published = match &args.publish_daemon {
+        Some(binary) => Some(
+            outpost_server::releases::publish_daemon(&state_dir, binary).map_err(|e| {
+                anyhow::anyhow!("publishing {}: {e} [{}]", binary.display(), e.code())
+            })?,
+        ),
+        None => None,
+    };
     let running = server.running();
     let root = Join::parse(&running.join)
         .map(|j| outpost_core::b64::encode(j.root.public_key.as_bytes()))
@@ -89,12 +102,24 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "rootKey": root,
             "stateDir": running.state_dir,
             "cloud": cloud.iter().map(|e| e.as_str()).collect::<Vec<_>>(),
+            "publishedDaemon": published.as_ref().map(|p| serde_json::json!({
+                "version": p.version.to_string(), "sha512": p.sha512, "size": p.size,
+            })),
         });
         writeln!(out, "{value}")?;
     } else {
         writeln!(out, "listening on {}", running.url)?;
         writeln!(out, "join: {}", running.join)?;
         writeln!(out, "root: {root}")?;
+        if let Some(p) = &published {
+            writeln!(
+                out,
+                "publishing daemon {} ({} bytes, sha512 {}…) to this server's daemons",
+                p.version,
+                p.size,
+                &p.sha512[..16]
+            )?;
+        }
         writeln!(
             out,
             "state: {} (admin token in admin.token); Ctrl-C stops the server",

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Daemon, Server, binary, temp_dir};
+use common::{Daemon, Server, binary, temp_dir, wait_for};
 use serde_json::{Value, json};
 
 /// `outpost context policy ARGS --home HOME --json`: exit code, stdout JSON, stderr.
@@ -35,6 +35,16 @@ fn confined(script: &str) -> Value {
         "manifest": "name: folders\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: true\n",
         "files": [{"path": "run.sh", "contentB64": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(script)}],
     })
+}
+
+/// An execution that requires host folders: its status and the whole answer.
+fn requiring_fs(server: &Server) -> (String, Value) {
+    let (_, e) = server.api(
+        "POST",
+        "/v1/executions",
+        Some(json!({"capability": confined("true\n"), "context": "box", "requires": ["fs"], "wait": true, "waitSecs": 60})),
+    );
+    (e["status"].as_str().unwrap_or("?").to_owned(), e)
 }
 
 fn run(server: &Server, script: &str) -> Value {
@@ -96,6 +106,10 @@ fn the_grant_meets_the_local_policy_and_an_edit_applies_to_the_next_run() {
         "cat {data}/note.txt\nif echo x > {data}/written.txt 2>/dev/null; then echo wrote; else echo refused; fi\n",
         data = data_text
     );
+    // While the policy mounts a granted folder the machine says `fs`: such runs route here.
+    wait_for("fs announced", || {
+        (requiring_fs(&server).0 == "exited").then_some(())
+    });
     let e = run(&server, &script);
     assert_eq!(e["stdout"], "hello\nrefused\n", "{e}");
     assert!(!data.join("written.txt").exists());
@@ -116,6 +130,14 @@ fn the_grant_meets_the_local_policy_and_an_edit_applies_to_the_next_run() {
         &format!("if cat {data_text}/note.txt 2>/dev/null; then echo read; else echo unseen; fi\n"),
     );
     assert_eq!(e["stdout"], "unseen\n", "{e}");
+    // ...and it stops saying `fs`.
+    let (status, e) = wait_for("fs withdrawn", || {
+        let (status, e) = requiring_fs(&server);
+        (status != "exited").then_some((status, e))
+    });
+    assert_eq!(status, "failed", "{e}");
+    // (The answer does not say which check refused it: `no_local_fs` stays inside routing.)
+    assert_eq!(e["error"]["code"], "no_usable_context", "{e}");
     let (code, _, err) = policy(&home, &["remove", &data_text]);
     assert_ne!(code, 0, "removing twice: {err}");
     assert!(err.contains("[folder_not_allowed]"), "{err}");

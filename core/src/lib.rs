@@ -42,6 +42,7 @@ pub mod json;
 pub mod keyset;
 pub mod manifest;
 pub mod record;
+pub mod release;
 pub mod replay;
 pub mod rng;
 pub mod routing;

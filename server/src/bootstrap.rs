@@ -169,7 +169,14 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         "http"
     };
     let replay = replay_guard(&store, wall_now())?;
-    let app = crate::http::App::new(shared, tx.clone(), keys.key_set, replay, scheme);
+    let app = crate::http::App::new(
+        shared,
+        tx.clone(),
+        keys.key_set,
+        replay,
+        scheme,
+        crate::releases::releases_dir(&dir),
+    );
     let router = crate::http::router(app);
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(async move {

@@ -16,6 +16,7 @@ mod clock;
 mod dispatch;
 mod http;
 mod metrics;
+pub mod releases;
 mod secrets;
 mod serve;
 mod state;

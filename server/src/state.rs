@@ -237,3 +237,21 @@ fn keys_from(path: &Path, file: &KeyFile, now: UnixTime) -> Result<Keys, StateEr
         key_set,
     })
 }
+
+/// The root key's signer from `DIR/keys.json` (made on first start, so a server that has
+/// never started has none yet: start it once, or publish after `load_keys`).
+pub(crate) fn root_signer(dir: &Path) -> Result<Ed25519Signer, StateError> {
+    let path = dir.join("keys.json");
+    let text = read_optional(&path)?.ok_or_else(|| StateError::Corrupt {
+        path: path.clone(),
+        reason: "there is no keys.json yet: start `outpost serve` on this state folder once".into(),
+    })?;
+    let file: KeyFile = serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(Ed25519Signer::from_seed(
+        file.root.id.clone(),
+        seed_of(&path, &file.root.seed)?,
+    ))
+}

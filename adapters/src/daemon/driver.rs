@@ -23,6 +23,7 @@ use super::home::{Home, SERVER_FILE, ServerFile};
 use super::patience::{Patience, Unreachable, patiently};
 use super::policy::PolicySource;
 use super::runner::Runner;
+use super::update::{self, Schedule};
 use super::{DaemonError, DaemonExit, DaemonOptions, Event, STOP_POLL, ServerChoice, StopSignal};
 use crate::clock::Clock;
 use crate::http::{RegisterRequest, Registered, SignedClient};
@@ -60,6 +61,9 @@ struct Driver {
     server_file: std::path::PathBuf,
     keys_version: u64,
     stop: StopSignal,
+    state_dir: std::path::PathBuf,
+    updates: Schedule,
+    features: Features,
     exit: Option<DaemonExit>,
 }
 
@@ -207,6 +211,9 @@ pub(super) fn run(
         server_file: home.folders.config.join(SERVER_FILE),
         keys_version,
         stop,
+        state_dir: home.folders.state.clone(),
+        updates: Schedule::new(update::enabled(options.local.auto_update), seed),
+        features: Features::new(&options.features),
         exit: None,
     };
     driver.serve()
@@ -247,6 +254,7 @@ impl Driver {
                 }
                 return Ok(exit);
             }
+            self.tick()?;
             match self.stop.count() {
                 0 => {}
                 1 if !drain_asked => {
@@ -271,6 +279,34 @@ impl Driver {
                 Err(RecvTimeoutError::Disconnected) => {}
             }
         }
+    }
+
+    /// The driver's own timers: announces a changed `fs` feature, marks this version proven
+    /// once it ran its trial minute, starts a due update check on a blocking thread.
+    fn tick(&mut self) -> Result<(), DaemonError> {
+        if let Some(features) = self.features.look(&self.runner) {
+            tracing::info!(
+                ?features,
+                "the folders this machine can mount changed; announcing it"
+            );
+            self.input(Input::FeaturesChanged(features))?;
+        }
+        if self.updates.prove_due() {
+            update::mark_proven(&self.state_dir);
+        }
+        if self.updates.check_due() {
+            let (client, roots, dir, tx) = (
+                self.client.clone(),
+                self.roots.clone(),
+                self.state_dir.clone(),
+                self.tx.clone(),
+            );
+            self.host.spawn_blocking(Box::new(move || {
+                let checked = update::check(&client, &roots, &dir, update::unix_now());
+                let _ = tx.send(Event::UpdateChecked(checked));
+            }));
+        }
+        Ok(())
     }
 
     fn input(&mut self, input: Input) -> Result<(), DaemonError> {
@@ -325,6 +361,8 @@ impl Driver {
                 self.runner.cancel(&run_id);
             }
             Command::ApplyGrant { version, grant } => {
+                self.features.granted = grant.fs.clone();
+                self.features.next_look = StdInstant::now();
                 tracing::info!(
                     version,
                     folders = grant.fs.len(),
@@ -333,7 +371,9 @@ impl Driver {
                 );
             }
             Command::Stop { forever } => {
-                self.exit = Some(if !forever {
+                self.exit = Some(if !forever && self.updates.handing_over {
+                    DaemonExit::Updated
+                } else if !forever {
                     DaemonExit::Drained
                 } else if self.last_close == Some(close_code::REPLACED) {
                     DaemonExit::Replaced
@@ -372,6 +412,21 @@ impl Driver {
 
     fn on_event(&mut self, event: Event) -> Result<(), DaemonError> {
         match event {
+            Event::UpdateChecked(checked) => {
+                self.updates.checked();
+                match checked {
+                    Ok(update::Checked::Staged(staged)) if self.stop.count() == 0 => {
+                        tracing::info!(version = %staged.version, "handing over to the update once the runs in flight have finished and reported");
+                        self.updates.handing_over = true;
+                        self.input(Input::Drain)
+                    }
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        tracing::warn!(code = e.code(), "the update check took nothing: {e}");
+                        Ok(())
+                    }
+                }
+            }
             Event::RunDone { run_id, result } => {
                 self.runner.finished(&run_id);
                 tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
@@ -488,7 +543,7 @@ impl Driver {
     }
 
     fn finish(&mut self, exit: DaemonExit) -> DaemonExit {
-        if exit != DaemonExit::Drained {
+        if !matches!(exit, DaemonExit::Drained | DaemonExit::Updated) {
             self.runner.cancel_all();
             let _ = self.collect_runs(false);
         }
@@ -496,6 +551,48 @@ impl Driver {
             link.close(close_code::NORMAL, "stopped");
         }
         exit
+    }
+}
+
+/// The `fs` feature as it is now: announced while the owner's policy mounts a granted
+/// folder, looked at on each grant and every [`FEATURE_LOOK`] (the policy file may change).
+struct Features {
+    base: Vec<String>,
+    granted: Vec<outpost_core::wire::FolderGrant>,
+    fs: bool,
+    next_look: StdInstant,
+}
+
+/// How often the driver looks whether the `fs` feature changed.
+const FEATURE_LOOK: Duration = Duration::from_secs(1);
+
+impl Features {
+    fn new(announced: &[String]) -> Self {
+        Self {
+            base: announced.iter().filter(|f| *f != "fs").cloned().collect(),
+            granted: Vec::new(),
+            fs: announced.iter().any(|f| f == "fs"),
+            next_look: StdInstant::now() + FEATURE_LOOK,
+        }
+    }
+
+    /// The features to announce, when they changed since the last look.
+    fn look(&mut self, runner: &Runner) -> Option<Vec<String>> {
+        let now = StdInstant::now();
+        if now < self.next_look {
+            return None;
+        }
+        self.next_look = now + FEATURE_LOOK;
+        let fs = runner.mounts_any(&self.granted);
+        if fs == self.fs {
+            return None;
+        }
+        self.fs = fs;
+        let mut features = self.base.clone();
+        if fs {
+            features.push("fs".into());
+        }
+        Some(features)
     }
 }
 

@@ -8,6 +8,7 @@
 //! - [`status`]: `daemon.json` while it runs, `stopped.json` once stopped for good.
 //! - `driver`: one loop over the core's `handle_input` / `poll_output`.
 //! - `runner`: runs on blocking threads, cancel flags, reaping after a crash.
+//! - [`update`]: signed self-update (check, stage, prove, hand over, fall back).
 //! - `patience`: start-up requests retried while the server is unreachable or busy.
 //! - `policy`: the owner's local policy, read again when its file changes.
 //!
@@ -26,6 +27,7 @@ mod patience;
 mod policy;
 mod runner;
 pub mod status;
+pub mod update;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -187,13 +189,19 @@ pub enum DaemonExit {
     Replaced,
     /// The operator revoked this machine (4001 or `context_revoked`). Never reconnects.
     Revoked,
+    /// A signed update was staged and proven; runs in flight finished and their results
+    /// were delivered. The caller hands over to it ([`update::at_start`] names the binary).
+    Updated,
 }
 
 impl DaemonExit {
     /// The process exit code: 0 for every planned end, 130 for an interrupt.
     pub fn code(self) -> u8 {
         match self {
-            DaemonExit::Drained | DaemonExit::Replaced | DaemonExit::Revoked => 0,
+            DaemonExit::Drained
+            | DaemonExit::Replaced
+            | DaemonExit::Revoked
+            | DaemonExit::Updated => 0,
             DaemonExit::Interrupted => 130,
         }
     }
@@ -439,6 +447,8 @@ pub(crate) enum Event {
         /// How it went.
         result: RunResult,
     },
+    /// An update check came back.
+    UpdateChecked(Result<update::Checked, update::UpdateError>),
 }
 
 /// How long the driver sleeps at most before it looks at the [`StopSignal`] again.

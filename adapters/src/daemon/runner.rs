@@ -135,6 +135,14 @@ impl Runner {
     pub(crate) fn running(&self) -> usize {
         self.cancels.len()
     }
+
+    /// Whether the owner's policy as it is now mounts any of `granted` for an operator's run.
+    pub(crate) fn mounts_any(&self, granted: &[outpost_core::wire::FolderGrant]) -> bool {
+        let policy = self.policy.current();
+        !outpost_host::grant_mounts(granted, &policy, &self.denylist)
+            .0
+            .is_empty()
+    }
 }
 
 fn failed(code: &str, message: impl Into<String>) -> RunResult {

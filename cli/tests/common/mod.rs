@@ -67,10 +67,16 @@ pub struct Server {
 impl Server {
     /// Starts a server with `state` on `port` (0: a free one) and waits for its join line.
     pub fn start(state: &Path, port: u16) -> Server {
+        Server::start_with(state, port, &[])
+    }
+
+    /// [`Server::start`] with `extra` arguments to `outpost serve`.
+    pub fn start_with(state: &Path, port: u16, extra: &[&std::ffi::OsStr]) -> Server {
         let mut child = Command::new(binary())
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--state"])
             .arg(state)
             .args(["--cloud", "shell"])
+            .args(extra)
             .env("OUTPOST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

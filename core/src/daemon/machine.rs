@@ -143,6 +143,10 @@ impl Daemon {
                 self.config.environments = environments;
                 self.send_capabilities();
             }
+            Input::FeaturesChanged(features) => {
+                self.config.features = features;
+                self.send_capabilities();
+            }
         }
         Ok(())
     }

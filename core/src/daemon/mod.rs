@@ -154,6 +154,9 @@ pub enum Input {
     KeysUpdated(KeySet),
     /// Executors appeared or disappeared.
     EnvironmentsChanged(Vec<Environment>),
+    /// The optional behaviours to announce changed (the owner's policy now mounts a folder,
+    /// or no longer does: `fs`). Announced at once with `capabilities.update`.
+    FeaturesChanged(Vec<String>),
 }
 
 /// What the daemon asks of the host.

@@ -319,6 +319,26 @@ fn a_host_that_does_not_drain_is_refused_until_it_does() {
 }
 
 #[test]
+fn changed_features_are_announced_at_once() {
+    let mut s = Server::ready(2);
+    let now = now_at(s.elapsed);
+    s.daemon
+        .handle_input(now, Input::FeaturesChanged(vec!["fs".into()]))
+        .unwrap();
+    let sent: Vec<String> = s
+        .drain()
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Transmit(bytes) => Some(String::from_utf8(bytes).unwrap()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].contains("\"capabilities.update\""), "{sent:?}");
+    assert!(sent[0].contains("\"features\":[\"fs\"]"), "{sent:?}");
+}
+
+#[test]
 fn terminal_frames_become_commands_with_decoded_bytes() {
     let mut s = Server::ready(2);
     let out = s.send(ServerFrame::PtyInput {

@@ -31,6 +31,9 @@ pub struct LocalPolicy {
     /// Whether the owner allows host commands.
     #[serde(default)]
     pub commands_enabled: bool,
+    /// Whether the daemon takes signed updates its server publishes (absent: yes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_update: Option<bool>,
 }
 
 /// A folder a run sees.
@@ -113,6 +116,7 @@ mod tests {
                 })
                 .collect(),
             commands_enabled: false,
+            auto_update: None,
         }
     }
 

@@ -44,6 +44,7 @@ fn policy(local: Vec<(CanonicalPath, FolderMode)>) -> LocalPolicy {
             .map(|(path, mode)| LocalFolder { path, mode })
             .collect(),
         commands_enabled: false,
+        auto_update: None,
     }
 }
 

@@ -224,6 +224,7 @@ pub fn owner_mounts(
             })
             .collect(),
         commands_enabled: false,
+        auto_update: None,
     };
     Ok(effective_mounts(&folders, &local, denylist))
 }

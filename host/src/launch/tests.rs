@@ -74,6 +74,7 @@ fn an_execute_becomes_a_launch_with_grant_and_policy_intersected() {
             mode: FolderMode::Ro,
         }],
         commands_enabled: false,
+        auto_update: None,
     };
     let denylist = CredentialDenylist::empty();
     let cx = LaunchContext {
@@ -130,6 +131,7 @@ fn a_shared_run_gets_no_folders_and_a_passed_deadline_no_time() {
             mode: FolderMode::Rw,
         }],
         commands_enabled: false,
+        auto_update: None,
     };
     let denylist = CredentialDenylist::empty();
     let cx = LaunchContext {
@@ -162,6 +164,7 @@ fn denylisted_grant_folders_are_never_mounted() {
             mode: FolderMode::Rw,
         }],
         commands_enabled: false,
+        auto_update: None,
     };
     let denylist = CredentialDenylist::for_home(&canonical(&home), &canonical(&home.join(".op")));
     let cx = LaunchContext {

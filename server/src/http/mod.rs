@@ -16,6 +16,7 @@ mod extract;
 mod machine;
 mod openapi;
 mod ratelimit;
+mod releases;
 mod views;
 mod ws;
 
@@ -64,6 +65,8 @@ pub(crate) struct AppInner {
     /// `https` with TLS, else `http`: the scheme signed URLs carry.
     pub(crate) scheme: &'static str,
     pub(crate) openapi: serde_json::Value,
+    /// The folder of published daemon releases (`crate::releases`).
+    pub(crate) releases: std::path::PathBuf,
 }
 
 /// The handlers' state.
@@ -85,6 +88,7 @@ impl App {
         key_set: Vec<u8>,
         replay: ReplayGuard,
         scheme: &'static str,
+        releases: std::path::PathBuf,
     ) -> Self {
         Self(Arc::new(AppInner {
             shared,
@@ -98,6 +102,7 @@ impl App {
             registering: tokio::sync::Mutex::new(()),
             scheme,
             openapi: openapi::document(&routes()),
+            releases,
         }))
     }
 
@@ -148,6 +153,7 @@ pub(crate) fn routes() -> Vec<Route> {
     all.extend(machine::routes());
     all.extend(executions::routes());
     all.extend(bundles::routes());
+    all.extend(releases::routes());
     all.extend(contexts::routes());
     all.extend(admin::routes());
     all

@@ -257,6 +257,10 @@ pub(crate) fn schemas() -> Value {
             "contextId": s, "name": s, "operator": s, "keyId": s, "grant": schema_ref("Grant"), "grantVersion": i})),
         "ConnectTicket": object(&["ticket", "sessionId", "expiresAt"], json!({"ticket": s, "sessionId": s, "expiresAt": i})),
         "Bundle": object(&["sha256", "size"], json!({"sha256": s, "size": i})),
+        "DaemonRelease": object(
+            &["type", "version", "os", "arch", "size", "sha512", "root", "sig"],
+            json!({"type": s, "version": s, "os": s, "arch": s, "size": i, "sha512": s, "root": s, "sig": s}),
+        ),
         "KeySet": object(&["type", "version", "root", "keys", "sig"], json!({
             "type": s, "version": i, "root": s, "sig": s,
             "keys": {"type": "array", "items": object(&["kid", "publicKey", "notBefore", "notAfter"], json!({

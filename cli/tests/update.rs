@@ -1,0 +1,233 @@
+//! Signed self-update with real processes: `outpost serve --publish-daemon BINARY` signs a
+//! release with the server's root key; a daemon downloads, verifies, stages and proves it,
+//! drains, and hands over by exec — with no run lost or run twice. A release signed by
+//! another server's root, a binary whose digest differs and a cut binary are each refused,
+//! and nothing changes.
+//!
+//! The "new version" is this build started through a two-line script that sets
+//! `OUTPOST_TEST_VERSION=0.2.0`, which a debug build reads as its version.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+use common::{Daemon, Server, binary, shell_capability, temp_dir, wait_for};
+use serde_json::{Value, json};
+
+const NEW: &str = "0.2.0";
+
+/// A script that runs this build as version [`NEW`].
+fn new_version(dir: &Path) -> PathBuf {
+    let path = dir.join("outpost-new");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nOUTPOST_TEST_VERSION={NEW} exec {} \"$@\"\n",
+            binary().display()
+        ),
+    )
+    .expect("script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+fn publishing(state: &Path, release: &Path) -> Server {
+    Server::start_with(
+        state,
+        0,
+        &[OsStr::new("--publish-daemon"), release.as_os_str()],
+    )
+}
+
+/// The version a live process runs as (its environment says when it is the update).
+fn runs_as_new(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| {
+            env.split(|b| *b == 0)
+                .any(|kv| kv == format!("OUTPOST_TEST_VERSION={NEW}").as_bytes())
+        })
+        .unwrap_or(false)
+}
+
+fn update_state(home: &Path) -> Value {
+    std::fs::read(home.join("state/update-state.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_signed_update_is_staged_proven_and_handed_over_with_no_run_lost_or_repeated() {
+    let dir = temp_dir("update");
+    let release = new_version(&dir);
+    let server = publishing(&dir.join("server"), &release);
+    let home = dir.join("home");
+    let log = dir.join("runs.log");
+
+    // Register with updates off, then queue work while the machine is away.
+    let mut first = Daemon::start_with(
+        &home,
+        "box",
+        Some(&server.join),
+        "tokio",
+        &[
+            ("OUTPOST_KEYRING", "off"),
+            ("OUTPOST_DAEMON_AUTO_UPDATE", "0"),
+        ],
+    );
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    first.kill();
+    server.wait_context("box", "box offline", |c| c["online"] == false);
+    // As many as it has slots; the first two hold until the update is staged, so the
+    // hand-over must wait for their results.
+    let go = dir.join("go");
+    let script = |n: usize| {
+        format!(
+            "echo start {n} >> {log}\nwhile [ ! -e {go} ]; do sleep 0.05; done\necho {n}\n",
+            log = log.display(),
+            go = go.display()
+        )
+    };
+    let mut ids: Vec<String> = (0..2)
+        .map(|n| {
+            let script = script(n);
+            let (status, e) = server.api(
+                "POST",
+                "/v1/executions",
+                Some(json!({"capability": shell_capability(&format!("u{n}"), &script), "context": "box", "whenOffline": "queue"})),
+            );
+            assert!(status == 201 || status == 202, "{status} {e}");
+            e["executionId"].as_str().expect("id").to_owned()
+        })
+        .collect();
+
+    // Now with updates on: it takes runs, finds the release, drains and hands over.
+    let daemon = Daemon::start(&home, "box", None, "tokio");
+    let pid = daemon.child.id();
+    wait_for("the update staged while two runs are held", || {
+        let text = daemon.log_text();
+        (text.contains("handing over to the update once")
+            && text.matches("run started").count() == 2)
+            .then_some(())
+    });
+    assert!(!runs_as_new(pid), "no hand-over while runs are in flight");
+    std::fs::write(&go, b"").expect("go");
+    wait_for("the daemon to run as the update", || {
+        runs_as_new(pid).then_some(())
+    });
+    // The update takes the next runs.
+    server.wait_context("box", "box online again", |c| c["online"] == true);
+    for n in 2..6 {
+        let id = server.submit(&shell_capability(&format!("u{n}"), &script(n)), "box");
+        server.wait_status(&id, "exited");
+        ids.push(id);
+    }
+    for id in &ids {
+        let e = wait_for("the execution to end", || {
+            let (_, e) = server.api("GET", &format!("/v1/executions/{id}?waitSecs=10"), None);
+            (e["status"] != "pending" && e["status"] != "running").then_some(e)
+        });
+        assert_eq!(e["status"], "exited", "{e}");
+    }
+    let mut starts: BTreeMap<String, usize> = BTreeMap::new();
+    for line in std::fs::read_to_string(&log).expect("log").lines() {
+        *starts.entry(line.to_owned()).or_default() += 1;
+    }
+    assert_eq!(starts.len(), 6, "every run started: {starts:?}");
+    assert!(starts.values().all(|n| *n == 1), "none twice: {starts:?}");
+    let text = daemon.log_text();
+    assert!(
+        text.contains("the update is verified, staged and proven to start"),
+        "{text}"
+    );
+    assert!(text.contains("handing over to the update"), "{text}");
+    let state = update_state(&home);
+    assert_eq!(state["current"]["version"], NEW, "{state}");
+    assert_eq!(state["current"]["onTrial"], true, "{state}");
+    let staged = home.join(format!("state/updates/outpost-{NEW}"));
+    assert_eq!(
+        std::fs::read(&staged).expect("staged"),
+        std::fs::read(&release).expect("release"),
+        "the staged binary is the published one"
+    );
+    // The installed binary was never touched.
+    assert!(binary().exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts a fresh daemon against `server`, waits for its update check to take nothing, and
+/// returns the code it logged; nothing was staged and it still runs as the old version.
+fn refused(server: &Server, home: &Path, name: &str) -> String {
+    let mut daemon = Daemon::start(home, name, Some(&server.join), "tokio");
+    let line = wait_for("the update check to refuse", || {
+        daemon
+            .log_text()
+            .lines()
+            .find(|l| l.contains("the update check took nothing"))
+            .map(str::to_owned)
+    });
+    assert!(!runs_as_new(daemon.child.id()), "still the old version");
+    assert!(
+        !home.join(format!("state/updates/outpost-{NEW}")).exists(),
+        "nothing staged"
+    );
+    let id = server.submit(&shell_capability("still", "echo still\n"), name);
+    assert_eq!(server.wait_status(&id, "exited")["stdout"], "still\n");
+    daemon.kill();
+    let state = update_state(home);
+    assert!(
+        state["nextCheckAt"].as_u64().unwrap_or(0) > 0,
+        "it backs off: {state}"
+    );
+    state["lastError"].as_str().unwrap_or(&line).to_owned()
+}
+
+#[test]
+fn a_foreign_signature_a_digest_mismatch_and_a_cut_binary_are_refused_and_nothing_changes() {
+    let dir = temp_dir("update-refused");
+    let release = new_version(&dir);
+    let server = publishing(&dir.join("server"), &release);
+    let releases = dir.join("server/releases");
+    let document = std::fs::read(releases.join("daemon-release.json")).expect("document");
+    let signed: Value = serde_json::from_slice(&document).expect("JSON");
+    let bin = releases.join(format!(
+        "{}.bin",
+        signed["sha512"].as_str().expect("sha512")
+    ));
+    let original = std::fs::read(&bin).expect("binary");
+
+    // Signed by another server's root (the same binary, a real signature, the wrong key).
+    let other = publishing(&dir.join("other"), &release);
+    std::fs::copy(
+        dir.join("other/releases/daemon-release.json"),
+        releases.join("daemon-release.json"),
+    )
+    .expect("copy");
+    drop(other);
+    assert_eq!(
+        refused(&server, &dir.join("home-a"), "box-a"),
+        "unknown_root"
+    );
+
+    // The right document, a binary of the same length with one byte changed.
+    std::fs::write(releases.join("daemon-release.json"), &document).expect("restore");
+    let mut altered = original.clone();
+    let last = altered.len() - 2;
+    altered[last] ^= 0x20;
+    std::fs::write(&bin, &altered).expect("alter");
+    assert_eq!(
+        refused(&server, &dir.join("home-b"), "box-b"),
+        "digest_mismatch"
+    );
+
+    // A cut download.
+    std::fs::write(&bin, &original[..original.len() / 2]).expect("cut");
+    assert_eq!(
+        refused(&server, &dir.join("home-c"), "box-c"),
+        "release_truncated"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
