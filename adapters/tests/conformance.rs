@@ -170,6 +170,7 @@ impl RunningDaemon {
             features: Vec::new(),
             seed: 7,
             passphrase: None,
+            launcher: outpost_adapters::daemon::Launcher::Terminal,
         };
         let mut registry = Registry::new();
         registry.register(Box::new(ShellExecutor::default()));

@@ -73,6 +73,7 @@ impl Daemon {
             features: Vec::new(),
             seed: 1,
             passphrase: None,
+            launcher: outpost_adapters::daemon::Launcher::Terminal,
         };
         let mut registry = Registry::new();
         registry.register(Box::new(WasmExecutor::new(WasmConfig::default())));

@@ -1,19 +1,32 @@
 //! `outpost daemon`: joins a server and runs capabilities for it until stopped, revoked or
-//! replaced.
+//! replaced; `outpost daemon install | status | logs | restart | uninstall` (see `service`)
+//! run it as a service instead of in this terminal.
+//!
+//! SIGTERM or SIGINT drains (new runs are refused with `draining`, runs in flight finish and
+//! their results are acknowledged); a second signal, or a drain longer than [`DRAIN_LIMIT`],
+//! stops at once. A daemon stopped for good (revoked, replaced, unregistered, or started
+//! again with `stopped.json` there) exits 0 and, run as a service, disables its service.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
+use outpost_adapters::daemon::lock::SERVICE_VAR;
 use outpost_adapters::daemon::{
-    DaemonError, DaemonExit, DaemonOptions, HostKind, OwnedHost, ServerChoice, StopSignal,
-    run_daemon, update,
+    DaemonError, DaemonExit, DaemonOptions, HostKind, Launcher, OwnedHost, ServerChoice,
+    StopSignal, run_daemon, update,
 };
 use outpost_core::join::Join;
 use outpost_core::keyset::RootKey;
 use outpost_host::{HOME_VAR, OwnerFolders};
 
 use crate::executors;
+use crate::service::{self, ServiceAction};
+
+/// The longest a drain waits for runs in flight before it stops at once (their results stay
+/// in the outbox for the next start). The service units give the daemon this long and more.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 
 /// Exit status for a configuration the owner must fix (bad join, bad home, key mode).
 const EXIT_CONFIG: u8 = 78;
@@ -22,7 +35,11 @@ const EXIT_UNAVAILABLE: u8 = 69;
 
 /// What `outpost daemon` takes.
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct DaemonArgs {
+    /// Run the daemon as a service instead (none: run it here, in this terminal).
+    #[command(subcommand)]
+    pub action: Option<ServiceAction>,
     /// The join string `outpost serve` printed (first start only).
     #[arg(long)]
     pub join: Option<String>,
@@ -30,7 +47,7 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// One folder for the daemon's key, outbox and runs (default: the XDG folders).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub home: Option<PathBuf>,
     /// Runs held at once (1–8).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
@@ -107,7 +124,8 @@ fn server_choice(args: &DaemonArgs) -> anyhow::Result<ServerChoice> {
     }
 }
 
-/// A stop request per SIGINT or SIGTERM.
+/// A stop request per SIGINT or SIGTERM; a drain still going after [`DRAIN_LIMIT`] gets a
+/// second one.
 fn stop_on_signals() -> anyhow::Result<StopSignal> {
     let stop = StopSignal::new();
     let mut signals = signal_hook::iterator::Signals::new([
@@ -118,6 +136,19 @@ fn stop_on_signals() -> anyhow::Result<StopSignal> {
     std::thread::spawn(move || {
         for _ in signals.forever() {
             raise.raise();
+            if raise.count() == 1 {
+                let late = raise.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(DRAIN_LIMIT);
+                    if late.count() == 1 {
+                        tracing::warn!(
+                            "runs in flight outlasted the drain's {} s: stopping at once",
+                            DRAIN_LIMIT.as_secs()
+                        );
+                        late.raise();
+                    }
+                });
+            }
         }
     });
     Ok(stop)
@@ -139,7 +170,17 @@ fn default_name() -> String {
     }
 }
 
-pub fn daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
+pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
+    if let Some(action) = args.action.take() {
+        return Ok(service::run(action, args.home.as_deref()));
+    }
+    let launcher = match Launcher::from_var(std::env::var(SERVICE_VAR).ok().as_deref()) {
+        Ok(launcher) => launcher,
+        Err(why) => {
+            eprintln!("outpost: {why} [bad_service_var]");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
     let server = server_choice(&args)?;
     let folders = folders(args.home.as_deref())?;
     // An older binary runs the newest proven update instead (a staged one on its trial).
@@ -170,6 +211,7 @@ pub fn daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         features,
         seed: 0,
         passphrase: std::env::var(outpost_adapters::daemon::key::PASSPHRASE_VAR).ok(),
+        launcher,
     };
     let registry = executors::registry(&executors::DAEMON_ENVIRONMENTS, Some(folders.wasm_cache()));
     let host = OwnedHost::new(args.host).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -190,6 +232,9 @@ pub fn daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
                         "every result was delivered; handing over to the verified update",
                 }
             );
+            if matches!(exit, DaemonExit::Replaced | DaemonExit::Revoked) {
+                service::disable_after_stop(launcher, &folders);
+            }
             if exit == DaemonExit::Updated
                 && let update::AtStart::HandOver(binary) = update::at_start(&folders.state)
             {
@@ -201,6 +246,14 @@ pub fn daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => {
             eprintln!("outpost: {e} [{}]", e.code());
+            if matches!(
+                e,
+                DaemonError::Unregistered { .. } | DaemonError::StoppedForGood { .. }
+            ) {
+                // Stopped for good: exit 0, which no service manager restarts.
+                service::disable_after_stop(launcher, &folders);
+                return Ok(ExitCode::SUCCESS);
+            }
             Ok(ExitCode::from(exit_status(&e)))
         }
     }
@@ -210,7 +263,8 @@ fn exit_status(e: &DaemonError) -> u8 {
     match e {
         DaemonError::Keys { .. } | DaemonError::Register { .. } => EXIT_UNAVAILABLE,
         DaemonError::Home { .. }
-        | DaemonError::HomeLocked(_)
+        | DaemonError::HomeLocked { .. }
+        | DaemonError::BadStateFile { .. }
         | DaemonError::KeyExposed { .. }
         | DaemonError::BadKey { .. }
         | DaemonError::KeyringUnavailable { .. }
@@ -220,8 +274,7 @@ fn exit_status(e: &DaemonError) -> u8 {
         | DaemonError::NotJoined
         | DaemonError::OtherServer { .. }
         | DaemonError::Join(_)
-        | DaemonError::Tls(_)
-        | DaemonError::Unregistered { .. } => EXIT_CONFIG,
+        | DaemonError::Tls(_) => EXIT_CONFIG,
         _ => 1,
     }
 }

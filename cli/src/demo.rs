@@ -175,6 +175,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
         features: Vec::new(),
         seed: 0,
         passphrase: None,
+        launcher: outpost_adapters::daemon::Launcher::Terminal,
     };
     let registry = executors::registry(&executors::DAEMON_ENVIRONMENTS, Some(folders.wasm_cache()));
     let host = OwnedHost::new(HostKind::Tokio)?;

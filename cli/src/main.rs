@@ -16,6 +16,7 @@ mod executors;
 mod policy;
 mod run;
 mod serve;
+mod service;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,8 +64,10 @@ enum Command {
     /// Prints `listening on URL`, then `join: JOIN` for `outpost daemon --join`.
     Serve(serve::ServeArgs),
     /// Join a server and run what it sends, within what this machine's owner allows. Exits 0
-    /// when revoked or replaced (it never reconnects), 78 for a setup to fix (join, home,
-    /// key), 69 when the server cannot be reached or refuses.
+    /// when drained, revoked, replaced or unregistered (it never reconnects), 78 for a setup
+    /// to fix (join, home, key, another daemon on the home), 69 when the server cannot be
+    /// reached or refuses. `install | status | logs | restart | uninstall` run it as a
+    /// service instead.
     Daemon(daemon::DaemonArgs),
     /// Have a server run the capability in DIR where routing says, print its output and where
     /// it ran, and exit with its exit code (124 timed out, 130 cancelled, 75 lost, 70 failed).

@@ -69,12 +69,12 @@ struct Driver {
 
 pub(super) fn run(
     options: DaemonOptions,
+    home: &Home,
     registry: Registry,
     host: Arc<dyn Host>,
     stop: StopSignal,
 ) -> Result<DaemonExit, DaemonError> {
     let clock = Arc::new(Clock::new()?);
-    let home = Home::open(options.folders.clone())?;
     let seed = super::key::machine_seed(&home.folders.config, options.passphrase.as_deref())?;
     let saved = home.server()?;
     let (url, root, token) = match &options.server {
@@ -151,7 +151,7 @@ pub(super) fn run(
                 });
             }
         };
-        save_registration(&home, &url, &root, &registered)?;
+        save_registration(home, &url, &root, &registered)?;
     }
     let (store, snapshot) = DaemonStore::open(&home.store_path())?;
     if !snapshot.outbox.is_empty() || !snapshot.started.is_empty() {
@@ -216,9 +216,7 @@ pub(super) fn run(
         features: Features::new(&options.features),
         exit: None,
     };
-    let exit = driver.serve();
-    drop(home);
-    exit
+    driver.serve()
 }
 
 fn save_registration(

@@ -7,7 +7,10 @@
 //! config/key.enc       0600  the Ed25519 seed sealed with AES-256-GCM (see `key`)
 //! config/key.file      0600  the file key that seals it, when no passphrase is used
 //! config/server.json   0600  the server, its pinned root, this machine's context
-//! state/daemon.lock          held (flock) while a daemon runs on this home
+//! state/daemon.lock          held (flock) while a daemon runs on this home, naming it (see
+//!                            `lock`)
+//! state/daemon.json          the daemon running now; state/stopped.json: stopped for good
+//!                            (see `status`)
 //! state/daemon.db            the durable records (result outbox), SQLite
 //! state/runs/<run id>/       each run's capability folder
 //! state/runs/<run id>.service  what a live run started (a process group, a container), to
@@ -17,18 +20,19 @@
 //! This module owns those files' formats and modes. It never talks to the server and never
 //! decides whether to register: it reads and writes what the driver hands it.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
 use outpost_core::b64;
 use outpost_core::keyset::RootKey;
 use outpost_host::OwnerFolders;
 use serde::{Deserialize, Serialize};
 
-use super::DaemonError;
+use super::lock::{HeldLock, Launcher};
+use super::status::{Running, now_rfc3339};
+use super::{DaemonError, StopSignal};
 
 /// The joined server's file name in the config folder.
 pub const SERVER_FILE: &str = "server.json";
@@ -68,35 +72,46 @@ impl ServerFile {
     }
 }
 
-/// A daemon's home, locked for this process.
+/// A daemon's home, locked for this process; `daemon.json` is removed and the lock emptied
+/// when it is dropped.
 #[derive(Debug)]
 pub struct Home {
     /// The owner's folders.
     pub folders: OwnerFolders,
-    _lock: Flock<File>,
+    _lock: HeldLock,
 }
 
 impl Home {
-    /// Creates the folders (0700) and takes the lock; a second daemon on the same home is
-    /// refused with [`DaemonError::HomeLocked`].
-    pub fn open(folders: OwnerFolders) -> Result<Self, DaemonError> {
+    /// Creates the folders (0700), takes the lock (see [`super::lock::take`]: a second
+    /// terminal daemon is refused with [`DaemonError::HomeLocked`], a service waits, `None`
+    /// when `stop` was raised meanwhile) and writes `daemon.json`.
+    pub fn open(
+        folders: OwnerFolders,
+        launcher: Launcher,
+        stop: &StopSignal,
+    ) -> Result<Option<Self>, DaemonError> {
         for dir in [&folders.config, &folders.state, &folders.state.join("runs")] {
             create_private_dir(dir)?;
         }
-        let lock_path = folders.state.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&lock_path)
-            .map_err(|e| DaemonError::home(&lock_path, e))?;
-        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
-            .map_err(|_| DaemonError::HomeLocked(folders.state.clone()))?;
-        Ok(Self {
+        let Some(lock) = super::lock::take(&folders.state, launcher, stop)? else {
+            return Ok(None);
+        };
+        let home = Self {
             folders,
             _lock: lock,
-        })
+        };
+        let running = Running {
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            manager: launcher,
+            started_at: now_rfc3339(),
+            binary: std::env::current_exe()
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned()),
+            context_id: home.server().ok().flatten().map(|s| s.context_id),
+        };
+        super::status::write_running(&home.folders.state, &running)?;
+        Ok(Some(home))
     }
 
     /// The outbox database.
@@ -132,6 +147,12 @@ impl Home {
         let mut text = serde_json::to_vec_pretty(server).unwrap_or_default();
         text.push(b'\n');
         write_private(&path, &text)
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        super::status::remove_running(&self.folders.state);
     }
 }
 

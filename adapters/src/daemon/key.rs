@@ -43,11 +43,15 @@ const AAD: &[u8] = b"outpost.machine-key.v1";
 const ARGON_MEMORY_KIB: u32 = 19 * 1024;
 const ARGON_PASSES: u32 = 2;
 
+/// What seals `key.enc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-enum Wrapper {
+pub enum Wrapper {
+    /// A key kept in the OS keyring.
     Keyring,
+    /// A key derived from `OUTPOST_KEY_PASSPHRASE`: someone must give it at every start.
     Passphrase,
+    /// The 0600 file key `key.file`: starts need no one (what a service uses).
     File,
 }
 
@@ -89,6 +93,32 @@ pub fn machine_seed(config: &Path, passphrase: Option<&str>) -> Result<[u8; 32],
         std::fs::remove_file(&legacy).map_err(|e| DaemonError::home(&legacy, e))?;
     }
     Ok(seed)
+}
+
+/// What seals the machine key in `config`, or `None` before the first start.
+pub fn wrapper(config: &Path) -> Result<Option<Wrapper>, DaemonError> {
+    let path = config.join(SEALED_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(DaemonError::home(&path, e)),
+    };
+    let sealed: Sealed = serde_json::from_slice(&bytes).map_err(|e| DaemonError::BadKey {
+        path,
+        reason: format!("it is not a sealed machine key: {e}"),
+    })?;
+    Ok(Some(sealed.wrapper))
+}
+
+/// Seals the machine key in `config` again under a file key (`key.file`, 0600, made if
+/// missing) instead of its passphrase or keyring key, for a service that has no one to type
+/// a passphrase and may start before a keyring is unlocked. The key stays the same; a wrong
+/// passphrase is refused and nothing is changed. From then on, anyone who can read the
+/// owner's files can use the key, as with any file key.
+pub fn rewrap_with_file_key(config: &Path, passphrase: Option<&str>) -> Result<(), DaemonError> {
+    let path = config.join(SEALED_FILE);
+    let seed = unseal(config, &path, passphrase)?;
+    seal_as(config, &path, &seed, None, false)
 }
 
 fn random32() -> Result<[u8; 32], DaemonError> {
@@ -145,12 +175,25 @@ fn seal(
     seed: &[u8; 32],
     passphrase: Option<&str>,
 ) -> Result<(), DaemonError> {
+    seal_as(config, path, seed, passphrase, true)
+}
+
+/// [`seal`], trying the OS keyring first only when `try_keyring`.
+fn seal_as(
+    config: &Path,
+    path: &Path,
+    seed: &[u8; 32],
+    passphrase: Option<&str>,
+    try_keyring: bool,
+) -> Result<(), DaemonError> {
     let next = if passphrase.is_some() {
         "the passphrase (OUTPOST_KEY_PASSPHRASE)"
     } else {
         "a file key (config/key.file, 0600)"
     };
-    let keyring = if os_keyring::switched_off() {
+    let keyring = if !try_keyring {
+        None
+    } else if os_keyring::switched_off() {
         tracing::info!("OUTPOST_KEYRING is off; the machine key is sealed with {next}");
         None
     } else {
@@ -346,6 +389,23 @@ mod tests {
             b"{not json",
             "nothing overwritten"
         );
+    }
+
+    #[test]
+    fn a_passphrase_sealed_key_moves_to_a_file_key_unchanged() {
+        let d = dir("rewrap");
+        assert_eq!(wrapper(&d).unwrap(), None);
+        let seed = machine_seed(&d, Some("pass")).unwrap();
+        assert_eq!(wrapper(&d).unwrap(), Some(Wrapper::Passphrase));
+        assert!(matches!(
+            rewrap_with_file_key(&d, Some("wrong")),
+            Err(DaemonError::WrongPassphrase(_))
+        ));
+        assert!(!d.join(FILE_KEY).exists(), "nothing changed");
+        rewrap_with_file_key(&d, Some("pass")).unwrap();
+        assert_eq!(wrapper(&d).unwrap(), Some(Wrapper::File));
+        assert_eq!(machine_seed(&d, None).unwrap(), seed);
+        every_file_lacks(&d, &seed);
     }
 
     #[test]

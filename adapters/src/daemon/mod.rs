@@ -4,6 +4,8 @@
 //! writing every record to the result outbox before the output that depends on it.
 //!
 //! - [`home`]: the files in the owner's folders (key, server, outbox, lock, runs).
+//! - [`lock`]: one runner per home, `daemon.lock` naming its holder.
+//! - [`status`]: `daemon.json` while it runs, `stopped.json` once stopped for good.
 //! - `driver`: one loop over the core's `handle_input` / `poll_output`.
 //! - `runner`: runs on blocking threads, cancel flags, reaping after a crash.
 //! - [`owner`]: the machine owner's commands speaking for the machine.
@@ -20,11 +22,13 @@
 mod driver;
 pub mod home;
 pub mod key;
+pub mod lock;
 mod os_keyring;
 pub mod owner;
 mod patience;
 mod policy;
 mod runner;
+pub mod status;
 pub mod update;
 
 use std::path::{Path, PathBuf};
@@ -43,6 +47,8 @@ use crate::http::HttpError;
 use crate::runtime::{BlockingHost, Host, LinkEvent};
 
 pub use driver::MAX_OUTPUTS_PER_WAKE;
+pub use lock::{Holder, Launcher};
+pub use status::{StopReason, Stopped};
 
 /// Which host the daemon runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +174,8 @@ pub struct DaemonOptions {
     pub seed: u64,
     /// The passphrase that seals the machine key (`OUTPOST_KEY_PASSPHRASE`); none: a file key.
     pub passphrase: Option<String>,
+    /// Who started the daemon: a service waits for a held lock, a terminal daemon is refused.
+    pub launcher: Launcher,
 }
 
 /// Why the daemon stopped.
@@ -213,8 +221,31 @@ pub enum DaemonError {
         source: std::io::Error,
     },
     /// Another daemon runs on this home.
-    #[error("another outpost daemon is running with the state folder {}; stop it first or pass another --home", .0.display())]
-    HomeLocked(PathBuf),
+    #[error("another outpost daemon is running with the state folder {} ({}); stop it first or pass another --home", .state.display(), .holder.as_ref().map_or_else(|| "it has not named itself yet".to_owned(), ToString::to_string))]
+    HomeLocked {
+        /// The state folder.
+        state: PathBuf,
+        /// The daemon holding it, as its lock line names it.
+        holder: Option<Holder>,
+    },
+    /// A file the daemon keeps in its state folder (`daemon.json`, `stopped.json`) does not
+    /// read.
+    #[error("{} does not read: {reason}", .path.display())]
+    BadStateFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// This home's daemon was stopped for good (revoked, replaced, unregistered): it does
+    /// not start again while `stopped.json` is there.
+    #[error("this machine's daemon was stopped for good ({}): {advice}", .stopped.reason.as_str())]
+    StoppedForGood {
+        /// What `stopped.json` says.
+        stopped: Stopped,
+        /// What the owner can do.
+        advice: String,
+    },
     /// The machine key file is readable by others.
     #[error("the machine key {} has mode {mode:o}: it must be 0600 (chmod 600 it, or remove it to make a new machine)", .path.display())]
     KeyExposed {
@@ -331,7 +362,9 @@ impl DaemonError {
     pub fn code(&self) -> &str {
         match self {
             DaemonError::Home { .. } => "home_unusable",
-            DaemonError::HomeLocked(_) => "home_locked",
+            DaemonError::HomeLocked { .. } => "home_locked",
+            DaemonError::BadStateFile { .. } => "state_file_unreadable",
+            DaemonError::StoppedForGood { .. } => "stopped_for_good",
             DaemonError::KeyExposed { .. } => "key_exposed",
             DaemonError::BadKey { .. } => "key_unreadable",
             DaemonError::BadServerFile { .. } => "server_file_unreadable",
@@ -423,14 +456,47 @@ pub(crate) enum Event {
 /// How long the driver sleeps at most before it looks at the [`StopSignal`] again.
 pub const STOP_POLL: Duration = Duration::from_millis(100);
 
-/// Runs a daemon until it stops: joins (first start), restores the outbox, connects and
+/// Runs a daemon until it stops: takes the home's lock (a service waits for it), refuses to
+/// start when `stopped.json` is there, joins (first start), restores the outbox, connects and
 /// serves runs with `registry`'s executors on `host`. Returns why it stopped; an error names
-/// what must be fixed.
+/// what must be fixed. A stop for good (revoked, replaced, unregistered) writes
+/// `stopped.json` first.
 pub fn run_daemon(
     options: DaemonOptions,
     registry: Registry,
     host: Arc<dyn Host>,
     stop: StopSignal,
 ) -> Result<DaemonExit, DaemonError> {
-    driver::run(options, registry, host, stop)
+    let Some(home) = home::Home::open(options.folders.clone(), options.launcher, &stop)? else {
+        // Stopped while waiting for another daemon's lock: nothing ran, nothing is owed.
+        return Ok(DaemonExit::Drained);
+    };
+    if let Some(stopped) = status::read_stopped(&home.folders.state)? {
+        return Err(DaemonError::StoppedForGood {
+            advice: stopped.advice(&home.folders.state, &home.folders.config),
+            stopped,
+        });
+    }
+    let result = driver::run(options, &home, registry, host, stop);
+    let reason = match &result {
+        Ok(DaemonExit::Revoked) => Some(StopReason::Revoked),
+        Ok(DaemonExit::Replaced) => Some(StopReason::Replaced),
+        Err(DaemonError::Unregistered { .. }) => Some(StopReason::Unregistered),
+        _ => None,
+    };
+    if let Some(reason) = reason {
+        let stopped = Stopped {
+            reason,
+            at: status::now_rfc3339(),
+            context_id: home.server().ok().flatten().map(|s| s.context_id),
+        };
+        match status::write_stopped(&home.folders.state, &stopped) {
+            Ok(()) => tracing::info!(
+                reason = reason.as_str(),
+                "stopped for good: no daemon starts on this home while state/stopped.json is there"
+            ),
+            Err(e) => tracing::warn!("stopped for good, but stopped.json cannot be written: {e}"),
+        }
+    }
+    result
 }
