@@ -163,3 +163,71 @@ fn without_a_session_bus_the_keyring_is_reported_and_the_file_key_used() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every file under `dir`, recursively.
+fn every_file(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(next) = stack.pop() {
+        for entry in std::fs::read_dir(&next).into_iter().flatten().flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(t) if t.is_file() => files.push(path),
+                _ => {}
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn no_file_in_the_home_holds_the_machine_key_in_the_clear() {
+    use base64::Engine as _;
+    let dir = temp_dir("clear-key");
+    let server = Server::start(&dir.join("server"), 0);
+    let home = dir.join("home");
+    // A key the test knows: written in the clear as an earlier build did, so the daemon
+    // seals it and removes the clear file on its first start.
+    let seed = [0x5au8, 0x17, 0xc3, 0x99].repeat(8);
+    let text = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&seed);
+    std::fs::create_dir_all(home.join("config")).expect("config");
+    std::fs::write(home.join("config/machine.key"), &text).expect("clear key");
+    for passphrase in [None, Some("a passphrase")] {
+        let mut env = vec![("OUTPOST_KEYRING", "off")];
+        if let Some(p) = passphrase {
+            env.push(("OUTPOST_KEY_PASSPHRASE", p));
+        }
+        // The same key registers the same machine again: the same context.
+        let name = "box";
+        if passphrase.is_some() {
+            // The same key, sealed again under a passphrase this time.
+            let _ = std::fs::remove_dir_all(&home);
+            std::fs::create_dir_all(home.join("config")).expect("config");
+            std::fs::write(home.join("config/machine.key"), &text).expect("clear key");
+        }
+        let mut daemon = Daemon::start_with(&home, name, Some(&server.join), "tokio", &env);
+        server.wait_context(name, "online", |c| c["online"] == true);
+        let id = server.submit(&common::shell_capability("k", "echo ran\n"), name);
+        server.wait_status(&id, "exited");
+        daemon.kill();
+        assert!(
+            !home.join("config/machine.key").exists(),
+            "the clear key is gone"
+        );
+        let needles = [seed.clone(), text.clone().into_bytes()];
+        let files = every_file(&home);
+        assert!(files.len() > 3, "{files:?}");
+        for file in files {
+            let bytes = std::fs::read(&file).unwrap_or_default();
+            for needle in &needles {
+                assert!(
+                    !bytes.windows(needle.len()).any(|w| w == needle.as_slice()),
+                    "{} holds the machine key in the clear",
+                    file.display()
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
