@@ -116,6 +116,8 @@ impl Server {
                         self.finish(&exec_id, ExecutionOutcome::Cancelled { reason })
                     }
                 }
+                // A slot is free: what waits in this machine's queue may take it.
+                self.replan_queued(context_id);
             }
             _ => {}
         }

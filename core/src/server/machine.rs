@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::routing::{
-    AttemptOutcome, Candidate, ContextView, Plan, check_access, friendly_line, plan,
+    AttemptOutcome, Candidate, ContextView, Plan, RoutingError, check_access, friendly_line, plan,
 };
 use crate::session::{self, IssuedTicket, RunSpec};
 use crate::ticket::TicketError;
@@ -296,6 +296,13 @@ impl Server {
                         .set(&exec_id.to_owned(), Some((until, "queue")));
                 }
             }
+            // A queued execution whose machine came back with every slot taken keeps its
+            // place and its deadline: it is planned again when a slot frees.
+            Err(RoutingError::Busy { .. })
+                if matches!(
+                    self.executions.get(exec_id).map(|e| &e.place),
+                    Some(Place::Queued { .. })
+                ) => {}
             Err(err) => self.fail(exec_id, err.code(), err.to_string()),
         }
     }

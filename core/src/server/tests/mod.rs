@@ -132,6 +132,46 @@ fn a_run_waits_for_its_offline_machine_and_starts_when_it_comes_back() {
 }
 
 #[test]
+fn queued_runs_beyond_the_machine_s_slots_wait_for_a_free_slot_instead_of_failing_busy() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    let target = ExecuteTarget {
+        when_offline: WhenOffline::queue(5).expect("5 minutes"),
+        ..ExecuteTarget::named("a")
+    };
+    for id in ["x1", "x2", "x3"] {
+        h.input(Input::Execute(Box::new(request(id, "ada", target.clone()))));
+    }
+    let a = h.connect("a", 1);
+    let first = h.requests(a);
+    assert_eq!(first.len(), 1, "one slot, one offer: {first:?}");
+    for id in ["x1", "x2", "x3"] {
+        assert!(h.finished(id).is_empty(), "{id} is not failed busy");
+    }
+    // Each result frees the slot for the next one waiting.
+    let mut done = Vec::new();
+    for _ in 0..3 {
+        let offered = h.requests(a);
+        let run = offered.last().expect("an offer").clone();
+        h.daemon_says(
+            "a",
+            DaemonFrame::RunAccept {
+                run_id: run.clone(),
+            },
+        );
+        h.result("a", &run);
+        done.push(run);
+    }
+    for id in ["x1", "x2", "x3"] {
+        assert!(
+            matches!(h.finished(id)[..], [ExecutionOutcome::Completed(_)]),
+            "{id}: {:?}",
+            h.finished(id)
+        );
+    }
+}
+
+#[test]
 fn a_queued_run_fails_once_when_its_machine_does_not_come_back_in_time() {
     let mut h = Harness::new();
     h.register(record("a", "ada", &[]));
