@@ -98,6 +98,8 @@ pub struct ExecutionRequest {
     pub requires: Vec<Requirement>,
     /// What to do when the context is offline (queue minutes checked).
     pub when_offline: WhenOffline,
+    /// Whether the run wants host commands (only the operator's own runs may).
+    pub wants_commands: bool,
     /// Whether the answer waits for the end.
     pub wait: bool,
     /// How long it waits at most, at most [`MAX_WAIT_SECS`].
@@ -118,6 +120,20 @@ pub struct UserRequest {
     pub name: String,
     /// Its scopes, each one of [`SCOPES`]; `None` for every scope but `admin`.
     pub scopes: Option<Vec<String>>,
+}
+
+/// `POST /v1/execution-contexts/{context}/share`: whether every member may use the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ShareRequest {
+    /// On: every member may opt in to run on it; off: nobody but its operator (and every
+    /// opt-in is dropped).
+    pub all_members: bool,
+}
+
+/// Decodes a share body (`allMembers` is required, nothing else is allowed).
+pub fn decode_share(bytes: &[u8]) -> Result<ShareRequest, BodyError> {
+    parse(bytes)
 }
 
 /// Decodes a registration body.
@@ -180,6 +196,8 @@ pub fn decode_execution_request(bytes: &[u8]) -> Result<ExecutionRequest, BodyEr
         #[serde(default)]
         queue_minutes: Option<u32>,
         #[serde(default)]
+        wants_commands: Option<bool>,
+        #[serde(default)]
         wait: Option<bool>,
         #[serde(default)]
         wait_secs: Option<u64>,
@@ -206,6 +224,7 @@ pub fn decode_execution_request(bytes: &[u8]) -> Result<ExecutionRequest, BodyEr
         fallback: raw.fallback.unwrap_or_default(),
         requires: raw.requires.unwrap_or_default(),
         when_offline,
+        wants_commands: raw.wants_commands.unwrap_or(false),
         wait: raw.wait.unwrap_or(false),
         wait_secs,
     })

@@ -14,7 +14,7 @@ use outpost_core::wire::CapabilitySource;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::{self, Caller, EXECUTE, READ};
+use super::auth::{self, COMMAND, Caller, EXECUTE, READ};
 use super::error::{ApiError, ApiResult};
 use super::extract::{PathParam, QueryParams};
 use super::openapi::{Auth, api};
@@ -98,6 +98,9 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
     let bytes = body::read_json(&parts.headers, raw).await?;
     let body = bodies::decode_execution_request(&bytes)?;
+    if body.wants_commands {
+        caller.require(COMMAND)?;
+    }
     // A capability named by digest is checked against its stored bundle.
     let manifest = match (&body.manifest, &body.capability) {
         (Some(manifest), _) => manifest.clone(),
@@ -122,7 +125,7 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         fallback: body.fallback,
         requires: body.requires,
         when_offline: body.when_offline,
-        wants_commands: false,
+        wants_commands: body.wants_commands,
     };
     target
         .validate()
