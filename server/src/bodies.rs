@@ -390,6 +390,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_share_body_is_all_members_and_nothing_else() {
+        assert!(decode_share(br#"{"allMembers":true}"#).unwrap().all_members);
+        assert!(
+            !decode_share(br#"{"allMembers":false}"#)
+                .unwrap()
+                .all_members
+        );
+        for bad in [
+            &br#"{}"#[..],
+            br#"{"allMembers":"on"}"#,
+            br#"{"allMembers":true,"other":1}"#,
+            br#"{"allMembers":true,"allMembers":false}"#,
+            br#"[true]"#,
+        ] {
+            let e = decode_share(bad).expect_err("refused");
+            assert!(
+                matches!(e.code(), "invalid_body" | "duplicate_key"),
+                "{e} for {}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
     fn an_array_where_a_structure_is_expected_is_refused() {
         let grant = br#"{"egress":{"mode":"none"},"limits":[1]}"#;
         let e = decode_grant(grant).expect_err("limits is an array");
