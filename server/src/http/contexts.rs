@@ -1,6 +1,7 @@
 //! Context routes (§11.4): list, show, change the grant, revoke, delete; and the caller's
 //! chain. A context shared with every member is listed and shown to every member; only its
-//! operator (or an admin) changes it. Changes go through the dispatcher (which journals them) before the answer.
+//! operator (or an admin) changes it. Changes go through the dispatcher (which journals
+//! them) before the answer.
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
