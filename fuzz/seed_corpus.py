@@ -79,6 +79,8 @@ write("body_grant", [json.dumps(b).encode() for b in [
 write("body_chain", [b'{"chain":["build-box","cloud"]}', b'{"chain":[]}', b'{"chain":"cloud"}'])
 write("body_user", [b'{"name":"ada"}', b'{"name":"ada","scopes":["execution_context:read","admin"]}',
                     b'{"name":"Ada","scopes":["root"]}'])
+write("body_share", [b'{"allMembers":true}', b'{"allMembers":false}', b'{"allMembers":"on"}',
+                     b'{"allMembers":true,"allMembers":false}', b'{"allMembers":true,"x":1}'])
 key = "Tiu7yzmXQoBYEOutpb8QaFQCs4ozR9TAglCukgLAIYc"
 write("body_registration", [json.dumps(b).encode() for b in [
     {"name": "build-box", "publicKey": key, "maxConcurrent": 2, "environments": ["shell", "wasm"],

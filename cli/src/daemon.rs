@@ -192,12 +192,13 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let local = crate::policy::read(&folders.local_policy_file())?;
-    // `fs` tells the server this machine can mount folders at all (its owner allows some).
-    let features = if local.folders.is_empty() {
-        Vec::new()
-    } else {
-        vec!["fs".to_owned()]
-    };
+    // `fs` tells the server this machine can mount folders at all (its owner allows some);
+    // `host-operator-only` that a shared run gets none of them (the runner mounts nothing
+    // for a `sharedRun`), so the server may send shared runs while the grant lists folders.
+    let mut features = vec![outpost_core::routing::HOST_OPERATOR_ONLY_FEATURE.to_owned()];
+    if !local.folders.is_empty() {
+        features.push("fs".to_owned());
+    }
     let options = DaemonOptions {
         server,
         name: args.name.clone().unwrap_or_else(default_name),

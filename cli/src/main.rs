@@ -197,6 +197,26 @@ enum ContextAction {
         #[arg(long)]
         home: Option<PathBuf>,
     },
+    /// Share a machine you operate with every member, or stop (which drops every opt-in).
+    /// Shared runs get no folders and no host commands.
+    Share {
+        /// Its name or id.
+        name: String,
+        /// `on`: every member may opt in to run on it; `off`: only you.
+        #[arg(long, value_enum)]
+        all_members: Switch,
+    },
+    /// Opt in to run on a machine shared with you (while your run is active the machine can
+    /// use your credentials and read the responses).
+    OptIn {
+        /// Its name or id.
+        name: String,
+    },
+    /// Opt out: your runs no longer go to that machine (a run of yours on it is ended).
+    OptOut {
+        /// Its name or id.
+        name: String,
+    },
     /// This machine's local policy: the folders runs here may use (read and edited on the
     /// machine, not on the server).
     Policy {
@@ -206,6 +226,13 @@ enum ContextAction {
         #[arg(long, global = true)]
         home: Option<PathBuf>,
     },
+}
+
+/// On or off.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Switch {
+    On,
+    Off,
 }
 
 #[derive(Subcommand)]
@@ -233,6 +260,12 @@ enum RunsAction {
 enum UserAction {
     /// Add a user and print their token (shown once).
     Add {
+        /// The user's name.
+        name: String,
+    },
+    /// Remove a user from the organization: their tokens stop working, their opt-ins go,
+    /// and the machines they operate take nobody's runs (`operator_left`).
+    Remove {
         /// The user's name.
         name: String,
     },
@@ -338,6 +371,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ContextAction::Show { name } => context_show(&api, &name, json),
                 ContextAction::Revoke { name } => context_revoke(&api, &name, json),
                 ContextAction::Delete { name } => context_delete(&api, &name, json),
+                ContextAction::Share { name, all_members } => {
+                    context_share(&api, &name, all_members == Switch::On, json)
+                }
+                ContextAction::OptIn { name } => context_opt_in(&api, &name, true, json),
+                ContextAction::OptOut { name } => context_opt_in(&api, &name, false, json),
             }
         }
         Command::Chain {
@@ -360,12 +398,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             client::manage::runs_list(&api, context.as_deref(), json)
         }
         Command::User {
-            action: UserAction::Add { name },
+            action,
             server,
             json,
         } => {
             let api = client::api::Api::from_env(server.as_deref())?;
-            client::manage::user_add(&api, &name, json)
+            match action {
+                UserAction::Add { name } => client::manage::user_add(&api, &name, json),
+                UserAction::Remove { name } => client::manage::user_remove(&api, &name, json),
+            }
         }
         Command::Audit {
             limit,

@@ -136,8 +136,7 @@ fn the_grant_meets_the_local_policy_and_an_edit_applies_to_the_next_run() {
         (status != "exited").then_some((status, e))
     });
     assert_eq!(status, "failed", "{e}");
-    // (The answer does not say which check refused it: `no_local_fs` stays inside routing.)
-    assert_eq!(e["error"]["code"], "no_usable_context", "{e}");
+    assert_eq!(e["error"]["code"], "no_local_fs", "{e}");
     let (code, _, err) = policy(&home, &["remove", &data_text]);
     assert_ne!(code, 0, "removing twice: {err}");
     assert!(err.contains("[folder_not_allowed]"), "{err}");

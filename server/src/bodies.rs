@@ -98,6 +98,8 @@ pub struct ExecutionRequest {
     pub requires: Vec<Requirement>,
     /// What to do when the context is offline (queue minutes checked).
     pub when_offline: WhenOffline,
+    /// Whether the run wants host commands (only the operator's own runs may).
+    pub wants_commands: bool,
     /// Whether the answer waits for the end.
     pub wait: bool,
     /// How long it waits at most, at most [`MAX_WAIT_SECS`].
@@ -118,6 +120,20 @@ pub struct UserRequest {
     pub name: String,
     /// Its scopes, each one of [`SCOPES`]; `None` for every scope but `admin`.
     pub scopes: Option<Vec<String>>,
+}
+
+/// `POST /v1/execution-contexts/{context}/share`: whether every member may use the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ShareRequest {
+    /// On: every member may opt in to run on it; off: nobody but its operator (and every
+    /// opt-in is dropped).
+    pub all_members: bool,
+}
+
+/// Decodes a share body (`allMembers` is required, nothing else is allowed).
+pub fn decode_share(bytes: &[u8]) -> Result<ShareRequest, BodyError> {
+    parse(bytes)
 }
 
 /// Decodes a registration body.
@@ -180,6 +196,8 @@ pub fn decode_execution_request(bytes: &[u8]) -> Result<ExecutionRequest, BodyEr
         #[serde(default)]
         queue_minutes: Option<u32>,
         #[serde(default)]
+        wants_commands: Option<bool>,
+        #[serde(default)]
         wait: Option<bool>,
         #[serde(default)]
         wait_secs: Option<u64>,
@@ -206,6 +224,7 @@ pub fn decode_execution_request(bytes: &[u8]) -> Result<ExecutionRequest, BodyEr
         fallback: raw.fallback.unwrap_or_default(),
         requires: raw.requires.unwrap_or_default(),
         when_offline,
+        wants_commands: raw.wants_commands.unwrap_or(false),
         wait: raw.wait.unwrap_or(false),
         wait_secs,
     })
@@ -367,115 +386,4 @@ fn same_shape(given: &Value, typed: &serde_json::Value, at: &str) -> Result<(), 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_array_where_a_structure_is_expected_is_refused() {
-        let grant = br#"{"egress":{"mode":"none"},"limits":[1]}"#;
-        let e = decode_grant(grant).expect_err("limits is an array");
-        assert_eq!(e.code(), "invalid_body");
-        assert!(e.message().contains("limits"), "{e}");
-        let ok = decode_grant(br#"{"egress":{"mode":"none"},"limits":{"maxConcurrent":1}}"#)
-            .expect("a grant");
-        assert_eq!(ok.limits.max_concurrent, 1);
-        assert_eq!(
-            decode_chain(b"[[\"cloud\"]]").expect_err("an array").code(),
-            "invalid_body"
-        );
-    }
-
-    #[test]
-    fn strict_json_codes_come_through() {
-        let cases: [(&[u8], &str); 5] = [
-            (b"{", "truncated"),
-            (b"{\"chain\":[],\"chain\":[]}", "duplicate_key"),
-            (b"{\"chain\":[],\"x\":1.5}", "float_not_allowed"),
-            (b"", "invalid_body"),
-            (b"7", "invalid_body"),
-        ];
-        for (bytes, code) in cases {
-            assert_eq!(
-                decode_chain(bytes).expect_err("refused").code(),
-                code,
-                "{:?}",
-                String::from_utf8_lossy(bytes)
-            );
-        }
-    }
-
-    #[test]
-    fn names_scopes_and_ranges_are_checked() {
-        assert_eq!(
-            decode_user(br#"{"name":"Ada"}"#).expect_err("bad").code(),
-            "invalid_name"
-        );
-        assert_eq!(
-            decode_user(br#"{"name":"ada","scopes":["root"]}"#)
-                .expect_err("bad")
-                .code(),
-            "unknown_scope"
-        );
-        assert_eq!(decode_user(br#"{"name":"ada"}"#).expect("ok").scopes, None);
-        let key = b64::encode(
-            outpost_core::sign::Ed25519Signer::from_seed("k", [7; 32])
-                .verifying_key()
-                .as_bytes(),
-        );
-        let body = format!(r#"{{"name":"box","publicKey":"{key}","maxConcurrent":9}}"#);
-        assert_eq!(
-            decode_registration(body.as_bytes())
-                .expect_err("too many slots")
-                .code(),
-            "invalid_body"
-        );
-        let body = format!(r#"{{"name":"box","publicKey":"{key}"}}"#);
-        let reg = decode_registration(body.as_bytes()).expect("a registration");
-        assert_eq!(reg.max_concurrent, DEFAULT_SLOTS);
-        let weak = b64::encode(&[0u8; 32]);
-        let body = format!(r#"{{"name":"box","publicKey":"{weak}"}}"#);
-        assert_eq!(
-            decode_registration(body.as_bytes())
-                .expect_err("a weak key")
-                .code(),
-            "invalid_body"
-        );
-    }
-
-    #[test]
-    fn an_execution_request_is_checked_before_anything_is_stored() {
-        let manifest = "name: hi\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n";
-        let body = |extra: &str| {
-            format!(
-                r#"{{"capability":{{"kind":"inline","manifest":{manifest:?},"files":[{{"path":"run.sh","contentB64":"ZWNobyBoaQ"}}]}}{extra}}}"#
-            )
-        };
-        let ok = decode_execution_request(body("").as_bytes()).expect("a request");
-        assert_eq!(ok.wait_secs, DEFAULT_WAIT_SECS);
-        assert!(!ok.wait);
-        let cases = [
-            (",\"waitSecs\":301", "invalid_body"),
-            (
-                ",\"whenOffline\":\"queue\",\"queueMinutes\":0",
-                "queue_minutes_out_of_range",
-            ),
-            (",\"whenOffline\":\"later\"", "invalid_body"),
-        ];
-        for (extra, code) in cases {
-            assert_eq!(
-                decode_execution_request(body(extra).as_bytes())
-                    .expect_err("refused")
-                    .code(),
-                code,
-                "{extra}"
-            );
-        }
-        let bad_path = body("").replace("run.sh\",\"contentB64", "../x\",\"contentB64");
-        assert_eq!(
-            decode_execution_request(bad_path.as_bytes())
-                .expect_err("an unsafe path")
-                .code(),
-            "invalid_body"
-        );
-    }
-}
+mod tests;

@@ -1,6 +1,7 @@
 //! Putting a server together: the state folder and its secrets (created on first start,
-//! read back after), the store, the dispatcher restored from its records, the used nonces
-//! reloaded, the socket bound, the join string rewritten with the URL served.
+//! read back after), the store, the dispatcher restored from its records (and access records
+//! brought in line with removed users), the used nonces reloaded, the socket bound, the join
+//! string rewritten with the URL served.
 
 use std::sync::Arc;
 
@@ -177,6 +178,12 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         scheme,
         crate::releases::releases_dir(&dir),
     );
+    // A user removal a crash cut short is finished before anything is served.
+    for record in crate::http::stale_records(&store)? {
+        app.call(outpost_core::server::Input::UpdateAccess(record))
+            .await
+            .map_err(|e| ServeError::Runtime(format!("restoring access records: {e:?}")))?;
+    }
     let router = crate::http::router(app);
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(async move {

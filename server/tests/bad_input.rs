@@ -353,6 +353,7 @@ impl Fixture {
             "id" => self.execution.clone(),
             "context" => "box".to_owned(),
             "sha256" => self.bundle.clone(),
+            "name" => "lacks-0".to_owned(),
             other => panic!("no fixture for the path parameter {{{other}}}: add one here"),
         }
     }
@@ -364,6 +365,7 @@ impl Fixture {
             "Grant" => json!({"egress": {"mode": "none"}, "limits": {"maxConcurrent": 1}}),
             "Chain" => json!({"chain": ["cloud"]}),
             "UserRequest" => json!({"name": "zed"}),
+            "ShareRequest" => json!({"allMembers": true}),
             "RegisterRequest" => serde_json::from_slice(&self.newcomer.register_body("newbox"))
                 .expect("the register body is JSON"),
             other => panic!("no valid body for the schema {other}: add one here"),

@@ -118,6 +118,10 @@ fn operations_routes_answer_and_openapi_lists_every_route_with_its_schemas() {
         ("get", "/v1/openapi.json"),
         ("put", "/v1/bundles/{sha256}"),
         ("get", "/v1/execution-contexts/bundles/{sha256}"),
+        ("post", "/v1/execution-contexts/{context}/share"),
+        ("post", "/v1/execution-contexts/{context}/opt-in"),
+        ("delete", "/v1/execution-contexts/{context}/opt-in"),
+        ("delete", "/v1/users/{name}"),
     ];
     let count: usize = paths
         .values()

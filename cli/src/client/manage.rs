@@ -1,6 +1,6 @@
-//! `outpost context …`, `outpost chain …`, `outpost runs list`, `outpost user add`,
-//! `outpost audit`: the management commands over the user routes (PROTOCOL §11.4), each with
-//! a table for a person and `--json` for a script.
+//! `outpost context …` (sharing and opt-ins too), `outpost chain …`, `outpost runs list`,
+//! `outpost user add|remove`, `outpost audit`: the management commands over the user routes
+//! (PROTOCOL §11.4), each with a table for a person and `--json` for a script.
 //!
 //! This module owns only presentation; every decision is the server's.
 
@@ -19,9 +19,24 @@ fn print(value: &Value, json_out: bool, table: impl FnOnce(&Value)) -> anyhow::R
     Ok(ExitCode::SUCCESS)
 }
 
+/// Who may use a context: `own` (nobody else), `all` (every member may opt in), `all,in`
+/// (and someone opted in: the caller, for a member; anyone, for its operator), `left` (its
+/// operator left the organization: nobody).
+fn sharing(c: &Value) -> &'static str {
+    if c["operatorIsMember"].as_bool() == Some(false) {
+        "left"
+    } else if c["sharedWithAllMembers"].as_bool() != Some(true) {
+        "own"
+    } else if c["optedIn"].as_array().is_some_and(|a| !a.is_empty()) {
+        "all,in"
+    } else {
+        "all"
+    }
+}
+
 fn context_line(c: &Value) -> String {
     format!(
-        "{:<20} {:<22} {:<8} {:>5} {:<10} {}",
+        "{:<20} {:<22} {:<8} {:>5} {:<10} {:<7} {}",
         c["name"].as_str().unwrap_or("?"),
         c["id"].as_str().unwrap_or("?"),
         if c["revoked"].as_bool() == Some(true) {
@@ -37,12 +52,13 @@ fn context_line(c: &Value) -> String {
             c["slotsTotal"].as_u64().unwrap_or(0)
         ),
         c["operator"].as_str().unwrap_or("?"),
+        sharing(c),
         c["daemonVersion"].as_str().unwrap_or("-"),
     )
 }
 
 const CONTEXT_HEADER: &str =
-    "NAME                 ID                     STATE    SLOTS OPERATOR   VERSION";
+    "NAME                 ID                     STATE    SLOTS OPERATOR   SHARED  VERSION";
 
 /// `outpost context list`.
 pub fn context_list(api: &Api, json_out: bool) -> anyhow::Result<ExitCode> {
@@ -62,6 +78,76 @@ pub fn context_show(api: &Api, name: &str, json_out: bool) -> anyhow::Result<Exi
         println!("{CONTEXT_HEADER}");
         println!("{}", context_line(c));
         println!("grant (version {}): {}", c["grantVersion"], c["grant"]);
+        println!("{}", sharing_text(c));
+    })
+}
+
+/// One sentence on who may run on a context.
+fn sharing_text(c: &Value) -> String {
+    if c["operatorIsMember"].as_bool() == Some(false) {
+        return "its operator left the organization: it takes nobody's runs".into();
+    }
+    if c["sharedWithAllMembers"].as_bool() != Some(true) {
+        return "not shared: only its operator runs here".into();
+    }
+    let opted: Vec<&str> = c["optedIn"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if opted.is_empty() {
+        "shared with every member; nobody you can see opted in".into()
+    } else {
+        format!(
+            "shared with every member; opted in: {} (shared runs get no folders and no commands)",
+            opted.join(", ")
+        )
+    }
+}
+
+/// `outpost context share NAME --all-members on|off`.
+pub fn context_share(api: &Api, name: &str, on: bool, json_out: bool) -> anyhow::Result<ExitCode> {
+    let value = api.post(
+        &format!("/v1/execution-contexts/{name}/share"),
+        &json!({ "allMembers": on }),
+    )?;
+    print(&value, json_out, |c| {
+        let name = c["name"].as_str().unwrap_or(name);
+        if on {
+            println!(
+                "{name} is shared with every member; each opts in with `outpost context opt-in {name}` (shared runs get no folders and no commands)"
+            );
+        } else {
+            println!(
+                "{name} is no longer shared; every opt-in was dropped and shared runs on it were ended"
+            );
+        }
+    })
+}
+
+/// `outpost context opt-in NAME` (`in`) and `outpost context opt-out NAME`.
+pub fn context_opt_in(
+    api: &Api,
+    name: &str,
+    opt_in: bool,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let path = format!("/v1/execution-contexts/{name}/opt-in");
+    let value = if opt_in {
+        api.post(&path, &json!({}))?
+    } else {
+        api.delete(&path)?
+    };
+    print(&value, json_out, |c| {
+        let name = c["name"].as_str().unwrap_or(name);
+        if opt_in {
+            println!(
+                "opted in to {name}: your runs may go there (without folders or host commands); while one is active the machine can use your credentials and read the responses"
+            );
+        } else {
+            println!("opted out of {name}: your runs no longer go there");
+        }
     })
 }
 
@@ -154,6 +240,17 @@ pub fn user_add(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCod
     print(&value, json_out, |v| {
         println!("{}", v["token"].as_str().unwrap_or(""));
         eprintln!("outpost: the token of {name} is shown once; give it to them as OUTPOST_TOKEN");
+    })
+}
+
+/// `outpost user remove NAME`.
+pub fn user_remove(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    api.delete(&format!("/v1/users/{name}"))?;
+    let value = json!({ "removed": name });
+    print(&value, json_out, |_| {
+        println!(
+            "removed {name}: their tokens no longer work, their opt-ins are gone, and machines they operate take nobody's runs"
+        );
     })
 }
 

@@ -13,8 +13,12 @@ use serde_json::Value;
 /// How long any condition may take before a test fails.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
+/// The `outpost` under test: `OUTPOST_TEST_BIN` when set (a target folder shared between
+/// worktrees may hold another worktree's build at the usual path), else cargo's.
 pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_outpost"))
+    std::env::var_os("OUTPOST_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_outpost")))
 }
 
 /// A fresh folder under the system's temporary folder.

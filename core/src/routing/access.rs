@@ -107,6 +107,23 @@ pub enum AccessDenied {
 }
 
 impl AccessDenied {
+    /// Every refusal, for finding one by its code.
+    pub const ALL: [AccessDenied; 8] = [
+        AccessDenied::OperatorLeft,
+        AccessDenied::NotOptedIn,
+        AccessDenied::FsOperatorOnly,
+        AccessDenied::NoFs,
+        AccessDenied::NoLocalFs,
+        AccessDenied::FsDaemonOutdated,
+        AccessDenied::CommandsOperatorOnly,
+        AccessDenied::CommandsOff,
+    ];
+
+    /// The refusal whose [`code`](Self::code) is `code`, if any.
+    pub fn from_code(code: &str) -> Option<AccessDenied> {
+        Self::ALL.into_iter().find(|d| d.code() == code)
+    }
+
     /// The stable error code.
     pub fn code(&self) -> &'static str {
         match self {

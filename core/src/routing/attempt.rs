@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::access::AccessDenied;
 use super::target::TargetError;
 
 /// Why a candidate passed on a run.
@@ -114,6 +115,16 @@ pub enum RoutingError {
         /// What was tried.
         attempts: Vec<Attempt>,
     },
+    /// The requester may not run on the one named context (no fallback asked for).
+    #[error("{name}: {denied}")]
+    Denied {
+        /// Its friendly name.
+        name: String,
+        /// Why, with its own code (`not_opted_in`, `operator_left`, …).
+        denied: AccessDenied,
+        /// What was tried.
+        attempts: Vec<Attempt>,
+    },
     /// Every candidate passed on the run.
     #[error("no usable execution context: {}", describe_or_empty(.attempts))]
     NoUsableContext {
@@ -139,6 +150,7 @@ impl RoutingError {
             RoutingError::Busy { .. } => "execution_context_busy",
             RoutingError::Offline { .. } => "execution_context_offline",
             RoutingError::Unusable { .. } => "execution_context_unusable",
+            RoutingError::Denied { denied, .. } => denied.code(),
             RoutingError::NoUsableContext { .. } => "no_usable_context",
         }
     }
@@ -150,6 +162,7 @@ impl RoutingError {
             RoutingError::Busy { attempts, .. }
             | RoutingError::Offline { attempts, .. }
             | RoutingError::Unusable { attempts, .. }
+            | RoutingError::Denied { attempts, .. }
             | RoutingError::NoUsableContext { attempts } => attempts,
         }
     }

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::access::{ContextView, Requester, RunKind, check_access};
+use super::access::{AccessDenied, ContextView, Requester, RunKind, check_access};
 use super::attempt::{Attempt, AttemptOutcome, RoutingError};
 use super::chain::{Chain, ChainEntry};
 use super::target::{ExecuteTarget, Fallback, Requirement, WhenOffline};
@@ -293,6 +293,14 @@ fn exhausted(route: Route) -> RoutingError {
             reason,
             attempts,
         },
-        Some((AttemptOutcome::Denied, ..)) | None => RoutingError::NoUsableContext { attempts },
+        Some((AttemptOutcome::Denied, name, reason)) => match AccessDenied::from_code(&reason) {
+            Some(denied) => RoutingError::Denied {
+                name,
+                denied,
+                attempts,
+            },
+            None => RoutingError::NoUsableContext { attempts },
+        },
+        None => RoutingError::NoUsableContext { attempts },
     }
 }

@@ -163,7 +163,8 @@ pub enum ExecutionOutcome {
     },
     /// It could not be placed anywhere.
     Failed {
-        /// The code (`no_usable_context`, `execution_context_queue_expired`, …).
+        /// The code (`no_usable_context`, an access code such as `not_opted_in` or
+        /// `operator_left`, `execution_context_queue_expired`, …).
         code: String,
         /// What a person should read.
         message: String,

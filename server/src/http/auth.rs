@@ -26,8 +26,10 @@ pub(crate) const CREATE: &str = "execution_context:create";
 pub(crate) const READ: &str = "execution_context:read";
 /// Starting and cancelling executions, chains.
 pub(crate) const EXECUTE: &str = "execution_context:execute";
-/// Revoking, deleting, granting.
+/// Revoking, deleting, granting, sharing.
 pub(crate) const DELETE: &str = "execution_context:delete";
+/// Host commands, and runs that want them.
+pub(crate) const COMMAND: &str = "execution_context:command";
 /// User management; implies every other scope.
 pub(crate) const ADMIN: &str = "admin";
 

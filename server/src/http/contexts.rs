@@ -1,5 +1,7 @@
 //! Context routes (§11.4): list, show, change the grant, revoke, delete; and the caller's
-//! chain. Changes go through the dispatcher (which journals them) before the answer.
+//! chain. A context shared with every member is listed and shown to every member; only its
+//! operator (or an admin) changes it. Changes go through the dispatcher (which journals
+//! them) before the answer.
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -22,9 +24,13 @@ use crate::store::ContextEntry;
 pub(super) fn routes() -> Vec<Route> {
     vec![
         route(
-            api("GET", "/v1/execution-contexts", "The caller's contexts")
-                .auth(Auth::Bearer(READ))
-                .response(200, Some("Contexts")),
+            api(
+                "GET",
+                "/v1/execution-contexts",
+                "The caller's contexts and those shared with every member",
+            )
+            .auth(Auth::Bearer(READ))
+            .response(200, Some("Contexts")),
             get(list),
         ),
         route(
@@ -98,31 +104,43 @@ pub(super) fn routes() -> Vec<Route> {
     ]
 }
 
-/// The context `given` names (id, or name among the caller's own first), checked to be the
-/// caller's.
-fn find(app: &App, caller: &Caller, given: &str) -> Result<ContextEntry, ApiError> {
+/// The context `given` names: an id, else a name among the caller's own (live first), then
+/// among those shared with the caller, then any. Not checked to be the caller's.
+pub(super) fn lookup(app: &App, caller: &Caller, given: &str) -> Result<ContextEntry, ApiError> {
     let contexts = app.shared.store.contexts()?;
-    let found = contexts
+    let named = |c: &&ContextEntry| c.name == given;
+    let own = |c: &&ContextEntry| c.operator == caller.user;
+    contexts
         .iter()
         .find(|c| c.id == given)
+        .or_else(|| contexts.iter().filter(named).find(|c| own(c) && !c.revoked))
+        .or_else(|| contexts.iter().filter(named).find(own))
         .or_else(|| {
             contexts
                 .iter()
-                .find(|c| c.name == given && c.operator == caller.user && !c.revoked)
+                .filter(named)
+                .find(|c| shared_with_members(c))
         })
-        .or_else(|| {
-            contexts
-                .iter()
-                .find(|c| c.name == given && c.operator == caller.user)
-        })
-        .or_else(|| contexts.iter().find(|c| c.name == given))
+        .or_else(|| contexts.iter().filter(named).find(|c| !c.revoked))
+        .or_else(|| contexts.iter().find(named))
         .cloned()
-        .ok_or_else(|| ApiError::new(404, "context_unknown", format!("no context {given:?}")))?;
+        .ok_or_else(|| ApiError::new(404, "context_unknown", format!("no context {given:?}")))
+}
+
+/// Whether every member may use the context now (shared and not revoked).
+pub(super) fn shared_with_members(entry: &ContextEntry) -> bool {
+    entry.shared_with_all_members && !entry.revoked
+}
+
+/// The context `given` names, checked to be the caller's (or the caller an admin).
+pub(super) fn find(app: &App, caller: &Caller, given: &str) -> Result<ContextEntry, ApiError> {
+    let found = lookup(app, caller, given)?;
     caller.owns(&found.operator)?;
     Ok(found)
 }
 
-async fn answer(app: &App, id: &str) -> ApiResult {
+/// The Context of `id` as `caller` sees it now.
+pub(super) async fn answer(app: &App, id: &str, caller: &Caller) -> ApiResult {
     let entry = app
         .shared
         .store
@@ -130,7 +148,7 @@ async fn answer(app: &App, id: &str) -> ApiResult {
         .ok_or_else(|| ApiError::new(404, "context_unknown", "the context is gone"))?;
     let live = app.live(vec![entry.id.clone()]).await?;
     let live = live.get(&entry.id).copied().unwrap_or_default();
-    Ok(axum::Json(views::context(&entry, live)).into_response())
+    Ok(axum::Json(views::context(&entry, live, caller)).into_response())
 }
 
 async fn list(State(app): State<App>, req: Request) -> ApiResult {
@@ -140,22 +158,31 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
         .store
         .contexts()?
         .into_iter()
-        .filter(|c| caller.is_admin() || c.operator == caller.user)
+        .filter(|c| caller.is_admin() || c.operator == caller.user || shared_with_members(c))
         .collect();
     let live = app
         .live(contexts.iter().map(|c| c.id.clone()).collect())
         .await?;
     let out: Vec<_> = contexts
         .iter()
-        .map(|c| views::context(c, live.get(&c.id).copied().unwrap_or(Live::default())))
+        .map(|c| {
+            views::context(
+                c,
+                live.get(&c.id).copied().unwrap_or(Live::default()),
+                &caller,
+            )
+        })
         .collect();
     Ok(axum::Json(json!({ "contexts": out })).into_response())
 }
 
 async fn show(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
-    let entry = find(&app, &caller, &given)?;
-    answer(&app, &entry.id).await
+    let entry = lookup(&app, &caller, &given)?;
+    if !shared_with_members(&entry) {
+        caller.owns(&entry.operator)?;
+    }
+    answer(&app, &entry.id, &caller).await
 }
 
 async fn grant(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {
@@ -185,7 +212,7 @@ async fn grant(State(app): State<App>, PathParam(given): PathParam, req: Request
         Some(&entry.id),
         &detail,
     )?;
-    answer(&app, &entry.id).await
+    answer(&app, &entry.id, &caller).await
 }
 
 async fn revoke(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {
@@ -204,7 +231,7 @@ async fn revoke(State(app): State<App>, PathParam(given): PathParam, req: Reques
             &entry.name,
         )?;
     }
-    answer(&app, &entry.id).await
+    answer(&app, &entry.id, &caller).await
 }
 
 async fn delete(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {

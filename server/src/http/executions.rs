@@ -14,7 +14,7 @@ use outpost_core::wire::CapabilitySource;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::{self, Caller, EXECUTE, READ};
+use super::auth::{self, COMMAND, Caller, EXECUTE, READ};
 use super::error::{ApiError, ApiResult};
 use super::extract::{PathParam, QueryParams};
 use super::openapi::{Auth, api};
@@ -73,7 +73,8 @@ pub(super) fn routes() -> Vec<Route> {
     ]
 }
 
-/// The context id a request names: `cloud`, an id, or a name (the caller's own first).
+/// The context id a request names: `cloud`, an id, or a name (the caller's own first, then
+/// one shared with every member).
 pub(crate) fn resolve_context(app: &App, caller: &Caller, given: &str) -> Result<String, ApiError> {
     if given == CLOUD_ID {
         return Ok(CLOUD_ID.to_owned());
@@ -83,14 +84,22 @@ pub(crate) fn resolve_context(app: &App, caller: &Caller, given: &str) -> Result
     let own = contexts
         .iter()
         .find(|c| c.name == given && c.operator == caller.user && !c.revoked);
+    let shared = contexts
+        .iter()
+        .find(|c| c.name == given && c.shared_with_all_members && !c.revoked);
     let any = contexts.iter().find(|c| c.name == given && !c.revoked);
-    by_id.or(own).or(any).map(|c| c.id.clone()).ok_or_else(|| {
-        ApiError::new(
-            404,
-            "context_unknown",
-            format!("no context is named {given:?}"),
-        )
-    })
+    by_id
+        .or(own)
+        .or(shared)
+        .or(any)
+        .map(|c| c.id.clone())
+        .ok_or_else(|| {
+            ApiError::new(
+                404,
+                "context_unknown",
+                format!("no context is named {given:?}"),
+            )
+        })
 }
 
 async fn execute(State(app): State<App>, req: Request) -> ApiResult {
@@ -98,6 +107,9 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
     let bytes = body::read_json(&parts.headers, raw).await?;
     let body = bodies::decode_execution_request(&bytes)?;
+    if body.wants_commands {
+        caller.require(COMMAND)?;
+    }
     // A capability named by digest is checked against its stored bundle.
     let manifest = match (&body.manifest, &body.capability) {
         (Some(manifest), _) => manifest.clone(),
@@ -122,7 +134,7 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         fallback: body.fallback,
         requires: body.requires,
         when_offline: body.when_offline,
-        wants_commands: false,
+        wants_commands: body.wants_commands,
     };
     target
         .validate()

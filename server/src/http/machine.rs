@@ -228,6 +228,9 @@ async fn register(
         grant_json: serde_json::to_string(&grant).map_err(ApiError::internal)?,
         grant_version: 1,
         revoked: false,
+        shared_with_all_members: false,
+        opted_in: Vec::new(),
+        operator_is_member: true,
     };
     store.insert_context(&entry, public.as_bytes())?;
     let record = ContextRecord {

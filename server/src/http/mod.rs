@@ -18,6 +18,7 @@ mod machine;
 mod openapi;
 mod ratelimit;
 mod releases;
+mod sharing;
 mod views;
 mod ws;
 
@@ -37,6 +38,7 @@ use crate::dispatch::{Live, Msg, Shared};
 pub(crate) use error::ApiError;
 use openapi::RouteDoc;
 use ratelimit::{Limiter, Rate};
+pub(crate) use sharing::stale_records;
 
 /// Signed machine requests and connects per source address.
 const ADDRESS_RATE: Rate = Rate {
@@ -63,6 +65,9 @@ pub(crate) struct AppInner {
     pub(crate) next_conn: AtomicU64,
     /// Held by a registration from its checks until it is stored.
     pub(crate) registering: tokio::sync::Mutex<()>,
+    /// Held by a sharing change (share, opt-in, opt-out, removing a user) from reading a
+    /// context's access to its new record being written, so two changes never race.
+    pub(crate) access: tokio::sync::Mutex<()>,
     /// `https` with TLS, else `http`: the scheme signed URLs carry.
     pub(crate) scheme: &'static str,
     pub(crate) openapi: serde_json::Value,
@@ -101,6 +106,7 @@ impl App {
             tickets: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             registering: tokio::sync::Mutex::new(()),
+            access: tokio::sync::Mutex::new(()),
             scheme,
             openapi: openapi::document(&routes()),
             releases,
@@ -157,6 +163,7 @@ pub(crate) fn routes() -> Vec<Route> {
     all.extend(releases::routes());
     all.extend(commands::routes());
     all.extend(contexts::routes());
+    all.extend(sharing::routes());
     all.extend(admin::routes());
     all
 }

@@ -273,18 +273,20 @@ pub(crate) fn schemas() -> Value {
         "ExecuteRequest": object(&["capability"], json!({
             "capability": any, "context": s, "fallback": {"enum": ["none", "chain"]},
             "requires": strings, "whenOffline": {"enum": ["fail", "queue"]}, "queueMinutes": i,
-            "wait": b, "waitSecs": i})),
+            "wantsCommands": b, "wait": b, "waitSecs": i})),
         "Execution": object(&["executionId", "status", "createdAt"], json!({
             "executionId": s,
             "status": {"enum": ["pending", "running", "exited", "timed_out", "cancelled", "failed", "lost"]},
             "exitCode": i, "signal": i, "stdout": s, "stderr": s, "truncated": b,
-            "error": object(&["code", "message"], json!({"code": s, "message": s})),
+            "error": object(&["code", "message"], json!({"code": s, "message": s, "reason": s})),
             "ranOn": any, "ranOnText": s, "timing": any, "createdAt": i, "finishedAt": i})),
         "Runs": object(&["runs"], json!({"runs": {"type": "array", "items": schema_ref("Execution")}})),
         "Context": object(&["id", "name", "operator", "online", "grant", "grantVersion", "revoked"], json!({
             "id": s, "name": s, "operator": s, "online": b, "slotsUsed": i, "slotsTotal": i,
             "grant": schema_ref("Grant"), "grantVersion": i, "revoked": b, "daemonVersion": s,
-            "registeredAt": i})),
+            "registeredAt": i, "environments": strings, "sharedWithAllMembers": b, "optedIn": strings,
+            "operatorIsMember": b})),
+        "ShareRequest": object(&["allMembers"], json!({"allMembers": b})),
         "Contexts": object(&["contexts"], json!({"contexts": {"type": "array", "items": schema_ref("Context")}})),
         "Chain": object(&["chain"], json!({"chain": strings})),
         "UserRequest": object(&["name"], json!({"name": s, "scopes": strings})),

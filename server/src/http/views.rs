@@ -1,9 +1,10 @@
 //! The JSON bodies routes answer with (§11.4): an Execution from its listing row, a Context
-//! from its row and its live state.
+//! from its row, its live state and who is looking.
 
 use outpost_core::server::ExecutionOutcome;
 use serde_json::{Map, Value, json};
 
+use super::auth::Caller;
 use crate::dispatch::Live;
 use crate::store::{ContextEntry, ExecutionEntry};
 
@@ -44,7 +45,7 @@ pub(crate) fn execution(entry: &ExecutionEntry) -> Value {
         Some(ExecutionOutcome::Cancelled { reason }) => {
             out.insert(
                 "error".into(),
-                json!({"code": "cancelled", "message": format!("cancelled: {reason}")}),
+                json!({"code": "cancelled", "message": format!("cancelled: {reason}"), "reason": reason}),
             );
         }
         Some(ExecutionOutcome::Lost) => {
@@ -77,9 +78,15 @@ pub(crate) fn ended(status: &str) -> bool {
     !matches!(status, "pending" | "running")
 }
 
-/// A Context.
-pub(crate) fn context(entry: &ContextEntry, live: Live) -> Value {
+/// A Context, as `viewer` may see it: its operator and admins see every opt-in, anyone
+/// else only their own.
+pub(crate) fn context(entry: &ContextEntry, live: Live, viewer: &Caller) -> Value {
     let grant: Value = serde_json::from_str(&entry.grant_json).unwrap_or(Value::Null);
+    let opted_in: Vec<&String> = entry
+        .opted_in
+        .iter()
+        .filter(|u| viewer.is_admin() || viewer.user == entry.operator || **u == viewer.user)
+        .collect();
     json!({
         "id": entry.id,
         "name": entry.name,
@@ -93,5 +100,8 @@ pub(crate) fn context(entry: &ContextEntry, live: Live) -> Value {
         "daemonVersion": entry.daemon_version,
         "environments": entry.environments,
         "registeredAt": entry.registered_at,
+        "sharedWithAllMembers": entry.shared_with_all_members,
+        "optedIn": opted_in,
+        "operatorIsMember": entry.operator_is_member,
     })
 }

@@ -33,10 +33,31 @@ pub(crate) struct ContextEntry {
     pub(crate) grant_json: String,
     pub(crate) grant_version: u64,
     pub(crate) revoked: bool,
+    /// Shared with every member (as the dispatcher's record says).
+    pub(crate) shared_with_all_members: bool,
+    /// Users who opted in to shared runs on it.
+    pub(crate) opted_in: Vec<String>,
+    /// Whether its operator is still a member, as last fed to the dispatcher.
+    pub(crate) operator_is_member: bool,
 }
 
 const CONTEXT_COLUMNS: &str = "id, name, operator, key_id, max_concurrent, environments, \
      daemon_version, registered_at, grant_json, grant_version, revoked";
+/// [`CONTEXT_COLUMNS`] and the access columns, which only the dispatcher's records write.
+const READ_COLUMNS: &str = "id, name, operator, key_id, max_concurrent, environments, \
+     daemon_version, registered_at, grant_json, grant_version, revoked, \
+     shared_with_all_members, opted_in, operator_is_member";
+
+/// What removing a user found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Removal {
+    /// No such user.
+    Unknown,
+    /// Removed now: their tokens were revoked.
+    Removed,
+    /// Removed before (tokens revoked again, in case).
+    AlreadyRemoved,
+}
 
 fn context_row(r: &Row<'_>) -> rusqlite::Result<ContextEntry> {
     let environments: String = r.get(5)?;
@@ -52,6 +73,9 @@ fn context_row(r: &Row<'_>) -> rusqlite::Result<ContextEntry> {
         grant_json: r.get(8)?,
         grant_version: r.get::<_, i64>(9)? as u64,
         revoked: r.get(10)?,
+        shared_with_all_members: r.get(11)?,
+        opted_in: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
+        operator_is_member: r.get(13)?,
     })
 }
 
@@ -87,6 +111,52 @@ impl Store {
         insert_token(&tx, name, token_hash, scopes, None, now)?;
         tx.commit().doing("committing a user")?;
         Ok(true)
+    }
+
+    /// Removes `name` from the organization: marks the user removed at `now` and revokes
+    /// every token of theirs, in one transaction. The name stays taken.
+    pub fn remove_user(&self, name: &str, now: u64) -> Result<Removal, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("starting a user removal")?;
+        let found: Option<Option<i64>> = tx
+            .query_row(
+                "SELECT removed_at FROM users WHERE name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .optional()
+            .doing("finding a user")?;
+        let Some(removed_at) = found else {
+            return Ok(Removal::Unknown);
+        };
+        if removed_at.is_none() {
+            tx.execute(
+                "UPDATE users SET removed_at = ?1 WHERE name = ?2",
+                params![now as i64, name],
+            )
+            .doing("removing a user")?;
+        }
+        tx.execute("UPDATE tokens SET revoked = 1 WHERE user = ?1", [name])
+            .doing("revoking a user's tokens")?;
+        tx.commit().doing("committing a user removal")?;
+        Ok(if removed_at.is_none() {
+            Removal::Removed
+        } else {
+            Removal::AlreadyRemoved
+        })
+    }
+
+    /// The users removed from the organization.
+    pub fn removed_users(&self) -> Result<std::collections::HashSet<String>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare("SELECT name FROM users WHERE removed_at IS NOT NULL")
+            .doing("listing removed users")?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .doing("listing removed users")?;
+        rows.collect::<Result<_, _>>()
+            .doing("listing removed users")
     }
 
     /// Adds a token for an existing user.
@@ -161,7 +231,7 @@ impl Store {
     fn one_context(&self, clause: &str, arg: &str) -> Result<Option<ContextEntry>, StoreError> {
         self.lock()
             .query_row(
-                &format!("SELECT {CONTEXT_COLUMNS} FROM contexts WHERE {clause}"),
+                &format!("SELECT {READ_COLUMNS} FROM contexts WHERE {clause}"),
                 [arg],
                 context_row,
             )
@@ -196,7 +266,7 @@ impl Store {
         let conn = self.lock();
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT {CONTEXT_COLUMNS} FROM contexts ORDER BY registered_at, id"
+                "SELECT {READ_COLUMNS} FROM contexts ORDER BY registered_at, id"
             ))
             .doing("listing contexts")?;
         let rows = stmt.query_map([], context_row).doing("listing contexts")?;

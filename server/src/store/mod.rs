@@ -4,9 +4,10 @@
 //! [`Store`] is the seam a Postgres store would replace: every query the server makes goes
 //! through its methods, none takes SQL from a caller. It keeps the dispatcher's records byte
 //! for byte as `ServerRecord::encode` wrote them (one row per record key, replaced on upsert)
-//! and the server's own tables: users, tokens (SHA-256 only), contexts and their machine
-//! keys, used nonces, executions for listing, and the audit log. It never decides anything:
-//! the dispatcher and the routes do.
+//! and the server's own tables: users (and who was removed), tokens (SHA-256 only), contexts
+//! (with their sharing, as the records say) and their machine keys, used nonces, executions
+//! for listing, and the audit log. It never decides anything: the dispatcher and the routes
+//! do.
 
 mod access;
 mod bundles;
@@ -19,7 +20,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::Connection;
 
-pub(crate) use access::ContextEntry;
+pub(crate) use access::{ContextEntry, Removal};
 pub(crate) use records::outcome_status;
 pub(crate) use runs::ExecutionEntry;
 

@@ -1,6 +1,6 @@
 //! The dispatcher's records: written as the core encoded them, folded back into a
-//! snapshot on start. The listing columns of `executions` and the grant columns of
-//! `contexts` follow the records in the same transaction, so they never disagree.
+//! snapshot on start. The listing columns of `executions` and the grant and access columns
+//! of `contexts` follow the records in the same transaction, so they never disagree.
 
 use outpost_core::server::{
     ExecutionOutcome, PlaceRow, ServerChange, ServerRecord, ServerSnapshot,
@@ -46,10 +46,20 @@ impl Store {
             let (kind, key) = match &record.change {
                 ServerChange::Context(row) => {
                     tx.execute(
-                        "UPDATE contexts SET grant_json = ?1, grant_version = ?2, revoked = ?3 WHERE id = ?4",
-                        params![json(&row.grant)?, row.grant_version as i64, row.revoked, row.id],
+                        "UPDATE contexts SET grant_json = ?1, grant_version = ?2, revoked = ?3,
+                         shared_with_all_members = ?4, opted_in = ?5, operator_is_member = ?6
+                         WHERE id = ?7",
+                        params![
+                            json(&row.grant)?,
+                            row.grant_version as i64,
+                            row.revoked,
+                            row.shared_with_all_members,
+                            json(&row.opted_in)?,
+                            row.operator_is_member,
+                            row.id
+                        ],
                     )
-                    .doing("updating a context's grant")?;
+                    .doing("updating a context's grant and access")?;
                     if row.revoked {
                         tx.execute(
                             "UPDATE machine_keys SET revoked = 1 WHERE context_id = ?1",

@@ -87,6 +87,14 @@ const MIGRATIONS: &[&str] = &[
     );",
     // 3: contexts found by operator and name without a scan.
     "CREATE INDEX contexts_by_name ON contexts (operator, name);",
+    // 4: sharing (the access columns follow the dispatcher's context records) and users
+    // removed from the organization.
+    "
+    ALTER TABLE contexts ADD COLUMN shared_with_all_members INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE contexts ADD COLUMN opted_in TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE contexts ADD COLUMN operator_is_member INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE users ADD COLUMN removed_at INTEGER;
+    ",
 ];
 
 /// The version recorded, 0 for an empty database.

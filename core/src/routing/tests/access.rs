@@ -153,3 +153,11 @@ fn refusals_a_person_can_act_on_say_how() {
             .contains("opt in first")
     );
 }
+
+#[test]
+fn every_refusal_is_found_again_by_its_code() {
+    for denied in AccessDenied::ALL {
+        assert_eq!(AccessDenied::from_code(denied.code()), Some(denied));
+    }
+    assert_eq!(AccessDenied::from_code("busy"), None);
+}

@@ -77,12 +77,20 @@ fn a_named_context_is_strict_by_default() {
         }),
         "execution_context_unusable"
     );
+    // Refused on the one named context: the access code itself, so the person learns why.
     assert_eq!(
         code(ContextView {
             operator: "u_other".into(),
             ..view("laptop")
         }),
-        "no_usable_context"
+        "not_opted_in"
+    );
+    assert_eq!(
+        code(ContextView {
+            operator_is_member: false,
+            ..view("laptop")
+        }),
+        "operator_left"
     );
 }
 
@@ -224,6 +232,12 @@ fn an_offline_named_context_can_be_queued_for_if_the_requester_may_use_it() {
     assert_eq!(
         outcomes(err.attempts()),
         vec![("ec_laptop", "denied", "not_opted_in")]
+    );
+    // Refused on the one named context: the error carries the access code and its advice.
+    assert_eq!(err.code(), "not_opted_in");
+    assert!(
+        err.to_string().starts_with("laptop: you have not opted in"),
+        "{err}"
     );
     let route = dispatch(plan(
         &user(ANA),
