@@ -42,7 +42,8 @@ fn a_thousand_executions_over_twenty_daemons_with_kills_lose_and_repeat_nothing(
         wait_for_explained(
             &format!("{name} online"),
             || {
-                let (status, ctx) = server.api("GET", &format!("/v1/execution-contexts/{name}"), None);
+                let (status, ctx) =
+                    server.api("GET", &format!("/v1/execution-contexts/{name}"), None);
                 (status == 200 && ctx["online"] == true).then_some(())
             },
             || format!("{name}'s log ends:\n{}", daemon.log_tail(20)),

@@ -135,7 +135,6 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         created_at: wall_now().0,
         ..ExecutionEntry::default()
     };
-    app.shared.store.insert_execution(&entry)?;
     let request = ExecuteRequest {
         exec_id: entry.id.clone(),
         requester: Requester {
@@ -146,7 +145,9 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         capability: body.capability,
         timeout_ms: manifest.limits.timeout_ms,
     };
-    app.call(Input::Execute(Box::new(request))).await?;
+    // The listing row is committed with the execution's records, in one transaction.
+    app.call_with(Input::Execute(Box::new(request)), Some(entry.clone()))
+        .await?;
     let entry = if body.wait {
         wait_for_end(&app, &entry.id, Duration::from_secs(body.wait_secs)).await?
     } else {
@@ -158,9 +159,9 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
 /// The execution once it ended, or as it is after `limit`.
 async fn wait_for_end(app: &App, id: &str, limit: Duration) -> Result<ExecutionEntry, ApiError> {
     let deadline = tokio::time::Instant::now() + limit;
-    let mut changed = app.shared.changed.subscribe();
     loop {
-        changed.borrow_and_update();
+        // Watching before reading: an end committed after the read still wakes this.
+        let mut end = app.shared.ends.subscribe(id);
         let entry = app
             .shared
             .store
@@ -170,7 +171,7 @@ async fn wait_for_end(app: &App, id: &str, limit: Duration) -> Result<ExecutionE
             return Ok(entry);
         }
         tokio::select! {
-            r = changed.changed() => if r.is_err() { return Ok(entry) },
+            () = end.signalled() => {}
             () = tokio::time::sleep_until(deadline) => return Ok(entry),
         }
     }
