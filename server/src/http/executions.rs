@@ -78,13 +78,15 @@ pub(crate) fn resolve_context(app: &App, caller: &Caller, given: &str) -> Result
     if given == CLOUD_ID {
         return Ok(CLOUD_ID.to_owned());
     }
-    let contexts = app.shared.store.contexts()?;
-    let by_id = contexts.iter().find(|c| c.id == given);
-    let own = contexts
-        .iter()
-        .find(|c| c.name == given && c.operator == caller.user && !c.revoked);
-    let any = contexts.iter().find(|c| c.name == given && !c.revoked);
-    by_id.or(own).or(any).map(|c| c.id.clone()).ok_or_else(|| {
+    let store = &app.shared.store;
+    let found = match store.context(given)? {
+        Some(by_id) => Some(by_id),
+        None => match store.live_context_named(given, Some(&caller.user))? {
+            Some(own) => Some(own),
+            None => store.live_context_named(given, None)?,
+        },
+    };
+    found.map(|c| c.id).ok_or_else(|| {
         ApiError::new(
             404,
             "context_unknown",

@@ -159,12 +159,10 @@ impl Store {
 
     fn one_context(&self, clause: &str, arg: &str) -> Result<Option<ContextEntry>, StoreError> {
         self.read()
-            .query_row(
-                &format!("SELECT {CONTEXT_COLUMNS} FROM contexts WHERE {clause}"),
-                [arg],
-                context_row,
-            )
-            .optional()
+            .prepare_cached(&format!(
+                "SELECT {CONTEXT_COLUMNS} FROM contexts WHERE {clause}"
+            ))
+            .and_then(|mut stmt| stmt.query_row([arg], context_row).optional())
             .doing("reading a context")
     }
 
@@ -176,6 +174,26 @@ impl Store {
     /// The context registered with this machine key.
     pub fn context_by_key(&self, key_id: &str) -> Result<Option<ContextEntry>, StoreError> {
         self.one_context("key_id = ?1", key_id)
+    }
+
+    /// The oldest live (not revoked) context named `name`: `operator`'s when given, else
+    /// anyone's. One lookup, however many contexts there are.
+    pub fn live_context_named(
+        &self,
+        name: &str,
+        operator: Option<&str>,
+    ) -> Result<Option<ContextEntry>, StoreError> {
+        self.read()
+            .prepare_cached(&format!(
+                "SELECT {CONTEXT_COLUMNS} FROM contexts
+                 WHERE name = ?1 AND revoked = 0 AND (?2 IS NULL OR operator = ?2)
+                 ORDER BY registered_at, id LIMIT 1"
+            ))
+            .and_then(|mut stmt| {
+                stmt.query_row(params![name, operator], context_row)
+                    .optional()
+            })
+            .doing("reading a context")
     }
 
     /// Whether `operator` has a live (not revoked) context named `name`: one indexed lookup,
