@@ -141,7 +141,8 @@ impl DaemonStore {
         done.map_err(|e| self.sql(e))
     }
 
-    /// Writes `records` (one input's) durably, in one transaction, in order.
+    /// Writes `records` (those of one wake of the driver) durably, in one transaction, in
+    /// order.
     pub fn append(&mut self, records: &[DaemonRecord]) -> Result<(), StoreError> {
         if records.is_empty() {
             return Ok(());
@@ -152,12 +153,13 @@ impl DaemonStore {
             source,
         };
         let tx = self.conn.transaction().map_err(sql)?;
-        for record in records {
-            tx.execute(
-                "INSERT INTO records (bytes) VALUES (?1)",
-                params![record.encode()],
-            )
-            .map_err(sql)?;
+        {
+            let mut insert = tx
+                .prepare_cached("INSERT INTO records (bytes) VALUES (?1)")
+                .map_err(sql)?;
+            for record in records {
+                insert.execute(params![record.encode()]).map_err(sql)?;
+            }
         }
         tx.commit().map_err(sql)
     }

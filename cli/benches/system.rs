@@ -4,6 +4,16 @@
 //!   the real server and a daemon on each host (tokio, smol, blocking), against three raw
 //!   WebSocket round trips on the tokio host (target: execute ≤ 3× the raw trips; smol and
 //!   blocking ≤ 1.2× tokio).
+//! - `round_trip/durable_commits_x5`: the commits a round trip cannot do without, on the same
+//!   disk: five sequential one-row SQLite transactions (WAL, `synchronous=FULL`, as both
+//!   stores are set up) alternating between a "server" and a "daemon" file in the bench's temp
+//!   folder, in the order of a run (PROTOCOL §4.4, RECORDS.md): execution created and
+//!   `run.request` offered (server), `run.accept` turned into a commit before `run.commit`
+//!   leaves (server), run started before it runs (daemon), result in the outbox before
+//!   `run.result` leaves (daemon), result recorded before the answer (server). Each is a write
+//!   and an fsync of the WAL, so this is the floor a crash-safe round trip stands on;
+//!   `(execute_wasm − durable_commits_x5) ÷ raw_websocket_x3` is the share of the round trip
+//!   that the code, not the disk, costs.
 //! - `throughput`: 512 executions through one server and 8 daemons × 8 slots, submitted at
 //!   once and waited for (criterion reports executions per second; target ≥ 2,000/s).
 //!
@@ -223,6 +233,16 @@ fn open_echo(host: &OwnedHost, url: &str) -> (Link, Receiver<LinkEvent>) {
     }
 }
 
+/// A SQLite file set up as both stores set theirs up (WAL, `synchronous=FULL`) with one table.
+fn durable_db(path: &std::path::Path) -> rusqlite::Connection {
+    let db = rusqlite::Connection::open(path).unwrap();
+    db.pragma_update(None, "journal_mode", "WAL").unwrap();
+    db.pragma_update(None, "synchronous", "FULL").unwrap();
+    db.execute_batch("CREATE TABLE t (seq INTEGER PRIMARY KEY AUTOINCREMENT, v BLOB NOT NULL)")
+        .unwrap();
+    db
+}
+
 fn round_trip(c: &mut Criterion) {
     let mut group = c.benchmark_group("round_trip");
     group
@@ -242,6 +262,19 @@ fn round_trip(c: &mut Criterion) {
             }
         })
     });
+    let commits = temp_dir("commits");
+    let server_db = durable_db(&commits.join("server.db"));
+    let daemon_db = durable_db(&commits.join("daemon.db"));
+    group.bench_function("durable_commits_x5", |b| {
+        b.iter(|| {
+            for db in [&server_db, &server_db, &daemon_db, &daemon_db, &server_db] {
+                db.execute("INSERT INTO t (v) VALUES (?1)", [b"one record".as_slice()])
+                    .unwrap();
+            }
+        })
+    });
+    drop((server_db, daemon_db));
+    let _ = std::fs::remove_dir_all(&commits);
     for kind in [HostKind::Tokio, HostKind::Smol, HostKind::Blocking] {
         let world = World::new(&format!("rt-{}", kind.as_str()));
         let _daemon = Daemon::start(kind, world.dir.join("home"), "box", &world.join, 2);

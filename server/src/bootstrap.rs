@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::{Clock, wall_now};
-use crate::dispatch::{Cloud, Dispatcher, Shared};
+use crate::dispatch::{Cloud, Dispatcher, Ends, Shared};
 use crate::metrics::Metrics;
 use crate::state::{self, StateError};
 use crate::store::Store;
@@ -144,12 +144,11 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     .encode();
     state::write_secret(&dir.join("join"), format!("{join}\n").as_bytes())?;
 
-    let (changed, _) = watch::channel(0);
     let shared = Arc::new(Shared {
         store: store.clone(),
         clock,
         metrics: Metrics::default(),
-        changed,
+        ends: Ends::default(),
     });
     let signer = Arc::new(keys.signer);
     let template = SessionConfig::new("");

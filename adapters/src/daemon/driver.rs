@@ -2,10 +2,17 @@
 //! `handle_input` / `poll_output` over a channel of [`Event`]s from the sockets and threads it
 //! started.
 //!
-//! Rules it keeps: every [`Output::Persist`] is committed to the outbox before the next output
-//! is carried out; events of an older connection attempt are ignored (each attempt has a
-//! number); one wake carries out at most [`MAX_OUTPUTS_PER_WAKE`] outputs or the daemon stops
+//! Rules it keeps: every [`Output::Persist`] is committed to the outbox before any output polled
+//! with it is carried out; events of an older connection attempt are ignored (each attempt has
+//! a number); one wake carries out at most [`MAX_OUTPUTS_PER_WAKE`] outputs or the daemon stops
 //! loudly. It never reads a frame itself: bytes go to the core as they came.
+//!
+//! One wake is one commit: the events already waiting when the driver wakes (frames of the
+//! current connection, finished runs, fetched bundles; at most [`BATCH`]) are fed one after
+//! another, their outputs polled, and all their records written in one transaction before any
+//! of those outputs is carried out. An event that changes which connection later events
+//! belong to (a ticket, an open, a close), or an output that does (a close, a connect, a
+//! stop), ends the batch.
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
@@ -34,6 +41,9 @@ use crate::tls::{ServerUrl, Trust};
 /// The most outputs one wake may carry out; more means the core and the host disagree, and
 /// the daemon stops with [`DaemonError::RunawayOutputs`] rather than spin.
 pub const MAX_OUTPUTS_PER_WAKE: usize = 65_536;
+
+/// The most events one wake feeds the core before it commits and carries out their outputs.
+pub const BATCH: usize = 64;
 
 /// How long a stopping daemon waits for cancelled runs to clean up.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -65,6 +75,35 @@ struct Driver {
     updates: Schedule,
     features: Features,
     exit: Option<DaemonExit>,
+    /// An event taken while batching that could not join the batch: handled next.
+    deferred: Option<Event>,
+}
+
+/// Outputs polled from the core and not yet carried out.
+#[derive(Default)]
+struct Polled {
+    records: Vec<DaemonRecord>,
+    outputs: Vec<Output>,
+    /// When the core wants [`Input::Timeout`] (its latest `Wait`).
+    until: Option<outpost_core::time::Instant>,
+    /// Among `outputs` is one after which no further input may join the batch.
+    barrier: bool,
+}
+
+impl Polled {
+    fn take(&mut self, output: Output) {
+        match output {
+            Output::Persist(record) => self.records.push(record),
+            Output::Wait { until, .. } => self.until = Some(until),
+            output => {
+                self.barrier |= matches!(
+                    output,
+                    Output::Close { .. } | Output::Command(Command::Connect | Command::Stop { .. })
+                );
+                self.outputs.push(output);
+            }
+        }
+    }
 }
 
 pub(super) fn run(
@@ -215,6 +254,7 @@ pub(super) fn run(
         updates: Schedule::new(update::enabled(options.local.auto_update), seed),
         features: Features::new(&options.features),
         exit: None,
+        deferred: None,
     };
     driver.serve()
 }
@@ -268,6 +308,10 @@ impl Driver {
                 1 => {}
                 _ => return self.interrupt(),
             }
+            if let Some(event) = self.deferred.take() {
+                self.on_event(event)?;
+                continue;
+            }
             let wait = self.clock.until(until);
             match self.rx.recv_timeout(wait.min(STOP_POLL)) {
                 Ok(event) => self.on_event(event)?,
@@ -315,21 +359,44 @@ impl Driver {
         Ok(())
     }
 
-    /// Carries out outputs until the core waits; returns when it wants a timeout.
-    fn carry_out(&mut self) -> Result<outpost_core::time::Instant, DaemonError> {
-        let mut records: Vec<DaemonRecord> = Vec::new();
+    /// Polls the core's outputs until it waits, into `polled`.
+    fn poll(&mut self, polled: &mut Polled) -> Result<(), DaemonError> {
         for _ in 0..MAX_OUTPUTS_PER_WAKE {
             let output = self.daemon.poll_output();
-            if let Output::Persist(record) = output {
-                records.push(record);
-                continue;
+            let waits = matches!(output, Output::Wait { .. });
+            polled.take(output);
+            if waits {
+                return Ok(());
             }
-            // Every record polled so far is committed before anything that depends on it.
-            self.store.append(&records)?;
-            records.clear();
+        }
+        Err(DaemonError::RunawayOutputs)
+    }
+
+    /// Polls the outputs of what was fed, feeds the events already waiting that may join them
+    /// (see the module docs), commits all their records in one transaction, then carries out
+    /// the other outputs in order. Returns when the core wants a timeout.
+    fn carry_out(&mut self) -> Result<outpost_core::time::Instant, DaemonError> {
+        let mut polled = Polled::default();
+        self.poll(&mut polled)?;
+        let mut fed = 1;
+        while !polled.barrier && fed < BATCH {
+            let Ok(event) = self.rx.try_recv() else { break };
+            if !self.joins_batch(&event) {
+                self.deferred = Some(event);
+                break;
+            }
+            self.on_event(event)?;
+            self.poll(&mut polled)?;
+            fed += 1;
+        }
+        if polled.outputs.len() > MAX_OUTPUTS_PER_WAKE {
+            return Err(DaemonError::RunawayOutputs);
+        }
+        // Every record polled is committed before anything polled with it is carried out.
+        self.store.append(&polled.records)?;
+        for output in polled.outputs {
             match output {
-                Output::Wait { until, .. } => return Ok(until),
-                Output::Persist(_) => {}
+                Output::Persist(_) | Output::Wait { .. } => {}
                 Output::Transmit(bytes) => {
                     if let Some(link) = &self.link {
                         link.send(bytes);
@@ -346,7 +413,21 @@ impl Driver {
                 Output::Event(event) => log_event(&event),
             }
         }
-        Err(DaemonError::RunawayOutputs)
+        polled.until.ok_or(DaemonError::RunawayOutputs)
+    }
+
+    /// Whether `event` may be fed before the outputs polled so far are carried out: it must
+    /// not change which connection frames belong to.
+    fn joins_batch(&self, event: &Event) -> bool {
+        match event {
+            Event::RunDone { .. } | Event::Fetched { .. } => true,
+            Event::Link {
+                conn,
+                event: LinkEvent::Message(_),
+            } => *conn == self.conn && self.link.is_some(),
+            // An update check may start the drain: it is fed on its own.
+            Event::Link { .. } | Event::Ticket { .. } | Event::UpdateChecked(_) => false,
+        }
     }
 
     fn command(&mut self, command: Command) {

@@ -10,6 +10,7 @@
 
 mod cloud;
 mod conns;
+mod ends;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,10 +23,11 @@ use tokio::sync::{mpsc, oneshot};
 
 pub(crate) use cloud::Cloud;
 pub(crate) use conns::{ConnHandle, ToConn, queue as conns_queue};
+pub(crate) use ends::Ends;
 
 use crate::clock::Clock;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{AuditRow, Batch, ExecutionEntry, Store};
 
 /// The most messages one group commit takes.
 const BATCH: usize = 256;
@@ -48,6 +50,9 @@ pub(crate) enum Msg {
     Input {
         input: Input,
         reply: Option<oneshot::Sender<Result<(), String>>>,
+        /// A new execution's listing row, written in the same transaction as the input's
+        /// records (only if the core takes the input).
+        listing: Option<Box<ExecutionEntry>>,
     },
     /// Issue a connect ticket.
     IssueTicket {
@@ -79,8 +84,8 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<Store>,
     pub(crate) clock: Clock,
     pub(crate) metrics: Metrics,
-    /// Bumped whenever an execution starts or ends, for waiters.
-    pub(crate) changed: tokio::sync::watch::Sender<u64>,
+    /// Wakes the routes waiting on an execution once its end is committed.
+    pub(crate) ends: Ends,
 }
 
 /// The actor's state.
@@ -92,6 +97,8 @@ pub(crate) struct Dispatcher {
     next_wake: Instant,
     /// When each execution was received, for the dispatch-latency histogram.
     received: HashMap<String, Instant>,
+    /// Listing rows of executions the core took, for the next commit.
+    listings: Vec<ExecutionEntry>,
 }
 
 impl Dispatcher {
@@ -105,6 +112,7 @@ impl Dispatcher {
             cloud,
             next_wake,
             received: HashMap::new(),
+            listings: Vec::new(),
         }
     }
 
@@ -166,8 +174,15 @@ impl Dispatcher {
                     self.finish_batch(replies)?;
                     return Ok(true);
                 }
-                Msg::Input { input, reply } => {
+                Msg::Input {
+                    input,
+                    reply,
+                    listing,
+                } => {
                     let result = self.apply(input);
+                    if let (Ok(()), Some(listing)) = (&result, listing) {
+                        self.listings.push(*listing);
+                    }
                     replies.push((reply, result));
                 }
                 Msg::Connect {
@@ -270,29 +285,38 @@ impl Dispatcher {
 
     /// Polls outputs until `Wait`, then writes every record among them in one transaction
     /// before it carries out any other output (so each output follows the records it depends
-    /// on, RECORDS.md §1, with one commit for all the inputs fed since the last drain).
+    /// on, RECORDS.md §1, with one commit for all the inputs fed since the last drain). The
+    /// same transaction takes the listing rows of the executions those inputs created and
+    /// the audit events of those outputs: one commit per drain.
     /// Carrying out can feed the core (a connection whose queue is full is dropped), so it
     /// polls again until nothing is left.
     fn drain(&mut self) -> Result<(), crate::store::StoreError> {
         loop {
-            let mut records = Vec::new();
+            let mut batch = Batch {
+                executions: std::mem::take(&mut self.listings),
+                ..Batch::default()
+            };
             let mut outputs = Vec::new();
             loop {
                 match self.server.poll_output() {
-                    Output::Persist(record) => records.push(record),
+                    Output::Persist(record) => batch.records.push(record),
                     Output::Wait { until, .. } => {
                         self.next_wake = until;
                         break;
                     }
-                    output => outputs.push(output),
+                    output => {
+                        if let Output::Event(event) = &output {
+                            batch.audit.extend(self.audit_row(event));
+                        }
+                        outputs.push(output);
+                    }
                 }
             }
-            if records.is_empty() && outputs.is_empty() {
+            if batch.is_empty() && outputs.is_empty() {
                 return Ok(());
             }
-            if !records.is_empty() {
-                self.shared.store.write_records(&records)?;
-            }
+            let store = &self.shared.store;
+            off_the_runtime(|| store.write_batch(&batch))?;
             for output in outputs {
                 self.carry_out(output)?;
             }
@@ -334,27 +358,47 @@ impl Dispatcher {
         }
     }
 
-    fn on_event(&mut self, event: Event) -> Result<(), crate::store::StoreError> {
-        let at = self.shared.clock.now();
+    /// The audit event `event` is worth, written with the records of its drain.
+    fn audit_row(&self, event: &Event) -> Option<AuditRow> {
+        let at = self.shared.clock.now().wall.0;
         match event {
             Event::ExecutionFinished {
                 exec_id,
                 outcome,
                 ran_on,
                 ..
+            } => Some(AuditRow {
+                at,
+                kind: "run".into(),
+                actor: "dispatcher".into(),
+                context_id: ran_on.as_ref().map(|r| r.id.clone()),
+                detail: format!("{exec_id} {}", crate::store::outcome_status(outcome)),
+            }),
+            Event::Session {
+                context_id,
+                event: session::Event::CommandFinished { frame },
+            } => Some(AuditRow {
+                at,
+                kind: "command_finished".into(),
+                actor: "daemon".into(),
+                context_id: Some(context_id.clone()),
+                detail: String::from_utf8_lossy(&frame.to_json()).into_owned(),
+            }),
+            _ => None,
+        }
+    }
+
+    fn on_event(&mut self, event: Event) -> Result<(), crate::store::StoreError> {
+        let at = self.shared.clock.now();
+        match event {
+            Event::ExecutionFinished {
+                exec_id, outcome, ..
             } => {
                 self.received.remove(&exec_id);
                 let status = crate::store::outcome_status(&outcome);
                 self.shared.metrics.run_finished(&status);
-                let context = ran_on.as_ref().map(|r| r.id.as_str());
-                self.shared.store.audit(
-                    at.wall.0,
-                    "run",
-                    "dispatcher",
-                    context,
-                    &format!("{exec_id} {status}"),
-                )?;
-                self.shared.changed.send_modify(|n| *n += 1);
+                // Its end (and audit row) is committed: wake who waits on it.
+                self.shared.ends.ended(&exec_id);
             }
             Event::RunStarted {
                 exec_id, run_id, ..
@@ -364,7 +408,6 @@ impl Dispatcher {
                     self.shared.metrics.dispatched(latency);
                 }
                 tracing::debug!(%exec_id, %run_id, "run committed");
-                self.shared.changed.send_modify(|n| *n += 1);
             }
             Event::Session { context_id, event } => match event {
                 session::Event::Ready { .. } => self.shared.metrics.daemon_ready(&context_id),
@@ -375,22 +418,23 @@ impl Dispatcher {
                 session::Event::ConnectRefused { code, .. } => {
                     tracing::info!(%context_id, code, "a connect was refused");
                 }
-                session::Event::CommandFinished { frame } => {
-                    let detail = String::from_utf8_lossy(&frame.to_json()).into_owned();
-                    self.shared.store.audit(
-                        at.wall.0,
-                        "command_finished",
-                        "daemon",
-                        Some(&context_id),
-                        &detail,
-                    )?;
-                }
-                session::Event::RunStarted { .. } | session::Event::RunEnded { .. } => {}
+                session::Event::CommandFinished { .. }
+                | session::Event::RunStarted { .. }
+                | session::Event::RunEnded { .. } => {}
             },
             Event::SessionError { context_id, error } => {
                 tracing::warn!(%context_id, error = %error, "a session refused an input");
             }
         }
         Ok(())
+    }
+}
+
+/// Runs `work`, which blocks on the disk, without holding up the runtime's other tasks: on a
+/// multi-thread runtime the worker hands its queue to another thread first.
+fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
     }
 }

@@ -79,27 +79,25 @@ pub(crate) fn resolve_context(app: &App, caller: &Caller, given: &str) -> Result
     if given == CLOUD_ID {
         return Ok(CLOUD_ID.to_owned());
     }
-    let contexts = app.shared.store.contexts()?;
-    let by_id = contexts.iter().find(|c| c.id == given);
-    let own = contexts
-        .iter()
-        .find(|c| c.name == given && c.operator == caller.user && !c.revoked);
-    let shared = contexts
-        .iter()
-        .find(|c| c.name == given && c.shared_with_all_members && !c.revoked);
-    let any = contexts.iter().find(|c| c.name == given && !c.revoked);
-    by_id
-        .or(own)
-        .or(shared)
-        .or(any)
-        .map(|c| c.id.clone())
-        .ok_or_else(|| {
-            ApiError::new(
-                404,
-                "context_unknown",
-                format!("no context is named {given:?}"),
-            )
-        })
+    let store = &app.shared.store;
+    // By id, else the caller's own live context, else one shared with every member, else any.
+    let mut found = store.context(given)?;
+    if found.is_none() {
+        found = store.live_context_named(given, Some(&caller.user), false)?;
+    }
+    if found.is_none() {
+        found = store.live_context_named(given, None, true)?;
+    }
+    if found.is_none() {
+        found = store.live_context_named(given, None, false)?;
+    }
+    found.map(|c| c.id).ok_or_else(|| {
+        ApiError::new(
+            404,
+            "context_unknown",
+            format!("no context is named {given:?}"),
+        )
+    })
 }
 
 async fn execute(State(app): State<App>, req: Request) -> ApiResult {
@@ -147,7 +145,6 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         created_at: wall_now().0,
         ..ExecutionEntry::default()
     };
-    app.shared.store.insert_execution(&entry)?;
     let request = ExecuteRequest {
         exec_id: entry.id.clone(),
         requester: Requester {
@@ -158,7 +155,9 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         capability: body.capability,
         timeout_ms: manifest.limits.timeout_ms,
     };
-    app.call(Input::Execute(Box::new(request))).await?;
+    // The listing row is committed with the execution's records, in one transaction.
+    app.call_with(Input::Execute(Box::new(request)), Some(entry.clone()))
+        .await?;
     let entry = if body.wait {
         wait_for_end(&app, &entry.id, Duration::from_secs(body.wait_secs)).await?
     } else {
@@ -170,9 +169,9 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
 /// The execution once it ended, or as it is after `limit`.
 async fn wait_for_end(app: &App, id: &str, limit: Duration) -> Result<ExecutionEntry, ApiError> {
     let deadline = tokio::time::Instant::now() + limit;
-    let mut changed = app.shared.changed.subscribe();
     loop {
-        changed.borrow_and_update();
+        // Watching before reading: an end committed after the read still wakes this.
+        let mut end = app.shared.ends.subscribe(id);
         let entry = app
             .shared
             .store
@@ -182,7 +181,7 @@ async fn wait_for_end(app: &App, id: &str, limit: Duration) -> Result<ExecutionE
             return Ok(entry);
         }
         tokio::select! {
-            r = changed.changed() => if r.is_err() { return Ok(entry) },
+            () = end.signalled() => {}
             () = tokio::time::sleep_until(deadline) => return Ok(entry),
         }
     }

@@ -120,11 +120,22 @@ impl App {
 
     /// Feeds `input` to the dispatcher and waits until its records are written.
     pub(crate) async fn call(&self, input: Input) -> Result<(), ApiError> {
+        self.call_with(input, None).await
+    }
+
+    /// As [`App::call`], with a new execution's listing row committed in the same
+    /// transaction as the input's records (nothing is stored if the core refuses it).
+    pub(crate) async fn call_with(
+        &self,
+        input: Input,
+        listing: Option<crate::store::ExecutionEntry>,
+    ) -> Result<(), ApiError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Msg::Input {
                 input,
                 reply: Some(reply),
+                listing: listing.map(Box::new),
             })
             .await
             .map_err(|_| Self::gone())?;

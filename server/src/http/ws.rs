@@ -105,7 +105,11 @@ pub(crate) async fn drive(
         let input = Input::Frame { conn, bytes };
         if app
             .tx
-            .send(Msg::Input { input, reply: None })
+            .send(Msg::Input {
+                input,
+                reply: None,
+                listing: None,
+            })
             .await
             .is_err()
         {

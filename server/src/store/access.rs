@@ -83,7 +83,7 @@ impl Store {
     /// Whether any user exists (false on first start).
     pub fn has_users(&self) -> Result<bool, StoreError> {
         let n: i64 = self
-            .lock()
+            .read()
             .query_row("SELECT COUNT(*) FROM users", [], |r| r.get(0))
             .doing("counting users")?;
         Ok(n > 0)
@@ -173,11 +173,10 @@ impl Store {
 
     /// The token with this hash.
     pub fn token(&self, hash: &[u8; 32]) -> Result<Option<TokenEntry>, StoreError> {
-        self.lock()
-            .query_row(
-                "SELECT user, scopes, expires_at, revoked FROM tokens WHERE hash = ?1",
-                [hash.as_slice()],
-                |r| {
+        self.read()
+            .prepare_cached("SELECT user, scopes, expires_at, revoked FROM tokens WHERE hash = ?1")
+            .and_then(|mut stmt| {
+                stmt.query_row([hash.as_slice()], |r| {
                     let scopes: String = r.get(1)?;
                     Ok(TokenEntry {
                         user: r.get(0)?,
@@ -189,9 +188,9 @@ impl Store {
                         expires_at: r.get::<_, Option<i64>>(2)?.map(|t| t as u64),
                         revoked: r.get(3)?,
                     })
-                },
-            )
-            .optional()
+                })
+                .optional()
+            })
             .doing("looking up a token")
     }
 
@@ -229,13 +228,11 @@ impl Store {
     }
 
     fn one_context(&self, clause: &str, arg: &str) -> Result<Option<ContextEntry>, StoreError> {
-        self.lock()
-            .query_row(
-                &format!("SELECT {READ_COLUMNS} FROM contexts WHERE {clause}"),
-                [arg],
-                context_row,
-            )
-            .optional()
+        self.read()
+            .prepare_cached(&format!(
+                "SELECT {READ_COLUMNS} FROM contexts WHERE {clause}"
+            ))
+            .and_then(|mut stmt| stmt.query_row([arg], context_row).optional())
             .doing("reading a context")
     }
 
@@ -249,10 +246,32 @@ impl Store {
         self.one_context("key_id = ?1", key_id)
     }
 
+    /// The oldest live (not revoked) context named `name`: `operator`'s when given, else
+    /// anyone's. One lookup, however many contexts there are.
+    pub fn live_context_named(
+        &self,
+        name: &str,
+        operator: Option<&str>,
+        shared_only: bool,
+    ) -> Result<Option<ContextEntry>, StoreError> {
+        self.read()
+            .prepare_cached(&format!(
+                "SELECT {READ_COLUMNS} FROM contexts
+                 WHERE name = ?1 AND revoked = 0 AND (?2 IS NULL OR operator = ?2)
+                   AND (?3 = 0 OR shared_with_all_members = 1)
+                 ORDER BY registered_at, id LIMIT 1"
+            ))
+            .and_then(|mut stmt| {
+                stmt.query_row(params![name, operator, shared_only], context_row)
+                    .optional()
+            })
+            .doing("reading a context")
+    }
+
     /// Whether `operator` has a live (not revoked) context named `name`: one indexed lookup,
     /// so registering stays cheap however many machines there are.
     pub fn live_name_taken(&self, operator: &str, name: &str) -> Result<bool, StoreError> {
-        self.lock()
+        self.read()
             .query_row(
                 "SELECT EXISTS (SELECT 1 FROM contexts WHERE operator = ?1 AND name = ?2 AND revoked = 0)",
                 [operator, name],
@@ -263,9 +282,9 @@ impl Store {
 
     /// Every context, oldest first.
     pub fn contexts(&self) -> Result<Vec<ContextEntry>, StoreError> {
-        let conn = self.lock();
+        let conn = self.read();
         let mut stmt = conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {READ_COLUMNS} FROM contexts ORDER BY registered_at, id"
             ))
             .doing("listing contexts")?;
@@ -295,7 +314,7 @@ impl Store {
         key_id: &str,
     ) -> Result<Option<(String, [u8; 32], bool)>, StoreError> {
         let found: Option<(String, Vec<u8>, bool)> = self
-            .lock()
+            .read()
             .query_row(
                 "SELECT context_id, public_key, revoked FROM machine_keys WHERE key_id = ?1",
                 [key_id],

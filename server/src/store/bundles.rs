@@ -26,7 +26,7 @@ impl Store {
 
     /// A bundle's bytes.
     pub(crate) fn bundle(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.lock()
+        self.read()
             .query_row(
                 "SELECT bytes FROM bundles WHERE sha256 = ?1",
                 [sha256],

@@ -21,8 +21,8 @@ use std::sync::{Mutex, MutexGuard};
 use rusqlite::Connection;
 
 pub(crate) use access::{ContextEntry, Removal};
-pub(crate) use records::outcome_status;
-pub(crate) use runs::ExecutionEntry;
+pub(crate) use records::{Batch, outcome_status};
+pub(crate) use runs::{AuditRow, ExecutionEntry};
 
 /// A database error, with what the store was doing.
 #[derive(Debug, thiserror::Error)]
@@ -56,16 +56,31 @@ impl<T, E: std::error::Error + Send + Sync + 'static> Doing<T> for Result<T, E> 
     }
 }
 
-/// The SQLite store. Cheap calls: each takes the connection's lock for one statement or one
-/// transaction.
+/// The SQLite store. Cheap calls: each takes a connection's lock for one statement or one
+/// transaction. Writes go through one connection; reads through another, so that a read
+/// (a token check, an execution a request waits on) never waits for a commit's fsync: in
+/// WAL mode a reader sees every transaction committed before its statement began.
 #[derive(Debug)]
 pub struct Store {
     conn: Mutex<Connection>,
+    reader: Mutex<Connection>,
 }
 
 impl Store {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Self::connect(path)?;
+        schema::migrate(&conn)?;
+        // Opened after the migrations, so it never sees a schema half made.
+        let reader = Self::connect(path)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            reader: Mutex::new(reader),
+        })
+    }
+
+    /// One connection to the database, set up as every connection of the store is.
+    fn connect(path: &Path) -> Result<Connection, StoreError> {
         let conn = Connection::open(path).doing("opening the database")?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .doing("switching to WAL")?;
@@ -75,16 +90,21 @@ impl Store {
             .doing("enabling foreign keys")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .doing("setting the busy timeout")?;
-        schema::migrate(&conn)?;
-        Ok(Self {
-            conn: Mutex::new(conn),
-        })
+        Ok(conn)
     }
 
+    /// The connection that writes (and reads what a write depends on).
     fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves SQLite consistent (statements are atomic and
         // unfinished transactions roll back on drop), so a poisoned lock is still usable.
         self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The connection that only reads: it never waits for a commit in progress.
+    fn read(&self) -> MutexGuard<'_, Connection> {
+        self.reader
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }

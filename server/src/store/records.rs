@@ -7,6 +7,7 @@ use outpost_core::server::{
 };
 use rusqlite::{OptionalExtension as _, params};
 
+use super::runs::{AuditRow, ExecutionEntry};
 use super::{Doing as _, Store, StoreError};
 use outpost_core::routing::Chain;
 
@@ -27,103 +28,148 @@ fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).doing("encoding a row")
 }
 
+/// What one dispatcher drain writes, in one committed transaction (one fsync for all of it):
+/// the listing rows of the executions its inputs created, the records, and the audit events
+/// its outputs report.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    /// New executions' listing rows (`pending`), inserted before the records that update them.
+    pub(crate) executions: Vec<ExecutionEntry>,
+    /// The core's records, in the order it handed them out.
+    pub(crate) records: Vec<ServerRecord>,
+    /// Audit events the batch's outputs report.
+    pub(crate) audit: Vec<AuditRow>,
+}
+
+impl Batch {
+    /// Whether there is nothing to write.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.executions.is_empty() && self.records.is_empty() && self.audit.is_empty()
+    }
+}
+
 impl Store {
-    /// Writes the records of one input in one committed transaction.
-    pub fn write_records(&self, records: &[ServerRecord]) -> Result<(), StoreError> {
-        if records.is_empty() {
+    /// Writes `batch` in one committed transaction; nothing of it is written on an error.
+    pub(crate) fn write_batch(&self, batch: &Batch) -> Result<(), StoreError> {
+        if batch.is_empty() {
             return Ok(());
         }
         let mut conn = self.lock();
         let tx = conn.transaction().doing("starting a records transaction")?;
-        let mut seq: i64 = tx
-            .query_row("SELECT COALESCE(MAX(seq), 0) FROM records", [], |r| {
-                r.get(0)
-            })
-            .doing("reading the record sequence")?;
-        for record in records {
-            seq += 1;
-            let bytes = record.encode();
-            let (kind, key) = match &record.change {
-                ServerChange::Context(row) => {
-                    tx.execute(
-                        "UPDATE contexts SET grant_json = ?1, grant_version = ?2, revoked = ?3,
-                         shared_with_all_members = ?4, opted_in = ?5, operator_is_member = ?6
-                         WHERE id = ?7",
-                        params![
-                            json(&row.grant)?,
-                            row.grant_version as i64,
-                            row.revoked,
-                            row.shared_with_all_members,
-                            json(&row.opted_in)?,
-                            row.operator_is_member,
-                            row.id
-                        ],
-                    )
-                    .doing("updating a context's grant and access")?;
-                    if row.revoked {
-                        tx.execute(
-                            "UPDATE machine_keys SET revoked = 1 WHERE context_id = ?1",
-                            [&row.id],
-                        )
-                        .doing("revoking a machine key")?;
-                    }
-                    ("context", row.id.clone())
-                }
-                ServerChange::Chain(row) => ("chain", row.user_id.clone()),
-                ServerChange::Execution(row) => {
-                    let running = match &row.place {
-                        PlaceRow::Committed { context_id, .. } => Some(context_id.as_str()),
-                        PlaceRow::Cloud => Some(outpost_core::routing::CLOUD_ID),
-                        _ => None,
-                    };
-                    if let Some(context_id) = running {
-                        tx.execute(
-                            "UPDATE executions SET status = 'running', context_id = ?1 WHERE id = ?2 AND status = 'pending'",
-                            params![context_id, row.exec_id],
-                        )
-                        .doing("marking an execution running")?;
-                    }
-                    ("execution", row.exec_id.clone())
-                }
-                ServerChange::ExecutionEnded(row) => {
-                    // The record's time is anchored to whole wall seconds at start: it can
-                    // trail the wall clock by up to a second, never before the creation.
-                    tx.execute(
-                        "DELETE FROM records WHERE kind = 'execution' AND key = ?1",
-                        [&row.exec_id],
-                    )
-                    .doing("removing an ended execution's row")?;
-                    let ran_on = row.ran_on.as_ref().map(json).transpose()?;
-                    tx.execute(
-                        "UPDATE executions SET status = ?1, finished_at = MAX(?2, created_at), outcome_json = ?3,
-                         ran_on_json = ?4, line = ?5,
-                         context_id = COALESCE(?6, context_id), context_name = COALESCE(?7, context_name)
-                         WHERE id = ?8",
-                        params![
-                            outcome_status(&row.outcome),
-                            (record.written_ms / 1000) as i64,
-                            json(&row.outcome)?,
-                            ran_on,
-                            row.line,
-                            row.ran_on.as_ref().map(|r| r.id.clone()),
-                            row.ran_on.as_ref().map(|r| r.name.clone()),
-                            row.exec_id
-                        ],
-                    )
-                    .doing("recording an execution's end")?;
-                    ("ended", row.exec_id.clone())
-                }
-            };
-            tx.execute(
-                "INSERT INTO records (kind, key, seq, bytes) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (kind, key) DO UPDATE SET seq = excluded.seq, bytes = excluded.bytes",
-                params![kind, key, seq, bytes],
-            )
-            .doing("writing a record")?;
+        for entry in &batch.executions {
+            super::runs::insert_execution(&tx, entry)?;
         }
+        for row in &batch.audit {
+            super::runs::insert_audit(&tx, row)?;
+        }
+        write_records(&tx, &batch.records)?;
         tx.commit().doing("committing records")
     }
+}
 
+/// Writes `records` inside `tx`.
+fn write_records(
+    tx: &rusqlite::Transaction<'_>,
+    records: &[ServerRecord],
+) -> Result<(), StoreError> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let mut seq: i64 = tx
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM records")
+        .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)))
+        .doing("reading the record sequence")?;
+    for record in records {
+        seq += 1;
+        let bytes = record.encode();
+        let (kind, key) = match &record.change {
+            ServerChange::Context(row) => {
+                exec(
+                    tx,
+                    "UPDATE contexts SET grant_json = ?1, grant_version = ?2, revoked = ?3,
+                     shared_with_all_members = ?4, opted_in = ?5, operator_is_member = ?6
+                     WHERE id = ?7",
+                    params![
+                        json(&row.grant)?,
+                        row.grant_version as i64,
+                        row.revoked,
+                        row.shared_with_all_members,
+                        json(&row.opted_in)?,
+                        row.operator_is_member,
+                        row.id
+                    ],
+                )
+                .doing("updating a context's grant and access")?;
+                if row.revoked {
+                    exec(
+                        tx,
+                        "UPDATE machine_keys SET revoked = 1 WHERE context_id = ?1",
+                        [&row.id],
+                    )
+                    .doing("revoking a machine key")?;
+                }
+                ("context", row.id.clone())
+            }
+            ServerChange::Chain(row) => ("chain", row.user_id.clone()),
+            ServerChange::Execution(row) => {
+                let running = match &row.place {
+                    PlaceRow::Committed { context_id, .. } => Some(context_id.as_str()),
+                    PlaceRow::Cloud => Some(outpost_core::routing::CLOUD_ID),
+                    _ => None,
+                };
+                if let Some(context_id) = running {
+                    exec(
+                        tx,
+                        "UPDATE executions SET status = 'running', context_id = ?1 WHERE id = ?2 AND status = 'pending'",
+                        params![context_id, row.exec_id],
+                    )
+                    .doing("marking an execution running")?;
+                }
+                ("execution", row.exec_id.clone())
+            }
+            ServerChange::ExecutionEnded(row) => {
+                // The record's time is anchored to whole wall seconds at start: it can
+                // trail the wall clock by up to a second, never before the creation.
+                exec(
+                    tx,
+                    "DELETE FROM records WHERE kind = 'execution' AND key = ?1",
+                    [&row.exec_id],
+                )
+                .doing("removing an ended execution's row")?;
+                let ran_on = row.ran_on.as_ref().map(json).transpose()?;
+                exec(
+                    tx,
+                    "UPDATE executions SET status = ?1, finished_at = MAX(?2, created_at), outcome_json = ?3,
+                     ran_on_json = ?4, line = ?5,
+                     context_id = COALESCE(?6, context_id), context_name = COALESCE(?7, context_name)
+                     WHERE id = ?8",
+                    params![
+                        outcome_status(&row.outcome),
+                        (record.written_ms / 1000) as i64,
+                        json(&row.outcome)?,
+                        ran_on,
+                        row.line,
+                        row.ran_on.as_ref().map(|r| r.id.clone()),
+                        row.ran_on.as_ref().map(|r| r.name.clone()),
+                        row.exec_id
+                    ],
+                )
+                .doing("recording an execution's end")?;
+                ("ended", row.exec_id.clone())
+            }
+        };
+        exec(
+            tx,
+            "INSERT INTO records (kind, key, seq, bytes) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (kind, key) DO UPDATE SET seq = excluded.seq, bytes = excluded.bytes",
+            params![kind, key, seq, bytes],
+        )
+        .doing("writing a record")?;
+    }
+    Ok(())
+}
+
+impl Store {
     /// Every live record folded into a snapshot, for `Server::restore`; `None` when the
     /// database holds no record yet.
     pub fn load_snapshot(&self) -> Result<Option<ServerSnapshot>, StoreError> {
@@ -154,7 +200,7 @@ impl Store {
 
     /// A user's chain as last recorded.
     pub fn chain(&self, user: &str) -> Result<Option<Chain>, StoreError> {
-        let conn = self.lock();
+        let conn = self.read();
         let bytes: Option<Vec<u8>> = conn
             .query_row(
                 "SELECT bytes FROM records WHERE kind = 'chain' AND key = ?1",
@@ -175,7 +221,7 @@ impl Store {
 
     /// Every user whose chain names `context_id`, with that chain.
     pub fn chains_naming(&self, context_id: &str) -> Result<Vec<(String, Chain)>, StoreError> {
-        let conn = self.lock();
+        let conn = self.read();
         let mut stmt = conn
             .prepare("SELECT bytes FROM records WHERE kind = 'chain'")
             .doing("reading chains")?;
@@ -195,4 +241,13 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// Runs one statement through the connection's statement cache (prepared once, reused).
+pub(super) fn exec<P: rusqlite::Params>(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: P,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(params)
 }

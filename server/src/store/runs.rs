@@ -2,6 +2,7 @@
 
 use rusqlite::{OptionalExtension as _, Row, params};
 
+use super::records::exec;
 use super::{Doing as _, Store, StoreError};
 
 /// One execution's listing row.
@@ -54,35 +55,62 @@ pub(crate) struct AuditEntry {
     pub(crate) detail: String,
 }
 
-impl Store {
-    /// Records a new execution as `pending`.
-    pub fn insert_execution(&self, entry: &ExecutionEntry) -> Result<(), StoreError> {
-        self.lock()
-            .execute(
-                &format!("INSERT INTO executions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6, ?7, NULL, NULL, NULL)"),
-                params![
-                    entry.id,
-                    entry.user,
-                    entry.requested,
-                    entry.status,
-                    entry.created_at as i64,
-                    entry.context_id,
-                    entry.context_name
-                ],
-            )
-            .doing("recording an execution")?;
-        Ok(())
-    }
+/// An audit event to append.
+#[derive(Debug, Clone)]
+pub(crate) struct AuditRow {
+    /// Wall time, in seconds.
+    pub(crate) at: u64,
+    pub(crate) kind: String,
+    pub(crate) actor: String,
+    pub(crate) context_id: Option<String>,
+    pub(crate) detail: String,
+}
 
+/// Records a new execution as `pending` (inside the caller's transaction, if any).
+pub(super) fn insert_execution(
+    conn: &rusqlite::Connection,
+    entry: &ExecutionEntry,
+) -> Result<(), StoreError> {
+    exec(
+        conn,
+        &format!("INSERT INTO executions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6, ?7, NULL, NULL, NULL)"),
+        params![
+            entry.id,
+            entry.user,
+            entry.requested,
+            entry.status,
+            entry.created_at as i64,
+            entry.context_id,
+            entry.context_name
+        ],
+    )
+    .doing("recording an execution")?;
+    Ok(())
+}
+
+/// Appends an audit event (inside the caller's transaction, if any).
+pub(super) fn insert_audit(conn: &rusqlite::Connection, row: &AuditRow) -> Result<(), StoreError> {
+    exec(
+        conn,
+        "INSERT INTO audit (at, kind, actor, context_id, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            row.at as i64,
+            row.kind,
+            row.actor,
+            row.context_id,
+            row.detail
+        ],
+    )
+    .doing("writing an audit event")?;
+    Ok(())
+}
+
+impl Store {
     /// One execution.
     pub fn execution(&self, id: &str) -> Result<Option<ExecutionEntry>, StoreError> {
-        self.lock()
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM executions WHERE id = ?1"),
-                [id],
-                execution_row,
-            )
-            .optional()
+        self.read()
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM executions WHERE id = ?1"))
+            .and_then(|mut stmt| stmt.query_row([id], execution_row).optional())
             .doing("reading an execution")
     }
 
@@ -94,7 +122,7 @@ impl Store {
         context: Option<&str>,
         limit: u32,
     ) -> Result<Vec<ExecutionEntry>, StoreError> {
-        let conn = self.lock();
+        let conn = self.read();
         let mut stmt = conn
             .prepare(&format!(
                 "SELECT {COLUMNS} FROM executions
@@ -109,7 +137,7 @@ impl Store {
         rows.collect::<Result<_, _>>().doing("listing executions")
     }
 
-    /// Appends an audit event.
+    /// Appends an audit event (its own transaction).
     pub fn audit(
         &self,
         at: u64,
@@ -118,13 +146,14 @@ impl Store {
         context_id: Option<&str>,
         detail: &str,
     ) -> Result<(), StoreError> {
-        self.lock()
-            .execute(
-                "INSERT INTO audit (at, kind, actor, context_id, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![at as i64, kind, actor, context_id, detail],
-            )
-            .doing("writing an audit event")?;
-        Ok(())
+        let row = AuditRow {
+            at,
+            kind: kind.to_owned(),
+            actor: actor.to_owned(),
+            context_id: context_id.map(str::to_owned),
+            detail: detail.to_owned(),
+        };
+        insert_audit(&self.lock(), &row)
     }
 
     /// The latest audit events, newest first; only `actor`'s and its contexts' when given.
@@ -133,7 +162,7 @@ impl Store {
         actor: Option<&str>,
         limit: u32,
     ) -> Result<Vec<AuditEntry>, StoreError> {
-        let conn = self.lock();
+        let conn = self.read();
         let mut stmt = conn
             .prepare(
                 "SELECT at, kind, actor, context_id, detail FROM audit
