@@ -34,6 +34,9 @@ pub struct CommandRequest {
     pub requester: String,
     /// The run asking.
     pub run_id: String,
+    /// The id the server gave this command in the authorize hop (carried into
+    /// [`AuditEvent::CommandFinished`] so the daemon can report `command.finished`).
+    pub command_id: String,
     /// The program and its arguments (no shell).
     pub argv: Vec<String>,
     /// Where to run (default: the daemon's working directory).
@@ -65,6 +68,8 @@ pub enum AuditEvent {
     },
     /// A command ended.
     CommandFinished {
+        /// The command's id from the authorize hop.
+        command_id: String,
         /// The command line, cut.
         command: String,
         /// The run that asked.
@@ -123,6 +128,7 @@ pub enum JobStatus {
 
 struct Job {
     owner: String,
+    command_id: String,
     run_id: String,
     command: String,
     started: Instant,
@@ -156,6 +162,7 @@ fn cut(command: &str) -> String {
 
 fn finished_event(job: &Job, outcome: &Outcome, reason: &str) -> AuditEvent {
     AuditEvent::CommandFinished {
+        command_id: job.command_id.clone(),
         command: job.command.clone(),
         run_id: job.run_id.clone(),
         background: true,
@@ -208,6 +215,26 @@ impl HostCommands {
         s.granted = on;
         if !on {
             kill_all(&mut s, "commands_off");
+        }
+    }
+
+    /// Whether both switches are on now (a command may be asked for).
+    pub fn is_on(&self) -> bool {
+        let s = self.lock();
+        s.local_opt_in && s.granted
+    }
+
+    /// Notices background jobs that ended on their own since the last look (their
+    /// `exited` [`AuditEvent::CommandFinished`] is queued), without reading their output:
+    /// a later `poll` still returns it.
+    pub fn reap(&self) {
+        let mut s = self.lock();
+        let State { jobs, audit, .. } = &mut *s;
+        for job in jobs.values_mut().filter(|j| j.outcome.is_none()) {
+            if let Ok(Some(outcome)) = job.run.wait(Duration::ZERO) {
+                audit.push(finished_event(job, &outcome, "exited"));
+                job.outcome = Some(outcome);
+            }
         }
     }
 
@@ -316,6 +343,7 @@ impl HostCommands {
             Ending::Cancelled => "killed",
         };
         self.lock().audit.push(AuditEvent::CommandFinished {
+            command_id: req.command_id.clone(),
             command: cut(&req.argv.join(" ")),
             run_id: req.run_id.clone(),
             background: false,
@@ -337,6 +365,7 @@ impl HostCommands {
             id,
             Job {
                 owner: req.requester.clone(),
+                command_id: req.command_id.clone(),
                 run_id: req.run_id.clone(),
                 command: cut(&req.argv.join(" ")),
                 started: Instant::now(),

@@ -32,6 +32,7 @@ fn request(requester: &str, argv: &[&str]) -> CommandRequest {
     CommandRequest {
         requester: requester.into(),
         run_id: "run-9".into(),
+        command_id: "cmd_9".into(),
         argv: argv.iter().map(|s| (*s).to_owned()).collect(),
         cwd: Some(std::env::temp_dir()),
         env: BTreeMap::new(),
