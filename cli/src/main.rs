@@ -102,7 +102,8 @@ enum Command {
     },
     /// Ask this machine for a host command from inside a run (`run`, `start`, `poll`,
     /// `kill`), on the run's socket; both of the machine's switches must be on.
-    Command(host_command::CommandArgs),
+    #[command(name = "command")]
+    Ask(host_command::CommandArgs),
     /// The machines (execution contexts) you can use.
     Context {
         #[command(subcommand)]
@@ -316,7 +317,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             args: &args,
         }),
-        Command::Command(args) => host_command::command(args),
+        Command::Ask(args) => host_command::command(args),
         Command::Context {
             action,
             server,

@@ -129,7 +129,10 @@ echo "kill_rc=$?"
     assert_eq!(done["exitCode"], 0, "{done}");
     let pids: Vec<i32> = wait_for("the job's pids", || {
         let text = std::fs::read_to_string(&pids).ok()?;
-        let pids: Vec<i32> = text.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        let pids: Vec<i32> = text
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
         (pids.len() == 2).then_some(pids)
     });
     assert!(pids.iter().all(|&p| !process_gone(p)), "{pids:?}");

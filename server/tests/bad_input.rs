@@ -364,6 +364,9 @@ impl Fixture {
             "Grant" => json!({"egress": {"mode": "none"}, "limits": {"maxConcurrent": 1}}),
             "Chain" => json!({"chain": ["cloud"]}),
             "UserRequest" => json!({"name": "zed"}),
+            "CommandsSwitch" => json!({"enabled": false}),
+            "CommandAuthorize" => json!({"runId": "run_none", "command": "echo hi",
+                "cwd": "/tmp", "envKeys": ["GREETING"], "background": false}),
             "RegisterRequest" => serde_json::from_slice(&self.newcomer.register_body("newbox"))
                 .expect("the register body is JSON"),
             other => panic!("no valid body for the schema {other}: add one here"),

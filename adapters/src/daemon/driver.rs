@@ -314,7 +314,11 @@ impl Driver {
             tracing::info!(
                 on = opted_in,
                 "the owner turned host commands {}",
-                if opted_in { "on" } else { "off (every job is killed)" }
+                if opted_in {
+                    "on"
+                } else {
+                    "off (every job is killed)"
+                }
             );
             self.commands_opted_in = opted_in;
             self.commands.set_local_opt_in(opted_in);
@@ -614,7 +618,11 @@ impl Driver {
         } else {
             self.commands.shutdown();
         }
-        if self.report_commands().and_then(|()| self.carry_out().map(|_| ())).is_err() {
+        if self
+            .report_commands()
+            .and_then(|()| self.carry_out().map(|_| ()))
+            .is_err()
+        {
             tracing::warn!("cannot report the host commands stopped on exit");
         }
         if !matches!(exit, DaemonExit::Drained | DaemonExit::Updated) {

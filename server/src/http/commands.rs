@@ -151,10 +151,7 @@ async fn authorize(
         Some(&context_id),
         &detail.to_string(),
     )?;
-    Ok(
-        axum::Json(json!({"commandId": command_id, "requester": run.requester}))
-            .into_response(),
-    )
+    Ok(axum::Json(json!({"commandId": command_id, "requester": run.requester})).into_response())
 }
 
 #[derive(Deserialize)]
