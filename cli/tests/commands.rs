@@ -146,5 +146,34 @@ echo "kill_rc=$?"
             .any(|e| e["detail"].as_str().unwrap_or("").contains("commands_off"))
             .then_some(())
     });
+
+    // Revoking the machine kills every job's process group too, and its daemon stops.
+    switch(&home, "on");
+    wait_for("the daemon to apply commands on again", || {
+        (daemon.log_text().matches("commands=true").count() >= 2).then_some(())
+    });
+    let pids = dir.join("pids2");
+    let script = format!(
+        "'{outpost}' command start -- sh -c 'sleep 300 & echo $$ $! > {}; wait'\n",
+        pids.display()
+    );
+    let done = run(&server, "revoked", &script);
+    assert_eq!(done["exitCode"], 0, "{done}");
+    let pids: Vec<i32> = wait_for("the second job's pids", || {
+        let text = std::fs::read_to_string(&pids).ok()?;
+        let pids: Vec<i32> = text
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        (pids.len() == 2).then_some(pids)
+    });
+    assert!(pids.iter().all(|&p| !process_gone(p)), "{pids:?}");
+    let (status, body) = server.api("POST", "/v1/execution-contexts/box/revoke", None);
+    assert_eq!(status, 200, "{body}");
+    wait_for("revoke to kill the job's process group", || {
+        pids.iter().all(|&p| process_gone(p)).then_some(())
+    });
+    let mut daemon = daemon;
+    assert_eq!(daemon.wait_exit(), 0, "{}", daemon.log_tail(20));
     let _ = std::fs::remove_dir_all(&dir);
 }
