@@ -118,6 +118,10 @@ fn operations_routes_answer_and_openapi_lists_every_route_with_its_schemas() {
         ("get", "/v1/openapi.json"),
         ("put", "/v1/bundles/{sha256}"),
         ("get", "/v1/execution-contexts/bundles/{sha256}"),
+        ("post", "/v1/execution-contexts/commands"),
+        ("post", "/v1/execution-contexts/commands/authorize"),
+        ("get", "/v1/execution-contexts/daemon-release"),
+        ("get", "/v1/execution-contexts/daemon-release/{sha512}"),
     ];
     let count: usize = paths
         .values()
