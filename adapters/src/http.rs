@@ -419,6 +419,21 @@ impl SignedClient {
         Self::json::<Switched>(&format!("POST {path}"), answer).map(|s| s.grant_version)
     }
 
+    /// `POST /v1/execution-contexts/commands/authorize` (signed): the hop before every host
+    /// command. The server answers only while `run_id` is live on this machine, commands are
+    /// granted and its requester is the operator now; the answer is the command's id and the
+    /// requester (who owns the job). `command` is cut to 1,000 characters; `env_keys` are
+    /// names only, never values.
+    pub fn authorize_command(
+        &self,
+        request: &CommandAuthorize,
+    ) -> Result<CommandAuthorized, HttpError> {
+        let path = "/v1/execution-contexts/commands/authorize";
+        let body = serde_json::to_vec(request).map_err(|e| HttpError::Sign(e.to_string()))?;
+        let answer = self.call("POST", path, &body, None, true, MAX_ANSWER_LEN)?;
+        Self::json::<CommandAuthorized>(&format!("POST {path}"), answer)
+    }
+
     /// The WebSocket URL of a ticket (`…/connect?ticket=otk_…`; never log it).
     pub fn connect_url(&self, ticket: &Ticket) -> String {
         self.server.ws_url(&format!(
@@ -426,6 +441,33 @@ impl SignedClient {
             ticket.ticket
         ))
     }
+}
+
+/// The body of the authorize hop for one host command.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandAuthorize {
+    /// The run asking.
+    pub run_id: String,
+    /// The command line (argv joined by spaces), at most 1,000 characters.
+    pub command: String,
+    /// Its working directory, when the run named one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The names of the variables it sets (never their values).
+    pub env_keys: Vec<String>,
+    /// Whether it is a background job (`start`) rather than a waited-for `run`.
+    pub background: bool,
+}
+
+/// The server's yes to a host command.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandAuthorized {
+    /// The id the server audited its start under (`cmd_…`).
+    pub command_id: String,
+    /// The run's requester: the job's owner.
+    pub requester: String,
 }
 
 #[derive(Deserialize)]

@@ -13,6 +13,7 @@ mod client;
 mod daemon;
 mod demo;
 mod executors;
+mod host_command;
 mod policy;
 mod run;
 mod serve;
@@ -99,6 +100,10 @@ enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Ask this machine for a host command from inside a run (`run`, `start`, `poll`,
+    /// `kill`), on the run's socket; both of the machine's switches must be on.
+    #[command(name = "command")]
+    Ask(host_command::CommandArgs),
     /// The machines (execution contexts) you can use.
     Context {
         #[command(subcommand)]
@@ -345,6 +350,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             args: &args,
         }),
+        Command::Ask(args) => host_command::command(args),
         Command::Context {
             action,
             server,

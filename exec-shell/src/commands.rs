@@ -9,8 +9,9 @@
 //! `run` waits for the command; `start` leaves a background job that outlives the run; `poll`
 //! and `kill` act on a job, and only its requester may: anyone else gets `command_not_found`.
 //! Every start and finish is an [`AuditEvent`] (command cut to 1000 characters, cwd, env
-//! *keys* only, run id, background flag, exit, signal, duration, reason). Revoke and shutdown
-//! kill every job.
+//! *keys* only, run id, background flag, exit, signal, duration, reason). Either switch off,
+//! revoke and shutdown kill every job's process group, foreground `run`s included (theirs is
+//! SIGKILLed and the waiting caller gets the outcome, audited with that reason).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -34,6 +35,9 @@ pub struct CommandRequest {
     pub requester: String,
     /// The run asking.
     pub run_id: String,
+    /// The id the server gave this command in the authorize hop (carried into
+    /// [`AuditEvent::CommandFinished`] so the daemon can report `command.finished`).
+    pub command_id: String,
     /// The program and its arguments (no shell).
     pub argv: Vec<String>,
     /// Where to run (default: the daemon's working directory).
@@ -65,6 +69,8 @@ pub enum AuditEvent {
     },
     /// A command ended.
     CommandFinished {
+        /// The command's id from the authorize hop.
+        command_id: String,
         /// The command line, cut.
         command: String,
         /// The run that asked.
@@ -123,6 +129,7 @@ pub enum JobStatus {
 
 struct Job {
     owner: String,
+    command_id: String,
     run_id: String,
     command: String,
     started: Instant,
@@ -136,6 +143,11 @@ struct State {
     local_opt_in: bool,
     granted: bool,
     jobs: BTreeMap<JobId, Job>,
+    /// Foreground `run`s in flight: their process group, and why they were killed if a
+    /// switch, revoke or shutdown did (their caller waits on them without the lock).
+    foreground: BTreeMap<u64, (u32, Option<String>)>,
+    /// Numbers foreground runs (job ids count background jobs only).
+    next_foreground: u64,
     next_id: JobId,
     audit: Vec<AuditEvent>,
 }
@@ -156,6 +168,7 @@ fn cut(command: &str) -> String {
 
 fn finished_event(job: &Job, outcome: &Outcome, reason: &str) -> AuditEvent {
     AuditEvent::CommandFinished {
+        command_id: job.command_id.clone(),
         command: job.command.clone(),
         run_id: job.run_id.clone(),
         background: true,
@@ -183,6 +196,8 @@ impl HostCommands {
                 local_opt_in: false,
                 granted: false,
                 jobs: BTreeMap::new(),
+                foreground: BTreeMap::new(),
+                next_foreground: 1,
                 next_id: 1,
                 audit: Vec::new(),
             }),
@@ -208,6 +223,26 @@ impl HostCommands {
         s.granted = on;
         if !on {
             kill_all(&mut s, "commands_off");
+        }
+    }
+
+    /// Whether both switches are on now (a command may be asked for).
+    pub fn is_on(&self) -> bool {
+        let s = self.lock();
+        s.local_opt_in && s.granted
+    }
+
+    /// Notices background jobs that ended on their own since the last look (their
+    /// `exited` [`AuditEvent::CommandFinished`] is queued), without reading their output:
+    /// a later `poll` still returns it.
+    pub fn reap(&self) {
+        let mut s = self.lock();
+        let State { jobs, audit, .. } = &mut *s;
+        for job in jobs.values_mut().filter(|j| j.outcome.is_none()) {
+            if let Ok(Some(outcome)) = job.run.wait(Duration::ZERO) {
+                audit.push(finished_event(job, &outcome, "exited"));
+                job.outcome = Some(outcome);
+            }
         }
     }
 
@@ -298,31 +333,40 @@ impl HostCommands {
     /// Runs a command in the foreground and waits for it (at most `req.timeout`).
     pub fn run(&self, req: &CommandRequest) -> Result<Outcome, CommandError> {
         let started = Instant::now();
-        let mut run = {
+        let (mut run, id) = {
             let mut s = self.lock();
-            self.spawn(&mut s, req, false)?
+            let run = self.spawn(&mut s, req, false)?;
+            let id = s.next_foreground;
+            s.next_foreground += 1;
+            s.foreground.insert(id, (run.pid(), None));
+            (run, id)
         };
-        let outcome = loop {
-            if let Some(o) = run
-                .wait(Duration::from_secs(3600))
-                .map_err(CommandError::Exec)?
-            {
-                break o;
+        let waited = loop {
+            match run.wait(Duration::from_secs(3600)) {
+                Ok(Some(o)) => break Ok(o),
+                Ok(None) => {}
+                Err(e) => break Err(e),
             }
         };
-        let reason = match outcome.ending {
-            Ending::Exited => "exited",
-            Ending::TimedOut => "timed_out",
-            Ending::Cancelled => "killed",
-        };
+        let killed_for = self.lock().foreground.remove(&id).and_then(|(_, why)| why);
+        let outcome = waited.map_err(CommandError::Exec)?;
+        let reason = killed_for.unwrap_or_else(|| {
+            match outcome.ending {
+                Ending::Exited => "exited",
+                Ending::TimedOut => "timed_out",
+                Ending::Cancelled => "killed",
+            }
+            .to_owned()
+        });
         self.lock().audit.push(AuditEvent::CommandFinished {
+            command_id: req.command_id.clone(),
             command: cut(&req.argv.join(" ")),
             run_id: req.run_id.clone(),
             background: false,
             exit_code: outcome.exit_code,
             signal: outcome.signal,
             duration_ms: started.elapsed().as_millis() as u64,
-            reason: reason.to_owned(),
+            reason,
         });
         Ok(outcome)
     }
@@ -337,6 +381,7 @@ impl HostCommands {
             id,
             Job {
                 owner: req.requester.clone(),
+                command_id: req.command_id.clone(),
                 run_id: req.run_id.clone(),
                 command: cut(&req.argv.join(" ")),
                 started: Instant::now(),
@@ -387,13 +432,20 @@ impl HostCommands {
         Ok(outcome)
     }
 
-    /// Process ids of jobs still running (for tests and status).
+    /// Process (group) ids of commands still running, background jobs and foreground runs
+    /// (for tests and status).
     pub fn running_pids(&self) -> Vec<u32> {
-        self.lock()
-            .jobs
+        let s = self.lock();
+        s.jobs
             .values()
             .filter(|j| j.outcome.is_none())
             .map(|j| j.run.pid())
+            .chain(
+                s.foreground
+                    .values()
+                    .filter(|(_, why)| why.is_none())
+                    .map(|(pid, _)| *pid),
+            )
             .collect()
     }
 }
@@ -427,6 +479,18 @@ fn stop(job: &mut Job) -> Result<Outcome, ExecError> {
 }
 
 fn kill_all(s: &mut State, reason: &str) {
+    // Foreground runs: SIGKILL their group; the waiting `run` reports it with `reason`.
+    for (pgid, why) in s.foreground.values_mut().filter(|(_, why)| why.is_none()) {
+        if let Ok(raw) = i32::try_from(*pgid)
+            && raw > 1
+        {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(raw),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        *why = Some(reason.to_owned());
+    }
     let State { jobs, audit, .. } = s;
     for job in jobs.values_mut().filter(|j| j.outcome.is_none()) {
         if let Ok(outcome) = stop(job) {

@@ -32,6 +32,7 @@ fn request(requester: &str, argv: &[&str]) -> CommandRequest {
     CommandRequest {
         requester: requester.into(),
         run_id: "run-9".into(),
+        command_id: "cmd_9".into(),
         argv: argv.iter().map(|s| (*s).to_owned()).collect(),
         cwd: Some(std::env::temp_dir()),
         env: BTreeMap::new(),
@@ -143,6 +144,33 @@ fn switching_off_revoking_or_shutting_down_kills_every_job() {
             .count();
         assert_eq!(finished, 2, "{reason}");
     }
+}
+
+#[test]
+fn switching_off_kills_a_foreground_run_too() {
+    let c = std::sync::Arc::new(commands());
+    let waiting = {
+        let c = c.clone();
+        std::thread::spawn(move || c.run(&request("ada", &["sleep", "300"])))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let pid = loop {
+        if let Some(pid) = c.running_pids().first() {
+            break *pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
+        std::thread::yield_now();
+    };
+    c.set_local_opt_in(false);
+    let outcome = waiting.join().unwrap().expect("the run reports its end");
+    assert_eq!(outcome.signal, Some(9), "{outcome:?}");
+    assert!(!process_alive(pid));
+    assert!(c.drain_audit().iter().any(
+        |e| matches!(e, AuditEvent::CommandFinished { reason, background: false, .. } if reason == "commands_off")
+    ));
 }
 
 #[test]

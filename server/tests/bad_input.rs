@@ -241,6 +241,8 @@ struct Fixture {
     execution: String,
     /// The digest of a stored bundle.
     bundle: String,
+    /// The SHA-512 of the published daemon release's binary.
+    release: String,
 }
 
 impl Fixture {
@@ -320,7 +322,17 @@ impl Fixture {
             "{}",
             String::from_utf8_lossy(&stored.body)
         );
+        // A published daemon release, for the routes that serve one.
+        let script = dir.join("release.sh");
+        std::fs::write(&script, "#!/bin/sh\necho '{\"version\":\"9.9.9\"}'\n")
+            .expect("release script");
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let release = outpost_server::releases::publish_daemon(dir, &script)
+            .expect("published")
+            .sha512;
         Fixture {
+            release,
             bundle,
             server,
             addr,
@@ -353,6 +365,7 @@ impl Fixture {
             "id" => self.execution.clone(),
             "context" => "box".to_owned(),
             "sha256" => self.bundle.clone(),
+            "sha512" => self.release.clone(),
             "name" => "lacks-0".to_owned(),
             other => panic!("no fixture for the path parameter {{{other}}}: add one here"),
         }
@@ -366,6 +379,9 @@ impl Fixture {
             "Chain" => json!({"chain": ["cloud"]}),
             "UserRequest" => json!({"name": "zed"}),
             "ShareRequest" => json!({"allMembers": true}),
+            "CommandsSwitch" => json!({"enabled": false}),
+            "CommandAuthorize" => json!({"runId": "run_none", "command": "echo hi",
+                "cwd": "/tmp", "envKeys": ["GREETING"], "background": false}),
             "RegisterRequest" => serde_json::from_slice(&self.newcomer.register_body("newbox"))
                 .expect("the register body is JSON"),
             other => panic!("no valid body for the schema {other}: add one here"),

@@ -122,6 +122,10 @@ fn operations_routes_answer_and_openapi_lists_every_route_with_its_schemas() {
         ("post", "/v1/execution-contexts/{context}/opt-in"),
         ("delete", "/v1/execution-contexts/{context}/opt-in"),
         ("delete", "/v1/users/{name}"),
+        ("post", "/v1/execution-contexts/commands"),
+        ("post", "/v1/execution-contexts/commands/authorize"),
+        ("get", "/v1/execution-contexts/daemon-release"),
+        ("get", "/v1/execution-contexts/daemon-release/{sha512}"),
     ];
     let count: usize = paths
         .values()

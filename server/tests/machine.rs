@@ -243,3 +243,48 @@ fn machine_requests_from_one_address_are_rate_limited_with_retry_after() {
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_command_authorize_hop_refuses_a_run_that_is_not_live_and_audits_nothing() {
+    let dir = temp_dir("authorize");
+    let server = TestServer::start(&dir);
+    let machine = Machine::new(31);
+    assert_eq!(machine.register(&server, "cmd-box").status, 201);
+    let body = serde_json::json!({"runId": "run_nope", "command": "echo hi",
+        "cwd": "/tmp", "envKeys": ["GREETING"], "background": false})
+    .to_string();
+    let answer = machine.send_with(
+        server.addr(),
+        "POST",
+        "/v1/execution-contexts/commands/authorize",
+        body.as_bytes(),
+        &machine.nonce(),
+        &[],
+    );
+    assert_eq!(
+        (answer.status, answer.code().as_str()),
+        (409, "run_not_live"),
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    // Unsigned, it is refused before anything is looked at.
+    let unsigned = http(
+        server.addr(),
+        "POST",
+        "/v1/execution-contexts/commands/authorize",
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+    );
+    assert_eq!(unsigned.status, 401);
+    let audit = http(
+        server.addr(),
+        "GET",
+        "/v1/audit",
+        &[("authorization", &bearer(&server.admin()))],
+        b"",
+    )
+    .json();
+    assert!(!audit.to_string().contains("command_started"), "{audit}");
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -26,6 +26,7 @@ use outpost_core::join::check_server_url;
 use outpost_core::keyset::{PinnedRoots, RootKey};
 use outpost_core::wire::close_code;
 
+use super::bridge::CommandsShared;
 use super::home::{Home, SERVER_FILE, ServerFile};
 use super::patience::{Patience, Unreachable, patiently};
 use super::policy::PolicySource;
@@ -74,6 +75,10 @@ struct Driver {
     state_dir: std::path::PathBuf,
     updates: Schedule,
     features: Features,
+    /// The daemon's host commands, for its whole life (every run's bridge shares them).
+    commands: Arc<outpost_exec_shell::HostCommands>,
+    /// The owner's local switch as last applied.
+    commands_opted_in: bool,
     exit: Option<DaemonExit>,
     /// An event taken while batching that could not join the batch: handled next.
     deferred: Option<Event>,
@@ -221,6 +226,12 @@ pub(super) fn run(
         .denylist()
         .map_err(|e| DaemonError::home(&home.folders.config, std::io::Error::other(e)))?;
     let (tx, rx) = channel();
+    let commands = Arc::new(outpost_exec_shell::HostCommands::new(
+        outpost_exec_shell::ShellConfig::default(),
+        denylist.clone(),
+        std::env::vars_os().collect(),
+    ));
+    commands.set_local_opt_in(options.local.commands_enabled);
     let runner = Runner::new(
         Arc::new(registry),
         host.clone(),
@@ -229,6 +240,11 @@ pub(super) fn run(
         denylist,
         clock.clone(),
         tx.clone(),
+        CommandsShared {
+            commands: commands.clone(),
+            client: client.clone(),
+            events: tx.clone(),
+        },
     );
     tracing::info!(server = %url, host = host.name(), environments = ?environments.iter().map(|e| e.as_str()).collect::<Vec<_>>(), "daemon starting");
     let mut driver = Driver {
@@ -253,6 +269,8 @@ pub(super) fn run(
         state_dir: home.folders.state.clone(),
         updates: Schedule::new(update::enabled(options.local.auto_update), seed),
         features: Features::new(&options.features),
+        commands,
+        commands_opted_in: options.local.commands_enabled,
         exit: None,
         deferred: None,
     };
@@ -335,6 +353,22 @@ impl Driver {
             );
             self.input(Input::FeaturesChanged(features))?;
         }
+        let opted_in = self.runner.commands_opted_in();
+        if opted_in != self.commands_opted_in {
+            tracing::info!(
+                on = opted_in,
+                "the owner turned host commands {}",
+                if opted_in {
+                    "on"
+                } else {
+                    "off (every job is killed)"
+                }
+            );
+            self.commands_opted_in = opted_in;
+            self.commands.set_local_opt_in(opted_in);
+        }
+        self.commands.reap();
+        self.report_commands()?;
         if self.updates.prove_due() {
             update::mark_proven(&self.state_dir);
         }
@@ -349,6 +383,33 @@ impl Driver {
                 let checked = update::check(&client, &roots, &dir, update::unix_now());
                 let _ = tx.send(Event::UpdateChecked(checked));
             }));
+        }
+        Ok(())
+    }
+
+    /// Reports every host command that ended since the last call with `command.finished`.
+    fn report_commands(&mut self) -> Result<(), DaemonError> {
+        for event in self.commands.drain_audit() {
+            if let outpost_exec_shell::AuditEvent::CommandFinished {
+                command_id,
+                run_id,
+                exit_code,
+                signal,
+                duration_ms,
+                reason,
+                ..
+            } = event
+            {
+                tracing::info!(command = %command_id, run = %run_id, %reason, "host command finished");
+                self.input(Input::CommandFinished {
+                    command_id,
+                    run_id,
+                    exit_code,
+                    signal,
+                    duration_ms,
+                    reason,
+                })?;
+            }
         }
         Ok(())
     }
@@ -426,7 +487,10 @@ impl Driver {
                 event: LinkEvent::Message(_),
             } => *conn == self.conn && self.link.is_some(),
             // An update check may start the drain: it is fed on its own.
-            Event::Link { .. } | Event::Ticket { .. } | Event::UpdateChecked(_) => false,
+            Event::Link { .. }
+            | Event::Ticket { .. }
+            | Event::UpdateChecked(_)
+            | Event::CommandsAudit => false,
         }
     }
 
@@ -442,16 +506,23 @@ impl Driver {
                 self.runner.cancel(&run_id);
             }
             Command::ApplyGrant { version, grant } => {
+                // Off kills every job; the driver reports them on its next wake.
+                self.commands.set_granted(grant.commands.enabled);
+                let _ = self.tx.send(Event::CommandsAudit);
                 self.features.granted = grant.fs.clone();
                 self.features.next_look = StdInstant::now();
                 tracing::info!(
                     version,
                     folders = grant.fs.len(),
                     egress = ?grant.egress,
+                    commands = grant.commands.enabled,
                     "grant in force"
                 );
             }
             Command::Stop { forever } => {
+                if forever {
+                    self.commands.revoke();
+                }
                 self.exit = Some(if !forever && self.updates.handing_over {
                     DaemonExit::Updated
                 } else if !forever {
@@ -508,6 +579,7 @@ impl Driver {
                     }
                 }
             }
+            Event::CommandsAudit => self.report_commands(),
             Event::RunDone { run_id, result } => {
                 self.runner.finished(&run_id);
                 tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
@@ -595,6 +667,7 @@ impl Driver {
     /// A second stop request: cancel what runs, keep its results in the outbox, go.
     fn interrupt(&mut self) -> Result<DaemonExit, DaemonError> {
         tracing::warn!("stopping at once: runs in flight are cancelled");
+        self.commands.shutdown();
         self.runner.cancel_all();
         self.collect_runs(true)?;
         if let Some(link) = self.link.take() {
@@ -624,6 +697,18 @@ impl Driver {
     }
 
     fn finish(&mut self, exit: DaemonExit) -> DaemonExit {
+        if matches!(exit, DaemonExit::Revoked | DaemonExit::Replaced) {
+            self.commands.revoke();
+        } else {
+            self.commands.shutdown();
+        }
+        if self
+            .report_commands()
+            .and_then(|()| self.carry_out().map(|_| ()))
+            .is_err()
+        {
+            tracing::warn!("cannot report the host commands stopped on exit");
+        }
         if !matches!(exit, DaemonExit::Drained | DaemonExit::Updated) {
             self.runner.cancel_all();
             let _ = self.collect_runs(false);

@@ -12,6 +12,9 @@
 //! - [`update`]: signed self-update (check, stage, prove, hand over, fall back).
 //! - `patience`: start-up requests retried while the server is unreachable or busy.
 //! - `policy`: the owner's local policy, read again when its file changes.
+//! - `bridge`: host commands for a live operator's run, on a socket in its folder
+//!   ([`COMMANDS_SOCKET`]); the daemon keeps one `HostCommands` for its life, its local switch
+//!   from the policy's `commandsEnabled`, its server switch from the grant.
 //!
 //! This module owns the daemon's process lifecycle: start, reconnects, drain, exit. It never
 //! decides what the protocol allows (the core does) and never picks an executor for an
@@ -19,6 +22,7 @@
 //!
 //! [`Daemon`]: outpost_core::daemon::Daemon
 
+mod bridge;
 mod driver;
 pub mod home;
 pub mod key;
@@ -30,6 +34,8 @@ mod policy;
 mod runner;
 pub mod status;
 pub mod update;
+
+pub use bridge::SOCKET_NAME as COMMANDS_SOCKET;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -449,6 +455,9 @@ pub(crate) enum Event {
         /// How it went.
         result: RunResult,
     },
+    /// A host command was asked for, ended or was refused: the driver drains the audit
+    /// events and reports each finished command with `command.finished`.
+    CommandsAudit,
     /// An update check came back.
     UpdateChecked(Result<update::Checked, update::UpdateError>),
 }

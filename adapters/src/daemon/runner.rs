@@ -7,6 +7,9 @@
 //! (`runs/<run id>.service`), so that a daemon killed mid-run can reap it after a restart
 //! ([`reap`]). This module owns those files. It never talks to the server and never decides
 //! whether a run may start: the core accepted it and the grant in the command bounds it.
+//!
+//! An operator's run (not `shared_run`) gets the host-commands socket in its folder once the
+//! folder is written, for as long as its capability runs ([`super::bridge`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +27,7 @@ use outpost_host::{LaunchContext, launch_from_execute};
 use serde::{Deserialize, Serialize};
 
 use super::Event;
+use super::bridge::{Bridge, CommandsShared};
 use super::policy::PolicySource;
 use crate::clock::Clock;
 use crate::runtime::Host;
@@ -53,6 +57,7 @@ pub(crate) struct Runner {
     clock: Arc<Clock>,
     cancels: HashMap<String, Arc<AtomicBool>>,
     events: Sender<Event>,
+    commands: CommandsShared,
 }
 
 /// What a run needs on its thread.
@@ -64,6 +69,7 @@ struct Job {
     denylist: Arc<CredentialDenylist>,
     clock: Arc<Clock>,
     cancel: Arc<AtomicBool>,
+    commands: CommandsShared,
 }
 
 impl Runner {
@@ -76,6 +82,7 @@ impl Runner {
         denylist: CredentialDenylist,
         clock: Arc<Clock>,
         events: Sender<Event>,
+        commands: CommandsShared,
     ) -> Self {
         Self {
             registry,
@@ -86,6 +93,7 @@ impl Runner {
             clock,
             cancels: HashMap::new(),
             events,
+            commands,
         }
     }
 
@@ -101,6 +109,7 @@ impl Runner {
             denylist: self.denylist.clone(),
             clock: self.clock.clone(),
             cancel,
+            commands: self.commands.clone(),
         };
         let events = self.events.clone();
         self.host.spawn_blocking(Box::new(move || {
@@ -134,6 +143,11 @@ impl Runner {
     /// How many runs are on threads now.
     pub(crate) fn running(&self) -> usize {
         self.cancels.len()
+    }
+
+    /// The owner's local host-commands switch as the policy file says now.
+    pub(crate) fn commands_opted_in(&self) -> bool {
+        self.policy.current().commands_enabled
     }
 
     /// Whether the owner's policy as it is now mounts any of `granted` for an operator's run.
@@ -188,6 +202,23 @@ impl Job {
         ) {
             return failed("not_permitted", e.to_string());
         }
+        // Held while the capability runs; dropping it removes the socket.
+        let _bridge = if self.execute.shared_run {
+            None
+        } else {
+            match Bridge::serve(
+                &prepared.launch.dir,
+                &self.execute.run_id,
+                prepared.launch.timeout,
+                self.commands.clone(),
+            ) {
+                Ok(bridge) => Some(bridge),
+                Err(e) => {
+                    tracing::warn!(run = %self.execute.run_id, "cannot serve host commands to this run: {e}");
+                    None
+                }
+            }
+        };
         let mut handle = match run_capability(&self.registry, &allowlists, prepared.launch) {
             Ok(handle) => handle,
             Err(e) => return failed(e.code(), e.to_string()),

@@ -147,6 +147,25 @@ impl Daemon {
                 self.config.features = features;
                 self.send_capabilities();
             }
+            Input::CommandFinished {
+                command_id,
+                run_id,
+                exit_code,
+                signal,
+                duration_ms,
+                reason,
+            } => {
+                if self.is_ready() {
+                    self.transmit(&DaemonFrame::CommandFinished {
+                        command_id,
+                        run_id,
+                        exit_code,
+                        signal,
+                        duration_ms,
+                        reason,
+                    });
+                }
+            }
         }
         Ok(())
     }

@@ -157,6 +157,24 @@ pub enum Input {
     /// The optional behaviours to announce changed (the owner's policy now mounts a folder,
     /// or no longer does: `fs`). Announced at once with `capabilities.update`.
     FeaturesChanged(Vec<String>),
+    /// A host command ended (exited, killed, or stopped by a switch, revoke or shutdown):
+    /// sent as `command.finished` for the server's audit log when connected and ready, else
+    /// dropped — the server audited its start in the authorize hop, and the daemon holds no
+    /// outbox for commands.
+    CommandFinished {
+        /// The id the server gave the command in the authorize hop.
+        command_id: String,
+        /// The run that asked for it.
+        run_id: String,
+        /// Its exit code, if it exited.
+        exit_code: Option<i32>,
+        /// The signal that ended it, if one did.
+        signal: Option<i32>,
+        /// How long it ran.
+        duration_ms: u64,
+        /// `exited`, `timed_out`, `killed`, `commands_off`, `revoked` or `shutdown`.
+        reason: String,
+    },
 }
 
 /// What the daemon asks of the host.

@@ -319,6 +319,38 @@ fn a_host_that_does_not_drain_is_refused_until_it_does() {
 }
 
 #[test]
+fn a_finished_host_command_is_sent_while_ready_and_dropped_otherwise() {
+    let finished = || Input::CommandFinished {
+        command_id: "cmd_1".into(),
+        run_id: "run_1".into(),
+        exit_code: None,
+        signal: Some(9),
+        duration_ms: 12,
+        reason: "killed".into(),
+    };
+    let mut s = Server::ready(2);
+    let out = s.input(finished());
+    assert_eq!(sent(&out), vec!["command.finished"]);
+    let Output::Transmit(bytes) = &out[0] else {
+        panic!("{out:?}")
+    };
+    let frame = crate::wire::DaemonFrame::from_json(bytes).unwrap();
+    assert_eq!(
+        frame,
+        crate::wire::DaemonFrame::CommandFinished {
+            command_id: "cmd_1".into(),
+            run_id: "run_1".into(),
+            exit_code: None,
+            signal: Some(9),
+            duration_ms: 12,
+            reason: "killed".into(),
+        }
+    );
+    s.input(Input::Disconnected { code: Some(1006) });
+    assert!(sent(&s.input(finished())).is_empty());
+}
+
+#[test]
 fn changed_features_are_announced_at_once() {
     let mut s = Server::ready(2);
     let now = now_at(s.elapsed);

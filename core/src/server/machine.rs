@@ -52,6 +52,34 @@ impl Server {
         }
     }
 
+    /// The run `run_id` if it is committed (started) on a machine and not finished yet.
+    pub fn live_run(&self, run_id: &str) -> Option<LiveRun> {
+        let exec_id = self.runs.get(run_id)?;
+        let execution = self.executions.get(exec_id)?;
+        let Place::OnContext {
+            context_id,
+            run_id: placed,
+            started: true,
+        } = &execution.place
+        else {
+            return None;
+        };
+        if placed != run_id {
+            return None;
+        }
+        let requester = execution.request.requester.user_id.clone();
+        let operator_now = self
+            .machines
+            .get(context_id)
+            .is_some_and(|m| m.record.operator == requester && m.record.operator_is_member);
+        Some(LiveRun {
+            exec_id: exec_id.clone(),
+            context_id: context_id.clone(),
+            requester,
+            operator_now,
+        })
+    }
+
     /// Executions not yet finished.
     pub fn executions_in_flight(&self) -> usize {
         self.executions.len()

@@ -61,6 +61,20 @@ pub struct ContextRecord {
     pub opted_in: Vec<String>,
 }
 
+/// A run committed on a machine, as the authorize hop of a host command sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveRun {
+    /// The execution it belongs to.
+    pub exec_id: String,
+    /// The machine it was committed on.
+    pub context_id: String,
+    /// Who asked for it.
+    pub requester: String,
+    /// Whether the requester is the machine's operator and still a member of the org, as
+    /// the dispatcher's access record says now (not when the run started).
+    pub operator_now: bool,
+}
+
 /// An execute request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecuteRequest {

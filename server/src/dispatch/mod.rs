@@ -75,6 +75,11 @@ pub(crate) enum Msg {
         ids: Vec<String>,
         reply: oneshot::Sender<HashMap<String, Live>>,
     },
+    /// The run `run_id` if it is committed on a machine and not finished.
+    LiveRun {
+        run_id: String,
+        reply: oneshot::Sender<Option<core_server::LiveRun>>,
+    },
     /// Stop.
     Shutdown,
 }
@@ -274,6 +279,10 @@ impl Dispatcher {
                     })
                     .collect();
                 let _ = reply.send(live);
+                Ok(())
+            }
+            Msg::LiveRun { run_id, reply } => {
+                let _ = reply.send(self.server.live_run(&run_id));
                 Ok(())
             }
             // Taken by `on_batch` itself.

@@ -4,6 +4,15 @@
 //! (`commands_opt_in_local`) — so commands run on a machine only where its owner asked for
 //! them there. Either write bumps the grant's version and pushes `grant.update`.
 //!
+//! The authorize hop (`POST /v1/execution-contexts/commands/authorize`, signed by the machine)
+//! comes before every host command a run asks for: the server answers with a command id only
+//! while the run is committed on this very machine and not finished (`run_not_live`), the
+//! machine's grant has commands on (`commands_off`), and the run's requester is the machine's
+//! operator and still a member now, not only when the run started (`commands_operator_only`).
+//! Each authorized command is audited as `command_started` — the command cut to
+//! [`AUDIT_COMMAND_CHARS`] characters, its cwd and the *names* of the variables it sets, never
+//! their values (the daemon sends no values). Its end arrives as a `command.finished` frame.
+//!
 //! Nothing here runs a command; the daemon does, under both switches.
 
 use std::net::SocketAddr;
@@ -21,8 +30,30 @@ use super::openapi::{Auth, api};
 use super::{App, Route, auth, route};
 use crate::clock::wall_now;
 
+/// The most characters of a command kept in the audit log (the daemon cuts it too).
+pub(crate) const AUDIT_COMMAND_CHARS: usize = 1000;
+
 pub(super) fn routes() -> Vec<Route> {
-    vec![route(
+    vec![
+        route(
+            api(
+                "POST",
+                "/v1/execution-contexts/commands/authorize",
+                "Authorize one host command of a live run on this machine (the machine's own signed request)",
+            )
+            .auth(Auth::Signed)
+            .request("CommandAuthorize")
+            .response(200, Some("CommandAuthorized"))
+            .errors(&[
+                (400, "invalid_body"),
+                (403, "commands_off"),
+                (403, "commands_operator_only"),
+                (409, "run_not_live"),
+                (409, "context_revoked"),
+            ]),
+            post(authorize),
+        ),
+        route(
         api(
             "POST",
             "/v1/execution-contexts/commands",
@@ -33,7 +64,94 @@ pub(super) fn routes() -> Vec<Route> {
         .response(200, Some("CommandsSwitch"))
         .errors(&[(400, "invalid_body"), (409, "context_revoked")]),
         post(switch),
-    )]
+    ),
+    ]
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Authorize {
+    run_id: String,
+    command: String,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    env_keys: Vec<String>,
+    background: bool,
+}
+
+async fn authorize(
+    State(app): State<App>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> ApiResult {
+    auth::limit_address(&app, addr)?;
+    let (parts, raw) = req.into_parts();
+    let bytes = super::body::read_json(&parts.headers, raw).await?;
+    let context_id = super::machine::registered_machine(&app, &parts, &bytes)?;
+    let body: Authorize = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            400,
+            "invalid_body",
+            format!(
+                "the body must be {{\"runId\", \"command\", \"cwd\", \"envKeys\", \"background\"}}: {e}"
+            ),
+        )
+    })?;
+    let run = app
+        .live_run(body.run_id.clone())
+        .await?
+        .filter(|run| run.context_id == context_id)
+        .ok_or_else(|| {
+            ApiError::new(
+                409,
+                "run_not_live",
+                format!(
+                    "run {:?} is not running on this machine: host commands are asked for by a live run",
+                    body.run_id
+                ),
+            )
+        })?;
+    let entry = app
+        .shared
+        .store
+        .context(&context_id)?
+        .ok_or_else(|| ApiError::new(401, "unknown_key", "no machine has this key"))?;
+    let grant: Grant = serde_json::from_str(&entry.grant_json)
+        .map_err(|e| ApiError::internal(format!("the stored grant does not read: {e}")))?;
+    if !grant.commands.enabled {
+        return Err(ApiError::new(
+            403,
+            "commands_off",
+            "host commands are off for this machine: its owner turns them on with `outpost context commands on`",
+        ));
+    }
+    if !run.operator_now || run.requester != entry.operator {
+        return Err(ApiError::new(
+            403,
+            "commands_operator_only",
+            "host commands run only for the machine's operator",
+        ));
+    }
+    let command_id = crate::secrets::new_id("cmd_")?;
+    let command: String = body.command.chars().take(AUDIT_COMMAND_CHARS).collect();
+    let detail = json!({
+        "commandId": command_id,
+        "runId": body.run_id,
+        "executionId": run.exec_id,
+        "command": command,
+        "cwd": body.cwd,
+        "envKeys": body.env_keys,
+        "background": body.background,
+    });
+    app.shared.store.audit(
+        wall_now().0,
+        "command_started",
+        &run.requester,
+        Some(&context_id),
+        &detail.to_string(),
+    )?;
+    Ok(axum::Json(json!({"commandId": command_id, "requester": run.requester})).into_response())
 }
 
 #[derive(Deserialize)]

@@ -153,6 +153,20 @@ impl App {
             .map_err(|_| Self::gone())?;
         rx.await.map_err(|_| Self::gone())
     }
+
+    /// The run `run_id` if it is committed on a machine and not finished, as the
+    /// dispatcher knows it now.
+    pub(crate) async fn live_run(
+        &self,
+        run_id: String,
+    ) -> Result<Option<outpost_core::server::LiveRun>, ApiError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::LiveRun { run_id, reply })
+            .await
+            .map_err(|_| Self::gone())?;
+        rx.await.map_err(|_| Self::gone())
+    }
 }
 
 /// One route: its documentation and its handler.

@@ -258,6 +258,9 @@ pub(crate) fn schemas() -> Value {
         "ConnectTicket": object(&["ticket", "sessionId", "expiresAt"], json!({"ticket": s, "sessionId": s, "expiresAt": i})),
         "Bundle": object(&["sha256", "size"], json!({"sha256": s, "size": i})),
         "CommandsSwitch": object(&["enabled"], json!({"enabled": b, "grantVersion": i})),
+        "CommandAuthorize": object(&["runId", "command", "background"], json!({
+            "runId": s, "command": s, "cwd": s, "envKeys": strings, "background": b})),
+        "CommandAuthorized": object(&["commandId", "requester"], json!({"commandId": s, "requester": s})),
         "DaemonRelease": object(
             &["type", "version", "os", "arch", "size", "sha512", "root", "sig"],
             json!({"type": s, "version": s, "os": s, "arch": s, "size": i, "sha512": s, "root": s, "sig": s}),
