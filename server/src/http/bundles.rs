@@ -148,10 +148,7 @@ async fn fetch(
     PathParam(sha256): PathParam,
     req: Request,
 ) -> ApiResult {
-    auth::limit_address(&app, addr)?;
-    let (parts, raw) = req.into_parts();
-    let body = super::body::read(&parts.headers, raw).await?;
-    super::machine::registered_machine(&app, &parts, &body)?;
+    super::machine::machine_request(&app, addr, req, false).await?;
     check_digest(&sha256)?;
     let bytes = app
         .shared

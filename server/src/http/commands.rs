@@ -27,7 +27,7 @@ use serde_json::json;
 
 use super::error::{ApiError, ApiResult};
 use super::openapi::{Auth, api};
-use super::{App, Route, auth, route};
+use super::{App, Route, route};
 use crate::clock::wall_now;
 
 /// The most characters of a command kept in the audit log (the daemon cuts it too).
@@ -85,10 +85,7 @@ async fn authorize(
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> ApiResult {
-    auth::limit_address(&app, addr)?;
-    let (parts, raw) = req.into_parts();
-    let bytes = super::body::read_json(&parts.headers, raw).await?;
-    let context_id = super::machine::registered_machine(&app, &parts, &bytes)?;
+    let (context_id, bytes) = super::machine::machine_request(&app, addr, req, true).await?;
     let body: Authorize = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::new(
             400,
@@ -165,10 +162,7 @@ async fn switch(
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> ApiResult {
-    auth::limit_address(&app, addr)?;
-    let (parts, raw) = req.into_parts();
-    let bytes = super::body::read_json(&parts.headers, raw).await?;
-    let context_id = super::machine::registered_machine(&app, &parts, &bytes)?;
+    let (context_id, bytes) = super::machine::machine_request(&app, addr, req, true).await?;
     let body: Switch = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::new(
             400,

@@ -130,6 +130,26 @@ fn key_revoked() -> ApiError {
     ApiError::new(403, "context_revoked", "this machine key was revoked")
 }
 
+/// A signed request of a registered machine read and checked whole: the source address's
+/// rate, the body (JSON when `json`), then [`registered_machine`]. Returns the machine's
+/// context id and the body.
+pub(super) async fn machine_request(
+    app: &App,
+    addr: SocketAddr,
+    req: Request,
+    json: bool,
+) -> Result<(String, axum::body::Bytes), ApiError> {
+    auth::limit_address(app, addr)?;
+    let (parts, raw) = req.into_parts();
+    let bytes = if json {
+        body::read_json(&parts.headers, raw).await?
+    } else {
+        body::read(&parts.headers, raw).await?
+    };
+    let context_id = registered_machine(app, &parts, &bytes)?;
+    Ok((context_id, bytes))
+}
+
 /// A signed request of a registered machine, checked whole (after the source address's
 /// rate): the signature by its key, its context's rate, the nonce, and that the key is not
 /// revoked. Returns the machine's context id.
@@ -258,10 +278,7 @@ async fn connect_ticket(
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> ApiResult {
-    auth::limit_address(&app, addr)?;
-    let (parts, raw) = req.into_parts();
-    let bytes = body::read(&parts.headers, raw).await?;
-    let context_id = registered_machine(&app, &parts, &bytes)?;
+    let (context_id, _) = machine_request(&app, addr, req, false).await?;
     let secret = secrets::random::<48>()?;
     let (reply, rx) = oneshot::channel();
     app.tx

@@ -11,7 +11,6 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use super::auth;
 use super::error::{ApiError, ApiResult};
 use super::extract::PathParam;
 use super::openapi::{Auth, api};
@@ -45,20 +44,12 @@ pub(super) fn routes() -> Vec<Route> {
     ]
 }
 
-async fn signed_machine(app: &App, addr: SocketAddr, req: Request) -> Result<(), ApiError> {
-    auth::limit_address(app, addr)?;
-    let (parts, raw) = req.into_parts();
-    let body = super::body::read(&parts.headers, raw).await?;
-    super::machine::registered_machine(app, &parts, &body)?;
-    Ok(())
-}
-
 async fn document(
     State(app): State<App>,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> ApiResult {
-    signed_machine(&app, addr, req).await?;
+    super::machine::machine_request(&app, addr, req, false).await?;
     match std::fs::read(app.releases.join(RELEASE_FILE)) {
         Ok(bytes) => Ok((
             StatusCode::OK,
@@ -81,7 +72,7 @@ async fn binary(
     PathParam(sha512): PathParam,
     req: Request,
 ) -> ApiResult {
-    signed_machine(&app, addr, req).await?;
+    super::machine::machine_request(&app, addr, req, false).await?;
     if sha512.len() != 128
         || !sha512
             .bytes()
