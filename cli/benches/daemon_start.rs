@@ -32,11 +32,11 @@ fn temp_dir() -> PathBuf {
     dir
 }
 
-/// Starts `outpost daemon` on `home` and returns it once it logged `connected`.
+/// Starts `outpost daemon` on `home` and returns it once it logged `connected` (ready).
 fn ready(home: &Path, join: Option<&str>, passphrase: Option<&str>) -> Child {
     let mut command = Command::new(binary());
     command
-        .args(["daemon", "--name", "box", "--home"])
+        .args(["daemon", "--home"])
         .arg(home)
         .env("OUTPOST_LOG", "info")
         .env("OUTPOST_KEYRING", "off")
@@ -44,7 +44,9 @@ fn ready(home: &Path, join: Option<&str>, passphrase: Option<&str>) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     if let Some(join) = join {
-        command.args(["--join", join]);
+        // Each home is its own machine, named after its folder.
+        let name = home.file_name().and_then(|n| n.to_str()).unwrap_or("box");
+        command.args(["--join", join, "--name", name]);
     }
     match passphrase {
         Some(p) => command.env("OUTPOST_KEY_PASSPHRASE", p),
@@ -52,14 +54,19 @@ fn ready(home: &Path, join: Option<&str>, passphrase: Option<&str>) -> Child {
     };
     let mut child = command.spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
+    let mut said = Vec::new();
     for line in BufReader::new(stderr).lines() {
         let line = line.unwrap();
-        if line.contains(": connected") {
+        if line.contains(" connected session=") {
             return child;
         }
+        said.push(line);
     }
     let status = child.wait();
-    panic!("the daemon exited before it was ready: {status:?}");
+    panic!(
+        "the daemon exited before it was ready: {status:?}\n{}",
+        said.join("\n")
+    );
 }
 
 fn stop(mut child: Child) {
