@@ -81,6 +81,9 @@ write("body_user", [b'{"name":"ada"}', b'{"name":"ada","scopes":["execution_cont
                     b'{"name":"Ada","scopes":["root"]}'])
 write("body_share", [b'{"allMembers":true}', b'{"allMembers":false}', b'{"allMembers":"on"}',
                      b'{"allMembers":true,"allMembers":false}', b'{"allMembers":true,"x":1}'])
+write("body_commands", [b'{"enabled":true}', b'{"enabled":"yes"}', b'{"enabled":true,"x":1}',
+                        b'{"runId":"x.1","command":"echo hi","cwd":"/tmp","envKeys":["A"],"background":false}',
+                        b'{"runId":"x.1","command":"echo hi","background":true,"envKeys":[1]}'])
 key = "Tiu7yzmXQoBYEOutpb8QaFQCs4ozR9TAglCukgLAIYc"
 write("body_registration", [json.dumps(b).encode() for b in [
     {"name": "build-box", "publicKey": key, "maxConcurrent": 2, "environments": ["shell", "wasm"],

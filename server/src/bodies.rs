@@ -136,6 +136,42 @@ pub fn decode_share(bytes: &[u8]) -> Result<ShareRequest, BodyError> {
     parse(bytes)
 }
 
+/// `POST /v1/execution-contexts/commands`: the machine's own host-commands switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandsSwitch {
+    /// On or off.
+    pub enabled: bool,
+}
+
+/// Decodes a commands switch (`enabled` is required, nothing else is allowed).
+pub fn decode_commands_switch(bytes: &[u8]) -> Result<CommandsSwitch, BodyError> {
+    parse(bytes)
+}
+
+/// `POST /v1/execution-contexts/commands/authorize`: the hop before one host command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandAuthorize {
+    /// The run asking.
+    pub run_id: String,
+    /// The command line (the server cuts it to 1,000 characters again).
+    pub command: String,
+    /// Its working directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// The names (never the values) of the variables it adds.
+    #[serde(default)]
+    pub env_keys: Vec<String>,
+    /// Whether it is a background job.
+    pub background: bool,
+}
+
+/// Decodes an authorize body.
+pub fn decode_command_authorize(bytes: &[u8]) -> Result<CommandAuthorize, BodyError> {
+    parse(bytes)
+}
+
 /// Decodes a registration body.
 pub fn decode_registration(bytes: &[u8]) -> Result<Registration, BodyError> {
     #[derive(Serialize, Deserialize)]

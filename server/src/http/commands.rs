@@ -22,7 +22,6 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use outpost_core::server::Input;
 use outpost_core::wire::Grant;
-use serde::Deserialize;
 use serde_json::json;
 
 use super::error::{ApiError, ApiResult};
@@ -68,33 +67,13 @@ pub(super) fn routes() -> Vec<Route> {
     ]
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Authorize {
-    run_id: String,
-    command: String,
-    #[serde(default)]
-    cwd: Option<String>,
-    #[serde(default)]
-    env_keys: Vec<String>,
-    background: bool,
-}
-
 async fn authorize(
     State(app): State<App>,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> ApiResult {
     let (context_id, bytes) = super::machine::machine_request(&app, addr, req, true).await?;
-    let body: Authorize = serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::new(
-            400,
-            "invalid_body",
-            format!(
-                "the body must be {{\"runId\", \"command\", \"cwd\", \"envKeys\", \"background\"}}: {e}"
-            ),
-        )
-    })?;
+    let body = crate::bodies::decode_command_authorize(&bytes)?;
     let run = app
         .live_run(body.run_id.clone())
         .await?
@@ -151,25 +130,13 @@ async fn authorize(
     Ok(axum::Json(json!({"commandId": command_id, "requester": run.requester})).into_response())
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Switch {
-    enabled: bool,
-}
-
 async fn switch(
     State(app): State<App>,
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> ApiResult {
     let (context_id, bytes) = super::machine::machine_request(&app, addr, req, true).await?;
-    let body: Switch = serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::new(
-            400,
-            "invalid_body",
-            format!("the body must be {{\"enabled\": true|false}}: {e}"),
-        )
-    })?;
+    let body = crate::bodies::decode_commands_switch(&bytes)?;
     let entry = app
         .shared
         .store
