@@ -13,9 +13,11 @@
 
 mod output;
 mod registry;
+mod terminal;
 
 pub use output::{CappedBuffer, CapturedOutput, FinishedOutput, TRUNCATION_MARKER};
 pub use registry::{Allowlists, Registry, RunRefused, Scope, TrustCeiling, run_capability};
+pub use terminal::{Terminal, TerminalInput, TerminalOutput, TerminalSize};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -184,6 +186,13 @@ pub trait RunHandle: Send {
     /// What a running-service table records to find the run on the machine: a process id,
     /// a container id, or nothing (a wasm instance lives on a thread of the daemon).
     fn service_id(&self) -> Option<String> {
+        None
+    }
+
+    /// A terminal run's keystroke and output halves, the first time it is asked; `None` for
+    /// every other environment and on every later call. Once taken, the run's output arrives
+    /// only through [`Terminal::output`], never through [`RunHandle::read_output`].
+    fn take_terminal(&mut self) -> Option<Terminal> {
         None
     }
 }
