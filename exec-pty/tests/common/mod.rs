@@ -92,9 +92,12 @@ pub fn finish(handle: &mut dyn RunHandle) -> Outcome {
     panic!("the run did not end within {PATIENCE:?}");
 }
 
+/// The output so far and whether it ended, with its change signal.
+type Seen = Arc<(Mutex<(Vec<u8>, bool)>, Condvar)>;
+
 /// What a terminal printed, read on a thread of its own.
 pub struct Screen {
-    seen: Arc<(Mutex<(Vec<u8>, bool)>, Condvar)>,
+    seen: Seen,
     /// Keystrokes and size.
     pub input: Box<dyn TerminalInput>,
     /// Where the last [`Screen::expect`] matched, so each waits for new output.
@@ -105,7 +108,7 @@ impl Screen {
     /// Takes the run's terminal and starts reading it.
     pub fn of(handle: &mut dyn RunHandle) -> Screen {
         let Terminal { input, mut output } = handle.take_terminal().expect("a terminal");
-        let seen = Arc::new((Mutex::new((Vec::new(), false)), Condvar::new()));
+        let seen: Seen = Arc::new((Mutex::new((Vec::new(), false)), Condvar::new()));
         let writer = seen.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
