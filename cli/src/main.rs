@@ -9,6 +9,7 @@
 //! through (see `outpost_exec_shell::confine`). It is dispatched before the command line is
 //! parsed, so its exit statuses (125, 126) and its program's arguments pass untouched.
 
+mod attach;
 mod client;
 mod daemon;
 mod demo;
@@ -104,6 +105,22 @@ enum Command {
     /// `kill`), on the run's socket; both of the machine's switches must be on.
     #[command(name = "command")]
     Ask(host_command::CommandArgs),
+    /// Open a terminal on CONTEXT (a machine you operate) and attach this terminal to it:
+    /// keys go there as typed, the window's size follows yours. The detach key leaves it
+    /// running; the program's exit ends attach with its exit code.
+    Attach {
+        /// The context (name or id).
+        context: String,
+        /// Join this open terminal instead of opening a new one (`GET /v1/terminals`).
+        #[arg(long)]
+        terminal: Option<String>,
+        /// The key that detaches.
+        #[arg(long, default_value = "ctrl-]")]
+        detach_key: String,
+        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        #[arg(long)]
+        server: Option<String>,
+    },
     /// The machines (execution contexts) you can use.
     Context {
         #[command(subcommand)]
@@ -351,6 +368,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             args: &args,
         }),
         Command::Ask(args) => host_command::command(args),
+        Command::Attach {
+            context,
+            terminal,
+            detach_key,
+            server,
+        } => attach::attach(&attach::AttachArgs {
+            context: &context,
+            server: server.as_deref(),
+            terminal: terminal.as_deref(),
+            detach_key: &detach_key,
+        }),
         Command::Context {
             action,
             server,

@@ -139,7 +139,10 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
         "/v1/execution-contexts/box/terminals",
         Some(json!({"cols": 0})),
     );
-    assert_eq!((status, &bad["error"]["code"]), (400, &json!("invalid_body")));
+    assert_eq!(
+        (status, &bad["error"]["code"]),
+        (400, &json!("invalid_body"))
+    );
 
     let (status, opened) = server.api(
         "POST",
@@ -154,7 +157,10 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
     let mut first = Viewer::connect(&server, &terminal, &ticket);
     first.until("ready", |v| v.said("ready").is_some());
     let ready = first.said("ready").expect("ready").clone();
-    assert_eq!((ready["cols"].as_u64(), ready["rows"].as_u64()), (Some(100), Some(30)));
+    assert_eq!(
+        (ready["cols"].as_u64(), ready["rows"].as_u64()),
+        (Some(100), Some(30))
+    );
     assert_eq!(ready["role"], "operator");
 
     // A ticket is spent once.
@@ -164,7 +170,10 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
     );
     match tungstenite::connect(url) {
         Err(tungstenite::Error::Http(response)) => assert_eq!(response.status(), 401),
-        other => panic!("a spent ticket must be refused, got {:?}", other.map(|_| ())),
+        other => panic!(
+            "a spent ticket must be refused, got {:?}",
+            other.map(|_| ())
+        ),
     }
 
     first.type_keys("echo $((6*7))\r");
@@ -180,7 +189,10 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
     let mut second = Viewer::connect(&server, &terminal, joined["ticket"].as_str().unwrap());
     second.until("the replay", |v| v.said("live").is_some());
     assert!(second.said("replay").is_some(), "{:?}", second.texts);
-    assert!(second.shows("42") && second.shows("40 120"), "the screen again");
+    assert!(
+        second.shows("42") && second.shows("40 120"),
+        "the screen again"
+    );
     let (status, listed) = server.api("GET", "/v1/terminals", None);
     assert_eq!(status, 200, "{listed}");
     let row = listed["terminals"]
@@ -188,7 +200,10 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
         .and_then(|t| t.iter().find(|t| t["terminalId"] == terminal.as_str()))
         .cloned()
         .expect("the terminal is listed");
-    assert_eq!((row["viewers"].as_u64(), row["state"].as_str()), (Some(2), Some("open")));
+    assert_eq!(
+        (row["viewers"].as_u64(), row["state"].as_str()),
+        (Some(2), Some("open"))
+    );
 
     // The second viewer's connection drops without a close: audited as dropped.
     drop(second);
@@ -203,7 +218,9 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
     });
 
     first.type_keys("exit 3\r");
-    first.until("the exit", |v| v.said("exit").is_some() && v.closed.is_some());
+    first.until("the exit", |v| {
+        v.said("exit").is_some() && v.closed.is_some()
+    });
     assert_eq!(first.said("exit").unwrap()["exitCode"], 3);
     let execution = server.wait_status(&terminal, "exited");
     assert_eq!(execution["exitCode"], 3, "{execution}");
@@ -214,4 +231,50 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
     for kind in ["terminal.session.started", "terminal.session.ended"] {
         assert!(kinds.iter().any(|k| k == kind), "{kind} in {kinds:?}");
     }
+}
+
+#[test]
+fn outpost_attach_drives_a_terminal_from_a_pipe_and_exits_with_the_program_s_code() {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let dir = temp_dir("attach");
+    let server = Server::start(&dir.join("state"), 0);
+    let _daemon = Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
+    server.wait_context("box", "online with a terminal executor", |c| {
+        c["online"] == true
+            && c["environments"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|e| e == "pty"))
+    });
+    let mut attach = Command::new(common::binary())
+        .args(["attach", "box", "--server", &server.url])
+        .env("OUTPOST_TOKEN", &server.admin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("outpost attach starts");
+    // Typed at once: the keys wait for the shell to come up.
+    attach
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"echo $((6*7))\nexit 5\n")
+        .expect("keys written");
+    let out = attach.wait_with_output().expect("attach ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("42\r\n"), "{stdout}");
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, body) = server.api("GET", "/v1/terminals", None);
+    assert!(
+        body["terminals"]
+            .as_array()
+            .is_some_and(|t| t.iter().all(|t| t["state"] != "open")),
+        "the terminal is gone once its program exited: {body}"
+    );
 }

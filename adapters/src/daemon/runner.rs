@@ -245,15 +245,21 @@ impl Job {
         }
         let run_id = &self.execute.run_id;
         let reserved = self.terminal.take();
-        let mut attached = handle.take_terminal().zip(reserved).and_then(|(terminal, reserved)| {
-            match self.terminals.attach(reserved, terminal, self.events.clone()) {
-                Ok(attached) => Some(attached),
-                Err(e) => {
-                    tracing::warn!(run = %run_id, "cannot relay the run's terminal: {e}");
-                    None
+        let mut attached = handle
+            .take_terminal()
+            .zip(reserved)
+            .and_then(|(terminal, reserved)| {
+                match self
+                    .terminals
+                    .attach(reserved, terminal, self.events.clone())
+                {
+                    Ok(attached) => Some(attached),
+                    Err(e) => {
+                        tracing::warn!(run = %run_id, "cannot relay the run's terminal: {e}");
+                        None
+                    }
                 }
-            }
-        });
+            });
         let mut cancelled = false;
         loop {
             if !cancelled && self.cancel.load(Ordering::SeqCst) {

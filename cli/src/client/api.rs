@@ -54,6 +54,7 @@ pub struct Api {
     base: String,
     token: String,
     agent: ureq::Agent,
+    ca_file: Option<PathBuf>,
 }
 
 impl Api {
@@ -83,6 +84,7 @@ impl Api {
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
             agent,
+            ca_file: ca_file.map(Path::to_path_buf),
         })
     }
 
@@ -126,6 +128,16 @@ impl Api {
         };
         let ca = std::env::var_os("OUTPOST_CA_FILE").map(PathBuf::from);
         Self::new(&server, &token, ca.as_deref())
+    }
+
+    /// The server's base URL, without a trailing `/`.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The CA certificate file this client trusts instead of the public roots, if any.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
     }
 
     /// `GET path`.
