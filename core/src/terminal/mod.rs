@@ -14,6 +14,7 @@
 //! [`Relay::poll_output`] drained until [`Output::Wait`]. It owns no socket, reads no clock,
 //! and must never interpret live bytes: only the replay is cut and filtered.
 
+mod io;
 mod messages;
 mod query;
 mod relay;
@@ -23,8 +24,9 @@ mod scan;
 #[cfg(test)]
 mod tests;
 
+pub use io::{Input, Output, RelayConfig, RelayError};
 pub use messages::{
     Audit, Left, Reason, Role, RunnerMessage, ViewerId, ViewerMessage, viewer_close,
 };
-pub use relay::{Input, Output, Relay, RelayConfig, RelayError};
+pub use relay::Relay;
 pub use ring::{HOLD_LIMIT, RING_CAPACITY, Ring};
