@@ -4,7 +4,7 @@
 //!
 //! - [`Ring`] keeps the last 64 KiB of output and cuts a replay that never starts inside an
 //!   escape sequence or a UTF-8 character, with terminal *queries* removed (the list is in
-//!   [`ring`]'s docs and the `query` table) so a new viewer's emulator does not answer them
+//!   [`ring`]'s docs and the [`query`] table) so a new viewer's emulator does not answer them
 //!   again as input.
 //! - [`Relay`] fans output out to viewers, takes input and resizes from operators only, gives
 //!   the runner credit as the fastest viewer drains, drops a viewer that falls too far behind,
@@ -16,7 +16,7 @@
 
 mod io;
 mod messages;
-mod query;
+pub mod query;
 mod relay;
 pub mod ring;
 mod scan;

@@ -1,7 +1,7 @@
 //! The last 64 KiB of a terminal's output, and the replay cut from it for a viewer that joins
 //! late or reconnects.
 //!
-//! Every pushed byte goes through the escape-sequence state machine of [`super::scan`]
+//! Every pushed byte goes through the escape-sequence state machine (`scan.rs`)
 //! (however the output was chunked), so the ring knows:
 //! - where its oldest byte stands: a second scanner follows the bytes as they fall off the
 //!   front, so when the ring's start is inside a sequence or a UTF-8 character the replay
