@@ -4,7 +4,7 @@
 //!
 //! - [`Ring`] keeps the last 64 KiB of output and cuts a replay that never starts inside an
 //!   escape sequence or a UTF-8 character, with terminal *queries* removed (the list is in
-//!   [`ring`]'s docs and the `query` table) so a new viewer's emulator does not answer them
+//!   [`ring`]'s docs and the [`query`] table) so a new viewer's emulator does not answer them
 //!   again as input.
 //! - [`Relay`] fans output out to viewers, takes input and resizes from operators only, gives
 //!   the runner credit as the fastest viewer drains, drops a viewer that falls too far behind,
@@ -14,8 +14,9 @@
 //! [`Relay::poll_output`] drained until [`Output::Wait`]. It owns no socket, reads no clock,
 //! and must never interpret live bytes: only the replay is cut and filtered.
 
+mod io;
 mod messages;
-mod query;
+pub mod query;
 mod relay;
 pub mod ring;
 mod scan;
@@ -23,8 +24,9 @@ mod scan;
 #[cfg(test)]
 mod tests;
 
+pub use io::{Input, Output, RelayConfig, RelayError};
 pub use messages::{
     Audit, Left, Reason, Role, RunnerMessage, ViewerId, ViewerMessage, viewer_close,
 };
-pub use relay::{Input, Output, Relay, RelayConfig, RelayError};
+pub use relay::Relay;
 pub use ring::{HOLD_LIMIT, RING_CAPACITY, Ring};

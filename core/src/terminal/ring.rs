@@ -1,7 +1,7 @@
 //! The last 64 KiB of a terminal's output, and the replay cut from it for a viewer that joins
 //! late or reconnects.
 //!
-//! Every pushed byte goes through the escape-sequence state machine of [`super::scan`]
+//! Every pushed byte goes through the escape-sequence state machine (`scan.rs`)
 //! (however the output was chunked), so the ring knows:
 //! - where its oldest byte stands: a second scanner follows the bytes as they fall off the
 //!   front, so when the ring's start is inside a sequence or a UTF-8 character the replay
@@ -195,7 +195,7 @@ impl Ring {
             match self.mode {
                 Mode::Holding => self.judge(),
                 Mode::Passing => {}
-                Mode::Discarding => self.removed += self.seq.len() as u64,
+                Mode::Discarding => self.end_discarded(0),
             }
             self.seq.clear();
             self.seq.extend(esc);
@@ -221,9 +221,7 @@ impl Ring {
                         self.content.extend(&self.seq);
                         self.content.extend(&bytes);
                     }
-                    Mode::Discarding => {
-                        self.removed += (self.seq.len() + bytes.len()) as u64;
-                    }
+                    Mode::Discarding => self.end_discarded(bytes.len()),
                 }
                 self.reset_seq();
             }
@@ -321,6 +319,14 @@ impl Ring {
             }
         } else {
             self.content.extend(&self.seq);
+        }
+    }
+
+    /// A query too long to hold ended with `last` more bytes: all of it is gone.
+    fn end_discarded(&mut self, last: usize) {
+        self.removed += (self.seq.len() + last) as u64;
+        if self.interrupts {
+            self.content.push_back(CAN);
         }
     }
 
