@@ -1,4 +1,4 @@
-//! Users, audit and operations (§11.4–§11.5): creating users with tokens (shown once), the
+//! Users, audit and operations (§11.4, §11.6): creating users with tokens (shown once), the
 //! audit log, `/healthz`, `/metrics` and the OpenAPI document.
 
 use axum::extract::{Request, State};

@@ -1,4 +1,4 @@
-//! Terminal routes (§11.6): open a terminal on a context (a login shell, as a `pty` run on that
+//! Terminal routes (§11.5): open a terminal on a context (a login shell, as a `pty` run on that
 //! machine only), list the caller's open terminals, buy a viewer ticket, and the viewer
 //! WebSocket itself.
 //!
