@@ -1,6 +1,6 @@
 //! Who is asking: bearer tokens with scopes (§11.2) for user routes, RFC 9421 signatures
 //! with single-use nonces (§8) for machine routes, and the rate limits in front of both
-//! machine routes and connects (§11.5).
+//! machine routes and connects (§11.6).
 //!
 //! Nonces are checked in memory by the core's `ReplayGuard` and written to the store before
 //! the request is answered, so a replay is refused after a restart too.
