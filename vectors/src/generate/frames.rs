@@ -225,6 +225,23 @@ pub(super) fn file() -> VectorFile<SignedFrameCase> {
         reason: "Révoqué par l'opérateur \u{1F512}\n\t\"quoted\"".into(),
     };
 
+    let pty_input = ServerFrame::PtyInput {
+        pty_id: "run_2".into(),
+        data: outpost_core::b64::encode(b"echo $((6*7))\r\x03\x1b[A"),
+    };
+    let pty_resize = ServerFrame::PtyResize {
+        pty_id: "run_2".into(),
+        cols: 120,
+        rows: 40,
+    };
+    let pty_credit = ServerFrame::PtyCredit {
+        pty_id: "run_2".into(),
+        bytes: 32_768,
+    };
+    let pty_close = ServerFrame::PtyClose {
+        pty_id: "run_2".into(),
+    };
+
     let welcome_text = text(&welcome, 1);
     let commit_text = text(&commit, 3);
     let mut cases = vec![
@@ -248,6 +265,22 @@ pub(super) fn file() -> VectorFile<SignedFrameCase> {
         Case {
             previous_seq: 5,
             ..Case::ok("revoked_with_escapes_and_non_ascii", text(&revoked, 6))
+        },
+        Case {
+            previous_seq: 6,
+            ..Case::ok("pty_input_keystrokes", text(&pty_input, 7))
+        },
+        Case {
+            previous_seq: 7,
+            ..Case::ok("pty_resize", text(&pty_resize, 8))
+        },
+        Case {
+            previous_seq: 8,
+            ..Case::ok("pty_credit", text(&pty_credit, 9))
+        },
+        Case {
+            previous_seq: 9,
+            ..Case::ok("pty_close", text(&pty_close, 10))
         },
         Case {
             previous_seq: 1,
