@@ -367,6 +367,7 @@ impl Fixture {
             "sha256" => self.bundle.clone(),
             "sha512" => self.release.clone(),
             "name" => "lacks-0".to_owned(),
+            "terminal" => "ex_no_such_terminal".to_owned(),
             other => panic!("no fixture for the path parameter {{{other}}}: add one here"),
         }
     }
@@ -380,6 +381,7 @@ impl Fixture {
             "UserRequest" => json!({"name": "zed"}),
             "ShareRequest" => json!({"allMembers": true}),
             "CommandsSwitch" => json!({"enabled": false}),
+            "TerminalOpen" => json!({"cols": 80, "rows": 24}),
             "CommandAuthorize" => json!({"runId": "run_none", "command": "echo hi",
                 "cwd": "/tmp", "envKeys": ["GREETING"], "background": false}),
             "RegisterRequest" => serde_json::from_slice(&self.newcomer.register_body("newbox"))
