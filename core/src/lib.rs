@@ -21,6 +21,7 @@
 //! | [`record`] | the versioned, strictly read envelope of the server's and the daemon's durable records |
 //! | [`time`] | the host-supplied clock values: wall time and a monotonic instant |
 //! | [`daemon`], [`session`], [`server`] | the three roles' state machines |
+//! | [`terminal`] | an interactive terminal's relay between its runner and its viewers, and the replay ring |
 //! | `sim` | in-memory harnesses and the seeded simulation, behind the `test-support` feature |
 //!
 //! ## Errors
@@ -51,6 +52,7 @@ pub mod session;
 pub mod sign;
 #[cfg(any(test, feature = "test-support"))]
 pub mod sim;
+pub mod terminal;
 pub mod ticket;
 pub mod time;
 pub mod wire;

@@ -26,7 +26,6 @@
 
 mod commands;
 pub mod confine;
-mod env;
 mod process;
 
 use std::path::PathBuf;
@@ -40,7 +39,7 @@ use outpost_host::{check_cwd, resolve_entry};
 pub use commands::{
     AUDIT_COMMAND_CHARS, AuditEvent, CommandError, CommandRequest, HostCommands, JobId, JobStatus,
 };
-pub use env::{PASSTHROUGH_VARS, run_environment};
+pub use outpost_host::{PASSTHROUGH_VARS, run_environment};
 pub use process::ShellRun;
 
 /// How the shell executor behaves.

@@ -14,18 +14,22 @@
 //! - **Launches** ([`launch_from_execute`]): the daemon's `Execute` command as an executor
 //!   `Launch`, with mounts = grant ∩ local policy minus the denylist and the grant's egress;
 //!   [`owner_mounts`] for the owner's own `outpost run`.
+//! - **A run's environment** ([`run_environment`]): the harmless host variables, never an
+//!   `OUTPOST_*` or secret one, plus the manifest's `env`.
 //! - **Packing** ([`pack_capability`]): a capability folder as the inline source a run carries.
 //!
 //! Executors depend on `outpost-core` and this crate, never on each other.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod env;
 mod launch;
 mod owner;
 mod pack;
 mod paths;
 mod services;
 
+pub use env::{PASSTHROUGH_VARS, run_environment};
 pub use launch::{
     LaunchContext, LaunchError, PreparedLaunch, SkippedFolder, grant_mounts, launch_from_execute,
     materialize, owner_mounts,

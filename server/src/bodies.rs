@@ -379,6 +379,40 @@ pub fn check_inline(
 
 /// Parses `bytes` as strict JSON into `T`, refusing an array where `T` has a structure
 /// (which serde would otherwise read by position).
+/// `POST /v1/execution-contexts/{context}/terminals`: the size a terminal opens with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TerminalOpen {
+    /// Columns, 1–1000 (default 80).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cols: Option<u16>,
+    /// Rows, 1–1000 (default 24).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u16>,
+}
+
+/// Decodes a terminal's opening size; an empty body opens 80 × 24.
+pub fn decode_terminal_open(
+    bytes: &[u8],
+) -> Result<outpost_core::executor::TerminalSize, BodyError> {
+    let default = outpost_core::executor::TerminalSize::DEFAULT;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(default);
+    }
+    let open: TerminalOpen = parse(bytes)?;
+    let side = |name: &str, value: Option<u16>, default: u16| match value {
+        None => Ok(default),
+        Some(n @ 1..=1000) => Ok(n),
+        Some(n) => Err(BodyError::invalid(format!(
+            "{name}: {n} is not within 1–1000"
+        ))),
+    };
+    Ok(outpost_core::executor::TerminalSize {
+        cols: side("cols", open.cols, default.cols)?,
+        rows: side("rows", open.rows, default.rows)?,
+    })
+}
+
 fn parse<T: DeserializeOwned + Serialize>(bytes: &[u8]) -> Result<T, BodyError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(BodyError::invalid("a JSON body is required"));

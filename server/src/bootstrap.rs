@@ -144,11 +144,13 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     .encode();
     state::write_secret(&dir.join("join"), format!("{join}\n").as_bytes())?;
 
+    let (terminals, terminals_rx) = crate::terminals::Terminals::channel();
     let shared = Arc::new(Shared {
         store: store.clone(),
         clock,
         metrics: Metrics::default(),
         ends: Ends::default(),
+        terminals,
     });
     let signer = Arc::new(keys.signer);
     let template = SessionConfig::new("");
@@ -162,6 +164,8 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     dispatcher.settle()?;
     let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);
     let dispatch_task = tokio::spawn(dispatcher.run(rx));
+    let terminals = crate::terminals::Actor::new(clock, store.clone(), tx.clone());
+    tokio::spawn(terminals.run(terminals_rx));
 
     let scheme = if config.tls.is_some() {
         "https"

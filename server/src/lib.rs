@@ -21,6 +21,7 @@ mod secrets;
 mod serve;
 mod state;
 mod store;
+mod terminals;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -405,7 +405,7 @@
     xterm.fit.fit(term);
     api("POST", "/v1/execution-contexts/" + encodeURIComponent(name) + "/terminals",
       { cols: term.cols, rows: term.rows }).then(function (opened) {
-      connect(opened.terminalId, opened.ticket, "operator");
+      connect(opened.terminalId, opened.ticket, opened.role || "operator");
       loadTerminals().catch(showError);
     }, showError);
   }

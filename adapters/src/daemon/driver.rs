@@ -471,7 +471,13 @@ impl Driver {
                     self.conn += 1;
                 }
                 Output::Command(command) => self.command(command),
-                Output::Event(event) => log_event(&event),
+                Output::Event(event) => {
+                    if matches!(event, CoreEvent::Ready { .. }) {
+                        // What a dropped connection had in flight is gone: full windows.
+                        self.runner.terminals().reset_windows();
+                    }
+                    log_event(&event);
+                }
             }
         }
         polled.until.ok_or(DaemonError::RunawayOutputs)
@@ -481,7 +487,10 @@ impl Driver {
     /// not change which connection frames belong to.
     fn joins_batch(&self, event: &Event) -> bool {
         match event {
-            Event::RunDone { .. } | Event::Fetched { .. } => true,
+            Event::RunDone { .. }
+            | Event::Fetched { .. }
+            | Event::TerminalOutput { .. }
+            | Event::TerminalExit { .. } => true,
             Event::Link {
                 conn,
                 event: LinkEvent::Message(_),
@@ -541,8 +550,14 @@ impl Driver {
                     let _ = tx.send(Event::Fetched { run_id, bundle });
                 }));
             }
-            Command::PtyInput { .. } | Command::PtyResize { .. } | Command::PtyClose { .. } => {
-                tracing::debug!("terminal frames are ignored: this daemon runs no PTY executor");
+            Command::PtyInput { pty_id, data } => self.runner.terminals().input(&pty_id, data),
+            Command::PtyResize { pty_id, cols, rows } => {
+                self.runner.terminals().resize(&pty_id, cols, rows);
+            }
+            Command::PtyCredit { pty_id, bytes } => self.runner.terminals().credit(&pty_id, bytes),
+            Command::PtyClose { pty_id } => {
+                tracing::info!(run = %pty_id, "closing a terminal");
+                self.runner.cancel(&pty_id);
             }
         }
     }
@@ -584,6 +599,12 @@ impl Driver {
                 self.runner.finished(&run_id);
                 tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
                 self.input(Input::RunFinished { run_id, result })
+            }
+            Event::TerminalOutput { run_id, data } => {
+                self.input(Input::TerminalOutput { run_id, data })
+            }
+            Event::TerminalExit { run_id, exit_code } => {
+                self.input(Input::TerminalExit { run_id, exit_code })
             }
             Event::Fetched { run_id, bundle } => match bundle {
                 Ok(bundle) => self.input(Input::CapabilityFetched { run_id, bundle }),

@@ -33,6 +33,7 @@ mod patience;
 mod policy;
 mod runner;
 pub mod status;
+mod terminals;
 pub mod update;
 
 pub use bridge::SOCKET_NAME as COMMANDS_SOCKET;
@@ -460,6 +461,20 @@ pub(crate) enum Event {
     CommandsAudit,
     /// An update check came back.
     UpdateChecked(Result<update::Checked, update::UpdateError>),
+    /// A terminal run's program wrote bytes.
+    TerminalOutput {
+        /// The run.
+        run_id: String,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// A terminal run's program ended and its output is all read.
+    TerminalExit {
+        /// The run.
+        run_id: String,
+        /// Its exit code, if it exited.
+        exit_code: Option<i32>,
+    },
 }
 
 /// How long the driver sleeps at most before it looks at the [`StopSignal`] again.

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::Event;
 use super::bridge::{Bridge, CommandsShared};
 use super::policy::PolicySource;
+use super::terminals::Terminals;
 use crate::clock::Clock;
 use crate::runtime::Host;
 
@@ -58,6 +59,7 @@ pub(crate) struct Runner {
     cancels: HashMap<String, Arc<AtomicBool>>,
     events: Sender<Event>,
     commands: CommandsShared,
+    terminals: Terminals,
 }
 
 /// What a run needs on its thread.
@@ -70,6 +72,8 @@ struct Job {
     clock: Arc<Clock>,
     cancel: Arc<AtomicBool>,
     commands: CommandsShared,
+    terminals: Terminals,
+    events: Sender<Event>,
 }
 
 impl Runner {
@@ -94,7 +98,13 @@ impl Runner {
             cancels: HashMap::new(),
             events,
             commands,
+            terminals: Terminals::default(),
         }
+    }
+
+    /// The live terminals of this daemon's runs, for the relay's keystrokes and credit.
+    pub(crate) fn terminals(&self) -> &Terminals {
+        &self.terminals
     }
 
     /// Starts `execute` on a blocking thread; [`Event::RunDone`] reports its end.
@@ -110,6 +120,8 @@ impl Runner {
             clock: self.clock.clone(),
             cancel,
             commands: self.commands.clone(),
+            terminals: self.terminals.clone(),
+            events: self.events.clone(),
         };
         let events = self.events.clone();
         self.host.spawn_blocking(Box::new(move || {
@@ -226,6 +238,16 @@ impl Job {
         if let Some(id) = handle.service_id() {
             record_service(&self.runs_dir, &self.execute, id);
         }
+        let run_id = &self.execute.run_id;
+        let mut attached = handle.take_terminal().and_then(|terminal| {
+            match self.terminals.attach(run_id, terminal, self.events.clone()) {
+                Ok(attached) => Some(attached),
+                Err(e) => {
+                    tracing::warn!(run = %run_id, "cannot relay the run's terminal: {e}");
+                    None
+                }
+            }
+        });
         let mut cancelled = false;
         loop {
             if !cancelled && self.cancel.load(Ordering::SeqCst) {
@@ -235,7 +257,17 @@ impl Job {
                 }
             }
             match handle.wait(SLICE) {
-                Ok(Some(outcome)) => return RunResult::from(outcome),
+                Ok(Some(outcome)) => {
+                    if let Some(attached) = attached.take() {
+                        // Every byte goes out before `pty.exit`, and that before the result.
+                        attached.finish();
+                        let _ = self.events.send(Event::TerminalExit {
+                            run_id: run_id.clone(),
+                            exit_code: outcome.exit_code,
+                        });
+                    }
+                    return RunResult::from(outcome);
+                }
                 Ok(None) => {}
                 Err(e) => return RunResult::from(&e),
             }

@@ -128,6 +128,9 @@ impl Daemon {
                 self.command(Command::PtyResize { pty_id, cols, rows })
             }
             ServerFrame::PtyClose { pty_id } => self.command(Command::PtyClose { pty_id }),
+            ServerFrame::PtyCredit { pty_id, bytes } => {
+                self.command(Command::PtyCredit { pty_id, bytes })
+            }
         }
     }
 
@@ -193,6 +196,14 @@ impl Daemon {
                     "the grant does not allow {} runs on this machine",
                     environment.as_str()
                 ),
+            );
+        }
+        if environment == Environment::Pty && shared_run {
+            return self.reject(
+                run_id,
+                Refusal::PtyOperatorOnly,
+                "terminals are only for the machine's operator; a shared run never opens one"
+                    .into(),
             );
         }
         if let Err(why) = check_inline(&capability) {

@@ -86,6 +86,14 @@ impl Daemon {
         matches!(self.link, Link::Ready { .. })
     }
 
+    /// Whether `run_id` is committed and handed to an executor here: only such a run's
+    /// terminal output is sent.
+    fn holds(&self, run_id: &str) -> bool {
+        self.runs
+            .get(run_id)
+            .is_some_and(|r| matches!(r.state, RunState::Executing { .. }))
+    }
+
     /// Feeds one input at time `now`. The records it produces ([`Output::Persist`]) are
     /// queued ahead of its other outputs.
     pub fn handle_input(&mut self, now: Now, input: Input) -> Result<(), DaemonError> {
@@ -163,6 +171,22 @@ impl Daemon {
                         signal,
                         duration_ms,
                         reason,
+                    });
+                }
+            }
+            Input::TerminalOutput { run_id, data } => {
+                if self.is_ready() && self.holds(&run_id) {
+                    self.transmit(&DaemonFrame::PtyOutput {
+                        pty_id: run_id,
+                        data: crate::b64::encode(&data),
+                    });
+                }
+            }
+            Input::TerminalExit { run_id, exit_code } => {
+                if self.is_ready() && self.holds(&run_id) {
+                    self.transmit(&DaemonFrame::PtyExit {
+                        pty_id: run_id,
+                        exit_code,
                     });
                 }
             }

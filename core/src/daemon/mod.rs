@@ -175,6 +175,23 @@ pub enum Input {
         /// `exited`, `timed_out`, `killed`, `commands_off`, `revoked` or `shutdown`.
         reason: String,
     },
+    /// A terminal run's program wrote bytes: sent as `pty.output` when connected and ready,
+    /// else dropped (a terminal's output is a live view, not a result; the host stops reading
+    /// once the window of [`crate::wire::PTY_WINDOW`] bytes is spent, so little is lost).
+    TerminalOutput {
+        /// The run (the terminal's `ptyId`).
+        run_id: String,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// A terminal run's program ended and its output is all read: sent as `pty.exit` (before
+    /// the run's [`Input::RunFinished`], which still carries the result).
+    TerminalExit {
+        /// The run.
+        run_id: String,
+        /// Its exit code, if it exited.
+        exit_code: Option<i32>,
+    },
 }
 
 /// What the daemon asks of the host.
@@ -298,6 +315,14 @@ pub enum Command {
     PtyClose {
         /// The terminal.
         pty_id: String,
+    },
+    /// The server has room for `bytes` more of the terminal's output (a verified
+    /// `pty.credit`): the host may read that much more from the terminal.
+    PtyCredit {
+        /// The terminal.
+        pty_id: String,
+        /// Bytes of output.
+        bytes: u64,
     },
 }
 

@@ -409,6 +409,54 @@ fn terminal_frames_become_commands_with_decoded_bytes() {
 }
 
 #[test]
+fn credit_becomes_a_command_and_only_an_executing_run_s_terminal_output_is_sent() {
+    let mut s = Server::ready(2);
+    let out = s.send(ServerFrame::PtyCredit {
+        pty_id: "r1".into(),
+        bytes: 4096,
+    });
+    assert_eq!(
+        out,
+        [Output::Command(Command::PtyCredit {
+            pty_id: "r1".into(),
+            bytes: 4096,
+        })]
+    );
+    let output = |s: &mut Server| {
+        s.input(Input::TerminalOutput {
+            run_id: "r1".into(),
+            data: b"\x1b[1mhi\xff".to_vec(),
+        })
+    };
+    assert_eq!(output(&mut s), [], "no run r1: nothing is sent");
+    s.request("r1");
+    assert_eq!(
+        output(&mut s),
+        [],
+        "accepted but not committed: nothing runs yet"
+    );
+    s.send(ServerFrame::RunCommit {
+        run_id: "r1".into(),
+    });
+    let out = output(&mut s);
+    let [Output::Transmit(bytes)] = &out[..] else {
+        panic!("expected one pty.output, got {out:?}");
+    };
+    assert_eq!(
+        crate::wire::DaemonFrame::from_json(bytes).unwrap(),
+        crate::wire::DaemonFrame::PtyOutput {
+            pty_id: "r1".into(),
+            data: crate::b64::encode(b"\x1b[1mhi\xff"),
+        }
+    );
+    let out = s.input(Input::TerminalExit {
+        run_id: "r1".into(),
+        exit_code: Some(0),
+    });
+    assert_eq!(sent(&out), ["pty.exit"]);
+}
+
+#[test]
 fn terminal_input_that_is_not_base64url_is_a_violation() {
     let mut s = Server::ready(2);
     let out = s.send(ServerFrame::PtyInput {

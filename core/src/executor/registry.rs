@@ -71,7 +71,8 @@ pub struct TrustCeiling {
 
 /// The session's and the project's allowlists.
 ///
-/// Trust ceiling: `run_capability:shell` (and `:pty`, a shell by another name) can be allowed
+/// Trust ceiling: `run_capability:shell` (and `:pty`, a shell by another name: an interactive
+/// terminal reaches the host as far as a shell does) can be allowed
 /// for the session only — shell capabilities reach the whole host; `:wasm` and `:docker` may be
 /// promoted to the project.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

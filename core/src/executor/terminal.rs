@@ -9,7 +9,7 @@
 use super::ExecError;
 
 /// A terminal's size in character cells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct TerminalSize {
     /// Columns, at least 1.
     pub cols: u16,

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use permission::{Permission, PermissionVerb};
 
+use crate::executor::TerminalSize;
 use crate::wire::{Environment, FolderMode};
 
 /// The manifest's file name inside a capability folder.
@@ -82,24 +83,29 @@ pub struct Limits {
     pub cpu_millicores: u64,
     /// The most processes and threads at once, where the environment can enforce it (docker).
     pub pids_max: u64,
+    /// Pty only: a terminal with no input and no output for this many milliseconds is
+    /// stopped (reported timed out); `None`, the default, never stops an idle terminal.
+    pub idle_ms: Option<u64>,
 }
 
 impl Limits {
-    /// 90 s, 1 MiB per stream, 512 MiB, one CPU, 1024 processes.
+    /// 90 s, 1 MiB per stream, 512 MiB, one CPU, 1024 processes, no idle limit.
     pub const DEFAULT: Limits = Limits {
         timeout_ms: 90_000,
         output_max_bytes: 1024 * 1024,
         memory_mb: 512,
         cpu_millicores: 1000,
         pids_max: 1024,
+        idle_ms: None,
     };
-    /// The hard maxima: 24 h, 64 MiB per stream, 64 GiB, 256 CPUs, 65,536 processes.
+    /// The hard maxima: 24 h, 64 MiB per stream, 64 GiB, 256 CPUs, 65,536 processes, 24 h idle.
     pub const MAX: Limits = Limits {
         timeout_ms: 24 * 3600 * 1000,
         output_max_bytes: 64 * 1024 * 1024,
         memory_mb: 64 * 1024,
         cpu_millicores: 256_000,
         pids_max: 65_536,
+        idle_ms: Some(24 * 3600 * 1000),
     };
 }
 
@@ -124,7 +130,9 @@ pub struct Manifest {
     pub lifecycle: Lifecycle,
     /// The entry file, relative to the capability folder, `/`-separated, without `..`. For
     /// docker, the command run inside the image instead (a name looked up on the image's
-    /// `PATH`, or an absolute path in the image).
+    /// `PATH`, or an absolute path in the image). For pty, a file in the folder, or — when the
+    /// folder has no such file and the name has no `/` — a program found on the run's `PATH`
+    /// (`bash`, `python3`).
     pub entry: String,
     /// Shell only: how the entry is started.
     pub interpreter: Interpreter,
@@ -143,6 +151,9 @@ pub struct Manifest {
     pub port: Option<u16>,
     /// Shell only: run under Landlock, limited to the folder and the grants.
     pub confine: bool,
+    /// Pty only: the size the terminal opens with (`terminal: {cols, rows}`, each 1..=1000,
+    /// 80 × 24 when left out); `None` for every other environment.
+    pub terminal: Option<TerminalSize>,
     /// Resource limits.
     pub limits: Limits,
 }

@@ -9,6 +9,7 @@ use super::{
     Interpreter, Lifecycle, Limits, Manifest, ManifestError, Permission, Volume,
     check_image_command, check_relative_path,
 };
+use crate::executor::TerminalSize;
 use crate::wire::{Environment, FolderMode};
 
 #[derive(Deserialize)]
@@ -39,7 +40,16 @@ struct RawManifest {
     #[serde(default)]
     confine: Option<Spanned<bool>>,
     #[serde(default)]
+    terminal: Option<Spanned<RawTerminal>>,
+    #[serde(default)]
     limits: Option<Spanned<RawLimits>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTerminal {
+    cols: Option<u64>,
+    rows: Option<u64>,
 }
 
 fn one() -> u32 {
@@ -67,6 +77,7 @@ struct RawLimits {
     memory_mb: Option<u64>,
     cpu_millicores: Option<u64>,
     pids_max: Option<u64>,
+    idle_ms: Option<u64>,
 }
 
 fn err<T>(
@@ -226,6 +237,13 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
     };
 
     let port = match raw.port {
+        Some(p) if environment == Environment::Pty => {
+            return err(
+                "port",
+                Some(&p.referenced),
+                "a pty capability is a terminal and listens on no port",
+            );
+        }
         Some(p) if lifecycle != Lifecycle::Persistent => {
             return err(
                 "port",
@@ -249,6 +267,39 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
         None => false,
     };
 
+    let terminal = match raw.terminal {
+        Some(t) if environment != Environment::Pty => {
+            return err(
+                "terminal",
+                Some(&t.referenced),
+                "applies to pty capabilities only",
+            );
+        }
+        Some(t) => {
+            let mut size = TerminalSize::DEFAULT;
+            for (field, value, side) in [
+                ("cols", t.value.cols, &mut size.cols),
+                ("rows", t.value.rows, &mut size.rows),
+            ] {
+                if let Some(v) = value {
+                    match u16::try_from(v) {
+                        Ok(v) if (1..=1000).contains(&v) => *side = v,
+                        _ => {
+                            return err(
+                                format!("terminal.{field}"),
+                                Some(&t.referenced),
+                                format!("{v} is outside 1..=1000"),
+                            );
+                        }
+                    }
+                }
+            }
+            Some(size)
+        }
+        None if environment == Environment::Pty => Some(TerminalSize::DEFAULT),
+        None => None,
+    };
+
     let mut limits = Limits::DEFAULT;
     if let Some(l) = raw.limits {
         let at = Some(&l.referenced);
@@ -258,7 +309,11 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
             memory_mb,
             cpu_millicores,
             pids_max,
+            idle_ms,
         } = l.value;
+        if idle_ms.is_some() && environment != Environment::Pty {
+            return err("limits.idle_ms", at, "applies to pty capabilities only");
+        }
         for (field, value, max) in [
             ("timeout_ms", timeout_ms, Limits::MAX.timeout_ms),
             (
@@ -269,6 +324,7 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
             ("memory_mb", memory_mb, Limits::MAX.memory_mb),
             ("cpu_millicores", cpu_millicores, Limits::MAX.cpu_millicores),
             ("pids_max", pids_max, Limits::MAX.pids_max),
+            ("idle_ms", idle_ms, Limits::MAX.timeout_ms),
         ] {
             if let Some(v) = value
                 && (v == 0 || v > max)
@@ -286,6 +342,7 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
             memory_mb: memory_mb.unwrap_or(limits.memory_mb),
             cpu_millicores: cpu_millicores.unwrap_or(limits.cpu_millicores),
             pids_max: pids_max.unwrap_or(limits.pids_max),
+            idle_ms: idle_ms.or(limits.idle_ms),
         };
     }
 
@@ -304,6 +361,7 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
         docker_image,
         port,
         confine,
+        terminal,
         limits,
     })
 }

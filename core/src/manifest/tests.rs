@@ -1,4 +1,5 @@
 use super::*;
+use crate::executor::TerminalSize;
 
 const DAILY_REPORT: &str = r#"
 name: daily-report
@@ -180,4 +181,66 @@ fn env_keeps_its_order_and_refuses_duplicates() {
     let names: Vec<&str> = m.env.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(names, vec!["Z", "A", "M"]);
     assert!(Manifest::parse(&format!("{base}env: {{A: 1, A: 2}}\n")).is_err());
+}
+
+#[test]
+fn a_pty_capability_opens_a_terminal_of_its_size_and_may_name_a_program() {
+    let base = "name: t\nenvironment: pty\nlifecycle: oneshot\n";
+    let m = Manifest::parse(&format!("{base}entry: bash\nargs: [--norc]\n")).unwrap();
+    assert_eq!(m.entry, "bash");
+    assert_eq!(m.terminal, Some(TerminalSize::DEFAULT));
+    assert_eq!(m.limits.idle_ms, None);
+    let m = Manifest::parse(&format!(
+        "{base}entry: bin/tool\nterminal: {{cols: 132, rows: 50}}\nlimits: {{idle_ms: 600000}}\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        m.terminal,
+        Some(TerminalSize {
+            cols: 132,
+            rows: 50
+        })
+    );
+    assert_eq!(m.limits.idle_ms, Some(600_000));
+    let m = Manifest::parse(&format!("{base}entry: sh\nterminal: {{rows: 10}}\n")).unwrap();
+    assert_eq!(m.terminal, Some(TerminalSize { cols: 80, rows: 10 }));
+    // Other environments have no terminal.
+    let shell = Manifest::parse("name: t\nenvironment: shell\nlifecycle: oneshot\nentry: x\n");
+    assert_eq!(shell.unwrap().terminal, None);
+}
+
+#[test]
+fn pty_fields_are_bounded_and_belong_to_pty() {
+    let base = "name: t\nenvironment: pty\nlifecycle: oneshot\nentry: bash\n";
+    for (extra, field) in [
+        ("terminal: {cols: 0}\n", "terminal.cols"),
+        ("terminal: {rows: 1001}\n", "terminal.rows"),
+        ("terminal: {cols: 70000}\n", "terminal.cols"),
+        ("limits: {idle_ms: 0}\n", "limits.idle_ms"),
+        ("interpreter: none\n", "interpreter"),
+        ("docker_image: busybox\n", "docker_image"),
+        ("port: 8080\n", "port"),
+        ("confine: true\n", "confine"),
+        ("volumes: [{host: /tmp, guest: /data}]\n", "volumes[0]"),
+    ] {
+        let e = error(&format!("{base}{extra}"));
+        assert_eq!((e.field.as_str(), e.line), (field, Some(5)), "{extra}: {e}");
+    }
+    let e = error(&format!("{base}terminal: {{cols: 80, depth: 3}}\n"));
+    assert!(e.message.contains("depth"), "{e}");
+    let e = error(&format!("{base}entry2: x\n"));
+    assert_eq!(e.field, "entry2");
+    let e = error(&format!(
+        "{}terminal: {{cols: 80}}\n",
+        "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: x\n"
+    ));
+    assert_eq!((e.field.as_str(), e.line), ("terminal", Some(5)));
+    let e =
+        error("name: t\nenvironment: shell\nlifecycle: oneshot\nentry: x\nlimits: {idle_ms: 5}\n");
+    assert_eq!((e.field.as_str(), e.line), ("limits.idle_ms", Some(5)));
+    // A pty entry is still a path inside the folder, or a bare name.
+    let e = error("name: t\nenvironment: pty\nlifecycle: oneshot\nentry: /bin/bash\n");
+    assert_eq!(e.field, "entry");
+    let e = error("name: t\nenvironment: pty\nlifecycle: oneshot\nentry: ../bash\n");
+    assert_eq!(e.field, "entry");
 }

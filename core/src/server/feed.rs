@@ -75,6 +75,26 @@ impl Server {
     }
 
     fn on_session_event(&mut self, context_id: &str, event: session::Event) {
+        // A terminal's bytes go to the host's relay under the execution's id, without a copy.
+        let event = match event {
+            session::Event::TerminalOutput { run_id, data } => {
+                if let Some(exec_id) = self.runs.get(&run_id) {
+                    let exec_id = exec_id.clone();
+                    self.outputs
+                        .push_back(Output::Event(Event::TerminalOutput { exec_id, data }));
+                }
+                return;
+            }
+            session::Event::TerminalExit { run_id, exit_code } => {
+                if let Some(exec_id) = self.runs.get(&run_id) {
+                    let exec_id = exec_id.clone();
+                    self.outputs
+                        .push_back(Output::Event(Event::TerminalExit { exec_id, exit_code }));
+                }
+                return;
+            }
+            other => other,
+        };
         match &event {
             session::Event::Ready { .. } => {
                 self.replan_queued(context_id);

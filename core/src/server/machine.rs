@@ -229,6 +229,23 @@ impl Server {
                 self.feed_session(&context_id, session::Input::Revoke)?;
                 self.replan_queued(&context_id);
             }
+            Input::Terminal { exec_id, action } => {
+                // Only an execution committed on a machine has a terminal; anything else
+                // (not started yet, ended, on the cloud) has nobody to tell.
+                if let Some(Execution {
+                    place:
+                        Place::OnContext {
+                            context_id,
+                            run_id,
+                            started: true,
+                        },
+                    ..
+                }) = self.executions.get(&exec_id)
+                {
+                    let (context_id, run_id) = (context_id.clone(), run_id.clone());
+                    self.feed_session(&context_id, session::Input::Terminal { run_id, action })?;
+                }
+            }
         }
         Ok(())
     }

@@ -160,6 +160,14 @@ pub enum Input {
         /// The machine.
         context_id: String,
     },
+    /// Something for an execution's terminal, from the host's relay; ignored unless the
+    /// execution is committed on a machine.
+    Terminal {
+        /// The execution (the terminal's id at the server).
+        exec_id: String,
+        /// What to send.
+        action: crate::session::TerminalAction,
+    },
 }
 
 /// How an execution ended.
@@ -219,6 +227,20 @@ pub enum Event {
         run_id: String,
         /// The machine.
         context_id: String,
+    },
+    /// An execution's terminal wrote bytes (its machine's `pty.output`, decoded).
+    TerminalOutput {
+        /// The execution.
+        exec_id: String,
+        /// The bytes, untouched.
+        data: Vec<u8>,
+    },
+    /// An execution's terminal program ended (`pty.exit`); the execution's end follows.
+    TerminalExit {
+        /// The execution.
+        exec_id: String,
+        /// Its exit code, if it exited.
+        exit_code: Option<i32>,
     },
     /// Something from a session (connections, violations).
     Session {

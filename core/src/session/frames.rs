@@ -114,8 +114,8 @@ impl Session {
                 self.outputs
                     .push_back(Output::Event(Event::CommandFinished { frame: Box::new(f) }));
             }
-            // The PTY relay is not built yet: nothing consumes terminal output.
-            DaemonFrame::PtyOutput { .. } | DaemonFrame::PtyExit { .. } => {}
+            DaemonFrame::PtyOutput { pty_id, data } => self.on_pty_output(conn, pty_id, &data),
+            DaemonFrame::PtyExit { pty_id, exit_code } => self.on_pty_exit(pty_id, exit_code),
         }
     }
 

@@ -190,6 +190,7 @@ impl Session {
                 });
             }
             Input::Revoke => self.revoke(),
+            Input::Terminal { run_id, action } => self.on_terminal(run_id, action),
         }
         Ok(())
     }

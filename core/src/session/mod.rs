@@ -21,6 +21,7 @@ mod frames;
 mod machine;
 mod record;
 mod runs;
+mod terminal;
 
 #[cfg(test)]
 mod tests;
@@ -38,6 +39,7 @@ use crate::wire::{CapabilitySource, Environment, Grant};
 pub use machine::IssuedTicket;
 pub use runs::RecentlyEnded;
 use runs::ServerRun;
+pub use terminal::TerminalAction;
 
 /// The result a session records for a completed run: the daemon's `run.result` with
 /// `server_ms` and `transit_ms` added. The same type the daemon's host reports.
@@ -129,6 +131,14 @@ pub enum Input {
     UpdateGrant(Grant),
     /// Revoke the machine: tell it, cancel its runs, close, refuse it from now on.
     Revoke,
+    /// Something for a committed terminal run, from the host's relay; ignored when the run is
+    /// not committed here (it ended, or never was).
+    Terminal {
+        /// The run.
+        run_id: String,
+        /// What to send.
+        action: TerminalAction,
+    },
 }
 
 /// How a run offered to this machine ended.
@@ -238,6 +248,28 @@ pub enum Event {
     CommandFinished {
         /// The frame, as received.
         frame: Box<crate::wire::DaemonFrame>,
+    },
+    /// A committed terminal run's program wrote bytes (a `pty.output`, decoded).
+    TerminalOutput {
+        /// The run.
+        run_id: String,
+        /// The bytes, untouched.
+        data: Vec<u8>,
+    },
+    /// A committed terminal run's program ended (`pty.exit`); its `run.result` follows.
+    TerminalExit {
+        /// The run.
+        run_id: String,
+        /// Its exit code, if it exited.
+        exit_code: Option<i32>,
+    },
+    /// A `pty.output` or `pty.exit` about a terminal this connection does not hold was
+    /// dropped: the run ended (`ended`) or was never committed here (`not_held_here`).
+    TerminalRefused {
+        /// The terminal named.
+        pty_id: String,
+        /// `ended` or `not_held_here`.
+        reason: &'static str,
     },
 }
 

@@ -344,3 +344,89 @@ fn host_misuse_is_an_error() {
     assert_eq!(refused, SessionError::OutputBacklog);
     assert_eq!(accepted, MAX_QUEUED_OUTPUTS + 1);
 }
+
+#[test]
+fn only_a_committed_run_speaks_for_its_terminal_and_the_relay_s_actions_are_signed_frames() {
+    let mut d = Daemon::ready(2);
+    let output = |d: &mut Daemon, id: &str| {
+        d.frame(DaemonFrame::PtyOutput {
+            pty_id: id.into(),
+            data: crate::b64::encode(b"\x1b[6n42\r\n"),
+        })
+    };
+    let refused = output(&mut d, "r1");
+    assert_eq!(
+        refused,
+        [Output::Event(Event::TerminalRefused {
+            pty_id: "r1".into(),
+            reason: "not_held_here"
+        })]
+    );
+    let relay = |d: &mut Daemon, action: TerminalAction| {
+        d.input(Input::Terminal {
+            run_id: "r1".into(),
+            action,
+        })
+    };
+    assert!(
+        sent(&relay(&mut d, TerminalAction::Credit(10))).is_empty(),
+        "no committed run: nothing is sent"
+    );
+    d.submit("r1");
+    d.accept("r1");
+    assert_eq!(
+        output(&mut d, "r1"),
+        [Output::Event(Event::TerminalOutput {
+            run_id: "r1".into(),
+            data: b"\x1b[6n42\r\n".to_vec(),
+        })],
+        "the bytes reach the relay untouched"
+    );
+    assert_eq!(
+        sent(&relay(&mut d, TerminalAction::Input(b"ls\r".to_vec()))),
+        ["pty.input"]
+    );
+    assert_eq!(
+        sent(&relay(
+            &mut d,
+            TerminalAction::Resize {
+                cols: 100,
+                rows: 30
+            }
+        )),
+        ["pty.resize"]
+    );
+    assert_eq!(
+        sent(&relay(&mut d, TerminalAction::Credit(4096))),
+        ["pty.credit"]
+    );
+    assert_eq!(sent(&relay(&mut d, TerminalAction::Close)), ["pty.close"]);
+    let exit = d.frame(DaemonFrame::PtyExit {
+        pty_id: "r1".into(),
+        exit_code: Some(0),
+    });
+    assert_eq!(
+        exit,
+        [Output::Event(Event::TerminalExit {
+            run_id: "r1".into(),
+            exit_code: Some(0),
+        })]
+    );
+    d.frame(result("r1", 5));
+    assert_eq!(
+        output(&mut d, "r1"),
+        [Output::Event(Event::TerminalRefused {
+            pty_id: "r1".into(),
+            reason: "ended"
+        })],
+        "an ended terminal's late output goes nowhere"
+    );
+    let bad = d.frame(DaemonFrame::PtyOutput {
+        pty_id: "r2".into(),
+        data: "!!".into(),
+    });
+    assert!(
+        matches!(&bad[0], Output::Event(Event::TerminalRefused { .. })),
+        "an unknown terminal is refused before its bytes are read: {bad:?}"
+    );
+}

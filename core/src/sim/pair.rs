@@ -381,7 +381,8 @@ impl Pair {
             | daemon::Command::Stop { .. }
             | daemon::Command::PtyInput { .. }
             | daemon::Command::PtyResize { .. }
-            | daemon::Command::PtyClose { .. } => {}
+            | daemon::Command::PtyClose { .. }
+            | daemon::Command::PtyCredit { .. } => {}
         }
         Ok(())
     }

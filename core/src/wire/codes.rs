@@ -83,17 +83,21 @@ pub enum Refusal {
     InvalidCapability,
     /// The machine was revoked.
     Revoked,
+    /// A terminal for someone other than the machine's operator: a shared run never opens a
+    /// PTY.
+    PtyOperatorOnly,
 }
 
 impl Refusal {
     /// Every refusal, in declaration order.
-    pub const ALL: [Refusal; 6] = [
+    pub const ALL: [Refusal; 7] = [
         Refusal::Busy,
         Refusal::Draining,
         Refusal::EnvironmentUnavailable,
         Refusal::EnvironmentNotGranted,
         Refusal::InvalidCapability,
         Refusal::Revoked,
+        Refusal::PtyOperatorOnly,
     ];
 
     /// The stable code, as `run.reject` carries it.
@@ -105,6 +109,7 @@ impl Refusal {
             Refusal::EnvironmentNotGranted => "environment_not_granted",
             Refusal::InvalidCapability => "invalid_capability",
             Refusal::Revoked => "revoked",
+            Refusal::PtyOperatorOnly => "pty_operator_only",
         }
     }
 

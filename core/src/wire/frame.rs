@@ -103,7 +103,22 @@ pub enum ServerFrame {
         /// The terminal.
         pty_id: String,
     },
+    /// Room for more terminal output: the daemon may send `bytes` more bytes of `pty.output`
+    /// data for this terminal (on top of what it may still send). A daemon starts each
+    /// terminal, and each new connection, with [`PTY_WINDOW`] bytes of room.
+    #[serde(rename = "pty.credit", rename_all = "camelCase")]
+    PtyCredit {
+        /// The terminal.
+        pty_id: String,
+        /// Bytes of decoded output data.
+        bytes: u64,
+    },
 }
+
+/// How many bytes of a terminal's output a daemon may send before the server gives room back
+/// with `pty.credit`: enough to keep a fast viewer busy, small enough that one terminal never
+/// floods the connection other runs share.
+pub const PTY_WINDOW: u64 = 256 * 1024;
 
 /// The `type` names of server frames, in declaration order.
 pub const SERVER_FRAME_TYPES: &[&str] = &[
@@ -117,6 +132,7 @@ pub const SERVER_FRAME_TYPES: &[&str] = &[
     "pty.input",
     "pty.resize",
     "pty.close",
+    "pty.credit",
 ];
 
 /// A frame a daemon sends to the server. Not signed: the connection was opened with a
@@ -250,6 +266,7 @@ impl ServerFrame {
             ServerFrame::PtyInput { .. } => "pty.input",
             ServerFrame::PtyResize { .. } => "pty.resize",
             ServerFrame::PtyClose { .. } => "pty.close",
+            ServerFrame::PtyCredit { .. } => "pty.credit",
         }
     }
 }

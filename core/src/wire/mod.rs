@@ -24,7 +24,7 @@ pub use codes::{
     close_code,
 };
 pub(crate) use frame::server_frame_from_value;
-pub use frame::{DAEMON_FRAME_TYPES, DaemonFrame, SERVER_FRAME_TYPES, ServerFrame};
+pub use frame::{DAEMON_FRAME_TYPES, DaemonFrame, PTY_WINDOW, SERVER_FRAME_TYPES, ServerFrame};
 pub use result::RunResult;
 pub use types::{
     CapabilitySource, CommandsGrant, Egress, Environment, ErrorBody, FolderGrant, FolderMode,

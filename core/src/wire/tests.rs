@@ -115,7 +115,7 @@ fn server_frames_read_from_strict_values() {
 
 #[test]
 fn type_name_lists_match_the_enums() {
-    assert_eq!(SERVER_FRAME_TYPES.len(), 10);
+    assert_eq!(SERVER_FRAME_TYPES.len(), 11);
     assert_eq!(DAEMON_FRAME_TYPES.len(), 9);
     let f = ServerFrame::Revoked { reason: "x".into() };
     assert!(SERVER_FRAME_TYPES.contains(&f.type_name()));

@@ -232,13 +232,19 @@ pub fn owner_mounts(
 /// Writes the capability of run `run_id` to `runs_dir/<run_id>` (replacing what an earlier
 /// attempt left there) and returns the folder, canonical, with its validated manifest. The
 /// manifest is validated and every path checked before anything is written. A manifest's
-/// `interpreter: none` entry is made executable.
+/// `interpreter: none` entry, and a pty capability's entry file, are made executable.
 pub fn materialize(
     capability: &Capability,
     runs_dir: &Path,
     run_id: &str,
 ) -> Result<(PathBuf, Manifest), LaunchError> {
     Unpacked::check(capability, run_id)?.write(runs_dir, run_id)
+}
+
+/// Whether the manifest's entry is executed itself (`interpreter: none`, or a pty program)
+/// rather than read by a shell, so its file must be executable.
+fn starts_directly(manifest: &Manifest) -> bool {
+    manifest.interpreter == Interpreter::None || manifest.environment == Environment::Pty
 }
 
 /// A capability checked and decoded, not yet written.
@@ -320,7 +326,7 @@ impl Unpacked {
                 write(parent, std::fs::create_dir_all(parent))?;
             }
             write(&path, std::fs::write(&path, bytes))?;
-            if self.manifest.interpreter == Interpreter::None && relative == self.manifest.entry {
+            if starts_directly(&self.manifest) && relative == self.manifest.entry {
                 use std::os::unix::fs::PermissionsExt as _;
                 let executable = std::fs::Permissions::from_mode(0o755);
                 write(&path, std::fs::set_permissions(&path, executable))?;

@@ -91,6 +91,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
     /// Wakes the routes waiting on an execution once its end is committed.
     pub(crate) ends: Ends,
+    /// The terminals actor: terminal output, exits and ends go there.
+    pub(crate) terminals: crate::terminals::Terminals,
 }
 
 /// The actor's state.
@@ -406,6 +408,9 @@ impl Dispatcher {
                 self.received.remove(&exec_id);
                 let status = crate::store::outcome_status(&outcome);
                 self.shared.metrics.run_finished(&status);
+                self.shared
+                    .terminals
+                    .send(crate::terminals::finished(exec_id.clone(), &outcome));
                 // Its end (and audit row) is committed: wake who waits on it.
                 self.shared.ends.ended(&exec_id);
             }
@@ -427,10 +432,25 @@ impl Dispatcher {
                 session::Event::ConnectRefused { code, .. } => {
                     tracing::info!(%context_id, code, "a connect was refused");
                 }
+                session::Event::TerminalRefused { pty_id, reason } => {
+                    tracing::debug!(%context_id, %pty_id, reason, "terminal output refused");
+                }
                 session::Event::CommandFinished { .. }
+                | session::Event::TerminalOutput { .. }
+                | session::Event::TerminalExit { .. }
                 | session::Event::RunStarted { .. }
                 | session::Event::RunEnded { .. } => {}
             },
+            Event::TerminalOutput { exec_id, data } => {
+                self.shared
+                    .terminals
+                    .send(crate::terminals::TermMsg::Output { exec_id, data });
+            }
+            Event::TerminalExit { exec_id, exit_code } => {
+                self.shared
+                    .terminals
+                    .send(crate::terminals::TermMsg::Exited { exec_id, exit_code });
+            }
             Event::SessionError { context_id, error } => {
                 tracing::warn!(%context_id, error = %error, "a session refused an input");
             }

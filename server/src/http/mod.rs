@@ -19,6 +19,7 @@ mod openapi;
 mod ratelimit;
 mod releases;
 mod sharing;
+mod terminals;
 mod ui;
 mod views;
 mod ws;
@@ -190,6 +191,7 @@ pub(crate) fn routes() -> Vec<Route> {
     all.extend(commands::routes());
     all.extend(contexts::routes());
     all.extend(sharing::routes());
+    all.extend(terminals::routes());
     all.extend(admin::routes());
     all
 }

@@ -296,6 +296,16 @@ pub(crate) fn schemas() -> Value {
         "User": object(&["user", "token", "scopes"], json!({"user": s, "token": s, "scopes": strings})),
         "Audit": object(&["events"], json!({"events": {"type": "array", "items": object(&["at", "kind", "actor", "detail"], json!({
             "at": i, "kind": s, "actor": s, "contextId": s, "detail": s}))}})),
+        "TerminalOpen": object(&[], json!({"cols": i, "rows": i})),
+        "TerminalOpened": object(&["terminalId", "context", "contextId", "ticket", "role", "expiresInMs", "cols", "rows"], json!({
+            "terminalId": s, "context": s, "contextId": s, "ticket": s, "role": {"enum": ["operator", "watcher"]},
+            "expiresInMs": i, "cols": i, "rows": i})),
+        "TerminalTicket": object(&["ticket", "role", "expiresInMs"], json!({
+            "ticket": s, "role": {"enum": ["operator", "watcher"]}, "expiresInMs": i})),
+        "Terminals": object(&["terminals"], json!({"terminals": {"type": "array", "items": object(
+            &["terminalId", "context", "contextId", "state", "viewers", "cols", "rows", "openedAt", "openedBy"], json!({
+            "terminalId": s, "context": s, "contextId": s, "state": {"enum": ["starting", "open", "closed"]},
+            "viewers": i, "cols": i, "rows": i, "openedAt": i, "openedBy": s}))}})),
         "Health": object(&["ok"], json!({"ok": b})),
         "Metrics": {"type": "string", "description": "Prometheus text format"},
         "OpenApi": {"type": "object", "description": "this document"},

@@ -159,3 +159,86 @@ fn routes_to_the_declared_environment_or_refuses() {
     );
     assert_eq!(registry.available(), vec![Environment::Shell]);
 }
+
+#[test]
+fn a_pty_run_needs_a_session_allowance_like_a_shell() {
+    let mut registry = registry();
+    registry.register(Box::new(Recorder {
+        environment: Environment::Pty,
+        probe: Probe::Available {
+            description: "/dev/ptmx (portable-pty)".into(),
+        },
+        launched: Mutex::new(Vec::new()),
+    }));
+    let pty = Permission::run_capability(Environment::Pty);
+    let mut lists = Allowlists::new();
+    // Allowing the shell does not allow a terminal.
+    lists
+        .allow(
+            Permission::run_capability(Environment::Shell),
+            Scope::Session,
+        )
+        .unwrap();
+    let refused = run_capability(&registry, &lists, launch("pty"))
+        .err()
+        .unwrap();
+    assert_eq!(
+        refused,
+        RunRefused::NotPermitted {
+            permission: pty.clone()
+        }
+    );
+    let ceiling = lists.allow(pty.clone(), Scope::Project).unwrap_err();
+    assert_eq!(ceiling.permission, pty);
+    assert!(
+        ceiling
+            .to_string()
+            .contains("only be allowed for the session")
+    );
+    let refused = run_capability(&registry, &lists, launch("pty"))
+        .err()
+        .unwrap();
+    assert_eq!(
+        refused.code(),
+        "not_permitted",
+        "a refused promotion allows nothing"
+    );
+    lists.allow(pty, Scope::Session).unwrap();
+    let handle = run_capability(&registry, &lists, launch("pty")).unwrap();
+    assert_eq!(handle.run_id(), "r");
+    assert_eq!(
+        registry.get(Environment::Pty).unwrap().environment(),
+        Environment::Pty
+    );
+}
+
+#[test]
+fn an_unavailable_pty_is_refused_never_run_elsewhere() {
+    let mut registry = registry();
+    registry.register(Box::new(Recorder {
+        environment: Environment::Pty,
+        probe: Probe::Unavailable {
+            reason: "cannot open /dev/ptmx".into(),
+            remedy: "mount devpts".into(),
+        },
+        launched: Mutex::new(Vec::new()),
+    }));
+    let mut lists = Allowlists::new();
+    lists
+        .allow(Permission::run_capability(Environment::Pty), Scope::Session)
+        .unwrap();
+    lists
+        .allow(
+            Permission::run_capability(Environment::Shell),
+            Scope::Session,
+        )
+        .unwrap();
+    let refused = run_capability(&registry, &lists, launch("pty"))
+        .err()
+        .unwrap();
+    assert_eq!(refused.code(), "environment_unavailable");
+    assert!(
+        refused.to_string().starts_with("The PTY is unavailable"),
+        "{refused}"
+    );
+}

@@ -57,7 +57,8 @@ impl ServerJournal {
             | Input::Frame { .. }
             | Input::Disconnected { .. }
             | Input::CloudFinished { .. }
-            | Input::Cancel { .. } => {}
+            | Input::Cancel { .. }
+            | Input::Terminal { .. } => {}
         }
     }
 

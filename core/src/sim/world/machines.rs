@@ -147,7 +147,8 @@ impl World {
             daemon::Command::ApplyGrant { .. }
             | daemon::Command::PtyInput { .. }
             | daemon::Command::PtyResize { .. }
-            | daemon::Command::PtyClose { .. } => {}
+            | daemon::Command::PtyClose { .. }
+            | daemon::Command::PtyCredit { .. } => {}
             daemon::Command::Stop { forever } => {
                 self.note(format!("machine {i} stopped forever={forever}"));
             }

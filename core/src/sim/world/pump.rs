@@ -115,7 +115,9 @@ impl World {
                 ));
             }
             // Runs end for the checker when their execution's end is written.
-            server::Event::Session { .. } => {}
+            server::Event::Session { .. }
+            | server::Event::TerminalOutput { .. }
+            | server::Event::TerminalExit { .. } => {}
         }
     }
 

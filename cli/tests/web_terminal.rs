@@ -1,10 +1,7 @@
 //! The web page's Terminal tab in a real browser, through the real server relay and daemon:
 //! typing reaches a login shell, a window resize reaches `stty size`, a second tab sees the
 //! same screen, and a closed tab's session ends in the audit.
-//!
-//! These need the server's terminal routes and relay (docs/PROTOCOL.md, "Viewer WebSocket
-//! messages"). Until they are in, this file is kept out of the build in `tests/pending/`
-//! (cargo compiles only `tests/*.rs`); it moves to `tests/web_terminal.rs` as it is.
+//! The routes and messages are docs/PROTOCOL.md's "Viewer WebSocket messages".
 
 mod browser;
 mod common;
@@ -106,7 +103,10 @@ fn resizing_the_window_changes_stty_size() {
     let server_size = || -> (u64, u64) {
         let (_, list) = server.api("GET", "/v1/terminals", None);
         let t = &list["terminals"][0];
-        (t["rows"].as_u64().unwrap_or(0), t["cols"].as_u64().unwrap_or(0))
+        (
+            t["rows"].as_u64().unwrap_or(0),
+            t["cols"].as_u64().unwrap_or(0),
+        )
     };
     let (rows, cols) = size(&page);
     assert!(rows > 10 && cols > 40, "{rows}x{cols}");
@@ -159,7 +159,11 @@ fn a_second_tab_joins_and_sees_the_same_screen() {
         "window.sentDuringReplay = 0; (orig => { WebSocket.prototype.send = function (d) { if (document.body.dataset.terminal === 'replay') { window.sentDuringReplay++; } return orig.call(this, d); }; })(WebSocket.prototype.send)",
     );
     second.eval("document.querySelector('#terminals button.join').click()");
-    screen_has(&second, "the replayed marker in the second tab", "marker-42");
+    screen_has(
+        &second,
+        "the replayed marker in the second tab",
+        "marker-42",
+    );
     second.wait_until("live", "document.body.dataset.terminal === 'live'");
     assert_eq!(second.eval("window.sentDuringReplay"), 0);
     // Live output reaches both tabs.

@@ -1,4 +1,5 @@
-//! The environment a run starts with.
+//! The environment a run starts with, the same for every executor that starts host processes
+//! (shell, pty): this module owns which host variables pass; it never reads a secret itself.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

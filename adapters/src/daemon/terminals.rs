@@ -1,0 +1,245 @@
+//! The daemon's side of terminal runs: for each run whose executor handed over a terminal, a
+//! reader thread that reads the terminal only as far as the server's credit allows and sends
+//! what it read to the driver ([`Event::TerminalOutput`]), and a writer thread that types
+//! the relay's keystrokes and applies its sizes, so a program that does not read its input
+//! never blocks the driver.
+//!
+//! The window starts at [`PTY_WINDOW`] bytes per terminal and again on every new connection
+//! (what was in flight on a dropped one is gone); `pty.credit` adds to it. This module owns
+//! the threads and the windows; it never decides whether a terminal may run.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use outpost_core::executor::{Terminal, TerminalInput, TerminalOutput, TerminalSize};
+use outpost_core::wire::PTY_WINDOW;
+
+use super::Event;
+
+/// The most one `pty.output` frame carries.
+const CHUNK: usize = 16 * 1024;
+
+/// How long a finished terminal's reader may take to send what is left.
+const FINISH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What the writer thread does.
+enum Keys {
+    Input(Vec<u8>),
+    Resize(TerminalSize),
+}
+
+/// How much output the server has room for.
+#[derive(Default)]
+struct Window {
+    state: Mutex<(u64, bool)>,
+    changed: Condvar,
+}
+
+impl Window {
+    fn new() -> Self {
+        Self {
+            state: Mutex::new((PTY_WINDOW, false)),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Waits for room; the room there is (at most `max`), or `None` once closed.
+    fn wait(&self, max: usize) -> Option<usize> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if state.1 {
+                return None;
+            }
+            if state.0 > 0 {
+                return Some(usize::try_from(state.0).unwrap_or(max).min(max));
+            }
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn spend(&self, n: usize) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.0 = state.0.saturating_sub(n as u64);
+    }
+
+    fn add(&self, n: u64) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.0 = state.0.saturating_add(n).min(PTY_WINDOW.saturating_mul(4));
+        self.changed.notify_all();
+    }
+
+    fn reset(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.0 = state.0.max(PTY_WINDOW);
+        self.changed.notify_all();
+    }
+
+    fn close(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.1 = true;
+        self.changed.notify_all();
+    }
+}
+
+struct Entry {
+    keys: Sender<Keys>,
+    window: Arc<Window>,
+}
+
+/// Every live terminal of this daemon, shared between the driver and the runs' threads.
+#[derive(Clone, Default)]
+pub(crate) struct Terminals {
+    live: Arc<Mutex<HashMap<String, Entry>>>,
+}
+
+/// One terminal's threads, held by its run's thread.
+pub(crate) struct Attached {
+    run_id: String,
+    reader: Option<JoinHandle<()>>,
+    /// Disconnects when the reader thread ends.
+    read_all: mpsc::Receiver<()>,
+    window: Arc<Window>,
+    terminals: Terminals,
+}
+
+impl Terminals {
+    /// Starts relaying `terminal` of `run_id`.
+    pub(crate) fn attach(
+        &self,
+        run_id: &str,
+        terminal: Terminal,
+        events: Sender<Event>,
+    ) -> std::io::Result<Attached> {
+        let window = Arc::new(Window::new());
+        let (keys, queue) = mpsc::channel();
+        let Terminal { input, output } = terminal;
+        std::thread::Builder::new()
+            .name(format!("pty-keys-{run_id}"))
+            .spawn(move || type_keys(input, queue))?;
+        let (done, read_all) = mpsc::channel::<()>();
+        let reader = {
+            let window = window.clone();
+            let run_id = run_id.to_owned();
+            std::thread::Builder::new()
+                .name(format!("pty-read-{run_id}"))
+                .spawn(move || {
+                    read_output(output, &window, &run_id, &events);
+                    drop(done);
+                })?
+        };
+        self.lock().insert(
+            run_id.to_owned(),
+            Entry {
+                keys,
+                window: window.clone(),
+            },
+        );
+        Ok(Attached {
+            run_id: run_id.to_owned(),
+            reader: Some(reader),
+            read_all,
+            window,
+            terminals: self.clone(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Types `bytes` into the terminal of `run_id`; a terminal this daemon does not hold is
+    /// ignored (it ended).
+    pub(crate) fn input(&self, run_id: &str, bytes: Vec<u8>) {
+        if let Some(e) = self.lock().get(run_id) {
+            let _ = e.keys.send(Keys::Input(bytes));
+        }
+    }
+
+    /// Resizes the terminal of `run_id`.
+    pub(crate) fn resize(&self, run_id: &str, cols: u16, rows: u16) {
+        if let Some(e) = self.lock().get(run_id) {
+            let _ = e.keys.send(Keys::Resize(TerminalSize::clamped(cols, rows)));
+        }
+    }
+
+    /// Gives the terminal of `run_id` room for `bytes` more.
+    pub(crate) fn credit(&self, run_id: &str, bytes: u64) {
+        if let Some(e) = self.lock().get(run_id) {
+            e.window.add(bytes);
+        }
+    }
+
+    /// A new connection: every terminal starts with a full window again.
+    pub(crate) fn reset_windows(&self) {
+        for e in self.lock().values() {
+            e.window.reset();
+        }
+    }
+}
+
+impl Attached {
+    /// Waits until the reader has read the terminal to its end (the executor closes it once
+    /// the program and everything holding it ended), so every byte is sent before
+    /// `pty.exit` — at most [`FINISH_LIMIT`]: a reader still waiting for credit then (no
+    /// connection, say) stops, and what it did not read is dropped with the terminal.
+    pub(crate) fn finish(mut self) {
+        let _ = self.read_all.recv_timeout(FINISH_LIMIT);
+        self.window.close();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        // The writer thread ends when its queue's sender goes.
+        self.terminals.lock().remove(&self.run_id);
+        self.window.close();
+    }
+}
+
+fn type_keys(mut input: Box<dyn TerminalInput>, queue: mpsc::Receiver<Keys>) {
+    while let Ok(keys) = queue.recv() {
+        let done = match keys {
+            Keys::Input(bytes) => input.write_input(&bytes),
+            Keys::Resize(size) => input.resize(size),
+        };
+        if let Err(e) = done {
+            tracing::debug!("a terminal refused keys: {e}");
+        }
+    }
+}
+
+fn read_output(
+    mut output: Box<dyn TerminalOutput>,
+    window: &Window,
+    run_id: &str,
+    events: &Sender<Event>,
+) {
+    let mut buf = vec![0u8; CHUNK];
+    while let Some(room) = window.wait(CHUNK) {
+        match output.read_output(&mut buf[..room]) {
+            Ok(0) => return,
+            Ok(n) => {
+                window.spend(n);
+                let event = Event::TerminalOutput {
+                    run_id: run_id.to_owned(),
+                    data: buf[..n].to_vec(),
+                };
+                if events.send(event).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(run = %run_id, "reading a terminal failed: {e}");
+                return;
+            }
+        }
+    }
+}

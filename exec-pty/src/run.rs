@@ -1,0 +1,295 @@
+//! One terminal run: the program in its session on the PTY, its waiter, its limits.
+
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use outpost_core::executor::{
+    Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream, TRUNCATION_MARKER, Terminal,
+};
+use portable_pty::{CommandBuilder, MasterPty, PtyPair};
+
+use crate::pump::{PtyInput, PtyOutput, Shared, spawn_drain};
+use crate::session;
+
+/// After the remains of an ended program are killed, how long the output may still take to
+/// reach end-of-file before the run is reported anyway (a host not reading its terminal).
+const EOF_BOUND: Duration = Duration::from_secs(2);
+
+pub(crate) struct Spawn {
+    pub run_id: String,
+    pub pair: PtyPair,
+    pub command: CommandBuilder,
+    pub program: PathBuf,
+    pub timeout: Duration,
+    pub idle: Option<Duration>,
+    pub output_cap: usize,
+    pub grace: Duration,
+    pub drain: Duration,
+    pub started: Instant,
+}
+
+/// A running terminal. Dropping it kills its session and whatever holds the terminal.
+pub struct PtyRun {
+    run_id: String,
+    sid: i32,
+    tty: Option<PathBuf>,
+    shared: Arc<Shared>,
+    master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
+    writer: Arc<Mutex<Box<dyn Write + Send>>>,
+    taken: bool,
+    exited: Receiver<std::io::Result<ExitStatus>>,
+    spawned_at: Instant,
+    setup: Duration,
+    deadline: Instant,
+    idle: Option<Duration>,
+    grace: Duration,
+    /// Why we are stopping it, and when SIGKILL is due.
+    stopping: Option<(Ending, Instant)>,
+    idled: bool,
+    killed: bool,
+    outcome: Option<Outcome>,
+}
+
+impl PtyRun {
+    pub(crate) fn spawn(s: Spawn) -> Result<Self, ExecError> {
+        let PtyPair { slave, master } = s.pair;
+        let child = slave
+            .spawn_command(s.command)
+            .map_err(|e| ExecError::Spawn(format!("{}: {e:#}", s.program.display())))?;
+        // The slave must not stay open here, or the master never reads end-of-file.
+        drop(slave);
+        let spawned_at = Instant::now();
+        let child: Box<dyn portable_pty::Child> = child;
+        let mut child = child
+            .downcast::<std::process::Child>()
+            .map_err(|mut other| {
+                let _ = other.kill();
+                ExecError::Spawn("the pseudo-terminal started an unknown kind of process".into())
+            })?;
+        let sid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+        let tty = master.tty_name();
+        let (reader, writer) = match (master.try_clone_reader(), master.take_writer()) {
+            (Ok(reader), Ok(writer)) => (reader, writer),
+            (Err(e), _) | (_, Err(e)) => {
+                session::kill_remains(sid, tty.as_deref());
+                let _ = child.wait();
+                return Err(ExecError::Spawn(format!(
+                    "the ends of the pseudo-terminal: {e}"
+                )));
+            }
+        };
+        let shared = Shared::new(s.output_cap);
+        spawn_drain(reader, shared.clone());
+        let (exit_tx, exited) = mpsc::channel();
+        {
+            let shared = shared.clone();
+            let tty = tty.clone();
+            let drain = s.drain;
+            std::thread::spawn(move || {
+                let status = child.wait();
+                // The program is gone; whatever still holds the terminal has `drain` to
+                // finish, then it and the rest of the session are killed.
+                shared.wait_eof(drain);
+                session::kill_remains(sid, tty.as_deref());
+                shared.wait_eof(EOF_BOUND);
+                let _ = exit_tx.send(status);
+            });
+        }
+        Ok(Self {
+            run_id: s.run_id,
+            sid,
+            tty,
+            shared,
+            master: Arc::new(Mutex::new(master)),
+            writer: Arc::new(Mutex::new(writer)),
+            taken: false,
+            exited,
+            spawned_at,
+            setup: spawned_at.saturating_duration_since(s.started),
+            deadline: spawned_at
+                .checked_add(s.timeout)
+                .unwrap_or(spawned_at + Duration::from_secs(100 * 365 * 24 * 3600)),
+            idle: s.idle,
+            grace: s.grace,
+            stopping: None,
+            idled: false,
+            killed: false,
+            outcome: None,
+        })
+    }
+
+    /// The program's process id (also its session and process group id).
+    pub fn pid(&self) -> u32 {
+        u32::try_from(self.sid).unwrap_or(0)
+    }
+
+    /// The terminal's device (`/dev/pts/N`), when the system names it.
+    pub fn tty(&self) -> Option<&std::path::Path> {
+        self.tty.as_deref()
+    }
+
+    /// Every byte read from the terminal so far, by the executor or the host.
+    pub fn bytes_read(&self) -> u64 {
+        self.shared.lock().bytes_read()
+    }
+
+    /// Hangs the session up now, SIGKILL after the grace period.
+    fn stop(&mut self, why: Ending) {
+        if self.stopping.is_none() && self.outcome.is_none() {
+            session::hang_up(self.sid);
+            self.stopping = Some((why, Instant::now() + self.grace));
+        }
+    }
+
+    fn kill(&mut self) {
+        session::kill_remains(self.sid, self.tty.as_deref());
+        self.killed = true;
+    }
+
+    fn idle_deadline(&self) -> Option<Instant> {
+        let idle = self.idle?;
+        self.shared.lock().last_activity().checked_add(idle)
+    }
+
+    fn finish(&mut self, status: std::io::Result<ExitStatus>) -> Result<Outcome, ExecError> {
+        let execute = self.spawned_at.elapsed();
+        let status =
+            status.map_err(|e| ExecError::Failed(format!("waiting for the program: {e}")))?;
+        let (tail, bytes_read) = {
+            let state = self.shared.lock();
+            (state.tail(), state.bytes_read())
+        };
+        let truncated = bytes_read > tail.len() as u64;
+        let stdout = if truncated {
+            [TRUNCATION_MARKER.as_bytes(), &tail].concat()
+        } else {
+            tail
+        };
+        let stderr = match (self.idled, self.idle) {
+            (true, Some(idle)) => format!(
+                "[outpost: stopped after {} ms without input or output]\n",
+                idle.as_millis()
+            )
+            .into_bytes(),
+            _ => Vec::new(),
+        };
+        Ok(Outcome {
+            ending: self
+                .stopping
+                .as_ref()
+                .map_or(Ending::Exited, |(why, _)| why.clone()),
+            exit_code: status.code(),
+            signal: status.signal(),
+            stdout,
+            stderr,
+            truncated,
+            setup: self.setup,
+            execute,
+        })
+    }
+}
+
+impl RunHandle for PtyRun {
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError> {
+        if let Some(done) = &self.outcome {
+            return Ok(Some(done.clone()));
+        }
+        let until = Instant::now() + timeout;
+        loop {
+            let now = Instant::now();
+            let next_step = match self.stopping {
+                None => self
+                    .idle_deadline()
+                    .map_or(self.deadline, |idle| idle.min(self.deadline)),
+                Some((_, kill_at)) if !self.killed => kill_at,
+                Some(_) => until,
+            };
+            let wake = until.min(next_step);
+            match self
+                .exited
+                .recv_timeout(wake.saturating_duration_since(now))
+            {
+                Ok(status) => {
+                    let outcome = self.finish(status)?;
+                    self.outcome = Some(outcome.clone());
+                    return Ok(Some(outcome));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let now = Instant::now();
+                    match self.stopping {
+                        None if now >= self.deadline => self.stop(Ending::TimedOut),
+                        None if self.idle_deadline().is_some_and(|at| now >= at) => {
+                            self.idled = true;
+                            self.stop(Ending::TimedOut);
+                        }
+                        Some((_, kill_at)) if !self.killed && now >= kill_at => self.kill(),
+                        _ => {}
+                    }
+                    if now >= until {
+                        return Ok(None);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(ExecError::Failed("the program's waiter stopped".into()));
+                }
+            }
+        }
+    }
+
+    fn cancel(&mut self) -> Result<(), ExecError> {
+        self.stop(Ending::Cancelled);
+        Ok(())
+    }
+
+    fn read_output(&mut self) -> Vec<OutputChunk> {
+        let bytes = self.shared.take_pending();
+        if bytes.is_empty() {
+            return Vec::new();
+        }
+        vec![OutputChunk {
+            stream: Stream::Stdout,
+            bytes,
+        }]
+    }
+
+    fn service_id(&self) -> Option<String> {
+        Some(self.pid().to_string())
+    }
+
+    fn take_terminal(&mut self) -> Option<Terminal> {
+        if self.taken {
+            return None;
+        }
+        self.taken = true;
+        self.shared.take();
+        Some(Terminal {
+            input: Box::new(PtyInput {
+                shared: self.shared.clone(),
+                writer: self.writer.clone(),
+                master: self.master.clone(),
+            }),
+            output: Box::new(PtyOutput {
+                shared: self.shared.clone(),
+                reader: None,
+                done: false,
+            }),
+        })
+    }
+}
+
+impl Drop for PtyRun {
+    fn drop(&mut self) {
+        if self.outcome.is_none() {
+            self.kill();
+        }
+    }
+}

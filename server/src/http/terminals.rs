@@ -1,0 +1,312 @@
+//! Terminal routes (§11.6): open a terminal on a context (a login shell, as a `pty` run on that
+//! machine only), list the caller's open terminals, buy a viewer ticket, and the viewer
+//! WebSocket itself.
+//!
+//! Only a context's operator opens a terminal on it (`pty_operator_only`); an admin may watch
+//! one read-only. The routes decide who may do what and hand everything else to the
+//! terminals actor; they never see a terminal's bytes and never log a ticket.
+
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use outpost_core::executor::TerminalSize;
+use outpost_core::routing::{ExecuteTarget, Requester};
+use outpost_core::server::{ExecuteRequest, Input};
+use outpost_core::terminal::Role;
+use outpost_core::wire::{CapabilitySource, Environment};
+use serde_json::json;
+
+use super::auth::{self, EXECUTE, READ};
+use super::error::{ApiError, ApiResult};
+use super::extract::PathParam;
+use super::openapi::{Auth, api};
+use super::{App, Route, body, route};
+use crate::clock::wall_now;
+use crate::secrets;
+use crate::store::ExecutionEntry;
+use crate::terminals::viewer::{self, VIEWER_MESSAGE_LIMIT};
+use crate::terminals::{TermMsg, TicketRefused};
+
+/// A terminal's lease: the longest a manifest may ask for.
+const TERMINAL_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        route(
+            api(
+                "POST",
+                "/v1/execution-contexts/{context}/terminals",
+                "Open a terminal (a login shell) on a context you operate",
+            )
+            .auth(Auth::Bearer(EXECUTE))
+            .request("TerminalOpen")
+            .response(201, Some("TerminalOpened"))
+            .errors(&[
+                (400, "invalid_body"),
+                (404, "context_unknown"),
+                (403, "pty_operator_only"),
+                (409, "context_revoked"),
+                (409, "context_offline"),
+                (409, "environment_unavailable"),
+            ]),
+            post(open),
+        ),
+        route(
+            api("GET", "/v1/terminals", "The caller's open terminals")
+                .auth(Auth::Bearer(READ))
+                .response(200, Some("Terminals")),
+            get(list),
+        ),
+        route(
+            api(
+                "POST",
+                "/v1/terminals/{terminal}/tickets",
+                "A single-use ticket to view a terminal",
+            )
+            .auth(Auth::Bearer(EXECUTE))
+            .response(201, Some("TerminalTicket"))
+            .errors(&[(404, "terminal_unknown")]),
+            post(ticket),
+        ),
+        route(
+            api(
+                "GET",
+                "/v1/terminals/{terminal}/connect",
+                "The viewer WebSocket (with ?ticket=)",
+            )
+            .auth(Auth::Ticket)
+            .query(&["ticket"])
+            .response(101, None)
+            .errors(&[
+                (401, "ticket_invalid"),
+                (401, "ticket_expired"),
+                (400, "websocket_required"),
+            ]),
+            get(connect),
+        ),
+    ]
+}
+
+/// The built-in capability a terminal runs: the machine's login shell, interactive.
+fn shell_manifest(size: TerminalSize) -> String {
+    format!(
+        "name: terminal\n\
+         description: An interactive shell on this machine.\n\
+         environment: pty\n\
+         lifecycle: oneshot\n\
+         entry: sh\n\
+         args: [\"-c\", \"exec \\\"${{SHELL:-$(command -v bash || echo /bin/sh)}}\\\" -i\"]\n\
+         terminal: {{cols: {}, rows: {}}}\n\
+         limits: {{timeout_ms: {TERMINAL_TIMEOUT_MS}}}\n",
+        size.cols, size.rows
+    )
+}
+
+async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {
+    let (parts, raw) = req.into_parts();
+    let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
+    let bytes = body::read_json(&parts.headers, raw).await?;
+    let size = crate::bodies::decode_terminal_open(&bytes)?;
+    let entry = super::contexts::lookup(&app, &caller, &given)?;
+    if entry.operator != caller.user {
+        return Err(ApiError::new(
+            403,
+            "pty_operator_only",
+            "a terminal opens only on a machine you operate",
+        ));
+    }
+    if entry.revoked {
+        return Err(ApiError::new(
+            409,
+            "context_revoked",
+            "the context is revoked",
+        ));
+    }
+    let live = app.live(vec![entry.id.clone()]).await?;
+    if !live.get(&entry.id).is_some_and(|l| l.online) {
+        return Err(ApiError::new(
+            409,
+            "context_offline",
+            format!(
+                "{} is not connected; start its daemon and try again",
+                entry.name
+            ),
+        ));
+    }
+    if !entry
+        .environments
+        .iter()
+        .any(|e| e == Environment::Pty.as_str())
+    {
+        return Err(ApiError::new(
+            409,
+            "environment_unavailable",
+            format!(
+                "{}'s daemon has no terminal executor (no PTY on that machine, or an older daemon)",
+                entry.name
+            ),
+        ));
+    }
+    let exec_id = secrets::new_id("ex_")?;
+    let listing = ExecutionEntry {
+        id: exec_id.clone(),
+        user: caller.user.clone(),
+        requested: Some(entry.name.clone()),
+        status: "pending".into(),
+        created_at: wall_now().0,
+        ..ExecutionEntry::default()
+    };
+    let request = ExecuteRequest {
+        exec_id: exec_id.clone(),
+        requester: Requester {
+            user_id: caller.user.clone(),
+        },
+        target: ExecuteTarget::named(entry.id.clone()),
+        environment: Environment::Pty,
+        capability: CapabilitySource::Inline {
+            manifest: shell_manifest(size),
+            files: Vec::new(),
+        },
+        timeout_ms: TERMINAL_TIMEOUT_MS,
+    };
+    // The relay exists before the run can produce a byte.
+    app.shared.terminals.send(TermMsg::Open {
+        exec_id: exec_id.clone(),
+        context_id: entry.id.clone(),
+        context_name: entry.name.clone(),
+        user: caller.user.clone(),
+        size,
+    });
+    app.call_with(Input::Execute(Box::new(request)), Some(listing))
+        .await?;
+    let (ticket, role) = issue(&app, &exec_id, &caller.user, false).await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(json!({
+            "terminalId": exec_id,
+            "context": entry.name,
+            "contextId": entry.id,
+            "ticket": ticket,
+            "role": role.code(),
+            "expiresInMs": crate::terminals::TICKET_LIFETIME_MS,
+            "cols": size.cols,
+            "rows": size.rows,
+        })),
+    )
+        .into_response())
+}
+
+async fn issue(
+    app: &App,
+    exec_id: &str,
+    user: &str,
+    may_watch: bool,
+) -> Result<(String, Role), ApiError> {
+    let issued = app
+        .shared
+        .terminals
+        .ask(|reply| TermMsg::IssueTicket {
+            exec_id: exec_id.to_owned(),
+            user: user.to_owned(),
+            may_watch,
+            reply,
+        })
+        .await
+        .ok_or_else(App::gone)?;
+    issued.ok_or_else(|| {
+        ApiError::new(
+            404,
+            "terminal_unknown",
+            format!("no open terminal {exec_id:?} of yours"),
+        )
+    })
+}
+
+async fn list(State(app): State<App>, req: Request) -> ApiResult {
+    let caller = auth::bearer(&app, req.headers(), READ)?;
+    let views = app
+        .shared
+        .terminals
+        .ask(|reply| TermMsg::List {
+            user: caller.user.clone(),
+            admin: caller.is_admin(),
+            reply,
+        })
+        .await
+        .ok_or_else(App::gone)?;
+    let terminals: Vec<_> = views
+        .iter()
+        .map(|t| {
+            json!({
+                "terminalId": t.terminal_id,
+                "context": t.context_name,
+                "contextId": t.context_id,
+                "state": t.state,
+                "viewers": t.viewers,
+                "cols": t.size.cols,
+                "rows": t.size.rows,
+                "openedAt": t.opened_at,
+                "openedBy": t.opened_by,
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({ "terminals": terminals })).into_response())
+}
+
+async fn ticket(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {
+    let caller = auth::bearer(&app, req.headers(), EXECUTE)?;
+    let (ticket, role) = issue(&app, &id, &caller.user, caller.is_admin()).await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(json!({
+            "ticket": ticket,
+            "role": role.code(),
+            "expiresInMs": crate::terminals::TICKET_LIFETIME_MS,
+        })),
+    )
+        .into_response())
+}
+
+async fn connect(
+    State(app): State<App>,
+    PathParam(id): PathParam,
+    uri: Uri,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> ApiResult {
+    let ticket = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("ticket="))
+        .unwrap_or("")
+        .to_owned();
+    let upgrade = upgrade.map_err(|_| {
+        ApiError::new(
+            400,
+            "websocket_required",
+            "this route only opens a WebSocket",
+        )
+    })?;
+    let redeemed = app
+        .shared
+        .terminals
+        .ask(|reply| TermMsg::Redeem {
+            terminal_id: id,
+            ticket,
+            reply,
+        })
+        .await
+        .ok_or_else(App::gone)?;
+    let ticket =
+        redeemed.map_err(|e: TicketRefused| ApiError::new(401, e.code(), e.to_string()))?;
+    let terminals = app.shared.terminals.clone();
+    let upgrade = upgrade
+        .max_message_size(VIEWER_MESSAGE_LIMIT)
+        .max_frame_size(VIEWER_MESSAGE_LIMIT);
+    Ok(upgrade
+        .on_upgrade(move |socket| viewer::drive(terminals, socket, ticket))
+        .into_response())
+}
