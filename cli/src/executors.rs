@@ -1,7 +1,7 @@
 //! The executors this binary carries, as one [`Registry`] for the daemon and for the server's
 //! own `cloud` executor.
 //!
-//! Shell and wasm always register; docker registers only when its client can be built, and
+//! Shell, wasm and pty always register (the server's `cloud` never takes pty); docker registers only when its client can be built, and
 //! then first removes containers a killed outpost process left behind. A registered executor
 //! whose backend is missing (no engine answering) still refuses each run with its reason:
 //! nothing falls back to another environment.
@@ -11,12 +11,17 @@ use std::path::PathBuf;
 use outpost_core::executor::Registry;
 use outpost_core::wire::Environment;
 use outpost_exec_docker::{DockerConfig, DockerExecutor};
+use outpost_exec_pty::PtyExecutor;
 use outpost_exec_shell::ShellExecutor;
 use outpost_exec_wasm::{WasmConfig, WasmExecutor};
 
 /// The environments a daemon offers when its executors probe available.
-pub const DAEMON_ENVIRONMENTS: [Environment; 3] =
-    [Environment::Shell, Environment::Wasm, Environment::Docker];
+pub const DAEMON_ENVIRONMENTS: [Environment; 4] = [
+    Environment::Shell,
+    Environment::Wasm,
+    Environment::Docker,
+    Environment::Pty,
+];
 
 /// A registry with the executors of `environments`; compiled wasm modules are cached in
 /// `wasm_cache` when given.
@@ -44,7 +49,7 @@ pub fn registry(environments: &[Environment], wasm_cache: Option<PathBuf>) -> Re
                 }
                 Err(e) => eprintln!("outpost: docker runs are unavailable: {e}"),
             },
-            Environment::Pty => {}
+            Environment::Pty => registry.register(Box::new(PtyExecutor::default())),
         }
     }
     registry

@@ -99,32 +99,19 @@ fn a_bad_manifest_fails_before_anything_runs() {
 }
 
 #[test]
-fn environments_without_an_executor_are_refused_honestly() {
+fn a_pty_capability_runs_on_a_real_terminal() {
     let dir = capability(
         "pty",
-        "name: p\nenvironment: pty\nlifecycle: oneshot\nentry: run.sh\n",
-        "",
+        "name: p\nenvironment: pty\nlifecycle: oneshot\nentry: run.sh\nterminal: {cols: 91, rows: 17}\n",
+        "#!/bin/sh\n[ -t 0 ] && [ -t 1 ] && echo on-a-terminal\nstty size\n",
     );
-    let stderr = run_refused(&dir, &[]);
-    assert!(
-        stderr.contains("pty capabilities cannot run here"),
-        "{stderr}"
-    );
-}
-
-#[test]
-fn a_persistent_service_goes_through_the_same_executor_check() {
-    let dir = capability(
-        "pty-service",
-        "name: p\nenvironment: pty\nlifecycle: persistent\nentry: run.sh\n",
-        "touch ran\n",
-    );
-    let stderr = run_refused(&dir, &[]);
-    assert!(
-        stderr.contains("pty capabilities cannot run here"),
-        "{stderr}"
-    );
-    assert!(!dir.join("ran").exists());
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(dir.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = outpost().arg("run").arg(&dir).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("on-a-terminal"), "{stdout}");
+    assert!(stdout.contains("17 91"), "the manifest's size: {stdout}");
 }
 
 #[test]

@@ -125,8 +125,9 @@ impl PtyExecutor {
         }
     }
 
-    /// Checks and starts a pty capability.
-    fn start(&self, launch: Launch) -> Result<PtyRun, ExecError> {
+    /// Checks and starts a pty capability, as [`Executor::launch`] does, returning the run
+    /// itself (its process id, terminal device and byte count).
+    pub fn start(&self, launch: Launch) -> Result<PtyRun, ExecError> {
         let started = Instant::now();
         let manifest = &launch.manifest;
         if manifest.environment != Environment::Pty {

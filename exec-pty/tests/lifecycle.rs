@@ -293,3 +293,35 @@ fn the_program_gets_a_terminal_type_and_the_manifest_s_env() {
     assert!(stdout.contains("term=xterm-256color"), "{stdout}");
     assert!(stdout.contains("tty=/dev/pts/"), "{stdout}");
 }
+
+#[test]
+fn output_read_before_the_terminal_is_taken_reaches_it_first_and_in_order() {
+    let dir = capability(
+        &manifest(
+            "sh",
+            &["-c", "echo early-one; echo early-two; read x; echo late-$x"],
+            "",
+        ),
+        &[],
+    );
+    let mut run = executor()
+        .start(launch_of(&dir, Duration::from_secs(30)))
+        .unwrap();
+    // The executor's own reader has drained the first lines before anyone took the terminal.
+    let until = std::time::Instant::now() + PATIENCE;
+    while run.bytes_read() < "early-one\r\nearly-two\r\n".len() as u64 {
+        assert!(std::time::Instant::now() < until, "nothing was drained");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut screen = Screen::of(&mut run);
+    screen.type_text("z\r");
+    screen.expect("late-z\r\n");
+    assert!(screen.closes_within(PATIENCE));
+    let text = screen.text();
+    assert!(
+        text.starts_with("early-one\r\nearly-two\r\n"),
+        "the early lines first: {text:?}"
+    );
+    assert!(run.tty().is_some_and(|t| t.starts_with("/dev/pts")));
+    assert_eq!(finish(&mut run).exit_code, Some(0));
+}

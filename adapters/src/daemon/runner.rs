@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::Event;
 use super::bridge::{Bridge, CommandsShared};
 use super::policy::PolicySource;
-use super::terminals::Terminals;
+use super::terminals::{Reserved, Terminals};
 use crate::clock::Clock;
 use crate::runtime::Host;
 
@@ -73,6 +73,8 @@ struct Job {
     cancel: Arc<AtomicBool>,
     commands: CommandsShared,
     terminals: Terminals,
+    /// The terminal's place in the table, for a pty run.
+    terminal: Option<Reserved>,
     events: Sender<Event>,
 }
 
@@ -109,6 +111,8 @@ impl Runner {
 
     /// Starts `execute` on a blocking thread; [`Event::RunDone`] reports its end.
     pub(crate) fn start(&mut self, execute: Execute) {
+        let execute_is_pty = execute.environment == Environment::Pty;
+        let run_id_for_terminal = execute.run_id.clone();
         let cancel = Arc::new(AtomicBool::new(false));
         self.cancels.insert(execute.run_id.clone(), cancel.clone());
         let job = Job {
@@ -121,6 +125,7 @@ impl Runner {
             cancel,
             commands: self.commands.clone(),
             terminals: self.terminals.clone(),
+            terminal: (execute_is_pty).then(|| self.terminals.reserve(&run_id_for_terminal)),
             events: self.events.clone(),
         };
         let events = self.events.clone();
@@ -179,7 +184,7 @@ fn failed(code: &str, message: impl Into<String>) -> RunResult {
 }
 
 impl Job {
-    fn run(self) -> RunResult {
+    fn run(mut self) -> RunResult {
         let started = StdInstant::now();
         let run_id = self.execute.run_id.clone();
         let mut result = self.execute_once();
@@ -190,7 +195,7 @@ impl Job {
         result
     }
 
-    fn execute_once(&self) -> RunResult {
+    fn execute_once(&mut self) -> RunResult {
         let cx = LaunchContext {
             runs_dir: &self.runs_dir,
             local: &self.local,
@@ -239,8 +244,9 @@ impl Job {
             record_service(&self.runs_dir, &self.execute, id);
         }
         let run_id = &self.execute.run_id;
-        let mut attached = handle.take_terminal().and_then(|terminal| {
-            match self.terminals.attach(run_id, terminal, self.events.clone()) {
+        let reserved = self.terminal.take();
+        let mut attached = handle.take_terminal().zip(reserved).and_then(|(terminal, reserved)| {
+            match self.terminals.attach(reserved, terminal, self.events.clone()) {
                 Ok(attached) => Some(attached),
                 Err(e) => {
                     tracing::warn!(run = %run_id, "cannot relay the run's terminal: {e}");

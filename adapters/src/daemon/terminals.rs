@@ -107,31 +107,29 @@ pub(crate) struct Attached {
     terminals: Terminals,
 }
 
+/// A terminal run's place in the table from the moment it is started, so keystrokes and
+/// credit that arrive before its program is up wait for it instead of being lost.
+pub(crate) struct Reserved {
+    run_id: String,
+    queue: Option<mpsc::Receiver<Keys>>,
+    window: Arc<Window>,
+    terminals: Terminals,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        // Never attached (the launch failed): forget it.
+        if self.queue.is_some() {
+            self.terminals.lock().remove(&self.run_id);
+        }
+    }
+}
+
 impl Terminals {
-    /// Starts relaying `terminal` of `run_id`.
-    pub(crate) fn attach(
-        &self,
-        run_id: &str,
-        terminal: Terminal,
-        events: Sender<Event>,
-    ) -> std::io::Result<Attached> {
+    /// Makes room for the terminal of `run_id`, which is about to be launched.
+    pub(crate) fn reserve(&self, run_id: &str) -> Reserved {
         let window = Arc::new(Window::new());
         let (keys, queue) = mpsc::channel();
-        let Terminal { input, output } = terminal;
-        std::thread::Builder::new()
-            .name(format!("pty-keys-{run_id}"))
-            .spawn(move || type_keys(input, queue))?;
-        let (done, read_all) = mpsc::channel::<()>();
-        let reader = {
-            let window = window.clone();
-            let run_id = run_id.to_owned();
-            std::thread::Builder::new()
-                .name(format!("pty-read-{run_id}"))
-                .spawn(move || {
-                    read_output(output, &window, &run_id, &events);
-                    drop(done);
-                })?
-        };
         self.lock().insert(
             run_id.to_owned(),
             Entry {
@@ -139,8 +137,41 @@ impl Terminals {
                 window: window.clone(),
             },
         );
-        Ok(Attached {
+        Reserved {
             run_id: run_id.to_owned(),
+            queue: Some(queue),
+            window,
+            terminals: self.clone(),
+        }
+    }
+
+    /// Starts relaying `terminal`: what was typed before it was up is typed now.
+    pub(crate) fn attach(
+        &self,
+        mut reserved: Reserved,
+        terminal: Terminal,
+        events: Sender<Event>,
+    ) -> std::io::Result<Attached> {
+        let run_id = reserved.run_id.clone();
+        let window = reserved.window.clone();
+        let queue = reserved.queue.take().unwrap_or_else(|| mpsc::channel().1);
+        let Terminal { input, output } = terminal;
+        std::thread::Builder::new()
+            .name(format!("pty-keys-{run_id}"))
+            .spawn(move || type_keys(input, queue))?;
+        let (done, read_all) = mpsc::channel::<()>();
+        let reader = {
+            let window = window.clone();
+            let run_id = run_id.clone();
+            std::thread::Builder::new()
+                .name(format!("pty-read-{run_id}"))
+                .spawn(move || {
+                    read_output(output, &window, &run_id, &events);
+                    drop(done);
+                })?
+        };
+        Ok(Attached {
+            run_id,
             reader: Some(reader),
             read_all,
             window,

@@ -291,3 +291,26 @@ fn the_owners_run_mounts_its_declared_volumes_minus_the_denylist() {
     let err = owner_mounts(&dir, &missing, &denylist).unwrap_err();
     assert_eq!(err.code(), "path_unresolvable");
 }
+
+#[test]
+fn a_pty_entry_file_is_made_executable_and_a_shell_script_is_not() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let runs = folder("pty-runs");
+    for (environment, entry_mode) in [("pty", 0o111), ("shell", 0)] {
+        let capability = Capability::Inline(CapabilitySource::Inline {
+            manifest: format!(
+                "name: t\nenvironment: {environment}\nlifecycle: oneshot\nentry: run\n"
+            ),
+            files: vec![InlineFile {
+                path: "run".into(),
+                content_b64: outpost_core::b64::encode(b"#!/bin/sh\necho hi\n"),
+            }],
+        });
+        let (dir, _) = materialize(&capability, &runs, environment).unwrap();
+        let mode = std::fs::metadata(dir.join("run"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o111, entry_mode, "{environment}");
+    }
+}

@@ -98,10 +98,14 @@ pub(crate) async fn drive(terminals: Terminals, socket: WebSocket, ticket: Viewe
         }
     });
     let mut closed = false;
+    let mut writer_done = false;
     loop {
         let next = tokio::select! {
             m = stream.next() => m,
-            _ = &mut writer => break,
+            _ = &mut writer => {
+                writer_done = true;
+                break;
+            }
         };
         match next {
             Some(Ok(Message::Binary(bytes))) => report(FromViewer::Input(bytes.to_vec())),
@@ -129,5 +133,7 @@ pub(crate) async fn drive(terminals: Terminals, socket: WebSocket, ticket: Viewe
     report(FromViewer::Left { closed });
     // The relay forgets the viewer; the writer ends when its queue's last sender goes.
     drop(out);
-    let _ = tokio::time::timeout(WRITE_TIMEOUT, writer).await;
+    if !writer_done {
+        let _ = tokio::time::timeout(WRITE_TIMEOUT, writer).await;
+    }
 }

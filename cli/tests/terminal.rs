@@ -1,0 +1,217 @@
+//! Terminals across the wire, with the real binary as server and daemon and a WebSocket
+//! viewer: a login shell opened on `box` answers `echo $((6*7))` with 42, a resize reaches
+//! `stty size`, a second viewer joins late and is shown the screen again, a ticket is used
+//! once, a viewer that drops without a close is audited as dropped, and `exit` ends the
+//! terminal with its exit code.
+
+mod common;
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{Daemon, Server, api, temp_dir, wait_for};
+use serde_json::{Value, json};
+use tungstenite::stream::MaybeTlsStream;
+use tungstenite::{Message, WebSocket};
+
+type Socket = WebSocket<MaybeTlsStream<TcpStream>>;
+
+/// A viewer: its socket and everything it has been shown.
+struct Viewer {
+    socket: Socket,
+    screen: Vec<u8>,
+    texts: Vec<Value>,
+    closed: Option<u16>,
+}
+
+impl Viewer {
+    fn connect(server: &Server, terminal: &str, ticket: &str) -> Viewer {
+        let url = format!(
+            "ws://127.0.0.1:{}/v1/terminals/{terminal}/connect?ticket={ticket}",
+            server.port
+        );
+        let (socket, _) = tungstenite::connect(url).expect("the viewer socket opens");
+        if let MaybeTlsStream::Plain(tcp) = socket.get_ref() {
+            tcp.set_read_timeout(Some(Duration::from_millis(200)))
+                .expect("a read timeout");
+        }
+        Viewer {
+            socket,
+            screen: Vec::new(),
+            texts: Vec::new(),
+            closed: None,
+        }
+    }
+
+    /// Reads until `done` says so, failing after 20 s with what was shown.
+    fn until(&mut self, what: &str, done: impl Fn(&Viewer) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done(self) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; screen: {:?}; messages: {:?}",
+                String::from_utf8_lossy(&self.screen),
+                self.texts
+            );
+            match self.socket.read() {
+                Ok(Message::Binary(bytes)) => self.screen.extend_from_slice(&bytes),
+                Ok(Message::Text(text)) => {
+                    self.texts
+                        .push(serde_json::from_str(&text).expect("a JSON text message"));
+                }
+                Ok(Message::Close(frame)) => {
+                    self.closed = Some(frame.map(|f| u16::from(f.code)).unwrap_or(1005));
+                }
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => {
+                    if self.closed.is_none() {
+                        self.closed = Some(1006);
+                    }
+                    assert!(done(self), "the socket ended before {what}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn shows(&self, text: &str) -> bool {
+        String::from_utf8_lossy(&self.screen).contains(text)
+    }
+
+    fn said(&self, kind: &str) -> Option<&Value> {
+        self.texts.iter().find(|t| t["type"] == kind)
+    }
+
+    fn type_keys(&mut self, keys: &str) {
+        self.socket
+            .send(Message::Binary(keys.as_bytes().to_vec().into()))
+            .expect("keys sent");
+    }
+
+    fn control(&mut self, message: Value) {
+        self.socket
+            .send(Message::Text(message.to_string().into()))
+            .expect("a control message sent");
+    }
+}
+
+fn audit(server: &Server) -> Vec<Value> {
+    let (status, body) = server.api("GET", "/v1/audit?limit=200", None);
+    assert_eq!(status, 200, "{body}");
+    body["events"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
+    let dir = temp_dir("terminal");
+    let server = Server::start(&dir.join("state"), 0);
+    let _daemon = Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
+    server.wait_context("box", "online with a terminal executor", |c| {
+        c["online"] == true
+            && c["environments"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|e| e == "pty"))
+    });
+
+    // Someone who does not operate the machine never gets a terminal on it.
+    let (status, made) = server.api("POST", "/v1/users", Some(json!({"name": "bo"})));
+    assert_eq!(status, 201, "{made}");
+    let bo = made["token"].as_str().expect("a token").to_owned();
+    let (status, refused) = api(
+        &server.url,
+        &bo,
+        "POST",
+        "/v1/execution-contexts/box/terminals",
+        Some(json!({})),
+    );
+    assert!(
+        (status == 403 && refused["error"]["code"] == "pty_operator_only")
+            || (status == 404 && refused["error"]["code"] == "context_unknown"),
+        "{status} {refused}"
+    );
+    let (status, bad) = server.api(
+        "POST",
+        "/v1/execution-contexts/box/terminals",
+        Some(json!({"cols": 0})),
+    );
+    assert_eq!((status, &bad["error"]["code"]), (400, &json!("invalid_body")));
+
+    let (status, opened) = server.api(
+        "POST",
+        "/v1/execution-contexts/box/terminals",
+        Some(json!({"cols": 100, "rows": 30})),
+    );
+    assert_eq!(status, 201, "{opened}");
+    let terminal = opened["terminalId"].as_str().expect("an id").to_owned();
+    let ticket = opened["ticket"].as_str().expect("a ticket").to_owned();
+    assert_eq!(opened["role"], "operator");
+
+    let mut first = Viewer::connect(&server, &terminal, &ticket);
+    first.until("ready", |v| v.said("ready").is_some());
+    let ready = first.said("ready").expect("ready").clone();
+    assert_eq!((ready["cols"].as_u64(), ready["rows"].as_u64()), (Some(100), Some(30)));
+    assert_eq!(ready["role"], "operator");
+
+    // A ticket is spent once.
+    let url = format!(
+        "ws://127.0.0.1:{}/v1/terminals/{terminal}/connect?ticket={ticket}",
+        server.port
+    );
+    match tungstenite::connect(url) {
+        Err(tungstenite::Error::Http(response)) => assert_eq!(response.status(), 401),
+        other => panic!("a spent ticket must be refused, got {:?}", other.map(|_| ())),
+    }
+
+    first.type_keys("echo $((6*7))\r");
+    first.until("42", |v| v.shows("42\r\n"));
+
+    first.control(json!({"type": "resize", "cols": 120, "rows": 40}));
+    first.type_keys("stty size\r");
+    first.until("the new size", |v| v.shows("40 120"));
+
+    // A second viewer joins late and sees the screen again.
+    let (status, joined) = server.api("POST", &format!("/v1/terminals/{terminal}/tickets"), None);
+    assert_eq!(status, 201, "{joined}");
+    let mut second = Viewer::connect(&server, &terminal, joined["ticket"].as_str().unwrap());
+    second.until("the replay", |v| v.said("live").is_some());
+    assert!(second.said("replay").is_some(), "{:?}", second.texts);
+    assert!(second.shows("42") && second.shows("40 120"), "the screen again");
+    let (status, listed) = server.api("GET", "/v1/terminals", None);
+    assert_eq!(status, 200, "{listed}");
+    let row = listed["terminals"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["terminalId"] == terminal.as_str()))
+        .cloned()
+        .expect("the terminal is listed");
+    assert_eq!((row["viewers"].as_u64(), row["state"].as_str()), (Some(2), Some("open")));
+
+    // The second viewer's connection drops without a close: audited as dropped.
+    drop(second);
+    wait_for("the dropped viewer's session end in the audit", || {
+        audit(&server)
+            .iter()
+            .find(|e| {
+                e["kind"] == "terminal.session.ended"
+                    && e["detail"].as_str().is_some_and(|d| d.contains("dropped"))
+            })
+            .cloned()
+    });
+
+    first.type_keys("exit 3\r");
+    first.until("the exit", |v| v.said("exit").is_some() && v.closed.is_some());
+    assert_eq!(first.said("exit").unwrap()["exitCode"], 3);
+    let execution = server.wait_status(&terminal, "exited");
+    assert_eq!(execution["exitCode"], 3, "{execution}");
+    let kinds: Vec<String> = audit(&server)
+        .iter()
+        .filter_map(|e| e["kind"].as_str().map(str::to_owned))
+        .collect();
+    for kind in ["terminal.session.started", "terminal.session.ended"] {
+        assert!(kinds.iter().any(|k| k == kind), "{kind} in {kinds:?}");
+    }
+}
