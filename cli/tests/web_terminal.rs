@@ -119,8 +119,8 @@ fn resizing_the_window_changes_stty_size() {
         .set_bounds(headless_chrome::types::Bounds::Normal {
             left: None,
             top: None,
-            width: Some(f64::from(WIDTH / 2)),
-            height: Some(f64::from(HEIGHT / 2)),
+            width: Some(f64::from(WIDTH * 3 / 4)),
+            height: Some(f64::from(HEIGHT * 3 / 4)),
         })
         .expect("the window resizes");
     let (small_rows, small_cols) = wait_for("the terminal to fit the smaller window", || {
@@ -130,7 +130,7 @@ fn resizing_the_window_changes_stty_size() {
     wait_for("the server to have the new size", || {
         (server_size() == (small_rows, small_cols)).then_some(())
     });
-    run_line(&page, "clear; stty size");
+    run_line(&page, "stty size");
     screen_has(
         &page,
         "stty size after the resize",
@@ -156,7 +156,7 @@ fn a_second_tab_joins_and_sees_the_same_screen() {
     );
     // Whatever the second tab sends during its replay is counted: it must be nothing.
     second.eval(
-        "window.sentDuringReplay = 0; (orig => { WebSocket.prototype.send = function (d) { if (document.body.dataset.terminal === 'replay') { window.sentDuringReplay++; } return orig.call(this, d); }; })(WebSocket.prototype.send)",
+        "(() => { window.sentDuringReplay = 0; const orig = WebSocket.prototype.send; WebSocket.prototype.send = function (d) { if (document.body.dataset.terminal === 'replay') { window.sentDuringReplay++; } return orig.call(this, d); }; return true; })()",
     );
     second.eval("document.querySelector('#terminals button.join').click()");
     screen_has(

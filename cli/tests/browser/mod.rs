@@ -125,8 +125,9 @@ impl Page {
             }
             assert!(
                 Instant::now() < deadline,
-                "timed out waiting for {what} (`{expression}` is {value:?}); the page says: {:?}",
-                self.try_eval("document.body.innerText")
+                "timed out waiting for {what} (`{expression}` is {value:?}); the page says: {:?}; its terminal shows: {:?}",
+                self.try_eval("document.body.innerText"),
+                self.try_eval("window.outpostScreen ? window.outpostScreen().join('\\n') : null")
             );
             std::thread::sleep(Duration::from_millis(50));
         }
