@@ -20,6 +20,7 @@ mod ratelimit;
 mod releases;
 mod sharing;
 mod terminals;
+mod ui;
 mod views;
 mod ws;
 
@@ -195,13 +196,15 @@ pub(crate) fn routes() -> Vec<Route> {
     all
 }
 
-/// The router over [`routes`], with JSON answers for unknown routes and methods.
+/// The router over [`routes`] and the web UI's pages (`ui`, not in the OpenAPI document: the
+/// page is a client of the API), with JSON answers for unknown routes and methods.
 pub(crate) fn router(app: App) -> Router {
     let mut router = Router::new();
     for r in routes() {
         router = router.route(r.doc.path, r.handler);
     }
     router
+        .merge(ui::router())
         .fallback(|| async {
             ApiError::new(404, "not_found", "no such route; see /v1/openapi.json")
         })

@@ -1,0 +1,458 @@
+//! The web UI `outpost serve` serves, in a real browser (Debian's chromium, headless): the real
+//! binary as server and daemon, the page signed in with a real token, its tables checked
+//! against what the API says, its Content-Security-Policy enforced by the browser, and a
+//! screenshot of it read back pixel by pixel.
+
+mod browser;
+mod common;
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpListener;
+use std::process::Command;
+
+use browser::{Chromium, Page};
+use common::{Daemon, Server, binary, temp_dir};
+
+const WIDTH: u32 = 1200;
+const HEIGHT: u32 = 800;
+
+/// A server with one joined daemon `build-box`, online.
+fn server_with_daemon(dir: &std::path::Path) -> (Server, Daemon) {
+    let server = Server::start(&dir.join("server"), 0);
+    let daemon = Daemon::start(&dir.join("home"), "build-box", Some(&server.join), "tokio");
+    server.wait_context("build-box", "the daemon to come online", |c| {
+        c["online"] == true
+    });
+    (server, daemon)
+}
+
+/// A signed-in page showing the contexts table with `build-box` online.
+fn signed_in(chromium: &Chromium, server: &Server) -> Page {
+    let page = chromium.open(&format!("{}/", server.url));
+    page.sign_in(&server.admin);
+    page.wait_until(
+        "the contexts table to list build-box online",
+        "Array.from(document.querySelectorAll('#contexts tbody tr')).some(r => r.cells[0].textContent === 'build-box' && r.cells[1].textContent === 'online')",
+    );
+    page
+}
+
+#[test]
+fn signing_in_with_a_token_lists_a_joined_daemon_online() {
+    let dir = temp_dir("web-sign-in");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = signed_in(&chromium, &server);
+    let (_, ctx) = server.api("GET", "/v1/execution-contexts/build-box", None);
+    let rows = page.table("contexts");
+    let row = rows
+        .iter()
+        .find(|r| r[0] == "build-box")
+        .expect("a build-box row");
+    assert_eq!(row[1], "online");
+    assert_eq!(
+        row[2],
+        format!("{}/{}", ctx["slotsUsed"], ctx["slotsTotal"]),
+        "{rows:?}"
+    );
+    let max = ctx["grant"]["limits"]["maxConcurrent"].to_string();
+    assert!(
+        row[3].contains(&format!("at most {max} at once")),
+        "{row:?}"
+    );
+    assert!(row[3].contains("network: "), "{row:?}");
+    let version = ctx["daemonVersion"].as_str().expect("a daemon version");
+    assert!(!version.is_empty());
+    assert_eq!(row[4], version);
+    // The token lives in this tab's sessionStorage only, and survives a reload.
+    assert_eq!(
+        page.eval("sessionStorage.getItem('outpost.token')"),
+        server.admin.as_str()
+    );
+    assert_eq!(page.eval("localStorage.length"), 0);
+    assert_eq!(page.eval("document.cookie"), "");
+    page.tab.reload(false, None).expect("reloads");
+    page.wait_until(
+        "the reloaded page to be signed in",
+        "document.body.dataset.signedIn === 'yes' && document.querySelectorAll('#contexts tbody tr').length > 0",
+    );
+    // Signing out forgets it.
+    page.eval("document.getElementById('sign-out').click()");
+    assert_eq!(
+        page.eval("sessionStorage.getItem('outpost.token')"),
+        serde_json::Value::Null
+    );
+    assert_eq!(page.eval("document.getElementById('app').hidden"), true);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_wrong_token_shows_the_server_s_refusal_and_nothing_else() {
+    let dir = temp_dir("web-wrong-token");
+    let server = Server::start(&dir.join("server"), 0);
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = chromium.open(&format!("{}/", server.url));
+    page.sign_in("op_not-a-real-token");
+    let shown = page.wait_until(
+        "the sign-in error",
+        "!document.getElementById('sign-in-error').hidden && document.getElementById('sign-in-error').textContent",
+    );
+    let shown = shown.as_str().expect("text");
+    assert!(
+        shown.starts_with("Sign-in failed: token_invalid"),
+        "{shown}"
+    );
+    assert_eq!(page.eval("document.getElementById('app').hidden"), true);
+    assert_eq!(page.eval("document.body.dataset.signedIn"), "no");
+    assert_eq!(
+        page.eval("sessionStorage.getItem('outpost.token')"),
+        serde_json::Value::Null
+    );
+    // The right token after a wrong one works.
+    page.eval("document.getElementById('token').value = ''");
+    page.sign_in(&server.admin);
+    page.wait_until(
+        "signed in",
+        "document.body.dataset.signedIn === 'yes' && document.getElementById('sign-in-error').hidden",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn runs_and_audit_tabs_show_a_run_made_with_outpost_execute() {
+    let dir = temp_dir("web-runs");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let cap = dir.join("cap");
+    std::fs::create_dir_all(&cap).expect("cap");
+    std::fs::write(
+        cap.join("manifest.yaml"),
+        "name: hello\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
+    )
+    .expect("manifest");
+    std::fs::write(cap.join("run.sh"), "echo hello\nexit 3\n").expect("script");
+    let out = Command::new(binary())
+        .arg("execute")
+        .arg(&cap)
+        .args(["--context", "build-box", "--server", &server.url, "--json"])
+        .env("OUTPOST_TOKEN", &server.admin)
+        .output()
+        .expect("outpost execute runs");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let (_, runs) = server.api("GET", "/v1/runs", None);
+    let run = runs["runs"][0].clone();
+    let id = run["executionId"].as_str().expect("an id").to_owned();
+    assert_eq!(run["ranOnText"], result["ranOnText"]);
+
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = signed_in(&chromium, &server);
+    page.show_tab("runs");
+    let rows = page.table("runs");
+    let row = rows.iter().find(|r| r[0] == id).expect("the run's row");
+    assert_eq!(row[1], "exited (exit 3)");
+    assert_eq!(row[2], result["ranOnText"].as_str().expect("ranOnText"));
+    assert!(row[2].contains("build-box"), "{row:?}");
+    assert!(row[3].ends_with('Z') && row[3].len() == 20, "{row:?}");
+    assert_eq!(
+        row[4],
+        format!(
+            "{} ms (ran {} ms)",
+            result["timing"]["serverMs"], result["timing"]["executeMs"]
+        )
+    );
+
+    page.show_tab("audit");
+    let rows = page.table("audit");
+    let (_, ctx) = server.api("GET", "/v1/execution-contexts/build-box", None);
+    let row = rows
+        .iter()
+        .find(|r| r[1] == "run" && r[4].starts_with(&id))
+        .unwrap_or_else(|| panic!("the run's audit row in {rows:?}"));
+    assert_eq!(row[4], format!("{id} exited"));
+    assert_eq!(row[3], ctx["id"].as_str().expect("an id"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A plain HTTP listener on another port (another origin): what it was asked for.
+struct OtherOrigin {
+    listener: TcpListener,
+    port: u16,
+}
+
+impl OtherOrigin {
+    fn start() -> OtherOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binds");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("address").port();
+        OtherOrigin { listener, port }
+    }
+
+    /// Every request that reached it so far, answered with a script that marks the page.
+    fn requests(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok((mut stream, _)) = self.listener.accept() {
+            stream.set_nonblocking(false).expect("blocking");
+            let mut buf = [0u8; 4096];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            out.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let body = "window.fromAnotherOrigin = true;";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/javascript\r\naccess-control-allow-origin: *\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        }
+        out
+    }
+}
+
+#[test]
+fn the_content_security_policy_refuses_anything_from_another_origin() {
+    let dir = temp_dir("web-csp");
+    let server = Server::start(&dir.join("server"), 0);
+    // The policy is on every file of the UI.
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    for path in [
+        "/",
+        "/ui/app.js",
+        "/ui/app.css",
+        "/ui/xterm.js",
+        "/ui/xterm.css",
+    ] {
+        let response = agent
+            .get(&format!("{}{path}", server.url))
+            .call()
+            .expect("answers");
+        assert_eq!(response.status().as_u16(), 200, "{path}");
+        let policy = response
+            .headers()
+            .get("content-security-policy")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            policy.starts_with("default-src 'self';"),
+            "{path}: {policy}"
+        );
+        assert!(
+            policy.contains(&format!(
+                "connect-src 'self' ws://127.0.0.1:{port} wss://127.0.0.1:{port};",
+                port = server.port
+            )),
+            "{path}: {policy}"
+        );
+    }
+    let other = OtherOrigin::start();
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = chromium.open(&format!("{}/", server.url));
+    page.wait_until(
+        "the page's own scripts to run",
+        "document.body.dataset.signedIn === 'no'",
+    );
+    // A script from another origin: the browser refuses it before asking for it.
+    let violation = page.eval(&format!(
+        "new Promise(resolve => {{
+            document.addEventListener('securitypolicyviolation',
+                e => resolve({{uri: e.blockedURI, directive: e.effectiveDirective}}), {{once: true}});
+            const s = document.createElement('script');
+            s.src = 'http://127.0.0.1:{port}/evil.js';
+            document.head.appendChild(s);
+        }})",
+        port = other.port
+    ));
+    assert_eq!(
+        violation["uri"],
+        format!("http://127.0.0.1:{}/evil.js", other.port)
+    );
+    assert_eq!(violation["directive"], "script-src-elem");
+    // An inline script is refused too.
+    let inline = page.eval(
+        "new Promise(resolve => {
+            document.addEventListener('securitypolicyviolation',
+                e => resolve(e.effectiveDirective), {once: true});
+            const s = document.createElement('script');
+            s.textContent = 'window.inlineRan = true;';
+            document.head.appendChild(s);
+        })",
+    );
+    assert_eq!(inline, "script-src-elem");
+    // A fetch and a WebSocket to another origin fail.
+    let fetched = page.eval(&format!(
+        "fetch('http://127.0.0.1:{}/data').then(() => 'loaded', e => 'refused: ' + e.name)",
+        other.port
+    ));
+    assert_eq!(fetched, "refused: TypeError");
+    let socket = page.eval(&format!(
+        "new Promise(resolve => {{
+            document.addEventListener('securitypolicyviolation',
+                e => resolve(e.effectiveDirective), {{once: true}});
+            try {{ new WebSocket('ws://127.0.0.1:{}/x'); }} catch (e) {{ resolve('threw ' + e.name); }}
+        }})",
+        other.port
+    ));
+    assert_eq!(socket, "connect-src");
+    assert_eq!(page.eval("window.fromAnotherOrigin === true"), false);
+    assert_eq!(page.eval("window.inlineRan === true"), false);
+    assert!(
+        other.requests().is_empty(),
+        "the other origin was asked for something"
+    );
+    // Everything the page loaded came from its own origin; what it tried elsewhere got no
+    // answer (status 0, nothing transferred).
+    let loaded = page.eval(
+        "Array.from(new Set(performance.getEntriesByType('resource').filter(e => e.responseStatus !== 0).map(e => new URL(e.name).origin)))",
+    );
+    assert_eq!(loaded, serde_json::json!([server.url]));
+    let elsewhere = page.eval(
+        "performance.getEntriesByType('resource').filter(e => new URL(e.name).origin !== location.origin).map(e => [e.name, e.responseStatus, e.transferSize])",
+    );
+    assert_eq!(
+        elsewhere,
+        serde_json::json!([[format!("http://127.0.0.1:{}/evil.js", other.port), 0, 0]])
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_terminal_tab_runs_the_bundled_xterm_or_says_how_to_get_it() {
+    let dir = temp_dir("web-xterm");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = signed_in(&chromium, &server);
+    page.eval("document.querySelector('#tabs button[data-tab=terminal]').click()");
+    let bundled = page.eval("!!(window.OutpostXterm && window.OutpostXterm.Terminal)");
+    if bundled == true {
+        // The bundle the build made from node-xterm runs: a terminal is drawn and fits the
+        // window, and the page has the build's version.
+        let version = page.eval("window.OutpostXterm.version");
+        let package = std::env::var_os("OUTPOST_XTERM_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| "/usr/share/nodejs/xterm".into())
+            .join("package.json");
+        if let Ok(text) = std::fs::read_to_string(package) {
+            let package: serde_json::Value = serde_json::from_str(&text).expect("package.json");
+            assert_eq!(version, package["version"]);
+        }
+        page.wait_until(
+            "xterm.js to draw its canvas",
+            "document.querySelector('#terminal .xterm canvas') !== null",
+        );
+        assert_eq!(
+            page.eval("document.getElementById('terminal-unavailable').hidden"),
+            true
+        );
+        assert_eq!(
+            page.eval("document.getElementById('terminal-open').disabled"),
+            false
+        );
+        let size = page.eval("window.outpostScreen().length");
+        assert!(size.as_u64().is_some_and(|rows| rows > 10), "{size}");
+        let options = page.eval(
+            "Array.from(document.getElementById('terminal-context').options).map(o => o.value)",
+        );
+        assert_eq!(options, serde_json::json!(["build-box"]));
+    } else {
+        // Built without node-xterm: the tab says so plainly, with the fix.
+        let text = page.wait_until(
+            "the unavailable notice",
+            "!document.getElementById('terminal-unavailable').hidden && document.getElementById('terminal-unavailable').textContent",
+        );
+        let text = text.as_str().expect("text");
+        assert!(text.starts_with("The terminal is unavailable"), "{text}");
+        assert!(
+            text.contains("node-xterm") && text.contains("rebuild"),
+            "{text}"
+        );
+        assert_eq!(
+            page.eval("document.getElementById('terminal-open').disabled"),
+            true
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The RGB of pixel (x, y) in a decoded RGBA or RGB image.
+fn pixel(info: &png::OutputInfo, data: &[u8], x: u32, y: u32) -> [u8; 3] {
+    let channels = info.color_type.samples();
+    let at = (y as usize * info.width as usize + x as usize) * channels;
+    [data[at], data[at + 1], data[at + 2]]
+}
+
+#[test]
+fn a_screenshot_of_the_signed_in_page_shows_its_header_and_the_online_badge() {
+    let dir = temp_dir("web-screenshot");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = signed_in(&chromium, &server);
+    // The window's viewport: its full width, its height less what headless chromium keeps
+    // for the window's own frame.
+    let viewport = page.eval("[window.innerWidth, window.innerHeight, window.devicePixelRatio]");
+    let (view_w, view_h) = (
+        viewport[0].as_u64().expect("width") as u32,
+        viewport[1].as_u64().expect("height") as u32,
+    );
+    assert_eq!(viewport[2], 1, "{viewport}");
+    assert_eq!(view_w, WIDTH, "{viewport}");
+    assert!(view_h > HEIGHT / 2 && view_h <= HEIGHT, "{viewport}");
+    let badge = page.eval(
+        "(() => { const r = document.querySelector('#contexts .badge.online').getBoundingClientRect(); return [Math.round(r.left + r.width / 2), Math.round(r.top + r.height / 2)]; })()",
+    );
+    let shot = page
+        .tab
+        .capture_screenshot(
+            headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption::Png,
+            None,
+            None,
+            true,
+        )
+        .expect("a screenshot");
+    assert!(shot.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG signature");
+    let decoder = png::Decoder::new(std::io::Cursor::new(&shot));
+    let mut reader = decoder.read_info().expect("a valid PNG header");
+    let mut data = vec![0; reader.output_buffer_size().expect("a size")];
+    let info = reader.next_frame(&mut data).expect("a valid PNG image");
+    assert_eq!((info.width, info.height), (view_w, view_h));
+    assert_eq!(info.bit_depth, png::BitDepth::Eight);
+    // Not blank: many colours (text is anti-aliased), and mostly the white background.
+    let mut colours = std::collections::HashSet::new();
+    let mut white = 0usize;
+    for y in 0..view_h {
+        for x in 0..view_w {
+            let p = pixel(&info, &data, x, y);
+            colours.insert(p);
+            white += usize::from(p == [255, 255, 255]);
+        }
+    }
+    assert!(colours.len() > 20, "{} colours", colours.len());
+    assert!(
+        white > (WIDTH * HEIGHT / 2) as usize,
+        "{white} white pixels"
+    );
+    // The header bar is the page's navy (#1d3557) at its left edge, and the contexts table's
+    // online badge is drawn green (#1a7f37) where the page laid it out.
+    assert_eq!(pixel(&info, &data, 2, 2), [0x1d, 0x35, 0x57]);
+    let (bx, by) = (
+        badge[0].as_u64().expect("x") as u32,
+        badge[1].as_u64().expect("y") as u32,
+    );
+    let green = (bx.saturating_sub(12)..bx + 12)
+        .flat_map(|x| (by.saturating_sub(3)..by + 3).map(move |y| (x, y)))
+        .filter(|&(x, y)| pixel(&info, &data, x, y) == [0x1a, 0x7f, 0x37])
+        .count();
+    assert!(
+        green > 20,
+        "{green} green pixels around the badge at {bx},{by}"
+    );
+    // Kept for people to look at.
+    let keep = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("web-contexts.png");
+    std::fs::write(&keep, &shot).expect("the screenshot is written");
+    let _ = std::fs::remove_dir_all(&dir);
+}

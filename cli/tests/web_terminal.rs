@@ -1,0 +1,225 @@
+//! The web page's Terminal tab in a real browser, through the real server relay and daemon:
+//! typing reaches a login shell, a window resize reaches `stty size`, a second tab sees the
+//! same screen, and a closed tab's session ends in the audit.
+//! The routes and messages are docs/PROTOCOL.md's "Viewer WebSocket messages".
+
+mod browser;
+mod common;
+
+use browser::{Chromium, Page};
+use common::{Daemon, Server, temp_dir, wait_for};
+
+const WIDTH: u32 = 1200;
+const HEIGHT: u32 = 800;
+
+fn server_with_daemon(dir: &std::path::Path) -> (Server, Daemon) {
+    let server = Server::start(&dir.join("server"), 0);
+    let daemon = Daemon::start(&dir.join("home"), "build-box", Some(&server.join), "tokio");
+    server.wait_context("build-box", "the daemon to come online", |c| {
+        c["online"] == true
+    });
+    (server, daemon)
+}
+
+/// A tab signed in, on the Terminal tab, with `build-box` to choose.
+fn terminal_tab(chromium: &Chromium, server: &Server) -> Page {
+    let page = chromium.open(&format!("{}/", server.url));
+    page.sign_in(&server.admin);
+    page.wait_until("signed in", "document.body.dataset.signedIn === 'yes'");
+    page.show_tab("terminal");
+    page.wait_until(
+        "build-box to be offered",
+        "Array.from(document.getElementById('terminal-context').options).some(o => o.value === 'build-box')",
+    );
+    page
+}
+
+/// Whether some row of the page's terminal screen is exactly `line` (trailing blanks aside).
+fn screen_has(page: &Page, what: &str, line: &str) {
+    let line = serde_json::to_string(line).expect("JSON");
+    page.wait_until(
+        what,
+        &format!("window.outpostScreen().some(l => l.trimEnd() === {line})"),
+    );
+}
+
+/// Types a command line into the terminal and presses Enter.
+fn run_line(page: &Page, command: &str) {
+    page.eval("document.querySelector('#terminal .xterm-helper-textarea').focus()");
+    page.type_text(command);
+    page.press("Enter");
+}
+
+/// Opens a terminal on build-box from the page and waits until it is live with a prompt.
+fn open_terminal(page: &Page) {
+    page.eval("document.getElementById('terminal-open').click()");
+    page.wait_until(
+        "the terminal to be live",
+        "document.body.dataset.terminal === 'live' || document.body.dataset.terminal === 'ready'",
+    );
+    page.wait_until(
+        "a prompt",
+        "window.outpostScreen().some(l => l.trim().length > 0)",
+    );
+}
+
+#[test]
+fn typing_echo_six_times_seven_in_the_page_shows_42() {
+    let dir = temp_dir("web-term-echo");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = terminal_tab(&chromium, &server);
+    open_terminal(&page);
+    run_line(&page, "echo $((6*7))");
+    screen_has(&page, "42 on the screen", "42");
+    // The command line itself is echoed as typed: the keystrokes went through unchanged.
+    page.wait_until(
+        "the echoed command line",
+        "window.outpostScreen().some(l => l.includes('echo $((6*7))'))",
+    );
+    let (_, list) = server.api("GET", "/v1/terminals", None);
+    let terminals = list["terminals"].as_array().expect("terminals");
+    assert_eq!(terminals.len(), 1, "{list}");
+    assert_eq!(terminals[0]["context"], "build-box");
+    assert_eq!(terminals[0]["state"], "open");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn resizing_the_window_changes_stty_size() {
+    let dir = temp_dir("web-term-resize");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = terminal_tab(&chromium, &server);
+    open_terminal(&page);
+    // The page's size, as the server knows it.
+    let size = |page: &Page| -> (u64, u64) {
+        let v = page.eval("window.outpostTerminal()");
+        (
+            v["rows"].as_u64().expect("rows"),
+            v["cols"].as_u64().expect("cols"),
+        )
+    };
+    let server_size = || -> (u64, u64) {
+        let (_, list) = server.api("GET", "/v1/terminals", None);
+        let t = &list["terminals"][0];
+        (
+            t["rows"].as_u64().unwrap_or(0),
+            t["cols"].as_u64().unwrap_or(0),
+        )
+    };
+    let (rows, cols) = size(&page);
+    assert!(rows > 10 && cols > 40, "{rows}x{cols}");
+    wait_for("the server to have the page's size", || {
+        (server_size() == (rows, cols)).then_some(())
+    });
+    run_line(&page, "stty size");
+    screen_has(&page, "the first stty size", &format!("{rows} {cols}"));
+    page.tab
+        .set_bounds(headless_chrome::types::Bounds::Normal {
+            left: None,
+            top: None,
+            width: Some(f64::from(WIDTH * 3 / 4)),
+            height: Some(f64::from(HEIGHT * 3 / 4)),
+        })
+        .expect("the window resizes");
+    let (small_rows, small_cols) = wait_for("the terminal to fit the smaller window", || {
+        let now = size(&page);
+        (now.0 < rows && now.1 < cols).then_some(now)
+    });
+    wait_for("the server to have the new size", || {
+        (server_size() == (small_rows, small_cols)).then_some(())
+    });
+    run_line(&page, "stty size");
+    screen_has(
+        &page,
+        "stty size after the resize",
+        &format!("{small_rows} {small_cols}"),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_second_tab_joins_and_sees_the_same_screen() {
+    let dir = temp_dir("web-term-second");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let first = terminal_tab(&chromium, &server);
+    open_terminal(&first);
+    run_line(&first, "echo marker-$((40+2))");
+    screen_has(&first, "the marker in the first tab", "marker-42");
+    // A second tab (its own sessionStorage: it signs in again) joins from the list.
+    let second = terminal_tab(&chromium, &server);
+    second.wait_until(
+        "the open terminal in the list",
+        "document.querySelector('#terminals button.join') !== null",
+    );
+    // Whatever the second tab sends during its replay is counted: it must be nothing.
+    second.eval(
+        "(() => { window.sentDuringReplay = 0; const orig = WebSocket.prototype.send; WebSocket.prototype.send = function (d) { if (document.body.dataset.terminal === 'replay') { window.sentDuringReplay++; } return orig.call(this, d); }; return true; })()",
+    );
+    second.eval("document.querySelector('#terminals button.join').click()");
+    screen_has(
+        &second,
+        "the replayed marker in the second tab",
+        "marker-42",
+    );
+    second.wait_until("live", "document.body.dataset.terminal === 'live'");
+    assert_eq!(second.eval("window.sentDuringReplay"), 0);
+    // Live output reaches both tabs.
+    run_line(&first, "echo both-$((1+1))");
+    screen_has(&first, "live output in the first tab", "both-2");
+    screen_has(&second, "live output in the second tab", "both-2");
+    let (_, list) = server.api("GET", "/v1/terminals", None);
+    assert_eq!(list["terminals"][0]["viewers"], 2, "{list}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn closing_a_tab_ends_its_session_in_the_audit() {
+    let dir = temp_dir("web-term-audit");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let first = terminal_tab(&chromium, &server);
+    open_terminal(&first);
+    let second = terminal_tab(&chromium, &server);
+    second.wait_until(
+        "the open terminal in the list",
+        "document.querySelector('#terminals button.join') !== null",
+    );
+    second.eval("document.querySelector('#terminals button.join').click()");
+    second.wait_until(
+        "the second viewer to be on",
+        "document.body.dataset.terminal === 'live' || document.body.dataset.terminal === 'ready'",
+    );
+    let count = |kind: &str| -> usize {
+        let (_, audit) = server.api("GET", "/v1/audit", None);
+        audit["events"]
+            .as_array()
+            .map(|e| e.iter().filter(|e| e["kind"] == kind).count())
+            .unwrap_or(0)
+    };
+    wait_for("two sessions started", || {
+        (count("terminal.session.started") == 2).then_some(())
+    });
+    assert_eq!(count("terminal.session.ended"), 0);
+    // The tab goes away without a close message: the server still records the end.
+    second.tab.close(false).expect("the tab closes");
+    wait_for("the closed tab's session to end", || {
+        (count("terminal.session.ended") == 1).then_some(())
+    });
+    // The first tab's Audit tab shows it, by whom.
+    first.show_tab("audit");
+    let rows = first.table("audit");
+    let ended = rows
+        .iter()
+        .find(|r| r[1] == "terminal.session.ended")
+        .unwrap_or_else(|| panic!("terminal.session.ended in {rows:?}"));
+    assert_eq!(ended[2], "admin");
+    let (_, ctx) = server.api("GET", "/v1/execution-contexts/build-box", None);
+    assert_eq!(ended[3], ctx["id"].as_str().expect("an id"));
+    // The first viewer is still on.
+    let (_, list) = server.api("GET", "/v1/terminals", None);
+    assert_eq!(list["terminals"][0]["viewers"], 1, "{list}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
