@@ -1,5 +1,6 @@
 //! Terminals across the wire, with the real binary as server and daemon and a WebSocket
-//! viewer: a login shell opened on `box` answers `echo $((6*7))` with 42, a resize reaches
+//! viewer: a login shell opened on `box` answers `echo $((6*7))` with 42, Ctrl-C reaches its
+//! foreground program, python3's REPL answers, a resize reaches
 //! `stty size`, a second viewer joins late and is shown the screen again, a ticket is used
 //! once, a viewer that drops without a close is audited as dropped, and `exit` ends the
 //! terminal with its exit code.
@@ -178,6 +179,18 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
 
     first.type_keys("echo $((6*7))\r");
     first.until("42", |v| v.shows("42\r\n"));
+
+    // Ctrl-C reaches the foreground program, and a REPL answers through the relay.
+    first.type_keys("echo sleeping-$((2+2)); sleep 100\r");
+    first.until("the sleep", |v| v.shows("sleeping-4\r\n"));
+    first.type_keys("\x03");
+    first.type_keys("echo back-$((1+1))\r");
+    first.until("the prompt after Ctrl-C", |v| v.shows("back-2\r\n"));
+    first.type_keys("python3 -q\r");
+    first.until("the python prompt", |v| v.shows(">>> "));
+    first.type_keys("7*8\r");
+    first.until("python's answer", |v| v.shows("56\r\n"));
+    first.type_keys("exit()\r");
 
     first.control(json!({"type": "resize", "cols": 120, "rows": 40}));
     first.type_keys("stty size\r");

@@ -42,3 +42,14 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
         }
     }
 }
+
+/// The `ticket` of a WebSocket URL's query (empty when there is none): the one credential a
+/// socket route takes, since a browser cannot set headers on a WebSocket.
+pub(crate) fn ticket_query(uri: &axum::http::Uri) -> String {
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("ticket="))
+        .unwrap_or("")
+        .to_owned()
+}

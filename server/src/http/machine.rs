@@ -332,13 +332,7 @@ async fn connect(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult {
     auth::limit_address(&app, addr)?;
-    let ticket = uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("ticket="))
-        .unwrap_or("")
-        .to_owned();
+    let ticket = super::extract::ticket_query(&uri);
     let well_formed = ticket
         .strip_prefix(TICKET_PREFIX)
         .is_some_and(|rest| b64::decode_array::<48>(rest).is_ok());

@@ -276,13 +276,7 @@ async fn connect(
     uri: Uri,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult {
-    let ticket = uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("ticket="))
-        .unwrap_or("")
-        .to_owned();
+    let ticket = super::extract::ticket_query(&uri);
     let upgrade = upgrade.map_err(|_| {
         ApiError::new(
             400,
