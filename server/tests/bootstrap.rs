@@ -126,6 +126,10 @@ fn operations_routes_answer_and_openapi_lists_every_route_with_its_schemas() {
         ("post", "/v1/execution-contexts/commands/authorize"),
         ("get", "/v1/execution-contexts/daemon-release"),
         ("get", "/v1/execution-contexts/daemon-release/{sha512}"),
+        ("post", "/v1/execution-contexts/{context}/terminals"),
+        ("get", "/v1/terminals"),
+        ("post", "/v1/terminals/{terminal}/tickets"),
+        ("get", "/v1/terminals/{terminal}/connect"),
     ];
     let count: usize = paths
         .values()
