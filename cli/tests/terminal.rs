@@ -10,7 +10,7 @@ mod common;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{Daemon, Server, api, temp_dir, wait_for};
+use common::{Server, api, temp_dir, wait_for};
 use serde_json::{Value, json};
 use tungstenite::stream::MaybeTlsStream;
 use tungstenite::{Message, WebSocket};
@@ -110,14 +110,13 @@ fn audit(server: &Server) -> Vec<Value> {
 #[test]
 fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
     let dir = temp_dir("terminal");
-    let server = Server::start(&dir.join("state"), 0);
-    let _daemon = Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
-    server.wait_context("box", "online with a terminal executor", |c| {
-        c["online"] == true
-            && c["environments"]
-                .as_array()
-                .is_some_and(|e| e.iter().any(|e| e == "pty"))
-    });
+    let (server, _daemon) = common::server_with_daemon(&dir, "box");
+    assert!(
+        server.api("GET", "/v1/execution-contexts/box", None).1["environments"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e == "pty")),
+        "the daemon announces its terminal executor"
+    );
 
     // Someone who does not operate the machine never gets a terminal on it.
     let (status, made) = server.api("POST", "/v1/users", Some(json!({"name": "bo"})));
@@ -251,14 +250,13 @@ fn outpost_attach_drives_a_terminal_from_a_pipe_and_exits_with_the_program_s_cod
     use std::io::Write as _;
     use std::process::{Command, Stdio};
     let dir = temp_dir("attach");
-    let server = Server::start(&dir.join("state"), 0);
-    let _daemon = Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
-    server.wait_context("box", "online with a terminal executor", |c| {
-        c["online"] == true
-            && c["environments"]
-                .as_array()
-                .is_some_and(|e| e.iter().any(|e| e == "pty"))
-    });
+    let (server, _daemon) = common::server_with_daemon(&dir, "box");
+    assert!(
+        server.api("GET", "/v1/execution-contexts/box", None).1["environments"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e == "pty")),
+        "the daemon announces its terminal executor"
+    );
     let mut attach = Command::new(common::binary())
         .args(["attach", "box", "--server", &server.url])
         .env("OUTPOST_TOKEN", &server.admin)
@@ -289,5 +287,75 @@ fn outpost_attach_drives_a_terminal_from_a_pipe_and_exits_with_the_program_s_cod
             .as_array()
             .is_some_and(|t| t.iter().all(|t| t["state"] != "open")),
         "the terminal is gone once its program exited: {body}"
+    );
+}
+
+#[test]
+fn attach_joins_an_open_terminal_and_the_detach_key_leaves_it_running() {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let dir = temp_dir("detach");
+    let (server, _daemon) = common::server_with_daemon(&dir, "box");
+    let (status, opened) = server.api(
+        "POST",
+        "/v1/execution-contexts/box/terminals",
+        Some(json!({})),
+    );
+    assert_eq!(status, 201, "{opened}");
+    let terminal = opened["terminalId"].as_str().expect("an id").to_owned();
+    let mut attach = Command::new(common::binary())
+        .args([
+            "attach",
+            "box",
+            "--terminal",
+            &terminal,
+            "--detach-key",
+            "ctrl-a",
+        ])
+        .args(["--server", &server.url])
+        .env("OUTPOST_TOKEN", &server.admin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("outpost attach starts");
+    let mut keys = attach.stdin.take().expect("stdin");
+    keys.write_all(b"echo joined-$((20+1))\n")
+        .expect("keys written");
+    // Ctrl-A detaches once the shell has answered: wait for the answer on stdout first.
+    let mut stdout = attach.stdout.take().expect("stdout");
+    let seen = std::thread::spawn(move || {
+        use std::io::Read as _;
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&all).contains("joined-21\r\n") {
+                break;
+            }
+        }
+        all
+    });
+    let shown = seen.join().expect("the reader");
+    assert!(String::from_utf8_lossy(&shown).contains("joined-21\r\n"));
+    keys.write_all(&[0x01]).expect("the detach key");
+    let out = attach.wait_with_output().expect("attach ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("detached"), "{stderr}");
+    let (_, listed) = server.api("GET", "/v1/terminals", None);
+    let row = listed["terminals"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["terminalId"] == terminal.as_str()))
+        .cloned()
+        .expect("the terminal is still listed");
+    assert_eq!(row["state"], "open", "detaching leaves it running: {row}");
+    let (status, bad) = server.api("POST", "/v1/terminals/ex_nothing/tickets", None);
+    assert_eq!(
+        (status, &bad["error"]["code"]),
+        (404, &json!("terminal_unknown"))
     );
 }

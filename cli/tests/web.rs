@@ -18,12 +18,7 @@ const HEIGHT: u32 = 800;
 
 /// A server with one joined daemon `build-box`, online.
 fn server_with_daemon(dir: &std::path::Path) -> (Server, Daemon) {
-    let server = Server::start(&dir.join("server"), 0);
-    let daemon = Daemon::start(&dir.join("home"), "build-box", Some(&server.join), "tokio");
-    server.wait_context("build-box", "the daemon to come online", |c| {
-        c["online"] == true
-    });
-    (server, daemon)
+    common::server_with_daemon(dir, "build-box")
 }
 
 /// A signed-in page showing the contexts table with `build-box` online.

@@ -13,12 +13,7 @@ const WIDTH: u32 = 1200;
 const HEIGHT: u32 = 800;
 
 fn server_with_daemon(dir: &std::path::Path) -> (Server, Daemon) {
-    let server = Server::start(&dir.join("server"), 0);
-    let daemon = Daemon::start(&dir.join("home"), "build-box", Some(&server.join), "tokio");
-    server.wait_context("build-box", "the daemon to come online", |c| {
-        c["online"] == true
-    });
-    (server, daemon)
+    common::server_with_daemon(dir, "build-box")
 }
 
 /// A tab signed in, on the Terminal tab, with `build-box` to choose.

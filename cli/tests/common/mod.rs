@@ -175,6 +175,16 @@ impl Server {
     }
 }
 
+/// A server in `dir/server` and a daemon named `name` (home `dir/home`) joined to it, once the
+/// daemon is online.
+#[allow(dead_code)]
+pub fn server_with_daemon(dir: &Path, name: &str) -> (Server, Daemon) {
+    let server = Server::start(&dir.join("server"), 0);
+    let daemon = Daemon::start(&dir.join("home"), name, Some(&server.join), "tokio");
+    server.wait_context(name, "the daemon to come online", |c| c["online"] == true);
+    (server, daemon)
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
