@@ -324,7 +324,10 @@ fn attach_joins_an_open_terminal_and_the_detach_key_leaves_it_running() {
         .expect("keys written");
     // Ctrl-A detaches once the shell has answered: wait for the answer on stdout first.
     let mut stdout = attach.stdout.take().expect("stdout");
-    let seen = std::thread::spawn(move || {
+    // The reader drains stdout to its end (attach must never write to a closed pipe) and says
+    // when the answer has been shown.
+    let (answered, shown) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         use std::io::Read as _;
         let mut all = Vec::new();
         let mut buf = [0u8; 4096];
@@ -334,13 +337,13 @@ fn attach_joins_an_open_terminal_and_the_detach_key_leaves_it_running() {
             }
             all.extend_from_slice(&buf[..n]);
             if String::from_utf8_lossy(&all).contains("joined-21\r\n") {
-                break;
+                let _ = answered.send(());
             }
         }
-        all
     });
-    let shown = seen.join().expect("the reader");
-    assert!(String::from_utf8_lossy(&shown).contains("joined-21\r\n"));
+    shown
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the shell's answer is shown");
     keys.write_all(&[0x01]).expect("the detach key");
     let out = attach.wait_with_output().expect("attach ends");
     let stderr = String::from_utf8_lossy(&out.stderr);
