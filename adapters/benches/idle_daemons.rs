@@ -96,6 +96,7 @@ fn serve(state_dir: PathBuf) {
         tls: None,
         cloud: Vec::new(),
         public_url: None,
+        rate_limits: Default::default(),
     };
     let server = BlockingServer::start(config, Registry::new(), 2).expect("the server starts");
     {

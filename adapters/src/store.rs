@@ -1,6 +1,7 @@
 //! The daemon's durable records in one SQLite file (`daemon.db` in its home; WAL,
-//! `synchronous=FULL`): the journal of [`DaemonRecord`]s the core hands out, and a snapshot
-//! the journal is folded into when the store is opened (docs/RECORDS.md).
+//! `synchronous=FULL`): the journal of [`DaemonRecord`]s the core hands out, a snapshot
+//! the journal is folded into when the store is opened (docs/RECORDS.md), and one row per
+//! condition wait ([`WaitRow`], replaced on every save of the core's wait schedule).
 //!
 //! [`DaemonStore::append`] returns only once the record is committed, so a host that calls it
 //! before carrying out the next output keeps RECORDS.md §1's rule across kill -9. This module
@@ -9,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use outpost_core::daemon::{DaemonRecord, DaemonSnapshot};
+use outpost_core::wait::WaitRow;
 use rusqlite::{Connection, params};
 
 /// Why the store cannot be used.
@@ -56,20 +58,18 @@ impl DaemonStore {
     /// snapshot with every later record folded in. The fold is then written back as the new
     /// snapshot and the journal emptied, in one transaction.
     pub fn open(path: &Path) -> Result<(Self, DaemonSnapshot), StoreError> {
-        let sql = |source| StoreError::Sqlite {
-            path: path.to_path_buf(),
-            source,
-        };
-        let conn = Connection::open(path).map_err(sql)?;
+        let sql = sqlite_error(path);
+        let conn = Connection::open(path).map_err(&sql)?;
         conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(sql)?;
+            .map_err(&sql)?;
         conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(sql)?;
+            .map_err(&sql)?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), bytes BLOB NOT NULL);
-             CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY AUTOINCREMENT, bytes BLOB NOT NULL);",
+             CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY AUTOINCREMENT, bytes BLOB NOT NULL);
+             CREATE TABLE IF NOT EXISTS waits (wait_id TEXT PRIMARY KEY, bytes BLOB NOT NULL);",
         )
-        .map_err(sql)?;
+        .map_err(&sql)?;
         let mut store = Self {
             conn,
             path: path.to_path_buf(),
@@ -147,20 +147,89 @@ impl DaemonStore {
         if records.is_empty() {
             return Ok(());
         }
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let tx = self.conn.transaction().map_err(sql)?;
+        let sql = sqlite_error(&self.path);
+        let tx = self.conn.transaction().map_err(&sql)?;
         {
             let mut insert = tx
                 .prepare_cached("INSERT INTO records (bytes) VALUES (?1)")
-                .map_err(sql)?;
+                .map_err(&sql)?;
             for record in records {
-                insert.execute(params![record.encode()]).map_err(sql)?;
+                insert.execute(params![record.encode()]).map_err(&sql)?;
             }
         }
-        tx.commit().map_err(sql)
+        tx.commit().map_err(&sql)
     }
+
+    /// Writes what the wait schedule asked for in one drain, in order and in one
+    /// transaction: returns once it is committed, so the schedule's write-ahead rule holds
+    /// across kill -9.
+    pub fn write_waits(&mut self, writes: &[WaitWrite<'_>]) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let sql = sqlite_error(&self.path);
+        let tx = self.conn.transaction().map_err(&sql)?;
+        {
+            let mut save = tx
+                .prepare_cached("INSERT OR REPLACE INTO waits (wait_id, bytes) VALUES (?1, ?2)")
+                .map_err(&sql)?;
+            let mut forget = tx
+                .prepare_cached("DELETE FROM waits WHERE wait_id = ?1")
+                .map_err(&sql)?;
+            for write in writes {
+                match write {
+                    WaitWrite::Save { row, written_ms } => save
+                        .execute(params![row.spec.wait_id, row.encode(*written_ms)])
+                        .map_err(&sql)?,
+                    WaitWrite::Forget(wait_id) => forget.execute(params![wait_id]).map_err(&sql)?,
+                };
+            }
+        }
+        tx.commit().map_err(&sql)
+    }
+
+    /// Every wait row held, each with the time it was written, in id order: what
+    /// [`Schedule::restore`](outpost_core::wait::Schedule::restore) takes. A row that does
+    /// not read is refused with `store_corrupt` naming the wait.
+    pub fn waits(&self) -> Result<Vec<(u64, WaitRow)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT wait_id, bytes FROM waits ORDER BY wait_id")
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
+            .map_err(|e| self.sql(e))?;
+        let mut waits = Vec::new();
+        for row in rows {
+            let (wait_id, bytes) = row.map_err(|e| self.sql(e))?;
+            let read =
+                WaitRow::decode(&bytes).map_err(|e| self.corrupt(format!("wait {wait_id}"), e))?;
+            waits.push(read);
+        }
+        Ok(waits)
+    }
+}
+
+/// Turns SQLite's errors on the store at `path` into [`StoreError::Sqlite`].
+fn sqlite_error(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One write to the waits table.
+#[derive(Debug, Clone, Copy)]
+pub enum WaitWrite<'a> {
+    /// The wait's row, replacing its last one (`Output::Save`).
+    Save {
+        /// The row.
+        row: &'a WaitRow,
+        /// When, wall-clock milliseconds (restore rebases the next check from it).
+        written_ms: u64,
+    },
+    /// The wait's row goes: the server has its ending (`Output::Forget`).
+    Forget(&'a str),
 }

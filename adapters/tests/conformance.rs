@@ -1,8 +1,10 @@
 //! One conformance suite — the same functions — run against each daemon host (tokio, smol,
 //! blocking) and the real server over real TCP: connect and verify `welcome`, a run round
 //! trip, a cut connection mid-run (the held run finishes, its result arrives once), 1012
-//! replaced, 4001 revoked, a tampered server frame (1002, nothing executed), and a message
-//! over the limit (1009), and heartbeats on an idle connection.
+//! replaced, 4001 revoked, a tampered server frame (1002, nothing executed), a message over
+//! the limit (1009), heartbeats on an idle connection, and a reader that stops reading (the
+//! server pushes no more than its slots allow and refuses the rest; what was offered runs once
+//! when it reads again).
 
 mod common;
 
@@ -62,6 +64,7 @@ impl World {
                 tls: None,
                 cloud: Vec::new(),
                 public_url: None,
+                rate_limits: Default::default(),
             },
             Registry::new(),
             1,
@@ -383,6 +386,138 @@ fn heartbeats(kind: HostKind) {
     assert_eq!(daemon.drain(), DaemonExit::Drained);
 }
 
+/// The daemon's reader stops while a dozen large executions arrive for its two slots: the
+/// server pushes at most the two offers its slots allow (back-pressure by slot credit, so what
+/// waits for a slow reader is bounded by its slots), refuses the rest at once with
+/// `execution_context_busy` rather than queue them toward it, and once the reader reads again
+/// the two offered run exactly once.
+fn slow_reader(kind: HostKind) {
+    const SUBMITTED: usize = 12;
+    const SLOTS: usize = 2;
+    const PADDING: usize = 256 * 1024;
+    let world = World::new(&format!("slow-{}", kind.as_str()));
+    let marks = world.dir.join("marks");
+    let daemon = RunningDaemon::start(
+        kind,
+        &world.dir.join("home"),
+        ServerChoice::Join(world.join.clone()),
+    );
+    world.online("box");
+    world.proxy.set_mode(Mode::Hold);
+    let mut capability = shell(&format!("echo run >> {}\n", marks.display()));
+    {
+        use base64::Engine as _;
+        let padding = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(vec![b'p'; PADDING]);
+        capability["files"]
+            .as_array_mut()
+            .expect("files")
+            .push(json!({"path": "padding.txt", "contentB64": padding}));
+    }
+    let ids: Vec<String> = (0..SUBMITTED)
+        .map(|_| {
+            let (status, e) = world.api(
+                "POST",
+                "/v1/executions",
+                Some(json!({"capability": capability, "context": "box"})),
+            );
+            assert!(status == 201 || status == 202, "{status} {e}");
+            e["executionId"].as_str().expect("id").to_owned()
+        })
+        .collect();
+    let offer = PADDING * 4 / 3;
+    wait_for("the two offers the slots allow", || {
+        (world.proxy.held() >= SLOTS * offer).then_some(())
+    });
+    // However long the reader stays away, nothing more is pushed at it.
+    std::thread::sleep(Duration::from_millis(500));
+    let held = world.proxy.held();
+    assert!(
+        held < (SLOTS + 1) * offer,
+        "{held} bytes pushed at a reader that stopped, more than two offers of {offer}"
+    );
+    assert_eq!(count(&marks), 0, "nothing ran while the reader was away");
+    world.proxy.set_mode(Mode::Pass);
+    let ends: Vec<Value> = ids.iter().map(|id| world.wait_end(id)).collect();
+    let exited = ends.iter().filter(|e| e["status"] == "exited").count();
+    assert_eq!(exited, SLOTS, "the offered ones ran: {ends:?}");
+    assert!(
+        ends.iter()
+            .filter(|e| e["status"] != "exited")
+            .all(|e| e["error"]["code"] == "execution_context_busy"),
+        "the rest were refused, not queued toward the stalled reader: {ends:?}"
+    );
+    assert_eq!(count(&marks), SLOTS, "each offered one ran exactly once");
+    assert_eq!(daemon.drain(), DaemonExit::Drained);
+}
+
+/// A run whose capped output is far longer once escaped as JSON (1 MiB of NUL bytes is six as
+/// `\u0000`): its result arrives cut to fit one message and marked `truncated`, on the same
+/// connection — never a message over the limit that the server closes with 1009 on every
+/// resend.
+#[test]
+fn a_result_whose_output_escapes_past_the_message_limit_arrives_cut() {
+    let world = World::new("escaped");
+    let daemon = RunningDaemon::start(
+        HostKind::Blocking,
+        &world.dir.join("home"),
+        ServerChoice::Join(world.join.clone()),
+    );
+    world.online("box");
+    let (status, e) = world.api(
+        "POST",
+        "/v1/executions",
+        Some(json!({
+            "capability": shell("echo the-start; head -c 1100000 /dev/zero\n"),
+            "context": "box", "wait": true, "waitSecs": 60,
+        })),
+    );
+    assert_eq!(status, 201, "{e}");
+    assert_eq!(e["status"], "exited", "{e:.300}");
+    assert_eq!(e["truncated"], true);
+    let stdout = e["stdout"].as_str().expect("stdout");
+    assert!(stdout.starts_with("the-start\n"), "the beginning is kept");
+    assert!(stdout.len() < 1 << 20);
+    assert!(
+        world.proxy.closes().is_empty(),
+        "{:?}",
+        world.proxy.closes()
+    );
+    assert_eq!(world.proxy.upgrades(), 1, "no reconnect");
+    assert_eq!(daemon.drain(), DaemonExit::Drained);
+}
+
+/// A daemon with no terminal executor announces no `pty`: opening a terminal on it is refused
+/// with 409 `environment_unavailable`, and nothing is started or listed.
+#[test]
+fn a_terminal_on_a_daemon_without_a_pty_executor_is_refused() {
+    let world = World::new("no-pty");
+    let daemon = RunningDaemon::start(
+        HostKind::Blocking,
+        &world.dir.join("home"),
+        ServerChoice::Join(world.join.clone()),
+    );
+    world.online("box");
+    let (status, refused) = world.api(
+        "POST",
+        "/v1/execution-contexts/box/terminals",
+        Some(json!({"cols": 80, "rows": 24})),
+    );
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(
+        refused["error"]["code"], "environment_unavailable",
+        "{refused}"
+    );
+    let (_, listed) = world.api("GET", "/v1/terminals", None);
+    assert_eq!(
+        listed["terminals"].as_array().map(Vec::len),
+        Some(0),
+        "{listed}"
+    );
+    let (_, runs) = world.api("GET", "/v1/runs?context=box", None);
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(0), "{runs}");
+    assert_eq!(daemon.drain(), DaemonExit::Drained);
+}
+
 macro_rules! conformance {
     ($host:ident, $kind:expr) => {
         mod $host {
@@ -414,6 +549,10 @@ macro_rules! conformance {
             #[test]
             fn oversized() {
                 super::oversized($kind)
+            }
+            #[test]
+            fn slow_reader() {
+                super::slow_reader($kind)
             }
         }
     };

@@ -109,3 +109,214 @@ fn an_outbox_survives_reopening_and_acknowledged_results_do_not() {
     assert_eq!(DaemonStore::open(&bad).unwrap_err().code(), "store_failed");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+mod waits {
+    //! The wait schedule over the real store, across a kill -9 of the process that wrote it.
+
+    use std::io::BufRead as _;
+    use std::path::Path;
+    use std::time::Duration;
+
+    use outpost_adapters::store::{DaemonStore, WaitWrite};
+    use outpost_core::time::{Instant, Now, UnixTime};
+    use outpost_core::wait::{
+        CheckOutcome, Ending, Input, Output, Schedule, ScheduleConfig, WaitSpec,
+    };
+
+    const WALL0: u64 = 1_767_225_600;
+    const CHILD: &str = "OUTPOST_WAIT_STORE_CHILD";
+
+    fn now(ms: u64) -> Now {
+        Now {
+            instant: Instant::from_origin(Duration::from_millis(ms)),
+            wall: UnixTime(WALL0 + ms / 1000),
+        }
+    }
+
+    /// Feeds one input and writes what it saved, as the daemon's driver does; the checks it
+    /// started come back.
+    fn drive(s: &mut Schedule, store: &mut DaemonStore, at: u64, input: Input) -> Vec<String> {
+        s.handle_input(now(at), input).unwrap();
+        let mut outputs = Vec::new();
+        loop {
+            match s.poll_output() {
+                Output::Wait { .. } => break,
+                o => outputs.push(o),
+            }
+        }
+        let written_ms = WALL0 * 1000 + at;
+        let writes: Vec<WaitWrite<'_>> = outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Save(row) => Some(WaitWrite::Save { row, written_ms }),
+                Output::Forget { wait_id } => Some(WaitWrite::Forget(wait_id)),
+                _ => None,
+            })
+            .collect();
+        store.write_waits(&writes).unwrap();
+        outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Check { wait_id, .. } => Some(wait_id.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn spec(id: &str) -> WaitSpec {
+        WaitSpec {
+            wait_id: id.into(),
+            requester: "ann".into(),
+            source: "async ({ ctx }) => false".into(),
+            interval_ms: 60_000,
+            expires_at_ms: None,
+            operator: false,
+        }
+    }
+
+    fn checked(id: &str, outcome: CheckOutcome) -> Input {
+        Input::Checked {
+            wait_id: id.into(),
+            check: 1,
+            outcome,
+        }
+    }
+
+    /// The child: registers three waits, checks one to `false`, matches one, leaves one
+    /// running, says so and waits to be killed.
+    fn child(path: &Path) -> ! {
+        let (mut store, _) = DaemonStore::open(path).unwrap();
+        let mut s = Schedule::new(ScheduleConfig::default(), now(0));
+        for id in ["idle", "matched", "running"] {
+            drive(&mut s, &mut store, 0, Input::Register(spec(id)));
+        }
+        drive(
+            &mut s,
+            &mut store,
+            500,
+            checked("idle", CheckOutcome::NotYet),
+        );
+        let matched = CheckOutcome::Matched {
+            resume_text: "it is up".into(),
+            payload: None,
+            evidence: "[]".into(),
+        };
+        drive(&mut s, &mut store, 500, checked("matched", matched));
+        println!("saved");
+        loop {
+            std::thread::park();
+        }
+    }
+
+    #[test]
+    fn waits_written_before_a_kill_9_resume_and_a_match_is_not_checked_again() {
+        if let Some(path) = std::env::var_os(CHILD) {
+            child(Path::new(&path));
+        }
+        let dir = std::env::temp_dir().join(format!("outpost-waits-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("daemon.db");
+        let _ = std::fs::remove_file(&path);
+        let mut writer = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "waits::waits_written_before_a_kill_9_resume_and_a_match_is_not_checked_again",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD, &path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = writer.stdout.take().unwrap();
+        let (said, saved) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // The harness prints `test NAME ... ` first, on the same line.
+            let saw = std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .any(|l| l.ends_with("saved"));
+            let _ = said.send(saw);
+        });
+        let saw = saved.recv_timeout(Duration::from_secs(60));
+        if saw != Ok(true) {
+            let _ = writer.kill();
+            panic!("the writer did not say it saved its waits: {saw:?}");
+        }
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &writer.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let _ = writer.wait();
+
+        let (mut store, _) = DaemonStore::open(&path).unwrap();
+        let rows = store.waits().unwrap();
+        let ids: Vec<&str> = rows.iter().map(|(_, r)| r.spec.wait_id.as_str()).collect();
+        assert_eq!(ids, ["idle", "matched", "running"]);
+        // A new process, 10 s later on the wall clock, its monotonic clock from zero.
+        let mut s = Schedule::restore(ScheduleConfig::default(), now(10_000), rows);
+        let started = drive(&mut s, &mut store, 10_000, Input::Connected);
+        assert_eq!(
+            started,
+            ["running"],
+            "the check that died with the writer runs again"
+        );
+        assert_eq!(s.view("idle").unwrap().checks, 1);
+        assert!(matches!(
+            s.view("matched").unwrap().ending,
+            Some(Ending::Matched { .. })
+        ));
+        assert_eq!(
+            drive(&mut s, &mut store, 60_499, Input::Timeout),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            drive(&mut s, &mut store, 60_500, Input::Timeout),
+            ["idle"],
+            "60 s after its check, counted across the restart"
+        );
+        drive(
+            &mut s,
+            &mut store,
+            60_600,
+            Input::Acked {
+                wait_id: "matched".into(),
+            },
+        );
+        let left: Vec<String> = store
+            .waits()
+            .unwrap()
+            .into_iter()
+            .map(|(_, r)| r.spec.wait_id)
+            .collect();
+        assert_eq!(
+            left,
+            ["idle", "running"],
+            "an acknowledged ending leaves the store"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_unreadable_wait_row_is_refused_naming_the_wait() {
+        let dir = std::env::temp_dir().join(format!("outpost-waits-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("daemon.db");
+        let _ = std::fs::remove_file(&path);
+        drop(DaemonStore::open(&path).unwrap());
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "INSERT INTO waits (wait_id, bytes) VALUES ('w9', X'7b2276223a')",
+            [],
+        )
+        .unwrap();
+        drop(conn);
+        let (store, _) = DaemonStore::open(&path).unwrap();
+        let err = store.waits().unwrap_err();
+        assert_eq!(err.code(), "store_corrupt");
+        assert!(err.to_string().contains("wait w9"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
-use outpost_adapters::runtime::{BlockingHost, Host, Link, LinkEvent};
+use outpost_adapters::runtime::{BlockingHost, Host, Link, LinkEvent, MAX_UNREAD};
 use outpost_adapters::tls::Trust;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -33,7 +33,7 @@ fn opened(rx: &Receiver<LinkEvent>) -> Link {
 
 fn message(rx: &Receiver<LinkEvent>) -> Vec<u8> {
     match rx.recv_timeout(WAIT).unwrap() {
-        LinkEvent::Message(bytes) => bytes,
+        LinkEvent::Message(message) => message.into_bytes(),
         other => panic!("expected a message, got {other:?}"),
     }
 }
@@ -43,6 +43,44 @@ fn closed(rx: &Receiver<LinkEvent>) -> Option<u16> {
         LinkEvent::Closed { code } => code,
         other => panic!("expected Closed, got {other:?}"),
     }
+}
+
+/// A consumer that holds what it was given stops the reads at [`MAX_UNREAD`] (TCP pushes
+/// back on the sender); once it lets go, the rest arrives, in order and complete.
+fn slow_consumer(host: &dyn Host) {
+    const COUNT: u8 = 48;
+    const SIZE: usize = 512 * 1024;
+    let rx = open(
+        host,
+        &format!("{}/flood", common::echo_server(None)),
+        &Trust::public(),
+    );
+    let link = opened(&rx);
+    link.send(format!("flood:{COUNT}:{SIZE}").into_bytes());
+    // Reads go on while less than MAX_UNREAD is held: this many messages, then none.
+    let bound = MAX_UNREAD.div_ceil(SIZE);
+    let mut held = Vec::new();
+    for _ in 0..bound {
+        match rx.recv_timeout(WAIT).unwrap() {
+            LinkEvent::Message(m) => held.push(m),
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+    // Held at the bound, the host reads nothing more (however long it is given).
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "{}: a message past the bound of {bound} held ones",
+        host.name()
+    );
+    let mut seen: Vec<u8> = held.iter().map(|m| m[0]).collect();
+    drop(held);
+    while seen.len() < usize::from(COUNT) {
+        let m = message(&rx);
+        assert_eq!(m.len(), SIZE);
+        seen.push(m[0]);
+    }
+    assert_eq!(seen, (0..COUNT).collect::<Vec<_>>(), "{}", host.name());
+    link.close(1000, "done");
 }
 
 /// Everything a host must do with a WebSocket.
@@ -77,6 +115,7 @@ fn conformance(host: &dyn Host) {
         assert_eq!(message(&rx), b"one");
         assert_eq!(closed(&rx), Some(1000));
     }
+    slow_consumer(host);
     // TLS to a certificate nobody vouches for fails, with a reason.
     let untrusted = common::echo_server(Some(cert.server.clone()));
     match open(host, &format!("{untrusted}/x"), &Trust::public())

@@ -130,6 +130,7 @@ impl World {
                 tls: None,
                 cloud: vec![Environment::Wasm],
                 public_url: None,
+                rate_limits: Default::default(),
             },
             Registry::new(),
             2,

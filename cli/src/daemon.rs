@@ -2,10 +2,11 @@
 //! replaced; `outpost daemon install | status | logs | restart | uninstall` (see `service`)
 //! run it as a service instead of in this terminal.
 //!
-//! SIGTERM or SIGINT drains (new runs are refused with `draining`, runs in flight finish and
-//! their results are acknowledged); a second signal, or a drain longer than [`DRAIN_LIMIT`],
-//! stops at once. A daemon stopped for good (revoked, replaced, unregistered, or started
-//! again with `stopped.json` there) exits 0 and, run as a service, disables its service.
+//! SIGTERM or SIGINT drains (new runs are refused with `draining`, runs in flight and
+//! background host commands finish, results are acknowledged); a second signal, or a drain
+//! longer than [`DRAIN_LIMIT`], stops at once. A daemon stopped for good (revoked, replaced,
+//! unregistered, or started again with `stopped.json` there) exits 0 and, run as a service,
+//! disables its service.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -24,8 +25,8 @@ use outpost_host::{HOME_VAR, OwnerFolders};
 use crate::executors;
 use crate::service::{self, ServiceAction};
 
-/// The longest a drain waits for runs in flight before it stops at once (their results stay
-/// in the outbox for the next start). The service units give the daemon this long and more.
+/// The longest a drain waits for runs in flight and host commands before it stops at once
+/// (their results stay in the outbox for the next start). The service units give the daemon this long and more.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 
 /// Exit status for a configuration the owner must fix (bad join, bad home, key mode).
@@ -142,7 +143,7 @@ fn stop_on_signals() -> anyhow::Result<StopSignal> {
                     std::thread::sleep(DRAIN_LIMIT);
                     if late.count() == 1 {
                         tracing::warn!(
-                            "runs in flight outlasted the drain's {} s: stopping at once",
+                            "runs or host commands outlasted the drain's {} s: stopping at once",
                             DRAIN_LIMIT.as_secs()
                         );
                         late.raise();

@@ -140,6 +140,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
             tls: None,
             cloud: cloud.to_vec(),
             public_url: None,
+            rate_limits: Default::default(),
         },
         executors::registry(&cloud, Some(state.join("cache/wasm"))),
         2,

@@ -2,7 +2,8 @@
 //!
 //! `outpost run` runs a capability on this machine; `outpost serve` is the server;
 //! `outpost daemon` joins a server and runs what it sends; `outpost execute` has a server run
-//! one where routing says; `outpost context|chain|runs|user` manage a server; `outpost vectors
+//! one where routing says; `outpost context|chain|runs|user` manage a server; `outpost wait`
+//! registers and follows condition waits; `outpost vectors
 //! check` checks this build against the published protocol vectors.
 //!
 //! `outpost confine …` is hidden: the Landlock helper a `confine: true` shell run starts
@@ -154,6 +155,18 @@ enum Command {
         #[arg(long, global = true)]
         json: bool,
     },
+    /// Condition waits: a JavaScript condition your machine re-checks until it matches, then
+    /// (with --then) one follow-up run.
+    Wait {
+        #[command(subcommand)]
+        action: WaitAction,
+        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        #[arg(long, global = true)]
+        server: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// Users of the server (admin).
     User {
         #[command(subcommand)]
@@ -275,6 +288,45 @@ enum RunsAction {
         /// Only those on this context.
         #[arg(long)]
         context: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum WaitAction {
+    /// Register a wait: CONTEXT's daemon checks the condition in FILE every interval until it
+    /// returns `{ resumeText, payload? }` (an identical active wait is reused).
+    Register {
+        /// The machine that checks it (name or id).
+        #[arg(long)]
+        context: String,
+        /// The condition: JavaScript, `async ({ ctx }) => false | { resumeText, payload? }`.
+        #[arg(long)]
+        file: PathBuf,
+        /// Time between checks: `30s`, `2m`, `1h`, `1500ms` (default 30s, at least 1s).
+        #[arg(long)]
+        interval: Option<String>,
+        /// When to give up: RFC 3339 (`2026-01-02T03:04:05Z`) or from now (`+10m`).
+        #[arg(long)]
+        expires_at: Option<String>,
+        /// Why you wait, for people.
+        #[arg(long)]
+        reason: Option<String>,
+        /// A capability folder to run once when it matches (it gets `outpost-wait.json`:
+        /// waitId, resumeText, payload).
+        #[arg(long)]
+        then: Option<PathBuf>,
+    },
+    /// Your waits, newest first.
+    List,
+    /// One wait: its state, checks, last error, next check, match and continuation.
+    Show {
+        /// Its id.
+        id: String,
+    },
+    /// Cancel a wait (its machine confirms).
+    Cancel {
+        /// Its id.
+        id: String,
     },
 }
 
@@ -430,6 +482,38 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let api = client::api::Api::from_env(server.as_deref())?;
             client::manage::runs_list(&api, context.as_deref(), json)
+        }
+        Command::Wait {
+            action,
+            server,
+            json,
+        } => {
+            let api = client::api::Api::from_env(server.as_deref())?;
+            use client::waits;
+            match action {
+                WaitAction::Register {
+                    context,
+                    file,
+                    interval,
+                    expires_at,
+                    reason,
+                    then,
+                } => waits::register(
+                    &api,
+                    &waits::RegisterArgs {
+                        context: &context,
+                        file: &file,
+                        interval: interval.as_deref(),
+                        expires_at: expires_at.as_deref(),
+                        reason: reason.as_deref(),
+                        then: then.as_deref(),
+                        json,
+                    },
+                ),
+                WaitAction::List => waits::list(&api, json),
+                WaitAction::Show { id } => waits::show(&api, &id, json),
+                WaitAction::Cancel { id } => waits::cancel(&api, &id, json),
+            }
         }
         Command::User {
             action,

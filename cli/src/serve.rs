@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use outpost_core::join::Join;
 use outpost_core::wire::Environment;
-use outpost_server::{BlockingServer, ServeConfig, TlsFiles};
+use outpost_server::{BlockingServer, RateLimits, ServeConfig, TlsFiles};
 
 use crate::executors;
 
@@ -42,6 +42,24 @@ pub struct ServeArgs {
     /// when it is newer than theirs.
     #[arg(long, value_name = "BINARY")]
     pub publish_daemon: Option<PathBuf>,
+    /// Signed machine requests and connects allowed per source address, per second (a burst
+    /// of three seconds' worth). Raise it for a fleet behind one NAT.
+    #[arg(long, value_name = "N", default_value_t = RateLimits::DEFAULT_PER_ADDRESS, value_parser = positive_rate)]
+    pub rate_per_address: f64,
+    /// Signed machine requests and connects allowed per context, per second (a burst of four
+    /// seconds' worth).
+    #[arg(long, value_name = "N", default_value_t = RateLimits::DEFAULT_PER_CONTEXT, value_parser = positive_rate)]
+    pub rate_per_context: f64,
+}
+
+/// Reads a rate: a positive number of requests per second.
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a rate: give requests per second, a number above 0"
+        )),
+    }
 }
 
 /// Reads one `--cloud` environment.
@@ -75,6 +93,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tls,
         cloud: cloud.clone(),
         public_url: args.public_url,
+        rate_limits: RateLimits::new(args.rate_per_address, args.rate_per_context),
     };
     let server = BlockingServer::start(config, registry, 2).with_context(|| {
         format!(

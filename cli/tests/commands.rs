@@ -177,3 +177,49 @@ echo "kill_rc=$?"
     assert_eq!(daemon.wait_exit(), 0, "{}", daemon.log_tail(20));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// SIGTERM drains: a background job that a finished run started runs on to its own end (it is
+/// not killed), its `command_finished` reaches the server's audit as `exited`, and only then
+/// does the daemon exit 0.
+#[test]
+fn a_drain_lets_background_host_commands_finish_and_report() {
+    let dir = temp_dir("hcd");
+    let home = dir.join("h");
+    let server = Server::start(&dir.join("s"), 0);
+    let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    switch(&home, "on");
+    wait_for("the daemon to apply the grant with commands on", || {
+        daemon.log_text().contains("commands=true").then_some(())
+    });
+    let (go, ended) = (dir.join("go"), dir.join("ended"));
+    let script = format!(
+        "'{}' command start -- sh -c 'while [ ! -e {go} ]; do sleep 0.05; done; echo ended > {ended}'\n",
+        binary().display(),
+        go = go.display(),
+        ended = ended.display()
+    );
+    let done = run(&server, "background", &script);
+    assert_eq!(done["exitCode"], 0, "{done}");
+
+    let status = Command::new("kill")
+        .args(["-TERM", &daemon.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    wait_for("the drain to begin", || {
+        daemon.log_text().contains("stopping:").then_some(())
+    });
+    // The job was not killed by the drain: once let go, it writes its mark.
+    std::fs::write(&go, b"").expect("go");
+    wait_for("the job to end on its own", || ended.exists().then_some(()));
+    assert_eq!(daemon.wait_exit(), 0, "{}", daemon.log_tail(20));
+    let finished = audit(&server, "command_finished");
+    assert!(
+        finished
+            .iter()
+            .any(|e| e["detail"].as_str().unwrap_or("").contains("exited")),
+        "{finished:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

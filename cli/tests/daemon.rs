@@ -437,7 +437,7 @@ fn serve_json_daemon_server_and_root_and_a_queued_execute_work_as_named() {
     });
     // The daemon comes back with what it saved (no flags): the queued run goes there.
     let mut daemon = start(&[], None);
-    let out = execute.wait_with_output().expect("execute ends");
+    let out = common::finish(execute, "outpost execute");
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -118,3 +118,59 @@ fn contexts_chains_runs_and_users_are_managed_from_the_command_line() {
     assert!(!gone.status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--rate-per-address` sets the connect and machine-request limit: at 1 a second (a burst
+/// of 3), the fourth unsigned connect-ticket request in a row is 429 `rate_limited`; at the
+/// default the same burst passes. A rate that is not a positive number, for either flag, is
+/// refused at start.
+#[test]
+fn serve_takes_its_rate_limits_from_flags() {
+    let dir = temp_dir("rates");
+    let refused = Command::new(common::binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+        .arg(dir.join("never"))
+        .args(["--rate-per-address", "0"])
+        .output()
+        .expect("outpost runs");
+    assert_eq!(refused.status.code(), Some(2), "a usage error");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("requests per second"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!dir.join("never").exists(), "nothing was made");
+    let refused = Command::new(common::binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+        .arg(dir.join("never"))
+        .arg("--rate-per-context=-1")
+        .output()
+        .expect("outpost runs");
+    assert_eq!(refused.status.code(), Some(2), "a usage error");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--rate-per-context"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!dir.join("never").exists(), "nothing was made");
+
+    let statuses = |server: &Server| -> Vec<u16> {
+        (0..4)
+            .map(|_| {
+                server
+                    .api("POST", "/v1/execution-contexts/connect-ticket", None)
+                    .0
+            })
+            .collect()
+    };
+    let slow = Server::start_with(
+        &dir.join("slow"),
+        0,
+        &["--rate-per-address".as_ref(), "1".as_ref()],
+    );
+    assert_eq!(statuses(&slow), [401, 401, 401, 429]);
+    drop(slow);
+    let default = Server::start(&dir.join("default"), 0);
+    assert_eq!(statuses(&default), [401, 401, 401, 401]);
+    drop(default);
+    let _ = std::fs::remove_dir_all(&dir);
+}

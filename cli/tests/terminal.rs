@@ -180,8 +180,23 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
     first.until("42", |v| v.shows("42\r\n"));
 
     // Ctrl-C reaches the foreground program, and a REPL answers through the relay.
-    first.type_keys("echo sleeping-$((2+2)); sleep 100\r");
+    first.type_keys("echo sleeping-$((2+2)); sleep 97\r");
     first.until("the sleep", |v| v.shows("sleeping-4\r\n"));
+    // The echo's output comes before the shell has made `sleep` the terminal's foreground
+    // job: Ctrl-C goes in once `ps` shows it there (`+`).
+    common::wait_for("sleep 97 in the terminal's foreground", || {
+        let ps = std::process::Command::new("ps")
+            .args(["-eo", "stat=,args="])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&ps.stdout)
+            .lines()
+            .any(|l| {
+                l.trim_end().ends_with("sleep 97")
+                    && l.split_whitespace().next().is_some_and(|s| s.contains('+'))
+            })
+            .then_some(())
+    });
     first.type_keys("\x03");
     first.type_keys("echo back-$((1+1))\r");
     first.until("the prompt after Ctrl-C", |v| v.shows("back-2\r\n"));
@@ -272,7 +287,7 @@ fn outpost_attach_drives_a_terminal_from_a_pipe_and_exits_with_the_program_s_cod
         .expect("stdin")
         .write_all(b"echo $((6*7))\nexit 5\n")
         .expect("keys written");
-    let out = attach.wait_with_output().expect("attach ends");
+    let out = common::finish(attach, "outpost attach");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("42\r\n"), "{stdout}");
     assert_eq!(
@@ -345,7 +360,7 @@ fn attach_joins_an_open_terminal_and_the_detach_key_leaves_it_running() {
         .recv_timeout(std::time::Duration::from_secs(30))
         .expect("the shell's answer is shown");
     keys.write_all(&[0x01]).expect("the detach key");
-    let out = attach.wait_with_output().expect("attach ends");
+    let out = common::finish(attach, "outpost attach");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("detached"), "{stderr}");

@@ -14,7 +14,7 @@ use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
-use common::{Daemon, Server, binary, shell_capability, temp_dir, wait_for};
+use common::{Daemon, Server, binary, shell_capability, temp_dir, wait_for, wait_for_explained};
 use serde_json::{Value, json};
 
 const NEW: &str = "0.2.0";
@@ -174,8 +174,25 @@ fn refused(server: &Server, home: &Path, name: &str) -> String {
         !home.join(format!("state/updates/outpost-{NEW}")).exists(),
         "nothing staged"
     );
+    // The check can be refused before the daemon's connection is up: submit once it is.
+    server.wait_context(name, "the daemon online", |c| c["online"] == true);
     let id = server.submit(&shell_capability("still", "echo still\n"), name);
-    assert_eq!(server.wait_status(&id, "exited")["stdout"], "still\n");
+    let path = format!("/v1/executions/{id}");
+    let done = wait_for_explained(
+        "the run after the refused update",
+        || {
+            let (_, e) = server.api("GET", &path, None);
+            (e["status"] == "exited").then_some(e)
+        },
+        || {
+            format!(
+                "{}\n{}",
+                server.api("GET", &path, None).1,
+                daemon.log_tail(30)
+            )
+        },
+    );
+    assert_eq!(done["stdout"], "still\n");
     daemon.kill();
     let state = update_state(home);
     assert!(
@@ -228,6 +245,79 @@ fn a_foreign_signature_a_digest_mismatch_and_a_cut_binary_are_refused_and_nothin
     assert_eq!(
         refused(&server, &dir.join("home-c"), "box-c"),
         "release_truncated"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The local policy's `"autoUpdate": false`: a daemon of a server that publishes a newer
+/// release says at start that updates are off, runs work, never checks, stages nothing and
+/// stays the version it is.
+#[test]
+fn auto_update_false_in_the_local_policy_keeps_the_daemon_as_it_is() {
+    let dir = temp_dir("update-off");
+    let release = new_version(&dir);
+    let server = publishing(&dir.join("server"), &release);
+    let home = dir.join("home");
+    std::fs::create_dir_all(home.join("config")).expect("config");
+    let policy = home.join("config/policy.json");
+    std::fs::write(&policy, br#"{"autoUpdate": false}"#).expect("policy");
+    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    wait_for("the daemon to say updates are off", || {
+        daemon
+            .log_text()
+            .contains("automatic updates are off")
+            .then_some(())
+    });
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    let id = server.submit(&shell_capability("kept", "echo kept\n"), "box");
+    assert_eq!(server.wait_status(&id, "exited")["stdout"], "kept\n");
+    let text = daemon.log_text();
+    assert!(!text.contains("automatic updates are on"), "{text}");
+    assert!(!text.contains("update check"), "no check: {text}");
+    assert!(!text.contains("handing over"), "{text}");
+    assert!(!runs_as_new(daemon.child.id()), "still the old version");
+    assert!(
+        !home.join("state/updates").exists(),
+        "nothing was downloaded or staged"
+    );
+    assert!(update_state(&home)["current"].is_null());
+    daemon.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `outpost serve --json --publish-daemon BINARY` names the release it publishes in
+/// `publishedDaemon`: the version the binary reports, its SHA-512 and size.
+#[test]
+fn serve_json_names_the_published_daemon() {
+    let dir = temp_dir("update-json");
+    let release = new_version(&dir);
+    let mut child = std::process::Command::new(binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--json", "--state"])
+        .arg(dir.join("server"))
+        .arg("--publish-daemon")
+        .arg(&release)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("outpost serve starts");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("a line");
+    let _ = child.kill();
+    let _ = child.wait();
+    let started: Value = serde_json::from_str(&line).expect("one JSON line");
+    let published = &started["publishedDaemon"];
+    let bytes = std::fs::read(&release).expect("release");
+    assert_eq!(published["version"], NEW, "{started}");
+    assert_eq!(published["size"], bytes.len() as u64, "{started}");
+    assert_eq!(
+        published["sha512"],
+        outpost_core::release::sha512_hex(&bytes),
+        "{started}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -55,6 +55,7 @@ pub mod sim;
 pub mod terminal;
 pub mod ticket;
 pub mod time;
+pub mod wait;
 pub mod wire;
 
 /// The most outputs any role ([`daemon::Daemon`], [`session::Session`], [`server::Server`])

@@ -20,6 +20,7 @@ fn spec(run_id: &str) -> RunSpec {
         },
         timeout_ms: 10_000,
         shared_run: false,
+        requester: "ada".into(),
     }
 }
 

@@ -432,6 +432,16 @@ impl HostCommands {
         Ok(outcome)
     }
 
+    /// Background jobs still running (a drain waits for them; foreground runs belong to runs,
+    /// which a drain already waits for).
+    pub fn jobs_running(&self) -> usize {
+        self.lock()
+            .jobs
+            .values()
+            .filter(|j| j.outcome.is_none())
+            .count()
+    }
+
     /// Process (group) ids of commands still running, background jobs and foreground runs
     /// (for tests and status).
     pub fn running_pids(&self) -> Vec<u32> {

@@ -44,6 +44,10 @@ fuzz_target!(|steps: Vec<Step>| {
     };
     let mut at = Duration::ZERO;
     let mut relay = Relay::new(config, "run_f", TerminalSize::DEFAULT, now_at(at));
+    // The runner holds the run from the start, so what an operator types reaches it at once
+    // (keys held while a terminal starts are the unit tests' part).
+    relay.handle_input(now_at(at), Input::RunnerStarted).expect("started");
+    assert!(matches!(relay.poll_output(), Output::Wait { .. }));
     // Joined viewers by id, with their role; sessions started minus ended per id.
     let mut joined: BTreeMap<u64, Role> = BTreeMap::new();
     let mut open_sessions: BTreeMap<u64, i32> = BTreeMap::new();

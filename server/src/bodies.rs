@@ -457,3 +457,9 @@ fn same_shape(given: &Value, typed: &serde_json::Value, at: &str) -> Result<(), 
 
 #[cfg(test)]
 mod tests;
+mod waits;
+
+pub use waits::{
+    DEFAULT_INTERVAL_MS, MAX_CONDITION_BYTES, MAX_INTERVAL_MS, MAX_REASON_CHARS, MIN_INTERVAL_MS,
+    WaitRequest, decode_wait_request,
+};

@@ -180,6 +180,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         replay,
         scheme,
         crate::releases::releases_dir(&dir),
+        config.rate_limits,
     );
     // A user removal a crash cut short is finished before anything is served.
     for record in crate::http::stale_records(&store)? {

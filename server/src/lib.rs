@@ -31,6 +31,7 @@ use outpost_core::wire::Environment;
 use tokio::sync::watch;
 
 pub use blocking::BlockingServer;
+pub use http::{Rate, RateLimits};
 pub use secrets::RandomError;
 pub use state::StateError;
 pub use store::StoreError;
@@ -59,6 +60,8 @@ pub struct ServeConfig {
     /// The base URL daemons should use (behind a proxy, a DNS name); default the address
     /// actually bound (an unspecified address is shown as loopback).
     pub public_url: Option<String>,
+    /// The limits on signed machine requests and connects.
+    pub rate_limits: RateLimits,
 }
 
 /// Why the server could not start.

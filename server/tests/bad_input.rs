@@ -84,6 +84,10 @@ fn fingerprint(state: &Path) -> BTreeMap<&'static str, String> {
         ),
         ("audit", "SELECT count(*) || '' FROM audit"),
         (
+            "waits",
+            "SELECT count(*) || ':' || coalesce(group_concat(id || '/' || state), '') FROM waits",
+        ),
+        (
             "records",
             "SELECT count(*) || ':' || coalesce(sum(seq), 0) FROM records",
         ),
@@ -382,6 +386,7 @@ impl Fixture {
             "ShareRequest" => json!({"allMembers": true}),
             "CommandsSwitch" => json!({"enabled": false}),
             "TerminalOpen" => json!({"cols": 80, "rows": 24}),
+            "WaitRequest" => json!({"context": "box", "condition": "async () => false"}),
             "CommandAuthorize" => json!({"runId": "run_none", "command": "echo hi",
                 "cwd": "/tmp", "envKeys": ["GREETING"], "background": false}),
             "RegisterRequest" => serde_json::from_slice(&self.newcomer.register_body("newbox"))

@@ -85,6 +85,8 @@ impl Driver {
                 }
                 daemon::Output::Command(_)
                 | daemon::Output::Persist(_)
+                | daemon::Output::SaveWait { .. }
+                | daemon::Output::ForgetWait { .. }
                 | daemon::Output::Event(_) => {}
             }
         }

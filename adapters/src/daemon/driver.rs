@@ -27,6 +27,8 @@ use outpost_core::keyset::{PinnedRoots, RootKey};
 use outpost_core::wire::close_code;
 
 use super::bridge::CommandsShared;
+use super::checks::Checks;
+use super::ctx::{CtxShared, Seen};
 use super::home::{Home, SERVER_FILE, ServerFile};
 use super::patience::{Patience, Unreachable, patiently};
 use super::policy::PolicySource;
@@ -36,7 +38,7 @@ use super::{DaemonError, DaemonExit, DaemonOptions, Event, STOP_POLL, ServerChoi
 use crate::clock::Clock;
 use crate::http::{RegisterRequest, Registered, SignedClient};
 use crate::runtime::{Host, Link, LinkEvent};
-use crate::store::DaemonStore;
+use crate::store::{DaemonStore, WaitWrite};
 use crate::tls::{ServerUrl, Trust};
 
 /// The most outputs one wake may carry out; more means the core and the host disagree, and
@@ -79,15 +81,21 @@ struct Driver {
     commands: Arc<outpost_exec_shell::HostCommands>,
     /// The owner's local switch as last applied.
     commands_opted_in: bool,
+    /// Background host commands running, as last told to the core (a drain waits for them).
+    host_jobs: usize,
     exit: Option<DaemonExit>,
     /// An event taken while batching that could not join the batch: handled next.
     deferred: Option<Event>,
+    /// Condition checks running now.
+    checks: Checks,
 }
 
 /// Outputs polled from the core and not yet carried out.
 #[derive(Default)]
 struct Polled {
     records: Vec<DaemonRecord>,
+    /// Wait rows to save or forget ([`Output::SaveWait`], [`Output::ForgetWait`]), in order.
+    waits: Vec<Output>,
     outputs: Vec<Output>,
     /// When the core wants [`Input::Timeout`] (its latest `Wait`).
     until: Option<outpost_core::time::Instant>,
@@ -99,6 +107,7 @@ impl Polled {
     fn take(&mut self, output: Output) {
         match output {
             Output::Persist(record) => self.records.push(record),
+            Output::SaveWait { .. } | Output::ForgetWait { .. } => self.waits.push(output),
             Output::Wait { until, .. } => self.until = Some(until),
             output => {
                 self.barrier |= matches!(
@@ -220,7 +229,16 @@ pub(super) fn run(
         ..DaemonConfig::default()
     };
     let keys_version = keys.version();
-    let daemon = Daemon::restore(config, keys, &snapshot, clock.now());
+    let mut daemon = Daemon::restore(config, keys, &snapshot, clock.now());
+    let waits = store.waits()?;
+    if !waits.is_empty() {
+        tracing::info!(
+            waits = waits.len(),
+            "restored the condition waits: active ones are checked again, ended ones reported until the server has them"
+        );
+    }
+    daemon.restore_waits(waits);
+    let context_id = home.server()?.map(|s| s.context_id).unwrap_or_default();
     let denylist = home
         .folders
         .denylist()
@@ -232,11 +250,26 @@ pub(super) fn run(
         std::env::vars_os().collect(),
     ));
     commands.set_local_opt_in(options.local.commands_enabled);
+    let policy = Arc::new(PolicySource::new(
+        home.folders.local_policy_file(),
+        options.local.clone(),
+    ));
+    let checks = Checks::new(
+        CtxShared {
+            seen: Arc::new(Seen::default()),
+            policy: policy.clone(),
+            denylist: denylist.clone(),
+            commands: commands.clone(),
+            agent: CtxShared::fetch_agent(),
+        },
+        context_id,
+        tx.clone(),
+    );
     let runner = Runner::new(
         Arc::new(registry),
         host.clone(),
         home.runs_dir(),
-        PolicySource::new(home.folders.local_policy_file(), options.local.clone()),
+        policy,
         denylist,
         clock.clone(),
         tx.clone(),
@@ -247,6 +280,19 @@ pub(super) fn run(
         },
     );
     tracing::info!(server = %url, host = host.name(), environments = ?environments.iter().map(|e| e.as_str()).collect::<Vec<_>>(), "daemon starting");
+    let auto_update = update::enabled(options.local.auto_update);
+    if auto_update {
+        tracing::info!(
+            "automatic updates are on: checking now and every {} h ± {} min",
+            update::CHECK_EVERY.as_secs() / 3600,
+            update::CHECK_JITTER.as_secs() / 60
+        );
+    } else {
+        tracing::info!(
+            "automatic updates are off (the local policy's \"autoUpdate\": false, or {}=0)",
+            update::AUTO_UPDATE_VAR
+        );
+    }
     let mut driver = Driver {
         daemon,
         store,
@@ -267,12 +313,14 @@ pub(super) fn run(
         keys_version,
         stop,
         state_dir: home.folders.state.clone(),
-        updates: Schedule::new(update::enabled(options.local.auto_update), seed),
+        updates: Schedule::new(auto_update, seed),
         features: Features::new(&options.features),
         commands,
         commands_opted_in: options.local.commands_enabled,
+        host_jobs: 0,
         exit: None,
         deferred: None,
+        checks,
     };
     driver.serve()
 }
@@ -318,13 +366,21 @@ impl Driver {
                 1 if !drain_asked => {
                     drain_asked = true;
                     tracing::info!(
-                        "stopping: runs in flight finish and their results are delivered first (again to stop at once)"
+                        "stopping: runs in flight and background host commands finish, and their results are delivered first (again to stop at once)"
                     );
                     self.input(Input::Drain)?;
                     continue;
                 }
                 1 => {}
                 _ => return self.interrupt(),
+            }
+            if self.updates.hand_over_overdue() {
+                tracing::warn!(
+                    "runs or host commands outlasted the update's hand-over of {} h: stopping them and handing over",
+                    update::HAND_OVER_LIMIT.as_secs() / 3600
+                );
+                self.interrupt()?;
+                return Ok(DaemonExit::Updated);
             }
             if let Some(event) = self.deferred.take() {
                 self.on_event(event)?;
@@ -369,6 +425,11 @@ impl Driver {
         }
         self.commands.reap();
         self.report_commands()?;
+        let jobs = self.commands.jobs_running();
+        if jobs != self.host_jobs {
+            self.host_jobs = jobs;
+            self.input(Input::HostJobs(jobs))?;
+        }
         if self.updates.prove_due() {
             update::mark_proven(&self.state_dir);
         }
@@ -455,9 +516,30 @@ impl Driver {
         }
         // Every record polled is committed before anything polled with it is carried out.
         self.store.append(&polled.records)?;
+        let writes: Vec<WaitWrite<'_>> = polled
+            .waits
+            .iter()
+            .filter_map(|o| match o {
+                Output::SaveWait { row, written_ms } => Some(WaitWrite::Save {
+                    row,
+                    written_ms: *written_ms,
+                }),
+                Output::ForgetWait { wait_id } => Some(WaitWrite::Forget(wait_id)),
+                _ => None,
+            })
+            .collect();
+        self.store.write_waits(&writes)?;
+        for output in &polled.waits {
+            if let Output::ForgetWait { wait_id } = output {
+                self.checks.seen().forget_wait(wait_id);
+            }
+        }
         for output in polled.outputs {
             match output {
-                Output::Persist(_) | Output::Wait { .. } => {}
+                Output::Persist(_)
+                | Output::SaveWait { .. }
+                | Output::ForgetWait { .. }
+                | Output::Wait { .. } => {}
                 Output::Transmit(bytes) => {
                     if let Some(link) = &self.link {
                         link.send(bytes);
@@ -490,7 +572,8 @@ impl Driver {
             Event::RunDone { .. }
             | Event::Fetched { .. }
             | Event::TerminalOutput { .. }
-            | Event::TerminalExit { .. } => true,
+            | Event::TerminalExit { .. }
+            | Event::WaitChecked { .. } => true,
             Event::Link {
                 conn,
                 event: LinkEvent::Message(_),
@@ -508,6 +591,7 @@ impl Driver {
             Command::Connect => self.connect(),
             Command::Execute(execute) => {
                 tracing::info!(run = %execute.run_id, environment = execute.environment.as_str(), "run started");
+                self.checks.seen().run_started(&execute);
                 self.runner.start(*execute);
             }
             Command::Cancel { run_id, reason } => {
@@ -515,6 +599,7 @@ impl Driver {
                 self.runner.cancel(&run_id);
             }
             Command::ApplyGrant { version, grant } => {
+                self.checks.seen().set_grant(&grant);
                 // Off kills every job; the driver reports them on its next wake.
                 self.commands.set_granted(grant.commands.enabled);
                 let _ = self.tx.send(Event::CommandsAudit);
@@ -532,7 +617,7 @@ impl Driver {
                 if forever {
                     self.commands.revoke();
                 }
-                self.exit = Some(if !forever && self.updates.handing_over {
+                self.exit = Some(if !forever && self.updates.handing_over() {
                     DaemonExit::Updated
                 } else if !forever {
                     DaemonExit::Drained
@@ -559,6 +644,21 @@ impl Driver {
                 tracing::info!(run = %pty_id, "closing a terminal");
                 self.runner.cancel(&pty_id);
             }
+            Command::CheckWait {
+                wait_id,
+                check,
+                requester,
+                operator,
+                source,
+            } => {
+                tracing::debug!(wait = %wait_id, check, "checking a condition");
+                self.checks
+                    .start(wait_id, check, requester, operator, source);
+            }
+            Command::StopCheck { wait_id, check } => {
+                tracing::info!(wait = %wait_id, check, "stopping a condition check");
+                self.checks.stop(&wait_id, check);
+            }
         }
     }
 
@@ -584,7 +684,7 @@ impl Driver {
                 match checked {
                     Ok(update::Checked::Staged(staged)) if self.stop.count() == 0 => {
                         tracing::info!(version = %staged.version, "handing over to the update once the runs in flight have finished and reported");
-                        self.updates.handing_over = true;
+                        self.updates.begin_hand_over(update::HAND_OVER_LIMIT);
                         self.input(Input::Drain)
                     }
                     Ok(_) => Ok(()),
@@ -595,8 +695,24 @@ impl Driver {
                 }
             }
             Event::CommandsAudit => self.report_commands(),
+            Event::WaitChecked {
+                wait_id,
+                check,
+                outcome,
+            } => {
+                self.checks.finished(&wait_id, check, &outcome);
+                if let outpost_core::wait::CheckOutcome::Failed(e) = &outcome {
+                    tracing::info!(wait = %wait_id, check, code = %e.code, "a condition check failed: {}", e.message);
+                }
+                self.input(Input::WaitChecked {
+                    wait_id,
+                    check,
+                    outcome,
+                })
+            }
             Event::RunDone { run_id, result } => {
                 self.runner.finished(&run_id);
+                self.checks.seen().run_ended(&run_id, &result);
                 tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
                 self.input(Input::RunFinished { run_id, result })
             }
@@ -675,7 +791,7 @@ impl Driver {
                         reason,
                     })
                 }
-                LinkEvent::Message(bytes) => self.input(Input::Frame(bytes)),
+                LinkEvent::Message(message) => self.input(Input::Frame(message.into_bytes())),
                 LinkEvent::Closed { code } => {
                     self.link = None;
                     self.last_close = code;
@@ -688,6 +804,7 @@ impl Driver {
     /// A second stop request: cancel what runs, keep its results in the outbox, go.
     fn interrupt(&mut self) -> Result<DaemonExit, DaemonError> {
         tracing::warn!("stopping at once: runs in flight are cancelled");
+        self.checks.stop_all();
         self.commands.shutdown();
         self.runner.cancel_all();
         self.collect_runs(true)?;
@@ -718,6 +835,8 @@ impl Driver {
     }
 
     fn finish(&mut self, exit: DaemonExit) -> DaemonExit {
+        // Waits resume from the store on the next start; a check cut short is checked again.
+        self.checks.stop_all();
         if matches!(exit, DaemonExit::Revoked | DaemonExit::Replaced) {
             self.commands.revoke();
         } else {

@@ -23,6 +23,8 @@
 //! [`Daemon`]: outpost_core::daemon::Daemon
 
 mod bridge;
+mod checks;
+mod ctx;
 mod driver;
 pub mod home;
 pub mod key;
@@ -474,6 +476,15 @@ pub(crate) enum Event {
         run_id: String,
         /// Its exit code, if it exited.
         exit_code: Option<i32>,
+    },
+    /// A condition check ended (or stopped after a cancel).
+    WaitChecked {
+        /// The wait.
+        wait_id: String,
+        /// The check's number.
+        check: u64,
+        /// What it came to.
+        outcome: outpost_core::wait::CheckOutcome,
     },
 }
 

@@ -53,7 +53,7 @@ pub(crate) struct Runner {
     registry: Arc<Registry>,
     host: Arc<dyn Host>,
     runs_dir: PathBuf,
-    policy: PolicySource,
+    policy: Arc<PolicySource>,
     denylist: Arc<CredentialDenylist>,
     clock: Arc<Clock>,
     cancels: HashMap<String, Arc<AtomicBool>>,
@@ -84,7 +84,7 @@ impl Runner {
         registry: Arc<Registry>,
         host: Arc<dyn Host>,
         runs_dir: PathBuf,
-        policy: PolicySource,
+        policy: Arc<PolicySource>,
         denylist: CredentialDenylist,
         clock: Arc<Clock>,
         events: Sender<Event>,
@@ -219,8 +219,15 @@ impl Job {
         ) {
             return failed("not_permitted", e.to_string());
         }
-        // Held while the capability runs; dropping it removes the socket.
-        let _bridge = if self.execute.shared_run {
+        // Held while the capability runs; dropping it removes the socket. Only a process on
+        // this host can call `outpost command` (a shell or a terminal): a wasm module has no
+        // sockets and a container no outpost binary, so they get none (no socket file, no
+        // accept thread per run).
+        let can_call = matches!(
+            self.execute.environment,
+            Environment::Shell | Environment::Pty
+        );
+        let _bridge = if self.execute.shared_run || !can_call {
             None
         } else {
             match Bridge::serve(

@@ -47,6 +47,10 @@ pub const CHECK_JITTER: Duration = Duration::from_secs(30 * 60);
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(3600);
 /// The longest backoff.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
+/// The longest a hand-over waits for runs in flight and background host commands to finish;
+/// then they are stopped (results stay in the outbox, for the new version to deliver) and the
+/// update takes over anyway.
+pub const HAND_OVER_LIMIT: Duration = Duration::from_secs(24 * 3600);
 
 /// A debug build reads its version from this variable when set (the update tests' way to
 /// run one build as two versions); a release build ignores it.
@@ -406,8 +410,9 @@ pub(crate) struct Schedule {
     on: bool,
     next_check: std::time::Instant,
     checking: bool,
-    /// A staged update is being handed over to: the daemon drains, then exits `Updated`.
-    pub(crate) handing_over: bool,
+    /// A staged update is being handed over to (the daemon drains, then exits `Updated`):
+    /// since when, and how long it may wait ([`HAND_OVER_LIMIT`]).
+    hand_over: Option<(std::time::Instant, Duration)>,
     prove_at: Option<std::time::Instant>,
     seed: outpost_core::rng::SplitMix64,
 }
@@ -420,7 +425,7 @@ impl Schedule {
             on,
             next_check: now,
             checking: false,
-            handing_over: false,
+            hand_over: None,
             prove_at: Some(now + TRIAL),
             seed: outpost_core::rng::SplitMix64::new(seed),
         }
@@ -429,12 +434,28 @@ impl Schedule {
     /// True when a check should start now (and books the one after it).
     pub(crate) fn check_due(&mut self) -> bool {
         let now = std::time::Instant::now();
-        if !self.on || self.checking || self.handing_over || now < self.next_check {
+        if !self.on || self.checking || self.handing_over() || now < self.next_check {
             return false;
         }
         self.checking = true;
         self.next_check = next_check_after(now, self.seed.next_u64());
         true
+    }
+
+    /// Begins handing over to a staged update, waiting at most `limit` for the drain.
+    pub(crate) fn begin_hand_over(&mut self, limit: Duration) {
+        self.hand_over = Some((std::time::Instant::now(), limit));
+    }
+
+    /// Whether a staged update is being handed over to.
+    pub(crate) fn handing_over(&self) -> bool {
+        self.hand_over.is_some()
+    }
+
+    /// True once a hand-over has waited its whole limit.
+    pub(crate) fn hand_over_overdue(&self) -> bool {
+        self.hand_over
+            .is_some_and(|(since, limit)| since.elapsed() >= limit)
     }
 
     /// A check came back.
@@ -457,6 +478,18 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hand_over_is_overdue_only_after_its_limit() {
+        let mut schedule = Schedule::new(true, 1);
+        assert!(!schedule.hand_over_overdue(), "no hand-over yet");
+        schedule.begin_hand_over(HAND_OVER_LIMIT);
+        assert!(schedule.handing_over());
+        assert!(!schedule.hand_over_overdue(), "24 h have not passed");
+        assert!(!schedule.check_due(), "no check while handing over");
+        schedule.begin_hand_over(Duration::ZERO);
+        assert!(schedule.hand_over_overdue());
+    }
 
     fn dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("outpost-update-{name}-{}", std::process::id()));

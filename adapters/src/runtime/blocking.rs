@@ -14,7 +14,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use rustls::pki_types::ServerName;
 use tungstenite::{Error as WsError, Message};
 
-use super::link::{MESSAGE_TOO_BIG, Out, close_message, message_of, ws_config};
+use super::link::{Inbound, MESSAGE_TOO_BIG, Out, Unread, close_message, message_of, ws_config};
 use super::{EventFn, Host, Link, LinkEvent, redact, target_of};
 
 /// How long the thread waits in `poll(2)` before it looks at the socket anyway (a backstop:
@@ -117,6 +117,11 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
     }
     let link = Link::new();
     let outbox = link.outbox.clone();
+    let unread = Arc::new(Unread::default());
+    match wake_tx.try_clone() {
+        Ok(notify) => unread.notify_with(notify),
+        Err(e) => return events(LinkEvent::Failed(format!("a wake-up pipe: {e}"))),
+    }
     outbox.notify_with(wake_tx);
     events(LinkEvent::Opened(link));
     let mut code = None;
@@ -147,11 +152,17 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
             }
         }
         // Everything that already arrived (TLS may hold decrypted bytes the socket no longer
-        // shows as readable), then wait for the socket or a queued message.
-        loop {
+        // shows as readable) while the consumer has room, then wait for the socket (when
+        // there is room), a queued message or room.
+        while unread.has_room() {
             match ws.read() {
-                Ok(Message::Text(text)) => events(LinkEvent::Message(text.as_bytes().to_vec())),
-                Ok(Message::Binary(bytes)) => events(LinkEvent::Message(bytes.to_vec())),
+                Ok(Message::Text(text)) => events(LinkEvent::Message(Inbound::new(
+                    text.as_bytes().to_vec(),
+                    &unread,
+                ))),
+                Ok(Message::Binary(bytes)) => {
+                    events(LinkEvent::Message(Inbound::new(bytes.to_vec(), &unread)))
+                }
                 Ok(Message::Close(frame)) => code = frame.map(|f| u16::from(f.code)),
                 Ok(_) => {}
                 Err(e) if would_block(&e) => break,
@@ -164,11 +175,13 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                 Err(_) => break 'conn,
             }
         }
-        let wanted = if unflushed {
-            PollFlags::POLLIN | PollFlags::POLLOUT
-        } else {
-            PollFlags::POLLIN
-        };
+        let mut wanted = PollFlags::empty();
+        if unread.has_room() {
+            wanted |= PollFlags::POLLIN;
+        }
+        if unflushed {
+            wanted |= PollFlags::POLLOUT;
+        }
         let mut fds = [
             PollFd::new(control.as_fd(), wanted),
             PollFd::new(wake_rx.as_fd(), PollFlags::POLLIN),

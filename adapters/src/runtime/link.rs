@@ -1,5 +1,10 @@
 //! One WebSocket connection as the driver sees it: a [`Link`] to send on and close, and the
 //! [`LinkEvent`]s it reports; plus the async half that moves messages for [`super::AsyncHost`].
+//!
+//! Reading is bounded: a host reads the next message only while the messages it delivered and
+//! the consumer has not yet dropped ([`Inbound`]) hold less than [`MAX_UNREAD`] bytes. A slow
+//! consumer therefore stops the reads, TCP pushes back on the peer, and the daemon's memory
+//! stays bounded however fast the server sends.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -16,6 +21,10 @@ use super::{EventFn, Runtime, redact, target_of};
 /// The largest WebSocket message either side accepts (PROTOCOL §2: 1 MiB; larger is 1009).
 pub const MAX_MESSAGE_LEN: usize = 1 << 20;
 
+/// The most bytes of delivered messages a consumer may hold before the host stops reading (the
+/// bound is checked before each read, so at most this plus one message is held).
+pub const MAX_UNREAD: usize = 4 * MAX_MESSAGE_LEN;
+
 /// The close code for a message over [`MAX_MESSAGE_LEN`].
 pub(crate) const MESSAGE_TOO_BIG: u16 = outpost_core::wire::close_code::MESSAGE_TOO_BIG;
 
@@ -26,13 +35,139 @@ pub enum LinkEvent {
     Opened(Link),
     /// Connecting or the handshake failed (the message names the cause).
     Failed(String),
-    /// One message (text or binary) arrived.
-    Message(Vec<u8>),
+    /// One message (text or binary) arrived; it counts against [`MAX_UNREAD`] until dropped.
+    Message(Inbound),
     /// The connection ended; `code` is the peer's close code, if it sent one.
     Closed {
         /// The close code the peer sent.
         code: Option<u16>,
     },
+}
+
+/// A received message. Its bytes count as unread — holding back the host's next reads once
+/// [`MAX_UNREAD`] is reached — until it is dropped or [`Inbound::into_bytes`] takes them.
+pub struct Inbound {
+    bytes: Vec<u8>,
+    /// What was counted as unread (the bytes may have been taken since).
+    counted: usize,
+    unread: Arc<Unread>,
+}
+
+impl Inbound {
+    pub(crate) fn new(bytes: Vec<u8>, unread: &Arc<Unread>) -> Self {
+        unread.add(bytes.len());
+        Self {
+            counted: bytes.len(),
+            bytes,
+            unread: unread.clone(),
+        }
+    }
+
+    /// The bytes; the host may read on as if the message had been handled.
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        std::mem::take(&mut self.bytes)
+    }
+}
+
+impl std::ops::Deref for Inbound {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for Inbound {
+    fn drop(&mut self) {
+        self.unread.release(self.counted);
+    }
+}
+
+impl std::fmt::Debug for Inbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Inbound({} bytes)", self.bytes.len())
+    }
+}
+
+#[derive(Default)]
+struct UnreadState {
+    bytes: usize,
+    waker: Option<Waker>,
+}
+
+/// The bytes of one connection's delivered, not yet dropped messages, and who to wake when
+/// they fall below [`MAX_UNREAD`]: the async reader's waker, or the blocking host's wake-up
+/// pipe.
+#[derive(Default)]
+pub(crate) struct Unread {
+    state: Mutex<UnreadState>,
+    notify: WakePipe,
+}
+
+/// The blocking host's wake-up pipe: one byte written wakes its thread out of `poll(2)`.
+#[derive(Default)]
+struct WakePipe(Mutex<Option<std::os::unix::net::UnixStream>>);
+
+impl WakePipe {
+    fn set(&self, stream: std::os::unix::net::UnixStream) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream);
+    }
+
+    /// Non-blocking: a full pipe already holds a wake-up.
+    fn poke(&self) {
+        if let Some(stream) = self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            let _ = std::io::Write::write(stream, &[1]);
+        }
+    }
+}
+
+impl Unread {
+    fn lock(&self) -> std::sync::MutexGuard<'_, UnreadState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, n: usize) {
+        self.lock().bytes += n;
+    }
+
+    fn release(&self, n: usize) {
+        let wake = {
+            let mut s = self.lock();
+            let was_full = s.bytes >= MAX_UNREAD;
+            s.bytes = s.bytes.saturating_sub(n);
+            if was_full && s.bytes < MAX_UNREAD {
+                s.waker.take()
+            } else {
+                return;
+            }
+        };
+        if let Some(w) = wake {
+            w.wake();
+        }
+        self.notify.poke();
+    }
+
+    /// Whether the host may read the next message now.
+    pub(crate) fn has_room(&self) -> bool {
+        self.lock().bytes < MAX_UNREAD
+    }
+
+    /// Wakes `notify`'s peer when room appears (the blocking host).
+    pub(crate) fn notify_with(&self, notify: std::os::unix::net::UnixStream) {
+        self.notify.set(notify);
+    }
+
+    /// Waits until the host may read the next message (the async reader).
+    async fn room(&self) {
+        std::future::poll_fn(|cx| {
+            let mut s = self.lock();
+            if s.bytes < MAX_UNREAD {
+                return Poll::Ready(());
+            }
+            s.waker = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
 }
 
 pub(crate) enum Out {
@@ -54,7 +189,7 @@ pub(crate) struct Outbox {
     queue: Mutex<Queue>,
     /// Written one byte per queued item, so a thread waiting in `poll(2)` wakes at once (the
     /// blocking host); none for a task, which its waker wakes.
-    notify: Mutex<Option<std::os::unix::net::UnixStream>>,
+    notify: WakePipe,
 }
 
 impl Outbox {
@@ -73,20 +208,12 @@ impl Outbox {
                 w.wake();
             }
         }
-        if let Some(notify) = self
-            .notify
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
-            // Non-blocking: a full pipe already holds a wake-up.
-            let _ = std::io::Write::write(notify, &[1]);
-        }
+        self.notify.poke();
     }
 
     /// Wakes `notify`'s peer on every queued item from now on.
     pub(crate) fn notify_with(&self, notify: std::os::unix::net::UnixStream) {
-        *self.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(notify);
+        self.notify.set(notify);
     }
 
     /// The next item without waiting (the blocking host polls between reads).
@@ -224,10 +351,20 @@ pub(crate) async fn drive_async(
         }
     }));
     let mut code = None;
-    while let Some(message) = receiver.next().await {
+    let unread = Arc::new(Unread::default());
+    loop {
+        unread.room().await;
+        let Some(message) = receiver.next().await else {
+            break;
+        };
         match message {
-            Ok(Message::Text(text)) => events(LinkEvent::Message(text.as_bytes().to_vec())),
-            Ok(Message::Binary(bytes)) => events(LinkEvent::Message(bytes.to_vec())),
+            Ok(Message::Text(text)) => events(LinkEvent::Message(Inbound::new(
+                text.as_bytes().to_vec(),
+                &unread,
+            ))),
+            Ok(Message::Binary(bytes)) => {
+                events(LinkEvent::Message(Inbound::new(bytes.to_vec(), &unread)))
+            }
             Ok(Message::Close(frame)) => code = frame.map(|f| u16::from(f.code)),
             Ok(_) => {}
             Err(tungstenite::Error::Capacity(_)) => {

@@ -93,6 +93,18 @@ fn echo(tcp: TcpStream, tls: Option<Arc<rustls::ServerConfig>>) {
                     while ws.read().is_ok() {}
                     return;
                 }
+                if let Some(spec) = text.as_str().strip_prefix("flood:") {
+                    // `flood:N:SIZE`: N binary messages of SIZE bytes, as fast as the peer
+                    // takes them.
+                    let (n, size) = spec.split_once(':').unwrap();
+                    let (n, size): (u8, usize) = (n.parse().unwrap(), size.parse().unwrap());
+                    for i in 0..n {
+                        if ws.send(Message::Binary(vec![i; size].into())).is_err() {
+                            return;
+                        }
+                    }
+                    continue;
+                }
                 if ws.send(Message::Text(text)).is_err() {
                     return;
                 }

@@ -1,8 +1,8 @@
 //! A TCP proxy between a daemon and the server that can cut every connection, tamper with
-//! the server's `run.request` frames, inject a message over the limit, and reports the close
-//! codes the daemon sends.
+//! the server's `run.request` frames, hold the server's bytes back (a reader that stopped
+//! reading), inject a message over the limit, and reports the close codes the daemon sends.
 
-use std::io::{Read as _, Write as _};
+use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
@@ -14,6 +14,9 @@ pub enum Mode {
     /// Alter one byte of every `run.request` (same length: the frame still parses, its
     /// signature no longer verifies).
     TamperRunRequests,
+    /// Read what the server sends but hold it back from the daemon (a reader that has
+    /// stopped reading), counting the bytes; they go on, in order, once the mode changes.
+    Hold,
 }
 
 #[derive(Default)]
@@ -28,6 +31,8 @@ struct State {
     /// `status` frames the daemon sent (its heartbeats, when idle).
     statuses: usize,
     tampered: usize,
+    /// Bytes the server sent while [`Mode::Hold`] held them.
+    held: usize,
 }
 
 /// The proxy.
@@ -109,6 +114,11 @@ impl Proxy {
         self.state.lock().unwrap().statuses
     }
 
+    /// Bytes the server has sent since [`Mode::Hold`] began holding them.
+    pub fn held(&self) -> usize {
+        self.state.lock().unwrap().held
+    }
+
     pub fn tampered(&self) -> usize {
         self.state.lock().unwrap().tampered
     }
@@ -166,16 +176,37 @@ fn unmask_text(chunk: &[u8]) -> Option<Vec<u8>> {
     )
 }
 
-/// Server → daemon: copied, tampered with when the mode says so.
+/// Server → daemon: copied, tampered with or held back when the mode says so.
 fn down(from: &mut TcpStream, to: &Mutex<TcpStream>, state: &Mutex<State>) {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut held = Vec::new();
+    // Wakes now and then to let held bytes go once the mode changes.
+    let _ = from.set_read_timeout(Some(std::time::Duration::from_millis(20)));
     loop {
+        let mode = state.lock().unwrap().mode;
+        if mode != Some(Mode::Hold)
+            && !held.is_empty()
+            && to
+                .lock()
+                .unwrap()
+                .write_all(&std::mem::take(&mut held))
+                .is_err()
+        {
+            break;
+        }
         let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
             Ok(n) => n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+            Err(_) => break,
         };
         let chunk = &mut buf[..n];
         let mode = state.lock().unwrap().mode;
+        if mode == Some(Mode::Hold) {
+            held.extend_from_slice(chunk);
+            state.lock().unwrap().held += n;
+            continue;
+        }
         if mode == Some(Mode::TamperRunRequests)
             && contains(chunk, b"\"run.request\"")
             && let Some(at) = find(chunk, b"\"runId\":\"")

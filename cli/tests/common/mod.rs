@@ -58,6 +58,36 @@ pub fn wait_for_explained<T>(
     }
 }
 
+/// Waits for `child` to end and collects what it printed; after [`PATIENCE`] it is killed
+/// and the test fails with what it printed so far, so a program that never ends fails its
+/// test instead of hanging the run.
+pub fn finish(child: Child, what: &str) -> std::process::Output {
+    let pid = child.id();
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    match ended.recv_timeout(PATIENCE) {
+        Ok(output) => output.unwrap_or_else(|e| panic!("waiting for {what}: {e}")),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            let output = ended
+                .recv_timeout(PATIENCE)
+                .ok()
+                .and_then(Result::ok)
+                .map(|o| {
+                    format!(
+                        "stdout: {}\nstderr: {}",
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    )
+                })
+                .unwrap_or_default();
+            panic!("{what} did not end within {PATIENCE:?} and was killed\n{output}");
+        }
+    }
+}
+
 /// A running `outpost serve`.
 pub struct Server {
     pub child: Child,
@@ -156,11 +186,17 @@ impl Server {
     }
 
     /// The execution, once its status is `status`.
+    /// Waits for execution `id` to reach `status`; a timeout shows where it is.
     pub fn wait_status(&self, id: &str, status: &str) -> Value {
-        wait_for(&format!("{id} to be {status}"), || {
-            let (_, e) = self.api("GET", &format!("/v1/executions/{id}"), None);
-            (e["status"] == status).then_some(e)
-        })
+        let path = format!("/v1/executions/{id}");
+        wait_for_explained(
+            &format!("{id} to be {status}"),
+            || {
+                let (_, e) = self.api("GET", &path, None);
+                (e["status"] == status).then_some(e)
+            },
+            || format!("it is: {}", self.api("GET", &path, None).1),
+        )
     }
 
     /// Starts an execution of `capability` on `context` without waiting for it.
@@ -286,6 +322,12 @@ impl Daemon {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Its process id.
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Its exit code, once it exits.

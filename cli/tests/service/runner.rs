@@ -241,7 +241,7 @@ fn sigterm_mid_run_finishes_the_run_and_the_server_has_its_result_before_the_exi
     wait_for("the daemon to drain", || {
         daemon
             .log_text()
-            .contains("stopping: runs in flight finish")
+            .contains("stopping: runs in flight")
             .then_some(())
     });
     // The draining daemon takes no new run.

@@ -94,7 +94,15 @@ impl Daemon {
                 capability,
                 timeout_ms,
                 shared_run,
-            } => self.on_request(run_id, environment, capability, timeout_ms, shared_run),
+                requester,
+            } => self.on_request(
+                run_id,
+                environment,
+                capability,
+                timeout_ms,
+                shared_run,
+                requester,
+            ),
             ServerFrame::RunCommit { run_id } => self.on_commit(run_id),
             ServerFrame::RunCancel { run_id, reason } => self.on_cancel(run_id, reason),
             ServerFrame::RunAck { run_id } => {
@@ -131,6 +139,17 @@ impl Daemon {
             ServerFrame::PtyCredit { pty_id, bytes } => {
                 self.command(Command::PtyCredit { pty_id, bytes })
             }
+            register @ ServerFrame::WaitRegister { .. } => {
+                if let Some(spec) = crate::wait::WaitSpec::from_frame(register) {
+                    self.feed_waits(crate::wait::Input::Register(spec));
+                }
+            }
+            ServerFrame::WaitCancel { wait_id } => {
+                self.feed_waits(crate::wait::Input::Cancel { wait_id })
+            }
+            ServerFrame::WaitAck { wait_id } => {
+                self.feed_waits(crate::wait::Input::Acked { wait_id })
+            }
         }
     }
 
@@ -160,6 +179,7 @@ impl Daemon {
         capability: CapabilitySource,
         timeout_ms: u64,
         shared_run: bool,
+        requester: String,
     ) {
         if self.runs.contains_key(&run_id)
             || self.pending.contains_key(&run_id)
@@ -223,6 +243,7 @@ impl Daemon {
                 capability,
                 timeout_ms,
                 shared_run,
+                requester,
                 accepted_at: self.now.instant,
                 state: RunState::Accepted,
             },

@@ -24,6 +24,7 @@ impl Daemon {
         config.max_concurrent = config.max_concurrent.clamp(1, MAX_CONCURRENT_LIMIT);
         let rng = crate::rng::SplitMix64::new(config.seed);
         let journal = super::record::DaemonJournal::new(now, pending.iter().map(|p| &p.run_id));
+        let config_waits = config.waits.clone();
         let mut daemon = Self {
             config,
             keys,
@@ -31,14 +32,19 @@ impl Daemon {
             link: Link::Connecting,
             failures: 0,
             draining: false,
+            host_jobs: 0,
             grant: None,
             runs: BTreeMap::new(),
             pending: pending.into_iter().map(|p| (p.run_id, p.frame)).collect(),
             outputs: VecDeque::new(),
             journal,
             now,
+            waits: crate::wait::Schedule::new(config_waits, now),
+            waits_online: false,
+            wait_wake: (now.instant, "idle"),
         };
         daemon.command(Command::Connect);
+        daemon.drain_waits();
         daemon
     }
 
@@ -99,6 +105,9 @@ impl Daemon {
     pub fn handle_input(&mut self, now: Now, input: Input) -> Result<(), DaemonError> {
         let mark = self.outputs.len();
         let result = self.apply_input(now, input);
+        if result.is_ok() && !self.is_stopped() {
+            self.sync_waits();
+        }
         self.flush_journal(mark);
         result
     }
@@ -115,7 +124,10 @@ impl Daemon {
             return Ok(());
         }
         match input {
-            Input::Timeout => self.on_timeout(),
+            Input::Timeout => {
+                self.on_timeout();
+                self.feed_waits(crate::wait::Input::Timeout);
+            }
             Input::Connected { session_id } => self.on_connected(session_id),
             Input::ConnectFailed { stop_forever, .. } => {
                 if stop_forever {
@@ -136,6 +148,10 @@ impl Daemon {
             Input::Drain => {
                 self.draining = true;
                 self.send_status();
+                self.check_drained();
+            }
+            Input::HostJobs(running) => {
+                self.host_jobs = running;
                 self.check_drained();
             }
             Input::KeysUpdated(keys) => {
@@ -190,6 +206,11 @@ impl Daemon {
                     });
                 }
             }
+            Input::WaitChecked {
+                wait_id,
+                check,
+                outcome,
+            } => self.on_checked(wait_id, check, outcome),
         }
         Ok(())
     }
@@ -215,6 +236,7 @@ impl Daemon {
             Link::Ready { next_heartbeat, .. } => wake.consider(*next_heartbeat, "heartbeat"),
             Link::Connecting | Link::Stopped => {}
         }
+        wake.consider(self.wait_wake.0, self.wait_wake.1);
         for run in self.runs.values() {
             if let RunState::Executing {
                 deadline,
@@ -441,6 +463,7 @@ impl Daemon {
             grant,
             deadline,
             shared_run: run.shared_run,
+            requester: run.requester.clone(),
         };
         self.command(Command::Execute(Box::new(execute)));
     }
@@ -474,11 +497,7 @@ impl Daemon {
         result.timing.daemon_ms = self.ms_since(committed_at);
         result.timing.server_ms = None;
         result.timing.transit_ms = None;
-        let frame = DaemonFrame::RunResult {
-            run_id: run_id.clone(),
-            result,
-        }
-        .to_json();
+        let frame = result_frame(&run_id, result);
         self.pending.insert(run_id, frame.clone());
         if self.is_ready() {
             self.outputs.push_back(Output::Transmit(frame));
@@ -487,7 +506,12 @@ impl Daemon {
     }
 
     pub(super) fn check_drained(&mut self) {
-        if self.draining && self.runs.is_empty() && self.pending.is_empty() && !self.is_stopped() {
+        if self.draining
+            && self.runs.is_empty()
+            && self.pending.is_empty()
+            && self.host_jobs == 0
+            && !self.is_stopped()
+        {
             if !matches!(self.link, Link::Idle { .. } | Link::Connecting) {
                 self.close(close_code::NORMAL, "drained");
             }
@@ -536,4 +560,35 @@ impl Daemon {
 
 fn ms_between(earlier: Instant, later: Instant) -> u64 {
     u64::try_from(later.saturating_duration_since(earlier).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The `run.result` frame for `result`, cut to fit one message: escaping can make capped
+/// output several times longer as JSON (a NUL byte is six), and a frame over the limit would
+/// be refused with 1009 on every resend. Each step keeps the first half of `stdout` and
+/// `stderr` — as the executors' output caps keep the beginning — and sets `truncated`.
+fn result_frame(run_id: &str, mut result: RunResult) -> Vec<u8> {
+    loop {
+        let frame = DaemonFrame::RunResult {
+            run_id: run_id.to_owned(),
+            result: result.clone(),
+        }
+        .to_json();
+        if frame.len() <= crate::wire::DEFAULT_MAX_FRAME_LEN
+            || (result.stdout.is_empty() && result.stderr.is_empty())
+        {
+            return frame;
+        }
+        result.stdout = first_half(&result.stdout);
+        result.stderr = first_half(&result.stderr);
+        result.truncated = true;
+    }
+}
+
+/// The first half of `text`, ending on a character boundary.
+fn first_half(text: &str) -> String {
+    let mut end = text.len() / 2;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
 }

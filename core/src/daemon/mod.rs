@@ -44,6 +44,7 @@ mod frames;
 mod machine;
 mod record;
 mod runs;
+mod waits;
 
 #[cfg(test)]
 mod tests;
@@ -83,6 +84,8 @@ pub struct DaemonConfig {
     pub deadline_grace: Duration,
     /// Seeds the jitter.
     pub seed: u64,
+    /// How condition waits are checked (checks at once across all waits).
+    pub waits: crate::wait::ScheduleConfig,
 }
 
 impl Default for DaemonConfig {
@@ -95,6 +98,7 @@ impl Default for DaemonConfig {
             welcome_timeout: Duration::from_secs(10),
             deadline_grace: Duration::from_secs(5),
             seed: 0,
+            waits: crate::wait::ScheduleConfig::default(),
         }
     }
 }
@@ -150,6 +154,10 @@ pub enum Input {
     },
     /// SIGTERM: finish what is in flight, deliver results, stop.
     Drain,
+    /// How many background host commands run now (the host feeds it when the number
+    /// changes). A drain also waits for these to finish, so that their `command.finished`
+    /// frames still leave; the host bounds that wait.
+    HostJobs(usize),
     /// A newer key set was fetched.
     KeysUpdated(KeySet),
     /// Executors appeared or disappeared.
@@ -192,6 +200,16 @@ pub enum Input {
         /// Its exit code, if it exited.
         exit_code: Option<i32>,
     },
+    /// A check started by [`Command::CheckWait`] ended (or was stopped by
+    /// [`Command::StopCheck`] and its cleanup is done).
+    WaitChecked {
+        /// The wait.
+        wait_id: String,
+        /// The number the command gave the check.
+        check: u64,
+        /// What it came to.
+        outcome: crate::wait::CheckOutcome,
+    },
 }
 
 /// What the daemon asks of the host.
@@ -204,6 +222,19 @@ pub enum Input {
 pub enum Output {
     /// Write this record durably before carrying out any later output (see `docs/RECORDS.md`).
     Persist(DaemonRecord),
+    /// Write this wait's row durably, replacing its last one, before carrying out any later
+    /// output (record type `wait.row`).
+    SaveWait {
+        /// The row (boxed: it holds the condition's source).
+        row: Box<crate::wait::WaitRow>,
+        /// When, wall-clock milliseconds: a restore rebases the next check from it.
+        written_ms: u64,
+    },
+    /// Delete this wait's row: the server recorded its ending.
+    ForgetWait {
+        /// The wait.
+        wait_id: String,
+    },
     /// Send this frame (JSON text) on the socket.
     Transmit(Vec<u8>),
     /// Close the socket with this code (see [`close_code`](crate::wire::close_code)), after
@@ -256,6 +287,8 @@ pub struct Execute {
     pub deadline: Instant,
     /// True when the requester is not the operator (no folders, no commands).
     pub shared_run: bool,
+    /// The requester's user id, empty when the server did not say.
+    pub requester: String,
 }
 
 /// What the host must do.
@@ -323,6 +356,28 @@ pub enum Command {
         pty_id: String,
         /// Bytes of output.
         bytes: u64,
+    },
+    /// Evaluate a wait's condition once, in the sandbox, with `ctx` calls checked against
+    /// `requester`; then report [`Input::WaitChecked`] with the same `check`.
+    CheckWait {
+        /// The wait.
+        wait_id: String,
+        /// The check's number.
+        check: u64,
+        /// Whose access the `ctx` calls have.
+        requester: String,
+        /// Whether that is the machine's operator (files and host commands only then).
+        operator: bool,
+        /// The condition's JavaScript.
+        source: String,
+    },
+    /// Interrupt a running check and, once it has stopped, report [`Input::WaitChecked`]
+    /// (any outcome: the schedule drops it).
+    StopCheck {
+        /// The wait.
+        wait_id: String,
+        /// The check.
+        check: u64,
     },
 }
 
@@ -409,10 +464,18 @@ pub struct Daemon {
     link: Link,
     failures: u32,
     draining: bool,
+    /// Background host commands running, as the host last said ([`Input::HostJobs`]).
+    host_jobs: usize,
     grant: Option<(u64, Grant)>,
     runs: BTreeMap<String, Run>,
     pending: BTreeMap<String, Vec<u8>>,
     outputs: VecDeque<Output>,
     journal: record::DaemonJournal,
     now: Now,
+    /// Condition waits held on this machine.
+    waits: crate::wait::Schedule,
+    /// Whether the schedule was last told the link is ready.
+    waits_online: bool,
+    /// When the schedule next wants [`Input::Timeout`], and why.
+    wait_wake: (Instant, &'static str),
 }

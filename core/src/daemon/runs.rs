@@ -27,6 +27,7 @@ pub(super) struct Run {
     pub capability: CapabilitySource,
     pub timeout_ms: u64,
     pub shared_run: bool,
+    pub requester: String,
     pub accepted_at: Instant,
     pub state: RunState,
 }

@@ -115,6 +115,7 @@ impl Server {
             capability: inline(),
             timeout_ms: 10_000,
             shared_run: false,
+            requester: "ada".into(),
         })
     }
 
@@ -513,6 +514,7 @@ fn a_bundle_that_cannot_be_fetched_ends_the_run_failed_with_the_host_s_code_and_
         },
         timeout_ms: 10_000,
         shared_run: false,
+        requester: String::new(),
     });
     let out = s.send(ServerFrame::RunCommit {
         run_id: "r1".into(),
@@ -553,3 +555,62 @@ fn a_bundle_that_cannot_be_fetched_ends_the_run_failed_with_the_host_s_code_and_
     assert_eq!(result.timing.setup_ms, 25);
     assert_eq!(s.daemon.slots_used(), 0, "the slot is free again");
 }
+
+#[test]
+fn a_drain_waits_for_background_host_commands_and_reports_them_before_it_stops() {
+    let mut s = Server::ready(2);
+    s.input(Input::HostJobs(1));
+    let out = s.input(Input::Drain);
+    assert!(stops(&out).is_empty(), "a job still runs: {out:?}");
+    // The job ends: its `command.finished` leaves on the open link, then the drain stops.
+    let out = s.input(Input::CommandFinished {
+        command_id: "cmd_1".into(),
+        run_id: "r1".into(),
+        exit_code: Some(0),
+        signal: None,
+        duration_ms: 5,
+        reason: "exited".into(),
+    });
+    assert_eq!(sent(&out), ["command.finished"]);
+    assert!(stops(&out).is_empty());
+    let out = s.input(Input::HostJobs(0));
+    assert_eq!(stops(&out), [false], "{out:?}");
+}
+
+#[test]
+fn a_result_whose_output_escapes_past_the_message_limit_is_cut_to_fit() {
+    let mut s = Server::ready(2);
+    s.request("r1");
+    s.send(ServerFrame::RunCommit {
+        run_id: "r1".into(),
+    });
+    // 1 MiB of NUL bytes (as a terminal's output can be) is six times that as JSON.
+    let mut result = exited(0, 1);
+    result.stdout = format!("the start{}", "\0".repeat(1 << 20));
+    let out = s.input(Input::RunFinished {
+        run_id: "r1".into(),
+        result,
+    });
+    let Some(Output::Transmit(bytes)) = out.iter().find(|o| matches!(o, Output::Transmit(_)))
+    else {
+        panic!("no run.result in {out:?}");
+    };
+    assert!(
+        bytes.len() <= crate::wire::DEFAULT_MAX_FRAME_LEN,
+        "{} bytes",
+        bytes.len()
+    );
+    let Ok(crate::wire::DaemonFrame::RunResult { result, .. }) =
+        crate::wire::DaemonFrame::from_json(bytes)
+    else {
+        panic!("not a run.result");
+    };
+    assert!(result.truncated);
+    assert!(
+        result.stdout.starts_with("the start"),
+        "the beginning is kept, as the output caps keep it"
+    );
+    assert!(result.stdout.len() > 64 * 1024, "cut no more than needed");
+}
+
+mod waits;

@@ -246,6 +246,13 @@ impl Server {
                     self.feed_session(&context_id, session::Input::Terminal { run_id, action })?;
                 }
             }
+            Input::Wait { context_id, order } => {
+                if self.machines.contains(&context_id) {
+                    self.feed_session(&context_id, session::Input::Wait(order))?;
+                } else {
+                    return Err(ServerError::UnknownContext(context_id));
+                }
+            }
         }
         Ok(())
     }
@@ -382,6 +389,7 @@ impl Server {
                     capability: e.request.capability.clone(),
                     timeout_ms: e.request.timeout_ms,
                     shared_run: run == crate::routing::RunKind::Shared,
+                    requester: e.request.requester.user_id.clone(),
                 };
                 e.route = Some(route);
                 e.place = Place::OnContext {

@@ -168,6 +168,17 @@ pub enum Input {
         /// What to send.
         action: crate::session::TerminalAction,
     },
+    /// A wait order for a machine (`wait.register`, `wait.cancel`, `wait.ack`): sent if the
+    /// machine's connection is ready, else dropped. The host sends every active wait again
+    /// when the machine's [`crate::session::Event::Ready`] comes up through
+    /// [`Event::Session`], and records `wait.matched` / `wait.failed` from
+    /// [`crate::session::Event::WaitEnded`] before it acknowledges them.
+    Wait {
+        /// The machine.
+        context_id: String,
+        /// What to send.
+        order: crate::session::WaitOrder,
+    },
 }
 
 /// How an execution ended.

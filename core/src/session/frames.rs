@@ -116,6 +116,12 @@ impl Session {
             }
             DaemonFrame::PtyOutput { pty_id, data } => self.on_pty_output(conn, pty_id, &data),
             DaemonFrame::PtyExit { pty_id, exit_code } => self.on_pty_exit(pty_id, exit_code),
+            f @ (DaemonFrame::WaitMatched { .. } | DaemonFrame::WaitFailed { .. }) => {
+                self.on_wait_ended(conn, f)
+            }
+            f @ DaemonFrame::WaitStatus { .. } => self
+                .outputs
+                .push_back(Output::Event(Event::WaitProgress(Box::new(f)))),
         }
     }
 

@@ -191,6 +191,7 @@ impl Session {
             }
             Input::Revoke => self.revoke(),
             Input::Terminal { run_id, action } => self.on_terminal(run_id, action),
+            Input::Wait(order) => self.on_wait_order(order),
         }
         Ok(())
     }
@@ -373,6 +374,7 @@ impl Session {
             capability: spec.capability.clone(),
             timeout_ms: spec.timeout_ms,
             shared_run: spec.shared_run,
+            requester: spec.requester.clone(),
         };
         self.runs.insert(
             run_id,

@@ -22,6 +22,7 @@ mod machine;
 mod record;
 mod runs;
 mod terminal;
+mod waits;
 
 #[cfg(test)]
 mod tests;
@@ -40,6 +41,7 @@ pub use machine::IssuedTicket;
 pub use runs::RecentlyEnded;
 use runs::ServerRun;
 pub use terminal::TerminalAction;
+pub use waits::WaitOrder;
 
 /// The result a session records for a completed run: the daemon's `run.result` with
 /// `server_ms` and `transit_ms` added. The same type the daemon's host reports.
@@ -92,6 +94,8 @@ pub struct RunSpec {
     pub timeout_ms: u64,
     /// True when the requester is not the operator.
     pub shared_run: bool,
+    /// The requester's user id (so a condition on the machine reads only its own runs).
+    pub requester: String,
 }
 
 /// What the host tells the session.
@@ -139,6 +143,9 @@ pub enum Input {
         /// What to send.
         action: TerminalAction,
     },
+    /// A wait order for the machine: sent when a connection is ready, else dropped (send
+    /// every active wait again after [`Event::Ready`]).
+    Wait(WaitOrder),
 }
 
 /// How a run offered to this machine ended.
@@ -271,6 +278,12 @@ pub enum Event {
         /// `ended` or `not_held_here`.
         reason: &'static str,
     },
+    /// The machine reported a wait's ending (`wait.matched` or `wait.failed`): record it,
+    /// then answer with [`WaitOrder::Ack`]. The same ending arrives again until acknowledged.
+    WaitEnded(Box<crate::wait::Report>),
+    /// The machine's progress on a wait after a check (`wait.status`): for `show`, not a
+    /// record that must survive.
+    WaitProgress(Box<crate::wire::DaemonFrame>),
 }
 
 /// Host misuse of the API.

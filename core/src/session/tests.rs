@@ -28,6 +28,7 @@ fn spec(run_id: &str) -> RunSpec {
         },
         timeout_ms: 10_000,
         shared_run: false,
+        requester: "ada".into(),
     }
 }
 
@@ -428,5 +429,58 @@ fn only_a_committed_run_speaks_for_its_terminal_and_the_relay_s_actions_are_sign
     assert!(
         matches!(&bad[0], Output::Event(Event::TerminalRefused { .. })),
         "an unknown terminal is refused before its bytes are read: {bad:?}"
+    );
+}
+
+#[test]
+fn wait_orders_are_signed_frames_on_a_ready_connection_and_endings_become_events() {
+    let mut d = Daemon::ready(2);
+    let spec = crate::wait::WaitSpec {
+        wait_id: "w1".into(),
+        requester: "ada".into(),
+        source: "async () => false".into(),
+        interval_ms: 1_000,
+        expires_at_ms: None,
+        operator: false,
+    };
+    let register = d.input(Input::Wait(WaitOrder::Register(spec.clone())));
+    assert_eq!(sent(&register), ["wait.register"]);
+    assert_eq!(
+        sent(&d.input(Input::Wait(WaitOrder::Ack {
+            wait_id: "w1".into()
+        }))),
+        ["wait.ack"]
+    );
+    let ended = d.frame(DaemonFrame::WaitFailed {
+        wait_id: "w1".into(),
+        checks: 2,
+        reason: "expired".into(),
+        at_ms: 9,
+        last_error: None,
+    });
+    assert!(
+        matches!(&ended[..], [Output::Event(Event::WaitEnded(report))]
+            if report.wait_id == "w1" && report.checks == 2
+            && report.ending == crate::wait::Ending::Failed {
+                reason: crate::wait::FailReason::Expired, at_ms: 9 }),
+        "{ended:?}"
+    );
+    let bad = d.frame(DaemonFrame::WaitFailed {
+        wait_id: "w1".into(),
+        checks: 2,
+        reason: "bored".into(),
+        at_ms: 9,
+        last_error: None,
+    });
+    assert!(
+        bad.iter().any(
+            |o| matches!(o, Output::Close { code, .. } if *code == close_code::PROTOCOL_ERROR)
+        ),
+        "an unknown reason is a protocol violation: {bad:?}"
+    );
+    assert!(!d.session.is_ready());
+    assert!(
+        d.input(Input::Wait(WaitOrder::Register(spec))).is_empty(),
+        "no ready connection: the order is dropped (the host sends it again on Ready)"
     );
 }

@@ -312,7 +312,9 @@ impl Pair {
                 }
                 // The pair restarts a daemon from `pending_results`; the simulation restarts
                 // them from these records.
-                daemon::Output::Persist(_) => {}
+                daemon::Output::Persist(_)
+                | daemon::Output::SaveWait { .. }
+                | daemon::Output::ForgetWait { .. } => {}
                 daemon::Output::Event(e) => self.daemon_events.push(e),
                 daemon::Output::Command(c) => {
                     self.daemon_commands.push(c.clone());
@@ -376,8 +378,11 @@ impl Pair {
                 self.daemon
                     .handle_input(now, daemon::Input::CapabilityFetched { run_id, bundle })?;
             }
-            // Recorded in `daemon_commands`; the pair has no grant or terminal to act on.
+            // Recorded in `daemon_commands`; the pair has no grant, terminal or condition
+            // engine to act on (a test feeds `WaitChecked` itself).
             daemon::Command::ApplyGrant { .. }
+            | daemon::Command::CheckWait { .. }
+            | daemon::Command::StopCheck { .. }
             | daemon::Command::Stop { .. }
             | daemon::Command::PtyInput { .. }
             | daemon::Command::PtyResize { .. }

@@ -85,6 +85,9 @@ pub enum Input {
         /// How many.
         bytes: u64,
     },
+    /// The runner holds the terminal's run (`run.commit` went out): what viewers typed and
+    /// sized before it was held is sent now, in order.
+    RunnerStarted,
     /// The program ended (`pty.exit`).
     Exited {
         /// Its exit code, if any.

@@ -8,6 +8,10 @@
 //! - Output from the runner goes into the [`Ring`] and to every viewer, untouched.
 //! - A viewer that joins gets `ready`, then `replay` + the ring's replay + `live`, then live
 //!   output.
+//! - Until [`Input::RunnerStarted`] no runner holds the run, so what goes to the runner
+//!   (keys, sizes, a hang-up) waits, in order, and is sent then: keys typed while the
+//!   terminal starts are never lost. At most [`PENDING_KEYS_LIMIT`] bytes of keys wait; more
+//!   are refused with `terminal_starting`.
 //! - Keystrokes, resizes and `close` are taken from operators only; a watcher's are refused
 //!   with `read_only_viewer` and nothing reaches the runner. The size is the last operator
 //!   resize.
@@ -35,6 +39,9 @@ use super::messages::{
     Audit, Left, Reason, Role, RunnerMessage, ViewerId, ViewerMessage, viewer_close,
 };
 use super::ring::Ring;
+
+/// The most keystroke bytes that wait for the runner to hold the run.
+pub const PENDING_KEYS_LIMIT: usize = 64 * 1024;
 
 /// One joined viewer.
 #[derive(Debug, Clone)]
@@ -74,6 +81,8 @@ pub struct Relay {
     ended: Option<Reason>,
     /// The program's exit code, once it exited.
     exit_code: Option<i32>,
+    /// Messages for the runner held until it holds the run; `None` once it does.
+    pending: Option<Vec<RunnerMessage>>,
 }
 
 impl Relay {
@@ -101,6 +110,7 @@ impl Relay {
             idle_since: Some(now.instant),
             ended: None,
             exit_code: None,
+            pending: Some(Vec::new()),
         }
     }
 
@@ -143,6 +153,11 @@ impl Relay {
         self.received - self.credited
     }
 
+    /// Whether a runner holds the run ([`Input::RunnerStarted`] came).
+    pub fn runner_started(&self) -> bool {
+        self.pending.is_none()
+    }
+
     /// Why the terminal ended, once it has: then the relay only credits late output and
     /// turns joining viewers away, and the host may drop it once drained.
     pub fn ended(&self) -> Option<Reason> {
@@ -183,8 +198,7 @@ impl Relay {
             }
             Input::ViewerInput { viewer, bytes } => {
                 if self.operator(viewer) && !bytes.is_empty() {
-                    self.outputs
-                        .push_back(Output::ToRunner(RunnerMessage::Input(bytes)));
+                    self.keys(viewer, bytes);
                 }
             }
             Input::ViewerResize { viewer, cols, rows } => {
@@ -194,12 +208,16 @@ impl Relay {
             }
             Input::ViewerClose { viewer } => {
                 if self.operator(viewer) {
-                    self.outputs
-                        .push_back(Output::ToRunner(RunnerMessage::Close));
+                    self.send_to_runner(RunnerMessage::Close);
                     self.end(Reason::Closed, None, Some(viewer));
                 }
             }
             Input::ViewerWritten { viewer, bytes } => self.on_written(viewer, bytes),
+            Input::RunnerStarted => {
+                for message in self.pending.take().unwrap_or_default() {
+                    self.outputs.push_back(Output::ToRunner(message));
+                }
+            }
             Input::Exited { exit_code } => {
                 if self.ended.is_none() {
                     self.end(Reason::Exited, exit_code, None);
@@ -235,8 +253,7 @@ impl Relay {
         if let Some((at, _)) = self.poll_timeout()
             && self.now.instant >= at
         {
-            self.outputs
-                .push_back(Output::ToRunner(RunnerMessage::Close));
+            self.send_to_runner(RunnerMessage::Close);
             self.end(Reason::Idle, None, None);
         }
     }
@@ -354,8 +371,7 @@ impl Relay {
             return;
         }
         self.size = size;
-        self.outputs
-            .push_back(Output::ToRunner(RunnerMessage::Resize(size)));
+        self.send_to_runner(RunnerMessage::Resize(size));
         let ids: Vec<ViewerId> = self.viewers.keys().copied().collect();
         for id in ids {
             self.tell(
@@ -366,6 +382,50 @@ impl Relay {
                 },
             );
         }
+    }
+
+    /// Sends `message` to the runner, or holds it until the runner holds the run.
+    /// While held, a resize replaces one held just before it: only the last size matters.
+    fn send_to_runner(&mut self, message: RunnerMessage) {
+        match &mut self.pending {
+            Some(pending) => {
+                if let (RunnerMessage::Resize(_), Some(RunnerMessage::Resize(_))) =
+                    (&message, pending.last())
+                {
+                    pending.pop();
+                }
+                pending.push(message);
+            }
+            None => self.outputs.push_back(Output::ToRunner(message)),
+        }
+    }
+
+    /// An operator's keys: sent, held while the terminal starts, or refused when too many
+    /// wait.
+    fn keys(&mut self, viewer: ViewerId, bytes: Vec<u8>) {
+        if let Some(pending) = &self.pending {
+            let held: usize = pending
+                .iter()
+                .map(|m| match m {
+                    RunnerMessage::Input(keys) => keys.len(),
+                    _ => 0,
+                })
+                .sum();
+            if held + bytes.len() > PENDING_KEYS_LIMIT {
+                self.tell(
+                    viewer,
+                    ViewerMessage::Error {
+                        code: "terminal_starting",
+                        message: format!(
+                            "the terminal is starting and already holds {PENDING_KEYS_LIMIT} \
+                             bytes of keys: type again once it answers"
+                        ),
+                    },
+                );
+                return;
+            }
+        }
+        self.send_to_runner(RunnerMessage::Input(bytes));
     }
 
     /// Gives back the credit the fastest viewer (or, with none, the ring) has freed, in

@@ -44,6 +44,10 @@ pub enum ServerFrame {
         timeout_ms: u64,
         /// True when the requester is not the machine's operator.
         shared_run: bool,
+        /// The requester's user id: whose runs a condition on the machine may read (absent
+        /// from older servers: such runs belong to nobody a condition can name).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        requester: String,
     },
     /// The server holds the daemon to an accepted run: the lease starts.
     #[serde(rename = "run.commit", rename_all = "camelCase")]
@@ -113,6 +117,42 @@ pub enum ServerFrame {
         /// Bytes of decoded output data.
         bytes: u64,
     },
+    /// Registers a condition wait (see SPEC "Condition waits"). A daemon that already knows
+    /// the id changes nothing (the server sends every active wait again on each connection);
+    /// one that ended it and was not yet acknowledged sends its ending again.
+    #[serde(rename = "wait.register", rename_all = "camelCase")]
+    WaitRegister {
+        /// The wait's id, unique per server.
+        wait_id: String,
+        /// The user who registered it: the only one whose runs its checks may read.
+        requester: String,
+        /// The condition: JavaScript, `async ({ ctx }) => false | { resumeText, payload? }`.
+        source: String,
+        /// The least time from the end of one check to the start of the next, in ms (a
+        /// daemon raises it to 1000).
+        interval_ms: u64,
+        /// When the wait gives up, Unix milliseconds; absent: never.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_at_ms: Option<u64>,
+        /// `true` when the requester is the machine's operator: only an operator's checks may
+        /// read files in the mounts or run host commands. Absent: `false`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        operator: bool,
+    },
+    /// Ends a wait: a running check is stopped, and the daemon answers `wait.failed` with
+    /// reason `cancelled` (also for an id it does not know), unless it had already matched.
+    #[serde(rename = "wait.cancel", rename_all = "camelCase")]
+    WaitCancel {
+        /// The wait.
+        wait_id: String,
+    },
+    /// The server recorded a wait's ending (`wait.matched` or `wait.failed`); the daemon may
+    /// forget the wait.
+    #[serde(rename = "wait.ack", rename_all = "camelCase")]
+    WaitAck {
+        /// The wait.
+        wait_id: String,
+    },
 }
 
 /// How many bytes of a terminal's output a daemon may send before the server gives room back
@@ -133,6 +173,9 @@ pub const SERVER_FRAME_TYPES: &[&str] = &[
     "pty.resize",
     "pty.close",
     "pty.credit",
+    "wait.register",
+    "wait.cancel",
+    "wait.ack",
 ];
 
 /// A frame a daemon sends to the server. Not signed: the connection was opened with a
@@ -237,6 +280,63 @@ pub enum DaemonFrame {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
     },
+    /// A wait matched: sent on every connection until `wait.ack`. The same match is sent
+    /// each time, with the same `continuationId`.
+    #[serde(rename = "wait.matched", rename_all = "camelCase")]
+    WaitMatched {
+        /// The wait.
+        wait_id: String,
+        /// Checks that ran to an outcome, the matching one included.
+        checks: u64,
+        /// The condition's `resumeText`, for the requester.
+        resume_text: String,
+        /// The condition's `payload` as JSON text (absent: it gave none), handed to the
+        /// continuation.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload: Option<String>,
+        /// What the matching check observed (its `ctx` calls), as JSON text.
+        evidence: String,
+        /// The stable id of the continuation: `WAITID.then`.
+        continuation_id: String,
+        /// When it matched, Unix milliseconds.
+        matched_at_ms: u64,
+        /// The last failed check's error, if any check failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_error: Option<crate::wait::CheckError>,
+    },
+    /// A wait's progress after one of its checks ended (the match or failure that ends it
+    /// comes as `wait.matched` / `wait.failed` instead). Not acknowledged: a lost one is
+    /// replaced by the next.
+    #[serde(rename = "wait.status", rename_all = "camelCase")]
+    WaitStatus {
+        /// The wait.
+        wait_id: String,
+        /// Checks that ran to an outcome.
+        checks: u64,
+        /// Failed checks in a row (five fail the wait).
+        consecutive_errors: u32,
+        /// The last failed check's error, if any check failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_error: Option<crate::wait::CheckError>,
+        /// When the next check is due, Unix milliseconds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next_check_at_ms: Option<u64>,
+    },
+    /// A wait ended without a match: sent on every connection until `wait.ack`.
+    #[serde(rename = "wait.failed", rename_all = "camelCase")]
+    WaitFailed {
+        /// The wait.
+        wait_id: String,
+        /// Checks that ran to an outcome.
+        checks: u64,
+        /// `check_errors` (five in a row), `expired` or `cancelled`.
+        reason: String,
+        /// When it ended, Unix milliseconds.
+        at_ms: u64,
+        /// The last failed check's error, if any check failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_error: Option<crate::wait::CheckError>,
+    },
 }
 
 /// The `type` names of daemon frames, in declaration order.
@@ -250,6 +350,9 @@ pub const DAEMON_FRAME_TYPES: &[&str] = &[
     "command.finished",
     "pty.output",
     "pty.exit",
+    "wait.matched",
+    "wait.status",
+    "wait.failed",
 ];
 
 impl ServerFrame {
@@ -267,6 +370,9 @@ impl ServerFrame {
             ServerFrame::PtyResize { .. } => "pty.resize",
             ServerFrame::PtyClose { .. } => "pty.close",
             ServerFrame::PtyCredit { .. } => "pty.credit",
+            ServerFrame::WaitRegister { .. } => "wait.register",
+            ServerFrame::WaitCancel { .. } => "wait.cancel",
+            ServerFrame::WaitAck { .. } => "wait.ack",
         }
     }
 }
@@ -284,6 +390,9 @@ impl DaemonFrame {
             DaemonFrame::CommandFinished { .. } => "command.finished",
             DaemonFrame::PtyOutput { .. } => "pty.output",
             DaemonFrame::PtyExit { .. } => "pty.exit",
+            DaemonFrame::WaitMatched { .. } => "wait.matched",
+            DaemonFrame::WaitStatus { .. } => "wait.status",
+            DaemonFrame::WaitFailed { .. } => "wait.failed",
         }
     }
 

@@ -115,10 +115,50 @@ fn server_frames_read_from_strict_values() {
 
 #[test]
 fn type_name_lists_match_the_enums() {
-    assert_eq!(SERVER_FRAME_TYPES.len(), 11);
-    assert_eq!(DAEMON_FRAME_TYPES.len(), 9);
+    assert_eq!(SERVER_FRAME_TYPES.len(), 14);
+    assert_eq!(DAEMON_FRAME_TYPES.len(), 12);
     let f = ServerFrame::Revoked { reason: "x".into() };
     assert!(SERVER_FRAME_TYPES.contains(&f.type_name()));
+    let f = ServerFrame::WaitAck {
+        wait_id: "w".into(),
+    };
+    assert!(SERVER_FRAME_TYPES.contains(&f.type_name()));
+    let f = DaemonFrame::WaitFailed {
+        wait_id: "w".into(),
+        checks: 0,
+        reason: "expired".into(),
+        at_ms: 1,
+        last_error: None,
+    };
+    assert!(DAEMON_FRAME_TYPES.contains(&f.type_name()));
+}
+
+#[test]
+fn a_wait_s_ending_reads_back_with_its_error_and_ignores_members_it_does_not_know() {
+    let f = DaemonFrame::from_json(
+        br#"{"type":"wait.matched","waitId":"w1","checks":3,"resumeText":"up","payload":"{\"a\":1}","evidence":"[]","continuationId":"w1.then","matchedAtMs":5,"lastError":{"code":"fetch_failed","message":"refused","atMs":4,"later":true},"future":1}"#,
+    )
+    .unwrap();
+    match &f {
+        DaemonFrame::WaitMatched {
+            payload,
+            last_error: Some(e),
+            continuation_id,
+            ..
+        } => {
+            assert_eq!(payload.as_deref(), Some(r#"{"a":1}"#));
+            assert_eq!(e.code, "fetch_failed");
+            assert_eq!(continuation_id, "w1.then");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(DaemonFrame::from_json(&f.to_json()).unwrap(), f);
+    let code = |b: &[u8]| DaemonFrame::from_json(b).unwrap_err().code();
+    assert_eq!(
+        code(br#"{"type":"wait.failed","waitId":"w1","checks":1,"atMs":2}"#),
+        "invalid_frame",
+        "a wait.failed without its reason"
+    );
 }
 
 #[test]

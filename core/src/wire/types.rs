@@ -185,6 +185,18 @@ pub enum RunStatus {
     Failed,
 }
 
+impl RunStatus {
+    /// The status as it goes on the wire (`exited`, `timed_out`, `cancelled`, `failed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Exited => "exited",
+            RunStatus::TimedOut => "timed_out",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
 /// A coded error with a human message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {

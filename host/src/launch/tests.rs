@@ -52,6 +52,7 @@ fn execute(run_id: &str, grant: Grant, shared_run: bool) -> Execute {
         grant,
         deadline: Instant::from_origin(Duration::from_secs(100)),
         shared_run,
+        requester: "ada".into(),
     }
 }
 

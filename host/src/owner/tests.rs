@@ -113,6 +113,7 @@ fn under_outpost_home_a_daemon_run_may_start_in_its_own_folder() {
         },
         deadline: Instant::from_origin(Duration::from_secs(10)),
         shared_run: false,
+        requester: String::new(),
     };
     let launch = launch_from_execute(&execute, &cx).unwrap().launch;
     let cwd = check_cwd(&launch.dir, None, &launch.mounts, &launch.denylist).unwrap();

@@ -11,6 +11,7 @@
 mod cloud;
 mod conns;
 mod ends;
+mod waits;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) use cloud::Cloud;
 pub(crate) use conns::{ConnHandle, ToConn, queue as conns_queue};
 pub(crate) use ends::Ends;
+pub(crate) use waits::{Refused, may_execute, spec as wait_spec};
 
 use crate::clock::Clock;
 use crate::metrics::Metrics;
@@ -106,6 +108,9 @@ pub(crate) struct Dispatcher {
     received: HashMap<String, Instant>,
     /// Listing rows of executions the core took, for the next commit.
     listings: Vec<ExecutionEntry>,
+    /// Wait continuations among those executions (wait id, execution id), marked started in
+    /// the same commit.
+    continuations: Vec<(String, String)>,
 }
 
 impl Dispatcher {
@@ -120,11 +125,15 @@ impl Dispatcher {
             next_wake,
             received: HashMap::new(),
             listings: Vec::new(),
+            continuations: Vec::new(),
         }
     }
 
-    /// Drains what restoring decided; call once before [`Dispatcher::run`].
+    /// Drains what restoring decided and submits the wait continuations a crash left
+    /// pending; call once before [`Dispatcher::run`].
     pub(crate) fn settle(&mut self) -> Result<(), crate::store::StoreError> {
+        self.drain()?;
+        self.resume_continuations()?;
         self.drain()
     }
 
@@ -305,6 +314,7 @@ impl Dispatcher {
         loop {
             let mut batch = Batch {
                 executions: std::mem::take(&mut self.listings),
+                continuations: std::mem::take(&mut self.continuations),
                 ..Batch::default()
             };
             let mut outputs = Vec::new();
@@ -422,9 +432,18 @@ impl Dispatcher {
                     self.shared.metrics.dispatched(latency);
                 }
                 tracing::debug!(%exec_id, %run_id, "run committed");
+                // A terminal's keys typed while it started go out now.
+                self.shared
+                    .terminals
+                    .send(crate::terminals::TermMsg::Started { exec_id });
             }
             Event::Session { context_id, event } => match event {
-                session::Event::Ready { .. } => self.shared.metrics.daemon_ready(&context_id),
+                session::Event::Ready { .. } => {
+                    self.shared.metrics.daemon_ready(&context_id);
+                    self.waits_ready(&context_id)?;
+                }
+                session::Event::WaitEnded(report) => self.wait_ended(&context_id, &report)?,
+                session::Event::WaitProgress(frame) => self.wait_progress(&context_id, *frame),
                 session::Event::Offline => self.shared.metrics.daemon_offline(&context_id),
                 session::Event::ProtocolViolation { code, detail, .. } => {
                     tracing::warn!(%context_id, code, %detail, "a daemon broke the protocol");

@@ -22,6 +22,7 @@ mod sharing;
 mod terminals;
 mod ui;
 mod views;
+mod waits;
 mod ws;
 
 use std::collections::HashMap;
@@ -39,19 +40,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::dispatch::{Live, Msg, Shared};
 pub(crate) use error::ApiError;
 use openapi::RouteDoc;
-use ratelimit::{Limiter, Rate};
+use ratelimit::Limiter;
+pub use ratelimit::{Rate, RateLimits};
 pub(crate) use sharing::stale_records;
-
-/// Signed machine requests and connects per source address.
-const ADDRESS_RATE: Rate = Rate {
-    burst: 30.0,
-    per_sec: 10.0,
-};
-/// Signed machine requests and connects per context.
-const CONTEXT_RATE: Rate = Rate {
-    burst: 20.0,
-    per_sec: 5.0,
-};
 
 /// Everything the handlers share.
 pub(crate) struct AppInner {
@@ -97,14 +88,15 @@ impl App {
         replay: ReplayGuard,
         scheme: &'static str,
         releases: std::path::PathBuf,
+        limits: RateLimits,
     ) -> Self {
         Self(Arc::new(AppInner {
             shared,
             tx,
             key_set,
             replay: Mutex::new(replay),
-            by_address: Limiter::new(ADDRESS_RATE),
-            by_context: Limiter::new(CONTEXT_RATE),
+            by_address: Limiter::new(limits.per_address),
+            by_context: Limiter::new(limits.per_context),
             tickets: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             registering: tokio::sync::Mutex::new(()),
@@ -186,6 +178,7 @@ pub(crate) fn routes() -> Vec<Route> {
     let mut all = Vec::new();
     all.extend(machine::routes());
     all.extend(executions::routes());
+    all.extend(waits::routes());
     all.extend(bundles::routes());
     all.extend(releases::routes());
     all.extend(commands::routes());

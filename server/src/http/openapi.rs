@@ -249,7 +249,7 @@ pub(crate) fn schemas() -> Value {
     let b = json!({"type": "boolean"});
     let strings = json!({"type": "array", "items": {"type": "string"}});
     let any = json!({"type": "object"});
-    json!({
+    let mut all = json!({
         "Error": object(&["error"], json!({"error": object(&["code", "message"], json!({"code": s, "message": s}))})),
         "RegisterRequest": object(&["name", "publicKey"], json!({
             "name": s, "publicKey": s, "maxConcurrent": i, "environments": strings, "daemonVersion": s})),
@@ -309,5 +309,58 @@ pub(crate) fn schemas() -> Value {
         "Health": object(&["ok"], json!({"ok": b})),
         "Metrics": {"type": "string", "description": "Prometheus text format"},
         "OpenApi": {"type": "object", "description": "this document"},
-    })
+    });
+    all["WaitRequest"] = object(
+        &["context", "condition"],
+        json!({
+            "context": s, "condition": s, "intervalMs": i, "expiresAtMs": i, "reason": s,
+            "then": schema_ref("ExecuteRequest")
+        }),
+    );
+    all["Wait"] = wait_schema();
+    all["Waits"] = object(
+        &["waits"],
+        json!({"waits": {"type": "array", "items": schema_ref("Wait")}}),
+    );
+    all
+}
+
+/// The Wait schema (apart: one `json!` of it all is past the macro's recursion limit).
+fn wait_schema() -> Value {
+    let s = json!({"type": "string"});
+    let i = json!({"type": "integer"});
+    let continuation = object(
+        &["state"],
+        json!({
+            "id": s, "executionId": s, "error": s,
+            "state": {"enum": ["none", "pending", "started", "access_lost", "cancelled", "expired", "refused"]}
+        }),
+    );
+    let last_error = object(
+        &["code", "message", "atMs"],
+        json!({"code": s, "message": s, "atMs": i}),
+    );
+    object(
+        &[
+            "waitId",
+            "context",
+            "contextId",
+            "requester",
+            "state",
+            "intervalMs",
+            "createdAtMs",
+            "checks",
+            "consecutiveErrors",
+            "continuation",
+        ],
+        json!({
+            "waitId": s, "context": s, "contextId": s, "requester": s,
+            "state": {"enum": ["active", "cancelling", "matched", "failed"]},
+            "reason": s, "intervalMs": i, "expiresAtMs": i, "createdAtMs": i, "checks": i,
+            "consecutiveErrors": i, "lastError": last_error, "nextCheckAtMs": i,
+            "resumeText": s, "payload": {}, "evidence": {},
+            "failReason": {"enum": ["check_errors", "expired", "cancelled"]}, "endedAtMs": i,
+            "deduplicated": {"type": "boolean"}, "continuation": continuation,
+        }),
+    )
 }

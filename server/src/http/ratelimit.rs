@@ -6,12 +6,59 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 /// How big a bucket is and how fast it refills.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Rate {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
     /// Requests allowed in a burst.
-    pub(crate) burst: f64,
+    pub burst: f64,
     /// Tokens added per second.
-    pub(crate) per_sec: f64,
+    pub per_sec: f64,
+}
+
+impl Rate {
+    /// `per_sec` requests a second with a burst of `burst_secs` seconds' worth (at least
+    /// one request).
+    pub fn per_second(per_sec: f64, burst_secs: f64) -> Self {
+        Self {
+            burst: (per_sec * burst_secs).max(1.0),
+            per_sec,
+        }
+    }
+}
+
+/// The limits on signed machine requests and WebSocket connects (PROTOCOL §11.6: a refusal is
+/// 429 `rate_limited` with `Retry-After`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimits {
+    /// Per source address: what a fleet behind one NAT shares.
+    pub per_address: Rate,
+    /// Per context: what one machine (or a leaked token for it) may do.
+    pub per_context: Rate,
+}
+
+impl RateLimits {
+    /// The default requests a second per source address.
+    pub const DEFAULT_PER_ADDRESS: f64 = 10.0;
+    /// The default requests a second per context.
+    pub const DEFAULT_PER_CONTEXT: f64 = 5.0;
+    /// A source address may burst three seconds' worth (a fleet restarting at once).
+    pub const ADDRESS_BURST_SECS: f64 = 3.0;
+    /// A context may burst four seconds' worth (a daemon's start: register, keys, ticket).
+    pub const CONTEXT_BURST_SECS: f64 = 4.0;
+
+    /// `per_address` and `per_context` requests a second, with their bursts.
+    pub fn new(per_address: f64, per_context: f64) -> Self {
+        Self {
+            per_address: Rate::per_second(per_address, Self::ADDRESS_BURST_SECS),
+            per_context: Rate::per_second(per_context, Self::CONTEXT_BURST_SECS),
+        }
+    }
+}
+
+impl Default for RateLimits {
+    /// 10 a second with a burst of 30 per address; 5 a second with a burst of 20 per context.
+    fn default() -> Self {
+        Self::new(Self::DEFAULT_PER_ADDRESS, Self::DEFAULT_PER_CONTEXT)
+    }
 }
 
 /// Buckets for one kind of key.

@@ -6,14 +6,15 @@
 //! for byte as `ServerRecord::encode` wrote them (one row per record key, replaced on upsert)
 //! and the server's own tables: users (and who was removed), tokens (SHA-256 only), contexts
 //! (with their sharing, as the records say) and their machine keys, used nonces, executions
-//! for listing, and the audit log. It never decides anything: the dispatcher and the routes
-//! do.
+//! for listing, the audit log, and condition waits. It never decides anything: the
+//! dispatcher and the routes do.
 
 mod access;
 mod bundles;
 mod records;
 mod runs;
 mod schema;
+mod waits;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -23,6 +24,13 @@ use rusqlite::Connection;
 pub(crate) use access::{ContextEntry, Removal};
 pub(crate) use records::{Batch, outcome_status};
 pub(crate) use runs::{AuditRow, ExecutionEntry};
+pub(crate) use waits::{Recorded, WaitEntry};
+/// The states of a wait and of its continuation.
+pub(crate) mod wait_states {
+    pub(crate) use super::waits::{
+        ACTIVE, CANCELLING, CONT_ACCESS_LOST, CONT_NONE, CONT_PENDING, CONT_REFUSED, CONT_STARTED,
+    };
+}
 
 /// A database error, with what the store was doing.
 #[derive(Debug, thiserror::Error)]

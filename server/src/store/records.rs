@@ -39,12 +39,18 @@ pub(crate) struct Batch {
     pub(crate) records: Vec<ServerRecord>,
     /// Audit events the batch's outputs report.
     pub(crate) audit: Vec<AuditRow>,
+    /// Wait continuations submitted with this batch's executions: (wait id, execution id),
+    /// moved from `pending` to `started` in the same transaction as the execution's rows.
+    pub(crate) continuations: Vec<(String, String)>,
 }
 
 impl Batch {
     /// Whether there is nothing to write.
     pub(crate) fn is_empty(&self) -> bool {
-        self.executions.is_empty() && self.records.is_empty() && self.audit.is_empty()
+        self.executions.is_empty()
+            && self.records.is_empty()
+            && self.audit.is_empty()
+            && self.continuations.is_empty()
     }
 }
 
@@ -63,6 +69,15 @@ impl Store {
             super::runs::insert_audit(&tx, row)?;
         }
         write_records(&tx, &batch.records)?;
+        for (wait_id, exec_id) in &batch.continuations {
+            super::waits::settle_continuation(
+                &tx,
+                wait_id,
+                super::waits::CONT_STARTED,
+                Some(exec_id),
+                None,
+            )?;
+        }
         tx.commit().doing("committing records")
     }
 }

@@ -95,6 +95,42 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE contexts ADD COLUMN operator_is_member INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE users ADD COLUMN removed_at INTEGER;
     ",
+    // 5: the next record sequence (`MAX(seq)`, read by every commit) and the restore order
+    // without a scan: ended executions' records stay, so the table grows with the history.
+    "CREATE INDEX records_by_seq ON records (seq);",
+    // 6: condition waits (PROTOCOL §11.7): one row per registration, its progress as the
+    // daemon reports it, its ending (recorded once) and its continuation.
+    "
+    CREATE TABLE waits (
+        id TEXT PRIMARY KEY,
+        context_id TEXT NOT NULL,
+        context_name TEXT NOT NULL,
+        requester TEXT NOT NULL,
+        source TEXT NOT NULL,
+        interval_ms INTEGER NOT NULL,
+        expires_at_ms INTEGER,
+        reason TEXT,
+        then_json TEXT,
+        dedupe_key TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        checks INTEGER NOT NULL DEFAULT 0,
+        consecutive_errors INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        next_check_at_ms INTEGER,
+        resume_text TEXT,
+        payload TEXT,
+        evidence TEXT,
+        fail_reason TEXT,
+        ended_at_ms INTEGER,
+        continuation_state TEXT NOT NULL DEFAULT 'none',
+        continuation_execution_id TEXT,
+        continuation_error TEXT
+    );
+    CREATE UNIQUE INDEX waits_dedupe ON waits (dedupe_key) WHERE state = 'active';
+    CREATE INDEX waits_by_requester ON waits (requester, created_at_ms);
+    CREATE INDEX waits_by_context ON waits (context_id, state);
+    ",
 ];
 
 /// The version recorded, 0 for an empty database.

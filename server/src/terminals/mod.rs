@@ -108,6 +108,9 @@ pub(crate) enum TermMsg {
         viewer: ViewerId,
         event: FromViewer,
     },
+    /// The execution's run was committed to a machine: the relay may talk to its runner.
+    /// Any execution's start comes; one that is no terminal is ignored.
+    Started { exec_id: String },
     /// The runner's output (`pty.output`), from the dispatcher.
     Output { exec_id: String, data: Vec<u8> },
     /// The program ended (`pty.exit`).
@@ -332,6 +335,7 @@ impl Actor {
                 };
                 self.feed(&exec_id, input).await;
             }
+            TermMsg::Started { exec_id } => self.feed(&exec_id, Input::RunnerStarted).await,
             TermMsg::Output { exec_id, data } => self.feed(&exec_id, Input::Output(data)).await,
             TermMsg::Exited { exec_id, exit_code } => {
                 self.feed(&exec_id, Input::Exited { exit_code }).await;

@@ -66,6 +66,7 @@ impl TestServer {
             tls: None,
             cloud,
             public_url: None,
+            rate_limits: Default::default(),
         };
         let running = rt
             .block_on(start(config, registry))

@@ -206,6 +206,7 @@ pub(super) fn file() -> VectorFile<SignedFrameCase> {
         },
         timeout_ms: 90_000,
         shared_run: false,
+        requester: "user_ada".into(),
     };
     let commit = ServerFrame::RunCommit {
         run_id: "run_1".into(),
@@ -240,6 +241,21 @@ pub(super) fn file() -> VectorFile<SignedFrameCase> {
     };
     let pty_close = ServerFrame::PtyClose {
         pty_id: "run_2".into(),
+    };
+
+    let wait_register = ServerFrame::WaitRegister {
+        wait_id: "wait_1".into(),
+        requester: "ada".into(),
+        source: "async ({ ctx }) => (await ctx.fetch(\"http://127.0.0.1:8080/health\")).status === 200\n  && { resumeText: \"healthy \u{2714}\" }".into(),
+        interval_ms: 30_000,
+        expires_at_ms: Some(1_767_225_600_000),
+        operator: true,
+    };
+    let wait_cancel = ServerFrame::WaitCancel {
+        wait_id: "wait_1".into(),
+    };
+    let wait_ack = ServerFrame::WaitAck {
+        wait_id: "wait_1".into(),
     };
 
     let welcome_text = text(&welcome, 1);
@@ -281,6 +297,18 @@ pub(super) fn file() -> VectorFile<SignedFrameCase> {
         Case {
             previous_seq: 9,
             ..Case::ok("pty_close", text(&pty_close, 10))
+        },
+        Case {
+            previous_seq: 10,
+            ..Case::ok("wait_register", text(&wait_register, 11))
+        },
+        Case {
+            previous_seq: 11,
+            ..Case::ok("wait_cancel", text(&wait_cancel, 12))
+        },
+        Case {
+            previous_seq: 12,
+            ..Case::ok("wait_ack", text(&wait_ack, 13))
         },
         Case {
             previous_seq: 1,

@@ -235,6 +235,11 @@ pub(super) struct DaemonJournal {
 }
 
 impl DaemonJournal {
+    /// The wall-clock time of `at` as this process's clocks map it (what records carry).
+    pub(super) fn wall_ms(&self, at: crate::time::Instant) -> u64 {
+        self.anchor.wall_ms(at)
+    }
+
     /// A journal for a process whose clocks read `now`, whose outbox already holds `pending`.
     pub(super) fn new<'a>(now: Now, pending: impl IntoIterator<Item = &'a String>) -> Self {
         Self {

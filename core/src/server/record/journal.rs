@@ -58,7 +58,9 @@ impl ServerJournal {
             | Input::Disconnected { .. }
             | Input::CloudFinished { .. }
             | Input::Cancel { .. }
-            | Input::Terminal { .. } => {}
+            | Input::Terminal { .. }
+            // Waits are the host's records (its waits table), not the dispatcher's.
+            | Input::Wait { .. } => {}
         }
     }
 

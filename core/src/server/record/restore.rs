@@ -88,6 +88,7 @@ impl Server {
                         capability: row.capability.clone(),
                         timeout_ms: row.timeout_ms,
                         shared_run,
+                        requester: row.requester.user_id.clone(),
                     };
                     match server.machines.get_mut(context_id) {
                         Some(m) => {

@@ -171,7 +171,10 @@ impl Harness {
                         self.executed.push(e.run_id.clone());
                         self.executor.start(&e);
                     }
-                    daemon::Output::Command(_) | daemon::Output::Event(_) => {}
+                    daemon::Output::Command(_)
+                    | daemon::Output::Event(_)
+                    | daemon::Output::SaveWait { .. }
+                    | daemon::Output::ForgetWait { .. } => {}
                 }
                 busy = true;
             }

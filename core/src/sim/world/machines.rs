@@ -87,6 +87,8 @@ impl World {
             match out {
                 daemon::Output::Wait { .. } => return any,
                 daemon::Output::Persist(record) => self.write_daemon_record(i, &record),
+                // The world registers no waits yet, so its daemons save none.
+                daemon::Output::SaveWait { .. } | daemon::Output::ForgetWait { .. } => {}
                 daemon::Output::Transmit(bytes) => {
                     if let Some(conn) = self.machines[i].conn {
                         self.send(conn, true, bytes);
@@ -145,6 +147,8 @@ impl World {
                 self.feed_daemon(i, input);
             }
             daemon::Command::ApplyGrant { .. }
+            | daemon::Command::CheckWait { .. }
+            | daemon::Command::StopCheck { .. }
             | daemon::Command::PtyInput { .. }
             | daemon::Command::PtyResize { .. }
             | daemon::Command::PtyClose { .. }

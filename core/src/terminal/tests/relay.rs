@@ -16,7 +16,15 @@ pub(super) struct T {
 }
 
 impl T {
+    /// A relay whose runner holds the run.
     pub(super) fn new(config: RelayConfig) -> Self {
+        let mut t = Self::starting(config);
+        assert!(t.feed(Input::RunnerStarted).is_empty());
+        t
+    }
+
+    /// A relay whose run no runner holds yet.
+    pub(super) fn starting(config: RelayConfig) -> Self {
         Self {
             relay: Relay::new(
                 config,
@@ -401,4 +409,108 @@ fn host_misuse_is_an_error_not_a_panic() {
         .handle_input(now_at(Duration::from_secs(9)), Input::Timeout)
         .unwrap_err();
     assert_eq!(err.code(), "time_went_backwards");
+}
+
+#[test]
+fn keys_sizes_and_a_close_sent_while_the_terminal_starts_reach_the_runner_once_it_holds_it() {
+    let mut t = T::starting(RelayConfig::default());
+    t.join(1, Role::Operator);
+    let mut early = t.feed(Input::ViewerInput {
+        viewer: 1,
+        bytes: b"echo $((6*7))\n".to_vec(),
+    });
+    // Sizes held one after another: only the last goes out.
+    for cols in [90, 100] {
+        early.extend(t.feed(Input::ViewerResize {
+            viewer: 1,
+            cols,
+            rows: 30,
+        }));
+    }
+    early.extend(t.feed(Input::ViewerInput {
+        viewer: 1,
+        bytes: b"exit 5\n".to_vec(),
+    }));
+    assert_eq!(
+        to_runner(&early),
+        vec![],
+        "nothing goes out before a runner holds the run"
+    );
+    assert!(!t.relay.runner_started());
+    let started = t.feed(Input::RunnerStarted);
+    assert_eq!(
+        to_runner(&started),
+        vec![
+            RunnerMessage::Input(b"echo $((6*7))\n".to_vec()),
+            RunnerMessage::Resize(TerminalSize {
+                cols: 100,
+                rows: 30
+            }),
+            RunnerMessage::Input(b"exit 5\n".to_vec()),
+        ],
+        "held in the order typed"
+    );
+    assert!(t.relay.runner_started());
+    assert_eq!(
+        to_runner(&t.feed(Input::RunnerStarted)),
+        vec![],
+        "sent once"
+    );
+    let live = t.feed(Input::ViewerInput {
+        viewer: 1,
+        bytes: b"x".to_vec(),
+    });
+    assert_eq!(to_runner(&live), vec![RunnerMessage::Input(b"x".to_vec())]);
+
+    // A close (or the idle limit) before the start ends the terminal at once and still hangs
+    // the program up when it comes.
+    let mut t = T::starting(RelayConfig::default());
+    t.join(1, Role::Operator);
+    let closed = t.feed(Input::ViewerClose { viewer: 1 });
+    assert_eq!(t.relay.ended(), Some(Reason::Closed));
+    assert_eq!(to_runner(&closed), vec![]);
+    assert_eq!(
+        to_runner(&t.feed(Input::RunnerStarted)),
+        vec![RunnerMessage::Close]
+    );
+}
+
+#[test]
+fn keys_past_the_pending_limit_are_refused_with_terminal_starting() {
+    use crate::terminal::PENDING_KEYS_LIMIT;
+    let mut t = T::starting(RelayConfig::default());
+    t.join(1, Role::Operator);
+    let half = vec![b'a'; PENDING_KEYS_LIMIT / 2];
+    for _ in 0..2 {
+        let out = t.feed(Input::ViewerInput {
+            viewer: 1,
+            bytes: half.clone(),
+        });
+        assert_eq!(to_viewer(&out, 1), vec![]);
+    }
+    let refused = t.feed(Input::ViewerInput {
+        viewer: 1,
+        bytes: b"b".to_vec(),
+    });
+    assert!(
+        matches!(
+            to_viewer(&refused, 1).as_slice(),
+            [ViewerMessage::Error {
+                code: "terminal_starting",
+                ..
+            }]
+        ),
+        "{refused:?}"
+    );
+    let started = to_runner(&t.feed(Input::RunnerStarted));
+    assert_eq!(
+        started.len(),
+        2,
+        "the keys that fitted, and nothing refused"
+    );
+    assert!(
+        started
+            .iter()
+            .all(|m| *m == RunnerMessage::Input(half.clone()))
+    );
 }

@@ -1,0 +1,206 @@
+//! The daemon's condition checks: each [`Command::CheckWait`] evaluates a wait's condition
+//! once in the sandboxed engine (`outpost-condition`) on a thread of its own, with a
+//! [`Ctx`] answering its `ctx` calls, and its outcome comes back to the driver as
+//! [`Event::WaitChecked`]. [`Command::StopCheck`] sets the check's cancel: the engine joins
+//! its calls before it returns, so the outcome arrives only once the check has stopped, its
+//! cleanup included.
+//!
+//! This module owns the check threads; when a wait is checked and how it ends are the core's
+//! schedule's, and the observations the calls read are [`Seen`]'s.
+//!
+//! [`Command::CheckWait`]: outpost_core::daemon::Command::CheckWait
+//! [`Command::StopCheck`]: outpost_core::daemon::Command::StopCheck
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use outpost_condition::{Cancel, Identity, Limits, Verdict};
+use outpost_core::wait::{CheckError, CheckOutcome};
+use serde_json::json;
+
+use super::Event;
+use super::ctx::{Ctx, CtxShared, now_ms};
+
+/// Stack for a check's thread beyond the engine's own limit.
+const STACK_MARGIN: usize = 1024 * 1024;
+
+/// How long a stopping daemon waits for its checks to stop.
+pub(crate) const STOP_BOUND: Duration = Duration::from_secs(5);
+
+/// One check the daemon started.
+struct Running {
+    check: u64,
+    cancel: Cancel,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The checks running now.
+pub(crate) struct Checks {
+    shared: CtxShared,
+    context_id: String,
+    events: Sender<Event>,
+    limits: Limits,
+    running: BTreeMap<String, Running>,
+}
+
+impl Checks {
+    pub(crate) fn new(shared: CtxShared, context_id: String, events: Sender<Event>) -> Self {
+        Self {
+            shared,
+            context_id,
+            events,
+            limits: Limits::default(),
+            running: BTreeMap::new(),
+        }
+    }
+
+    /// The observations conditions read.
+    pub(crate) fn seen(&self) -> &super::ctx::Seen {
+        &self.shared.seen
+    }
+
+    /// Starts check `check` of `wait_id`; [`Event::WaitChecked`] brings its outcome.
+    pub(crate) fn start(
+        &mut self,
+        wait_id: String,
+        check: u64,
+        requester: String,
+        operator: bool,
+        source: String,
+    ) {
+        self.shared
+            .seen
+            .wait_event(&wait_id, "check_started", json!({ "check": check }));
+        let cancel = Cancel::new();
+        let ctx = Arc::new(Ctx::new(
+            self.shared.clone(),
+            wait_id.clone(),
+            requester.clone(),
+            operator,
+            check,
+        ));
+        let identity = Identity {
+            wait_id: wait_id.clone(),
+            context_id: self.context_id.clone(),
+            requester,
+        };
+        let (limits, events, stop) = (self.limits.clone(), self.events.clone(), cancel.clone());
+        let id = wait_id.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("check {wait_id}"))
+            .stack_size(limits.max_stack_bytes + STACK_MARGIN)
+            .spawn(move || {
+                let now = now_ms();
+                let verdict =
+                    outpost_condition::check(&source, &identity, now, ctx.clone(), &limits, &stop);
+                let outcome = outcome_of(verdict, &ctx);
+                let _ = events.send(Event::WaitChecked {
+                    wait_id: id,
+                    check,
+                    outcome,
+                });
+            });
+        let thread = match spawned {
+            Ok(thread) => Some(thread),
+            Err(e) => {
+                let _ = self.events.send(Event::WaitChecked {
+                    wait_id: wait_id.clone(),
+                    check,
+                    outcome: CheckOutcome::Failed(CheckError {
+                        code: "check_unstartable".into(),
+                        message: format!("no thread for the check: {e}"),
+                        at_ms: now_ms(),
+                    }),
+                });
+                None
+            }
+        };
+        self.running.insert(
+            wait_id,
+            Running {
+                check,
+                cancel,
+                thread,
+            },
+        );
+    }
+
+    /// Interrupts check `check` of `wait_id`; its outcome still comes (as `Stopped` or
+    /// whatever it reached), once it has stopped.
+    pub(crate) fn stop(&self, wait_id: &str, check: u64) {
+        if let Some(r) = self.running.get(wait_id).filter(|r| r.check == check) {
+            r.cancel.cancel();
+        }
+    }
+
+    /// A check's outcome reached the driver: its thread is done.
+    pub(crate) fn finished(&mut self, wait_id: &str, check: u64, outcome: &CheckOutcome) {
+        let kind = match outcome {
+            CheckOutcome::NotYet => "not_yet",
+            CheckOutcome::Matched { .. } => "matched",
+            CheckOutcome::Failed(_) => "failed",
+            CheckOutcome::Stopped => "stopped",
+        };
+        let mut detail = json!({ "check": check, "outcome": kind });
+        if let CheckOutcome::Failed(e) = outcome {
+            detail["error"] = json!({ "code": e.code, "message": e.message });
+        }
+        self.shared.seen.wait_event(wait_id, "check_ended", detail);
+        if self.running.get(wait_id).is_some_and(|r| r.check == check)
+            && let Some(mut r) = self.running.remove(wait_id)
+            && let Some(thread) = r.thread.take()
+        {
+            let _ = thread.join();
+        }
+    }
+
+    /// Stops every check and waits up to [`STOP_BOUND`] for them (the daemon is stopping; the
+    /// waits resume from the store on its next start).
+    pub(crate) fn stop_all(&mut self) {
+        for r in self.running.values() {
+            r.cancel.cancel();
+        }
+        let deadline = std::time::Instant::now() + STOP_BOUND;
+        for (_, mut r) in std::mem::take(&mut self.running) {
+            if let Some(thread) = r.thread.take() {
+                while !thread.is_finished() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if thread.is_finished() {
+                    let _ = thread.join();
+                }
+            }
+        }
+    }
+}
+
+/// What the schedule hears of one check.
+fn outcome_of(verdict: Result<Verdict, outpost_condition::CheckError>, ctx: &Ctx) -> CheckOutcome {
+    if let Some(breach) = ctx.breach() {
+        return CheckOutcome::Failed(CheckError {
+            code: breach.code,
+            message: breach.message,
+            at_ms: now_ms(),
+        });
+    }
+    match verdict {
+        Ok(Verdict::NotYet) => CheckOutcome::NotYet,
+        Ok(Verdict::Matched {
+            resume_text,
+            payload,
+        }) => CheckOutcome::Matched {
+            resume_text,
+            payload: payload.map(|p| p.to_string()),
+            evidence: ctx.evidence(),
+        },
+        Err(outpost_condition::CheckError::Cancelled) => CheckOutcome::Stopped,
+        Err(e) => CheckOutcome::Failed(CheckError {
+            code: e.code().to_owned(),
+            message: e.to_string(),
+            at_ms: now_ms(),
+        }),
+    }
+}

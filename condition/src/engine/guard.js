@@ -1,0 +1,190 @@
+// Runs once per check, before the condition. QuickJS asks its interrupt handler (deadline,
+// cancel, broken limits) only every 10 000 jumps or calls, and many builtins loop natively
+// without asking at all. So the builtins whose cost grows with their input are wrapped:
+// - `checkpoint()` (the engine's own stop test) runs first, so a loop over expensive
+//   builtins stops at its next call instead of 10 000 calls later;
+// - the generic Array methods refuse a `this` (and `concat` an argument) longer than
+//   `maxLength`, which no dense array fits in the heap: only a sparse array or an array-like
+//   is that long, and walking its holes natively would never ask. The length must be a plain
+//   number found without running program code (no Proxy, no getter, no valueOf), so what is
+//   checked is what the builtin will see;
+// - `flat` and `flatMap` are written here in JavaScript (their native versions walk nested
+//   arrays, which nothing can check beforehand), so their loops ask like any other loop.
+(function (checkpoint, isProxy, maxLength) {
+  "use strict";
+  const apply = Reflect.apply;
+  const ownKeys = Reflect.ownKeys;
+  const getDescriptor = Object.getOwnPropertyDescriptor;
+  const getPrototypeOf = Object.getPrototypeOf;
+  const defineProperty = Object.defineProperty;
+  const hasOwn = Object.hasOwn;
+  const toObject = Object;
+  const isArray = Array.isArray;
+  const NumberCtor = Number;
+  const TypeErrorCtor = TypeError;
+  const RangeErrorCtor = RangeError;
+  const mathMin = Math.min;
+  const mathTrunc = Math.trunc;
+  const typedArrayLength = getDescriptor(getPrototypeOf(Uint8Array.prototype), "length").get;
+
+  const checkLength = (value, what) => {
+    if (value === null || (typeof value !== "object" && typeof value !== "function")) {
+      return;
+    }
+    let holder = value;
+    let length;
+    for (;;) {
+      if (isProxy(holder)) {
+        throw new TypeErrorCtor(`${what} is a Proxy, which the condition sandbox does not pass to this builtin`);
+      }
+      const descriptor = getDescriptor(holder, "length");
+      if (descriptor !== undefined) {
+        if (hasOwn(descriptor, "value")) {
+          length = descriptor.value;
+          break;
+        }
+        if (descriptor.get === typedArrayLength) {
+          return;
+        }
+        throw new TypeErrorCtor(`${what} has a getter for length, which the condition sandbox does not pass to this builtin`);
+      }
+      holder = getPrototypeOf(holder);
+      if (holder === null) {
+        return;
+      }
+    }
+    if (typeof length === "object" || typeof length === "function") {
+      if (length !== null) {
+        throw new TypeErrorCtor(`${what} has a length that is not a number`);
+      }
+    }
+    if (typeof length === "symbol" || typeof length === "bigint") {
+      return; // the builtin throws its own TypeError
+    }
+    const number = NumberCtor(length);
+    if (number > maxLength) {
+      throw new RangeErrorCtor(`${what} has length ${number}, over the condition sandbox's ${maxLength}`);
+    }
+  };
+
+  const toLength = (value) => {
+    const number = mathTrunc(NumberCtor(value));
+    return number > 0 ? mathMin(number, 2 ** 53 - 1) : 0;
+  };
+  const flattenInto = (target, source, sourceLength, depth, mapper, thisArg) => {
+    for (let i = 0; i < sourceLength; i++) {
+      if (!(i in source)) {
+        continue;
+      }
+      let element = source[i];
+      if (mapper !== undefined) {
+        element = apply(mapper, thisArg, [element, i, source]);
+      }
+      if (depth > 0 && isArray(element)) {
+        flattenInto(target, element, toLength(element.length), depth - 1);
+      } else {
+        defineProperty(target, target.length, {
+          value: element,
+          writable: true,
+          enumerable: true,
+          configurable: true,
+        });
+      }
+    }
+  };
+  const flat = {
+    flat(depth) {
+      checkpoint();
+      const source = toObject(this);
+      let levels = depth === undefined ? 1 : mathTrunc(NumberCtor(depth));
+      if (!(levels > 0)) {
+        levels = 0;
+      }
+      const target = [];
+      flattenInto(target, source, toLength(source.length), levels);
+      return target;
+    },
+  }.flat;
+  const flatMap = {
+    flatMap(mapper, thisArg) {
+      checkpoint();
+      const source = toObject(this);
+      if (typeof mapper !== "function") {
+        throw new TypeErrorCtor("flatMap needs a function");
+      }
+      const target = [];
+      flattenInto(target, source, toLength(source.length), 1, mapper, thisArg);
+      return target;
+    },
+  }.flatMap;
+
+  const wrap = (target, key, capped) => {
+    const descriptor = getDescriptor(target, key);
+    if (!descriptor || typeof descriptor.value !== "function" || key === "constructor") {
+      return;
+    }
+    const original = descriptor.value;
+    let wrapped;
+    if (capped && key === "flat") {
+      wrapped = flat;
+    } else if (capped && key === "flatMap") {
+      wrapped = flatMap;
+    } else if (capped && key === "concat") {
+      wrapped = {
+        wrapped(...args) {
+          checkpoint();
+          checkLength(this, "the array");
+          for (let i = 0; i < args.length; i++) {
+            checkLength(args[i], "an argument");
+          }
+          return apply(original, this, args);
+        },
+      }.wrapped;
+    } else if (capped) {
+      wrapped = {
+        wrapped(...args) {
+          checkpoint();
+          checkLength(this, "the array");
+          return apply(original, this, args);
+        },
+      }.wrapped;
+    } else {
+      wrapped = {
+        wrapped(...args) {
+          checkpoint();
+          return apply(original, this, args);
+        },
+      }.wrapped;
+    }
+    defineProperty(wrapped, "name", { value: original.name });
+    defineProperty(wrapped, "length", { value: original.length });
+    defineProperty(target, key, {
+      value: wrapped,
+      writable: descriptor.writable,
+      enumerable: descriptor.enumerable,
+      configurable: descriptor.configurable,
+    });
+  };
+  const wrapAll = (target, capped) => {
+    const keys = ownKeys(target);
+    for (let i = 0; i < keys.length; i++) {
+      wrap(target, keys[i], capped);
+    }
+  };
+
+  wrapAll(Array.prototype, true);
+  wrapAll(Array, false);
+  wrapAll(String.prototype, false);
+  wrapAll(String, false);
+  wrapAll(getPrototypeOf(Uint8Array.prototype), false);
+  wrapAll(getPrototypeOf(Uint8Array), false);
+  wrapAll(RegExp.prototype, false);
+  wrapAll(BigInt.prototype, false);
+  wrapAll(BigInt, false);
+  wrapAll(Number.prototype, false);
+  wrapAll(JSON, false);
+  wrapAll(Object, false);
+  wrapAll(Reflect, false);
+  wrapAll(Map, false);
+  wrapAll(ArrayBuffer.prototype, false);
+})

@@ -1,0 +1,270 @@
+//! Condition-wait routes (§11.7): register a wait on a context (identical active ones
+//! deduplicate), list the caller's waits, show one, cancel one.
+//!
+//! A registration is stored first and then offered to the machine (sent now if its daemon is
+//! ready, else when it next comes up). A cancel marks the wait `cancelling` until the daemon
+//! confirms. The routes decide who may wait where; the dispatcher records what the daemon
+//! reports and starts continuations.
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use outpost_core::routing::CLOUD_ID;
+use outpost_core::server::Input;
+use outpost_core::session::WaitOrder;
+use outpost_core::wait::continuation_id;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
+
+use super::auth::{self, COMMAND, Caller, EXECUTE, READ};
+use super::error::{ApiError, ApiResult};
+use super::extract::{PathParam, QueryParams};
+use super::openapi::{Auth, api};
+use super::{App, Route, body, route};
+use crate::dispatch::{Refused, may_execute, wait_spec};
+use crate::secrets;
+use crate::store::WaitEntry;
+use crate::store::wait_states::{CANCELLING, CONT_NONE};
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        route(
+            api(
+                "POST",
+                "/v1/waits",
+                "Register a condition wait on a context",
+            )
+            .auth(Auth::Bearer(EXECUTE))
+            .request("WaitRequest")
+            .response(201, Some("Wait"))
+            .errors(&[
+                (400, "invalid_condition"),
+                (400, "interval_out_of_range"),
+                (400, "expires_in_the_past"),
+                (400, "cloud_cannot_wait"),
+                (400, "then_not_inline"),
+                (400, "invalid_manifest"),
+                (400, "queue_minutes_out_of_range"),
+                (404, "context_unknown"),
+                (409, "context_revoked"),
+                (403, "not_opted_in"),
+                (403, "operator_left"),
+                (503, "random_unavailable"),
+            ]),
+            post(register),
+        ),
+        route(
+            api("GET", "/v1/waits", "The caller's waits, newest first")
+                .auth(Auth::Bearer(READ))
+                .query(&["limit"])
+                .response(200, Some("Waits")),
+            get(list),
+        ),
+        route(
+            api("GET", "/v1/waits/{id}", "One wait")
+                .auth(Auth::Bearer(READ))
+                .response(200, Some("Wait"))
+                .errors(&[(404, "wait_unknown")]),
+            get(show),
+        ),
+        route(
+            api("POST", "/v1/waits/{id}/cancel", "Cancel a wait")
+                .auth(Auth::Bearer(EXECUTE))
+                .response(200, Some("Wait"))
+                .errors(&[(404, "wait_unknown")]),
+            post(cancel),
+        ),
+    ]
+}
+
+impl From<Refused> for ApiError {
+    fn from(r: Refused) -> Self {
+        ApiError::new(r.status, r.code, r.message)
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+async fn register(State(app): State<App>, req: Request) -> ApiResult {
+    let (parts, raw) = req.into_parts();
+    let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
+    let bytes = body::read_json(&parts.headers, raw).await?;
+    let body = crate::bodies::decode_wait_request(&bytes)?;
+    if body.then.as_ref().is_some_and(|t| t.wants_commands) {
+        caller.require(COMMAND)?;
+    }
+    if body.context == CLOUD_ID {
+        return Err(ApiError::new(
+            400,
+            "cloud_cannot_wait",
+            "a wait is checked by a machine's daemon; name a context, not cloud",
+        ));
+    }
+    let context = super::contexts::lookup(&app, &caller, &body.context)?;
+    may_execute(&context, &caller.user)?;
+    let now = now_ms();
+    if body.expires_at_ms.is_some_and(|at| at <= now) {
+        return Err(ApiError::new(
+            400,
+            "expires_in_the_past",
+            "expiresAtMs is not in the future",
+        ));
+    }
+    let then_json = match (&body.then, &body.then_body) {
+        (Some(then), Some(raw)) => {
+            let target = match then.context.as_deref() {
+                Some(given) => super::executions::resolve_context(&app, &caller, given)?,
+                None => context.id.clone(),
+            };
+            let mut value: Value = serde_json::from_slice(raw)
+                .map_err(|e| ApiError::new(400, "invalid_body", format!("then: {e}")))?;
+            value["context"] = json!(target);
+            Some(value.to_string())
+        }
+        _ => None,
+    };
+    let dedupe = json!([
+        context.id,
+        caller.user,
+        body.condition,
+        body.interval_ms,
+        body.expires_at_ms,
+        then_json
+    ]);
+    let new = WaitEntry {
+        id: secrets::new_id("wait_")?,
+        context_id: context.id.clone(),
+        context_name: context.name.clone(),
+        requester: caller.user.clone(),
+        source: body.condition,
+        interval_ms: body.interval_ms,
+        expires_at_ms: body.expires_at_ms,
+        reason: body.reason,
+        then_json,
+        dedupe_key: outpost_core::b64::encode(&Sha256::digest(dedupe.to_string().as_bytes())),
+        created_at_ms: now,
+        state: crate::store::wait_states::ACTIVE.into(),
+        continuation_state: CONT_NONE.into(),
+        ..WaitEntry::default()
+    };
+    let (wait, created) = app.shared.store.insert_wait(&new)?;
+    if !created {
+        let mut view = view(&wait);
+        view["deduplicated"] = json!(true);
+        return Ok(axum::Json(view).into_response());
+    }
+    // Offered now; a daemon that is not ready gets it when it next comes up.
+    let order = WaitOrder::Register(wait_spec(&wait, &context.operator));
+    send(&app, &wait.context_id, order).await;
+    let mut view = view(&wait);
+    view["deduplicated"] = json!(false);
+    Ok((StatusCode::CREATED, axum::Json(view)).into_response())
+}
+
+/// Hands a wait order to the dispatcher; a refusal (an unknown machine) only means the order
+/// waits for the machine's next connection.
+async fn send(app: &App, context_id: &str, order: WaitOrder) {
+    let input = Input::Wait {
+        context_id: context_id.to_owned(),
+        order,
+    };
+    if let Err(e) = app.call(input).await {
+        tracing::debug!(%context_id, code = %e.code, "a wait order was not sent now");
+    }
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    limit: Option<u32>,
+}
+
+async fn list(
+    State(app): State<App>,
+    QueryParams(query): QueryParams<ListQuery>,
+    req: Request,
+) -> ApiResult {
+    let caller = auth::bearer(&app, req.headers(), READ)?;
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::new(400, "invalid_query", "limit is 1 to 500"));
+    }
+    let waits = app.shared.store.waits_of(&caller.user, limit)?;
+    let waits: Vec<Value> = waits.iter().map(view).collect();
+    Ok(axum::Json(json!({ "waits": waits })).into_response())
+}
+
+/// The wait `id` if the caller registered it (or is an admin).
+fn visible(app: &App, caller: &Caller, id: &str) -> Result<WaitEntry, ApiError> {
+    app.shared
+        .store
+        .wait(id)?
+        .filter(|w| caller.is_admin() || w.requester == caller.user)
+        .ok_or_else(|| ApiError::new(404, "wait_unknown", format!("no wait {id:?} of yours")))
+}
+
+async fn show(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {
+    let caller = auth::bearer(&app, req.headers(), READ)?;
+    let wait = visible(&app, &caller, &id)?;
+    Ok(axum::Json(view(&wait)).into_response())
+}
+
+async fn cancel(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {
+    let caller = auth::bearer(&app, req.headers(), EXECUTE)?;
+    let wait = visible(&app, &caller, &id)?;
+    if wait.ended() {
+        return Ok(axum::Json(view(&wait)).into_response());
+    }
+    let wait = app.shared.store.ask_cancel(&id)?.unwrap_or(wait);
+    if wait.state == CANCELLING {
+        let order = WaitOrder::Cancel {
+            wait_id: wait.id.clone(),
+        };
+        send(&app, &wait.context_id, order).await;
+    }
+    // Read again: the daemon may have answered already.
+    let wait = app.shared.store.wait(&id)?.unwrap_or(wait);
+    Ok(axum::Json(view(&wait)).into_response())
+}
+
+fn parsed(text: Option<&str>) -> Value {
+    text.and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// A Wait.
+pub(crate) fn view(w: &WaitEntry) -> Value {
+    let has_then = w.then_json.is_some();
+    json!({
+        "waitId": w.id,
+        "context": w.context_name,
+        "contextId": w.context_id,
+        "requester": w.requester,
+        "state": w.state,
+        "reason": w.reason,
+        "intervalMs": w.interval_ms,
+        "expiresAtMs": w.expires_at_ms,
+        "createdAtMs": w.created_at_ms,
+        "checks": w.checks,
+        "consecutiveErrors": w.consecutive_errors,
+        "lastError": parsed(w.last_error.as_deref()),
+        "nextCheckAtMs": w.next_check_at_ms,
+        "resumeText": w.resume_text,
+        "payload": parsed(w.payload.as_deref()),
+        "evidence": parsed(w.evidence.as_deref()),
+        "failReason": w.fail_reason,
+        "endedAtMs": w.ended_at_ms,
+        "continuation": {
+            "id": has_then.then(|| continuation_id(&w.id)),
+            "state": w.continuation_state,
+            "executionId": w.continuation_execution_id,
+            "error": w.continuation_error,
+        },
+    })
+}
