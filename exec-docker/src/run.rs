@@ -28,6 +28,10 @@ const EXIT_KILLED: i64 = 137;
 
 /// How long the output stream may lag behind the container's exit.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+/// How many times a 137 exit asks the engine whether it was an OOM kill (see `oom_killed`).
+const OOM_FLAG_ASKS: u32 = 10;
+/// The pause between those asks: together at most about a second after such an exit.
+const OOM_FLAG_PAUSE: Duration = Duration::from_millis(100);
 
 /// The attach connection's output.
 pub(crate) type OutputStream =
@@ -76,11 +80,8 @@ impl Driver {
         if !drained {
             notes.push("output written after the container ended was not collected".to_owned());
         }
-        if ending == Ending::Exited && code == Some(EXIT_KILLED) && self.oom_killed().await {
-            notes.push(format!(
-                "the container was killed: it went over its memory limit of {} MiB",
-                self.memory_mb
-            ));
+        if ending == Ending::Exited && code == Some(EXIT_KILLED) {
+            notes.push(self.kill_note().await);
         }
         match crate::cleanup::remove(&self.docker, &self.id).await {
             Ok(()) => {
@@ -155,14 +156,50 @@ impl Driver {
         }
     }
 
+    /// What stderr says about a 137 exit this executor did not cause (it neither timed the
+    /// container out nor cancelled it). The container's first process ignores a SIGKILL sent
+    /// from inside its PID namespace, so such an exit is nearly always the kernel's OOM killer.
+    /// The engine's OOM flag confirms that; under cgroup v2 the engine can miss the OOM event
+    /// altogether, so without the flag the note names the memory limit as the likely cause and
+    /// says it was not confirmed.
+    async fn kill_note(&self) -> String {
+        if self.oom_killed().await {
+            format!(
+                "the container was killed: it went over its memory limit of {} MiB",
+                self.memory_mb
+            )
+        } else {
+            format!(
+                "the container was killed by SIGKILL (exit 137), most likely for going over its \
+                 memory limit of {} MiB; the engine did not confirm an OOM kill",
+                self.memory_mb
+            )
+        }
+    }
+
+    /// Whether the engine says the kernel's OOM killer ended the container. The engine learns
+    /// of an OOM kill from an event that can come after the exit it reports, so a 137 exit
+    /// without the flag is asked about again a few times before it counts as a plain kill.
     async fn oom_killed(&self) -> bool {
-        self.docker
-            .inspect_container(&self.id, None::<InspectContainerOptions>)
-            .await
-            .ok()
-            .and_then(|c| c.state)
-            .and_then(|s| s.oom_killed)
-            .unwrap_or(false)
+        for attempt in 0..OOM_FLAG_ASKS {
+            if attempt > 0 {
+                tokio::time::sleep(OOM_FLAG_PAUSE).await;
+            }
+            let flag = self
+                .docker
+                .inspect_container(&self.id, None::<InspectContainerOptions>)
+                .await
+                .ok()
+                .and_then(|c| c.state)
+                .and_then(|s| s.oom_killed);
+            match flag {
+                Some(true) => return true,
+                Some(false) => {}
+                // The engine could not say: asking again will not help.
+                None => return false,
+            }
+        }
+        false
     }
 }
 
