@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use outpost_core::sim::{SimConfig, SimReport, simulate};
+use outpost_core::sim::{SimConfig, SimReport, WaitCounts, simulate};
 
 struct Args {
     seeds: u64,
@@ -74,11 +74,13 @@ fn main() -> ExitCode {
     let end = args.start + args.seeds;
     let failure: Arc<Mutex<Option<(u64, String)>>> = Arc::new(Mutex::new(None));
     let totals = Arc::new(Mutex::new((0usize, 0usize, 0usize, 0usize, 0usize)));
+    let wait_totals = Arc::new(Mutex::new(WaitCounts::default()));
     let times: Arc<Mutex<Vec<(Duration, u64)>>> = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
     let workers: Vec<_> = (0..args.threads)
         .map(|_| {
             let (next, failure, totals) = (next.clone(), failure.clone(), totals.clone());
+            let wait_totals = wait_totals.clone();
             let times = times.clone();
             std::thread::spawn(move || {
                 loop {
@@ -102,6 +104,13 @@ fn main() -> ExitCode {
                         t.3 += report.restarts;
                         t.4 += report.records;
                     }
+                    if let Ok(mut w) = wait_totals.lock() {
+                        w.registered += report.waits.registered;
+                        w.checks += report.waits.checks;
+                        w.matched += report.waits.matched;
+                        w.failed += report.waits.failed;
+                        w.revoked += report.waits.revoked;
+                    }
                     if let Some(v) = report.violation
                         && let Ok(mut f) = failure.lock()
                     {
@@ -122,6 +131,11 @@ fn main() -> ExitCode {
         totals.lock().map(|t| *t).unwrap_or_default();
     println!("{executed} runs executed, {finished} executions finished, {faults} faults injected");
     println!("{restarts} restarts restored from their disks, {records} records written");
+    let waits = wait_totals.lock().map(|w| *w).unwrap_or_default();
+    println!(
+        "{} waits registered, {} checks, {} matched, {} failed or cancelled, {} ended by a revoke",
+        waits.registered, waits.checks, waits.matched, waits.failed, waits.revoked
+    );
     let mut times = times.lock().map(|t| t.clone()).unwrap_or_default();
     println!("{}", timing_line(&mut times, secs));
     let failure = failure.lock().ok().and_then(|f| f.clone());

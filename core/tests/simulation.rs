@@ -66,3 +66,36 @@ fn a_daemon_stopped_for_good_with_a_run_in_flight_does_not_spin() {
         report.elapsed
     );
 }
+
+/// Waits registered during the fault phase end exactly once (the checker's invariants), and
+/// across the seeds some are restored from a crashed daemon's disk while they are still open.
+#[test]
+fn waits_end_once_across_crashes_and_restarts() {
+    let (mut registered, mut matched, mut restored) = (0, 0, 0);
+    for seed in 0..40 {
+        let report = simulate(&SimConfig {
+            keep_transcript: true,
+            ..SimConfig::new(seed)
+        });
+        assert_eq!(report.violation, None, "seed {seed}");
+        let w = report.waits;
+        assert_eq!(
+            w.registered,
+            w.matched + w.failed + w.revoked,
+            "seed {seed}: every wait ended: {w:?}"
+        );
+        registered += w.registered;
+        matched += w.matched;
+        restored += report
+            .transcript
+            .iter()
+            .filter(|l| l.contains("restored with") && !l.ends_with(" 0 waits"))
+            .count();
+    }
+    assert!(registered >= 80, "{registered} waits");
+    assert!(
+        matched * 2 > registered,
+        "{matched} of {registered} matched"
+    );
+    assert!(restored >= 10, "{restored} restarts restored open waits");
+}

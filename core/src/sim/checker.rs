@@ -1,10 +1,14 @@
 //! The invariants the simulation checks after every step: exactly-once runs and results,
-//! slots, revokes, liveness, and that no role spins (asks to be woken at a time already
+//! slots, revokes, condition waits (`waits.rs`), liveness, and that no role spins (asks to be woken at a time already
 //! handled, or takes far more host steps than simulated time explains).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
+
+mod waits;
+
+pub use waits::WaitCounts;
 
 /// How long a connection must stay ready for a pending result to be surely delivered.
 pub(super) const SETTLE: Duration = Duration::from_secs(5);
@@ -66,6 +70,8 @@ pub(super) struct Checker {
     fed: BTreeMap<Role, Fed>,
     /// Host steps so far.
     steps: u64,
+    /// Condition waits, by id (see `waits.rs`).
+    waits: waits::WaitLedger,
 }
 
 impl Checker {

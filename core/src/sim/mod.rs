@@ -15,6 +15,7 @@ mod pair;
 mod workload;
 mod world;
 
+pub use checker::WaitCounts;
 pub use executor::FakeExecutor;
 pub use pair::{DRIVE_BOUND, Pair, PairConfig, PairError, Tamper, test_keys};
 pub use world::{SimConfig, SimReport, simulate};

@@ -12,11 +12,14 @@ use crate::server::{ServerRecord, ServerSnapshot};
 /// Records written before the journal is folded into a snapshot.
 const COMPACT_AFTER: usize = 48;
 
-/// A snapshot and the records written after it, as bytes.
+/// A snapshot and the records written after it, as bytes; on a daemon's disk also its wait
+/// rows, one per wait (a row replaces the wait's last one, as the store's `waits` table does).
 #[derive(Debug, Default)]
 pub(super) struct Disk {
     snapshot: Option<Vec<u8>>,
     journal: Vec<Vec<u8>>,
+    /// Wait rows by wait id, encoded.
+    pub waits: std::collections::BTreeMap<String, Vec<u8>>,
     /// Records written in all, for the report.
     pub written: usize,
 }

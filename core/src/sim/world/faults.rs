@@ -40,6 +40,9 @@ impl World {
                 for (at, _) in m.running.values_mut() {
                     *at += Duration::from_secs(secs);
                 }
+                for check in m.checks.values_mut() {
+                    check.at += Duration::from_secs(secs);
+                }
             }
             60..=69 => {
                 let secs = 5 + self.rng.below(85);
@@ -70,6 +73,7 @@ impl World {
                 self.checker.revoked(i, now);
                 self.revoked_machine = Some(i);
                 self.feed_server(server::Input::Revoke { context_id });
+                self.end_waits_of(i);
             }
             _ => {}
         }

@@ -87,8 +87,8 @@ impl World {
             match out {
                 daemon::Output::Wait { .. } => return any,
                 daemon::Output::Persist(record) => self.write_daemon_record(i, &record),
-                // The world registers no waits yet, so its daemons save none.
-                daemon::Output::SaveWait { .. } | daemon::Output::ForgetWait { .. } => {}
+                daemon::Output::SaveWait { row, written_ms } => self.save_wait(i, &row, written_ms),
+                daemon::Output::ForgetWait { wait_id } => self.forget_wait(i, &wait_id),
                 daemon::Output::Transmit(bytes) => {
                     if let Some(conn) = self.machines[i].conn {
                         self.send(conn, true, bytes);
@@ -146,9 +146,11 @@ impl World {
                 };
                 self.feed_daemon(i, input);
             }
+            daemon::Command::CheckWait { wait_id, check, .. } => {
+                self.start_check(i, wait_id, check)
+            }
+            daemon::Command::StopCheck { wait_id, check } => self.stop_check(i, &wait_id, check),
             daemon::Command::ApplyGrant { .. }
-            | daemon::Command::CheckWait { .. }
-            | daemon::Command::StopCheck { .. }
             | daemon::Command::PtyInput { .. }
             | daemon::Command::PtyResize { .. }
             | daemon::Command::PtyClose { .. }

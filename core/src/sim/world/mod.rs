@@ -13,10 +13,12 @@ mod pump;
 mod restart;
 #[cfg(test)]
 mod tests;
+mod waits;
 
 use disk::{Disk, PendingCrash};
+use waits::{HostWaits, RunningCheck};
 
-use super::checker::{Checker, Role};
+use super::checker::{Checker, Role, WaitCounts};
 use super::now_at;
 use super::pair::test_keys;
 use super::workload::Workload;
@@ -90,6 +92,8 @@ pub struct SimReport {
     pub restarts: usize,
     /// Records the roles handed their hosts.
     pub records: usize,
+    /// Condition waits registered, checked and ended.
+    pub waits: WaitCounts,
 }
 
 /// Runs one seeded simulation.
@@ -111,6 +115,8 @@ struct Machine {
     daemon: Option<Daemon>,
     /// Runs on the fake executor: finish time and whether it was cancelled.
     running: BTreeMap<String, (Duration, bool)>,
+    /// Checks on the fake condition engine, by wait.
+    checks: BTreeMap<String, RunningCheck>,
     conn: Option<ConnId>,
     down_until: Option<Duration>,
     suspended_until: Option<Duration>,
@@ -148,6 +154,8 @@ struct World {
     net_seq: u64,
     cloud: BTreeMap<String, Duration>,
     workload: Workload,
+    /// The server's table of condition waits, and those still to be registered.
+    waits: HostWaits,
     next_fault: Duration,
     faults: usize,
     checker: Checker,
@@ -185,6 +193,7 @@ impl World {
                 daemon: Some(Daemon::new(daemon_config.clone(), test_keys(), now)),
                 config: daemon_config,
                 running: BTreeMap::new(),
+                checks: BTreeMap::new(),
                 conn: None,
                 down_until: None,
                 suspended_until: None,
@@ -204,6 +213,7 @@ impl World {
                 },
             );
         }
+        let waits = HostWaits::draw(config.machines, config.fault_phase, &mut rng);
         let first_fault = Duration::from_millis(2000 + rng.below(5000));
         Self {
             config: config.clone(),
@@ -223,6 +233,7 @@ impl World {
             net_seq: 0,
             cloud: BTreeMap::new(),
             workload,
+            waits,
             next_fault: first_fault,
             faults: 0,
             checker,
@@ -257,7 +268,8 @@ impl World {
             }
             let done = self.elapsed >= self.config.fault_phase
                 && self.workload.pending.is_empty()
-                && self.server.executions_in_flight() == 0;
+                && self.server.executions_in_flight() == 0
+                && self.waits_done();
             if done || self.elapsed >= end {
                 break;
             }
@@ -284,6 +296,7 @@ impl World {
             return;
         }
         self.checker.final_check(&self.workload.submitted);
+        self.checker.final_check_waits();
     }
 
     fn report(&self) -> SimReport {
@@ -301,6 +314,7 @@ impl World {
             restarts: self.restarts,
             records: self.server_disk.written
                 + self.machines.iter().map(|m| m.disk.written).sum::<usize>(),
+            waits: self.checker.wait_counts(),
         }
     }
 
@@ -349,6 +363,12 @@ impl World {
             for (at, _) in m.running.values() {
                 consider(*at);
             }
+            for check in m.checks.values() {
+                consider(check.at);
+            }
+        }
+        if let Some(at) = self.waits.next_due() {
+            consider(at);
         }
         if let Some((at, _)) = self.net.keys().next() {
             consider(*at);
@@ -383,6 +403,7 @@ impl World {
                 self.feed_server(server::Input::Execute(Box::new(request)));
             }
         }
+        self.fire_due_waits();
         if self.in_fault_phase() && self.next_fault <= now {
             self.inject_fault();
             self.next_fault = now + Duration::from_millis(2000 + self.rng.below(18_000));
@@ -414,6 +435,7 @@ impl World {
         self.feed_server(server::Input::Timeout);
         for i in 0..self.machines.len() {
             self.finish_due_runs(i);
+            self.finish_due_checks(i);
             if self.machines[i].suspended_until.is_none() {
                 self.feed_daemon(i, daemon::Input::Timeout);
             }

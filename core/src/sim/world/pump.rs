@@ -114,10 +114,9 @@ impl World {
                     "the session of {context_id} refused an input: {error}"
                 ));
             }
+            server::Event::Session { context_id, event } => self.on_wait_event(&context_id, &event),
             // Runs end for the checker when their execution's end is written.
-            server::Event::Session { .. }
-            | server::Event::TerminalOutput { .. }
-            | server::Event::TerminalExit { .. } => {}
+            server::Event::TerminalOutput { .. } | server::Event::TerminalExit { .. } => {}
         }
     }
 

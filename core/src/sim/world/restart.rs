@@ -189,7 +189,9 @@ impl World {
         }
         let m = &mut self.machines[i];
         m.running.clear();
+        m.checks.clear();
         m.conn = None;
+        self.checker.checks_died(i);
         m.down_until = Some(now + Duration::from_millis(500 + self.rng.below(30_000)));
     }
 
@@ -206,13 +208,19 @@ impl World {
                     .fail(format!("machine {i} disk does not read: {e}"));
             }
         };
+        let Some(rows) = self.wait_rows(i) else {
+            return;
+        };
         let m = &mut self.machines[i];
-        m.daemon = Some(Daemon::restore(m.config.clone(), test_keys(), &state, now));
+        let mut daemon = Daemon::restore(m.config.clone(), test_keys(), &state, now);
+        daemon.restore_waits(rows);
+        m.daemon = Some(daemon);
         // A new process: nothing it was told before counts.
         self.checker.fed(Role::Daemon(i), false, self.elapsed);
         self.restarts += 1;
+        let waits = self.machines[i].disk.waits.len();
         self.note(format!(
-            "machine {i} restored with {} started, {} results in its outbox",
+            "machine {i} restored with {} started, {} results in its outbox, {waits} waits",
             state.started.len(),
             state.outbox.len()
         ));
