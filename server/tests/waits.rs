@@ -658,3 +658,52 @@ fn a_requester_who_lost_access_gets_no_continuation() {
     assert!(driver.executed.is_empty());
     server.stop();
 }
+
+#[test]
+fn revoking_a_context_ends_its_open_waits_and_refuses_new_ones() {
+    let (server, machine, admin) = setup("wait-revoke", 46);
+    let mut driver = Driver::new(&server, machine);
+    driver.until(&server, "the machine to come up", |_| {
+        call(
+            &server,
+            &admin,
+            "GET",
+            "/v1/execution-contexts/box",
+            &Value::Null,
+        )
+        .json()["online"]
+            == true
+    });
+    let body = json!({"context": "box", "condition": "async () => false", "intervalMs": 1000,
+                      "then": {"capability": inline("echo never\n")}});
+    let registered = register(&server, &admin, &body);
+    assert_eq!(registered.status, 201);
+    let id = registered.json()["waitId"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    driver.until(&server, "a check", |_| {
+        show(&server, &admin, &id)["checks"].as_u64() >= Some(1)
+    });
+    let revoked = call(
+        &server,
+        &admin,
+        "POST",
+        "/v1/execution-contexts/box/revoke",
+        &Value::Null,
+    );
+    assert_eq!(revoked.status, 200, "{}", revoked.json());
+    let ended = show(&server, &admin, &id);
+    assert_eq!(ended["state"], "failed", "{ended}");
+    assert_eq!(ended["failReason"], "context_revoked");
+    assert!(ended["endedAtMs"].as_u64().is_some(), "{ended}");
+    assert_eq!(ended["nextCheckAtMs"], Value::Null);
+    assert_eq!(ended["continuation"]["state"], "none");
+    let again = register(&server, &admin, &body);
+    assert_eq!(
+        (again.status, again.code().as_str()),
+        (409, "context_revoked")
+    );
+    assert!(driver.executed.is_empty());
+    server.stop();
+}

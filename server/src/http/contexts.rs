@@ -223,6 +223,14 @@ async fn revoke(State(app): State<App>, PathParam(given): PathParam, req: Reques
             context_id: entry.id.clone(),
         })
         .await?;
+        // Its daemon stops for good: nothing will check or report its waits any more.
+        let ended = app
+            .shared
+            .store
+            .end_waits_of_revoked(&entry.id, super::waits::now_ms())?;
+        if ended > 0 {
+            tracing::info!(context = %entry.id, ended, "the revoked context's waits ended");
+        }
         app.shared.store.audit(
             wall_now().0,
             "context_revoked",

@@ -359,7 +359,7 @@ fn wait_schema() -> Value {
             "reason": s, "intervalMs": i, "expiresAtMs": i, "createdAtMs": i, "checks": i,
             "consecutiveErrors": i, "lastError": last_error, "nextCheckAtMs": i,
             "resumeText": s, "payload": {}, "evidence": {},
-            "failReason": {"enum": ["check_errors", "expired", "cancelled"]}, "endedAtMs": i,
+            "failReason": {"enum": ["check_errors", "expired", "cancelled", "context_revoked"]}, "endedAtMs": i,
             "deduplicated": {"type": "boolean"}, "continuation": continuation,
         }),
     )

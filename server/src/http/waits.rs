@@ -85,7 +85,8 @@ impl From<Refused> for ApiError {
     }
 }
 
-fn now_ms() -> u64 {
+/// Wall-clock milliseconds: the unit of every `…AtMs` in a wait's view.
+pub(super) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -21,6 +21,9 @@ pub(crate) const MATCHED: &str = "matched";
 /// A wait that ended without a match (`fail_reason` says why).
 pub(crate) const FAILED: &str = "failed";
 
+/// The `fail_reason` of a wait whose context was revoked before it ended.
+pub(crate) const REVOKED: &str = "context_revoked";
+
 /// No continuation was asked for.
 pub(crate) const CONT_NONE: &str = "none";
 /// Matched, the continuation not yet submitted.
@@ -229,6 +232,23 @@ impl Store {
             .doing("reading waits")?;
         let rows = stmt.query_map([arg], wait_row).doing("reading waits")?;
         rows.collect::<Result<_, _>>().doing("reading waits")
+    }
+
+    /// Ends every wait of a revoked context that has not ended: `failed` with `fail_reason`
+    /// `context_revoked` at `at_ms`, never continued (its daemon stops for good and will report
+    /// nothing more). Returns how many it ended.
+    pub(crate) fn end_waits_of_revoked(
+        &self,
+        context_id: &str,
+        at_ms: u64,
+    ) -> Result<usize, StoreError> {
+        exec(
+            &self.lock(),
+            "UPDATE waits SET state = 'failed', fail_reason = ?1, next_check_at_ms = NULL,
+             ended_at_ms = ?2 WHERE context_id = ?3 AND state IN ('active', 'cancelling')",
+            params![REVOKED, ms(at_ms), context_id],
+        )
+        .doing("ending the waits of a revoked context")
     }
 
     /// Marks an active wait `cancelling`; returns the row as it is after (an ended or

@@ -115,15 +115,16 @@ impl World {
             };
             let id = wait.spec.wait_id.clone();
             let i = wait.machine;
+            if self.revoked_machine == Some(i) {
+                // The server refuses a wait on a revoked context (`context_revoked`).
+                self.note(format!("wait {id} refused: machine {i} is revoked"));
+                continue;
+            }
             self.checker
                 .wait_registered(&id, i, wait.spec.expires_at_ms);
             self.note(format!("wait {id} registered on machine {i}"));
             self.waits.table.insert(id.clone(), wait);
-            if self.revoked_machine == Some(i) {
-                self.end_by_host(&id);
-            } else {
-                self.order_wait(&id, false);
-            }
+            self.order_wait(&id, false);
         }
         let cancels: Vec<String> = self
             .waits
@@ -219,7 +220,8 @@ impl World {
         self.feed_server(server::Input::Wait { context_id, order });
     }
 
-    /// The host's own ending of a wait whose machine was revoked.
+    /// The host's own ending of a wait whose machine was revoked (as the server's revoke
+    /// ends them: `context_revoked`).
     fn end_by_host(&mut self, wait_id: &str) {
         if let Some(w) = self.waits.table.get_mut(wait_id)
             && !w.ended
