@@ -58,6 +58,20 @@ write("manifest_parse", manifests)
 records = [line.encode() for line in (ROOT.parent / "docs" / "RECORDS.md").read_text().splitlines()
            if line.startswith('{"v":')]
 write("record_decode", records)
+spec = {"waitId": "wait_1", "requester": "ada", "source": "async () => false", "intervalMs": 1000}
+rows = [
+    {"spec": spec, "checks": 0, "consecutiveErrors": 0, "nextCheckMs": 1767225601000},
+    {"spec": dict(spec, expiresAtMs=1767225700000, operator=True), "checks": 3, "consecutiveErrors": 1,
+     "lastError": {"code": "check_threw", "message": "no", "atMs": 1767225602000},
+     "nextCheckMs": 1767225603000, "stopping": "cancelled"},
+    {"spec": spec, "checks": 4, "consecutiveErrors": 0,
+     "ending": {"outcome": "matched", "resumeText": "up", "payload": "{}", "evidence": "[]",
+                "continuationId": "wait_1.then", "matchedAtMs": 1767225604000}},
+    {"spec": spec, "checks": 5, "consecutiveErrors": 5,
+     "ending": {"outcome": "failed", "reason": "check_errors", "atMs": 1767225605000}},
+]
+write("wait_row_decode", [json.dumps({"v": 1, "type": "wait.row", "writtenMs": 1767225600000, "body": r},
+                                     separators=(",", ":")).encode() for r in rows])
 
 # The request bodies of PROTOCOL §11, as its examples spell them, and near misses.
 run_sh = "ZWNobyBoaQo"
@@ -90,4 +104,11 @@ write("body_registration", [json.dumps(b).encode() for b in [
      "daemonVersion": "0.1.0"},
     {"name": "b", "publicKey": key},
     {"name": "build-box", "publicKey": "A" * 43, "maxConcurrent": 9},
+]])
+write("body_wait", [json.dumps(b).encode() for b in [
+    {"context": "build-box", "condition": "async ({ ctx }) => false"},
+    {"context": "build-box", "condition": "async () => ({ resumeText: 'up' })", "intervalMs": 1000,
+     "expiresAtMs": 1767225720000, "reason": "deploy", "then": {"capability": inline}},
+    {"context": "build-box", "condition": " ", "intervalMs": 999},
+    {"context": "", "condition": "async () => false", "then": {"capability": {"kind": "digest", "sha256": "00" * 32, "size": 1}}},
 ]])

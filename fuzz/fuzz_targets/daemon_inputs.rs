@@ -1,9 +1,11 @@
 //! Arbitrary input sequences to the daemon: raw bytes, validly signed frames with arbitrary
-//! fields (terminal input included, base64url or not), time jumps, disconnects, finishes. Nothing may panic; the daemon never executes a
-//! run that a verified `run.commit` did not start, never holds more slots than it has, and
-//! stops for good after `revoked`.
+//! fields (terminal input and `wait.*` included), time jumps, disconnects, finishes and check
+//! outcomes. Nothing may panic; the daemon never executes a run that a verified `run.commit`
+//! did not start, never holds more slots than it has, never runs two checks of one wait at
+//! once, and stops for good after `revoked`.
 #![no_main]
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
@@ -12,27 +14,66 @@ use outpost_core::daemon::{Command, Daemon, DaemonConfig, Input, Output};
 use outpost_core::keyset::test_root;
 use outpost_core::sign::FrameSigner;
 use outpost_core::sim::{now_at, test_keys};
+use outpost_core::wait::CheckOutcome;
 use outpost_core::wire::{
-    CapabilitySource, CommandsGrant, Egress, Environment, Grant, GrantLimits, RunResult,
-    RunStatus, ServerFrame, Timing,
+    CapabilitySource, CommandsGrant, Egress, Environment, Grant, GrantLimits, RunResult, RunStatus,
+    ServerFrame, Timing,
 };
 
 #[derive(Arbitrary, Debug)]
 enum Step {
     Raw(Vec<u8>),
-    Welcome { version: u8, slots: u8, heartbeat: u8 },
-    Request { run: u8, wasm: bool, timeout_ms: u32 },
-    Commit { run: u8 },
-    Cancel { run: u8 },
-    Ack { run: u8 },
+    Welcome {
+        version: u8,
+        slots: u8,
+        heartbeat: u8,
+    },
+    Request {
+        run: u8,
+        wasm: bool,
+        timeout_ms: u32,
+    },
+    Commit {
+        run: u8,
+    },
+    Cancel {
+        run: u8,
+    },
+    Ack {
+        run: u8,
+    },
     Revoked,
-    PtyInput { data: String },
+    PtyInput {
+        data: String,
+    },
     SkipSeq,
-    Finish { run: u8, exit: i8 },
-    Advance { millis: u32 },
+    Finish {
+        run: u8,
+        exit: i8,
+    },
+    Advance {
+        millis: u32,
+    },
     Connect,
-    Disconnect { code: Option<u16> },
+    Disconnect {
+        code: Option<u16>,
+    },
     Drain,
+    WaitRegister {
+        wait: u8,
+        interval_s: u8,
+        operator: bool,
+    },
+    WaitCancel {
+        wait: u8,
+    },
+    WaitAck {
+        wait: u8,
+    },
+    WaitChecked {
+        wait: u8,
+        matched: bool,
+    },
 }
 
 fn grant(slots: u8) -> Grant {
@@ -58,11 +99,16 @@ fuzz_target!(|steps: Vec<Step>| {
     let mut signer = FrameSigner::new("sess_fuzz");
     let mut committed: Vec<String> = Vec::new();
     let mut stopped_forever = false;
+    let mut checks: BTreeMap<String, u64> = BTreeMap::new();
     for step in steps.into_iter().take(200) {
         let sign = |f: ServerFrame, s: &mut FrameSigner| s.sign(&f, &key).unwrap_or_default();
         let input = match step {
             Step::Raw(bytes) => Input::Frame(bytes),
-            Step::Welcome { version, slots, heartbeat } => Input::Frame(sign(
+            Step::Welcome {
+                version,
+                slots,
+                heartbeat,
+            } => Input::Frame(sign(
                 ServerFrame::Welcome {
                     context_id: "ec".into(),
                     protocol: u32::from(version % 3),
@@ -72,16 +118,25 @@ fuzz_target!(|steps: Vec<Step>| {
                 },
                 &mut signer,
             )),
-            Step::Request { run, wasm, timeout_ms } => Input::Frame(sign(
+            Step::Request {
+                run,
+                wasm,
+                timeout_ms,
+            } => Input::Frame(sign(
                 ServerFrame::RunRequest {
                     run_id: format!("r{}", run % 8),
-                    environment: if wasm { Environment::Wasm } else { Environment::Shell },
+                    environment: if wasm {
+                        Environment::Wasm
+                    } else {
+                        Environment::Shell
+                    },
                     capability: CapabilitySource::Inline {
                         manifest: String::new(),
                         files: Vec::new(),
                     },
                     timeout_ms: u64::from(timeout_ms),
                     shared_run: false,
+                    requester: "ada".into(),
                 },
                 &mut signer,
             )),
@@ -91,16 +146,27 @@ fuzz_target!(|steps: Vec<Step>| {
                 Input::Frame(sign(ServerFrame::RunCommit { run_id }, &mut signer))
             }
             Step::Cancel { run } => Input::Frame(sign(
-                ServerFrame::RunCancel { run_id: format!("r{}", run % 8), reason: "x".into() },
+                ServerFrame::RunCancel {
+                    run_id: format!("r{}", run % 8),
+                    reason: "x".into(),
+                },
                 &mut signer,
             )),
             Step::Ack { run } => Input::Frame(sign(
-                ServerFrame::RunAck { run_id: format!("r{}", run % 8) },
+                ServerFrame::RunAck {
+                    run_id: format!("r{}", run % 8),
+                },
                 &mut signer,
             )),
-            Step::Revoked => Input::Frame(sign(ServerFrame::Revoked { reason: "x".into() }, &mut signer)),
+            Step::Revoked => Input::Frame(sign(
+                ServerFrame::Revoked { reason: "x".into() },
+                &mut signer,
+            )),
             Step::PtyInput { data } => Input::Frame(sign(
-                ServerFrame::PtyInput { pty_id: "t".into(), data },
+                ServerFrame::PtyInput {
+                    pty_id: "t".into(),
+                    data,
+                },
                 &mut signer,
             )),
             Step::SkipSeq => {
@@ -126,10 +192,59 @@ fuzz_target!(|steps: Vec<Step>| {
             }
             Step::Connect => {
                 signer = FrameSigner::new("sess_fuzz");
-                Input::Connected { session_id: "sess_fuzz".into() }
+                Input::Connected {
+                    session_id: "sess_fuzz".into(),
+                }
             }
             Step::Disconnect { code } => Input::Disconnected { code },
             Step::Drain => Input::Drain,
+            Step::WaitRegister {
+                wait,
+                interval_s,
+                operator,
+            } => Input::Frame(sign(
+                ServerFrame::WaitRegister {
+                    wait_id: format!("w{}", wait % 4),
+                    requester: "ada".into(),
+                    source: "async () => false".into(),
+                    interval_ms: u64::from(interval_s) * 1000,
+                    expires_at_ms: None,
+                    operator,
+                },
+                &mut signer,
+            )),
+            Step::WaitCancel { wait } => Input::Frame(sign(
+                ServerFrame::WaitCancel {
+                    wait_id: format!("w{}", wait % 4),
+                },
+                &mut signer,
+            )),
+            Step::WaitAck { wait } => Input::Frame(sign(
+                ServerFrame::WaitAck {
+                    wait_id: format!("w{}", wait % 4),
+                },
+                &mut signer,
+            )),
+            Step::WaitChecked { wait, matched } => {
+                let wait_id = format!("w{}", wait % 4);
+                let Some(check) = checks.remove(&wait_id) else {
+                    continue;
+                };
+                let outcome = if matched {
+                    CheckOutcome::Matched {
+                        resume_text: "up".into(),
+                        payload: None,
+                        evidence: "[]".into(),
+                    }
+                } else {
+                    CheckOutcome::NotYet
+                };
+                Input::WaitChecked {
+                    wait_id,
+                    check,
+                    outcome,
+                }
+            }
         };
         if d.handle_input(now_at(elapsed), input).is_err() {
             return;
@@ -139,9 +254,19 @@ fuzz_target!(|steps: Vec<Step>| {
                 Output::Wait { .. } => break,
                 Output::Command(Command::Execute(e)) => {
                     assert!(!stopped_forever, "executed after stopping for good");
-                    assert!(committed.contains(&e.run_id), "executed {} without a commit", e.run_id);
+                    assert!(
+                        committed.contains(&e.run_id),
+                        "executed {} without a commit",
+                        e.run_id
+                    );
                 }
                 Output::Command(Command::Stop { forever }) => stopped_forever |= forever,
+                Output::Command(Command::CheckWait { wait_id, check, .. }) => {
+                    assert!(
+                        checks.insert(wait_id.clone(), check).is_none(),
+                        "two checks of {wait_id} at once"
+                    );
+                }
                 _ => {}
             }
         }

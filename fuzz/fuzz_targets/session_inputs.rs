@@ -21,19 +21,53 @@ use outpost_core::wire::{
 #[derive(Arbitrary, Debug)]
 enum Step {
     Raw(Vec<u8>),
-    GoodConnect { conn: u8 },
-    BadConnect { conn: u8, ticket: String },
-    Hello { conn: u8, slots: u8, held: Vec<u8>, pending: Vec<u8> },
-    Accept { conn: u8, run: u8 },
-    Reject { conn: u8, run: u8, busy: bool },
-    Result { conn: u8, run: u8, daemon_ms: u32 },
-    Status { conn: u8, draining: bool },
-    Submit { run: u8 },
-    Cancel { run: u8 },
-    Grant { slots: u8 },
+    GoodConnect {
+        conn: u8,
+    },
+    BadConnect {
+        conn: u8,
+        ticket: String,
+    },
+    Hello {
+        conn: u8,
+        slots: u8,
+        held: Vec<u8>,
+        pending: Vec<u8>,
+    },
+    Accept {
+        conn: u8,
+        run: u8,
+    },
+    Reject {
+        conn: u8,
+        run: u8,
+        busy: bool,
+    },
+    Result {
+        conn: u8,
+        run: u8,
+        daemon_ms: u32,
+    },
+    Status {
+        conn: u8,
+        draining: bool,
+    },
+    Submit {
+        run: u8,
+    },
+    Cancel {
+        run: u8,
+    },
+    Grant {
+        slots: u8,
+    },
     Revoke,
-    Disconnect { conn: u8 },
-    Advance { millis: u32 },
+    Disconnect {
+        conn: u8,
+    },
+    Advance {
+        millis: u32,
+    },
 }
 
 fn grant(slots: u8) -> Grant {
@@ -58,6 +92,7 @@ fn spec(run: u8) -> RunSpec {
         },
         timeout_ms: 1000,
         shared_run: false,
+        requester: "ada".into(),
     }
 }
 
@@ -94,43 +129,67 @@ fuzz_target!(|steps: Vec<Step>| {
                 conn: u64::from(conn % 4),
                 ticket,
             },
-            Step::Hello { conn, slots, held, pending } => frame(conn, DaemonFrame::Hello {
-                protocol: 1,
-                features: Vec::new(),
-                max_concurrent: u32::from(slots),
-                held_runs: held.iter().map(|r| format!("r{}", r % 16)).collect(),
-                pending_results: pending.iter().map(|r| format!("r{}", r % 16)).collect(),
-                environments: vec![Environment::Shell],
-            }),
-            Step::Accept { conn, run } => frame(conn, DaemonFrame::RunAccept {
-                run_id: format!("r{}", run % 16),
-            }),
-            Step::Reject { conn, run, busy } => frame(conn, DaemonFrame::RunReject {
-                run_id: format!("r{}", run % 16),
-                code: if busy { "busy".into() } else { "other".into() },
-                message: String::new(),
-            }),
-            Step::Result { conn, run, daemon_ms } => frame(conn, DaemonFrame::RunResult {
-                run_id: format!("r{}", run % 16),
-                result: RunResult {
-                    status: RunStatus::Exited,
-                    exit_code: Some(0),
-                    signal: None,
-                    stdout: String::new(),
-                    stderr: String::new(),
-                    truncated: false,
-                    timing: Timing {
-                        daemon_ms: u64::from(daemon_ms),
-                        ..Timing::default()
-                    },
-                    error: None,
+            Step::Hello {
+                conn,
+                slots,
+                held,
+                pending,
+            } => frame(
+                conn,
+                DaemonFrame::Hello {
+                    protocol: 1,
+                    features: Vec::new(),
+                    max_concurrent: u32::from(slots),
+                    held_runs: held.iter().map(|r| format!("r{}", r % 16)).collect(),
+                    pending_results: pending.iter().map(|r| format!("r{}", r % 16)).collect(),
+                    environments: vec![Environment::Shell],
                 },
-            }),
-            Step::Status { conn, draining } => frame(conn, DaemonFrame::Status {
-                slots_used: 0,
-                slots_total: 2,
-                draining,
-            }),
+            ),
+            Step::Accept { conn, run } => frame(
+                conn,
+                DaemonFrame::RunAccept {
+                    run_id: format!("r{}", run % 16),
+                },
+            ),
+            Step::Reject { conn, run, busy } => frame(
+                conn,
+                DaemonFrame::RunReject {
+                    run_id: format!("r{}", run % 16),
+                    code: if busy { "busy".into() } else { "other".into() },
+                    message: String::new(),
+                },
+            ),
+            Step::Result {
+                conn,
+                run,
+                daemon_ms,
+            } => frame(
+                conn,
+                DaemonFrame::RunResult {
+                    run_id: format!("r{}", run % 16),
+                    result: RunResult {
+                        status: RunStatus::Exited,
+                        exit_code: Some(0),
+                        signal: None,
+                        stdout: String::new(),
+                        stderr: String::new(),
+                        truncated: false,
+                        timing: Timing {
+                            daemon_ms: u64::from(daemon_ms),
+                            ..Timing::default()
+                        },
+                        error: None,
+                    },
+                },
+            ),
+            Step::Status { conn, draining } => frame(
+                conn,
+                DaemonFrame::Status {
+                    slots_used: 0,
+                    slots_total: 2,
+                    draining,
+                },
+            ),
             Step::Submit { run } => {
                 let spec = spec(run % 16);
                 if !submitted.insert(spec.run_id.clone()) {
@@ -155,7 +214,8 @@ fuzz_target!(|steps: Vec<Step>| {
                 Input::Timeout
             }
         };
-        s.handle_input(now_at(elapsed), input).expect("the harness never misuses the API");
+        s.handle_input(now_at(elapsed), input)
+            .expect("the harness never misuses the API");
         loop {
             match s.poll_output() {
                 Output::Wait { .. } => break,
