@@ -1,7 +1,9 @@
 //! The daemon's durable records in one SQLite file (`daemon.db` in its home; WAL,
 //! `synchronous=FULL`): the journal of [`DaemonRecord`]s the core hands out, a snapshot
 //! the journal is folded into when the store is opened (docs/RECORDS.md), and one row per
-//! condition wait ([`WaitRow`], replaced on every save of the core's wait schedule).
+//! condition wait ([`WaitRow`], replaced on every save of the core's wait schedule), with the
+//! wait's recent events (`ctx.read('events')`, at most [`WAIT_EVENTS_KEPT`] a wait, committed
+//! with the rows and deleted with them).
 //!
 //! [`DaemonStore::append`] returns only once the record is committed, so a host that calls it
 //! before carrying out the next output keeps RECORDS.md §1's rule across kill -9. This module
@@ -67,7 +69,11 @@ impl DaemonStore {
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), bytes BLOB NOT NULL);
              CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY AUTOINCREMENT, bytes BLOB NOT NULL);
-             CREATE TABLE IF NOT EXISTS waits (wait_id TEXT PRIMARY KEY, bytes BLOB NOT NULL);",
+             CREATE TABLE IF NOT EXISTS waits (wait_id TEXT PRIMARY KEY, bytes BLOB NOT NULL);
+             CREATE TABLE IF NOT EXISTS wait_events (seq INTEGER PRIMARY KEY, wait_id TEXT NOT NULL,
+                 at_ms INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);
+             CREATE INDEX IF NOT EXISTS wait_events_by_wait ON wait_events (wait_id, seq);
+             DELETE FROM wait_events WHERE wait_id NOT IN (SELECT wait_id FROM waits);",
         )
         .map_err(&sql)?;
         let mut store = Self {
@@ -176,16 +182,68 @@ impl DaemonStore {
             let mut forget = tx
                 .prepare_cached("DELETE FROM waits WHERE wait_id = ?1")
                 .map_err(&sql)?;
+            let mut forget_events = tx
+                .prepare_cached("DELETE FROM wait_events WHERE wait_id = ?1")
+                .map_err(&sql)?;
+            let mut event = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO wait_events (seq, wait_id, at_ms, kind, detail)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(&sql)?;
+            let mut trim = tx
+                .prepare_cached(
+                    "DELETE FROM wait_events WHERE wait_id = ?1 AND seq NOT IN
+                     (SELECT seq FROM wait_events WHERE wait_id = ?1 ORDER BY seq DESC LIMIT ?2)",
+                )
+                .map_err(&sql)?;
             for write in writes {
                 match write {
                     WaitWrite::Save { row, written_ms } => save
                         .execute(params![row.spec.wait_id, row.encode(*written_ms)])
                         .map_err(&sql)?,
-                    WaitWrite::Forget(wait_id) => forget.execute(params![wait_id]).map_err(&sql)?,
+                    WaitWrite::Forget(wait_id) => {
+                        forget_events.execute(params![wait_id]).map_err(&sql)?;
+                        forget.execute(params![wait_id]).map_err(&sql)?
+                    }
+                    WaitWrite::Event(e) => {
+                        event
+                            .execute(params![
+                                sql_int(e.seq),
+                                e.wait_id,
+                                sql_int(e.at_ms),
+                                e.kind,
+                                e.detail
+                            ])
+                            .map_err(&sql)?;
+                        trim.execute(params![e.wait_id, WAIT_EVENTS_KEPT as i64])
+                            .map_err(&sql)?
+                    }
                 };
             }
         }
         tx.commit().map_err(&sql)
+    }
+
+    /// Every wait's stored events, oldest first: what the daemon's `read('events')` starts
+    /// from after a restart.
+    pub fn wait_events(&self) -> Result<Vec<WaitEventRow>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT seq, wait_id, at_ms, kind, detail FROM wait_events ORDER BY seq")
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(WaitEventRow {
+                    seq: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+                    wait_id: r.get(1)?,
+                    at_ms: u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                    kind: r.get(3)?,
+                    detail: r.get(4)?,
+                })
+            })
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
     /// Every wait row held, each with the time it was written, in id order: what
@@ -230,6 +288,31 @@ pub enum WaitWrite<'a> {
         /// When, wall-clock milliseconds (restore rebases the next check from it).
         written_ms: u64,
     },
-    /// The wait's row goes: the server has its ending (`Output::Forget`).
+    /// The wait's row goes, with its events: the server has its ending (`Output::Forget`).
     Forget(&'a str),
+    /// One event of a wait's history; the wait keeps its last [`WAIT_EVENTS_KEPT`].
+    Event(&'a WaitEventRow),
+}
+
+/// Events kept per wait, in the store and for `read('events')`.
+pub const WAIT_EVENTS_KEPT: usize = 100;
+
+/// One stored event of a wait's history (`ctx.read('events')`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitEventRow {
+    /// Its number, increasing across the daemon's life (restarts included).
+    pub seq: u64,
+    /// The wait.
+    pub wait_id: String,
+    /// When, wall-clock milliseconds.
+    pub at_ms: u64,
+    /// `check_started`, `check_ended`, …
+    pub kind: String,
+    /// Its details, JSON text.
+    pub detail: String,
+}
+
+/// A count or a time as SQLite's integer (saturating: no stored value reaches 2^63).
+fn sql_int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }

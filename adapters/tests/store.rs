@@ -319,4 +319,62 @@ mod waits {
         assert!(err.to_string().contains("wait w9"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    #[test]
+    fn a_waits_events_survive_reopening_keep_the_last_hundred_and_go_with_its_row() {
+        use outpost_adapters::store::{WAIT_EVENTS_KEPT, WaitEventRow};
+        let dir = std::env::temp_dir().join(format!("outpost-wait-events-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("daemon.db");
+        let _ = std::fs::remove_file(&path);
+        let (mut store, _) = DaemonStore::open(&path).unwrap();
+        let mut s = Schedule::new(ScheduleConfig::default(), now(0));
+        drive(&mut s, &mut store, 0, Input::Register(spec("kept")));
+        drive(&mut s, &mut store, 0, Input::Register(spec("gone")));
+        let event = |seq: u64, wait_id: &str| WaitEventRow {
+            seq,
+            wait_id: wait_id.into(),
+            at_ms: WALL0 * 1000 + seq,
+            kind: "check_ended".into(),
+            detail: format!(r#"{{"check":{seq}}}"#),
+        };
+        let events: Vec<WaitEventRow> = (1..=150)
+            .map(|n| event(n, if n % 2 == 0 { "kept" } else { "gone" }))
+            .collect();
+        let writes: Vec<WaitWrite<'_>> = events.iter().map(WaitWrite::Event).collect();
+        store.write_waits(&writes).unwrap();
+        // Only a wait with a row keeps events across a reopen; 150 events hold 75 each.
+        let orphan = event(151, "never-registered");
+        store.write_waits(&[WaitWrite::Event(&orphan)]).unwrap();
+        drop(store);
+        let (mut store, _) = DaemonStore::open(&path).unwrap();
+        let read = store.wait_events().unwrap();
+        assert_eq!(read.len(), 150, "the orphan went, the rest stayed");
+        assert_eq!(read[1], event(2, "kept"));
+        assert!(read.windows(2).all(|w| w[0].seq < w[1].seq), "oldest first");
+        // Past the limit, the oldest of that wait go.
+        let more: Vec<WaitEventRow> = (200..260).map(|n| event(n, "kept")).collect();
+        let writes: Vec<WaitWrite<'_>> = more.iter().map(WaitWrite::Event).collect();
+        store.write_waits(&writes).unwrap();
+        let kept: Vec<u64> = store
+            .wait_events()
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.wait_id == "kept")
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(kept.len(), WAIT_EVENTS_KEPT);
+        assert_eq!(
+            kept.first(),
+            Some(&72),
+            "the newest hundred: 72..150 even, then 200..259"
+        );
+        assert_eq!(kept.last(), Some(&259));
+        // Forgetting a wait deletes its events with its row, in the same transaction.
+        store.write_waits(&[WaitWrite::Forget("gone")]).unwrap();
+        let left = store.wait_events().unwrap();
+        assert!(left.iter().all(|e| e.wait_id == "kept"));
+        assert_eq!(left.len(), WAIT_EVENTS_KEPT);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

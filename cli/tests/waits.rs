@@ -114,11 +114,15 @@ fn check_threads(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
-const HEALTH_CONDITION: &str = "async ({ ctx }) => {
+/// The health condition that also counts the checks its wait's history (`read('events')`)
+/// holds as ended: the history is kept with the wait, so it survives the daemon's kill -9.
+const COUNTING_CONDITION: &str = "async ({ ctx }) => {
+    const { value: events } = await ctx.read('events');
+    const ended = events.filter((e) => e.kind === 'check_ended').length;
     let r;
     try { r = await ctx.fetch('http://127.0.0.1:PORT/health'); } catch (e) { return false; }
     if (r.status !== 200) return false;
-    return { resumeText: 'health-check answers 200', payload: JSON.parse(r.body) };
+    return { resumeText: 'health-check answers 200', payload: { ...JSON.parse(r.body), ended } };
 }";
 
 #[test]
@@ -136,7 +140,7 @@ fn a_wait_survives_kill_9_between_checks_matches_once_and_its_follow_up_runs_onc
         &server,
         json!({
             "context": "box",
-            "condition": HEALTH_CONDITION.replace("PORT", &port.to_string()),
+            "condition": COUNTING_CONDITION.replace("PORT", &port.to_string()),
             "intervalMs": 1000,
             "reason": "run the report once the service is up",
             "then": {"capability": shell_capability("follow-up", &script)},
@@ -162,7 +166,14 @@ fn a_wait_survives_kill_9_between_checks_matches_once_and_its_follow_up_runs_onc
     let daemon = Daemon::start(&home, "box", None, "tokio");
     let matched = wait_until(&server, &id, "the match", |w| w["state"] == "matched");
     assert_eq!(matched["resumeText"], "health-check answers 200");
-    assert_eq!(matched["payload"], json!({"status": "ok"}));
+    assert_eq!(matched["payload"]["status"], "ok");
+    // The checks before the kill ended in its history, committed with the wait's rows.
+    let ended = matched["payload"]["ended"].as_u64().unwrap_or(0);
+    assert!(
+        ended >= 2,
+        "the history kept across kill -9: {}",
+        matched["payload"]
+    );
     assert!(
         matched["evidence"].to_string().contains("/health"),
         "{}",

@@ -30,6 +30,7 @@ use outpost_exec_shell::{CommandRequest, HostCommands, JobStatus};
 use serde_json::{Value, json};
 
 use super::policy::PolicySource;
+use crate::store::WaitEventRow;
 
 #[cfg(test)]
 mod tests;
@@ -37,8 +38,8 @@ mod tests;
 /// Ended runs a condition can still read (the most recent ones).
 const ENDED_RUNS_KEPT: usize = 200;
 
-/// Events kept per wait for `read('events')`.
-const EVENTS_KEPT: usize = 100;
+/// Events kept per wait for `read('events')` (as many as the store keeps).
+const EVENTS_KEPT: usize = crate::store::WAIT_EVENTS_KEPT;
 
 /// The most bytes of a file `read('files', {read: true})` returns.
 pub const FILE_READ_LIMIT: usize = 64 * 1024;
@@ -71,7 +72,7 @@ struct RunSeen {
 struct WaitEvent {
     seq: u64,
     at_ms: u64,
-    kind: &'static str,
+    kind: String,
     detail: Value,
 }
 
@@ -82,10 +83,13 @@ struct SeenInner {
     grant: Option<Grant>,
     events: BTreeMap<String, VecDeque<WaitEvent>>,
     next_seq: u64,
+    /// Events not yet in the store: the driver commits them with its next wait rows.
+    unsaved: Vec<WaitEventRow>,
 }
 
 /// The machine's observations the driver keeps for conditions: runs (with their requester and
-/// lifecycle), the grant in force, each wait's events since this daemon started.
+/// lifecycle) since this daemon started, the grant in force, each wait's recent events (kept
+/// in the store too, so they survive a restart).
 #[derive(Default)]
 pub(crate) struct Seen {
     inner: Mutex<SeenInner>,
@@ -148,11 +152,19 @@ impl Seen {
         let mut s = self.lock();
         s.next_seq += 1;
         let seq = s.next_seq;
+        let at_ms = now_ms();
+        s.unsaved.push(WaitEventRow {
+            seq,
+            wait_id: wait_id.to_owned(),
+            at_ms,
+            kind: kind.to_owned(),
+            detail: detail.to_string(),
+        });
         let events = s.events.entry(wait_id.to_owned()).or_default();
         events.push_back(WaitEvent {
             seq,
-            at_ms: now_ms(),
-            kind,
+            at_ms,
+            kind: kind.to_owned(),
             detail,
         });
         while events.len() > EVENTS_KEPT {
@@ -160,9 +172,35 @@ impl Seen {
         }
     }
 
+    /// The events recorded since the last call, for the store.
+    pub(crate) fn take_unsaved(&self) -> Vec<WaitEventRow> {
+        std::mem::take(&mut self.lock().unsaved)
+    }
+
+    /// The events a restarted daemon's store held, oldest first; numbering goes on after them.
+    pub(crate) fn restore_events(&self, rows: Vec<WaitEventRow>) {
+        let mut s = self.lock();
+        for row in rows {
+            s.next_seq = s.next_seq.max(row.seq);
+            let detail = serde_json::from_str(&row.detail).unwrap_or(Value::Null);
+            let events = s.events.entry(row.wait_id).or_default();
+            events.push_back(WaitEvent {
+                seq: row.seq,
+                at_ms: row.at_ms,
+                kind: row.kind,
+                detail,
+            });
+            while events.len() > EVENTS_KEPT {
+                events.pop_front();
+            }
+        }
+    }
+
     /// The wait ended and the server has it: its history goes.
     pub(crate) fn forget_wait(&self, wait_id: &str) {
-        self.lock().events.remove(wait_id);
+        let mut s = self.lock();
+        s.events.remove(wait_id);
+        s.unsaved.retain(|e| e.wait_id != wait_id);
     }
 
     fn grant(&self) -> Option<Grant> {

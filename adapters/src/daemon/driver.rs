@@ -254,9 +254,12 @@ pub(super) fn run(
         home.folders.local_policy_file(),
         options.local.clone(),
     ));
+    // A wait's history survives the restart with it.
+    let seen = Arc::new(Seen::default());
+    seen.restore_events(store.wait_events()?);
     let checks = Checks::new(
         CtxShared {
-            seen: Arc::new(Seen::default()),
+            seen,
             policy: policy.clone(),
             denylist: denylist.clone(),
             commands: commands.clone(),
@@ -516,18 +519,17 @@ impl Driver {
         }
         // Every record polled is committed before anything polled with it is carried out.
         self.store.append(&polled.records)?;
-        let writes: Vec<WaitWrite<'_>> = polled
-            .waits
-            .iter()
-            .filter_map(|o| match o {
-                Output::SaveWait { row, written_ms } => Some(WaitWrite::Save {
-                    row,
-                    written_ms: *written_ms,
-                }),
-                Output::ForgetWait { wait_id } => Some(WaitWrite::Forget(wait_id)),
-                _ => None,
-            })
-            .collect();
+        let events = self.checks.seen().take_unsaved();
+        let mut writes: Vec<WaitWrite<'_>> = events.iter().map(WaitWrite::Event).collect();
+        writes.extend(polled.waits.iter().filter_map(|o| match o {
+            Output::SaveWait { row, written_ms } => Some(WaitWrite::Save {
+                row,
+                written_ms: *written_ms,
+            }),
+            Output::ForgetWait { wait_id } => Some(WaitWrite::Forget(wait_id)),
+            _ => None,
+        }));
+        // The events of this batch's checks are committed with its rows.
         self.store.write_waits(&writes)?;
         for output in &polled.waits {
             if let Output::ForgetWait { wait_id } = output {

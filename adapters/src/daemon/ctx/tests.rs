@@ -379,3 +379,56 @@ fn runs_show_only_the_requester_s_and_services_their_state() {
         .value;
     assert_eq!(services[0]["state"], "failed");
 }
+
+#[test]
+fn a_restarted_daemon_s_events_read_as_before_and_numbering_goes_on() {
+    let before = shared("events-a", grant(Egress::None, vec![], false), &[], false);
+    before
+        .seen
+        .wait_event("wait_t", "check_started", serde_json::json!({"check": 1}));
+    before.seen.wait_event(
+        "wait_t",
+        "check_ended",
+        serde_json::json!({"check": 1, "outcome": "not_yet"}),
+    );
+    before.seen.wait_event(
+        "wait_other",
+        "check_started",
+        serde_json::json!({"check": 1}),
+    );
+    let stored = before.seen.take_unsaved();
+    assert_eq!(stored.len(), 3, "every event is handed to the store once");
+    assert!(before.seen.take_unsaved().is_empty());
+    // A new process: what its store held is its history.
+    let after = shared("events-b", grant(Egress::None, vec![], false), &[], false);
+    after.seen.restore_events(stored);
+    after
+        .seen
+        .wait_event("wait_t", "check_started", serde_json::json!({"check": 2}));
+    let events = ctx(&after, false)
+        .read(
+            ReadRequest::Events {
+                since: None,
+                limit: 100,
+            },
+            &Cancel::new(),
+        )
+        .unwrap()
+        .value;
+    let seqs: Vec<u64> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        [1, 2, 4],
+        "only this wait's, numbered on from the store's"
+    );
+    assert_eq!(events[1]["detail"]["outcome"], "not_yet");
+    assert_eq!(events[2]["kind"], "check_started");
+    // A forgotten wait's unsaved events never reach the store.
+    after.seen.forget_wait("wait_t");
+    assert!(after.seen.take_unsaved().is_empty());
+}
