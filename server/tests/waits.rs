@@ -234,6 +234,37 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// Pumps until `box` is online.
+    fn until_online(&mut self, server: &TestServer, admin: &str) {
+        self.until(server, "the machine to come up", |_| {
+            call(
+                server,
+                admin,
+                "GET",
+                "/v1/execution-contexts/box",
+                &Value::Null,
+            )
+            .json()["online"]
+                == true
+        });
+    }
+
+    /// Registers `body` as `admin` and pumps until the wait was checked once; its id.
+    fn checked_once(&mut self, server: &TestServer, admin: &str, body: &Value) -> String {
+        let registered = register(server, admin, body);
+        assert_eq!(registered.status, 201);
+        let id = registered.json()["waitId"]
+            .as_str()
+            .expect("an id")
+            .to_owned();
+        self.until(server, "a check", |_| {
+            show(server, admin, &id)["checks"].as_u64() >= Some(1)
+        });
+        id
+    }
+}
+
 /// A server with `box` registered by the join's token (operated by `admin`).
 fn setup(name: &str, seed: u8) -> (TestServer, Machine, String) {
     let dir = common::temp_dir(name);
@@ -508,29 +539,11 @@ fn a_match_is_recorded_once_starts_one_continuation_and_a_finished_wait_register
 fn a_cancelled_wait_ends_cancelled_and_starts_nothing() {
     let (server, machine, admin) = setup("wait-cancel", 44);
     let mut driver = Driver::new(&server, machine);
-    driver.until(&server, "the machine to come up", |_| {
-        call(
-            &server,
-            &admin,
-            "GET",
-            "/v1/execution-contexts/box",
-            &Value::Null,
-        )
-        .json()["online"]
-            == true
-    });
+    driver.until_online(&server, &admin);
     let body = json!({"context": "box", "condition": "async () => false", "intervalMs": 1000,
                       "expiresAtMs": now_ms() + 3_600_000,
                       "then": {"capability": inline("echo no\n")}});
-    let registered = register(&server, &admin, &body);
-    assert_eq!(registered.status, 201);
-    let id = registered.json()["waitId"]
-        .as_str()
-        .expect("an id")
-        .to_owned();
-    driver.until(&server, "a check", |_| {
-        show(&server, &admin, &id)["checks"].as_u64() >= Some(1)
-    });
+    let id = driver.checked_once(&server, &admin, &body);
     let cancel = call(
         &server,
         &admin,
@@ -663,28 +676,10 @@ fn a_requester_who_lost_access_gets_no_continuation() {
 fn revoking_a_context_ends_its_open_waits_and_refuses_new_ones() {
     let (server, machine, admin) = setup("wait-revoke", 46);
     let mut driver = Driver::new(&server, machine);
-    driver.until(&server, "the machine to come up", |_| {
-        call(
-            &server,
-            &admin,
-            "GET",
-            "/v1/execution-contexts/box",
-            &Value::Null,
-        )
-        .json()["online"]
-            == true
-    });
+    driver.until_online(&server, &admin);
     let body = json!({"context": "box", "condition": "async () => false", "intervalMs": 1000,
                       "then": {"capability": inline("echo never\n")}});
-    let registered = register(&server, &admin, &body);
-    assert_eq!(registered.status, 201);
-    let id = registered.json()["waitId"]
-        .as_str()
-        .expect("an id")
-        .to_owned();
-    driver.until(&server, "a check", |_| {
-        show(&server, &admin, &id)["checks"].as_u64() >= Some(1)
-    });
+    let id = driver.checked_once(&server, &admin, &body);
     let revoked = call(
         &server,
         &admin,
