@@ -702,3 +702,102 @@ fn revoking_a_context_ends_its_open_waits_and_refuses_new_ones() {
     assert!(driver.executed.is_empty());
     server.stop();
 }
+
+/// A crash between recording a match and submitting its follow-up leaves the continuation
+/// `pending`: the next start submits it once; one between submitting and settling leaves it
+/// `pending` with its execution already there: the next start settles it without submitting
+/// again.
+#[test]
+fn a_pending_continuation_is_submitted_once_after_a_restart() {
+    let (server, machine, admin) = setup("wait-pending", 47);
+    let mut driver = Driver::new(&server, machine);
+    driver.until_online(&server, &admin);
+    let body = json!({"context": "box", "condition": "async () => false", "intervalMs": 60000,
+                      "then": {"capability": inline("echo resumed\n")}});
+    let id = driver.checked_once(&server, &admin, &body);
+    drop(driver);
+    let state = server.state.clone();
+    server.stop();
+    // What a crash right after the match's transaction leaves: a matched wait, its
+    // continuation pending, no execution yet.
+    let db = rusqlite::Connection::open(state.join("outpost.db")).expect("the database");
+    let columns = "context_id, context_name, requester, source, interval_ms, expires_at_ms, \
+                   reason, then_json, created_at_ms, checks, consecutive_errors";
+    db.execute(
+        &format!(
+            "INSERT INTO waits (id, dedupe_key, state, resume_text, payload, evidence, \
+             ended_at_ms, continuation_state, {columns}) \
+             SELECT 'wait_crashed', dedupe_key || '.crashed', 'matched', 'it is up', \
+             '{{\"n\":1}}', '[]', created_at_ms, 'pending', {columns} FROM waits WHERE id = ?1"
+        ),
+        [&id],
+    )
+    .expect("the crafted row");
+    drop(db);
+
+    let server = TestServer::start(&state);
+    let exec_id = "ex_wait_crashed.then";
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    let started = loop {
+        let w = show(&server, &admin, "wait_crashed");
+        if w["continuation"]["state"] != "pending" {
+            break w;
+        }
+        assert!(StdInstant::now() < deadline, "never submitted: {w}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(started["continuation"]["state"], "started", "{started}");
+    assert_eq!(started["continuation"]["executionId"], exec_id);
+    let execution = call(
+        &server,
+        &admin,
+        "GET",
+        &format!("/v1/executions/{exec_id}"),
+        &Value::Null,
+    );
+    assert_eq!(execution.status, 200, "{}", execution.json());
+    let state = server.state.clone();
+    server.stop();
+
+    // A crash after the submission, before it was settled: pending again, execution there.
+    let db = rusqlite::Connection::open(state.join("outpost.db")).expect("the database");
+    db.execute(
+        "UPDATE waits SET continuation_state = 'pending', continuation_execution_id = NULL \
+         WHERE id = 'wait_crashed'",
+        [],
+    )
+    .expect("back to pending");
+    // A mark on the execution's row: a second submission would write the row anew.
+    db.execute(
+        "UPDATE executions SET finished_at = 42 WHERE id = ?1",
+        [exec_id],
+    )
+    .expect("the mark");
+    drop(db);
+    let server = TestServer::start(&state);
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    let settled = loop {
+        let w = show(&server, &admin, "wait_crashed");
+        if w["continuation"]["state"] != "pending" {
+            break w;
+        }
+        assert!(StdInstant::now() < deadline, "never settled: {w}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(settled["continuation"]["state"], "started");
+    assert_eq!(settled["continuation"]["executionId"], exec_id);
+    let again = call(
+        &server,
+        &admin,
+        "GET",
+        &format!("/v1/executions/{exec_id}"),
+        &Value::Null,
+    );
+    assert_eq!(again.json()["createdAt"], execution.json()["createdAt"]);
+    assert_eq!(
+        again.json()["finishedAt"],
+        42,
+        "the execution's row is the one from before the restart, not a new submission"
+    );
+    server.stop();
+}
