@@ -40,6 +40,20 @@ fn register(server: &TestServer, token: &str, body: &Value) -> Answer {
     call(server, token, "POST", "/v1/waits", body)
 }
 
+/// The id of a wait whose registration answered 201.
+fn created(registered: &Answer) -> String {
+    assert_eq!(
+        registered.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&registered.body)
+    );
+    registered.json()["waitId"]
+        .as_str()
+        .expect("an id")
+        .to_owned()
+}
+
 fn show(server: &TestServer, token: &str, id: &str) -> Value {
     let answer = call(
         server,
@@ -252,12 +266,7 @@ impl Driver {
 
     /// Registers `body` as `admin` and pumps until the wait was checked once; its id.
     fn checked_once(&mut self, server: &TestServer, admin: &str, body: &Value) -> String {
-        let registered = register(server, admin, body);
-        assert_eq!(registered.status, 201);
-        let id = registered.json()["waitId"]
-            .as_str()
-            .expect("an id")
-            .to_owned();
+        let id = created(&register(server, admin, body));
         self.until(server, "a check", |_| {
             show(server, admin, &id)["checks"].as_u64() >= Some(1)
         });
@@ -445,17 +454,7 @@ fn a_match_is_recorded_once_starts_one_continuation_and_a_finished_wait_register
     let body = json!({"context": "box", "condition": "async () => ({resumeText: 'go'})",
                       "intervalMs": 1000, "then": then});
     // Registered while the machine is offline: it gets the wait when it comes up.
-    let registered = register(&server, &admin, &body);
-    assert_eq!(
-        registered.status,
-        201,
-        "{}",
-        String::from_utf8_lossy(&registered.body)
-    );
-    let id = registered.json()["waitId"]
-        .as_str()
-        .expect("an id")
-        .to_owned();
+    let id = created(&register(&server, &admin, &body));
     let mut driver = Driver::new(&server, machine);
     // It is checked (not matching yet) and its progress shows.
     driver.until(&server, "a check to show", |_| {
@@ -635,17 +634,7 @@ fn a_requester_who_lost_access_gets_no_continuation() {
         "{}",
         String::from_utf8_lossy(&opt_in.body)
     );
-    let registered = register(&server, &bo, &body);
-    assert_eq!(
-        registered.status,
-        201,
-        "{}",
-        String::from_utf8_lossy(&registered.body)
-    );
-    let id = registered.json()["waitId"]
-        .as_str()
-        .expect("an id")
-        .to_owned();
+    let id = created(&register(&server, &bo, &body));
     let mut driver = Driver::new(&server, machine);
     driver.until(&server, "a check", |_| {
         show(&server, &bo, &id)["checks"].as_u64() >= Some(1)
@@ -703,6 +692,19 @@ fn revoking_a_context_ends_its_open_waits_and_refuses_new_ones() {
     server.stop();
 }
 
+/// The wait once its continuation left `pending` (the restarted server resumes it as it starts).
+fn unpended(server: &TestServer, admin: &str, id: &str) -> Value {
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    loop {
+        let w = show(server, admin, id);
+        if w["continuation"]["state"] != "pending" {
+            return w;
+        }
+        assert!(StdInstant::now() < deadline, "still pending: {w}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A crash between recording a match and submitting its follow-up leaves the continuation
 /// `pending`: the next start submits it once; one between submitting and settling leaves it
 /// `pending` with its execution already there: the next start settles it without submitting
@@ -737,15 +739,7 @@ fn a_pending_continuation_is_submitted_once_after_a_restart() {
 
     let server = TestServer::start(&state);
     let exec_id = "ex_wait_crashed.then";
-    let deadline = StdInstant::now() + Duration::from_secs(30);
-    let started = loop {
-        let w = show(&server, &admin, "wait_crashed");
-        if w["continuation"]["state"] != "pending" {
-            break w;
-        }
-        assert!(StdInstant::now() < deadline, "never submitted: {w}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let started = unpended(&server, &admin, "wait_crashed");
     assert_eq!(started["continuation"]["state"], "started", "{started}");
     assert_eq!(started["continuation"]["executionId"], exec_id);
     let execution = call(
@@ -775,15 +769,7 @@ fn a_pending_continuation_is_submitted_once_after_a_restart() {
     .expect("the mark");
     drop(db);
     let server = TestServer::start(&state);
-    let deadline = StdInstant::now() + Duration::from_secs(30);
-    let settled = loop {
-        let w = show(&server, &admin, "wait_crashed");
-        if w["continuation"]["state"] != "pending" {
-            break w;
-        }
-        assert!(StdInstant::now() < deadline, "never settled: {w}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let settled = unpended(&server, &admin, "wait_crashed");
     assert_eq!(settled["continuation"]["state"], "started");
     assert_eq!(settled["continuation"]["executionId"], exec_id);
     let again = call(
