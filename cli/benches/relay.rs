@@ -31,23 +31,20 @@
 //! Run with `cargo bench -p outpost --bench relay` (about three minutes).
 #![allow(missing_docs)]
 
+mod common;
+
 use std::io::Read as _;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use common::{Daemon, temp_dir};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use outpost_adapters::daemon::{
-    DaemonError, DaemonExit, DaemonOptions, HostKind, OwnedHost, ServerChoice, StopSignal,
-    run_daemon,
-};
+use outpost_adapters::daemon::HostKind;
 use outpost_core::executor::Registry;
-use outpost_core::grant::LocalPolicy;
 use outpost_core::join::Join;
 use outpost_exec_pty::PtyExecutor;
-use outpost_host::{HOME_VAR, OwnerFolders};
 use outpost_server::{BlockingServer, ServeConfig};
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 use serde_json::{Value, json};
@@ -87,64 +84,7 @@ fn say(line: String) {
     SUMMARY.lock().unwrap().push(line);
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("outpost-bench-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 // ---- the system: a server and a daemon with the pty executor
-
-struct Daemon {
-    stop: StopSignal,
-    thread: Option<JoinHandle<Result<DaemonExit, DaemonError>>>,
-    _host: OwnedHost,
-}
-
-impl Daemon {
-    fn start(home: PathBuf, name: &str, join: &Join) -> Daemon {
-        std::fs::create_dir_all(&home).unwrap();
-        let folders =
-            OwnerFolders::from_vars(|n| (n == HOME_VAR).then(|| home.clone().into_os_string()))
-                .unwrap();
-        let options = DaemonOptions {
-            server: ServerChoice::Join(join.clone()),
-            name: name.into(),
-            folders,
-            max_concurrent: 4,
-            ca_file: None,
-            local: LocalPolicy::default(),
-            features: Vec::new(),
-            seed: 1,
-            passphrase: None,
-            launcher: outpost_adapters::daemon::Launcher::Terminal,
-        };
-        let mut registry = Registry::new();
-        registry.register(Box::new(PtyExecutor::default()));
-        let host = OwnedHost::new(HostKind::Tokio).unwrap();
-        let stop = StopSignal::new();
-        let (h, s) = (host.host.clone(), stop.clone());
-        let thread = Some(std::thread::spawn(move || {
-            run_daemon(options, registry, h, s)
-        }));
-        Daemon {
-            stop,
-            thread,
-            _host: host,
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop.raise();
-        self.stop.raise();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 struct World {
     daemon: Option<Daemon>,
@@ -186,7 +126,17 @@ impl World {
                 .new_agent(),
             dir,
         };
-        world.daemon = Some(Daemon::start(world.dir.join("home"), "box", &join));
+        let mut registry = Registry::new();
+        registry.register(Box::new(PtyExecutor::default()));
+        let home = world.dir.join("home");
+        world.daemon = Some(Daemon::start(
+            HostKind::Tokio,
+            home,
+            "box",
+            &join,
+            4,
+            registry,
+        ));
         world.online("box");
         world
     }

@@ -20,30 +20,34 @@
 //! Run with `cargo bench -p outpost --bench system`.
 #![allow(missing_docs)]
 
+mod common;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
+use common::{Daemon, temp_dir};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use outpost_adapters::daemon::{
-    DaemonError, DaemonExit, DaemonOptions, HostKind, OwnedHost, ServerChoice, StopSignal,
-    run_daemon,
-};
+use outpost_adapters::daemon::{HostKind, OwnedHost};
 use outpost_adapters::runtime::{Link, LinkEvent};
 use outpost_adapters::tls::Trust;
 use outpost_core::executor::Registry;
-use outpost_core::grant::LocalPolicy;
 use outpost_core::join::Join;
 use outpost_core::wire::Environment;
 use outpost_exec_wasm::{WasmConfig, WasmExecutor};
-use outpost_host::{HOME_VAR, OwnerFolders};
 use outpost_server::{BlockingServer, ServeConfig};
 use serde_json::{Value, json};
 
 const HELLO: &str = include_str!("hello.wat");
+
+/// The executors the daemons of this bench have: wasm only.
+fn wasm_registry() -> Registry {
+    let mut registry = Registry::new();
+    registry.register(Box::new(WasmExecutor::new(WasmConfig::default())));
+    registry
+}
 
 fn capability() -> Value {
     use base64::Engine as _;
@@ -52,63 +56,6 @@ fn capability() -> Value {
         "manifest": "name: hello\nenvironment: wasm\nlifecycle: oneshot\nentry: module.wat\n",
         "files": [{"path": "module.wat", "contentB64": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(HELLO)}],
     })
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("outpost-bench-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-struct Daemon {
-    stop: StopSignal,
-    thread: Option<JoinHandle<Result<DaemonExit, DaemonError>>>,
-    _host: OwnedHost,
-}
-
-impl Daemon {
-    fn start(kind: HostKind, home: PathBuf, name: &str, join: &Join, slots: u32) -> Daemon {
-        std::fs::create_dir_all(&home).unwrap();
-        let folders =
-            OwnerFolders::from_vars(|n| (n == HOME_VAR).then(|| home.clone().into_os_string()))
-                .unwrap();
-        let options = DaemonOptions {
-            server: ServerChoice::Join(join.clone()),
-            name: name.into(),
-            folders,
-            max_concurrent: slots,
-            ca_file: None,
-            local: LocalPolicy::default(),
-            features: Vec::new(),
-            seed: 1,
-            passphrase: None,
-            launcher: outpost_adapters::daemon::Launcher::Terminal,
-        };
-        let mut registry = Registry::new();
-        registry.register(Box::new(WasmExecutor::new(WasmConfig::default())));
-        let host = OwnedHost::new(kind).unwrap();
-        let stop = StopSignal::new();
-        let (h, s) = (host.host.clone(), stop.clone());
-        let thread = Some(std::thread::spawn(move || {
-            run_daemon(options, registry, h, s)
-        }));
-        Daemon {
-            stop,
-            thread,
-            _host: host,
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop.raise();
-        self.stop.raise();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 struct World {
@@ -278,7 +225,14 @@ fn round_trip(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&commits);
     for kind in [HostKind::Tokio, HostKind::Smol, HostKind::Blocking] {
         let world = World::new(&format!("rt-{}", kind.as_str()));
-        let _daemon = Daemon::start(kind, world.dir.join("home"), "box", &world.join, 2);
+        let _daemon = Daemon::start(
+            kind,
+            world.dir.join("home"),
+            "box",
+            &world.join,
+            2,
+            wasm_registry(),
+        );
         world.online("box");
         let body =
             json!({"capability": capability(), "context": "box", "wait": true, "waitSecs": 60});
@@ -308,6 +262,7 @@ fn throughput(c: &mut Criterion) {
                 &format!("box{i}"),
                 &world.join,
                 8,
+                wasm_registry(),
             )
         })
         .collect();

@@ -27,6 +27,8 @@
 //! default). Run with `cargo bench -p outpost --bench waits`.
 #![allow(missing_docs)]
 
+mod common;
+
 use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -125,9 +127,7 @@ struct Bench {
 
 impl Bench {
     fn new() -> Bench {
-        let dir = std::env::temp_dir().join(format!("outpost-bench-waits-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::temp_dir("waits");
         let server = BlockingServer::start(
             ServeConfig {
                 listen: "127.0.0.1:0".parse().unwrap(),
