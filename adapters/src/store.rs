@@ -1,17 +1,19 @@
-//! The daemon's durable records in one SQLite file (`daemon.db` in its home; WAL,
-//! `synchronous=FULL`): the journal of [`DaemonRecord`]s the core hands out, a snapshot
+//! The daemon's durable records in one SQLite file (`daemon.db` in its home; WAL):
+//! the journal of [`DaemonRecord`]s the core hands out, a snapshot
 //! the journal is folded into when the store is opened (docs/RECORDS.md), and one row per
 //! condition wait ([`WaitRow`], replaced on every save of the core's wait schedule), with the
 //! wait's recent events (`ctx.read('events')`, at most [`WAIT_EVENTS_KEPT`] a wait, committed
 //! with the rows and deleted with them).
 //!
-//! [`DaemonStore::append`] returns only once the record is committed, so a host that calls it
-//! before carrying out the next output keeps RECORDS.md §1's rule across kill -9. This module
+//! [`DaemonStore::append`] returns only once the records are committed as durably as the
+//! core asks ([`DaemonRecord::durability`]: `synchronous=FULL` for a result or a grant,
+//! `NORMAL` — written to the operating system, not flushed — for the others), so a host that
+//! calls it before carrying out the next output keeps RECORDS.md §1's rule across kill -9. This module
 //! owns the file's tables; it never interprets a record beyond the core's own fold.
 
 use std::path::{Path, PathBuf};
 
-use outpost_core::daemon::{DaemonRecord, DaemonSnapshot};
+use outpost_core::daemon::{DaemonRecord, DaemonSnapshot, Durability};
 use outpost_core::wait::WaitRow;
 use rusqlite::{Connection, params};
 
@@ -53,6 +55,8 @@ impl StoreError {
 pub struct DaemonStore {
     conn: Connection,
     path: PathBuf,
+    /// What the connection's `synchronous` setting gives a commit now.
+    durability: Durability,
 }
 
 impl DaemonStore {
@@ -79,6 +83,7 @@ impl DaemonStore {
         let mut store = Self {
             conn,
             path: path.to_path_buf(),
+            durability: Durability::Disk,
         };
         let snapshot = store.load()?;
         store.compact(&snapshot)?;
@@ -147,12 +152,30 @@ impl DaemonStore {
         done.map_err(|e| self.sql(e))
     }
 
-    /// Writes `records` (those of one wake of the driver) durably, in one transaction, in
-    /// order.
-    pub fn append(&mut self, records: &[DaemonRecord]) -> Result<(), StoreError> {
-        if records.is_empty() {
-            return Ok(());
+    /// Sets how durable the next commits are. In WAL mode a `NORMAL` commit is in the
+    /// operating system's hands when it returns (it survives kill -9); the next `FULL` commit
+    /// flushes it to disk along with its own.
+    fn commit_as(&mut self, durability: Durability) -> Result<(), StoreError> {
+        if self.durability != durability {
+            let mode = match durability {
+                Durability::Disk => "FULL",
+                Durability::Process => "NORMAL",
+            };
+            self.conn
+                .pragma_update(None, "synchronous", mode)
+                .map_err(|e| self.sql(e))?;
+            self.durability = durability;
         }
+        Ok(())
+    }
+
+    /// Writes `records` (those of one wake of the driver) in one transaction, in order, as
+    /// durably as the most demanding of them asks.
+    pub fn append(&mut self, records: &[DaemonRecord]) -> Result<(), StoreError> {
+        let Some(durability) = records.iter().map(DaemonRecord::durability).max() else {
+            return Ok(());
+        };
+        self.commit_as(durability)?;
         let sql = sqlite_error(&self.path);
         let tx = self.conn.transaction().map_err(&sql)?;
         {
@@ -173,6 +196,7 @@ impl DaemonStore {
         if writes.is_empty() {
             return Ok(());
         }
+        self.commit_as(Durability::Disk)?;
         let sql = sqlite_error(&self.path);
         let tx = self.conn.transaction().map_err(&sql)?;
         {

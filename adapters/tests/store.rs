@@ -3,7 +3,7 @@
 
 use outpost_adapters::store::DaemonStore;
 use outpost_core::daemon::{
-    Command, Daemon, DaemonChange, DaemonConfig, DaemonRecord, Output, RESTARTED_REASON,
+    Command, Daemon, DaemonChange, DaemonConfig, DaemonRecord, Durability, Output, RESTARTED_REASON,
 };
 use outpost_core::keyset::KeySet;
 use outpost_core::wire::{DaemonFrame, Grant, RunResult, RunStatus, Timing};
@@ -107,6 +107,70 @@ fn an_outbox_survives_reopening_and_acknowledged_results_do_not() {
     let bad = dir.join("not.db");
     std::fs::write(&bad, b"not sqlite at all, just text that is long enough").unwrap();
     assert_eq!(DaemonStore::open(&bad).unwrap_err().code(), "store_failed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Records that need only survive the process (`runStarted`, `resultRemoved`: committed
+/// without a flush) are there after a kill -9 of the process that wrote them, alone and
+/// after a flushed one.
+#[test]
+fn records_kept_for_the_process_survive_a_kill_9() {
+    const CHILD: &str = "OUTPOST_STORE_DURABILITY_CHILD";
+    if let Some(path) = std::env::var_os(CHILD) {
+        let (mut store, _) = DaemonStore::open(std::path::Path::new(&path)).unwrap();
+        let started = |id: &str| record(DaemonChange::RunStarted { run_id: id.into() });
+        assert_eq!(started("a").durability(), Durability::Process);
+        store.append(&[started("r1")]).unwrap();
+        let pending = record(DaemonChange::ResultPending {
+            run_id: "r1".into(),
+            frame: result_frame("r1"),
+        });
+        assert_eq!(pending.durability(), Durability::Disk);
+        store.append(&[pending, started("r2")]).unwrap();
+        store.append(&[started("r3")]).unwrap();
+        let removed = record(DaemonChange::ResultRemoved {
+            run_id: "r1".into(),
+        });
+        assert_eq!(removed.durability(), Durability::Process);
+        store.append(&[removed]).unwrap();
+        println!("appended");
+        loop {
+            std::thread::park();
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("outpost-store-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("daemon.db");
+    let _ = std::fs::remove_file(&path);
+    let mut writer = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "records_kept_for_the_process_survive_a_kill_9",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(CHILD, &path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = writer.stdout.take().unwrap();
+    let said = std::io::BufRead::lines(std::io::BufReader::new(stdout))
+        .map_while(Result::ok)
+        .any(|l| l.ends_with("appended"));
+    if !said {
+        let _ = writer.kill();
+        panic!("the writer did not say it appended its records");
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &writer.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let _ = writer.wait();
+    let (_store, state) = DaemonStore::open(&path).unwrap();
+    assert_eq!(state.started, ["r2", "r3"]);
+    assert!(state.outbox.is_empty(), "{:?}", state.outbox);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -28,6 +28,7 @@ fn launch_of(dir: &Path, manifest: &Manifest) -> Launch {
     Launch {
         run_id: "bench".into(),
         dir: dir.to_path_buf(),
+        entry_bytes: None,
         manifest: manifest.clone(),
         extra_args: Vec::new(),
         mounts: Vec::new(),

@@ -112,6 +112,7 @@ pub fn run(
     let launch = Launch {
         run_id: format!("local-{}", std::process::id()),
         dir,
+        entry_bytes: None,
         manifest,
         extra_args: args,
         mounts,

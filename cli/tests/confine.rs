@@ -43,6 +43,7 @@ fn run(script: &str, mounts: Vec<Mount>, tag: &str) -> (Outcome, PathBuf) {
         .launch(Launch {
             run_id: "boxed".into(),
             dir: dir.clone(),
+            entry_bytes: None,
             manifest,
             extra_args: Vec::new(),
             mounts,
@@ -123,6 +124,7 @@ fn a_mount_holding_credentials_cannot_be_confined() {
         .launch(Launch {
             run_id: "boxed".into(),
             dir,
+            entry_bytes: None,
             manifest,
             extra_args: Vec::new(),
             mounts: vec![m],
@@ -190,6 +192,7 @@ fn a_binary_without_the_subcommand_is_not_taken_for_the_helper() {
         .launch(Launch {
             run_id: "boxed".into(),
             dir: dir.clone(),
+            entry_bytes: None,
             manifest,
             extra_args: Vec::new(),
             mounts: Vec::new(),

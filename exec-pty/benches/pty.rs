@@ -61,6 +61,7 @@ fn launch(dir: &std::path::Path) -> Launch {
     Launch {
         run_id: "bench".into(),
         dir: dir.to_path_buf(),
+        entry_bytes: None,
         manifest,
         extra_args: Vec::new(),
         mounts: Vec::new(),

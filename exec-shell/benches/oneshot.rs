@@ -60,6 +60,7 @@ fn oneshot(c: &mut Criterion) {
                 .launch(Launch {
                     run_id: "bench".into(),
                     dir: dir.clone(),
+                    entry_bytes: None,
                     manifest: manifest.clone(),
                     extra_args: Vec::new(),
                     mounts: Vec::new(),

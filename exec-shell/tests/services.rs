@@ -45,6 +45,7 @@ fn launch(dir: &Path, manifest: &str) -> Launch {
     Launch {
         run_id: "svc".into(),
         dir: dir.to_path_buf(),
+        entry_bytes: None,
         manifest: Manifest::parse(manifest).unwrap(),
         extra_args: Vec::new(),
         mounts: Vec::new(),

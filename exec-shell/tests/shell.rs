@@ -40,6 +40,7 @@ fn launch_of(dir: &Path, timeout: Duration) -> Launch {
     Launch {
         run_id: "run-1".into(),
         dir: dir.to_path_buf(),
+        entry_bytes: None,
         manifest: Manifest::parse(&text).unwrap(),
         extra_args: Vec::new(),
         mounts: Vec::new(),

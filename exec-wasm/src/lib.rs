@@ -25,7 +25,7 @@ mod pool;
 mod run;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -316,6 +316,16 @@ impl WasmExecutor {
     /// and modification time are unchanged and it is not a symlink.
     fn module_key(&self, ready: &Ready, launch: &Launch) -> Result<([u8; 32], String), ExecError> {
         use std::os::unix::fs::MetadataExt;
+        if let Some(bytes) = &launch.entry_bytes {
+            let module_name = Path::new(&launch.manifest.entry)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            check_module_name(&module_name)?;
+            let key: [u8; 32] = Sha256::digest(bytes).into();
+            self.instance_pre(ready, key, bytes)?;
+            return Ok((key, module_name));
+        }
         let joined = launch.dir.join(&launch.manifest.entry);
         let stamp = std::fs::symlink_metadata(&joined)
             .ok()
@@ -336,17 +346,18 @@ impl WasmExecutor {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if !(module_name.ends_with(".wasm") || module_name.ends_with(".wat")) {
-            return Err(ExecError::InvalidCapability(format!(
-                "entry {module_name:?} is not a .wasm or .wat module"
-            )));
-        }
+        check_module_name(&module_name)?;
         let bytes = std::fs::read(&entry).map_err(|e| {
             ExecError::InvalidCapability(format!("reading {}: {e}", entry.display()))
         })?;
         let key: [u8; 32] = Sha256::digest(&bytes).into();
         self.instance_pre(ready, key, &bytes)?;
         if let (Some(stamp), Ok(mut entries)) = (stamp, ready.entries.lock()) {
+            // One entry per path: a daemon's run folders are new paths every time, so the
+            // table is bounded rather than left to grow with every run.
+            if entries.len() >= KNOWN_ENTRIES_MAX {
+                entries.clear();
+            }
             entries.insert(joined, (stamp, key, module_name.clone()));
         }
         Ok((key, module_name))
@@ -376,9 +387,31 @@ impl WasmExecutor {
             ExecError::InvalidCapability(format!("the module cannot be linked: {e}"))
         })?;
         if let Ok(mut p) = ready.pres.lock() {
+            // Linked modules stay resident for reuse; a daemon that runs ever new modules
+            // starts the table over rather than keep every one (the on-disk cache remains).
+            if p.len() >= LINKED_MODULES_MAX {
+                p.clear();
+            }
             p.insert(key, pre.clone());
         }
         Ok(pre)
+    }
+}
+
+/// How many entry paths [`WasmExecutor`] remembers the digest of before it forgets them all.
+const KNOWN_ENTRIES_MAX: usize = 1024;
+
+/// How many linked modules [`WasmExecutor`] keeps in memory before it forgets them all.
+const LINKED_MODULES_MAX: usize = 256;
+
+/// Refuses an entry that is not a module by its name.
+fn check_module_name(module_name: &str) -> Result<(), ExecError> {
+    if module_name.ends_with(".wasm") || module_name.ends_with(".wat") {
+        Ok(())
+    } else {
+        Err(ExecError::InvalidCapability(format!(
+            "entry {module_name:?} is not a .wasm or .wat module"
+        )))
     }
 }
 

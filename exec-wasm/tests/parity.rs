@@ -80,6 +80,7 @@ fn outpost(case: &Case, dir: &Path, hosts: &[PathBuf]) -> Outcome {
         .launch(Launch {
             run_id: "parity".into(),
             dir: dir.to_path_buf(),
+            entry_bytes: None,
             manifest,
             extra_args: Vec::new(),
             mounts,

@@ -40,6 +40,7 @@ fn launch(dir: &Path, manifest: Manifest, mounts: Vec<Mount>) -> Launch {
     Launch {
         run_id: "w1".into(),
         dir: dir.to_path_buf(),
+        entry_bytes: None,
         timeout: Duration::from_millis(manifest.limits.timeout_ms),
         egress: outpost_core::wire::Egress::None,
         manifest,
@@ -101,6 +102,34 @@ const WRITE_FILE: &str = r#"(module
     (i32.store (i32.const 4) (i32.const 7))
     (drop (call $fd_write (i32.load (i32.const 16)) (i32.const 0) (i32.const 1) (i32.const 8)))
     (call $exit (i32.const 0))))"#;
+
+/// A module the host kept in memory runs with no folder on disk at all, and the same bytes
+/// from a folder are the same module; a bad entry name is refused either way.
+#[test]
+fn a_module_given_in_memory_runs_without_a_folder() {
+    let executor = WasmExecutor::new(WasmConfig::default());
+    let text = "name: w\nenvironment: wasm\nlifecycle: oneshot\nentry: module.wat\n";
+    let in_memory = |entry_bytes: &[u8], text: &str| {
+        let manifest = Manifest::parse(text).unwrap();
+        let mut l = launch(Path::new("/nonexistent/outpost-run"), manifest, Vec::new());
+        l.entry_bytes = Some(std::sync::Arc::from(entry_bytes));
+        l
+    };
+    for _ in 0..2 {
+        let mut handle = executor.launch(in_memory(HELLO.as_bytes(), text)).unwrap();
+        let o = loop {
+            if let Some(o) = handle.wait(Duration::from_secs(30)).unwrap() {
+                break o;
+            }
+        };
+        assert_eq!((o.ending, o.exit_code), (Ending::Exited, Some(0)));
+        assert_eq!(o.stdout, b"hello\n");
+    }
+    assert_eq!(run_with(&executor, HELLO, "").stdout, b"hello\n");
+    let named_badly = text.replace("module.wat", "module.txt");
+    let refused = executor.launch(in_memory(HELLO.as_bytes(), &named_badly));
+    assert!(refused.is_err(), "a .txt entry is not a module");
+}
 
 #[test]
 fn probe_reports_the_engine() {

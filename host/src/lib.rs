@@ -31,8 +31,8 @@ mod services;
 
 pub use env::{PASSTHROUGH_VARS, run_environment};
 pub use launch::{
-    LaunchContext, LaunchError, PreparedLaunch, SkippedFolder, grant_mounts, launch_from_execute,
-    materialize, owner_mounts,
+    LaunchContext, LaunchError, Materialized, PreparedLaunch, SkippedFolder, grant_mounts,
+    launch_from_execute, materialize, owner_mounts,
 };
 pub use owner::{HOME_VAR, OwnerError, OwnerFolders};
 pub use pack::{MAX_INLINE_BYTES, PackError, pack_bundle, pack_capability};

@@ -60,7 +60,7 @@ use crate::wire::{CapabilitySource, Environment, Grant, Refusal, RunResult};
 
 pub use backoff::Backoff;
 pub use record::{
-    DaemonChange, DaemonRecord, DaemonSnapshot, GrantRow, OutboxRow, RESTARTED_REASON,
+    DaemonChange, DaemonRecord, DaemonSnapshot, Durability, GrantRow, OutboxRow, RESTARTED_REASON,
 };
 use runs::Run;
 

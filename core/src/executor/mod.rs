@@ -48,8 +48,14 @@ pub enum Probe {
 pub struct Launch {
     /// The run's id (for logs and the service table).
     pub run_id: String,
-    /// The capability folder, canonical.
+    /// The capability folder, canonical. It does not exist when [`Launch::entry_bytes`] is
+    /// set.
     pub dir: PathBuf,
+    /// The entry's bytes, when the host kept the capability in memory instead of writing its
+    /// folder. A host does that only for a capability whose executor reads nothing of the
+    /// folder but its entry (wasm without volumes); every other executor is given the folder
+    /// on disk and `None` here.
+    pub entry_bytes: Option<std::sync::Arc<[u8]>>,
     /// Its validated manifest.
     pub manifest: Manifest,
     /// Arguments appended after the manifest's `args`.

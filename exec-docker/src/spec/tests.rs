@@ -32,6 +32,7 @@ fn launch_as(lifecycle: &str, extra: &str) -> Launch {
     Launch {
         run_id: "r1".into(),
         dir: folder("cap"),
+        entry_bytes: None,
         manifest,
         extra_args: vec!["more".into()],
         mounts: Vec::new(),

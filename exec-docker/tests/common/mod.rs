@@ -79,6 +79,7 @@ pub fn launch(dir: &Path, tag: &str, manifest: &str) -> Launch {
     Launch {
         run_id: run_id(tag),
         dir: dir.to_path_buf(),
+        entry_bytes: None,
         timeout: Duration::from_millis(manifest.limits.timeout_ms),
         manifest,
         extra_args: Vec::new(),

@@ -54,6 +54,7 @@ pub fn launch_of(dir: &Path, timeout: Duration) -> Launch {
     Launch {
         run_id: "run-1".into(),
         dir: dir.to_path_buf(),
+        entry_bytes: None,
         manifest: Manifest::parse(&text).unwrap(),
         extra_args: Vec::new(),
         mounts: Vec::new(),

@@ -131,7 +131,9 @@ pub struct PreparedLaunch {
 }
 
 /// Turns the daemon's [`Execute`] into a [`Launch`]: the capability written to
-/// `runs_dir/<run id>`, mounts = grant ∩ local policy minus the denylist (none for a shared
+/// `runs_dir/<run id>` (or, for a wasm capability without volumes, whose executor reads
+/// nothing of the folder but the entry, kept in memory as [`Launch::entry_bytes`]: no files
+/// to create and remove per run), mounts = grant ∩ local policy minus the denylist (none for a shared
 /// run), egress from the grant, and a timeout of the manifest's `timeout_ms` or the time left
 /// before the run's deadline, whichever is shorter (zero when it has passed: the run then
 /// times out at once and is reported so).
@@ -149,7 +151,11 @@ pub fn launch_from_execute(
             manifest: capability.manifest.environment,
         });
     }
-    let (dir, manifest) = capability.write(cx.runs_dir, &execute.run_id)?;
+    let Materialized {
+        dir,
+        manifest,
+        entry_bytes,
+    } = capability.materialize(cx.runs_dir, &execute.run_id)?;
     let (mounts, skipped) = if execute.shared_run {
         // Shared runs (not the operator's) get no folders.
         (Vec::new(), Vec::new())
@@ -162,6 +168,7 @@ pub fn launch_from_execute(
         launch: Launch {
             run_id: execute.run_id.clone(),
             dir,
+            entry_bytes,
             manifest,
             extra_args: Vec::new(),
             mounts,
@@ -229,16 +236,30 @@ pub fn owner_mounts(
     Ok(effective_mounts(&folders, &local, denylist))
 }
 
+/// A capability ready for its [`Launch`]: its folder and manifest, or its entry in memory.
+#[derive(Debug, Clone)]
+pub struct Materialized {
+    /// The folder, canonical: `runs_dir/<run_id>`, which does not exist when `entry_bytes`
+    /// is set.
+    pub dir: PathBuf,
+    /// The validated manifest.
+    pub manifest: Manifest,
+    /// The entry's bytes, for a capability whose executor reads nothing else of the folder
+    /// (wasm without volumes): then nothing is written ([`Launch::entry_bytes`]).
+    pub entry_bytes: Option<std::sync::Arc<[u8]>>,
+}
+
 /// Writes the capability of run `run_id` to `runs_dir/<run_id>` (replacing what an earlier
-/// attempt left there) and returns the folder, canonical, with its validated manifest. The
-/// manifest is validated and every path checked before anything is written. A manifest's
-/// `interpreter: none` entry, and a pty capability's entry file, are made executable.
+/// attempt left there) — unless only its entry will ever be read (a wasm capability without
+/// volumes), which is then kept in memory and nothing is written. The manifest is validated
+/// and every path checked before anything is written. A manifest's `interpreter: none` entry,
+/// and a pty capability's entry file, are made executable.
 pub fn materialize(
     capability: &Capability,
     runs_dir: &Path,
     run_id: &str,
-) -> Result<(PathBuf, Manifest), LaunchError> {
-    Unpacked::check(capability, run_id)?.write(runs_dir, run_id)
+) -> Result<Materialized, LaunchError> {
+    Unpacked::check(capability, run_id)?.materialize(runs_dir, run_id)
 }
 
 /// Whether the manifest's entry is executed itself (`interpreter: none`, or a pty program)
@@ -303,6 +324,35 @@ impl Unpacked {
             text: text.clone(),
             manifest,
             files: decoded,
+        })
+    }
+
+    /// The entry's bytes, when nothing but the entry of this capability is ever read: a wasm
+    /// module with no volumes (WASI preopens only the volumes), named exactly by one of the
+    /// files. Anything else is written to its folder.
+    fn entry_in_memory(&self) -> Option<std::sync::Arc<[u8]>> {
+        if self.manifest.environment != Environment::Wasm || !self.manifest.volumes.is_empty() {
+            return None;
+        }
+        self.files
+            .iter()
+            .find(|(path, _)| *path == self.manifest.entry)
+            .map(|(_, bytes)| std::sync::Arc::from(bytes.as_slice()))
+    }
+
+    fn materialize(self, runs_dir: &Path, run_id: &str) -> Result<Materialized, LaunchError> {
+        if let Some(entry) = self.entry_in_memory() {
+            return Ok(Materialized {
+                dir: runs_dir.join(run_id),
+                manifest: self.manifest,
+                entry_bytes: Some(entry),
+            });
+        }
+        let (dir, manifest) = self.write(runs_dir, run_id)?;
+        Ok(Materialized {
+            dir,
+            manifest,
+            entry_bytes: None,
         })
     }
 

@@ -307,11 +307,71 @@ fn a_pty_entry_file_is_made_executable_and_a_shell_script_is_not() {
                 content_b64: outpost_core::b64::encode(b"#!/bin/sh\necho hi\n"),
             }],
         });
-        let (dir, _) = materialize(&capability, &runs, environment).unwrap();
+        let dir = materialize(&capability, &runs, environment).unwrap().dir;
         let mode = std::fs::metadata(dir.join("run"))
             .unwrap()
             .permissions()
             .mode();
         assert_eq!(mode & 0o111, entry_mode, "{environment}");
     }
+}
+
+#[test]
+fn a_wasm_capability_without_volumes_stays_in_memory_and_one_with_volumes_is_written() {
+    let runs = folder("wasm-runs");
+    let denylist = CredentialDenylist::empty();
+    let local = LocalPolicy::default();
+    let cx = LaunchContext {
+        runs_dir: &runs,
+        local: &local,
+        denylist: &denylist,
+        now: Instant::from_origin(Duration::from_secs(1)),
+    };
+    let module = b"(module (func (export \"_start\")))";
+    let wasm = |run_id: &str, manifest: &str| {
+        let mut ex = execute(run_id, grant(Vec::new()), false);
+        ex.environment = Environment::Wasm;
+        ex.capability = Capability::Inline(CapabilitySource::Inline {
+            manifest: manifest.into(),
+            files: vec![
+                InlineFile {
+                    path: "m.wat".into(),
+                    content_b64: outpost_core::b64::encode(module),
+                },
+                InlineFile {
+                    path: "data/in.txt".into(),
+                    content_b64: outpost_core::b64::encode(b"input"),
+                },
+            ],
+        });
+        launch_from_execute(&ex, &cx).unwrap().launch
+    };
+    let plain = wasm(
+        "w1",
+        "name: w\nenvironment: wasm\nlifecycle: oneshot\nentry: m.wat\n",
+    );
+    assert_eq!(plain.entry_bytes.as_deref(), Some(module.as_slice()));
+    assert!(
+        !plain.dir.exists(),
+        "nothing written for {}",
+        plain.dir.display()
+    );
+    // A volume may name a folder of the capability: the folder is written, as for any other
+    // environment.
+    let with_volume = wasm(
+        "w2",
+        "name: w\nenvironment: wasm\nlifecycle: oneshot\nentry: m.wat\nvolumes: [{host: data, guest: /data, mode: ro}]\n",
+    );
+    assert_eq!(with_volume.entry_bytes, None);
+    assert_eq!(
+        std::fs::read(with_volume.dir.join("data/in.txt")).unwrap(),
+        b"input"
+    );
+    // An entry no file names is left to the folder's resolution (and the executor's refusal).
+    let unnamed = wasm(
+        "w3",
+        "name: w\nenvironment: wasm\nlifecycle: oneshot\nentry: other.wat\n",
+    );
+    assert_eq!(unnamed.entry_bytes, None);
+    assert!(unnamed.dir.join("m.wat").is_file());
 }

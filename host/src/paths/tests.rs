@@ -28,6 +28,7 @@ fn launch(dir: &Path, mounts: Vec<Mount>) -> Launch {
     Launch {
         run_id: "paths".into(),
         dir: dir.to_path_buf(),
+        entry_bytes: None,
         manifest: Manifest::parse(
             "name: p\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
         )

@@ -148,6 +148,7 @@ fn launch(name: &str) -> Launch {
     Launch {
         run_id: format!("run-{name}"),
         dir: std::env::temp_dir(),
+        entry_bytes: None,
         manifest,
         extra_args: Vec::new(),
         mounts: Vec::new(),

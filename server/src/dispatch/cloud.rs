@@ -112,7 +112,11 @@ fn run(
     cancel: &AtomicBool,
 ) -> RunResult {
     let capability = Capability::Inline(request.capability.clone());
-    let (dir, manifest) = match outpost_host::materialize(&capability, runs_dir, &request.exec_id) {
+    let outpost_host::Materialized {
+        dir,
+        manifest,
+        entry_bytes,
+    } = match outpost_host::materialize(&capability, runs_dir, &request.exec_id) {
         Ok(done) => done,
         Err(e) => return failed(e.code(), e.to_string()),
     };
@@ -120,6 +124,7 @@ fn run(
     let launch = Launch {
         run_id: request.exec_id.clone(),
         dir,
+        entry_bytes,
         manifest,
         extra_args: Vec::new(),
         mounts: Vec::new(),

@@ -85,7 +85,35 @@ pub enum DaemonChange {
     },
 }
 
+/// How far a [`DaemonRecord`] must be written before the host carries on (RECORDS.md §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Durability {
+    /// Handed to the operating system, so it survives the daemon's process (kill -9) but
+    /// maybe not the machine. Enough for a record whose loss in a machine crash breaks no
+    /// promise (see [`DaemonRecord::durability`]).
+    Process,
+    /// On disk (for SQLite: committed with `synchronous=FULL`): it survives the machine.
+    Disk,
+}
+
 impl DaemonRecord {
+    /// How durable this record must be before the next output is carried out.
+    ///
+    /// A result in the outbox and the grant in force must survive the machine. The others
+    /// need only survive the process, because the machine crash that could lose them makes
+    /// them moot: `runStarted` and `runDropped` serve to reap a run's processes after a
+    /// process crash (a machine crash leaves none, and the server never offers a run id
+    /// again, so nothing runs twice); a lost `resultRemoved` only sends its result once more,
+    /// which the server acknowledges without recording it again.
+    pub fn durability(&self) -> Durability {
+        match self.change {
+            DaemonChange::Grant { .. } | DaemonChange::ResultPending { .. } => Durability::Disk,
+            DaemonChange::RunStarted { .. }
+            | DaemonChange::RunDropped { .. }
+            | DaemonChange::ResultRemoved { .. } => Durability::Process,
+        }
+    }
+
     /// The record's bytes (one JSON document, see `docs/RECORDS.md`).
     pub fn encode(&self) -> Vec<u8> {
         record::encode(RECORD_TYPE, self.written_ms, &self.change)

@@ -57,6 +57,7 @@ fn launch(environment: &str) -> Launch {
     Launch {
         run_id: "r1".into(),
         dir: PathBuf::from("/caps/cap"),
+        entry_bytes: None,
         manifest,
         extra_args: Vec::new(),
         mounts: Vec::new(),
