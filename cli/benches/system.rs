@@ -90,8 +90,12 @@ impl World {
             join: Join::parse(&r.join).unwrap(),
             server: Some(server),
             dir,
+            // Every client keeps its connection, as a real one would: without room for the
+            // throughput bench's 64 clients in the pool, most requests would open a new one.
             agent: ureq::Agent::config_builder()
                 .http_status_as_error(false)
+                .max_idle_connections(64)
+                .max_idle_connections_per_host(64)
                 .build()
                 .new_agent(),
         }

@@ -718,7 +718,11 @@ impl Driver {
                 tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
                 self.input(Input::RunFinished { run_id, result })
             }
-            Event::TerminalOutput { run_id, data } => {
+            Event::TerminalOutput { run_id, pending } => {
+                let data = pending.take();
+                if data.is_empty() {
+                    return Ok(());
+                }
                 self.input(Input::TerminalOutput { run_id, data })
             }
             Event::TerminalExit { run_id, exit_code } => {

@@ -463,12 +463,13 @@ pub(crate) enum Event {
     CommandsAudit,
     /// An update check came back.
     UpdateChecked(Result<update::Checked, update::UpdateError>),
-    /// A terminal run's program wrote bytes.
+    /// A terminal run's program wrote bytes: they wait in `pending`, with whatever it wrote
+    /// before the driver takes them (one event for all of them).
     TerminalOutput {
         /// The run.
         run_id: String,
-        /// The bytes.
-        data: Vec<u8>,
+        /// Where the bytes wait.
+        pending: std::sync::Arc<terminals::Pending>,
     },
     /// A terminal run's program ended and its output is all read.
     TerminalExit {

@@ -5,8 +5,13 @@
 //! never blocks the driver.
 //!
 //! The window starts at [`PTY_WINDOW`] bytes per terminal and again on every new connection
-//! (what was in flight on a dropped one is gone); `pty.credit` adds to it. This module owns
-//! the threads and the windows; it never decides whether a terminal may run.
+//! (what was in flight on a dropped one is gone); `pty.credit` adds to it. What the reader
+//! reads waits in the terminal's [`Pending`] bytes until the driver takes them: the reader
+//! tells the driver once, and everything it reads before the driver comes goes out together
+//! (in `pty.output` frames of up to 64 KiB), so a busy driver sends fewer, larger frames
+//! while a lone keystroke's echo still goes at once. The window bounds what waits. This
+//! module owns the threads, the windows and the pending bytes; it never decides whether a
+//! terminal may run.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Sender};
@@ -18,7 +23,7 @@ use outpost_core::wire::PTY_WINDOW;
 
 use super::Event;
 
-/// The most one `pty.output` frame carries.
+/// The most one read of the terminal asks for.
 const CHUNK: usize = 16 * 1024;
 
 /// How long a finished terminal's reader may take to send what is left.
@@ -83,6 +88,29 @@ impl Window {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.1 = true;
         self.changed.notify_all();
+    }
+}
+
+/// Output read from a terminal and not yet taken by the driver.
+#[derive(Default)]
+pub(crate) struct Pending {
+    /// The bytes, and whether the driver has been told of them.
+    state: Mutex<(Vec<u8>, bool)>,
+}
+
+impl Pending {
+    /// Adds `bytes`; whether the driver must now be told (it has not been since it last took).
+    fn push(&self, bytes: &[u8]) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.0.extend_from_slice(bytes);
+        !std::mem::replace(&mut state.1, true)
+    }
+
+    /// Takes every byte waiting (the driver, told by an [`Event::TerminalOutput`]).
+    pub(crate) fn take(&self) -> Vec<u8> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.1 = false;
+        std::mem::take(&mut state.0)
     }
 }
 
@@ -254,17 +282,20 @@ fn read_output(
     events: &Sender<Event>,
 ) {
     let mut buf = vec![0u8; CHUNK];
+    let pending = Arc::new(Pending::default());
     while let Some(room) = window.wait(CHUNK) {
         match output.read_output(&mut buf[..room]) {
             Ok(0) => return,
             Ok(n) => {
                 window.spend(n);
-                let event = Event::TerminalOutput {
-                    run_id: run_id.to_owned(),
-                    data: buf[..n].to_vec(),
-                };
-                if events.send(event).is_err() {
-                    return;
+                if pending.push(&buf[..n]) {
+                    let event = Event::TerminalOutput {
+                        run_id: run_id.to_owned(),
+                        pending: pending.clone(),
+                    };
+                    if events.send(event).is_err() {
+                        return;
+                    }
                 }
             }
             Err(e) => {

@@ -17,6 +17,7 @@ use tungstenite::protocol::frame::CloseFrame;
 use tungstenite::protocol::frame::coding::CloseCode;
 
 use super::{EventFn, Runtime, redact, target_of};
+use outpost_core::wire::PtyOutputFrame;
 
 /// The largest WebSocket message either side accepts (PROTOCOL §2: 1 MiB; larger is 1009).
 pub const MAX_MESSAGE_LEN: usize = 1 << 20;
@@ -267,7 +268,7 @@ impl Link {
         }
     }
 
-    /// Queues one message (sent as text when it is UTF-8, as binary otherwise).
+    /// Queues one message (sent as text when it is UTF-8 JSON, as binary otherwise).
     pub fn send(&self, bytes: Vec<u8>) {
         self.outbox.push(Out::Send(bytes));
     }
@@ -286,7 +287,12 @@ pub(crate) fn ws_config() -> WebSocketConfig {
         .max_frame_size(Some(MAX_MESSAGE_LEN))
 }
 
+/// A frame as a WebSocket message: JSON text (it starts with `{`) as a text message, the
+/// binary `pty.output` and anything else not UTF-8 as a binary one.
 pub(crate) fn message_of(bytes: Vec<u8>) -> Message {
+    if PtyOutputFrame::is_binary(&bytes) {
+        return Message::binary(bytes);
+    }
     match String::from_utf8(bytes) {
         Ok(text) => Message::text(text),
         Err(e) => Message::binary(e.into_bytes()),

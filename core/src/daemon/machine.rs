@@ -6,7 +6,10 @@ use std::time::Duration;
 use super::runs::RunState;
 use super::*;
 use crate::time::NextWake;
-use crate::wire::{DaemonFrame, ErrorBody, MAX_CONCURRENT_LIMIT, PROTOCOL_VERSION, close_code};
+use crate::wire::{
+    DaemonFrame, ErrorBody, MAX_CONCURRENT_LIMIT, MAX_PTY_OUTPUT_DATA, PROTOCOL_VERSION,
+    PtyOutputFrame, close_code,
+};
 
 impl Daemon {
     /// A daemon that trusts the frame keys of `keys`. It asks to connect at once.
@@ -192,10 +195,21 @@ impl Daemon {
             }
             Input::TerminalOutput { run_id, data } => {
                 if self.is_ready() && self.holds(&run_id) {
-                    self.transmit(&DaemonFrame::PtyOutput {
-                        pty_id: run_id,
-                        data: crate::b64::encode(&data),
-                    });
+                    // Binary frames (PROTOCOL §4.5): the bytes as they are, at most 64 KiB a
+                    // frame; the JSON form only for a run id too long for the binary one.
+                    for data in data.chunks(MAX_PTY_OUTPUT_DATA) {
+                        let binary = PtyOutputFrame {
+                            pty_id: &run_id,
+                            data,
+                        };
+                        match binary.encode() {
+                            Some(bytes) => self.outputs.push_back(Output::Transmit(bytes)),
+                            None => self.transmit(&DaemonFrame::PtyOutput {
+                                pty_id: run_id.clone(),
+                                data: crate::b64::encode(data),
+                            }),
+                        }
+                    }
                 }
             }
             Input::TerminalExit { run_id, exit_code } => {

@@ -444,12 +444,41 @@ fn credit_becomes_a_command_and_only_an_executing_run_s_terminal_output_is_sent(
         panic!("expected one pty.output, got {out:?}");
     };
     assert_eq!(
-        crate::wire::DaemonFrame::from_json(bytes).unwrap(),
-        crate::wire::DaemonFrame::PtyOutput {
-            pty_id: "r1".into(),
-            data: crate::b64::encode(b"\x1b[1mhi\xff"),
-        }
+        crate::wire::PtyOutputFrame::decode(bytes).unwrap(),
+        crate::wire::PtyOutputFrame {
+            pty_id: "r1",
+            data: b"\x1b[1mhi\xff",
+        },
+        "a binary pty.output: the bytes as they are"
     );
+    // More than one frame holds goes out in frames of at most 64 KiB, in order.
+    let big: Vec<u8> = (0..150_000u32).map(|i| (i % 251) as u8).collect();
+    let out = s.input(Input::TerminalOutput {
+        run_id: "r1".into(),
+        data: big.clone(),
+    });
+    let sizes: Vec<usize> = out
+        .iter()
+        .map(|o| match o {
+            Output::Transmit(bytes) => crate::wire::PtyOutputFrame::decode(bytes)
+                .unwrap()
+                .data
+                .len(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(sizes, [65_536, 65_536, 18_928]);
+    let joined: Vec<u8> = out
+        .iter()
+        .flat_map(|o| match o {
+            Output::Transmit(bytes) => crate::wire::PtyOutputFrame::decode(bytes)
+                .unwrap()
+                .data
+                .to_vec(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(joined, big);
     let out = s.input(Input::TerminalExit {
         run_id: "r1".into(),
         exit_code: Some(0),

@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::runs::RunState;
 use super::*;
 use crate::wire::{
-    DaemonFrame, MAX_CONCURRENT_LIMIT, PROTOCOL_VERSION, Refusal, ServerFrame, Violation,
-    close_code,
+    DaemonFrame, MAX_CONCURRENT_LIMIT, PROTOCOL_VERSION, PtyOutputFrame, Refusal, ServerFrame,
+    Violation, close_code,
 };
 
 impl Session {
@@ -16,11 +16,22 @@ impl Session {
             return; // A replaced or closed connection: ignore what it still sends.
         };
         c.last_heard = self.now.instant;
+        let awaiting_hello = matches!(c.state, ConnState::AwaitingHello { .. });
+        if PtyOutputFrame::is_binary(bytes) {
+            return match PtyOutputFrame::decode(bytes) {
+                Err(e) => self.violation(conn, e.code(), e.to_string()),
+                Ok(_) if awaiting_hello => self.violation(
+                    conn,
+                    Violation::UnexpectedFrame.code(),
+                    "pty.output before hello".into(),
+                ),
+                Ok(f) => self.on_pty_output(f.pty_id.to_owned(), f.data.to_vec()),
+            };
+        }
         let frame = match DaemonFrame::from_json(bytes) {
             Ok(f) => f,
             Err(e) => return self.violation(conn, e.code(), e.to_string()),
         };
-        let awaiting_hello = matches!(c.state, ConnState::AwaitingHello { .. });
         match frame {
             DaemonFrame::Hello {
                 protocol,
@@ -114,7 +125,7 @@ impl Session {
                 self.outputs
                     .push_back(Output::Event(Event::CommandFinished { frame: Box::new(f) }));
             }
-            DaemonFrame::PtyOutput { pty_id, data } => self.on_pty_output(conn, pty_id, &data),
+            DaemonFrame::PtyOutput { pty_id, data } => self.on_pty_output_text(conn, pty_id, &data),
             DaemonFrame::PtyExit { pty_id, exit_code } => self.on_pty_exit(pty_id, exit_code),
             f @ (DaemonFrame::WaitMatched { .. } | DaemonFrame::WaitFailed { .. }) => {
                 self.on_wait_ended(conn, f)

@@ -37,20 +37,29 @@ impl Session {
             .is_some_and(|r| matches!(r.state, RunState::Committed { .. }))
     }
 
-    pub(super) fn on_pty_output(&mut self, conn: ConnId, pty_id: String, data: &str) {
+    /// A terminal's output in its JSON form: base64url data, read only for a live terminal.
+    pub(super) fn on_pty_output_text(&mut self, conn: ConnId, pty_id: String, data: &str) {
         if !self.terminal_live(&pty_id) {
             return self.terminal_refused(pty_id);
         }
         match b64::decode(data) {
-            Ok(data) => self.outputs.push_back(Output::Event(Event::TerminalOutput {
-                run_id: pty_id,
-                data,
-            })),
+            Ok(data) => self.on_pty_output(pty_id, data),
             Err(_) => {
                 let bad = WireError::InvalidFrame("pty.output data is not base64url".into());
                 self.violation(conn, bad.code(), bad.to_string());
             }
         }
+    }
+
+    /// A terminal's output, from either form of `pty.output`.
+    pub(super) fn on_pty_output(&mut self, pty_id: String, data: Vec<u8>) {
+        if !self.terminal_live(&pty_id) {
+            return self.terminal_refused(pty_id);
+        }
+        self.outputs.push_back(Output::Event(Event::TerminalOutput {
+            run_id: pty_id,
+            data,
+        }));
     }
 
     pub(super) fn on_pty_exit(&mut self, pty_id: String, exit_code: Option<i32>) {

@@ -383,6 +383,21 @@ fn only_a_committed_run_speaks_for_its_terminal_and_the_relay_s_actions_are_sign
         })],
         "the bytes reach the relay untouched"
     );
+    let binary = crate::wire::PtyOutputFrame {
+        pty_id: "r1",
+        data: b"\x00\xff raw",
+    };
+    assert_eq!(
+        d.input(Input::Frame {
+            conn: d.conn,
+            bytes: binary.encode().unwrap(),
+        }),
+        [Output::Event(Event::TerminalOutput {
+            run_id: "r1".into(),
+            data: b"\x00\xff raw".to_vec(),
+        })],
+        "the binary form too"
+    );
     assert_eq!(
         sent(&relay(&mut d, TerminalAction::Input(b"ls\r".to_vec()))),
         ["pty.input"]
@@ -421,6 +436,21 @@ fn only_a_committed_run_speaks_for_its_terminal_and_the_relay_s_actions_are_sign
             reason: "ended"
         })],
         "an ended terminal's late output goes nowhere"
+    );
+    let binary = crate::wire::PtyOutputFrame {
+        pty_id: "r1",
+        data: b"late",
+    };
+    assert_eq!(
+        d.input(Input::Frame {
+            conn: d.conn,
+            bytes: binary.encode().unwrap(),
+        }),
+        [Output::Event(Event::TerminalRefused {
+            pty_id: "r1".into(),
+            reason: "ended"
+        })],
+        "the binary form is held to the same rule"
     );
     let bad = d.frame(DaemonFrame::PtyOutput {
         pty_id: "r2".into(),
@@ -482,5 +512,39 @@ fn wait_orders_are_signed_frames_on_a_ready_connection_and_endings_become_events
     assert!(
         d.input(Input::Wait(WaitOrder::Register(spec))).is_empty(),
         "no ready connection: the order is dropped (the host sends it again on Ready)"
+    );
+}
+
+#[test]
+fn a_binary_frame_before_hello_or_cut_short_is_a_violation() {
+    let mut d = Daemon::ready(2);
+    let cut = d.input(Input::Frame {
+        conn: d.conn,
+        bytes: b"\x01\x09r1".to_vec(),
+    });
+    assert!(
+        cut.iter().any(|o| matches!(o, Output::Event(Event::ProtocolViolation { code, .. }) if *code == "invalid_frame")),
+        "{cut:?}"
+    );
+    let mut d = Daemon::ready(2);
+    d.input(Input::Disconnected { conn: d.conn });
+    d.tickets += 1;
+    d.conn += 1;
+    let issued = d.session.issue_ticket([d.tickets; 48]).unwrap();
+    d.input(Input::Connect {
+        conn: d.conn,
+        ticket: issued.ticket.expose_secret(),
+    });
+    let early = crate::wire::PtyOutputFrame {
+        pty_id: "r1",
+        data: b"x",
+    };
+    let out = d.input(Input::Frame {
+        conn: d.conn,
+        bytes: early.encode().unwrap(),
+    });
+    assert!(
+        out.iter().any(|o| matches!(o, Output::Event(Event::ProtocolViolation { code, .. }) if *code == "unexpected_frame")),
+        "{out:?}"
     );
 }

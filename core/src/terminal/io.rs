@@ -23,11 +23,11 @@ pub struct RelayConfig {
 }
 
 impl Default for RelayConfig {
-    /// A 256 KiB window credited in 32 KiB steps, 1 MiB per viewer, 10 minutes idle.
+    /// A 256 KiB window credited in 64 KiB steps, 1 MiB per viewer, 10 minutes idle.
     fn default() -> Self {
         Self {
             window: 256 * 1024,
-            credit_batch: 32 * 1024,
+            credit_batch: 64 * 1024,
             viewer_queue_limit: 1024 * 1024,
             idle_limit: Duration::from_secs(600),
         }

@@ -7,6 +7,7 @@
 //! sign or verify (that is [`crate::sign`]) and never decides what a frame means for a
 //! session (that is the state machines').
 
+mod binary;
 mod bundle;
 mod codec;
 mod codes;
@@ -14,6 +15,7 @@ mod frame;
 mod result;
 mod types;
 
+pub use binary::{MAX_PTY_OUTPUT_DATA, PTY_OUTPUT_TAG, PtyOutputFrame};
 pub use bundle::{
     BUNDLE_TYPE, BUNDLE_VERSION, BundleError, MAX_BUNDLE_BYTES, bundle_digest, decode_bundle,
     encode_bundle,

@@ -336,8 +336,12 @@ impl Dispatcher {
             if batch.is_empty() && outputs.is_empty() {
                 return Ok(());
             }
-            let store = &self.shared.store;
-            off_the_runtime(|| store.write_batch(&batch))?;
+            if !batch.is_empty() {
+                // Only a drain with something to write waits for the disk (terminal bytes,
+                // most frames of a busy session, write nothing).
+                let store = &self.shared.store;
+                off_the_runtime(|| store.write_batch(&batch))?;
+            }
             for output in outputs {
                 self.carry_out(output)?;
             }
