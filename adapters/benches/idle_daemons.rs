@@ -97,6 +97,7 @@ fn serve(state_dir: PathBuf) {
         cloud: Vec::new(),
         public_url: None,
         rate_limits: Default::default(),
+        terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
     };
     let server = BlockingServer::start(config, Registry::new(), 2).expect("the server starts");
     {

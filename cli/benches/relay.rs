@@ -107,6 +107,7 @@ impl World {
                 cloud: Vec::new(),
                 public_url: None,
                 rate_limits: Default::default(),
+                terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
             },
             Registry::new(),
             2,

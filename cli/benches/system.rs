@@ -78,6 +78,7 @@ impl World {
                 cloud: vec![Environment::Wasm],
                 public_url: None,
                 rate_limits: Default::default(),
+                terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
             },
             Registry::new(),
             2,

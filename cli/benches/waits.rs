@@ -138,6 +138,7 @@ impl Bench {
                 // Registering 10,000 waits from one address is this bench's setup, not what it
                 // measures.
                 rate_limits: RateLimits::new(1_000_000.0, 1_000_000.0),
+                terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
             },
             Registry::new(),
             2,

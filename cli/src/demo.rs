@@ -141,6 +141,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
             cloud: cloud.to_vec(),
             public_url: None,
             rate_limits: Default::default(),
+            terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
         },
         executors::registry(&cloud, Some(state.join("cache/wasm"))),
         2,

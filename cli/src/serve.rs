@@ -50,6 +50,9 @@ pub struct ServeArgs {
     /// seconds' worth).
     #[arg(long, value_name = "N", default_value_t = RateLimits::DEFAULT_PER_CONTEXT, value_parser = positive_rate)]
     pub rate_per_context: f64,
+    /// Close a terminal after this many seconds with no viewer (audited `idle`).
+    #[arg(long, value_name = "SECS", default_value_t = ServeConfig::DEFAULT_TERMINAL_IDLE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub terminal_idle_secs: u64,
 }
 
 /// Reads a rate: a positive number of requests per second.
@@ -94,6 +97,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cloud: cloud.clone(),
         public_url: args.public_url,
         rate_limits: RateLimits::new(args.rate_per_address, args.rate_per_context),
+        terminal_idle: std::time::Duration::from_secs(args.terminal_idle_secs),
     };
     let server = BlockingServer::start(config, registry, 2).with_context(|| {
         format!(

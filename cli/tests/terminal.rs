@@ -3,7 +3,10 @@
 //! foreground program, python3's REPL answers, a resize reaches
 //! `stty size`, a second viewer joins late and is shown the screen again, a ticket is used
 //! once, a viewer that drops without a close is audited as dropped, and `exit` ends the
-//! terminal with its exit code.
+//! terminal with its exit code. Then: `less` and `vi` full screen through the relay, a dropped
+//! viewer re-dialling, the idle limit, a read-only watcher, a replay without terminal queries
+//! (answered by no late viewer), a stalled viewer dropped as `slow_viewer` while another
+//! keeps receiving, and a shared context's member refused a terminal.
 
 mod common;
 
@@ -20,9 +23,17 @@ type Socket = WebSocket<MaybeTlsStream<TcpStream>>;
 /// A viewer: its socket and everything it has been shown.
 struct Viewer {
     socket: Socket,
+    /// The terminal bytes shown (only the last [`Viewer::keep`] when that is set).
     screen: Vec<u8>,
     texts: Vec<Value>,
     closed: Option<u16>,
+    /// Where in `screen` the replay began and where live output began.
+    replay_from: Option<usize>,
+    live_from: Option<usize>,
+    /// Keep only about this many of the latest bytes in `screen` (a flood's reader).
+    keep: Option<usize>,
+    /// Terminal bytes received in all.
+    received: u64,
 }
 
 impl Viewer {
@@ -41,12 +52,16 @@ impl Viewer {
             screen: Vec::new(),
             texts: Vec::new(),
             closed: None,
+            replay_from: None,
+            live_from: None,
+            keep: None,
+            received: 0,
         }
     }
 
-    /// Reads until `done` says so, failing after 20 s with what was shown.
+    /// Reads until `done` says so, failing after [`common::PATIENCE`] with what was shown.
     fn until(&mut self, what: &str, done: impl Fn(&Viewer) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + common::PATIENCE;
         while !done(self) {
             assert!(
                 Instant::now() < deadline,
@@ -55,10 +70,23 @@ impl Viewer {
                 self.texts
             );
             match self.socket.read() {
-                Ok(Message::Binary(bytes)) => self.screen.extend_from_slice(&bytes),
+                Ok(Message::Binary(bytes)) => {
+                    self.received += bytes.len() as u64;
+                    self.screen.extend_from_slice(&bytes);
+                    if let Some(keep) = self.keep
+                        && self.screen.len() > 2 * keep
+                    {
+                        self.screen.drain(..self.screen.len() - keep);
+                    }
+                }
                 Ok(Message::Text(text)) => {
-                    self.texts
-                        .push(serde_json::from_str(&text).expect("a JSON text message"));
+                    let message: Value = serde_json::from_str(&text).expect("a JSON text message");
+                    match message["type"].as_str() {
+                        Some("replay") => self.replay_from = Some(self.screen.len()),
+                        Some("live") => self.live_from = Some(self.screen.len()),
+                        _ => {}
+                    }
+                    self.texts.push(message);
                 }
                 Ok(Message::Close(frame)) => {
                     self.closed = Some(frame.map(|f| u16::from(f.code)).unwrap_or(1005));
@@ -81,11 +109,46 @@ impl Viewer {
     }
 
     fn shows(&self, text: &str) -> bool {
-        String::from_utf8_lossy(&self.screen).contains(text)
+        self.shows_after(0, text)
+    }
+
+    /// Where the screen ends now, for [`Viewer::shows_after`].
+    fn mark(&self) -> usize {
+        self.screen.len()
+    }
+
+    /// Whether `text` was shown after `mark`.
+    fn shows_after(&self, mark: usize, text: &str) -> bool {
+        contains(&self.screen[mark.min(self.screen.len())..], text.as_bytes())
+    }
+
+    /// The bytes of the replay (between `replay` and `live`).
+    fn replay(&self) -> &[u8] {
+        match (self.replay_from, self.live_from) {
+            (Some(from), Some(to)) => &self.screen[from..to],
+            _ => panic!("no replay yet: {:?}", self.texts),
+        }
     }
 
     fn said(&self, kind: &str) -> Option<&Value> {
         self.texts.iter().find(|t| t["type"] == kind)
+    }
+
+    /// The `error` messages' codes, in order.
+    fn errors(&self) -> Vec<&str> {
+        self.texts
+            .iter()
+            .filter(|t| t["type"] == "error")
+            .filter_map(|t| t["code"].as_str())
+            .collect()
+    }
+
+    /// Its connection goes away without a close frame, as a tab whose network drops.
+    fn drop_without_close(self) {
+        if let MaybeTlsStream::Plain(tcp) = self.socket.get_ref() {
+            tcp.shutdown(std::net::Shutdown::Both)
+                .expect("the connection shuts");
+        }
     }
 
     fn type_keys(&mut self, keys: &str) {
@@ -107,6 +170,72 @@ fn audit(server: &Server) -> Vec<Value> {
     body["events"].as_array().cloned().unwrap_or_default()
 }
 
+/// The details of `terminal`'s audit events of `kind`, oldest first.
+fn audited(server: &Server, terminal: &str, kind: &str) -> Vec<String> {
+    let mut details: Vec<String> = audit(server)
+        .iter()
+        .filter(|e| e["kind"] == kind)
+        .filter_map(|e| e["detail"].as_str())
+        .filter(|d| d.starts_with(&format!("{terminal} ")))
+        .map(str::to_owned)
+        .collect();
+    details.reverse();
+    details
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Opens a login shell on `box` as the admin (its operator) and joins it: the terminal's id
+/// and its operator's viewer, ready.
+fn open_terminal(server: &Server) -> (String, Viewer) {
+    let (status, opened) = server.api(
+        "POST",
+        "/v1/execution-contexts/box/terminals",
+        Some(json!({"cols": 80, "rows": 24})),
+    );
+    assert_eq!(status, 201, "{opened}");
+    let terminal = opened["terminalId"].as_str().expect("an id").to_owned();
+    let mut viewer = Viewer::connect(server, &terminal, opened["ticket"].as_str().unwrap());
+    viewer.until("ready", |v| v.said("live").is_some());
+    (terminal, viewer)
+}
+
+/// A new ticket for `terminal` bought with `token`, and its role.
+fn ticket(server: &Server, token: &str, terminal: &str) -> (String, String) {
+    let (status, body) = api(
+        &server.url,
+        token,
+        "POST",
+        &format!("/v1/terminals/{terminal}/tickets"),
+        None,
+    );
+    assert_eq!(status, 201, "{body}");
+    (
+        body["ticket"].as_str().expect("a ticket").to_owned(),
+        body["role"].as_str().expect("a role").to_owned(),
+    )
+}
+
+/// `terminal`'s row in `GET /v1/terminals` (as the admin sees it), if it is listed.
+fn listed(server: &Server, terminal: &str) -> Option<Value> {
+    let (status, body) = server.api("GET", "/v1/terminals", None);
+    assert_eq!(status, 200, "{body}");
+    body["terminals"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["terminalId"] == terminal))
+        .cloned()
+}
+
+/// Sets an interactive prompt whose text appears only when the shell shows it (the typed line
+/// echoes `$((20+3))`, the prompt shows `23`), and waits for it.
+const PROMPT: &str = "ready-23> ";
+fn set_prompt(viewer: &mut Viewer) {
+    viewer.type_keys("PS1='ready-$((20+3))> '\r");
+    viewer.until("the prompt", |v| v.shows(PROMPT));
+}
+
 #[test]
 fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
     let dir = temp_dir("terminal");
@@ -118,10 +247,29 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
         "the daemon announces its terminal executor"
     );
 
-    // Someone who does not operate the machine never gets a terminal on it.
+    // Someone who does not operate the machine never gets a terminal on it, even with the
+    // machine shared with every member and opted in: a shared run never opens a terminal.
     let (status, made) = server.api("POST", "/v1/users", Some(json!({"name": "bo"})));
     assert_eq!(status, 201, "{made}");
     let bo = made["token"].as_str().expect("a token").to_owned();
+    let (status, shared) = server.api(
+        "POST",
+        "/v1/execution-contexts/box/share",
+        Some(json!({"allMembers": true})),
+    );
+    assert_eq!(
+        (status, &shared["sharedWithAllMembers"]),
+        (200, &json!(true)),
+        "{shared}"
+    );
+    let (status, opted) = api(
+        &server.url,
+        &bo,
+        "POST",
+        "/v1/execution-contexts/box/opt-in",
+        None,
+    );
+    assert_eq!(status, 200, "{opted}");
     let (status, refused) = api(
         &server.url,
         &bo,
@@ -129,10 +277,10 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
         "/v1/execution-contexts/box/terminals",
         Some(json!({})),
     );
-    assert!(
-        (status == 403 && refused["error"]["code"] == "pty_operator_only")
-            || (status == 404 && refused["error"]["code"] == "context_unknown"),
-        "{status} {refused}"
+    assert_eq!(
+        (status, &refused["error"]["code"]),
+        (403, &json!("pty_operator_only")),
+        "{refused}"
     );
     let (status, bad) = server.api(
         "POST",
@@ -376,4 +524,395 @@ fn attach_joins_an_open_terminal_and_the_detach_key_leaves_it_running() {
         (status, &bad["error"]["code"]),
         (404, &json!("terminal_unknown"))
     );
+}
+
+/// `less` and `vi` take the whole screen through the relay: `less` switches to the alternate
+/// screen, shows one page, pages on a space and gives the screen back on `q`; `vi` shows the
+/// file, a substitution typed through the relay changes it on screen, and `:q!` leaves the
+/// file unchanged. The shell's prompt comes back after each.
+#[test]
+fn less_and_vi_run_full_screen_through_the_relay_and_give_the_prompt_back() {
+    let dir = temp_dir("fullscreen");
+    let (server, _daemon) = common::server_with_daemon(&dir, "box");
+    let pages = dir.join("pages.txt");
+    let text: String = (1..=200).map(|i| format!("line-{i}\n")).collect();
+    std::fs::write(&pages, text).expect("the file to page");
+    let notes = dir.join("notes.txt");
+    std::fs::write(&notes, "the vi test line\n").expect("the file to edit");
+    let (_terminal, mut viewer) = open_terminal(&server);
+    set_prompt(&mut viewer);
+
+    let at = viewer.mark();
+    viewer.type_keys(&format!("less {}\r", pages.display()));
+    viewer.until("less's first page", |v| {
+        v.shows_after(at, "\x1b[?1049h") && v.shows_after(at, "line-23")
+    });
+    assert!(
+        viewer.shows_after(at, "line-1\r") && !viewer.shows_after(at, "line-30\r"),
+        "one screen at a time: {:?}",
+        String::from_utf8_lossy(&viewer.screen[at..])
+    );
+    let at = viewer.mark();
+    viewer.type_keys(" ");
+    viewer.until("the next page", |v| v.shows_after(at, "line-46"));
+    let at = viewer.mark();
+    viewer.type_keys("q");
+    viewer.until("the normal screen and the prompt after less", |v| {
+        v.shows_after(at, "\x1b[?1049l") && v.shows_after(at, PROMPT)
+    });
+
+    let at = viewer.mark();
+    viewer.type_keys(&format!("vi -u NONE {}\r", notes.display()));
+    viewer.until("vi showing the file", |v| {
+        v.shows_after(at, "the vi test line") && v.shows_after(at, "~")
+    });
+    let at = viewer.mark();
+    // An ex command every vi knows, typed through the relay, changes the buffer on screen.
+    viewer.type_keys("\x1b:s/test/\\U&/\r");
+    viewer.until("vi's changed line", |v| v.shows_after(at, "TEST"));
+    let at = viewer.mark();
+    viewer.type_keys(":q!\r");
+    viewer.until("the prompt after vi", |v| v.shows_after(at, PROMPT));
+    assert_eq!(
+        std::fs::read_to_string(&notes).expect("the file"),
+        "the vi test line\n",
+        "`:q!` left the file as it was"
+    );
+    viewer.type_keys("exit\r");
+    viewer.until("the exit", |v| v.closed.is_some());
+}
+
+/// A viewer whose connection drops (no close frame) is audited `dropped`; the same user buys
+/// a fresh ticket, re-dials, is shown the screen again and types on.
+#[test]
+fn a_viewer_that_drops_redials_with_a_fresh_ticket_and_sees_the_screen_again() {
+    let dir = temp_dir("redial");
+    let (server, _daemon) = common::server_with_daemon(&dir, "box");
+    let (terminal, mut first) = open_terminal(&server);
+    first.type_keys("echo before-$((40+2))\r");
+    first.until("the first answer", |v| v.shows("before-42\r\n"));
+    first.drop_without_close();
+    let ended = wait_for("the dropped session in the audit", || {
+        let ended = audited(&server, &terminal, "terminal.session.ended");
+        (!ended.is_empty()).then_some(ended)
+    });
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert!(
+        ended[0].starts_with(&format!("{terminal} operator dropped after ")),
+        "{ended:?}"
+    );
+    let row = listed(&server, &terminal).expect("the terminal is listed");
+    assert_eq!(
+        (row["state"].as_str(), row["viewers"].as_u64()),
+        (Some("open"), Some(0)),
+        "the terminal outlives its viewer: {row}"
+    );
+
+    let (again, role) = ticket(&server, &server.admin, &terminal);
+    assert_eq!(role, "operator");
+    let mut second = Viewer::connect(&server, &terminal, &again);
+    second.until("the replay", |v| v.said("live").is_some());
+    assert!(
+        contains(second.replay(), b"before-42\r\n"),
+        "the screen again: {:?}",
+        String::from_utf8_lossy(second.replay())
+    );
+    second.type_keys("echo after-$((50+5))\r");
+    second.until("an answer after re-dialling", |v| v.shows("after-55\r\n"));
+    let started = audited(&server, &terminal, "terminal.session.started");
+    assert_eq!(
+        started,
+        [
+            format!("{terminal} operator"),
+            format!("{terminal} operator")
+        ],
+        "two sessions"
+    );
+    assert_eq!(
+        audited(&server, &terminal, "terminal.session.ended").len(),
+        1,
+        "the second session is still open"
+    );
+    second.type_keys("exit\r");
+    second.until("the exit", |v| v.closed.is_some());
+}
+
+/// `outpost serve --terminal-idle-secs N` sets the idle limit: a terminal with a viewer stays
+/// open past it; once its last viewer has gone for N seconds it is closed, audited
+/// `terminal.closed` with `idle`, and no new ticket is sold for it. 0 is refused at start.
+#[test]
+fn a_terminal_with_no_viewer_closes_after_the_server_s_idle_limit() {
+    use std::process::Command;
+    let dir = temp_dir("idle");
+    let refused = Command::new(common::binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+        .arg(dir.join("never"))
+        .args(["--terminal-idle-secs", "0"])
+        .output()
+        .expect("outpost runs");
+    assert_eq!(refused.status.code(), Some(2), "a usage error");
+    assert!(!dir.join("never").exists(), "nothing was made");
+
+    const IDLE: Duration = Duration::from_secs(3);
+    let server = Server::start_with(
+        &dir.join("server"),
+        0,
+        &["--terminal-idle-secs".as_ref(), "3".as_ref()],
+    );
+    let _daemon = common::Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
+    server.wait_context("box", "the daemon to come online", |c| c["online"] == true);
+    let (terminal, mut viewer) = open_terminal(&server);
+    // Watched for twice the limit: still open.
+    let joined = Instant::now();
+    viewer.until("twice the idle limit with a viewer", |_| {
+        joined.elapsed() > 2 * IDLE
+    });
+    viewer.type_keys("echo still-$((3*3))\r");
+    viewer.until("an answer past the limit", |v| v.shows("still-9\r\n"));
+    assert!(audited(&server, &terminal, "terminal.closed").is_empty());
+
+    viewer.socket.close(None).expect("the viewer says goodbye");
+    viewer.until("the close's answer", |v| v.closed.is_some());
+    let left = Instant::now();
+    let closed = wait_for("the idle close in the audit", || {
+        let closed = audited(&server, &terminal, "terminal.closed");
+        (!closed.is_empty()).then_some(closed)
+    });
+    let after = left.elapsed();
+    assert_eq!(closed, [format!("{terminal} idle")]);
+    assert!(
+        after + Duration::from_millis(500) >= IDLE,
+        "closed {after:?} after the viewer left; the limit is {IDLE:?}"
+    );
+    let ended = audited(&server, &terminal, "terminal.session.ended");
+    assert!(
+        ended.len() == 1 && ended[0].starts_with(&format!("{terminal} operator closed after ")),
+        "{ended:?}"
+    );
+    let (status, gone) = server.api("POST", &format!("/v1/terminals/{terminal}/tickets"), None);
+    assert_eq!(
+        (status, &gone["error"]["code"]),
+        (404, &json!("terminal_unknown"))
+    );
+    // The program was hung up (SIGHUP): its execution ends `cancelled`.
+    let execution = wait_for("the terminal's execution to end", || {
+        let (_, e) = server.api("GET", &format!("/v1/executions/{terminal}"), None);
+        (!matches!(e["status"].as_str(), Some("pending" | "running"))).then_some(e)
+    });
+    assert_eq!(
+        (&execution["status"], &execution["signal"]),
+        (&json!("cancelled"), &json!(1)),
+        "hung up: {execution}"
+    );
+}
+
+/// An admin who is not the terminal's operator watches it: the replay and live output reach
+/// them, but their keys, sizes and `close` are refused with `read_only_viewer` and never reach
+/// the shell, while the operator's still do.
+#[test]
+fn a_watcher_sees_the_terminal_and_its_keys_and_sizes_are_refused() {
+    let dir = temp_dir("watcher");
+    let (server, _daemon) = common::server_with_daemon(&dir, "box");
+    let (status, made) = server.api(
+        "POST",
+        "/v1/users",
+        Some(json!({"name": "ada", "scopes": ["admin"]})),
+    );
+    assert_eq!(status, 201, "{made}");
+    let ada = made["token"].as_str().expect("a token").to_owned();
+    let (terminal, mut operator) = open_terminal(&server);
+    operator.type_keys("echo op-$((1+1))\r");
+    operator.until("the operator's answer", |v| v.shows("op-2\r\n"));
+
+    let (watching, role) = ticket(&server, &ada, &terminal);
+    assert_eq!(role, "watcher");
+    let mut watcher = Viewer::connect(&server, &terminal, &watching);
+    watcher.until("the watcher's replay", |v| v.said("live").is_some());
+    assert_eq!(watcher.said("ready").expect("ready")["role"], "watcher");
+    assert!(contains(watcher.replay(), b"op-2\r\n"), "the screen so far");
+
+    watcher.type_keys("echo read-only-keys-$((3+4))\r");
+    watcher.control(json!({"type": "resize", "cols": 50, "rows": 10}));
+    watcher.control(json!({"type": "close"}));
+    watcher.until("three refusals", |v| v.errors().len() == 3);
+    assert_eq!(watcher.errors(), ["read_only_viewer"; 3]);
+
+    let at = (operator.mark(), watcher.mark());
+    operator.type_keys("stty size; echo op-$((5+5))\r");
+    operator.until("the operator's keys still work", |v| {
+        v.shows_after(at.0, "op-10\r\n")
+    });
+    watcher.until("live output to the watcher", |v| {
+        v.shows_after(at.1, "op-10\r\n")
+    });
+    for (who, viewer, at) in [("operator", &operator, at.0), ("watcher", &watcher, at.1)] {
+        assert!(
+            viewer.shows_after(at, "24 80\r\n"),
+            "{who}: the size is the operator's, not the watcher's"
+        );
+        assert!(
+            !viewer.shows("read-only-keys"),
+            "{who}: the watcher's keys never reached the shell"
+        );
+    }
+    let row = listed(&server, &terminal).expect("listed");
+    assert_eq!(
+        (row["state"].as_str(), row["viewers"].as_u64()),
+        (Some("open"), Some(2)),
+        "the watcher's close closed nothing: {row}"
+    );
+    let started = audited(&server, &terminal, "terminal.session.started");
+    assert!(
+        started.contains(&format!("{terminal} watcher")),
+        "{started:?}"
+    );
+    assert!(
+        audit(&server)
+            .iter()
+            .any(|e| e["kind"] == "terminal.session.started" && e["actor"] == "ada"),
+        "the watcher is named in the audit"
+    );
+    operator.type_keys("exit\r");
+    operator.until("the exit", |v| v.closed.is_some());
+    watcher.until("the watcher told of the exit", |v| v.said("exit").is_some());
+}
+
+/// The answers a terminal emulator (xterm.js) would type back for the queries in `bytes`:
+/// a cursor position report for `CSI 6 n`, a status report for `CSI 5 n`, device attributes
+/// for `CSI c`.
+fn emulator_answers(bytes: &[u8]) -> Vec<u8> {
+    let mut answers = Vec::new();
+    for at in 0..bytes.len() {
+        let rest = &bytes[at..];
+        if rest.starts_with(b"\x1b[6n") {
+            answers.extend_from_slice(b"\x1b[24;1R");
+        } else if rest.starts_with(b"\x1b[5n") {
+            answers.extend_from_slice(b"\x1b[0n");
+        } else if rest.starts_with(b"\x1b[c") {
+            answers.extend_from_slice(b"\x1b[?1;2c");
+        }
+    }
+    answers
+}
+
+/// Coder #3666 end to end: a program prints terminal queries (a cursor position request and a
+/// device-attributes request), then reads a line. The live viewer gets the queries untouched;
+/// a viewer that joins late gets a replay without them, so the late viewer — answering what
+/// it is shown, as an emulator does — types nothing back, and the program reads exactly what
+/// was typed.
+#[test]
+fn a_late_viewer_s_replay_carries_no_terminal_query_and_nothing_is_answered_back() {
+    let dir = temp_dir("queries");
+    let (server, _daemon) = common::server_with_daemon(&dir, "box");
+    let (terminal, mut first) = open_terminal(&server);
+    let at = first.mark();
+    first.type_keys(
+        "printf 'q-\\033[6n\\033[c-end\\n'; IFS= read -r -t 60 line; printf 'got:%q\\n' \"$line\"\r",
+    );
+    first.until("the queries, live and untouched", |v| {
+        v.shows_after(at, "q-\x1b[6n\x1b[c-end")
+    });
+
+    let (late_ticket, role) = ticket(&server, &server.admin, &terminal);
+    assert_eq!(role, "operator");
+    let mut late = Viewer::connect(&server, &terminal, &late_ticket);
+    late.until("the late viewer's replay", |v| v.said("live").is_some());
+    let replay = late.replay().to_vec();
+    assert!(
+        contains(&replay, b"q-") && contains(&replay, b"-end"),
+        "the text around the queries is replayed: {:?}",
+        String::from_utf8_lossy(&replay)
+    );
+    assert!(
+        !contains(&replay, b"\x1b[6n") && !contains(&replay, b"\x1b[c"),
+        "no query in the replay: {:?}",
+        String::from_utf8_lossy(&replay)
+    );
+    // The late viewer answers whatever queries it was shown, then types a line.
+    let answers = emulator_answers(&late.screen);
+    if !answers.is_empty() {
+        late.socket
+            .send(Message::Binary(answers.into()))
+            .expect("answers sent");
+    }
+    late.type_keys("typed\r");
+    late.until("what the program read", |v| v.shows("got:"));
+    late.until("the whole line", |v| {
+        v.shows("got:typed\r\n") || v.shows("got:$'")
+    });
+    assert!(
+        late.shows("got:typed\r\n"),
+        "the program read only what was typed: {:?}",
+        String::from_utf8_lossy(&late.screen)
+    );
+    first.until("the first viewer sees it too", |v| v.shows("got:typed\r\n"));
+    late.type_keys("exit\r");
+    late.until("the exit", |v| v.closed.is_some());
+}
+
+/// A viewer that stops reading while a program floods the terminal is dropped once more than
+/// its queue limit is unwritten: audited `slow_viewer`, told `closed` with `slow_viewer` and
+/// closed with 4002 — while the other viewer keeps receiving, interrupts the flood and gets
+/// its prompt back.
+#[test]
+fn a_stalled_viewer_is_dropped_as_slow_and_the_other_keeps_receiving() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = temp_dir("slow");
+    let (server, _daemon) = common::server_with_daemon(&dir, "box");
+    let (terminal, mut reader) = open_terminal(&server);
+    let (stalled_ticket, _) = ticket(&server, &server.admin, &terminal);
+    let mut stalled = Viewer::connect(&server, &terminal, &stalled_ticket);
+    stalled.until("the stalled viewer joined", |v| v.said("live").is_some());
+    // From here on the stalled viewer reads nothing until it has been dropped.
+    reader.keep = Some(64 * 1024);
+    let dropped = Arc::new(AtomicBool::new(false));
+    let reading = {
+        let dropped = dropped.clone();
+        std::thread::spawn(move || {
+            reader
+                .type_keys("yes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnop\r");
+            reader.until("the stalled viewer dropped", |_| {
+                dropped.load(Ordering::SeqCst)
+            });
+            let during = reader.received;
+            reader.type_keys("\x03");
+            reader.type_keys("echo after-flood-$((3+3))\r");
+            reader.until("the prompt after the flood", |v| {
+                v.shows("after-flood-6\r\n")
+            });
+            (reader, during)
+        })
+    };
+    let ended = wait_for("the stalled viewer dropped as slow", || {
+        audited(&server, &terminal, "terminal.session.ended")
+            .into_iter()
+            .find(|d| d.contains(" slow_viewer "))
+    });
+    assert!(
+        ended.starts_with(&format!("{terminal} operator slow_viewer after ")),
+        "{ended}"
+    );
+    assert_eq!(
+        listed(&server, &terminal).expect("listed")["viewers"].as_u64(),
+        Some(1),
+        "the other viewer stays"
+    );
+    dropped.store(true, Ordering::SeqCst);
+    // Now it reads what the kernel held for it, then is told why and closed.
+    stalled.keep = Some(64 * 1024);
+    stalled.until("the stalled viewer's close", |v| v.closed.is_some());
+    assert_eq!(stalled.closed, Some(4002));
+    assert_eq!(
+        stalled.said("closed").expect("told why")["reason"],
+        "slow_viewer"
+    );
+    let (reader, during) = reading.join().expect("the reading viewer");
+    assert!(
+        during > 4 * 1024 * 1024,
+        "the reading viewer kept receiving the flood: {during} bytes"
+    );
+    assert!(reader.received > during);
+    let row = listed(&server, &terminal).expect("listed");
+    assert_eq!(row["state"], "open", "the terminal went on: {row}");
 }

@@ -164,7 +164,8 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     dispatcher.settle()?;
     let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);
     let dispatch_task = tokio::spawn(dispatcher.run(rx));
-    let terminals = crate::terminals::Actor::new(clock, store.clone(), tx.clone());
+    let terminals =
+        crate::terminals::Actor::new(clock, store.clone(), tx.clone(), config.terminal_idle);
     tokio::spawn(terminals.run(terminals_rx));
 
     let scheme = if config.tls.is_some() {

@@ -25,6 +25,7 @@ mod terminals;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use outpost_core::executor::Registry;
 use outpost_core::wire::Environment;
@@ -62,6 +63,14 @@ pub struct ServeConfig {
     pub public_url: Option<String>,
     /// The limits on signed machine requests and connects.
     pub rate_limits: RateLimits,
+    /// With no viewer for this long, an open terminal is closed (its sessions and the
+    /// terminal audited `idle`); [`ServeConfig::DEFAULT_TERMINAL_IDLE`] unless set.
+    pub terminal_idle: Duration,
+}
+
+impl ServeConfig {
+    /// How long a terminal with no viewer stays open by default: 10 minutes.
+    pub const DEFAULT_TERMINAL_IDLE: Duration = Duration::from_secs(600);
 }
 
 /// Why the server could not start.

@@ -1,6 +1,7 @@
 //! A daemon's session over the real WebSocket: the core's `Daemon` driven by hand (as
 //! `core/src/sim/pair.rs` wires it) runs an execution to `exited`; oversized messages close
-//! with 1009; revoke sends `revoked`, closes with 4001 and refuses the key from then on.
+//! with 1009; revoke sends `revoked`, closes with 4001 and refuses the key from then on; a
+//! second machine speaking for a terminal another holds is refused and the holder named.
 
 mod common;
 
@@ -12,6 +13,7 @@ use common::{
 };
 use outpost_core::daemon::{self, Daemon, DaemonConfig};
 use outpost_core::time::{Instant, Now, UnixTime};
+use outpost_core::wire::DaemonFrame;
 use outpost_core::wire::{Environment, RunResult, RunStatus, Timing};
 use serde_json::json;
 use tungstenite::Message;
@@ -25,6 +27,61 @@ struct Driver {
 }
 
 impl Driver {
+    /// A daemon core for `server` with `environments`, not connected yet.
+    fn new(server: &TestServer, environments: Vec<Environment>) -> Driver {
+        let config = DaemonConfig {
+            environments,
+            ..DaemonConfig::default()
+        };
+        let origin = StdInstant::now();
+        let now = Now {
+            instant: Instant::from_origin(Duration::ZERO),
+            wall: UnixTime(now_secs()),
+        };
+        Driver {
+            daemon: Daemon::new(config, server.keys(), now),
+            origin,
+            socket: None,
+            executed: Vec::new(),
+        }
+    }
+
+    /// Connects and pumps until the server shows `name` online.
+    fn online(&mut self, server: &TestServer, machine: &Machine, name: &str) {
+        self.drain(server, machine);
+        let admin = bearer(&server.admin());
+        let deadline = StdInstant::now() + Duration::from_secs(30);
+        loop {
+            self.pump(server, machine);
+            let path = format!("/v1/execution-contexts/{name}");
+            let ctx = http(
+                server.addr(),
+                "GET",
+                &path,
+                &[("authorization", &admin)],
+                b"",
+            )
+            .json();
+            if ctx["online"] == true {
+                return;
+            }
+            assert!(
+                StdInstant::now() < deadline,
+                "{name} never came online: {ctx}"
+            );
+        }
+    }
+
+    /// Sends `frame` as it is, whatever the daemon core would say.
+    fn send_raw(&mut self, frame: &DaemonFrame) {
+        let text = String::from_utf8(frame.to_json()).expect("JSON");
+        self.socket
+            .as_mut()
+            .expect("connected")
+            .send(Message::Text(text.into()))
+            .expect("sent");
+    }
+
     fn now(&self) -> Now {
         Now {
             instant: Instant::from_origin(self.origin.elapsed()),
@@ -62,8 +119,12 @@ impl Driver {
                     self.input(daemon::Input::Connected { session_id });
                 }
                 daemon::Output::Command(daemon::Command::Execute(execute)) => {
-                    // The test is the executor: the run prints "hi".
                     self.executed.push(execute.run_id.clone());
+                    if execute.environment == Environment::Pty {
+                        // A terminal stays open: the test speaks for it by hand.
+                        continue;
+                    }
+                    // The test is the executor: the run prints "hi".
                     let result = RunResult {
                         status: RunStatus::Exited,
                         exit_code: Some(0),
@@ -329,6 +390,167 @@ fn revoke_closes_with_4001_refuses_the_key_and_delete_removes_the_context() {
     )
     .json();
     assert_eq!(list, json!({"contexts": []}));
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Registers `machine` as `name` announcing `environments`; its context id.
+fn register_announcing(
+    server: &TestServer,
+    machine: &Machine,
+    name: &str,
+    environments: &[&str],
+) -> String {
+    let body = json!({"name": name, "publicKey": machine.public_b64, "maxConcurrent": 2,
+                      "environments": environments, "daemonVersion": "0.1.0"})
+    .to_string();
+    let token = bearer(&server.join().token);
+    let answer = machine.send_with(
+        server.addr(),
+        "POST",
+        "/v1/execution-contexts",
+        body.as_bytes(),
+        &machine.nonce(),
+        &[("authorization", &token)],
+    );
+    assert_eq!(
+        answer.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    answer.json()["contextId"]
+        .as_str()
+        .expect("a context id")
+        .to_owned()
+}
+
+/// One terminal has one runner: the machine holding its committed run. Another machine that
+/// sends `pty.output` for it (three times) is refused: its bytes reach no viewer (the terminal
+/// is still `starting`), and the server audits it once as `terminal.runner_refused` on the
+/// holder's context, naming the refused machine and the holder with its connection. The
+/// holder's own output then opens the terminal.
+#[test]
+fn a_second_runner_for_a_terminal_is_refused_naming_the_holder() {
+    let dir = temp_dir("second-runner");
+    let server = TestServer::start(&dir);
+    let addr = server.addr();
+    let admin = bearer(&server.admin());
+    let auth = [("authorization", admin.as_str())];
+    let holder_key = Machine::new(41);
+    let spare_key = Machine::new(42);
+    let holder_id = register_announcing(&server, &holder_key, "term-box", &["pty"]);
+    let spare_id = register_announcing(&server, &spare_key, "spare-box", &["pty"]);
+    let mut holder = Driver::new(&server, vec![Environment::Pty]);
+    let mut spare = Driver::new(&server, vec![Environment::Pty]);
+    holder.online(&server, &holder_key, "term-box");
+    spare.online(&server, &spare_key, "spare-box");
+
+    let opened = http(
+        addr,
+        "POST",
+        "/v1/execution-contexts/term-box/terminals",
+        &auth,
+        b"{}",
+    );
+    assert_eq!(
+        opened.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&opened.body)
+    );
+    let terminal = opened.json()["terminalId"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    while holder.executed.is_empty() {
+        holder.pump(&server, &holder_key);
+        assert!(
+            StdInstant::now() < deadline,
+            "the terminal's run was never committed"
+        );
+    }
+    let run_id = holder.executed[0].clone();
+    assert!(
+        run_id.starts_with(&terminal),
+        "{run_id} is {terminal}'s run"
+    );
+    let state = |server: &TestServer| {
+        let listed = http(server.addr(), "GET", "/v1/terminals", &auth, b"").json();
+        listed["terminals"]
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["terminalId"] == terminal.as_str()))
+            .map(|t| t["state"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(state(&server), "starting");
+
+    let intruder = DaemonFrame::PtyOutput {
+        pty_id: run_id.clone(),
+        data: outpost_core::b64::encode(b"not yours\r\n"),
+    };
+    for _ in 0..3 {
+        spare.send_raw(&intruder);
+    }
+    // Its frames are handled before its hang-up: once it shows offline, all three were.
+    spare
+        .socket
+        .take()
+        .expect("connected")
+        .close(None)
+        .expect("a close");
+    let refusals = |server: &TestServer| -> Vec<serde_json::Value> {
+        let audit = http(server.addr(), "GET", "/v1/audit?limit=200", &auth, b"").json();
+        audit["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["kind"] == "terminal.runner_refused")
+            .cloned()
+            .collect()
+    };
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    loop {
+        holder.pump(&server, &holder_key);
+        let ctx = http(addr, "GET", "/v1/execution-contexts/spare-box", &auth, b"").json();
+        if ctx["online"] == false && !refusals(&server).is_empty() {
+            break;
+        }
+        assert!(
+            StdInstant::now() < deadline,
+            "the spare machine never went: {ctx}"
+        );
+    }
+    let refused = refusals(&server);
+    assert_eq!(refused.len(), 1, "audited once: {refused:?}");
+    assert_eq!(refused[0]["contextId"], holder_id.as_str(), "{refused:?}");
+    let detail = refused[0]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with(&format!(
+            "{terminal} from {spare_id}: held by {holder_id} on connection "
+        )),
+        "{detail}"
+    );
+    assert_eq!(
+        state(&server),
+        "starting",
+        "the intruder's bytes reached no one"
+    );
+
+    holder.send_raw(&DaemonFrame::PtyOutput {
+        pty_id: run_id,
+        data: outpost_core::b64::encode(b"$ "),
+    });
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    while state(&server) != "open" {
+        holder.pump(&server, &holder_key);
+        assert!(
+            StdInstant::now() < deadline,
+            "the holder's output never arrived"
+        );
+    }
+    assert_eq!(refusals(&server).len(), 1);
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -13,7 +13,7 @@ mod conns;
 mod ends;
 mod waits;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use outpost_core::server::{self as core_server, Event, Input, Output, Server};
@@ -33,6 +33,10 @@ use crate::store::{AuditRow, Batch, ExecutionEntry, Store};
 
 /// The most messages one group commit takes.
 const BATCH: usize = 256;
+
+/// The most (machine, terminal) pairs remembered as refused second runners; past it the
+/// memory starts again (a pair may then be logged and audited once more).
+const REFUSED_RUNNERS: usize = 1024;
 
 /// Where a request waits for its input's records to be written.
 type Reply = Option<oneshot::Sender<Result<(), String>>>;
@@ -111,6 +115,9 @@ pub(crate) struct Dispatcher {
     /// Wait continuations among those executions (wait id, execution id), marked started in
     /// the same commit.
     continuations: Vec<(String, String)>,
+    /// (machine, terminal) pairs already logged and audited as a refused second runner, so a
+    /// machine that keeps speaking for another's terminal fills neither the log nor the audit.
+    refused_runners: HashSet<(String, String)>,
 }
 
 impl Dispatcher {
@@ -126,6 +133,7 @@ impl Dispatcher {
             received: HashMap::new(),
             listings: Vec::new(),
             continuations: Vec::new(),
+            refused_runners: HashSet::new(),
         }
     }
 
@@ -384,7 +392,7 @@ impl Dispatcher {
     }
 
     /// The audit event `event` is worth, written with the records of its drain.
-    fn audit_row(&self, event: &Event) -> Option<AuditRow> {
+    fn audit_row(&mut self, event: &Event) -> Option<AuditRow> {
         let at = self.shared.clock.now().wall.0;
         match event {
             Event::ExecutionFinished {
@@ -409,8 +417,62 @@ impl Dispatcher {
                 context_id: Some(context_id.clone()),
                 detail: String::from_utf8_lossy(&frame.to_json()).into_owned(),
             }),
+            Event::Session {
+                context_id,
+                event:
+                    session::Event::TerminalRefused {
+                        pty_id,
+                        reason: "not_held_here",
+                    },
+            } => self.second_runner(at, context_id, pty_id),
             _ => None,
         }
+    }
+
+    /// Machine `sender` spoke for terminal `pty_id` (`pty.output` or `pty.exit`) without
+    /// holding its run: the session dropped the frame. When another machine holds the run, this
+    /// was a second runner for that terminal: logged at `warn` naming the holder (its context
+    /// and live connection) and audited `terminal.runner_refused` on the holder's context. A
+    /// terminal nobody holds is only logged. Each (machine, terminal) pair once.
+    fn second_runner(&mut self, at: u64, sender: &str, pty_id: &str) -> Option<AuditRow> {
+        if self.refused_runners.len() >= REFUSED_RUNNERS {
+            self.refused_runners.clear();
+        }
+        if !self
+            .refused_runners
+            .insert((sender.to_owned(), pty_id.to_owned()))
+        {
+            return None;
+        }
+        let Some(holder) = self.server.live_run(pty_id) else {
+            tracing::info!(
+                context_id = %sender,
+                %pty_id,
+                "a machine spoke for a terminal no machine holds; its frames are dropped"
+            );
+            return None;
+        };
+        let holder_conn = self
+            .server
+            .session(&holder.context_id)
+            .and_then(session::Session::connection);
+        let held_by = match holder_conn {
+            Some(conn) => format!("{} on connection {conn}", holder.context_id),
+            None => holder.context_id.clone(),
+        };
+        tracing::warn!(
+            terminal = %holder.exec_id,
+            runner = %sender,
+            holder = %held_by,
+            "a second runner for a terminal was refused: {held_by} holds it"
+        );
+        Some(AuditRow {
+            at,
+            kind: "terminal.runner_refused".into(),
+            actor: "daemon".into(),
+            context_id: Some(holder.context_id),
+            detail: format!("{} from {sender}: held by {held_by}", holder.exec_id),
+        })
     }
 
     fn on_event(&mut self, event: Event) -> Result<(), crate::store::StoreError> {
@@ -456,6 +518,7 @@ impl Dispatcher {
                     tracing::info!(%context_id, code, "a connect was refused");
                 }
                 session::Event::TerminalRefused { pty_id, reason } => {
+                    // A second runner (`not_held_here`) was logged and audited with its drain.
                     tracing::debug!(%context_id, %pty_id, reason, "terminal output refused");
                 }
                 session::Event::CommandFinished { .. }

@@ -183,7 +183,13 @@ pub(crate) struct Actor {
 }
 
 impl Actor {
-    pub(crate) fn new(clock: Clock, store: Arc<Store>, dispatcher: mpsc::Sender<Msg>) -> Self {
+    /// An actor whose terminals close after `idle` with no viewer.
+    pub(crate) fn new(
+        clock: Clock,
+        store: Arc<Store>,
+        dispatcher: mpsc::Sender<Msg>,
+        idle: std::time::Duration,
+    ) -> Self {
         Self {
             terminals: HashMap::new(),
             tickets: Tickets::default(),
@@ -191,7 +197,10 @@ impl Actor {
             clock,
             store,
             dispatcher,
-            config: RelayConfig::default(),
+            config: RelayConfig {
+                idle_limit: idle,
+                ..RelayConfig::default()
+            },
         }
     }
 

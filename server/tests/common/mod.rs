@@ -67,6 +67,7 @@ impl TestServer {
             cloud,
             public_url: None,
             rate_limits: Default::default(),
+            terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
         };
         let running = rt
             .block_on(start(config, registry))
