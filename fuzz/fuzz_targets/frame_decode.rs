@@ -1,11 +1,12 @@
 //! Arbitrary bytes through the stream codec at arbitrary split points, then every decoded
-//! body through both frame readers. Nothing may panic, and the decoder may never hold more
+//! body through every frame reader (JSON, strict JSON, binary `pty.output`, which must write
+//! back to the same bytes). Nothing may panic, and the decoder may never hold more
 //! than one frame's worth of bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use outpost_core::json::parse_strict;
-use outpost_core::wire::{DaemonFrame, FrameDecoder, LENGTH_PREFIX_LEN};
+use outpost_core::wire::{DaemonFrame, FrameDecoder, LENGTH_PREFIX_LEN, PtyOutputFrame};
 
 const MAX: usize = 4096;
 
@@ -22,6 +23,9 @@ fuzz_target!(|data: &[u8]| {
                 Ok(Some(body)) => {
                     assert!(!body.is_empty() && body.len() <= MAX);
                     let _ = DaemonFrame::from_json(&body);
+                    if let Ok(frame) = PtyOutputFrame::decode(&body) {
+                        assert_eq!(frame.encode().as_deref(), Some(&body[..]));
+                    }
                     let _ = parse_strict(&body);
                 }
                 Ok(None) => {}

@@ -12,7 +12,9 @@ use outpost_core::json::{Value, parse_strict};
 use outpost_core::keyset::{FrameKey, KeySet, PinnedRoots, RootKey};
 use outpost_core::replay::{ReplayGuard, ReplayPolicy};
 use outpost_core::sign::{FRAME_DOMAIN, FrameVerifier, Signer, signing_input};
+use outpost_core::terminal::ViewerControl;
 use outpost_core::time::UnixTime;
+use outpost_core::wire::PtyOutputFrame;
 use serde::de::DeserializeOwned;
 
 use crate::keys::{signer_from_hex, verifying_key_from_hex};
@@ -58,6 +60,7 @@ pub fn check_dir(dir: &Path) -> Result<Report, CheckError> {
     run::<HttpSignatureCase>(dir, "http-signatures.json", http_signature, &mut report)?;
     run::<ContentDigestCase>(dir, "content-digest.json", digest, &mut report)?;
     run::<CanonicalJsonCase>(dir, "canonical-json.json", canonical, &mut report)?;
+    run::<TerminalCase>(dir, "terminal.json", terminal, &mut report)?;
     Ok(report)
 }
 
@@ -344,4 +347,49 @@ fn canonical(c: &CanonicalJsonCase) -> CaseResult {
         return Err(format!("{}: canonical form differs", c.name));
     }
     Ok(())
+}
+
+fn terminal(c: &TerminalCase) -> CaseResult {
+    let bytes = unhex("input_hex", &c.input_hex)?;
+    if let Some(raw) = &c.input
+        && raw.get().as_bytes() != bytes.as_slice()
+    {
+        return Err(format!("{}: `input` differs from `input_hex`", c.name));
+    }
+    match c.form.as_str() {
+        "pty_output" => {
+            let outcome = PtyOutputFrame::decode(&bytes);
+            let Some(frame) = expect(&c.name, c.valid, &c.error, outcome, |e| e.code())? else {
+                return Ok(());
+            };
+            if Some(frame.pty_id) != c.pty_id.as_deref()
+                || Some(hex::encode(frame.data)) != c.data_hex
+            {
+                return Err(format!("{}: read as {frame:?}", c.name));
+            }
+            if frame.encode() != Some(bytes.clone()) {
+                return Err(format!("{}: written back differently", c.name));
+            }
+            Ok(())
+        }
+        "viewer_control" => {
+            let outcome = std::str::from_utf8(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(ViewerControl::from_text);
+            let invalid = |_: &String| "invalid_message";
+            let Some(control) = expect(&c.name, c.valid, &c.error, outcome, invalid)? else {
+                return Ok(());
+            };
+            let expected = match (c.cols, c.rows, c.close) {
+                (Some(cols), Some(rows), None) => ViewerControl::Resize { cols, rows },
+                (None, None, Some(true)) => ViewerControl::Close,
+                _ => return Err(format!("{}: no expected control", c.name)),
+            };
+            if control != expected {
+                return Err(format!("{}: read as {control:?}", c.name));
+            }
+            Ok(())
+        }
+        other => Err(format!("{}: unknown form {other:?}", c.name)),
+    }
 }

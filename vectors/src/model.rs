@@ -204,3 +204,38 @@ pub struct CanonicalJsonCase {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub canonical_hex: Option<String>,
 }
+
+/// A case of `terminal.json`: bytes a terminal's server reads — a daemon's binary `pty.output`
+/// (`form: "pty_output"`) or a viewer's text message (`form: "viewer_control"`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TerminalCase {
+    /// The case's name.
+    pub name: String,
+    /// `pty_output` or `viewer_control`.
+    pub form: String,
+    /// Whether the reader must accept the bytes.
+    pub valid: bool,
+    /// The error code a refusal must carry.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    /// A viewer's text verbatim (where a JSON file can hold it).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub input: Option<Box<RawValue>>,
+    /// The exact bytes read.
+    pub input_hex: String,
+    /// A valid `pty_output`: the terminal.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pty_id: Option<String>,
+    /// A valid `pty_output`: its data, exactly.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub data_hex: Option<String>,
+    /// A valid `viewer_control` resize: columns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cols: Option<u16>,
+    /// A valid `viewer_control` resize: rows.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rows: Option<u16>,
+    /// A valid `viewer_control` close: true.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub close: Option<bool>,
+}

@@ -314,3 +314,31 @@ mod tests {
         assert_eq!(ViewerMessage::Bytes(Arc::from(&b"x"[..])).to_text(), None);
     }
 }
+
+/// What a viewer's text message asks (PROTOCOL §11.5): `{"type":"resize","cols":N,"rows":N}`
+/// or `{"type":"close"}`. Keystrokes are binary messages and never pass through here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase", deny_unknown_fields)]
+pub enum ViewerControl {
+    /// A new size (each side clamped to 1–1000 by the relay).
+    Resize {
+        /// Columns.
+        cols: u16,
+        /// Rows.
+        rows: u16,
+    },
+    /// An operator ends the terminal.
+    Close,
+}
+
+impl ViewerControl {
+    /// Reads a viewer's text message; anything else is refused with a message that says what
+    /// a text message may be (the host answers it as `invalid_message`).
+    pub fn from_text(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| {
+            format!(
+                "a text message is {{\"type\":\"resize\",\"cols\":N,\"rows\":N}} or {{\"type\":\"close\"}}: {e}"
+            )
+        })
+    }
+}

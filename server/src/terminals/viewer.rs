@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::{SinkExt as _, StreamExt as _};
-use outpost_core::terminal::ViewerMessage;
-use serde::Deserialize;
+use outpost_core::terminal::{ViewerControl, ViewerMessage};
 use tokio::sync::mpsc;
 
 use super::{FromViewer, TermMsg, Terminals, ToViewer, ViewerTicket};
@@ -20,13 +19,6 @@ pub(crate) const VIEWER_MESSAGE_LIMIT: usize = 64 * 1024;
 
 /// The longest one write may take before the viewer is treated as gone.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase", deny_unknown_fields)]
-enum Control {
-    Resize { cols: u16, rows: u16 },
-    Close,
-}
 
 /// Drives one upgraded viewer socket until either side closes it.
 pub(crate) async fn drive(terminals: Terminals, socket: WebSocket, ticket: ViewerTicket) {
@@ -109,15 +101,15 @@ pub(crate) async fn drive(terminals: Terminals, socket: WebSocket, ticket: Viewe
         };
         match next {
             Some(Ok(Message::Binary(bytes))) => report(FromViewer::Input(bytes.to_vec())),
-            Some(Ok(Message::Text(text))) => match serde_json::from_str::<Control>(&text) {
-                Ok(Control::Resize { cols, rows }) => report(FromViewer::Resize { cols, rows }),
-                Ok(Control::Close) => report(FromViewer::Close),
-                Err(e) => {
+            Some(Ok(Message::Text(text))) => match ViewerControl::from_text(&text) {
+                Ok(ViewerControl::Resize { cols, rows }) => {
+                    report(FromViewer::Resize { cols, rows })
+                }
+                Ok(ViewerControl::Close) => report(FromViewer::Close),
+                Err(message) => {
                     let refused = ViewerMessage::Error {
                         code: "invalid_message",
-                        message: format!(
-                            "a text message is {{\"type\":\"resize\",\"cols\":N,\"rows\":N}} or {{\"type\":\"close\"}}: {e}"
-                        ),
+                        message,
                     };
                     let _ = out.send(ToViewer::Text(refused.to_text().unwrap_or_default()));
                 }

@@ -5,6 +5,7 @@ mod frames;
 mod http;
 mod json;
 mod keysets;
+mod terminal;
 
 use ed25519_dalek::SigningKey;
 use outpost_core::keyset::test_root::seed_from_hex;
@@ -60,6 +61,10 @@ pub fn all() -> Vec<GeneratedFile> {
         GeneratedFile {
             name: "canonical-json.json",
             text: to_text(&json::file()),
+        },
+        GeneratedFile {
+            name: "terminal.json",
+            text: to_text(&terminal::file()),
         },
     ]
 }
