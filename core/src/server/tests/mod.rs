@@ -112,7 +112,7 @@ fn a_draining_machine_passes_runs_on_as_busy_with_the_reason_draining() {
         },
     );
     h.result("b", "x1.2");
-    assert_eq!(attempts_of(&h, "x1"), [draining.clone()]);
+    assert_eq!(attempts_of(&h, "x1"), std::slice::from_ref(&draining));
     // ...and once it does, it is not offered the next run at all.
     h.daemon_says(
         "a",
