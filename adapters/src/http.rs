@@ -434,6 +434,17 @@ impl SignedClient {
         Self::json::<CommandAuthorized>(&format!("POST {path}"), answer)
     }
 
+    /// `POST /v1/execution-contexts/commands/jobs/authorize` (signed): the hop before every
+    /// `poll` and `kill` of a background job. The server answers only while `run_id` is live
+    /// on this machine, commands are granted and its requester is the operator now; the answer
+    /// names that requester, whose jobs alone the run may touch.
+    pub fn authorize_job(&self, request: &JobAuthorize) -> Result<JobAuthorized, HttpError> {
+        let path = "/v1/execution-contexts/commands/jobs/authorize";
+        let body = serde_json::to_vec(request).map_err(|e| HttpError::Sign(e.to_string()))?;
+        let answer = self.call("POST", path, &body, None, true, MAX_ANSWER_LEN)?;
+        Self::json::<JobAuthorized>(&format!("POST {path}"), answer)
+    }
+
     /// The WebSocket URL of a ticket (`…/connect?ticket=otk_…`; never log it).
     pub fn connect_url(&self, ticket: &Ticket) -> String {
         self.server.ws_url(&format!(
@@ -467,6 +478,26 @@ pub struct CommandAuthorized {
     /// The id the server audited its start under (`cmd_…`).
     pub command_id: String,
     /// The run's requester: the job's owner.
+    pub requester: String,
+}
+
+/// The body of the hop before a `poll` or `kill` of a background job.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobAuthorize {
+    /// The run asking.
+    pub run_id: String,
+    /// `poll` or `kill`.
+    pub op: &'static str,
+    /// The job's number on this machine.
+    pub job_id: u64,
+}
+
+/// The server's yes to a `poll` or `kill`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobAuthorized {
+    /// The run's requester now: only their jobs may be touched.
     pub requester: String,
 }
 

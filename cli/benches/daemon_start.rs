@@ -8,9 +8,12 @@
 //!
 //! Each daemon is killed once ready; the next start takes its home again. The server runs in
 //! this process (the blocking host), with its connect rate limits raised so that no restart
-//! waits out a 429. Run with `cargo bench -p outpost --bench daemon_start`.
+//! waits out a 429. At the end it prints the medians of every start it timed (warm-up
+//! included) and the ratio ready ÷ bare start for each wrapper. Run with
+//! `cargo bench -p outpost --bench daemon_start`.
 #![allow(missing_docs)]
 
+use std::cell::RefCell;
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -70,6 +73,14 @@ fn ready(home: &Path, join: Option<&str>, passphrase: Option<&str>) -> Child {
     );
 }
 
+/// The median of `times`, in milliseconds (NaN when there are none).
+fn median_ms(mut times: Vec<Duration>) -> f64 {
+    times.sort();
+    times
+        .get(times.len() / 2)
+        .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+}
+
 fn stop(mut child: Child) {
     let _ = child.kill();
     let _ = child.wait();
@@ -103,35 +114,53 @@ fn start(c: &mut Criterion) {
     group
         .sample_size(20)
         .measurement_time(Duration::from_secs(10));
+    // Every single start, by what was started, for the ratio printed at the end.
+    let starts: RefCell<[Vec<Duration>; 3]> = RefCell::default();
     group.bench_function("bare_process/outpost_version", |b| {
-        b.iter(|| {
-            let status = Command::new(binary())
-                .arg("version")
-                .stdout(Stdio::null())
-                .status()
-                .unwrap();
-            assert!(status.success());
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let started = Instant::now();
+                let status = Command::new(binary())
+                    .arg("version")
+                    .stdout(Stdio::null())
+                    .status()
+                    .unwrap();
+                let took = started.elapsed();
+                assert!(status.success());
+                starts.borrow_mut()[0].push(took);
+                total += took;
+            }
+            total
         })
     });
     // Only start to ready is timed; killing the daemon afterwards is not.
-    let timed = |home: &Path, passphrase: Option<&str>, iters: u64| {
+    let timed = |home: &Path, passphrase: Option<&str>, iters: u64, slot: usize| {
         let mut total = Duration::ZERO;
         for _ in 0..iters {
             let started = Instant::now();
             let child = ready(home, None, passphrase);
-            total += started.elapsed();
+            let took = started.elapsed();
+            starts.borrow_mut()[slot].push(took);
+            total += took;
             stop(child);
         }
         total
     };
     group.bench_function("daemon_ready/file_key", |b| {
-        b.iter_custom(|iters| timed(&file_home, None, iters))
+        b.iter_custom(|iters| timed(&file_home, None, iters, 1))
     });
     group.bench_function("daemon_ready/passphrase", |b| {
-        b.iter_custom(|iters| timed(&pass_home, Some(PASSPHRASE), iters))
+        b.iter_custom(|iters| timed(&pass_home, Some(PASSPHRASE), iters, 2))
     });
     group.finish();
     server.shutdown();
+    let [bare, file, pass] = starts.into_inner().map(median_ms);
+    println!(
+        "daemon_start medians: bare start {bare:.2} ms; ready with the file key {file:.2} ms = {:.1}x bare; ready with the passphrase {pass:.2} ms = {:.1}x bare",
+        file / bare,
+        pass / bare
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -4,26 +4,13 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
-use common::{Daemon, Server, binary, process_gone, shell_capability, temp_dir, wait_for};
+use common::{
+    Daemon, Server, binary, commands_switch, job_pids, process_gone, shell_capability, temp_dir,
+    wait_for,
+};
 use serde_json::Value;
-
-/// `outpost context commands on|off` for the daemon's home.
-fn switch(home: &Path, state: &str) {
-    let out = Command::new(binary())
-        .args(["context", "commands", state, "--home"])
-        .arg(home)
-        .env("OUTPOST_KEYRING", "off")
-        .output()
-        .expect("outpost context commands runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Runs `script` on `box` and returns the finished execution.
 fn run(server: &Server, name: &str, script: &str) -> Value {
@@ -69,7 +56,7 @@ fn a_run_asks_for_host_commands_through_its_socket_under_both_switches() {
     );
     assert!(!off["stdout"].as_str().unwrap().contains("never"), "{off}");
 
-    switch(&home, "on");
+    commands_switch(&home, "on");
     wait_for("the daemon to apply the grant with commands on", || {
         daemon.log_text().contains("commands=true").then_some(())
     });
@@ -127,16 +114,9 @@ echo "kill_rc=$?"
     );
     let done = run(&server, "leaves", &script);
     assert_eq!(done["exitCode"], 0, "{done}");
-    let pids: Vec<i32> = wait_for("the job's pids", || {
-        let text = std::fs::read_to_string(&pids).ok()?;
-        let pids: Vec<i32> = text
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect();
-        (pids.len() == 2).then_some(pids)
-    });
+    let pids = job_pids(&pids);
     assert!(pids.iter().all(|&p| !process_gone(p)), "{pids:?}");
-    switch(&home, "off");
+    commands_switch(&home, "off");
     wait_for("the job's process group to be killed", || {
         pids.iter().all(|&p| process_gone(p)).then_some(())
     });
@@ -148,7 +128,7 @@ echo "kill_rc=$?"
     });
 
     // Revoking the machine kills every job's process group too, and its daemon stops.
-    switch(&home, "on");
+    commands_switch(&home, "on");
     wait_for("the daemon to apply commands on again", || {
         (daemon.log_text().matches("commands=true").count() >= 2).then_some(())
     });
@@ -159,14 +139,7 @@ echo "kill_rc=$?"
     );
     let done = run(&server, "revoked", &script);
     assert_eq!(done["exitCode"], 0, "{done}");
-    let pids: Vec<i32> = wait_for("the second job's pids", || {
-        let text = std::fs::read_to_string(&pids).ok()?;
-        let pids: Vec<i32> = text
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect();
-        (pids.len() == 2).then_some(pids)
-    });
+    let pids = job_pids(&pids);
     assert!(pids.iter().all(|&p| !process_gone(p)), "{pids:?}");
     let (status, body) = server.api("POST", "/v1/execution-contexts/box/revoke", None);
     assert_eq!(status, 200, "{body}");
@@ -188,7 +161,7 @@ fn a_drain_lets_background_host_commands_finish_and_report() {
     let server = Server::start(&dir.join("s"), 0);
     let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
     server.wait_context("box", "box online", |c| c["online"] == true);
-    switch(&home, "on");
+    commands_switch(&home, "on");
     wait_for("the daemon to apply the grant with commands on", || {
         daemon.log_text().contains("commands=true").then_some(())
     });
@@ -221,5 +194,138 @@ fn a_drain_lets_background_host_commands_finish_and_report() {
             .any(|e| e["detail"].as_str().unwrap_or("").contains("exited")),
         "{finished:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `poll` and `kill` ask the server first (the job hop), which names the requester with their
+/// access of now: another run of the same requester may poll a job it did not start, and once
+/// the server's switch is off a poll is refused, whether or not the daemon has applied the
+/// grant yet. The audit keeps 1,000 characters of a longer command, and no row for a poll.
+#[test]
+fn poll_and_kill_ask_the_server_first_with_the_requesters_access_now() {
+    let dir = temp_dir("hcj");
+    let home = dir.join("h");
+    let server = Server::start(&dir.join("s"), 0);
+    let daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    let context = server.wait_context("box", "box online", |c| c["online"] == true);
+    commands_switch(&home, "on");
+    wait_for("the daemon to apply the grant with commands on", || {
+        daemon.log_text().contains("commands=true").then_some(())
+    });
+    let outpost = binary().display().to_string();
+    let long = "x".repeat(1500);
+    let started = run(
+        &server,
+        "starts",
+        &format!(
+            "'{outpost}' command run -- echo {long} > /dev/null\n'{outpost}' command start -- sleep 300\n"
+        ),
+    );
+    assert_eq!(started["exitCode"], 0, "{started}");
+    assert_eq!(started["stdout"], "1\n", "{started}");
+
+    // Another run of the same requester, which asked for no command itself.
+    let polled = run(
+        &server,
+        "polls",
+        &format!("'{outpost}' command poll --json 1\n"),
+    );
+    assert_eq!(polled["exitCode"], 0, "{polled}");
+    let answer: Value =
+        serde_json::from_str(polled["stdout"].as_str().unwrap_or("")).expect("JSON");
+    assert_eq!(answer["running"], true, "{answer}");
+
+    // The server's switch goes off (a user's grant edit may turn it off).
+    let mut grant = context["grant"].clone();
+    grant["commands"]["enabled"] = Value::Bool(false);
+    let (status, body) = server.api("PATCH", "/v1/execution-contexts/box/grant", Some(grant));
+    assert_eq!(status, 200, "{body}");
+    let refused = run(
+        &server,
+        "refused",
+        &format!(
+            "'{outpost}' command poll 1; echo \"rc=$?\"\n'{outpost}' command kill 1; echo \"rc=$?\"\n"
+        ),
+    );
+    assert_eq!(refused["stdout"], "rc=1\nrc=1\n", "{refused}");
+    assert_eq!(
+        refused["stderr"]
+            .as_str()
+            .unwrap_or("")
+            .matches("commands_off")
+            .count(),
+        2,
+        "{refused}"
+    );
+
+    // Audited: the two commands only, the long one cut to 1,000 characters.
+    let rows = audit(&server, "command_started");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let commands: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let detail: Value =
+                serde_json::from_str(r["detail"].as_str().unwrap_or("")).expect("JSON");
+            detail["command"].as_str().unwrap_or("").to_owned()
+        })
+        .collect();
+    let cut = commands
+        .iter()
+        .find(|c| c.starts_with("echo x"))
+        .expect("the long command's row");
+    assert_eq!(cut.chars().count(), 1000, "{cut}");
+    assert_eq!(*cut, format!("echo {}", &long[..995]));
+    wait_for("the job's command_finished (commands_off)", || {
+        audit(&server, "command_finished")
+            .iter()
+            .any(|e| e["detail"].as_str().unwrap_or("").contains("commands_off"))
+            .then_some(())
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A drain waits for background host commands; a second SIGTERM stops at once: the job's
+/// process group is killed, and its `command_finished` (`shutdown`) still reaches the audit.
+#[test]
+fn a_second_sigterm_kills_background_jobs_and_reports_them() {
+    let dir = temp_dir("hcs");
+    let home = dir.join("h");
+    let server = Server::start(&dir.join("s"), 0);
+    let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    commands_switch(&home, "on");
+    wait_for("the daemon to apply the grant with commands on", || {
+        daemon.log_text().contains("commands=true").then_some(())
+    });
+    let pids = dir.join("pids");
+    let script = format!(
+        "'{}' command start -- sh -c 'sleep 300 & echo $$ $! > {}; wait'\n",
+        binary().display(),
+        pids.display()
+    );
+    let done = run(&server, "background", &script);
+    assert_eq!(done["exitCode"], 0, "{done}");
+    let pids = job_pids(&pids);
+    let term = || {
+        let status = Command::new("kill")
+            .args(["-TERM", &daemon.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    };
+    term();
+    wait_for("the drain to begin", || {
+        daemon.log_text().contains("stopping:").then_some(())
+    });
+    assert!(pids.iter().all(|&p| !process_gone(p)), "the drain waits");
+    term();
+    assert_eq!(daemon.wait_exit(), 130, "{}", daemon.log_tail(20));
+    assert!(pids.iter().all(|&p| process_gone(p)), "{pids:?}");
+    let finished = wait_for("the job's command_finished", || {
+        let rows = audit(&server, "command_finished");
+        (!rows.is_empty()).then_some(rows)
+    });
+    let text = serde_json::to_string(&finished).unwrap();
+    assert!(text.contains(r#"\"reason\":\"shutdown\""#), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -99,21 +99,13 @@ fn a_result_in_the_outbox_before_its_ack_is_delivered_exactly_once_after_a_kill(
     let (_, runs) = server.api("GET", "/v1/runs?context=box", None);
     let runs = runs["runs"].as_array().cloned().unwrap_or_default();
     assert_eq!(runs.len(), 1, "one run record: {runs:?}");
-    let metrics = metrics(&server);
+    let metrics = server.metrics();
     assert!(
         metrics.contains("outpost_runs_total{status=\"exited\"} 1"),
         "delivered once: {metrics}"
     );
     daemon.kill();
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn metrics(server: &Server) -> String {
-    ureq::get(&format!("{}/metrics", server.url))
-        .call()
-        .ok()
-        .and_then(|r| r.into_body().read_to_string().ok())
-        .unwrap_or_default()
 }
 
 #[test]
@@ -158,9 +150,11 @@ fn a_server_killed_mid_run_gets_the_result_exactly_once_and_keeps_queued_executi
     let later = server.wait_status(&queued_id, "exited");
     assert_eq!(later["stdout"], "later\n");
     assert!(
-        metrics(&server).contains("outpost_runs_total{status=\"exited\"} 2"),
+        server
+            .metrics()
+            .contains("outpost_runs_total{status=\"exited\"} 2"),
         "{}",
-        metrics(&server)
+        server.metrics()
     );
     other.kill();
     daemon.kill();

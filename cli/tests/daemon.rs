@@ -1,11 +1,13 @@
 //! `outpost daemon`'s lifecycle with the real binary: revoke and replace stop it for good with
 //! exit 0; a bad join, a plain-http join to a remote host, a key others can read and a second
-//! daemon on one home are refused with a code and exit 78; `outpost execute` prints where the
+//! daemon on one home are refused with a code and exit 78, and so are a wrong passphrase and a
+//! tampered or cut `key.enc`, which stay as they were; `outpost execute` prints where the
 //! run went and exits with the capability's code.
 
 mod common;
 
 use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
 use std::process::Command;
 
 use common::{Daemon, Server, binary, temp_dir, wait_for};
@@ -69,18 +71,127 @@ fn a_second_daemon_with_the_same_key_replaces_the_first() {
 }
 
 fn daemon_output(args: &[&str], home: &std::path::Path) -> (i32, String) {
-    let out = Command::new(binary())
+    daemon_output_with(args, home, &[])
+}
+
+/// `outpost daemon ARGS --home HOME` with `env` (an empty value removes a variable).
+fn daemon_output_with(args: &[&str], home: &Path, env: &[(&str, &str)]) -> (i32, String) {
+    let mut command = Command::new(binary());
+    command
         .arg("daemon")
         .args(args)
         .arg("--home")
         .arg(home)
         .env("OUTPOST_LOG", "warn")
-        .output()
-        .expect("outpost daemon runs");
+        .env("OUTPOST_KEYRING", "off");
+    for (k, v) in env {
+        if v.is_empty() {
+            command.env_remove(k);
+        } else {
+            command.env(k, v);
+        }
+    }
+    let out = command.output().expect("outpost daemon runs");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Every file of the home's config folder with its bytes.
+fn config_files(home: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(home.join("config"))
+        .expect("config")
+        .flatten()
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(e.path()).unwrap_or_default())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// `key.enc` with one character of its ciphertext changed (still base64url).
+fn tampered(sealed: &[u8]) -> Vec<u8> {
+    let mut doc: serde_json::Value = serde_json::from_slice(sealed).expect("key.enc is JSON");
+    let mut text: Vec<char> = doc["ciphertext"]
+        .as_str()
+        .expect("ciphertext")
+        .chars()
+        .collect();
+    text[3] = if text[3] == 'A' { 'B' } else { 'A' };
+    doc["ciphertext"] = text.into_iter().collect::<String>().into();
+    serde_json::to_vec_pretty(&doc).expect("JSON")
+}
+
+/// The machine key at rest, refused from outside: a wrong or missing passphrase, a
+/// ciphertext altered by one character under a passphrase or a file key, and a cut `key.enc`
+/// each exit 78 with their code, and leave every file of the config folder as it was.
+#[test]
+fn a_wrong_passphrase_and_a_tampered_or_cut_key_are_refused_and_nothing_is_overwritten() {
+    let dir = temp_dir("key-refusals");
+    let server = Server::start(&dir.join("server"), 0);
+    let sealed_home = dir.join("passphrase");
+    let mut daemon = Daemon::start_with(
+        &sealed_home,
+        "sealed",
+        Some(&server.join),
+        "tokio",
+        &[
+            ("OUTPOST_KEYRING", "off"),
+            ("OUTPOST_KEY_PASSPHRASE", "right one"),
+        ],
+    );
+    online(&server, "sealed");
+    daemon.kill();
+    let file_home = dir.join("file");
+    let mut daemon = Daemon::start(&file_home, "filed", Some(&server.join), "tokio");
+    online(&server, "filed");
+    daemon.kill();
+
+    let refused = |home: &Path, passphrase: &str, code: &str, says: &str| {
+        let before = config_files(home);
+        let (status, err) =
+            daemon_output_with(&[], home, &[("OUTPOST_KEY_PASSPHRASE", passphrase)]);
+        assert_eq!(status, 78, "{err}");
+        assert!(err.contains(&format!("[{code}]")), "{code}: {err}");
+        assert!(err.contains(says), "{says}: {err}");
+        assert!(err.contains("nothing was changed"), "{err}");
+        assert_eq!(config_files(home), before, "nothing overwritten: {err}");
+    };
+    refused(
+        &sealed_home,
+        "wrong one",
+        "wrong_passphrase",
+        "does not open",
+    );
+    let (status, err) = daemon_output_with(&[], &sealed_home, &[("OUTPOST_KEY_PASSPHRASE", "")]);
+    assert_eq!(status, 78, "{err}");
+    assert!(err.contains("[passphrase_required]"), "{err}");
+    let key = sealed_home.join("config/key.enc");
+    let good = std::fs::read(&key).expect("key.enc");
+    std::fs::write(&key, tampered(&good)).expect("tamper");
+    refused(&sealed_home, "right one", "wrong_passphrase", "altered");
+
+    let key = file_home.join("config/key.enc");
+    let good = std::fs::read(&key).expect("key.enc");
+    std::fs::write(&key, tampered(&good)).expect("tamper");
+    refused(
+        &file_home,
+        "",
+        "key_unreadable",
+        "does not open with key.file",
+    );
+    std::fs::write(&key, &good[..good.len() / 2]).expect("cut");
+    refused(&file_home, "", "key_unreadable", "not a sealed machine key");
+
+    // Put back as they were, both start again.
+    std::fs::write(&key, &good).expect("restore");
+    let mut daemon = Daemon::start(&file_home, "filed", None, "tokio");
+    online(&server, "filed");
+    daemon.kill();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

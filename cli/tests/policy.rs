@@ -253,3 +253,72 @@ fn host_commands_are_turned_on_only_from_the_machine_and_off_from_either_side() 
     assert!(err.contains("the server was not told"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The credential denylist inside a mounted folder, symlinks included: the owner's `~/.ssh`
+/// (the daemon's `HOME`) reached through a symlink in a folder the grant and the policy both
+/// mount is refused to a wasm volume (`path_refused`, naming the denylist) and unreadable to a
+/// confined shell run, which still reads the folder itself.
+#[test]
+fn a_symlink_inside_a_mounted_folder_does_not_reach_the_credential_denylist() {
+    use base64::Engine as _;
+    let dir = temp_dir("denylist");
+    let (home, user, data) = (dir.join("home"), dir.join("user"), dir.join("data"));
+    std::fs::create_dir_all(user.join(".ssh")).expect(".ssh");
+    std::fs::write(user.join(".ssh/id_ed25519"), "PRIVATE KEY\n").expect("key");
+    std::fs::create_dir_all(&data).expect("data");
+    std::fs::write(data.join("note.txt"), "hello\n").expect("note");
+    std::os::unix::fs::symlink(user.join(".ssh"), data.join("keys")).expect("symlink");
+    let data = data.canonicalize().expect("realpath");
+    let data_text = data.display().to_string();
+    let (code, _, err) = policy(&home, &["allow", &data_text, "--mode", "ro"]);
+    assert_eq!(code, 0, "{err}");
+
+    let server = Server::start(&dir.join("server"), 0);
+    let user_text = user.display().to_string();
+    let mut daemon = Daemon::start_with(
+        &home,
+        "box",
+        Some(&server.join),
+        "tokio",
+        &[("OUTPOST_KEYRING", "off"), ("HOME", &user_text)],
+    );
+    let context = server.wait_context("box", "box online", |c| c["online"] == true);
+    let mut grant = context["grant"].clone();
+    grant["fs"] = json!([{"path": data_text, "mode": "ro"}]);
+    let (status, answer) = server.api("PATCH", "/v1/execution-contexts/box/grant", Some(grant));
+    assert_eq!(status, 200, "{answer}");
+    wait_for("fs announced", || {
+        (requiring_fs(&server).0 == "exited").then_some(())
+    });
+
+    let encode = |text: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text);
+    let wasm = json!({
+        "kind": "inline",
+        "manifest": format!("name: keys\nenvironment: wasm\nlifecycle: oneshot\nentry: main.wat\nvolumes:\n  - {{host: {data_text}/keys, guest: /keys, mode: ro}}\n"),
+        "files": [{"path": "main.wat", "contentB64": encode("(module (memory (export \"memory\") 1) (func (export \"_start\")))\n")}],
+    });
+    let (_, e) = server.api(
+        "POST",
+        "/v1/executions",
+        Some(json!({"capability": wasm, "context": "box", "wait": true, "waitSecs": 60})),
+    );
+    assert_eq!(e["status"], "failed", "{e}");
+    assert_eq!(e["error"]["code"], "path_refused", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("credential denylist"),
+        "{e}"
+    );
+
+    let e = run(
+        &server,
+        &format!(
+            "cat {data_text}/note.txt\nif cat {data_text}/keys/id_ed25519 2>/dev/null; then echo read; else echo refused; fi\n"
+        ),
+    );
+    assert_eq!(e["stdout"], "hello\nrefused\n", "{e}");
+    daemon.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}

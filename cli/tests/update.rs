@@ -2,10 +2,13 @@
 //! release with the server's root key; a daemon downloads, verifies, stages and proves it,
 //! drains, and hands over by exec — with no run lost or run twice. A release signed by
 //! another server's root, a binary whose digest differs and a cut binary are each refused,
-//! and nothing changes.
+//! and nothing changes. A hand-over waits for a background host command that ends in time;
+//! runs and host commands that outlast its limit are stopped, reported once, and the update
+//! takes over. Updates switched off (policy or variable) stage nothing.
 //!
 //! The "new version" is this build started through a two-line script that sets
-//! `OUTPOST_TEST_VERSION=0.2.0`, which a debug build reads as its version.
+//! `OUTPOST_TEST_VERSION=0.2.0`, which a debug build reads as its version; a debug build
+//! also takes the hand-over's 24 h limit from `OUTPOST_TEST_HAND_OVER_MS`.
 
 mod common;
 
@@ -14,7 +17,10 @@ use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
-use common::{Daemon, Server, binary, shell_capability, temp_dir, wait_for, wait_for_explained};
+use common::{
+    Daemon, Server, binary, commands_switch, job_pids, lines, outbox, process_gone,
+    shell_capability, temp_dir, wait_for, wait_for_explained,
+};
 use serde_json::{Value, json};
 
 const NEW: &str = "0.2.0";
@@ -158,6 +164,173 @@ fn a_signed_update_is_staged_proven_and_handed_over_with_no_run_lost_or_repeated
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Registers `home` with `server` (updates off), turns host commands on there, and leaves the
+/// machine offline, so work can be queued for the daemon that will find the update.
+fn offline_with_commands_on(server: &Server, home: &Path) {
+    let mut first = Daemon::start_with(
+        home,
+        "box",
+        Some(&server.join),
+        "tokio",
+        &[
+            ("OUTPOST_KEYRING", "off"),
+            ("OUTPOST_DAEMON_AUTO_UPDATE", "0"),
+        ],
+    );
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    commands_switch(home, "on");
+    wait_for("the grant with commands on", || {
+        first.log_text().contains("commands=true").then_some(())
+    });
+    first.kill();
+    server.wait_context("box", "box offline", |c| c["online"] == false);
+}
+
+/// Queues `script` for the offline `box`; returns the execution's id.
+fn queue(server: &Server, name: &str, script: &str) -> String {
+    let (status, e) = server.api(
+        "POST",
+        "/v1/executions",
+        Some(json!({"capability": shell_capability(name, script), "context": "box", "whenOffline": "queue"})),
+    );
+    assert!(status == 201 || status == 202, "{status} {e}");
+    e["executionId"].as_str().expect("id").to_owned()
+}
+
+/// The `command_finished` audit rows' details.
+fn commands_finished(server: &Server) -> Vec<Value> {
+    let (_, log) = server.api("GET", "/v1/audit?limit=500", None);
+    log["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == "command_finished")
+        .filter_map(|e| serde_json::from_str(e["detail"].as_str()?).ok())
+        .collect()
+}
+
+/// A hand-over waits for a background host command that finishes in time: the update takes
+/// over only after the job ended on its own and its `command_finished` was sent.
+#[test]
+fn a_hand_over_waits_for_a_background_host_command_that_finishes() {
+    let dir = temp_dir("update-job");
+    let release = new_version(&dir);
+    let server = publishing(&dir.join("server"), &release);
+    let home = dir.join("home");
+    offline_with_commands_on(&server, &home);
+    let (go, ended) = (dir.join("go"), dir.join("ended"));
+    let id = queue(
+        &server,
+        "job",
+        &format!(
+            "'{}' command start -- sh -c 'while [ ! -e {go} ]; do sleep 0.05; done; echo ended > {ended}'\n",
+            binary().display(),
+            go = go.display(),
+            ended = ended.display()
+        ),
+    );
+    let daemon = Daemon::start(&home, "box", None, "tokio");
+    let pid = daemon.child.id();
+    assert_eq!(server.wait_status(&id, "exited")["exitCode"], 0);
+    wait_for("the update staged while the job runs", || {
+        daemon
+            .log_text()
+            .contains("handing over to the update once")
+            .then_some(())
+    });
+    assert!(!runs_as_new(pid), "no hand-over while the job runs");
+    assert!(!ended.exists());
+    std::fs::write(&go, b"").expect("go");
+    wait_for("the daemon to run as the update", || {
+        runs_as_new(pid).then_some(())
+    });
+    assert!(ended.exists(), "the job ran to its end");
+    let finished = wait_for("the job's command_finished", || {
+        let rows = commands_finished(&server);
+        (!rows.is_empty()).then_some(rows)
+    });
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(finished[0]["reason"], "exited", "{finished:?}");
+    // The old version reported the job, then handed over.
+    let text = daemon.log_text();
+    let reported = text.find("host command finished").expect("reported");
+    let handed = text
+        .rfind("handing over to the update")
+        .expect("handed over");
+    assert!(reported < handed, "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs and background host commands that outlast the hand-over's limit (24 h; this debug
+/// build takes `OUTPOST_TEST_HAND_OVER_MS`) are stopped and the update takes over anyway: the
+/// held run's result arrives once, from the outbox; the job's process group is gone and its
+/// `command_finished` (`shutdown`) is audited.
+#[test]
+fn runs_and_host_commands_that_outlast_the_hand_over_are_stopped_and_the_update_takes_over() {
+    let dir = temp_dir("update-overdue");
+    let release = new_version(&dir);
+    let server = publishing(&dir.join("server"), &release);
+    let home = dir.join("home");
+    offline_with_commands_on(&server, &home);
+    let (pids, log, never) = (dir.join("pids"), dir.join("runs.log"), dir.join("never"));
+    let id = queue(
+        &server,
+        "held",
+        &format!(
+            "'{}' command start -- sh -c 'sleep 300 & echo $$ $! > {pids}; wait'\necho start >> {log}\nwhile [ ! -e {never} ]; do sleep 0.05; done\n",
+            binary().display(),
+            pids = pids.display(),
+            log = log.display(),
+            never = never.display()
+        ),
+    );
+    let daemon = Daemon::start_with(
+        &home,
+        "box",
+        None,
+        "tokio",
+        &[
+            ("OUTPOST_KEYRING", "off"),
+            ("OUTPOST_TEST_HAND_OVER_MS", "4000"),
+        ],
+    );
+    let pid = daemon.child.id();
+    let job = job_pids(&pids);
+    wait_for("the update staged while the run is held", || {
+        daemon
+            .log_text()
+            .contains("handing over to the update once")
+            .then_some(())
+    });
+    assert!(!runs_as_new(pid), "the hand-over waits its limit first");
+    wait_for("the daemon to run as the update", || {
+        runs_as_new(pid).then_some(())
+    });
+    let text = daemon.log_text();
+    assert!(
+        text.contains("outlasted the update's hand-over limit of 4 s"),
+        "{text}"
+    );
+    assert!(job.iter().all(|&p| process_gone(p)), "{job:?}");
+    let execution = server.wait_status(&id, "cancelled");
+    assert_eq!(lines(&log), ["start"], "started once: {execution}");
+    wait_for("the result acknowledged", || {
+        outbox(&home).is_empty().then_some(())
+    });
+    let metrics = server.metrics();
+    assert!(
+        metrics.contains("outpost_runs_total{status=\"cancelled\"} 1"),
+        "delivered once: {metrics}"
+    );
+    let finished = wait_for("the job's command_finished", || {
+        let rows = commands_finished(&server);
+        (!rows.is_empty()).then_some(rows)
+    });
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(finished[0]["reason"], "shutdown", "{finished:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Starts a fresh daemon against `server`, waits for its update check to take nothing, and
 /// returns the code it logged; nothing was staged and it still runs as the old version.
 fn refused(server: &Server, home: &Path, name: &str) -> String {
@@ -249,20 +422,21 @@ fn a_foreign_signature_a_digest_mismatch_and_a_cut_binary_are_refused_and_nothin
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The local policy's `"autoUpdate": false`: a daemon of a server that publishes a newer
-/// release says at start that updates are off, runs work, never checks, stages nothing and
-/// stays the version it is.
-#[test]
-fn auto_update_false_in_the_local_policy_keeps_the_daemon_as_it_is() {
-    let dir = temp_dir("update-off");
+/// A daemon of a server that publishes a newer release, started on `home` with `env`: it says
+/// at start that updates are off, runs work, never checks, stages nothing and stays the
+/// version it is.
+fn stays_as_it_is(name: &str, policy: Option<&str>, env: &[(&str, &str)]) {
+    let dir = temp_dir(name);
     let release = new_version(&dir);
     let server = publishing(&dir.join("server"), &release);
     let home = dir.join("home");
-    std::fs::create_dir_all(home.join("config")).expect("config");
-    let policy = home.join("config/policy.json");
-    std::fs::write(&policy, br#"{"autoUpdate": false}"#).expect("policy");
-    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    if let Some(policy) = policy {
+        std::fs::create_dir_all(home.join("config")).expect("config");
+        let path = home.join("config/policy.json");
+        std::fs::write(&path, policy).expect("policy");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
+    let mut daemon = Daemon::start_with(&home, "box", Some(&server.join), "tokio", env);
     wait_for("the daemon to say updates are off", || {
         daemon
             .log_text()
@@ -284,6 +458,29 @@ fn auto_update_false_in_the_local_policy_keeps_the_daemon_as_it_is() {
     assert!(update_state(&home)["current"].is_null());
     daemon.kill();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The local policy's `"autoUpdate": false` keeps the daemon as it is.
+#[test]
+fn auto_update_false_in_the_local_policy_keeps_the_daemon_as_it_is() {
+    stays_as_it_is(
+        "update-off",
+        Some(r#"{"autoUpdate": false}"#),
+        &[("OUTPOST_KEYRING", "off")],
+    );
+}
+
+/// `OUTPOST_DAEMON_AUTO_UPDATE=0` keeps the daemon as it is, with no policy at all.
+#[test]
+fn outpost_daemon_auto_update_0_keeps_the_daemon_as_it_is() {
+    stays_as_it_is(
+        "update-var-off",
+        None,
+        &[
+            ("OUTPOST_KEYRING", "off"),
+            ("OUTPOST_DAEMON_AUTO_UPDATE", "0"),
+        ],
+    );
 }
 
 /// `outpost serve --json --publish-daemon BINARY` names the release it publishes in

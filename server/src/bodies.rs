@@ -172,6 +172,34 @@ pub fn decode_command_authorize(bytes: &[u8]) -> Result<CommandAuthorize, BodyEr
     parse(bytes)
 }
 
+/// What a run asks to do with one of its requester's background jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobOp {
+    /// Read its state and output so far.
+    Poll,
+    /// Kill its process group.
+    Kill,
+}
+
+/// `POST /v1/execution-contexts/commands/jobs/authorize`: the hop before a `poll` or `kill`
+/// of a background job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobAuthorize {
+    /// The run asking.
+    pub run_id: String,
+    /// `poll` or `kill`.
+    pub op: JobOp,
+    /// The job's number on the machine (as `start` answered it).
+    pub job_id: u64,
+}
+
+/// Decodes a job authorize body (every member is required, nothing else is allowed).
+pub fn decode_job_authorize(bytes: &[u8]) -> Result<JobAuthorize, BodyError> {
+    parse(bytes)
+}
+
 /// Decodes a registration body.
 pub fn decode_registration(bytes: &[u8]) -> Result<Registration, BodyError> {
     #[derive(Serialize, Deserialize)]

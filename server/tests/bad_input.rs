@@ -389,6 +389,7 @@ impl Fixture {
             "WaitRequest" => json!({"context": "box", "condition": "async () => false"}),
             "CommandAuthorize" => json!({"runId": "run_none", "command": "echo hi",
                 "cwd": "/tmp", "envKeys": ["GREETING"], "background": false}),
+            "JobAuthorize" => json!({"runId": "run_none", "op": "poll", "jobId": 1}),
             "RegisterRequest" => serde_json::from_slice(&self.newcomer.register_body("newbox"))
                 .expect("the register body is JSON"),
             other => panic!("no valid body for the schema {other}: add one here"),

@@ -124,6 +124,7 @@ fn operations_routes_answer_and_openapi_lists_every_route_with_its_schemas() {
         ("delete", "/v1/users/{name}"),
         ("post", "/v1/execution-contexts/commands"),
         ("post", "/v1/execution-contexts/commands/authorize"),
+        ("post", "/v1/execution-contexts/commands/jobs/authorize"),
         ("get", "/v1/execution-contexts/daemon-release"),
         ("get", "/v1/execution-contexts/daemon-release/{sha512}"),
         ("post", "/v1/execution-contexts/{context}/terminals"),

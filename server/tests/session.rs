@@ -1,5 +1,5 @@
-//! A daemon's session over the real WebSocket: the core's `Daemon` driven by hand (as
-//! `core/src/sim/pair.rs` wires it) runs an execution to `exited`; oversized messages close
+//! A daemon's session over the real WebSocket: the core's `Daemon` driven by hand
+//! ([`common::driver`]) runs an execution to `exited`; oversized messages close
 //! with 1009; revoke sends `revoked`, closes with 4001 and refuses the key from then on; a
 //! second machine speaking for a terminal another holds is refused and the holder named.
 
@@ -7,178 +7,14 @@ mod common;
 
 use std::time::{Duration, Instant as StdInstant};
 
+use common::driver::Driver;
 use common::{
-    Machine, Socket, TestServer, bearer, close_code, http, inline, next_frame, now_secs,
-    open_socket, temp_dir,
+    Machine, TestServer, bearer, close_code, http, inline, next_frame, open_socket, temp_dir,
 };
-use outpost_core::daemon::{self, Daemon, DaemonConfig};
-use outpost_core::time::{Instant, Now, UnixTime};
-use outpost_core::wire::DaemonFrame;
-use outpost_core::wire::{Environment, RunResult, RunStatus, Timing};
+use outpost_core::wire::{DaemonFrame, Environment};
 use serde_json::json;
 use tungstenite::Message;
 use tungstenite::protocol::frame::coding::CloseCode;
-
-struct Driver {
-    daemon: Daemon,
-    origin: StdInstant,
-    socket: Option<Socket>,
-    executed: Vec<String>,
-}
-
-impl Driver {
-    /// A daemon core for `server` with `environments`, not connected yet.
-    fn new(server: &TestServer, environments: Vec<Environment>) -> Driver {
-        let config = DaemonConfig {
-            environments,
-            ..DaemonConfig::default()
-        };
-        let origin = StdInstant::now();
-        let now = Now {
-            instant: Instant::from_origin(Duration::ZERO),
-            wall: UnixTime(now_secs()),
-        };
-        Driver {
-            daemon: Daemon::new(config, server.keys(), now),
-            origin,
-            socket: None,
-            executed: Vec::new(),
-        }
-    }
-
-    /// Connects and pumps until the server shows `name` online.
-    fn online(&mut self, server: &TestServer, machine: &Machine, name: &str) {
-        self.drain(server, machine);
-        let admin = bearer(&server.admin());
-        let deadline = StdInstant::now() + Duration::from_secs(30);
-        loop {
-            self.pump(server, machine);
-            let path = format!("/v1/execution-contexts/{name}");
-            let ctx = http(
-                server.addr(),
-                "GET",
-                &path,
-                &[("authorization", &admin)],
-                b"",
-            )
-            .json();
-            if ctx["online"] == true {
-                return;
-            }
-            assert!(
-                StdInstant::now() < deadline,
-                "{name} never came online: {ctx}"
-            );
-        }
-    }
-
-    /// Sends `frame` as it is, whatever the daemon core would say.
-    fn send_raw(&mut self, frame: &DaemonFrame) {
-        let text = String::from_utf8(frame.to_json()).expect("JSON");
-        self.socket
-            .as_mut()
-            .expect("connected")
-            .send(Message::Text(text.into()))
-            .expect("sent");
-    }
-
-    fn now(&self) -> Now {
-        Now {
-            instant: Instant::from_origin(self.origin.elapsed()),
-            wall: UnixTime(now_secs()),
-        }
-    }
-
-    fn input(&mut self, input: daemon::Input) {
-        let now = self.now();
-        self.daemon
-            .handle_input(now, input)
-            .expect("the daemon takes the input");
-    }
-
-    /// Carries out the daemon's outputs until it waits.
-    fn drain(&mut self, server: &TestServer, machine: &Machine) {
-        loop {
-            match self.daemon.poll_output() {
-                daemon::Output::Wait { .. } => return,
-                daemon::Output::Transmit(bytes) => {
-                    let text = String::from_utf8(bytes).expect("frames are UTF-8");
-                    if let Some(socket) = self.socket.as_mut() {
-                        socket.send(Message::Text(text.into())).expect("send");
-                    }
-                }
-                daemon::Output::Close { .. } => self.socket = None,
-                daemon::Output::Command(daemon::Command::Connect) => {
-                    let (ticket, session_id) = machine.ticket(server);
-                    let socket = open_socket(server.addr(), &ticket).expect("the socket opens");
-                    socket
-                        .get_ref()
-                        .set_read_timeout(Some(Duration::from_millis(100)))
-                        .expect("a read timeout");
-                    self.socket = Some(socket);
-                    self.input(daemon::Input::Connected { session_id });
-                }
-                daemon::Output::Command(daemon::Command::Execute(execute)) => {
-                    self.executed.push(execute.run_id.clone());
-                    if execute.environment == Environment::Pty {
-                        // A terminal stays open: the test speaks for it by hand.
-                        continue;
-                    }
-                    // The test is the executor: the run prints "hi".
-                    let result = RunResult {
-                        status: RunStatus::Exited,
-                        exit_code: Some(0),
-                        signal: None,
-                        stdout: "hi\n".into(),
-                        stderr: String::new(),
-                        truncated: false,
-                        timing: Timing {
-                            setup_ms: 1,
-                            execute_ms: 2,
-                            ..Timing::default()
-                        },
-                        error: None,
-                    };
-                    self.input(daemon::Input::RunFinished {
-                        run_id: execute.run_id.clone(),
-                        result,
-                    });
-                }
-                daemon::Output::Command(_)
-                | daemon::Output::Persist(_)
-                | daemon::Output::SaveWait { .. }
-                | daemon::Output::ForgetWait { .. }
-                | daemon::Output::Event(_) => {}
-            }
-        }
-    }
-
-    /// Reads what arrived (at most one message) and feeds it, then the time.
-    fn pump(&mut self, server: &TestServer, machine: &Machine) {
-        if let Some(socket) = self.socket.as_mut() {
-            match socket.read() {
-                Ok(Message::Text(t)) => {
-                    let bytes = t.as_bytes().to_vec();
-                    self.input(daemon::Input::Frame(bytes));
-                }
-                Ok(Message::Close(frame)) => {
-                    self.socket = None;
-                    let code = frame.map(|f| u16::from(f.code));
-                    self.input(daemon::Input::Disconnected { code });
-                }
-                Ok(_) => {}
-                Err(tungstenite::Error::Io(e))
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => panic!("the socket failed: {e}"),
-            }
-        }
-        self.input(daemon::Input::Timeout);
-        self.drain(server, machine);
-    }
-}
 
 #[test]
 fn a_daemon_driven_over_the_websocket_runs_an_execution_to_exited() {
@@ -186,24 +22,7 @@ fn a_daemon_driven_over_the_websocket_runs_an_execution_to_exited() {
     let server = TestServer::start(&dir);
     let machine = Machine::new(21);
     assert_eq!(machine.register(&server, "build-box").status, 201);
-    let config = DaemonConfig {
-        environments: vec![Environment::Shell],
-        ..DaemonConfig::default()
-    };
-    let origin = StdInstant::now();
-    let mut driver = Driver {
-        daemon: Daemon::new(
-            config,
-            server.keys(),
-            Now {
-                instant: Instant::from_origin(Duration::ZERO),
-                wall: UnixTime(now_secs()),
-            },
-        ),
-        origin,
-        socket: None,
-        executed: Vec::new(),
-    };
+    let mut driver = Driver::new(&server);
     driver.drain(&server, &machine);
     // Wait until the context shows online (the daemon said hello).
     let admin = bearer(&server.admin());
@@ -441,8 +260,10 @@ fn a_second_runner_for_a_terminal_is_refused_naming_the_holder() {
     let spare_key = Machine::new(42);
     let holder_id = register_announcing(&server, &holder_key, "term-box", &["pty"]);
     let spare_id = register_announcing(&server, &spare_key, "spare-box", &["pty"]);
-    let mut holder = Driver::new(&server, vec![Environment::Pty]);
-    let mut spare = Driver::new(&server, vec![Environment::Pty]);
+    let mut holder = Driver::with_environments(&server, vec![Environment::Pty]);
+    let mut spare = Driver::with_environments(&server, vec![Environment::Pty]);
+    // The terminal's run stays committed until the test ends it.
+    holder.hold = true;
     holder.online(&server, &holder_key, "term-box");
     spare.online(&server, &spare_key, "spare-box");
 

@@ -8,10 +8,12 @@
 //! `{"op": "poll"|"kill", "jobId": N}`, answered with `{"ok": true, ...}` or
 //! `{"ok": false, "error": {"code", "message"}}`. Before every `run` and `start` the daemon
 //! asks the server (the signed authorize hop) with the command cut to 1,000 characters, its
-//! cwd and its variables' names; a refusal (`commands_off`, `commands_operator_only`,
-//! `run_not_live`, …) is the answer and nothing starts. Its yes names the requester, who owns
-//! the job: `poll` and `kill` act only on jobs of the requester this run's hops named
-//! (`command_not_found` otherwise, also for a run that has asked for no command yet).
+//! cwd and its variables' names; before every `poll` and `kill` it asks the job hop. A
+//! refusal (`commands_off`, `commands_operator_only`, `run_not_live`, …) is the answer and
+//! nothing is done. Each yes names the run's requester with their access of now: a started
+//! job is theirs, and `poll` and `kill` act only on jobs of the requester the job hop just
+//! named (`command_not_found` otherwise) — any live run of theirs may, not only the one that
+//! started it.
 //!
 //! A foreground `run` waits at most the run's own time budget. Output comes back as UTF-8
 //! text (invalid bytes replaced). This module owns the socket file and its threads; it never
@@ -22,9 +24,9 @@ use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -34,7 +36,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Event;
-use crate::http::{CommandAuthorize, SignedClient};
+use crate::http::{CommandAuthorize, JobAuthorize, SignedClient};
 
 /// The socket's file name inside the run's folder.
 pub const SOCKET_NAME: &str = ".outpost-commands.sock";
@@ -68,8 +70,6 @@ struct RunSide {
     run_id: String,
     /// The longest a foreground command may take: the run's own time budget.
     budget: Duration,
-    /// The requester the server named in this run's hops.
-    requester: Mutex<Option<String>>,
 }
 
 impl Bridge {
@@ -88,7 +88,6 @@ impl Bridge {
             shared,
             run_id: run_id.to_owned(),
             budget,
-            requester: Mutex::new(None),
         });
         let flag = stop.clone();
         let accept = std::thread::Builder::new()
@@ -240,8 +239,6 @@ impl RunSide {
                         background,
                     })
                     .map_err(|e| Refused::new(e.code(), e.to_string()))?;
-                *self.requester.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(authorized.requester.clone());
                 let timeout = request
                     .timeout_ms
                     .map(Duration::from_millis)
@@ -270,13 +267,21 @@ impl RunSide {
                 let Some(job) = request.job_id else {
                     return Err(Refused::new("invalid_request", "give the job's jobId"));
                 };
+                if !commands.is_on() {
+                    return Err(CommandError::CommandsOff.into());
+                }
+                let op = if request.op == "kill" { "kill" } else { "poll" };
                 let requester = self
-                    .requester
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone()
-                    .ok_or_else(|| Refused::from(CommandError::NotFound))?;
-                if request.op == "kill" {
+                    .shared
+                    .client
+                    .authorize_job(&JobAuthorize {
+                        run_id: self.run_id.clone(),
+                        op,
+                        job_id: job,
+                    })
+                    .map_err(|e| Refused::new(e.code(), e.to_string()))?
+                    .requester;
+                if op == "kill" {
                     let outcome = commands.kill(&requester, job)?;
                     let mut value = finished(&outcome);
                     value["jobId"] = json!(job);

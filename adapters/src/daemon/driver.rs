@@ -51,6 +51,10 @@ pub const BATCH: usize = 64;
 /// How long a stopping daemon waits for cancelled runs to clean up.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
+/// How long a stopping daemon waits for the server to close its side of the connection, so
+/// the frames queued before the close (a result, `command.finished`) leave before it exits.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
 /// Refusals of the ticket request after which reconnecting cannot help.
 const FINAL_REFUSALS: [&str; 2] = ["context_revoked", "unknown_key"];
 
@@ -68,6 +72,8 @@ struct Driver {
     /// The number of the current connection attempt; events of others are stale.
     conn: u64,
     link: Option<Link>,
+    /// The connection this daemon closed last, until the server has closed its side.
+    closing: Option<u64>,
     session_id: Option<String>,
     last_close: Option<u16>,
     final_refusal: Option<String>,
@@ -309,6 +315,7 @@ pub(super) fn run(
         rx,
         conn: 0,
         link: None,
+        closing: None,
         session_id: None,
         last_close: None,
         final_refusal: None,
@@ -379,8 +386,8 @@ impl Driver {
             }
             if self.updates.hand_over_overdue() {
                 tracing::warn!(
-                    "runs or host commands outlasted the update's hand-over of {} h: stopping them and handing over",
-                    update::HAND_OVER_LIMIT.as_secs() / 3600
+                    "runs or host commands outlasted the update's hand-over limit of {} s: stopping them and handing over",
+                    update::hand_over_limit().as_secs()
                 );
                 self.interrupt()?;
                 return Ok(DaemonExit::Updated);
@@ -550,6 +557,7 @@ impl Driver {
                 Output::Close { code, reason } => {
                     if let Some(link) = self.link.take() {
                         link.close(code, &reason);
+                        self.closing = Some(self.conn);
                     }
                     // Whatever that socket still reports is stale now.
                     self.conn += 1;
@@ -686,7 +694,7 @@ impl Driver {
                 match checked {
                     Ok(update::Checked::Staged(staged)) if self.stop.count() == 0 => {
                         tracing::info!(version = %staged.version, "handing over to the update once the runs in flight have finished and reported");
-                        self.updates.begin_hand_over(update::HAND_OVER_LIMIT);
+                        self.updates.begin_hand_over(update::hand_over_limit());
                         self.input(Input::Drain)
                     }
                     Ok(_) => Ok(()),
@@ -779,8 +787,10 @@ impl Driver {
                 }
             }
             Event::Link { conn, event } if conn != self.conn => {
-                if let LinkEvent::Opened(link) = event {
-                    link.close(close_code::NORMAL, "stale connection");
+                match event {
+                    LinkEvent::Opened(link) => link.close(close_code::NORMAL, "stale connection"),
+                    LinkEvent::Closed { .. } if self.closing == Some(conn) => self.closing = None,
+                    _ => {}
                 }
                 Ok(())
             }
@@ -807,17 +817,41 @@ impl Driver {
         }
     }
 
-    /// A second stop request: cancel what runs, keep its results in the outbox, go.
+    /// A second stop request (or a drain past its limit): cancel what runs and kill every
+    /// host command, keep the results in the outbox, report the killed commands, go.
     fn interrupt(&mut self) -> Result<DaemonExit, DaemonError> {
         tracing::warn!("stopping at once: runs in flight are cancelled");
         self.checks.stop_all();
         self.commands.shutdown();
         self.runner.cancel_all();
         self.collect_runs(true)?;
-        if let Some(link) = self.link.take() {
-            link.close(close_code::GOING_AWAY, "stopping");
-        }
+        // The jobs just killed end with `command.finished` (`shutdown`) like any other.
+        self.report_commands()?;
+        self.carry_out()?;
+        self.close_link(close_code::GOING_AWAY, "stopping");
         Ok(DaemonExit::Interrupted)
+    }
+
+    /// Closes the connection after what is queued on it, then waits (at most [`CLOSE_GRACE`])
+    /// until the server has closed its side — of this connection, or of the one the core
+    /// closed last — so what was sent just before leaves before the process exits or execs.
+    fn close_link(&mut self, code: u16, reason: &str) {
+        if let Some(link) = self.link.take() {
+            link.close(code, reason);
+            self.closing = Some(self.conn);
+        }
+        let deadline = StdInstant::now() + CLOSE_GRACE;
+        while let Some(closing) = self.closing {
+            let left = deadline.saturating_duration_since(StdInstant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(Event::Link {
+                    conn,
+                    event: LinkEvent::Closed { .. },
+                }) if conn == closing => self.closing = None,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
     }
 
     /// Waits (bounded) for run threads to end; with `record`, their results enter the outbox.
@@ -859,9 +893,7 @@ impl Driver {
             self.runner.cancel_all();
             let _ = self.collect_runs(false);
         }
-        if let Some(link) = self.link.take() {
-            link.close(close_code::NORMAL, "stopped");
-        }
+        self.close_link(close_code::NORMAL, "stopped");
         exit
     }
 }

@@ -264,7 +264,10 @@ pub enum DaemonError {
         mode: u32,
     },
     /// The machine key file does not read.
-    #[error("the machine key {} does not read: {reason}", .path.display())]
+    #[error(
+        "the machine key {} does not read: {reason}; nothing was changed (restore the file from a backup, or move the config folder aside and join again as a new machine)",
+        .path.display()
+    )]
     BadKey {
         /// The key file.
         path: PathBuf,
@@ -283,7 +286,10 @@ pub enum DaemonError {
     #[error("the machine key {} is sealed with a passphrase: set OUTPOST_KEY_PASSPHRASE", .0.display())]
     PassphraseRequired(PathBuf),
     /// The passphrase does not open the key.
-    #[error("OUTPOST_KEY_PASSPHRASE does not open the machine key {}: nothing was changed", .0.display())]
+    #[error(
+        "OUTPOST_KEY_PASSPHRASE does not open the machine key {}: the passphrase is wrong, or the file was altered; nothing was changed",
+        .0.display()
+    )]
     WrongPassphrase(PathBuf),
     /// The machine key is sealed with the OS keyring, which does not answer here.
     #[error(

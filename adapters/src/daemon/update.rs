@@ -52,6 +52,24 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
 /// update takes over anyway.
 pub const HAND_OVER_LIMIT: Duration = Duration::from_secs(24 * 3600);
 
+/// A debug build takes the hand-over's limit from this variable, in milliseconds, when set
+/// (the update tests' way to see runs and host commands outlast it); a release build ignores
+/// it and always waits [`HAND_OVER_LIMIT`].
+pub const TEST_HAND_OVER_VAR: &str = "OUTPOST_TEST_HAND_OVER_MS";
+
+/// How long a hand-over waits for runs and host commands: [`HAND_OVER_LIMIT`] (a debug build:
+/// [`TEST_HAND_OVER_VAR`] when set).
+pub fn hand_over_limit() -> Duration {
+    if cfg!(debug_assertions)
+        && let Some(ms) = std::env::var(TEST_HAND_OVER_VAR)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+    {
+        return Duration::from_millis(ms);
+    }
+    HAND_OVER_LIMIT
+}
+
 /// A debug build reads its version from this variable when set (the update tests' way to
 /// run one build as two versions); a release build ignores it.
 pub const TEST_VERSION_VAR: &str = "OUTPOST_TEST_VERSION";
@@ -411,7 +429,7 @@ pub(crate) struct Schedule {
     next_check: std::time::Instant,
     checking: bool,
     /// A staged update is being handed over to (the daemon drains, then exits `Updated`):
-    /// since when, and how long it may wait ([`HAND_OVER_LIMIT`]).
+    /// since when, and how long it may wait ([`hand_over_limit`]).
     hand_over: Option<(std::time::Instant, Duration)>,
     prove_at: Option<std::time::Instant>,
     seed: outpost_core::rng::SplitMix64,

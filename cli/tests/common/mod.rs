@@ -177,6 +177,15 @@ impl Server {
         api(&self.url, &self.admin, method, path, body)
     }
 
+    /// `GET /metrics` as text (empty when it does not answer).
+    pub fn metrics(&self) -> String {
+        ureq::get(&format!("{}/metrics", self.url))
+            .call()
+            .ok()
+            .and_then(|r| r.into_body().read_to_string().ok())
+            .unwrap_or_default()
+    }
+
     /// The context's view, once `check` holds for it.
     pub fn wait_context(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
         wait_for(what, || {
@@ -360,6 +369,22 @@ impl Drop for Daemon {
     }
 }
 
+/// `outpost context commands on|off` for the daemon's home (the owner's switch, and the
+/// signed machine route that sets the server's).
+pub fn commands_switch(home: &Path, state: &str) {
+    let out = Command::new(binary())
+        .args(["context", "commands", state, "--home"])
+        .arg(home)
+        .env("OUTPOST_KEYRING", "off")
+        .output()
+        .expect("outpost context commands runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// An inline shell capability running `script`.
 pub fn shell_capability(name: &str, script: &str) -> Value {
     use base64::Engine as _;
@@ -378,6 +403,18 @@ pub fn lines(path: &Path) -> Vec<String> {
         .lines()
         .map(str::to_owned)
         .collect()
+}
+
+/// The two pids that a job `sh -c 'sleep 300 & echo $$ $! > FILE; wait'` wrote to `file`.
+pub fn job_pids(file: &Path) -> Vec<i32> {
+    wait_for("the job's pids", || {
+        let text = std::fs::read_to_string(file).ok()?;
+        let pids: Vec<i32> = text
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        (pids.len() == 2).then_some(pids)
+    })
 }
 
 /// Whether process `pid` is gone (or a zombie nobody reaped yet).

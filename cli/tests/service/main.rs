@@ -4,6 +4,10 @@
 //!   LaunchAgent plist parses with python3's plistlib, neither holds a token or a passphrase;
 //!   root and a binary in a temporary or build folder are refused; where no service manager
 //!   answers the files are written and the exit status says nothing started.
+//! - `manager`: with stand-in `systemctl` / `journalctl` / `loginctl` first on `PATH` (no
+//!   service manager runs here), install enables and starts the unit, a repair restarts it,
+//!   `logs` reads its journal, `restart` and `uninstall` call the manager, a manager's refusal
+//!   exits 1, and a revoked service disables its own unit.
 //! - `runner`: one runner per home (a second terminal daemon exits naming the first, a
 //!   service waits for it, a killed daemon's lock is taken over); a revoked daemon writes
 //!   `stopped.json`, exits 0 and does not start again; SIGTERM mid-run drains: the run
@@ -11,6 +15,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod manager;
 mod runner;
 mod unit;
 

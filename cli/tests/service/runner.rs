@@ -264,8 +264,17 @@ fn sigterm_mid_run_finishes_the_run_and_the_server_has_its_result_before_the_exi
         !late_mark.exists(),
         "a run offered while draining never ran"
     );
+    // It was refused with `draining`: busy until the daemon stops, and said so.
     let (_, late) = server.api("GET", &format!("/v1/executions/{late}"), None);
-    assert_ne!(late["status"], "exited", "{late}");
+    assert_eq!(late["status"], "failed", "{late}");
+    assert_eq!(late["error"]["code"], "execution_context_busy", "{late}");
+    assert!(
+        late["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("box is draining"),
+        "{late}"
+    );
     assert!(
         daemon.log_text().contains("every result was delivered"),
         "{}",

@@ -25,6 +25,9 @@ pub struct ContextView {
     pub online: bool,
     /// Whether every slot is taken (or the daemon is not accepting).
     pub busy: bool,
+    /// Whether the daemon is draining: it is busy for good until it stops (the attempt's
+    /// reason is `draining`, not `busy`).
+    pub draining: bool,
     /// Why it cannot take runs at all, as a reason code.
     pub unusable: Option<String>,
     /// Features its daemon advertises.

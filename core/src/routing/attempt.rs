@@ -83,9 +83,10 @@ pub enum RoutingError {
         /// The id asked for.
         id: String,
     },
-    /// The one named context is busy (no fallback asked for).
+    /// The one named context is busy, or draining (no fallback asked for).
     #[error(
-        "{name} is busy (every slot is taken); try again later, or pass `fallback: \"chain\"` to fall through to your chain"
+        "{name} {}; try again later, or pass `fallback: \"chain\"` to fall through to your chain",
+        busy_why(.attempts)
     )]
     Busy {
         /// Its friendly name.
@@ -131,6 +132,16 @@ pub enum RoutingError {
         /// What was tried, in order.
         attempts: Vec<Attempt>,
     },
+}
+
+/// Why a busy context passed: its last attempt's reason in words.
+fn busy_why(attempts: &[Attempt]) -> &'static str {
+    match attempts.last() {
+        Some(a) if a.reason == "draining" => {
+            "is draining (its daemon is stopping and takes no new runs)"
+        }
+        _ => "is busy (every slot is taken)",
+    }
 }
 
 fn describe_or_empty(attempts: &[Attempt]) -> String {

@@ -11,6 +11,7 @@ use super::attempt::{Attempt, AttemptOutcome, RoutingError};
 use super::chain::{Chain, ChainEntry};
 use super::target::{ExecuteTarget, Fallback, Requirement, WhenOffline};
 use super::{CLOUD_ID, CLOUD_NAME};
+use crate::wire::Refusal;
 
 /// The candidate to dispatch to now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -218,7 +219,12 @@ fn judge(
         return Err((AttemptOutcome::Unusable, reason.clone()));
     }
     if ctx.busy {
-        return Err((AttemptOutcome::Busy, "busy".to_owned()));
+        let reason = if ctx.draining {
+            Refusal::Draining.code()
+        } else {
+            Refusal::Busy.code()
+        };
+        return Err((AttemptOutcome::Busy, reason.to_owned()));
     }
     Ok(run)
 }

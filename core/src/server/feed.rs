@@ -125,6 +125,13 @@ impl Server {
                     RunOutcome::Offline => {
                         self.fall_through(&exec_id, AttemptOutcome::Offline, "offline")
                     }
+                    // Draining is busy until the daemon stops: the same outcome as a draining
+                    // daemon's status gives, with its own reason.
+                    RunOutcome::Rejected { code, .. }
+                        if Refusal::from_code(&code) == Some(Refusal::Draining) =>
+                    {
+                        self.fall_through(&exec_id, AttemptOutcome::Busy, &code)
+                    }
                     RunOutcome::Rejected { code, .. } => {
                         self.fall_through(&exec_id, AttemptOutcome::Unusable, &code)
                     }

@@ -302,6 +302,7 @@ impl Server {
                     operator: m.record.operator.clone(),
                     online,
                     busy: online && !m.session.has_free_slot(environment),
+                    draining: online && m.session.is_draining(),
                     unusable,
                     local_fs_available: features.iter().any(|f| f == "fs"),
                     features,

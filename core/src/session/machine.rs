@@ -73,6 +73,17 @@ impl Session {
         )
     }
 
+    /// Whether the daemon said it is draining (it takes no new run until it is back).
+    pub fn is_draining(&self) -> bool {
+        matches!(
+            self.conn,
+            Some(Connection {
+                state: ConnState::Ready { draining: true, .. },
+                ..
+            })
+        )
+    }
+
     /// Runs dispatched or committed and not yet ended.
     pub fn in_flight(&self) -> usize {
         self.runs.len()

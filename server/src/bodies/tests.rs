@@ -134,3 +134,30 @@ fn an_execution_request_is_checked_before_anything_is_stored() {
         "invalid_body"
     );
 }
+
+#[test]
+fn a_job_hop_names_its_run_an_op_and_a_job_and_nothing_else() {
+    let job = decode_job_authorize(br#"{"runId":"run_1","op":"kill","jobId":3}"#).unwrap();
+    assert_eq!(
+        job,
+        JobAuthorize {
+            run_id: "run_1".into(),
+            op: JobOp::Kill,
+            job_id: 3
+        }
+    );
+    for bad in [
+        &br#"{"runId":"run_1","op":"poll"}"#[..],
+        br#"{"runId":"run_1","op":"start","jobId":1}"#,
+        br#"{"runId":"run_1","op":"poll","jobId":-1}"#,
+        br#"{"runId":"run_1","op":"poll","jobId":1,"command":"x"}"#,
+        br#"{"runId":"run_1","op":"poll","jobId":1,"jobId":2}"#,
+    ] {
+        let e = decode_job_authorize(bad).expect_err("refused");
+        assert!(
+            matches!(e.code(), "invalid_body" | "duplicate_key"),
+            "{e} for {}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}

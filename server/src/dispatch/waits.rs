@@ -50,6 +50,7 @@ pub(crate) fn may_execute(entry: &ContextEntry, user: &str) -> Result<(), Refuse
         operator: entry.operator.clone(),
         online: false,
         busy: false,
+        draining: false,
         unusable: None,
         features: Vec::new(),
         grant_has_fs: false,

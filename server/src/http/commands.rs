@@ -13,6 +13,10 @@
 //! [`AUDIT_COMMAND_CHARS`] characters, its cwd and the *names* of the variables it sets, never
 //! their values (the daemon sends no values). Its end arrives as a `command.finished` frame.
 //!
+//! The job hop (`POST /v1/execution-contexts/commands/jobs/authorize`) comes before every
+//! `poll` and `kill` of a background job and makes the same three checks, with the access of
+//! now: its yes names the requester, and the daemon acts only on that requester's jobs.
+//!
 //! Nothing here runs a command; the daemon does, under both switches.
 
 use std::net::SocketAddr;
@@ -20,7 +24,7 @@ use std::net::SocketAddr;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::response::IntoResponse;
 use axum::routing::post;
-use outpost_core::server::Input;
+use outpost_core::server::{Input, LiveRun};
 use outpost_core::wire::Grant;
 use serde_json::json;
 
@@ -53,29 +57,44 @@ pub(super) fn routes() -> Vec<Route> {
             post(authorize),
         ),
         route(
-        api(
-            "POST",
-            "/v1/execution-contexts/commands",
-            "Turn this machine's host commands on or off (the machine's own signed request)",
-        )
-        .auth(Auth::Signed)
-        .request("CommandsSwitch")
-        .response(200, Some("CommandsSwitch"))
-        .errors(&[(400, "invalid_body"), (409, "context_revoked")]),
-        post(switch),
-    ),
+            api(
+                "POST",
+                "/v1/execution-contexts/commands/jobs/authorize",
+                "Authorize a poll or kill of a background host command by a live run on this machine (the machine's own signed request)",
+            )
+            .auth(Auth::Signed)
+            .request("JobAuthorize")
+            .response(200, Some("JobAuthorized"))
+            .errors(&[
+                (400, "invalid_body"),
+                (403, "commands_off"),
+                (403, "commands_operator_only"),
+                (409, "run_not_live"),
+                (409, "context_revoked"),
+            ]),
+            post(authorize_job),
+        ),
+        route(
+            api(
+                "POST",
+                "/v1/execution-contexts/commands",
+                "Turn this machine's host commands on or off (the machine's own signed request)",
+            )
+            .auth(Auth::Signed)
+            .request("CommandsSwitch")
+            .response(200, Some("CommandsSwitch"))
+            .errors(&[(400, "invalid_body"), (409, "context_revoked")]),
+            post(switch),
+        ),
     ]
 }
 
-async fn authorize(
-    State(app): State<App>,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
-    req: Request,
-) -> ApiResult {
-    let (context_id, bytes) = super::machine::machine_request(&app, addr, req, true).await?;
-    let body = crate::bodies::decode_command_authorize(&bytes)?;
+/// The checks of every hop, in order: `run_id` is live on this very machine (`run_not_live`),
+/// the machine's grant has commands on (`commands_off`), and the run's requester is the
+/// machine's operator and a member now (`commands_operator_only`). Returns the run.
+async fn commands_run(app: &App, context_id: &str, run_id: &str) -> Result<LiveRun, ApiError> {
     let run = app
-        .live_run(body.run_id.clone())
+        .live_run(run_id.to_owned())
         .await?
         .filter(|run| run.context_id == context_id)
         .ok_or_else(|| {
@@ -83,15 +102,14 @@ async fn authorize(
                 409,
                 "run_not_live",
                 format!(
-                    "run {:?} is not running on this machine: host commands are asked for by a live run",
-                    body.run_id
+                    "run {run_id:?} is not running on this machine: host commands are asked for by a live run"
                 ),
             )
         })?;
     let entry = app
         .shared
         .store
-        .context(&context_id)?
+        .context(context_id)?
         .ok_or_else(|| ApiError::new(401, "unknown_key", "no machine has this key"))?;
     let grant: Grant = serde_json::from_str(&entry.grant_json)
         .map_err(|e| ApiError::internal(format!("the stored grant does not read: {e}")))?;
@@ -109,6 +127,17 @@ async fn authorize(
             "host commands run only for the machine's operator",
         ));
     }
+    Ok(run)
+}
+
+async fn authorize(
+    State(app): State<App>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> ApiResult {
+    let (context_id, bytes) = super::machine::machine_request(&app, addr, req, true).await?;
+    let body = crate::bodies::decode_command_authorize(&bytes)?;
+    let run = commands_run(&app, &context_id, &body.run_id).await?;
     let command_id = crate::secrets::new_id("cmd_")?;
     let command: String = body.command.chars().take(AUDIT_COMMAND_CHARS).collect();
     let detail = json!({
@@ -128,6 +157,17 @@ async fn authorize(
         &detail.to_string(),
     )?;
     Ok(axum::Json(json!({"commandId": command_id, "requester": run.requester})).into_response())
+}
+
+async fn authorize_job(
+    State(app): State<App>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> ApiResult {
+    let (context_id, bytes) = super::machine::machine_request(&app, addr, req, true).await?;
+    let body = crate::bodies::decode_job_authorize(&bytes)?;
+    let run = commands_run(&app, &context_id, &body.run_id).await?;
+    Ok(axum::Json(json!({"requester": run.requester})).into_response())
 }
 
 async fn switch(

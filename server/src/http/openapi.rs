@@ -261,6 +261,9 @@ pub(crate) fn schemas() -> Value {
         "CommandAuthorize": object(&["runId", "command", "background"], json!({
             "runId": s, "command": s, "cwd": s, "envKeys": strings, "background": b})),
         "CommandAuthorized": object(&["commandId", "requester"], json!({"commandId": s, "requester": s})),
+        "JobAuthorize": object(&["runId", "op", "jobId"], json!({
+            "runId": s, "op": {"enum": ["poll", "kill"]}, "jobId": i})),
+        "JobAuthorized": object(&["requester"], json!({"requester": s})),
         "DaemonRelease": object(
             &["type", "version", "os", "arch", "size", "sha512", "root", "sig"],
             json!({"type": s, "version": s, "os": s, "arch": s, "size": i, "sha512": s, "root": s, "sig": s}),

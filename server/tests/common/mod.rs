@@ -3,6 +3,8 @@
 //! WebSocket opened with the sync `tungstenite` client.
 #![allow(dead_code)]
 
+pub mod driver;
+
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

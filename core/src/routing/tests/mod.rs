@@ -23,6 +23,7 @@ pub(super) fn view(name: &str) -> ContextView {
         operator: ANA.into(),
         online: true,
         busy: false,
+        draining: false,
         unusable: None,
         features: vec![HOST_OPERATOR_ONLY_FEATURE.into()],
         grant_has_fs: false,

@@ -257,3 +257,53 @@ fn a_malformed_target_is_refused_before_routing() {
     let err = plan(&user(ANA), &target, &Chain::default(), &[view("a")]).unwrap_err();
     assert_eq!(err.code(), "queue_minutes_out_of_range");
 }
+
+#[test]
+fn a_draining_context_is_busy_with_its_own_reason() {
+    let draining = ContextView {
+        draining: true,
+        ..busy("build-box")
+    };
+    let err = plan(
+        &user(ANA),
+        &ExecuteTarget::named("ec_build-box"),
+        &Chain::default(),
+        std::slice::from_ref(&draining),
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "execution_context_busy");
+    assert_eq!(
+        outcomes(err.attempts()),
+        vec![("ec_build-box", "busy", "draining")]
+    );
+    assert!(
+        err.to_string().starts_with("build-box is draining"),
+        "{err}"
+    );
+    assert!(
+        busy_message_of(busy("build-box")).contains("every slot is taken"),
+        "a busy one says so"
+    );
+    // Falling through, the attempt keeps the reason.
+    let route = dispatch(plan(
+        &user(ANA),
+        &ExecuteTarget::chain(),
+        &chain(&["build-box", "cloud"]),
+        &[draining],
+    ));
+    assert_eq!(
+        outcomes(route.attempts()),
+        vec![("ec_build-box", "busy", "draining")]
+    );
+}
+
+fn busy_message_of(view: ContextView) -> String {
+    plan(
+        &user(ANA),
+        &ExecuteTarget::named("ec_build-box"),
+        &Chain::default(),
+        &[view],
+    )
+    .unwrap_err()
+    .to_string()
+}

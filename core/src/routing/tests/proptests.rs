@@ -34,6 +34,7 @@ fn context(id: &'static str) -> impl Strategy<Value = ContextView> {
                     operator: USERS[operator].into(),
                     online,
                     busy,
+                    draining: false,
                     unusable: unusable.map(Into::into),
                     features: if modern {
                         vec![HOST_OPERATOR_ONLY_FEATURE.into()]

@@ -68,6 +68,77 @@ fn a_busy_machine_passes_the_run_to_the_next_one_on_the_chain() {
     assert!(ran_on.is_some(), "a placed run says where it ran");
 }
 
+/// The attempts an execution's `ranOn` lists, as `(context, outcome, reason)`.
+fn attempts_of(h: &Harness, exec_id: &str) -> Vec<(String, String, String)> {
+    h.seen
+        .iter()
+        .find_map(|o| match o {
+            Output::Event(Event::ExecutionFinished {
+                exec_id: e,
+                ran_on: Some(ran_on),
+                ..
+            }) if e == exec_id => Some(ran_on.attempts.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| (a.id, a.outcome.as_str().to_owned(), a.reason))
+        .collect()
+}
+
+#[test]
+fn a_draining_machine_passes_runs_on_as_busy_with_the_reason_draining() {
+    let (mut h, a, b) = two_machines();
+    let draining = ("a".to_owned(), "busy".to_owned(), "draining".to_owned());
+    // Offered before its status says so, it rejects with `draining`...
+    h.input(Input::Execute(Box::new(request(
+        "x1",
+        "ada",
+        ExecuteTarget::chain(),
+    ))));
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunReject {
+            run_id: "x1.1".into(),
+            code: "draining".into(),
+            message: "the daemon is stopping".into(),
+        },
+    );
+    assert_eq!(h.requests(b), ["x1.2"]);
+    h.daemon_says(
+        "b",
+        DaemonFrame::RunAccept {
+            run_id: "x1.2".into(),
+        },
+    );
+    h.result("b", "x1.2");
+    assert_eq!(attempts_of(&h, "x1"), std::slice::from_ref(&draining));
+    // ...and once it does, it is not offered the next run at all.
+    h.daemon_says(
+        "a",
+        DaemonFrame::Status {
+            slots_used: 0,
+            slots_total: 1,
+            draining: true,
+        },
+    );
+    h.input(Input::Execute(Box::new(request(
+        "x2",
+        "ada",
+        ExecuteTarget::chain(),
+    ))));
+    assert_eq!(h.requests(a), ["x1.1"], "nothing more for a");
+    assert_eq!(h.requests(b), ["x1.2", "x2.1"]);
+    h.daemon_says(
+        "b",
+        DaemonFrame::RunAccept {
+            run_id: "x2.1".into(),
+        },
+    );
+    h.result("b", "x2.1");
+    assert_eq!(attempts_of(&h, "x2"), [draining]);
+}
+
 #[test]
 fn a_machine_that_drops_before_committing_passes_the_run_on() {
     let (mut h, a, b) = two_machines();

@@ -455,6 +455,7 @@ fn view_of(record: &ContextRecord, grant: &Grant, features: Vec<String>) -> Cont
         operator: record.operator.clone(),
         online: true,
         busy: false,
+        draining: false,
         unusable: None,
         local_fs_available: features.iter().any(|f| f == "fs"),
         features,

@@ -1,0 +1,204 @@
+//! The core's `Daemon` driven by hand over the server's real WebSocket (as
+//! `core/src/sim/pair.rs` wires it): the test is the executor. A run either finishes at once
+//! with "hi" or, while [`Driver::hold`] is set, stays committed until [`Driver::finish`].
+
+use std::time::{Duration, Instant as StdInstant};
+
+use outpost_core::daemon::{self, Daemon, DaemonConfig};
+use outpost_core::time::{Instant, Now, UnixTime};
+use outpost_core::wire::{DaemonFrame, Environment, RunResult, RunStatus, Timing};
+use tungstenite::Message;
+
+use super::{Machine, Socket, TestServer, bearer, http, now_secs, open_socket};
+
+/// A daemon machine and its socket, pumped by the test.
+pub struct Driver {
+    pub daemon: Daemon,
+    origin: StdInstant,
+    /// The socket, once connected.
+    pub socket: Option<Socket>,
+    /// Every run it was told to execute, in order.
+    pub executed: Vec<String>,
+    /// Hold runs instead of finishing them.
+    pub hold: bool,
+}
+
+impl Driver {
+    /// A shell-only daemon, not yet connected (the first [`Driver::drain`] connects).
+    pub fn new(server: &TestServer) -> Driver {
+        Self::with_environments(server, vec![Environment::Shell])
+    }
+
+    /// A daemon with `environments`, not yet connected.
+    pub fn with_environments(server: &TestServer, environments: Vec<Environment>) -> Driver {
+        let config = DaemonConfig {
+            environments,
+            ..DaemonConfig::default()
+        };
+        Driver {
+            daemon: Daemon::new(
+                config,
+                server.keys(),
+                Now {
+                    instant: Instant::from_origin(Duration::ZERO),
+                    wall: UnixTime(now_secs()),
+                },
+            ),
+            origin: StdInstant::now(),
+            socket: None,
+            executed: Vec::new(),
+            hold: false,
+        }
+    }
+
+    /// Connects and pumps until the server shows `name` online.
+    pub fn online(&mut self, server: &TestServer, machine: &Machine, name: &str) {
+        self.drain(server, machine);
+        let admin = bearer(&server.admin());
+        let deadline = StdInstant::now() + Duration::from_secs(30);
+        loop {
+            self.pump(server, machine);
+            let path = format!("/v1/execution-contexts/{name}");
+            let ctx = http(
+                server.addr(),
+                "GET",
+                &path,
+                &[("authorization", &admin)],
+                b"",
+            )
+            .json();
+            if ctx["online"] == true {
+                return;
+            }
+            assert!(
+                StdInstant::now() < deadline,
+                "{name} never came online: {ctx}"
+            );
+        }
+    }
+
+    /// Sends `frame` as it is, whatever the daemon core would say.
+    pub fn send_raw(&mut self, frame: &DaemonFrame) {
+        let text = String::from_utf8(frame.to_json()).expect("JSON");
+        self.socket
+            .as_mut()
+            .expect("connected")
+            .send(Message::Text(text.into()))
+            .expect("sent");
+    }
+
+    fn now(&self) -> Now {
+        Now {
+            instant: Instant::from_origin(self.origin.elapsed()),
+            wall: UnixTime(now_secs()),
+        }
+    }
+
+    fn input(&mut self, input: daemon::Input) {
+        let now = self.now();
+        self.daemon
+            .handle_input(now, input)
+            .expect("the daemon takes the input");
+    }
+
+    /// Ends a held run with "hi" and exit 0.
+    pub fn finish(&mut self, run_id: &str) {
+        let result = RunResult {
+            status: RunStatus::Exited,
+            exit_code: Some(0),
+            signal: None,
+            stdout: "hi\n".into(),
+            stderr: String::new(),
+            truncated: false,
+            timing: Timing {
+                setup_ms: 1,
+                execute_ms: 2,
+                ..Timing::default()
+            },
+            error: None,
+        };
+        self.input(daemon::Input::RunFinished {
+            run_id: run_id.to_owned(),
+            result,
+        });
+    }
+
+    /// Carries out the daemon's outputs until it waits.
+    pub fn drain(&mut self, server: &TestServer, machine: &Machine) {
+        loop {
+            match self.daemon.poll_output() {
+                daemon::Output::Wait { .. } => return,
+                daemon::Output::Transmit(bytes) => {
+                    let text = String::from_utf8(bytes).expect("frames are UTF-8");
+                    if let Some(socket) = self.socket.as_mut() {
+                        socket.send(Message::Text(text.into())).expect("send");
+                    }
+                }
+                daemon::Output::Close { .. } => self.socket = None,
+                daemon::Output::Command(daemon::Command::Connect) => {
+                    let (ticket, session_id) = machine.ticket(server);
+                    let socket = open_socket(server.addr(), &ticket).expect("the socket opens");
+                    socket
+                        .get_ref()
+                        .set_read_timeout(Some(Duration::from_millis(100)))
+                        .expect("a read timeout");
+                    self.socket = Some(socket);
+                    self.input(daemon::Input::Connected { session_id });
+                }
+                daemon::Output::Command(daemon::Command::Execute(execute)) => {
+                    self.executed.push(execute.run_id.clone());
+                    if !self.hold {
+                        self.finish(&execute.run_id);
+                    }
+                }
+                daemon::Output::Command(_)
+                | daemon::Output::Persist(_)
+                | daemon::Output::SaveWait { .. }
+                | daemon::Output::ForgetWait { .. }
+                | daemon::Output::Event(_) => {}
+            }
+        }
+    }
+
+    /// Reads what arrived (at most one message) and feeds it, then the time.
+    pub fn pump(&mut self, server: &TestServer, machine: &Machine) {
+        if let Some(socket) = self.socket.as_mut() {
+            match socket.read() {
+                Ok(Message::Text(t)) => {
+                    let bytes = t.as_bytes().to_vec();
+                    self.input(daemon::Input::Frame(bytes));
+                }
+                Ok(Message::Close(frame)) => {
+                    self.socket = None;
+                    let code = frame.map(|f| u16::from(f.code));
+                    self.input(daemon::Input::Disconnected { code });
+                }
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => panic!("the socket failed: {e}"),
+            }
+        }
+        self.input(daemon::Input::Timeout);
+        self.drain(server, machine);
+    }
+
+    /// Pumps until `done` says yes; fails the test after `patience`.
+    pub fn pump_until(
+        &mut self,
+        server: &TestServer,
+        machine: &Machine,
+        what: &str,
+        patience: Duration,
+        mut done: impl FnMut(&Driver) -> bool,
+    ) {
+        let deadline = StdInstant::now() + patience;
+        while !done(self) {
+            self.pump(server, machine);
+            assert!(StdInstant::now() < deadline, "timed out waiting for {what}");
+        }
+    }
+}
