@@ -19,11 +19,8 @@
 //!   slow the others: target stalled ÷ none ≈ 1. How many stalled viewers were dropped is
 //!   printed.
 //!
-//! Each group keeps one terminal open for all its iterations and never lets it exit: a
-//! terminal's `run.result` carries the last 1 MiB of its output as `stdout`, and after
-//! megabytes of NULs that frame (escaped as `\u0000`, about 6 MiB) is over the 1 MiB frame
-//! limit, so the server closes the daemon's connection with 1009 and the daemon resends it on
-//! every reconnect. Joining the viewers and waiting for the shell (`echo ready-$((6*7))`) are
+//! Each group keeps one terminal open for all its iterations (starting a shell is not what
+//! is measured). Joining the viewers and waiting for the shell (`echo ready-$((6*7))`) are
 //! outside the timed part. Criterion's groups run one variant after the other and the
 //! machine's load drifts between them, so the ratios printed at the end come from pairs run
 //! back to back in alternating order.

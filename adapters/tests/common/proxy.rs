@@ -124,10 +124,13 @@ impl Proxy {
     }
 }
 
-/// Daemon → server: copied; upgrades counted; the daemon's close frames read (they are
-/// masked, as every client frame is).
+/// Daemon → server: copied; upgrades counted; the daemon's frames followed one after the
+/// other (they are masked, as every client frame is), so its close codes and `status` frames
+/// are read wherever the reads happen to split them.
 fn up(from: &mut TcpStream, to: &mut TcpStream, state: &Mutex<State>) {
     let mut buf = vec![0u8; 64 * 1024];
+    // Set once this connection asked for the upgrade (plain HTTP requests pass too).
+    let mut frames: Option<Frames> = None;
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
@@ -136,16 +139,20 @@ fn up(from: &mut TcpStream, to: &mut TcpStream, state: &Mutex<State>) {
         let chunk = &buf[..n];
         if chunk.starts_with(b"GET ") && contains(chunk, b"Upgrade: websocket") {
             state.lock().unwrap().upgrades += 1;
-        }
-        if n >= 8 && chunk[0] == 0x88 && chunk[1] & 0x80 != 0 && chunk[1] & 0x7f >= 2 {
-            let mask = [chunk[2], chunk[3], chunk[4], chunk[5]];
-            let code = u16::from_be_bytes([chunk[6] ^ mask[0], chunk[7] ^ mask[1]]);
-            state.lock().unwrap().closes.push(code);
-        }
-        if let Some(text) = unmask_text(chunk)
-            && contains(&text, b"\"type\":\"status\"")
-        {
-            state.lock().unwrap().statuses += 1;
+            frames = Some(Frames::default());
+        } else if let Some(frames) = &mut frames {
+            for (opcode, payload) in frames.feed(chunk) {
+                let mut state = state.lock().unwrap();
+                match opcode {
+                    0x8 if payload.len() >= 2 => {
+                        state
+                            .closes
+                            .push(u16::from_be_bytes([payload[0], payload[1]]));
+                    }
+                    0x1 if contains(&payload, b"\"type\":\"status\"") => state.statuses += 1,
+                    _ => {}
+                }
+            }
         }
         if to.write_all(chunk).is_err() {
             break;
@@ -154,26 +161,76 @@ fn up(from: &mut TcpStream, to: &mut TcpStream, state: &Mutex<State>) {
     let _ = to.shutdown(Shutdown::Write);
 }
 
-/// The payload of a masked text frame that fills `chunk` from its start (a daemon writes a
-/// small frame in one piece).
-fn unmask_text(chunk: &[u8]) -> Option<Vec<u8>> {
-    if chunk.len() < 6 || chunk[0] != 0x81 || chunk[1] & 0x80 == 0 {
-        return None;
+/// Follows a stream of masked WebSocket frames: keeps the payloads of small frames (up to
+/// [`Frames::KEPT`] bytes, unmasked) and skips over the others.
+#[derive(Default)]
+struct Frames {
+    /// Bytes of a header not yet complete.
+    header: Vec<u8>,
+    /// The frame being read: opcode, mask, bytes of payload left, payload kept (if small).
+    body: Option<(u8, [u8; 4], u64, Option<Vec<u8>>)>,
+}
+
+impl Frames {
+    const KEPT: u64 = 4096;
+
+    /// Every frame `chunk` completes, as (opcode, unmasked payload; empty when not kept).
+    fn feed(&mut self, mut chunk: &[u8]) -> Vec<(u8, Vec<u8>)> {
+        let mut done = Vec::new();
+        while !chunk.is_empty() {
+            if let Some((opcode, mask, left, kept)) = &mut self.body {
+                let take = usize::try_from(*left)
+                    .unwrap_or(usize::MAX)
+                    .min(chunk.len());
+                if let Some(kept) = kept {
+                    let at = kept.len();
+                    let unmasked = chunk[..take].iter().enumerate();
+                    kept.extend(unmasked.map(|(i, b)| b ^ mask[(at + i) % 4]));
+                }
+                *left -= take as u64;
+                chunk = &chunk[take..];
+                if *left == 0 {
+                    done.push((*opcode, kept.take().unwrap_or_default()));
+                    self.body = None;
+                }
+                continue;
+            }
+            self.header.push(chunk[0]);
+            chunk = &chunk[1..];
+            let h = &self.header;
+            if h.len() < 2 {
+                continue;
+            }
+            let extra = match h[1] & 0x7f {
+                126 => 2,
+                127 => 8,
+                _ => 0,
+            };
+            let masked = h[1] & 0x80 != 0;
+            if h.len() < 2 + extra + if masked { 4 } else { 0 } {
+                continue;
+            }
+            let len = match extra {
+                2 => u64::from(u16::from_be_bytes([h[2], h[3]])),
+                8 => u64::from_be_bytes(h[2..10].try_into().unwrap()),
+                _ => u64::from(h[1] & 0x7f),
+            };
+            let mask = if masked {
+                h[2 + extra..6 + extra].try_into().unwrap()
+            } else {
+                [0; 4]
+            };
+            let opcode = h[0] & 0x0f;
+            self.header.clear();
+            if len == 0 {
+                done.push((opcode, Vec::new()));
+            } else {
+                let kept = (len <= Self::KEPT).then(Vec::new);
+                self.body = Some((opcode, mask, len, kept));
+            }
+        }
+        done
     }
-    let (len, at) = match chunk[1] & 0x7f {
-        126 => (usize::from(u16::from_be_bytes([chunk[2], chunk[3]])), 4),
-        127 => return None,
-        n => (usize::from(n), 2),
-    };
-    let mask = chunk.get(at..at + 4)?;
-    let payload = chunk.get(at + 4..at + 4 + len)?;
-    Some(
-        payload
-            .iter()
-            .enumerate()
-            .map(|(i, b)| b ^ mask[i % 4])
-            .collect(),
-    )
 }
 
 /// Server → daemon: copied, tampered with or held back when the mode says so.
