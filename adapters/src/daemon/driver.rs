@@ -567,6 +567,7 @@ impl Driver {
                     if matches!(event, CoreEvent::Ready { .. }) {
                         // What a dropped connection had in flight is gone: full windows.
                         self.runner.terminals().reset_windows();
+                        self.updates.connected();
                     }
                     log_event(&event);
                 }

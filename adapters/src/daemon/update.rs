@@ -1,7 +1,8 @@
 //! Signed self-update: the daemon takes a newer release its server publishes, and only one
 //! that the root key it pins signed.
 //!
-//! A check ([`check`], on start and every ~4 h ± 30 min) fetches the release document,
+//! A check ([`check`], shortly after the daemon first connects and every ~4 h ± 30 min)
+//! fetches the release document,
 //! verifies it against the pinned root, and for a strictly newer version for this OS and CPU
 //! downloads the binary, refuses it unless its length and SHA-512 are the release's, stages
 //! it in `state/updates/outpost-VERSION` (0700), and proves that `BINARY version --json`
@@ -39,6 +40,9 @@ pub const AUTO_UPDATE_VAR: &str = "OUTPOST_DAEMON_AUTO_UPDATE";
 pub const TRIAL: Duration = Duration::from_secs(60);
 /// Quick exits after which a version is marked bad.
 pub const BAD_AFTER: u32 = 3;
+/// How long after the daemon first connects its first update check starts.
+pub const FIRST_CHECK_DELAY: Duration = Duration::from_secs(2);
+
 /// The time between checks, before jitter.
 pub const CHECK_EVERY: Duration = Duration::from_secs(4 * 3600);
 /// The jitter either side of [`CHECK_EVERY`].
@@ -426,7 +430,8 @@ pub fn next_check_after(now: std::time::Instant, jitter_seed: u64) -> std::time:
 #[derive(Debug)]
 pub(crate) struct Schedule {
     on: bool,
-    next_check: std::time::Instant,
+    /// `None` until the daemon first connected.
+    next_check: Option<std::time::Instant>,
     checking: bool,
     /// A staged update is being handed over to (the daemon drains, then exits `Updated`):
     /// since when, and how long it may wait ([`hand_over_limit`]).
@@ -436,12 +441,13 @@ pub(crate) struct Schedule {
 }
 
 impl Schedule {
-    /// A timetable whose first check is now (when `on`).
+    /// A timetable whose first check comes [`FIRST_CHECK_DELAY`] after the daemon first
+    /// connects ([`Schedule::connected`]), when `on`.
     pub(crate) fn new(on: bool, seed: u64) -> Self {
         let now = std::time::Instant::now();
         Self {
             on,
-            next_check: now,
+            next_check: None,
             checking: false,
             hand_over: None,
             prove_at: Some(now + TRIAL),
@@ -449,14 +455,24 @@ impl Schedule {
         }
     }
 
+    /// The daemon is connected (each time it is): the first check is booked after the first.
+    /// A check then comes after the runs that waited for this daemon were offered to it, so
+    /// a hand-over's drain takes them along rather than turning them away.
+    pub(crate) fn connected(&mut self) {
+        if self.next_check.is_none() {
+            self.next_check = Some(std::time::Instant::now() + FIRST_CHECK_DELAY);
+        }
+    }
+
     /// True when a check should start now (and books the one after it).
     pub(crate) fn check_due(&mut self) -> bool {
         let now = std::time::Instant::now();
-        if !self.on || self.checking || self.handing_over() || now < self.next_check {
+        let due = self.next_check.is_some_and(|at| now >= at);
+        if !self.on || self.checking || self.handing_over() || !due {
             return false;
         }
         self.checking = true;
-        self.next_check = next_check_after(now, self.seed.next_u64());
+        self.next_check = Some(next_check_after(now, self.seed.next_u64()));
         true
     }
 
@@ -496,6 +512,22 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_check_waits_for_the_first_connection() {
+        let mut schedule = Schedule::new(true, 1);
+        assert!(!schedule.check_due(), "not connected yet");
+        schedule.connected();
+        let booked = schedule.next_check;
+        schedule.connected();
+        assert_eq!(schedule.next_check, booked, "a reconnect books nothing new");
+        schedule.next_check = Some(std::time::Instant::now());
+        assert!(schedule.check_due());
+        let mut off = Schedule::new(false, 1);
+        off.connected();
+        off.next_check = Some(std::time::Instant::now());
+        assert!(!off.check_due(), "updates are off");
+    }
 
     #[test]
     fn a_hand_over_is_overdue_only_after_its_limit() {
