@@ -167,8 +167,18 @@ fn up(from: &mut TcpStream, to: &mut TcpStream, state: &Mutex<State>) {
 struct Frames {
     /// Bytes of a header not yet complete.
     header: Vec<u8>,
-    /// The frame being read: opcode, mask, bytes of payload left, payload kept (if small).
-    body: Option<(u8, [u8; 4], u64, Option<Vec<u8>>)>,
+    /// The frame being read.
+    body: Option<Body>,
+}
+
+/// A frame's payload being read.
+struct Body {
+    opcode: u8,
+    mask: [u8; 4],
+    /// Bytes of payload still to come.
+    left: u64,
+    /// The payload so far, unmasked, when it is small enough to keep.
+    kept: Option<Vec<u8>>,
 }
 
 impl Frames {
@@ -178,7 +188,13 @@ impl Frames {
     fn feed(&mut self, mut chunk: &[u8]) -> Vec<(u8, Vec<u8>)> {
         let mut done = Vec::new();
         while !chunk.is_empty() {
-            if let Some((opcode, mask, left, kept)) = &mut self.body {
+            if let Some(Body {
+                opcode,
+                mask,
+                left,
+                kept,
+            }) = &mut self.body
+            {
                 let take = usize::try_from(*left)
                     .unwrap_or(usize::MAX)
                     .min(chunk.len());
@@ -226,7 +242,12 @@ impl Frames {
                 done.push((opcode, Vec::new()));
             } else {
                 let kept = (len <= Self::KEPT).then(Vec::new);
-                self.body = Some((opcode, mask, len, kept));
+                self.body = Some(Body {
+                    opcode,
+                    mask,
+                    left: len,
+                    kept,
+                });
             }
         }
         done
