@@ -110,6 +110,39 @@ fn an_outbox_survives_reopening_and_acknowledged_results_do_not() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Runs test `test` of this binary again as a child with `var` naming `path`, waits (at most
+/// a minute) for it to print a line ending in `said`, then kills it with `kill -9`.
+fn write_then_kill_9(test: &str, var: &str, path: &std::path::Path, said: &'static str) {
+    use std::io::BufRead as _;
+    let mut writer = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .env(var, path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = writer.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // The harness prints `test NAME ... ` first, on the same line.
+        let saw = std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.ends_with(said));
+        let _ = tx.send(saw);
+    });
+    let saw = rx.recv_timeout(std::time::Duration::from_secs(60));
+    if saw != Ok(true) {
+        let _ = writer.kill();
+        panic!("the writer of {test} did not say {said:?}: {saw:?}");
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &writer.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let _ = writer.wait();
+}
+
 /// Records that need only survive the process (`runStarted`, `resultRemoved`: committed
 /// without a flush) are there after a kill -9 of the process that wrote them, alone and
 /// after a flushed one.
@@ -142,32 +175,12 @@ fn records_kept_for_the_process_survive_a_kill_9() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("daemon.db");
     let _ = std::fs::remove_file(&path);
-    let mut writer = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "records_kept_for_the_process_survive_a_kill_9",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(CHILD, &path)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = writer.stdout.take().unwrap();
-    let said = std::io::BufRead::lines(std::io::BufReader::new(stdout))
-        .map_while(Result::ok)
-        .any(|l| l.ends_with("appended"));
-    if !said {
-        let _ = writer.kill();
-        panic!("the writer did not say it appended its records");
-    }
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &writer.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let _ = writer.wait();
+    write_then_kill_9(
+        "records_kept_for_the_process_survive_a_kill_9",
+        CHILD,
+        &path,
+        "appended",
+    );
     let (_store, state) = DaemonStore::open(&path).unwrap();
     assert_eq!(state.started, ["r2", "r3"]);
     assert!(state.outbox.is_empty(), "{:?}", state.outbox);
@@ -177,7 +190,6 @@ fn records_kept_for_the_process_survive_a_kill_9() {
 mod waits {
     //! The wait schedule over the real store, across a kill -9 of the process that wrote it.
 
-    use std::io::BufRead as _;
     use std::path::Path;
     use std::time::Duration;
 
@@ -281,39 +293,12 @@ mod waits {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("daemon.db");
         let _ = std::fs::remove_file(&path);
-        let mut writer = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "waits::waits_written_before_a_kill_9_resume_and_a_match_is_not_checked_again",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(CHILD, &path)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = writer.stdout.take().unwrap();
-        let (said, saved) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            // The harness prints `test NAME ... ` first, on the same line.
-            let saw = std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .any(|l| l.ends_with("saved"));
-            let _ = said.send(saw);
-        });
-        let saw = saved.recv_timeout(Duration::from_secs(60));
-        if saw != Ok(true) {
-            let _ = writer.kill();
-            panic!("the writer did not say it saved its waits: {saw:?}");
-        }
-        let killed = std::process::Command::new("kill")
-            .args(["-9", &writer.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        let _ = writer.wait();
+        super::write_then_kill_9(
+            "waits::waits_written_before_a_kill_9_resume_and_a_match_is_not_checked_again",
+            CHILD,
+            &path,
+            "saved",
+        );
 
         let (mut store, _) = DaemonStore::open(&path).unwrap();
         let rows = store.waits().unwrap();

@@ -36,6 +36,15 @@ use crate::clock::wall_now;
 /// The most characters of a command kept in the audit log (the daemon cuts it too).
 pub(crate) const AUDIT_COMMAND_CHARS: usize = 1000;
 
+/// What either hop may answer: the body, then [`commands_run`]'s checks in its order.
+const HOP_ERRORS: &[(u16, &str)] = &[
+    (400, "invalid_body"),
+    (403, "commands_off"),
+    (403, "commands_operator_only"),
+    (409, "run_not_live"),
+    (409, "context_revoked"),
+];
+
 pub(super) fn routes() -> Vec<Route> {
     vec![
         route(
@@ -47,13 +56,7 @@ pub(super) fn routes() -> Vec<Route> {
             .auth(Auth::Signed)
             .request("CommandAuthorize")
             .response(200, Some("CommandAuthorized"))
-            .errors(&[
-                (400, "invalid_body"),
-                (403, "commands_off"),
-                (403, "commands_operator_only"),
-                (409, "run_not_live"),
-                (409, "context_revoked"),
-            ]),
+            .errors(HOP_ERRORS),
             post(authorize),
         ),
         route(
@@ -65,13 +68,7 @@ pub(super) fn routes() -> Vec<Route> {
             .auth(Auth::Signed)
             .request("JobAuthorize")
             .response(200, Some("JobAuthorized"))
-            .errors(&[
-                (400, "invalid_body"),
-                (403, "commands_off"),
-                (403, "commands_operator_only"),
-                (409, "run_not_live"),
-                (409, "context_revoked"),
-            ]),
+            .errors(HOP_ERRORS),
             post(authorize_job),
         ),
         route(
