@@ -16,6 +16,8 @@
 //!   [`owner_mounts`] for the owner's own `outpost run`.
 //! - **A run's environment** ([`run_environment`]): the harmless host variables, never an
 //!   `OUTPOST_*` or secret one, plus the manifest's `env`.
+//! - **Manifests** ([`parse_manifest`]): a parse remembered by its text, so a capability run
+//!   again is not read again.
 //! - **Packing** ([`pack_capability`]): a capability folder as the inline source a run carries.
 //!
 //! Executors depend on `outpost-core` and this crate, never on each other.
@@ -24,6 +26,7 @@
 
 mod env;
 mod launch;
+mod manifests;
 mod owner;
 mod pack;
 mod paths;
@@ -34,6 +37,7 @@ pub use launch::{
     LaunchContext, LaunchError, Materialized, PreparedLaunch, SkippedFolder, grant_mounts,
     launch_from_execute, materialize, owner_mounts,
 };
+pub use manifests::parse_manifest;
 pub use owner::{HOME_VAR, OwnerError, OwnerFolders};
 pub use pack::{MAX_INLINE_BYTES, PackError, pack_bundle, pack_capability};
 pub use paths::{

@@ -393,8 +393,8 @@ pub fn check_inline(
     manifest: &str,
     files: &[outpost_core::wire::InlineFile],
 ) -> Result<Manifest, BodyError> {
-    let parsed =
-        Manifest::parse(manifest).map_err(|e| BodyError::new("invalid_manifest", e.to_string()))?;
+    let parsed = outpost_host::parse_manifest(manifest)
+        .map_err(|e| BodyError::new("invalid_manifest", e.to_string()))?;
     for file in files {
         check_relative_path(&file.path)
             .map_err(|e| BodyError::invalid(format!("capability.files: {:?} {e}", file.path)))?;

@@ -210,14 +210,16 @@ impl Seen {
 
 /// The manifest of an inline capability or a fetched bundle, if it reads.
 fn manifest_of(capability: &outpost_core::daemon::Capability) -> Option<Manifest> {
+    let decoded;
     let source = match capability {
-        outpost_core::daemon::Capability::Inline(source) => source.clone(),
+        outpost_core::daemon::Capability::Inline(source) => source,
         outpost_core::daemon::Capability::Bundle { bytes, .. } => {
-            outpost_core::wire::decode_bundle(bytes).ok()?
+            decoded = outpost_core::wire::decode_bundle(bytes).ok()?;
+            &decoded
         }
     };
     match source {
-        CapabilitySource::Inline { manifest, .. } => Manifest::parse(&manifest).ok(),
+        CapabilitySource::Inline { manifest, .. } => outpost_host::parse_manifest(manifest).ok(),
         CapabilitySource::Digest { .. } => None,
     }
 }

@@ -305,7 +305,7 @@ impl Unpacked {
         if run_id.contains('/') || check_relative_path(run_id).is_err() {
             return Err(LaunchError::UnsafeRunId(run_id.to_owned()));
         }
-        let manifest = Manifest::parse(text)?;
+        let manifest = crate::parse_manifest(text)?;
         let mut decoded = Vec::with_capacity(files.len());
         for file in files {
             let bad = |reason: String| LaunchError::BadFile {
