@@ -35,7 +35,6 @@ fn audit(server: &Server, kind: &str) -> Vec<Value> {
 
 #[test]
 fn a_run_asks_for_host_commands_through_its_socket_under_both_switches() {
-    // Short: the socket's path (under the run's folder) must fit a Unix socket address.
     let dir = temp_dir("hc");
     let home = dir.join("h");
     let server = Server::start(&dir.join("s"), 0);
@@ -154,6 +153,41 @@ echo "kill_rc=$?"
 /// SIGTERM drains: a background job that a finished run started runs on to its own end (it is
 /// not killed), its `command_finished` reaches the server's audit as `exited`, and only then
 /// does the daemon exit 0.
+/// A home deep enough that its runs' folders cannot hold a socket themselves (a socket's
+/// address is at most 107 bytes): the run still asks through `./.outpost-commands.sock`.
+#[test]
+fn a_run_in_a_deep_home_still_reaches_its_socket() {
+    let dir = temp_dir("hc-deep");
+    let home =
+        dir.join("a-home-folder-with-a-name-long-enough-that-no-socket-address-fits-it-0123456789");
+    let server = Server::start(&dir.join("s"), 0);
+    let daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    commands_switch(&home, "on");
+    wait_for("the daemon to apply the grant with commands on", || {
+        daemon.log_text().contains("commands=true").then_some(())
+    });
+    let outpost = binary().display().to_string();
+    let e = run(
+        &server,
+        "deep",
+        &format!("pwd\n'{outpost}' command run -- echo from-the-host\necho \"rc=$?\"\n"),
+    );
+    let stdout = e["stdout"].as_str().unwrap();
+    let folder = stdout.lines().next().unwrap_or_default();
+    assert!(
+        folder.len() + "/.outpost-commands.sock".len() > 107,
+        "the run's folder is too deep for a socket: {folder}"
+    );
+    assert!(stdout.contains("from-the-host"), "{e}");
+    assert!(stdout.contains("rc=0"), "{e}");
+    assert!(
+        !daemon.log_text().contains("cannot serve host commands"),
+        "{}",
+        daemon.log_text()
+    );
+}
+
 #[test]
 fn a_drain_lets_background_host_commands_finish_and_report() {
     let dir = temp_dir("hcd");

@@ -1,5 +1,6 @@
 //! The run-side bridge to host commands: while an operator's run lives, the daemon serves a
-//! Unix socket, [`SOCKET_NAME`], inside the run's capability folder (its working directory),
+//! Unix socket, [`SOCKET_NAME`], inside the run's capability folder (its working directory;
+//! a link to a private folder's socket when that path is too long for a socket address),
 //! and the run's scripts ask for commands on it — `outpost command run|start|poll|kill` is the
 //! client. A shared run (not the operator's) gets no socket.
 //!
@@ -22,6 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -60,6 +62,9 @@ pub(crate) struct CommandsShared {
 /// asked for finish, background jobs stay).
 pub(crate) struct Bridge {
     path: PathBuf,
+    /// Where the socket really is when `path` is a link to it: a private folder of its own
+    /// (see [`SHORT_PATH_MAX`]).
+    private_dir: Option<PathBuf>,
     stop: Arc<AtomicBool>,
     accept: Option<JoinHandle<()>>,
 }
@@ -82,7 +87,7 @@ impl Bridge {
     ) -> std::io::Result<Self> {
         let path = dir.join(SOCKET_NAME);
         let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path)?;
+        let (listener, private_dir) = bind(&path)?;
         let stop = Arc::new(AtomicBool::new(false));
         let side = Arc::new(RunSide {
             shared,
@@ -106,6 +111,7 @@ impl Bridge {
             })?;
         Ok(Self {
             path,
+            private_dir,
             stop,
             accept: Some(accept),
         })
@@ -115,12 +121,56 @@ impl Bridge {
 impl Drop for Bridge {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop so it sees the flag.
-        let _ = UnixStream::connect(&self.path);
+        // Wake the accept loop so it sees the flag (by the socket's own path: a link's may be
+        // too long to connect by).
+        let socket = self
+            .private_dir
+            .as_ref()
+            .map_or_else(|| self.path.clone(), |dir| dir.join(PRIVATE_SOCKET));
+        let _ = UnixStream::connect(&socket);
         if let Some(accept) = self.accept.take() {
             let _ = accept.join();
         }
         let _ = std::fs::remove_file(&self.path);
+        if let Some(dir) = &self.private_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// The longest socket path bound where it is: a Unix socket's address holds at most 107
+/// bytes (`sun_path`), so a run folder deep in a long home cannot hold the socket itself.
+const SHORT_PATH_MAX: usize = 100;
+
+/// The socket's name inside its private folder.
+const PRIVATE_SOCKET: &str = "s";
+
+/// Binds the socket at `path`. When `path` is too long for a socket address, the socket is
+/// bound in a new private folder (mode 0700) under the system's temporary folder, and `path`
+/// becomes a symbolic link to it: a run still connects to `./.outpost-commands.sock` (a
+/// connect follows the link), and nobody else can reach the socket. Returns the private
+/// folder to remove with the socket.
+fn bind(path: &Path) -> std::io::Result<(UnixListener, Option<PathBuf>)> {
+    use std::os::unix::ffi::OsStrExt as _;
+    if path.as_os_str().as_bytes().len() <= SHORT_PATH_MAX {
+        return Ok((UnixListener::bind(path)?, None));
+    }
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(std::io::Error::other)?;
+    let name: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = std::env::temp_dir().join(format!("outpost-commands-{name}"));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    let socket = dir.join(PRIVATE_SOCKET);
+    let bound = UnixListener::bind(&socket).and_then(|listener| {
+        std::os::unix::fs::symlink(&socket, path)?;
+        Ok(listener)
+    });
+    match bound {
+        Ok(listener) => Ok((listener, Some(dir))),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(e)
+        }
     }
 }
 
@@ -304,5 +354,62 @@ impl RunSide {
                 format!("unknown op {other:?}: run, start, poll or kill"),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    fn folder(name: &str, depth: usize) -> PathBuf {
+        let mut dir =
+            std::env::temp_dir().join(format!("outpost-bridge-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = dir.clone();
+        for i in 0..depth {
+            dir = dir.join(format!("a-rather-long-folder-name-{i}"));
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(root.exists());
+        dir
+    }
+
+    #[test]
+    fn a_short_path_holds_the_socket_itself() {
+        let dir = folder("short", 0);
+        let path = dir.join(SOCKET_NAME);
+        let (_listener, private) = bind(&path).unwrap();
+        assert!(private.is_none());
+        assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        UnixStream::connect(&path).expect("connects");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_path_too_long_for_a_socket_links_to_a_private_one() {
+        let dir = folder("long", 4);
+        let path = dir.join(SOCKET_NAME);
+        assert!(
+            path.as_os_str().len() > 108,
+            "longer than any socket address"
+        );
+        let (_listener, private) = bind(&path).unwrap();
+        let private = private.expect("a private folder");
+        let mode = std::fs::metadata(&private).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o700,
+            "only the daemon's user reaches the socket"
+        );
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        // A run connects through the link (here by its target: this path is too long to
+        // connect by, as a run's relative `./.outpost-commands.sock` is not).
+        let target = std::fs::read_link(&path).unwrap();
+        assert!(target.starts_with(&private));
+        UnixStream::connect(&target).expect("connects");
+        let _ = std::fs::remove_dir_all(&private);
+        let _ = std::fs::remove_dir_all(dir.ancestors().nth(4).unwrap());
     }
 }
