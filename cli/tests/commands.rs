@@ -171,7 +171,9 @@ fn a_run_in_a_deep_home_still_reaches_its_socket() {
     let e = run(
         &server,
         "deep",
-        &format!("pwd\n'{outpost}' command run -- echo from-the-host\necho \"rc=$?\"\n"),
+        &format!(
+            "pwd\nreadlink .outpost-commands.sock\n'{outpost}' command run -- echo from-the-host\necho \"rc=$?\"\n"
+        ),
     );
     let stdout = e["stdout"].as_str().unwrap();
     let folder = stdout.lines().next().unwrap_or_default();
@@ -181,6 +183,17 @@ fn a_run_in_a_deep_home_still_reaches_its_socket() {
     );
     assert!(stdout.contains("from-the-host"), "{e}");
     assert!(stdout.contains("rc=0"), "{e}");
+    // The socket was in a private folder of its own, linked from the run's folder; it goes
+    // with the run.
+    let socket = std::path::PathBuf::from(stdout.lines().nth(1).unwrap_or_default());
+    let private = socket.parent().expect("a private folder").to_owned();
+    assert!(
+        private.starts_with(std::env::temp_dir()) && private != std::env::temp_dir(),
+        "{e}"
+    );
+    wait_for("the private socket folder to go with the run", || {
+        (!private.exists()).then_some(())
+    });
     assert!(
         !daemon.log_text().contains("cannot serve host commands"),
         "{}",
