@@ -1,6 +1,6 @@
 //! `outpost run` on a wasm capability behaves like `wasmtime run --dir HOST::GUEST --env K=V
 //! MODULE ARGS…`: the same exit code, stdout and stderr, files included. The reference is the
-//! real `wasmtime` 48 CLI (`.ci/run` installs it with `cargo install wasmtime-cli`).
+//! real `wasmtime` 48 CLI (`.ci/run` puts it in `~/.cargo/bin`; `WASMTIME` names another).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,7 +27,7 @@ fn wasmtime() -> PathBuf {
         .into_iter()
         .flatten()
         .find(|p| p.is_file())
-        .expect("the wasmtime 48 CLI is needed for parity tests: cargo install wasmtime-cli --version 48.0.8 --locked")
+        .expect("the wasmtime 48 CLI is needed for parity tests: run .ci/run's wasmtime step, or cargo install wasmtime-cli --version 48.0.8 --locked, or set WASMTIME")
 }
 
 fn folder(tag: &str) -> PathBuf {
