@@ -15,7 +15,11 @@
 //!   `(execute_wasm − durable_commits_x5) ÷ raw_websocket_x3` is the share of the round trip
 //!   that the code, not the disk, costs.
 //! - `throughput`: 512 executions through one server and 8 daemons × 8 slots, submitted at
-//!   once and waited for (criterion reports executions per second; target ≥ 2,000/s).
+//!   once and waited for (criterion reports executions per second; target ≥ 2,000/s). The
+//!   server, the daemons and the clients share this machine's cores, so it also prints the
+//!   CPU time one execution cost the whole process and the server's threads alone (named
+//!   `outpost-server`), from `/proc`: the server's share says what one server could carry if
+//!   its daemons and clients ran elsewhere.
 //!
 //! Run with `cargo bench -p outpost --bench system`.
 #![allow(missing_docs)]
@@ -41,6 +45,11 @@ use outpost_server::{BlockingServer, ServeConfig};
 use serde_json::{Value, json};
 
 const HELLO: &str = include_str!("hello.wat");
+
+/// The allocator the `outpost` binary runs with (`cli/src/main.rs`), so the bench measures
+/// the system as it ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The executors the daemons of this bench have: wasm only.
 fn wasm_registry() -> Registry {
@@ -274,8 +283,10 @@ fn throughput(c: &mut Criterion) {
     for i in 0..8 {
         world.online(&format!("box{i}"));
     }
+    let mut cpu = CpuPerExecution::default();
     group.bench_function("executions_8x8", |b| {
         b.iter(|| {
+            let before = CpuSample::now();
             // 64 clients, one per slot, each waiting for its execution before the next.
             let clients: Vec<_> = (0..64)
                 .map(|t| {
@@ -292,10 +303,87 @@ fn throughput(c: &mut Criterion) {
             for c in clients {
                 c.join().unwrap();
             }
+            cpu.add(&before, &CpuSample::now(), BATCH);
         })
     });
     group.finish();
     drop(daemons);
+    cpu.report();
+}
+
+/// CPU time used so far: by the whole process (threads that ended included) and by the
+/// server's live threads, in nanoseconds.
+struct CpuSample {
+    process_ns: u64,
+    server_ns: u64,
+}
+
+impl CpuSample {
+    fn now() -> CpuSample {
+        // utime + stime, in clock ticks (USER_HZ, 100 on Linux).
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        let mut server_ns = 0;
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim_end() != "outpost-server" {
+                continue;
+            }
+            // The first field of schedstat: time spent on a CPU, in nanoseconds.
+            let schedstat =
+                std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+            server_ns += schedstat
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+        CpuSample {
+            process_ns: ticks * 10_000_000,
+            server_ns,
+        }
+    }
+}
+
+/// CPU time per execution summed over the bench's iterations.
+#[derive(Default)]
+struct CpuPerExecution {
+    process_ns: u64,
+    server_ns: u64,
+    executions: u64,
+}
+
+impl CpuPerExecution {
+    fn add(&mut self, before: &CpuSample, after: &CpuSample, executions: usize) {
+        self.process_ns += after.process_ns.saturating_sub(before.process_ns);
+        // A server thread that ended during the iteration takes its time with it: this is a
+        // lower bound (the runtime's threads live for the whole bench).
+        self.server_ns += after.server_ns.saturating_sub(before.server_ns);
+        self.executions += executions as u64;
+    }
+
+    fn report(&self) {
+        if self.executions == 0 {
+            return;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let process_us = self.process_ns as f64 / self.executions as f64 / 1e3;
+        let server_us = self.server_ns as f64 / self.executions as f64 / 1e3;
+        println!(
+            "throughput/cpu_per_execution: whole process {process_us:.0} µs, server threads \
+             {server_us:.0} µs ({:.0} % of it) over {} executions; one server on {cores} \
+             cores at this cost: {:.0} executions/s",
+            100.0 * server_us / process_us,
+            self.executions,
+            cores * 1e6 / server_us
+        );
+    }
 }
 
 criterion_group!(benches, round_trip, throughput);

@@ -28,6 +28,12 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use outpost_exec_shell::confine;
 
+/// The server and the daemon run many threads that allocate small, short-lived buffers
+/// (frames, rows, JSON); mimalloc's per-thread heaps serve them without the system
+/// allocator's arena locks. The libraries leave the choice to whoever embeds them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// outpost: run code on machines you do not own, safely.
 #[derive(Parser)]
 #[command(name = "outpost", version, about)]
