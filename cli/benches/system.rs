@@ -262,6 +262,7 @@ fn round_trip(c: &mut Criterion) {
 
 fn throughput(c: &mut Criterion) {
     const BATCH: usize = 512;
+    const CLIENTS: usize = 64;
     let mut group = c.benchmark_group("throughput");
     group
         .sample_size(10)
@@ -288,12 +289,12 @@ fn throughput(c: &mut Criterion) {
         b.iter(|| {
             let before = CpuSample::now();
             // 64 clients, one per slot, each waiting for its execution before the next.
-            let clients: Vec<_> = (0..64)
+            let clients: Vec<_> = (0..CLIENTS)
                 .map(|t| {
                     let world = world.clone();
                     std::thread::spawn(move || {
                         let body = json!({"capability": capability(), "context": format!("box{}", t % 8), "wait": true, "waitSecs": 120});
-                        for _ in 0..BATCH / 64 {
+                        for _ in 0..BATCH / CLIENTS {
                             let e = world.post(&body);
                             assert_eq!(e["status"], "exited", "{e}");
                         }
