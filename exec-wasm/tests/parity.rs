@@ -23,11 +23,22 @@ fn wasmtime() -> PathBuf {
         std::env::var_os("CARGO_HOME").map(|h| PathBuf::from(h).join("bin/wasmtime")),
         std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo/bin/wasmtime")),
     ];
-    candidates
+    const GET_IT: &str = "run .ci/run's wasmtime step, or cargo install wasmtime-cli --version 48.0.8 --locked, or set WASMTIME";
+    let cli = candidates
         .into_iter()
         .flatten()
         .find(|p| p.is_file())
-        .expect("the wasmtime 48 CLI is needed for parity tests: run .ci/run's wasmtime step, or cargo install wasmtime-cli --version 48.0.8 --locked, or set WASMTIME")
+        .unwrap_or_else(|| panic!("the wasmtime 48 CLI is needed for parity tests: {GET_IT}"));
+    // Parity is with one version: another CLI's exit codes and messages may differ.
+    let version = Command::new(&cli).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout);
+    assert!(
+        version.starts_with("wasmtime 48."),
+        "{} is {}, not wasmtime 48: {GET_IT}",
+        cli.display(),
+        version.trim()
+    );
+    cli
 }
 
 fn folder(tag: &str) -> PathBuf {
