@@ -137,15 +137,24 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                 Err(_) => break 'conn,
             }
         }
+        // Everything queued is written, then flushed once: one write to the socket for all.
+        let mut written = false;
         while !closing && let Some(out) = outbox.try_take() {
             let sent = match out {
-                Out::Send(bytes) => ws.send(message_of(bytes)),
+                Out::Send(bytes) => ws.write(message_of(bytes)),
                 Out::Close(code, reason) => {
                     closing = true;
-                    ws.send(close_message(code, reason))
+                    ws.write(close_message(code, reason))
                 }
             };
             match sent {
+                Ok(()) => written = true,
+                Err(e) if would_block(&e) => unflushed = true,
+                Err(_) => break 'conn,
+            }
+        }
+        if written {
+            match ws.flush() {
                 Ok(()) => {}
                 Err(e) if would_block(&e) => unflushed = true,
                 Err(_) => break 'conn,

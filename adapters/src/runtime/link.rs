@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 
-use futures_util::StreamExt as _;
+use futures_util::{SinkExt as _, StreamExt as _};
 use tungstenite::Message;
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::protocol::frame::CloseFrame;
@@ -343,16 +343,27 @@ pub(crate) async fn drive_async(
     let (mut sender, mut receiver) = ws.split();
     let writer_outbox = outbox.clone();
     runtime.spawn(Box::pin(async move {
-        while let Some(out) = writer_outbox.next().await {
-            let result = match out {
-                Out::Send(bytes) => sender.send(message_of(bytes)).await,
-                Out::Close(code, reason) => {
-                    let _ = sender.send(close_message(code, reason)).await;
+        // What is already queued behind a message leaves with it: one flush (one write to the
+        // socket) for all of them.
+        let mut next = writer_outbox.next().await;
+        while let Some(out) = next.take() {
+            let (message, closes) = match out {
+                Out::Send(bytes) => (message_of(bytes), false),
+                Out::Close(code, reason) => (close_message(code, reason), true),
+            };
+            if sender.feed(message).await.is_err() {
+                break;
+            }
+            next = if closes {
+                None
+            } else {
+                writer_outbox.try_take()
+            };
+            if next.is_none() {
+                if sender.flush().await.is_err() || closes {
                     break;
                 }
-            };
-            if result.is_err() {
-                break;
+                next = writer_outbox.next().await;
             }
         }
     }));

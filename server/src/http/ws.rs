@@ -1,6 +1,7 @@
 //! One daemon's WebSocket: each message one frame (§2). The reader feeds frames to the
 //! dispatcher (waiting for room, so a fast sender is slowed, not buffered); the writer drains
-//! the connection's bounded queue and closes with 1011 when the dispatcher found it full.
+//! the connection's bounded queue (what is queued together leaves in one write to the socket)
+//! and closes with 1011 when the dispatcher found it full.
 //! A message over 1 MiB is closed with 1009.
 //!
 //! It never interprets a frame and never logs the ticket it was opened with.
@@ -31,6 +32,24 @@ const TOO_LARGE: u16 = 1009;
 /// Close code: the server could not keep up with this connection.
 const QUEUE_FULL: u16 = 1011;
 
+/// The WebSocket message for `out`, and whether it closes the connection.
+fn message_of(out: ToConn) -> (Message, bool) {
+    match out {
+        ToConn::Frame(bytes) => {
+            let text = String::from_utf8(bytes)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+            (Message::Text(text.into()), false)
+        }
+        ToConn::Close(code, reason) => (
+            Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            })),
+            true,
+        ),
+    }
+}
+
 /// Drives one upgraded socket until either side closes it.
 pub(crate) async fn drive(
     app: App,
@@ -52,29 +71,29 @@ pub(crate) async fn drive(
     let (mut sink, mut stream) = socket.split();
     let mut writer = tokio::spawn(async move {
         loop {
-            let message = tokio::select! {
+            let first = tokio::select! {
                 m = queue.rx.recv() => m,
                 () = queue.overflow.notified() => Some(ToConn::Close(QUEUE_FULL, "send queue full".into())),
             };
-            let (message, last) = match message {
-                Some(ToConn::Frame(bytes)) => (
-                    Message::Text(String::from_utf8_lossy(&bytes).into_owned().into()),
-                    false,
-                ),
-                Some(ToConn::Close(code, reason)) => (
-                    Message::Close(Some(CloseFrame {
-                        code,
-                        reason: reason.into(),
-                    })),
-                    true,
-                ),
-                None => {
-                    let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.close()).await;
-                    return;
-                }
+            let Some(first) = first else {
+                let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.close()).await;
+                return;
             };
-            match tokio::time::timeout(WRITE_TIMEOUT, sink.send(message)).await {
-                Ok(Ok(())) if !last => {}
+            // What is already queued behind the first message leaves with it: one flush (one
+            // write to the socket) for all of them.
+            let write = async {
+                let (message, mut last) = message_of(first);
+                sink.feed(message).await?;
+                while !last && let Ok(next) = queue.rx.try_recv() {
+                    let (message, closes) = message_of(next);
+                    last = closes;
+                    sink.feed(message).await?;
+                }
+                sink.flush().await?;
+                Ok::<bool, axum::Error>(last)
+            };
+            match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+                Ok(Ok(false)) => {}
                 _ => return,
             }
         }
