@@ -2,7 +2,7 @@
 //! reads them (PROTOCOL §4.5, §11.5).
 
 use outpost_core::terminal::ViewerControl;
-use outpost_core::wire::PtyOutputFrame;
+use outpost_core::wire::{MAX_PTY_OUTPUT_DATA, PtyOutputFrame};
 
 use super::raw;
 use crate::model::{TerminalCase, VectorFile};
@@ -64,9 +64,11 @@ fn viewer_control(name: &str, text: &str) -> TerminalCase {
 }
 
 pub(super) fn file() -> VectorFile<TerminalCase> {
-    // The 65,536-byte boundary is left to the description (and core's tests): a case at it
-    // would be 128 KiB of hex.
     let long_id = "t".repeat(255);
+    // The data limit from both sides: 128 KiB of hex each, the price of pinning the boundary.
+    let most_data = vec![b'x'; MAX_PTY_OUTPUT_DATA];
+    let mut too_much_data = frame("ex_1.1", &most_data);
+    too_much_data.push(b'x');
     let cases = vec![
         pty_output("text_and_crlf", &frame("ex_1.1", b"hi\r\n")),
         pty_output(
@@ -79,6 +81,8 @@ pub(super) fn file() -> VectorFile<TerminalCase> {
         pty_output("cut_inside_pty_id", b"\x01\x09ex_1"),
         pty_output("no_data", b"\x01\x06ex_1.1"),
         pty_output("pty_id_not_utf8", b"\x01\x02\xc3\x28data"),
+        pty_output("most_data", &frame("ex_1.1", &most_data)),
+        pty_output("one_byte_too_much_data", &too_much_data),
         viewer_control("resize", r#"{"type":"resize","cols":120,"rows":40}"#),
         viewer_control(
             "resize_members_in_any_order",
