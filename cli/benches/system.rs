@@ -21,9 +21,9 @@
 //! - `throughput`: 512 executions through one server and 8 daemons × 8 slots, submitted at
 //!   once and waited for (criterion reports executions per second; target ≥ 2,000/s). The
 //!   server, the daemons and the clients share this machine's cores, so it also prints the
-//!   CPU time one execution cost the whole process and the server's threads alone (named
-//!   `outpost-server`), from `/proc`: the server's share says what one server could carry if
-//!   its daemons and clients ran elsewhere.
+//!   CPU time one execution cost the whole process (`getrusage`) and the server's threads
+//!   alone (named `outpost-server`, from `/proc`): the server's share says what one server
+//!   could carry if its daemons and clients ran elsewhere.
 //!
 //! Run with `cargo bench -p outpost --bench system`.
 #![allow(missing_docs)]
@@ -381,15 +381,13 @@ struct CpuSample {
 
 impl CpuSample {
     fn now() -> CpuSample {
-        // utime + stime, in clock ticks (USER_HZ, 100 on Linux).
-        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .unwrap()
-            .1
-            .split_whitespace()
-            .collect();
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        // User and system time of every thread the process has had, ended ones included.
+        let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+            .expect("getrusage");
+        let process_us = [usage.user_time(), usage.system_time()]
+            .iter()
+            .map(|t| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64)
+            .sum::<u64>();
         let mut server_ns = 0;
         for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
             let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
@@ -406,7 +404,7 @@ impl CpuSample {
                 .unwrap_or(0);
         }
         CpuSample {
-            process_ns: ticks * 10_000_000,
+            process_ns: process_us * 1_000,
             server_ns,
         }
     }

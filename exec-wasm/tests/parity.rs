@@ -30,7 +30,10 @@ fn wasmtime() -> PathBuf {
         .find(|p| p.is_file())
         .unwrap_or_else(|| panic!("the wasmtime 48 CLI is needed for parity tests: {GET_IT}"));
     // Parity is with one version: another CLI's exit codes and messages may differ.
-    let version = Command::new(&cli).arg("--version").output().unwrap();
+    let version = Command::new(&cli)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("running {} --version: {e}: {GET_IT}", cli.display()));
     let version = String::from_utf8_lossy(&version.stdout);
     assert!(
         version.starts_with("wasmtime 48."),

@@ -345,25 +345,26 @@ pub(crate) async fn drive_async(
     runtime.spawn(Box::pin(async move {
         // What is already queued behind a message leaves with it: one flush (one write to the
         // socket) for all of them.
-        let mut next = writer_outbox.next().await;
-        while let Some(out) = next.take() {
-            let (message, closes) = match out {
-                Out::Send(bytes) => (message_of(bytes), false),
-                Out::Close(code, reason) => (close_message(code, reason), true),
-            };
-            if sender.feed(message).await.is_err() {
-                break;
-            }
-            next = if closes {
-                None
-            } else {
-                writer_outbox.try_take()
-            };
-            if next.is_none() {
-                if sender.flush().await.is_err() || closes {
-                    break;
+        'writer: while let Some(mut out) = writer_outbox.next().await {
+            loop {
+                let (message, closes) = match out {
+                    Out::Send(bytes) => (message_of(bytes), false),
+                    Out::Close(code, reason) => (close_message(code, reason), true),
+                };
+                if sender.feed(message).await.is_err() {
+                    break 'writer;
                 }
-                next = writer_outbox.next().await;
+                if closes {
+                    let _ = sender.flush().await;
+                    break 'writer;
+                }
+                match writer_outbox.try_take() {
+                    Some(next) => out = next,
+                    None => break,
+                }
+            }
+            if sender.flush().await.is_err() {
+                break;
             }
         }
     }));
