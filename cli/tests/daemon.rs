@@ -428,10 +428,7 @@ fn a_capability_over_512_kib_travels_as_a_bundle_by_digest() {
     );
     let bytes = b"not a bundle";
     use sha2::Digest as _;
-    let sha: String = sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sha = hex::encode(sha2::Sha256::digest(bytes));
     assert_eq!(
         put(&format!("/v1/bundles/{sha}"), bytes),
         (400, "invalid_bundle".into())

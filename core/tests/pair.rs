@@ -286,10 +286,7 @@ fn digest_capabilities_are_checked_before_running() -> Result<(), PairError> {
     use sha2::Digest as _;
     let mut pair = Pair::connected(PairConfig::default())?;
     let bundle = b"bundle bytes".to_vec();
-    let sha: String = sha2::Sha256::digest(&bundle)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sha = hex::encode(sha2::Sha256::digest(&bundle));
     pair.bundles.insert(sha.clone(), b"other bytes".to_vec());
     let mut bad = spec("bad");
     bad.capability = CapabilitySource::Digest {

@@ -106,10 +106,7 @@ pub fn busybox_rootfs(busybox: &Path) -> Result<Vec<u8>, ImageError> {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// What an image imported from `rootfs` is built from, as [`LABEL_SOURCE`] records it: the
@@ -121,11 +118,7 @@ pub fn source_digest(rootfs: &[u8]) -> String {
         hasher.update(b"\n");
         hasher.update(change.as_bytes());
     }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(hasher.finalize())
 }
 
 /// Imports a root-filesystem tarball as image `tag` (`repo:tag`), with `PATH` set and the

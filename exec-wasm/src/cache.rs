@@ -104,7 +104,7 @@ impl ModuleCache {
 
     /// The disk file for a module.
     pub fn path(&self, dir: &Path, key: &[u8; 32]) -> PathBuf {
-        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = hex::encode(key);
         dir.join(format!("{hex}-{:016x}.cwasm", self.fingerprint))
     }
 }

@@ -306,12 +306,9 @@ impl Fixture {
         let execution = ran.json()["executionId"].as_str().expect("id").to_owned();
         // A stored bundle, for the routes that name one by digest.
         let bundle_bytes = br#"{"type":"outpost.bundle","version":1,"manifest":"name: b\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n","files":[{"path":"run.sh","contentB64":"ZWNobyBoaQo"}]}"#;
-        let bundle: String = {
+        let bundle = {
             use sha2::Digest as _;
-            sha2::Sha256::digest(bundle_bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect()
+            hex::encode(sha2::Sha256::digest(bundle_bytes))
         };
         let stored = send(
             addr,

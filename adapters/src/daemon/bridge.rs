@@ -157,8 +157,7 @@ fn bind(path: &Path) -> std::io::Result<(UnixListener, Option<PathBuf>)> {
     }
     let mut random = [0u8; 8];
     getrandom::fill(&mut random).map_err(std::io::Error::other)?;
-    let name: String = random.iter().map(|b| format!("{b:02x}")).collect();
-    let dir = std::env::temp_dir().join(format!("outpost-commands-{name}"));
+    let dir = std::env::temp_dir().join(format!("outpost-commands-{}", hex::encode(random)));
     std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
     let socket = dir.join(PRIVATE_SOCKET);
     let bound = UnixListener::bind(&socket).and_then(|listener| {
