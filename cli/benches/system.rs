@@ -18,6 +18,10 @@
 //!   The four `FULL` ones are a write and a flush of the WAL each, so this is the floor a
 //!   crash-safe round trip stands on; `(execute_wasm − durable_commits_x5) ÷ raw_websocket_x3`
 //!   is the share of the round trip that the code, not the disk, costs.
+//! - `round_trip/ed25519_x3`: the signatures a round trip cannot do without: the three frames
+//!   the server signs for one run (`run.request`, `run.commit`, `run.ack`), each signed and
+//!   verified strictly as the daemon does, over 256 bytes (about a frame's signing input).
+//!   With `durable_commits_x5` it is the floor under `execute_wasm` before any code runs.
 //! - `throughput`: 512 executions through one server and 8 daemons × 8 slots, submitted at
 //!   once and waited for (criterion reports executions per second; target ≥ 2,000/s). The
 //!   server, the daemons and the clients share this machine's cores, so it also prints the
@@ -249,6 +253,17 @@ fn round_trip(c: &mut Criterion) {
     });
     drop((server_db, daemon_db));
     let _ = std::fs::remove_dir_all(&commits);
+    let signing = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
+    let verifying = signing.verifying_key();
+    let frame = [b'f'; 256];
+    group.bench_function("ed25519_x3", |b| {
+        b.iter(|| {
+            for _ in 0..3 {
+                let signature = ed25519_dalek::Signer::sign(&signing, std::hint::black_box(&frame));
+                verifying.verify_strict(&frame, &signature).unwrap();
+            }
+        })
+    });
     let body = json!({"capability": capability(), "context": "box", "wait": true, "waitSecs": 60});
     let execute = |world: &World| {
         let e = world.post(&body);

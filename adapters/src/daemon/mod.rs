@@ -111,8 +111,12 @@ impl OwnedHost {
         match kind {
             #[cfg(feature = "tokio")]
             HostKind::Tokio => {
+                // One worker: only the connection's reader and writer run on it (the driver,
+                // the runs and the HTTP calls have threads of their own), and a second worker
+                // only costs wake-ups — about a tenth of the CPU an execution takes in the
+                // system bench's 8x8 throughput (`cli/benches/system.rs`).
                 let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
+                    .worker_threads(1)
                     .thread_name("outpost-daemon")
                     .enable_all()
                     .build()
