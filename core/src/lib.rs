@@ -36,7 +36,6 @@ pub mod b64;
 pub mod daemon;
 pub mod executor;
 pub mod grant;
-mod hex;
 pub mod httpsig;
 pub mod join;
 pub mod json;

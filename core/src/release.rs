@@ -238,7 +238,7 @@ impl Release {
 
 /// SHA-512 of `bytes`, lowercase hex.
 pub fn sha512_hex(bytes: &[u8]) -> String {
-    crate::hex::lower(&Sha512::digest(bytes))
+    hex::encode(Sha512::digest(bytes))
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> ReleaseError {

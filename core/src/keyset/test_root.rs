@@ -31,22 +31,11 @@ pub fn root_key() -> RootKey {
     }
 }
 
-/// Parses 64 lowercase hex digits into 32 bytes (a seed or a public key). The constants of
-/// this module always parse.
-pub fn seed_from_hex(hex: &str) -> Option<[u8; 32]> {
-    let bytes = hex.as_bytes();
-    if bytes.len() != 64 {
-        return None;
-    }
+/// Parses 64 hex digits into 32 bytes (a seed or a public key). The constants of this
+/// module always parse.
+pub fn seed_from_hex(digits: &str) -> Option<[u8; 32]> {
     let mut out = [0u8; 32];
-    for (i, pair) in bytes.chunks_exact(2).enumerate() {
-        let digit = |b: u8| match b {
-            b'0'..=b'9' => Some(b - b'0'),
-            b'a'..=b'f' => Some(b - b'a' + 10),
-            _ => None,
-        };
-        out[i] = (digit(pair[0])? << 4) | digit(pair[1])?;
-    }
+    hex::decode_to_slice(digits, &mut out).ok()?;
     Some(out)
 }
 

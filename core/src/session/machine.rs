@@ -163,7 +163,7 @@ impl Session {
             return Err(TicketError::Unknown);
         }
         let digest = Sha256::digest(random);
-        let session_id = format!("sess_{}", crate::hex::lower(&digest[..12]));
+        let session_id = format!("sess_{}", hex::encode(&digest[..12]));
         let ticket = self
             .cold
             .tickets

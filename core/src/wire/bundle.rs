@@ -71,7 +71,7 @@ pub fn encode_bundle(manifest: &str, files: &[InlineFile]) -> Vec<u8> {
 /// routes carry, and what the daemon checks before anything runs).
 pub fn bundle_digest(bytes: &[u8]) -> String {
     use sha2::Digest as _;
-    crate::hex::lower(&sha2::Sha256::digest(bytes))
+    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// Reads a bundle back into the inline capability it carries.
