@@ -1,9 +1,10 @@
 //! User routes: tokens and scopes, bad bodies answered 4xx with a code (never 500, nothing
-//! stored), users, chains, and an execution on the server's own executor end to end.
+//! stored), users, chains, an execution on the server's own executor end to end, and a wait
+//! that runs out.
 
 mod common;
 
-use common::{TestServer, bearer, http, inline, temp_dir};
+use common::{Machine, TestServer, bearer, http, inline, temp_dir};
 use serde_json::json;
 
 #[test]
@@ -267,6 +268,49 @@ fn an_execution_on_the_server_reaches_its_end_and_is_listed_with_ran_on() {
     )
     .json();
     assert_eq!(again["status"], "failed");
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_wait_that_runs_out_answers_with_the_execution_as_it_stands() {
+    let dir = temp_dir("wait-runs-out");
+    let server = TestServer::start(&dir);
+    let addr = server.addr();
+    // A machine that registered and never connected: its executions wait in the queue.
+    assert_eq!(Machine::new(31).register(&server, "away").status, 201);
+    let admin = bearer(&server.admin());
+    let auth = [("authorization", admin.as_str())];
+    let body = json!({
+        "capability": inline("echo hi"), "context": "away", "whenOffline": "queue",
+        "wait": true, "waitSecs": 1,
+    })
+    .to_string();
+    let asked = std::time::Instant::now();
+    let answer = http(addr, "POST", "/v1/executions", &auth, body.as_bytes());
+    assert!(
+        asked.elapsed() >= std::time::Duration::from_secs(1),
+        "it waited"
+    );
+    assert_eq!(
+        answer.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    let execution = answer.json();
+    assert_eq!(execution["status"], "pending", "{execution}");
+    assert!(execution["finishedAt"].is_null(), "{execution}");
+    let id = execution["executionId"].as_str().expect("id").to_owned();
+    let shown = http(
+        addr,
+        "GET",
+        &format!("/v1/executions/{id}?waitSecs=1"),
+        &auth,
+        b"",
+    );
+    assert_eq!(shown.status, 200);
+    assert_eq!(shown.json()["status"], "pending", "{}", shown.json());
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

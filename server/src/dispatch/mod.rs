@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub(crate) use cloud::Cloud;
 pub(crate) use conns::{ConnHandle, ToConn, queue as conns_queue};
-pub(crate) use ends::Ends;
+pub(crate) use ends::{EndWatch, Ends};
 pub(crate) use waits::{Refused, may_execute, spec as wait_spec};
 
 use crate::clock::Clock;

@@ -21,6 +21,7 @@ use super::openapi::{Auth, api};
 use super::{App, Route, body, route, views};
 use crate::bodies::{self, MAX_WAIT_SECS};
 use crate::clock::wall_now;
+use crate::dispatch::EndWatch;
 use crate::secrets;
 use crate::store::ExecutionEntry;
 
@@ -155,34 +156,50 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         capability: body.capability,
         timeout_ms: manifest.limits.timeout_ms,
     };
+    // Watched before it exists, so its end needs no read to be noticed.
+    let end = body.wait.then(|| app.shared.ends.subscribe(&entry.id));
     // The listing row is committed with the execution's records, in one transaction.
     app.call_with(Input::Execute(Box::new(request)), Some(entry.clone()))
         .await?;
     let entry = if body.wait {
-        wait_for_end(&app, &entry.id, Duration::from_secs(body.wait_secs)).await?
+        wait_for_end(&app, &entry.id, Duration::from_secs(body.wait_secs), end).await?
     } else {
         app.shared.store.execution(&entry.id)?.unwrap_or(entry)
     };
     Ok((StatusCode::CREATED, axum::Json(views::execution(&entry))).into_response())
 }
 
-/// The execution once it ended, or as it is after `limit`.
-async fn wait_for_end(app: &App, id: &str, limit: Duration) -> Result<ExecutionEntry, ApiError> {
+/// The execution once it ended, or as it is after `limit`. `watch`, taken before the
+/// execution was submitted, spares the first read: nothing can have ended it before then.
+async fn wait_for_end(
+    app: &App,
+    id: &str,
+    limit: Duration,
+    mut watch: Option<EndWatch<'_>>,
+) -> Result<ExecutionEntry, ApiError> {
     let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        // Watching before reading: an end committed after the read still wakes this.
-        let mut end = app.shared.ends.subscribe(id);
-        let entry = app
-            .shared
+    let read = || {
+        app.shared
             .store
             .execution(id)?
-            .ok_or_else(|| ApiError::new(404, "execution_unknown", "no such execution"))?;
-        if views::ended(&entry.status) {
-            return Ok(entry);
-        }
+            .ok_or_else(|| ApiError::new(404, "execution_unknown", "no such execution"))
+    };
+    loop {
+        let mut end = match watch.take() {
+            Some(end) => end,
+            None => {
+                // Watching before reading: an end committed after the read still wakes this.
+                let end = app.shared.ends.subscribe(id);
+                let entry = read()?;
+                if views::ended(&entry.status) {
+                    return Ok(entry);
+                }
+                end
+            }
+        };
         tokio::select! {
             () = end.signalled() => {}
-            () = tokio::time::sleep_until(deadline) => return Ok(entry),
+            () = tokio::time::sleep_until(deadline) => return read(),
         }
     }
 }
@@ -217,7 +234,7 @@ async fn show(
     let mut entry = visible(&app, &caller, &id)?;
     if let Some(secs) = query.wait_secs {
         let secs = secs.min(MAX_WAIT_SECS);
-        entry = wait_for_end(&app, &id, Duration::from_secs(secs)).await?;
+        entry = wait_for_end(&app, &id, Duration::from_secs(secs), None).await?;
     }
     Ok(axum::Json(views::execution(&entry)).into_response())
 }
