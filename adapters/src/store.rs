@@ -3,7 +3,10 @@
 //! the journal is folded into when the store is opened (docs/RECORDS.md), and one row per
 //! condition wait ([`WaitRow`], replaced on every save of the core's wait schedule), with the
 //! wait's recent events (`ctx.read('events')`, at most [`WAIT_EVENTS_KEPT`] a wait, committed
-//! with the rows and deleted with them).
+//! with the rows and deleted with them). Beside the snapshot document it keeps the run ids the
+//! daemon still refuses (table `seen_runs`, rewritten when the journal is compacted; the
+//! records after it add to them as the core's fold does) and the server's key set in force
+//! (table `key_set`), so a restart can neither run a run id again nor go back to an older set.
 //!
 //! [`DaemonStore::append`] returns only once the records are committed as durably as the
 //! core asks ([`DaemonRecord::durability`]: `synchronous=FULL` for a result or a grant,
@@ -13,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use outpost_core::daemon::{DaemonRecord, DaemonSnapshot, Durability};
+use outpost_core::daemon::{DaemonRecord, DaemonSnapshot, Durability, SeenRow, SeenRuns};
 use outpost_core::wait::WaitRow;
 use rusqlite::{Connection, params};
 
@@ -77,6 +80,9 @@ impl DaemonStore {
              CREATE TABLE IF NOT EXISTS wait_events (seq INTEGER PRIMARY KEY, wait_id TEXT NOT NULL,
                  at_ms INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);
              CREATE INDEX IF NOT EXISTS wait_events_by_wait ON wait_events (wait_id, seq);
+             CREATE TABLE IF NOT EXISTS seen_runs (run_id TEXT PRIMARY KEY, until_ms INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS key_set (id INTEGER PRIMARY KEY CHECK (id = 1),
+                 version INTEGER NOT NULL, document TEXT NOT NULL);
              DELETE FROM wait_events WHERE wait_id NOT IN (SELECT wait_id FROM waits);",
         )
         .map_err(&sql)?;
@@ -121,6 +127,7 @@ impl DaemonStore {
             }
             None => DaemonSnapshot::default(),
         };
+        snapshot.seen = self.seen_runs()?;
         let mut stmt = self
             .conn
             .prepare("SELECT seq, bytes FROM records ORDER BY seq")
@@ -137,19 +144,83 @@ impl DaemonStore {
         Ok(snapshot)
     }
 
+    /// The run ids stored beside the snapshot document.
+    fn seen_runs(&self) -> Result<SeenRuns, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT run_id, until_ms FROM seen_runs ORDER BY run_id")
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(SeenRow {
+                    run_id: r.get(0)?,
+                    until_ms: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+                })
+            })
+            .map_err(|e| self.sql(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.sql(e))?;
+        SeenRuns::try_from(rows).map_err(|e| self.corrupt("seen_runs".into(), e))
+    }
+
     fn compact(&mut self, snapshot: &DaemonSnapshot) -> Result<(), StoreError> {
-        let tx = self.conn.transaction().map_err(|e| StoreError::Sqlite {
-            path: self.path.clone(),
-            source: e,
-        })?;
-        let done = tx
-            .execute(
-                "INSERT OR REPLACE INTO snapshot (id, bytes) VALUES (1, ?1)",
-                params![snapshot.encode()],
+        let sql = sqlite_error(&self.path);
+        let tx = self.conn.transaction().map_err(&sql)?;
+        tx.execute(
+            "INSERT OR REPLACE INTO snapshot (id, bytes) VALUES (1, ?1)",
+            params![snapshot.encode()],
+        )
+        .and_then(|_| tx.execute("DELETE FROM records", []))
+        .and_then(|_| tx.execute("DELETE FROM seen_runs", []))
+        .map_err(&sql)?;
+        {
+            let mut insert = tx
+                .prepare("INSERT INTO seen_runs (run_id, until_ms) VALUES (?1, ?2)")
+                .map_err(&sql)?;
+            for row in snapshot.seen.rows() {
+                insert
+                    .execute(params![row.run_id, sql_int(row.until_ms)])
+                    .map_err(&sql)?;
+            }
+        }
+        tx.commit().map_err(&sql)
+    }
+
+    /// The key set document in force when the daemon last changed it, with its version: a
+    /// restarted daemon checks it against the pinned root again and never takes a fetched
+    /// set of a lower version (PROTOCOL §7).
+    pub fn key_set(&self) -> Result<Option<(u64, String)>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT version, document FROM key_set WHERE id = 1",
+                [],
+                |r| {
+                    Ok((
+                        u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+                        r.get::<_, String>(1)?,
+                    ))
+                },
             )
-            .and_then(|_| tx.execute("DELETE FROM records", []))
-            .and_then(|_| tx.commit());
-        done.map_err(|e| self.sql(e))
+            .map(Some)
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Stores the key set in force, flushed to disk before it returns; `None` forgets it (a
+    /// new join trusts a new root, so no version of the old server's binds it).
+    pub fn save_key_set(&mut self, key_set: Option<(u64, &str)>) -> Result<(), StoreError> {
+        self.commit_as(Durability::Disk)?;
+        let done = match key_set {
+            Some((version, document)) => self.conn.execute(
+                "INSERT OR REPLACE INTO key_set (id, version, document) VALUES (1, ?1, ?2)",
+                params![sql_int(version), document],
+            ),
+            None => self.conn.execute("DELETE FROM key_set", []),
+        };
+        done.map(|_| ()).map_err(|e| self.sql(e))
     }
 
     /// Sets how durable the next commits are. In WAL mode a `NORMAL` commit is in the

@@ -56,6 +56,10 @@ struct World {
 
 impl World {
     fn new(name: &str) -> World {
+        World::with_heartbeat(name, ServeConfig::DEFAULT_HEARTBEAT)
+    }
+
+    fn with_heartbeat(name: &str, heartbeat: Duration) -> World {
         let dir = temp_dir(name);
         let server = BlockingServer::start(
             ServeConfig {
@@ -66,6 +70,7 @@ impl World {
                 public_url: None,
                 rate_limits: Default::default(),
                 terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
+                heartbeat,
             },
             Registry::new(),
             1,
@@ -387,6 +392,52 @@ fn heartbeats(kind: HostKind) {
     assert_eq!(daemon.drain(), DaemonExit::Drained);
 }
 
+/// A server that goes silent — here the proxy holds back everything it sends, as a dead NAT
+/// entry or a half-open connection would — is noticed within three heartbeats: the daemon
+/// closes with 1001 and reconnects once the path is back, and serves on. Before that, the
+/// server's pings keep an idle connection up for longer than three heartbeats.
+fn silent_server(kind: HostKind) {
+    const HEARTBEAT: Duration = Duration::from_secs(1);
+    let world = World::with_heartbeat(&format!("silent-{}", kind.as_str()), HEARTBEAT);
+    let daemon = RunningDaemon::start(
+        kind,
+        &world.dir.join("home"),
+        ServerChoice::Join(world.join.clone()),
+    );
+    world.online("box");
+    let before = world.proxy.upgrades();
+    // Idle for five heartbeats: the pings are all the daemon hears, and enough.
+    std::thread::sleep(HEARTBEAT * 5);
+    assert_eq!(
+        world.proxy.upgrades(),
+        before,
+        "an idle connection stays up"
+    );
+    assert!(!world.proxy.closes().contains(&1001));
+    world.proxy.set_mode(Mode::Hold);
+    let held_at = Instant::now();
+    wait_for("the daemon's 1001 close", || {
+        world.proxy.closes().contains(&1001).then_some(())
+    });
+    let noticed = held_at.elapsed();
+    assert!(
+        noticed >= HEARTBEAT * 2 && noticed < HEARTBEAT * 3 + Duration::from_secs(5),
+        "noticed after {noticed:?}"
+    );
+    world.proxy.set_mode(Mode::Pass);
+    wait_for("a reconnect", || {
+        (world.proxy.upgrades() > before).then_some(())
+    });
+    world.online("box");
+    let (_, e) = world.api(
+        "POST",
+        "/v1/executions",
+        Some(json!({"capability": shell("echo back\n"), "context": "box", "wait": true, "waitSecs": 60})),
+    );
+    assert_eq!(e["stdout"], "back\n", "{e}");
+    assert_eq!(daemon.drain(), DaemonExit::Drained);
+}
+
 /// The daemon's reader stops while a dozen large executions arrive for its two slots: the
 /// server pushes at most the two offers its slots allow (back-pressure by slot credit, so what
 /// waits for a slow reader is bounded by its slots), refuses the rest at once with
@@ -554,6 +605,10 @@ macro_rules! conformance {
             #[test]
             fn slow_reader() {
                 super::slow_reader($kind)
+            }
+            #[test]
+            fn silent_server() {
+                super::silent_server($kind)
             }
         }
     };

@@ -81,6 +81,9 @@ fn an_outbox_survives_reopening_and_acknowledged_results_do_not() {
         assert_eq!(state.started, ["r2"]);
         assert_eq!(state.grant.as_ref().map(|g| g.version), Some(2));
         assert_eq!(state.outbox[0].frame, result_frame("r1"));
+        // The acknowledged r3 is remembered (`run_seen`), from the journal on the first
+        // opening and from the table the compaction wrote on the second.
+        assert!(state.seen.contains("r3") && !state.seen.contains("r1"));
         // The daemon restored from it holds r1's result for `pendingResults` and reaps r2.
         let now = outpost_adapters::clock::Clock::new().unwrap().now();
         let keys = KeySet::trusted(0, Vec::new()).unwrap();
@@ -107,6 +110,26 @@ fn an_outbox_survives_reopening_and_acknowledged_results_do_not() {
     let bad = dir.join("not.db");
     std::fs::write(&bad, b"not sqlite at all, just text that is long enough").unwrap();
     assert_eq!(DaemonStore::open(&bad).unwrap_err().code(), "store_failed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_key_set_in_force_survives_reopening_until_a_new_join_forgets_it() {
+    let dir = std::env::temp_dir().join(format!("outpost-store-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("daemon.db");
+    let _ = std::fs::remove_file(&path);
+    {
+        let (mut store, _) = DaemonStore::open(&path).unwrap();
+        assert_eq!(store.key_set().unwrap(), None);
+        store.save_key_set(Some((2, "{\"v\":2}"))).unwrap();
+        store.save_key_set(Some((3, "{\"v\":3}"))).unwrap();
+    }
+    let (mut store, _) = DaemonStore::open(&path).unwrap();
+    assert_eq!(store.key_set().unwrap(), Some((3, "{\"v\":3}".to_owned())));
+    store.save_key_set(None).unwrap();
+    assert_eq!(store.key_set().unwrap(), None);
+    drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

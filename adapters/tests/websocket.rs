@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
-use outpost_adapters::runtime::{BlockingHost, Host, Link, LinkEvent, MAX_UNREAD};
+use outpost_adapters::runtime::{BlockingHost, CLOSE_WAIT, Host, Link, LinkEvent, MAX_UNREAD};
 use outpost_adapters::tls::Trust;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -83,6 +83,54 @@ fn slow_consumer(host: &dyn Host) {
     link.close(1000, "done");
 }
 
+/// Closes end the closing handshake when the peer lives and are bounded when it does not; a
+/// ping is reported as a sign of life.
+fn closes_complete(host: &dyn Host) {
+    // A message over the limit: the peer gets the 1009 close, not a reset, though it was
+    // still writing 8 MiB when the host refused the message.
+    let (url, report) = common::oversize_server(8 << 20);
+    let rx = open(host, &format!("{url}/x"), &Trust::public());
+    let link = opened(&rx);
+    link.send(b"go".to_vec());
+    assert_eq!(
+        report.recv_timeout(WAIT).unwrap(),
+        Ok(1009),
+        "{}: the peer must read the close code",
+        host.name()
+    );
+    assert_eq!(closed(&rx), None, "{}", host.name());
+    // A peer that stopped answering: the host's close gives up after CLOSE_WAIT.
+    let rx = open(
+        host,
+        &format!("{}/x", common::echo_server(None)),
+        &Trust::public(),
+    );
+    let link = opened(&rx);
+    link.send(b"deaf".to_vec());
+    link.close(1001, "server_silent");
+    let asked = std::time::Instant::now();
+    assert_eq!(closed(&rx), None, "{}", host.name());
+    assert!(
+        asked.elapsed() < CLOSE_WAIT + Duration::from_secs(3),
+        "{}: the close took {:?}",
+        host.name(),
+        asked.elapsed()
+    );
+    // A ping is a sign of life, reported before what follows it.
+    let rx = open(
+        host,
+        &format!("{}/x", common::echo_server(None)),
+        &Trust::public(),
+    );
+    let link = opened(&rx);
+    link.send(b"ping".to_vec());
+    match rx.recv_timeout(WAIT).unwrap() {
+        LinkEvent::Alive => {}
+        other => panic!("{}: expected Alive, got {other:?}", host.name()),
+    }
+    assert_eq!(message(&rx), b"pinged");
+}
+
 /// Everything a host must do with a WebSocket.
 fn conformance(host: &dyn Host) {
     let cert = common::test_cert();
@@ -116,6 +164,7 @@ fn conformance(host: &dyn Host) {
         assert_eq!(closed(&rx), Some(1000));
     }
     slow_consumer(host);
+    closes_complete(host);
     // TLS to a certificate nobody vouches for fails, with a reason.
     let untrusted = common::echo_server(Some(cert.server.clone()));
     match open(host, &format!("{untrusted}/x"), &Trust::public())

@@ -53,6 +53,10 @@ pub struct ServeArgs {
     /// Close a terminal after this many seconds with no viewer (audited `idle`).
     #[arg(long, value_name = "SECS", default_value_t = ServeConfig::DEFAULT_TERMINAL_IDLE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub terminal_idle_secs: u64,
+    /// Seconds between daemons' heartbeats and the server's pings on each daemon connection; a
+    /// connection silent for three is closed (by either side) and the daemon reconnects.
+    #[arg(long, value_name = "SECS", default_value_t = ServeConfig::DEFAULT_HEARTBEAT.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub heartbeat_secs: u64,
 }
 
 /// Reads a rate: a positive number of requests per second.
@@ -98,6 +102,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         public_url: args.public_url,
         rate_limits: RateLimits::new(args.rate_per_address, args.rate_per_context),
         terminal_idle: std::time::Duration::from_secs(args.terminal_idle_secs),
+        heartbeat: std::time::Duration::from_secs(args.heartbeat_secs),
     };
     let server = BlockingServer::start(config, registry, 2).with_context(|| {
         format!(

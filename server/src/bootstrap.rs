@@ -4,6 +4,7 @@
 //! string rewritten with the URL served.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use outpost_core::executor::Registry;
 use outpost_core::join::Join;
@@ -153,7 +154,12 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         terminals,
     });
     let signer = Arc::new(keys.signer);
-    let template = SessionConfig::new("");
+    let heartbeat_secs = u32::try_from(config.heartbeat.as_secs().max(1)).unwrap_or(u32::MAX);
+    let template = SessionConfig {
+        heartbeat_secs,
+        silence_limit: Duration::from_secs(u64::from(heartbeat_secs) * 3),
+        ..SessionConfig::new("")
+    };
     let now = clock.now();
     let server = match store.load_snapshot()? {
         Some(snapshot) => Server::restore(signer, template, &snapshot, now),
@@ -179,9 +185,12 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         tx.clone(),
         keys.key_set,
         replay,
-        scheme,
-        crate::releases::releases_dir(&dir),
-        config.rate_limits,
+        crate::http::AppSettings {
+            scheme,
+            releases: crate::releases::releases_dir(&dir),
+            limits: config.rate_limits,
+            ping_every: Duration::from_secs(u64::from(heartbeat_secs)),
+        },
     );
     // A user removal a crash cut short is finished before anything is served.
     for record in crate::http::stale_records(&store)? {

@@ -66,11 +66,18 @@ pub struct ServeConfig {
     /// With no viewer for this long, an open terminal is closed (its sessions and the
     /// terminal audited `idle`); [`ServeConfig::DEFAULT_TERMINAL_IDLE`] unless set.
     pub terminal_idle: Duration,
+    /// How often daemons send `status` (`welcome`'s `heartbeatSecs`, whole seconds, at least
+    /// one) and the server pings each daemon connection; a connection silent for three of
+    /// them is closed by either side. [`ServeConfig::DEFAULT_HEARTBEAT`] unless set.
+    pub heartbeat: Duration,
 }
 
 impl ServeConfig {
     /// How long a terminal with no viewer stays open by default: 10 minutes.
     pub const DEFAULT_TERMINAL_IDLE: Duration = Duration::from_secs(600);
+    /// The heartbeat by default: 15 s.
+    pub const DEFAULT_HEARTBEAT: Duration =
+        Duration::from_secs(outpost_core::session::DEFAULT_HEARTBEAT_SECS as u64);
 }
 
 /// Why the server could not start.

@@ -23,7 +23,7 @@ use outpost_core::daemon::{
 };
 use outpost_core::executor::Registry;
 use outpost_core::join::check_server_url;
-use outpost_core::keyset::{PinnedRoots, RootKey};
+use outpost_core::keyset::{KeySet, PinnedRoots, RootKey};
 use outpost_core::wire::close_code;
 
 use super::bridge::CommandsShared;
@@ -212,7 +212,17 @@ pub(super) fn run(
         };
         save_registration(home, &url, &root, &registered)?;
     }
-    let (store, snapshot) = DaemonStore::open(&home.store_path())?;
+    let (mut store, snapshot) = DaemonStore::open(&home.store_path())?;
+    if saved.is_none() {
+        // A new join pins a new root: no key set of an earlier server binds this one.
+        store.save_key_set(None)?;
+    }
+    let keys = keys_at_start(keys, store.key_set()?, &roots);
+    if let Some(document) = keys.document()
+        && store.key_set()?.map(|(v, _)| v) != Some(keys.version())
+    {
+        store.save_key_set(Some((keys.version(), document)))?;
+    }
     if !snapshot.outbox.is_empty() || !snapshot.started.is_empty() {
         tracing::info!(
             results = snapshot.outbox.len(),
@@ -587,7 +597,7 @@ impl Driver {
             | Event::WaitChecked { .. } => true,
             Event::Link {
                 conn,
-                event: LinkEvent::Message(_),
+                event: LinkEvent::Message(_) | LinkEvent::Alive,
             } => *conn == self.conn && self.link.is_some(),
             // An update check may start the drain: it is fed on its own.
             Event::Link { .. }
@@ -752,12 +762,26 @@ impl Driver {
             Event::Ticket { keys, ticket, .. } => {
                 match keys {
                     Ok(keys) if keys.version() != self.keys_version => {
-                        tracing::info!(version = keys.version(), "the server's key set changed");
-                        self.keys_version = keys.version();
+                        // The core takes a higher version and refuses a lower one.
                         self.input(Input::KeysUpdated(keys))?;
+                        let in_force = self.daemon.key_set();
+                        if in_force.version() != self.keys_version {
+                            tracing::info!(
+                                version = in_force.version(),
+                                "the server's key set changed"
+                            );
+                            if let Some(document) = in_force.document() {
+                                self.store
+                                    .save_key_set(Some((in_force.version(), document)))?;
+                            }
+                            self.keys_version = in_force.version();
+                        }
                     }
                     Ok(_) => {}
-                    Err(e) => tracing::warn!("cannot refresh the server's key set: {e}"),
+                    Err(e) => tracing::warn!(
+                        "cannot refresh the server's key set ({e}); connecting with version {} in force",
+                        self.keys_version
+                    ),
                 }
                 match ticket {
                     Ok(ticket) => {
@@ -809,6 +833,7 @@ impl Driver {
                     })
                 }
                 LinkEvent::Message(message) => self.input(Input::Frame(message.into_bytes())),
+                LinkEvent::Alive => self.input(Input::ServerAlive),
                 LinkEvent::Closed { code } => {
                     self.link = None;
                     self.last_close = code;
@@ -951,6 +976,48 @@ fn log_event(event: &CoreEvent) {
             tracing::info!(run = %run_id, code = refusal.code(), "run declined")
         }
         CoreEvent::ResultDelivered { run_id } => tracing::info!(run = %run_id, "result delivered"),
+        CoreEvent::KeySetRefused { held, offered } => tracing::warn!(
+            held,
+            offered,
+            "the server offered key set version {offered}, older than version {held} in force: keeping {held} (a key set never goes back)"
+        ),
+        CoreEvent::ServerSilent { silent_for } => tracing::warn!(
+            silent_secs = silent_for.as_secs(),
+            "the server sent nothing for {} s (no frame, no ping): closing the connection and reconnecting",
+            silent_for.as_secs()
+        ),
         CoreEvent::Disconnected { .. } => tracing::info!("disconnected; reconnecting with backoff"),
+    }
+}
+
+/// The key set a starting daemon takes: the one it fetched, unless the set it stored (checked
+/// against the pinned root again) has a higher version — a server cannot roll a restarted
+/// daemon back to a set that may list a retired key.
+fn keys_at_start(fetched: KeySet, stored: Option<(u64, String)>, roots: &PinnedRoots) -> KeySet {
+    let Some((version, document)) = stored else {
+        return fetched;
+    };
+    if version <= fetched.version() {
+        return fetched;
+    }
+    match KeySet::from_document(document.as_bytes(), roots) {
+        Ok(kept) => {
+            tracing::warn!(
+                held = kept.version(),
+                offered = fetched.version(),
+                "the server offered key set version {}, older than version {} this daemon holds: keeping {} (a key set never goes back)",
+                fetched.version(),
+                kept.version(),
+                kept.version()
+            );
+            kept
+        }
+        Err(e) => {
+            tracing::warn!(
+                code = e.code(),
+                "the stored key set does not verify any more ({e}); taking the server's"
+            );
+            fetched
+        }
     }
 }

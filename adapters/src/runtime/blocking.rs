@@ -14,15 +14,15 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use rustls::pki_types::ServerName;
 use tungstenite::{Error as WsError, Message};
 
-use super::link::{Inbound, MESSAGE_TOO_BIG, Out, Unread, close_message, message_of, ws_config};
+use super::link::{
+    CLOSE_WAIT, CONNECT_TIMEOUT, Inbound, MESSAGE_TOO_BIG, Out, Unread, close_message, message_of,
+    ws_config,
+};
 use super::{EventFn, Host, Link, LinkEvent, redact, target_of};
 
 /// How long the thread waits in `poll(2)` before it looks at the socket anyway (a backstop:
 /// the socket and the wake-up pipe wake it first).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
-
-/// How long connecting and the handshake may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A [`Host`] on std threads: blocking work on a pool of reused threads, one thread per
 /// WebSocket.
@@ -125,7 +125,8 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
     outbox.notify_with(wake_tx);
     events(LinkEvent::Opened(link));
     let mut code = None;
-    let mut closing = false;
+    // Set once this side has sent its close: the peer has until then to close too.
+    let mut close_deadline: Option<std::time::Instant> = None;
     // Bytes tungstenite holds because the socket would not take them yet.
     let mut unflushed = false;
     let timeout = PollTimeout::try_from(POLL_INTERVAL).unwrap_or(PollTimeout::NONE);
@@ -139,11 +140,13 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
         }
         // Everything queued is written, then flushed once: one write to the socket for all.
         let mut written = false;
-        while !closing && let Some(out) = outbox.try_take() {
+        while close_deadline.is_none()
+            && let Some(out) = outbox.try_take()
+        {
             let sent = match out {
                 Out::Send(bytes) => ws.write(message_of(bytes)),
                 Out::Close(code, reason) => {
-                    closing = true;
+                    close_deadline = Some(std::time::Instant::now() + CLOSE_WAIT);
                     ws.write(close_message(code, reason))
                 }
             };
@@ -173,12 +176,16 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                     events(LinkEvent::Message(Inbound::new(bytes.to_vec(), &unread)))
                 }
                 Ok(Message::Close(frame)) => code = frame.map(|f| u16::from(f.code)),
-                Ok(_) => {}
+                Ok(Message::Ping(_) | Message::Pong(_)) => events(LinkEvent::Alive),
+                Ok(Message::Frame(_)) => {}
                 Err(e) if would_block(&e) => break,
                 Err(WsError::Capacity(_)) => {
-                    // A message over the limit: say so (1009), then drop the connection.
+                    // A message over the limit: say so (1009), then read and drop what the
+                    // peer still sends until it closes (bounded), so the close reaches it
+                    // instead of a reset that discards it.
                     let _ = ws.send(close_message(MESSAGE_TOO_BIG, "message too big".into()));
                     let _ = ws.flush();
+                    discard_to_end(&control);
                     break 'conn;
                 }
                 Err(_) => break 'conn,
@@ -195,12 +202,36 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
             PollFd::new(control.as_fd(), wanted),
             PollFd::new(wake_rx.as_fd(), PollFlags::POLLIN),
         ];
+        if close_deadline.is_some_and(|at| std::time::Instant::now() >= at) {
+            break; // The peer never answered the close: drop the connection.
+        }
         let _ = poll(&mut fds, timeout);
         let mut drained = [0u8; 64];
         while matches!(wake_rx.read(&mut drained), Ok(n) if n > 0) {}
     }
     outbox.shut();
     events(LinkEvent::Closed { code });
+}
+
+/// After a close this side sent: reads and drops what the peer still sends until it closes
+/// its side, at most [`CLOSE_WAIT`].
+fn discard_to_end(control: &TcpStream) {
+    let deadline = std::time::Instant::now() + CLOSE_WAIT;
+    let mut scratch = [0u8; 16 * 1024];
+    let mut reader = control;
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        let mut fds = [PollFd::new(control.as_fd(), PollFlags::POLLIN)];
+        let wait = PollTimeout::try_from(left).unwrap_or(PollTimeout::NONE);
+        if !matches!(poll(&mut fds, wait), Ok(n) if n > 0) {
+            return;
+        }
+        match reader.read(&mut scratch) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }
 
 fn would_block(e: &WsError) -> bool {

@@ -29,6 +29,14 @@ pub const MAX_UNREAD: usize = 4 * MAX_MESSAGE_LEN;
 /// The close code for a message over [`MAX_MESSAGE_LEN`].
 pub(crate) const MESSAGE_TOO_BIG: u16 = outpost_core::wire::close_code::MESSAGE_TOO_BIG;
 
+/// How long a host waits, after it sent its close, for the peer to close too, before it drops
+/// the connection: the closing handshake completes with a live peer and is bounded with a
+/// dead one (a stopped server, a connection a NAT dropped).
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long connecting and the WebSocket handshake may take.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What happened on a WebSocket.
 #[derive(Debug)]
 pub enum LinkEvent {
@@ -38,6 +46,8 @@ pub enum LinkEvent {
     Failed(String),
     /// One message (text or binary) arrived; it counts against [`MAX_UNREAD`] until dropped.
     Message(Inbound),
+    /// A ping or pong arrived (answered below the protocol): the peer is alive.
+    Alive,
     /// The connection ended; `code` is the peer's close code, if it sent one.
     Closed {
         /// The close code the peer sent.
@@ -317,23 +327,26 @@ pub(crate) async fn drive_async(
         Ok(t) => t,
         Err(e) => return events(LinkEvent::Failed(e)),
     };
-    let io = match runtime.connect(target.clone()).await {
-        Ok(io) => io,
-        Err(e) => {
-            return events(LinkEvent::Failed(format!(
-                "connecting to {}:{}: {e}",
-                target.host, target.port
-            )));
-        }
+    let opening = async {
+        let io = runtime
+            .connect(target.clone())
+            .await
+            .map_err(|e| format!("connecting to {}:{}: {e}", target.host, target.port))?;
+        let io = SharedIo::new(io);
+        async_tungstenite::client_async_with_config(url.as_str(), io.clone(), Some(ws_config()))
+            .await
+            .map(|(ws, _response)| (ws, io))
+            .map_err(|e| format!("WebSocket handshake with {}: {e}", redact(&url)))
     };
-    let ws = match async_tungstenite::client_async_with_config(url.as_str(), io, Some(ws_config()))
-        .await
-    {
-        Ok((ws, _response)) => ws,
-        Err(e) => {
+    let (ws, io) = match first(Box::pin(opening), runtime.sleep(CONNECT_TIMEOUT)).await {
+        Some(Ok(opened)) => opened,
+        Some(Err(e)) => return events(LinkEvent::Failed(e)),
+        None => {
             return events(LinkEvent::Failed(format!(
-                "WebSocket handshake with {}: {e}",
-                redact(&url)
+                "connecting to {}:{} and the WebSocket handshake took over {} s",
+                target.host,
+                target.port,
+                CONNECT_TIMEOUT.as_secs()
             )));
         }
     };
@@ -342,6 +355,8 @@ pub(crate) async fn drive_async(
     events(LinkEvent::Opened(link));
     let (mut sender, mut receiver) = ws.split();
     let writer_outbox = outbox.clone();
+    let closed = Arc::new(Signal::default());
+    let writer_closed = closed.clone();
     runtime.spawn(Box::pin(async move {
         // What is already queued behind a message leaves with it: one flush (one write to the
         // socket) for all of them.
@@ -367,12 +382,30 @@ pub(crate) async fn drive_async(
                 break;
             }
         }
+        // The close is out (or writing failed): the reader now waits a bounded time for the
+        // peer's.
+        writer_closed.set();
     }));
     let mut code = None;
     let unread = Arc::new(Unread::default());
+    // Set once this side has sent its close: the peer has that long to close too.
+    let mut close_deadline: Option<super::BoxFuture<()>> = None;
     loop {
         unread.room().await;
-        let Some(message) = receiver.next().await else {
+        let next = match close_deadline.as_mut() {
+            None => match first(receiver.next(), closed.wait()).await {
+                Some(next) => next,
+                None => {
+                    close_deadline = Some(runtime.sleep(CLOSE_WAIT));
+                    continue;
+                }
+            },
+            Some(deadline) => match first(receiver.next(), deadline.as_mut()).await {
+                Some(next) => next,
+                None => break, // The peer never answered the close: drop the connection.
+            },
+        };
+        let Some(message) = next else {
             break;
         };
         match message {
@@ -384,10 +417,14 @@ pub(crate) async fn drive_async(
                 events(LinkEvent::Message(Inbound::new(bytes.to_vec(), &unread)))
             }
             Ok(Message::Close(frame)) => code = frame.map(|f| u16::from(f.code)),
-            Ok(_) => {}
+            Ok(Message::Ping(_) | Message::Pong(_)) => events(LinkEvent::Alive),
+            Ok(Message::Frame(_)) => {}
             Err(tungstenite::Error::Capacity(_)) => {
-                // A message over the limit: say so (1009) after what is queued, then end.
+                // A message over the limit: say so (1009) after what is queued, then read and
+                // drop what the peer still sends until it closes (bounded), so the close
+                // reaches it instead of a reset that discards it.
                 outbox.push(Out::Close(MESSAGE_TOO_BIG, "message too big".into()));
+                let _ = first(Box::pin(io.discard_to_end()), runtime.sleep(CLOSE_WAIT)).await;
                 break;
             }
             Err(_) => break,
@@ -395,4 +432,110 @@ pub(crate) async fn drive_async(
     }
     outbox.shut();
     events(LinkEvent::Closed { code });
+}
+
+/// The output of whichever of `a` and `b` finishes first: `Some` for `a`, `None` for `b`.
+async fn first<A, B>(a: A, b: B) -> Option<A::Output>
+where
+    A: std::future::Future + Unpin,
+    B: std::future::Future + Unpin,
+{
+    match futures_util::future::select(a, b).await {
+        futures_util::future::Either::Left((out, _)) => Some(out),
+        futures_util::future::Either::Right(_) => None,
+    }
+}
+
+/// A one-shot signal between the writer task and the reader.
+#[derive(Default)]
+struct Signal {
+    state: Mutex<(bool, Option<Waker>)>,
+}
+
+impl Signal {
+    fn set(&self) {
+        let waker = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            s.0 = true;
+            s.1.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    fn wait(&self) -> impl std::future::Future<Output = ()> + Unpin + '_ {
+        std::future::poll_fn(|cx| {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if s.0 {
+                return Poll::Ready(());
+            }
+            s.1 = Some(cx.waker().clone());
+            Poll::Pending
+        })
+    }
+}
+
+/// The connection's byte stream, shared between the WebSocket and the reader, which after a
+/// message over the limit reads and drops the rest itself (tungstenite stops reading there).
+/// Each poll holds the lock only for its own call.
+#[derive(Clone)]
+struct SharedIo(Arc<Mutex<super::IoBox>>);
+
+impl SharedIo {
+    fn new(io: super::IoBox) -> Self {
+        Self(Arc::new(Mutex::new(io)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, super::IoBox> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads and drops bytes until the peer closes or the stream fails.
+    async fn discard_to_end(&self) {
+        let mut scratch = vec![0u8; 16 * 1024];
+        loop {
+            let read = std::future::poll_fn(|cx| {
+                std::pin::Pin::new(&mut **self.lock()).poll_read(cx, &mut scratch)
+            })
+            .await;
+            if !matches!(read, Ok(n) if n > 0) {
+                return;
+            }
+        }
+    }
+}
+
+impl futures_util::AsyncRead for SharedIo {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut **self.lock()).poll_read(cx, buf)
+    }
+}
+
+impl futures_util::AsyncWrite for SharedIo {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut **self.lock()).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut **self.lock()).poll_flush(cx)
+    }
+
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut **self.lock()).poll_close(cx)
+    }
 }

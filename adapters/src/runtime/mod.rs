@@ -28,7 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use blocking::BlockingHost;
-pub use link::{Inbound, Link, LinkEvent, MAX_MESSAGE_LEN, MAX_UNREAD};
+pub use link::{
+    CLOSE_WAIT, CONNECT_TIMEOUT, Inbound, Link, LinkEvent, MAX_MESSAGE_LEN, MAX_UNREAD,
+};
 #[cfg(feature = "smol")]
 pub use smol::SmolRuntime;
 #[cfg(feature = "tokio")]

@@ -47,7 +47,9 @@ trait Stream: Read + Write + Send {}
 impl<T: Read + Write + Send> Stream for T {}
 
 /// Accepts WebSocket connections forever on a background thread; each connection echoes
-/// messages back, and answers the text `close:<code>` by closing with that code.
+/// messages back, answers the text `close:<code>` by closing with that code, `ping` with a
+/// WebSocket ping and then the text `pinged`, and `deaf` by never reading or writing again
+/// (a peer that stopped: it holds the connection for a minute).
 /// Returns the base URL (`ws://127.0.0.1:port` or `wss://localhost:port`).
 pub fn echo_server(tls: Option<Arc<rustls::ServerConfig>>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -83,6 +85,18 @@ fn echo(tcp: TcpStream, tls: Option<Arc<rustls::ServerConfig>>) {
     loop {
         match ws.read() {
             Ok(Message::Text(text)) => {
+                if text.as_str() == "ping" {
+                    if ws.send(Message::Ping(Default::default())).is_err()
+                        || ws.send(Message::text("pinged")).is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+                if text.as_str() == "deaf" {
+                    std::thread::sleep(std::time::Duration::from_secs(60));
+                    return;
+                }
                 if let Some(code) = text.as_str().strip_prefix("close:") {
                     let code: u16 = code.parse().unwrap();
                     let _ = ws.close(Some(CloseFrame {
@@ -118,4 +132,36 @@ fn echo(tcp: TcpStream, tls: Option<Arc<rustls::ServerConfig>>) {
             Err(_) => return,
         }
     }
+}
+
+/// Accepts one WebSocket connection; once the client sends anything, sends it one binary
+/// message of `size` bytes (over the 1 MiB limit) and reports what came back: `Ok(code)` for
+/// the client's close frame, `Err` when the connection failed first (a reset while writing or
+/// reading).
+pub fn oversize_server(size: usize) -> (String, std::sync::mpsc::Receiver<Result<u16, String>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((tcp, _)) = listener.accept() else {
+            return;
+        };
+        let report = (|| {
+            let mut ws = tungstenite::accept(tcp).map_err(|e| e.to_string())?;
+            ws.read().map_err(|e| e.to_string())?;
+            ws.send(Message::Binary(vec![7u8; size].into()))
+                .map_err(|e| format!("writing the big message: {e}"))?;
+            loop {
+                match ws.read() {
+                    Ok(Message::Close(frame)) => {
+                        return Ok(frame.map_or(1005, |f| u16::from(f.code)));
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Err(format!("reading the close: {e}")),
+                }
+            }
+        })();
+        let _ = tx.send(report);
+    });
+    (format!("ws://127.0.0.1:{port}"), rx)
 }

@@ -60,12 +60,14 @@ impl Daemon {
                 mut verifier,
                 heartbeat,
                 next_heartbeat,
+                silent_at,
             } => {
                 let verified = verifier.verify(bytes, wall);
                 self.link = Link::Ready {
                     verifier,
                     heartbeat,
                     next_heartbeat,
+                    silent_at,
                 };
                 match verified {
                     Ok(v) => self.on_server_frame(v.frame),
@@ -184,8 +186,16 @@ impl Daemon {
         if self.runs.contains_key(&run_id)
             || self.pending.contains_key(&run_id)
             || self.journal.started_before_restart(&run_id)
+            || self.seen.contains(&run_id)
         {
-            return; // A duplicate offer, or a run started before a restart: never again.
+            // A run id runs at most once here, whatever the server sends: a repeat of a run
+            // held now, started before a restart, or finished within the retention is
+            // refused, and the run it names goes on (or stays ended) as it was.
+            return self.reject(
+                run_id,
+                Refusal::RunSeen,
+                "this machine already holds or held a run with this id; a run id runs once".into(),
+            );
         }
         if self.draining {
             return self.reject(

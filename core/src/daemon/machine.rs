@@ -39,6 +39,8 @@ impl Daemon {
             grant: None,
             runs: BTreeMap::new(),
             pending: pending.into_iter().map(|p| (p.run_id, p.frame)).collect(),
+            seen: SeenRuns::default(),
+            refused_key_version: None,
             outputs: VecDeque::new(),
             journal,
             now,
@@ -143,7 +145,11 @@ impl Daemon {
                     self.schedule_retry();
                 }
             }
-            Input::Frame(bytes) => self.on_frame(&bytes),
+            Input::Frame(bytes) => {
+                self.heard();
+                self.on_frame(&bytes)
+            }
+            Input::ServerAlive => self.heard(),
             Input::Disconnected { code } => self.on_disconnected(code),
             Input::CapabilityFetched { run_id, bundle } => self.on_fetched(run_id, bundle),
             Input::CapabilityFetchFailed { run_id, error } => self.on_fetch_failed(run_id, error),
@@ -157,15 +163,7 @@ impl Daemon {
                 self.host_jobs = running;
                 self.check_drained();
             }
-            Input::KeysUpdated(keys) => {
-                self.keys = keys.clone();
-                match &mut self.link {
-                    Link::AwaitingWelcome { verifier, .. } | Link::Ready { verifier, .. } => {
-                        verifier.set_keys(keys)
-                    }
-                    _ => {}
-                }
-            }
+            Input::KeysUpdated(keys) => self.on_keys(keys),
             Input::EnvironmentsChanged(environments) => {
                 self.config.environments = environments;
                 self.send_capabilities();
@@ -247,7 +245,14 @@ impl Daemon {
         match &self.link {
             Link::Idle { retry_at } => wake.consider(*retry_at, "reconnect"),
             Link::AwaitingWelcome { deadline, .. } => wake.consider(*deadline, "welcome timeout"),
-            Link::Ready { next_heartbeat, .. } => wake.consider(*next_heartbeat, "heartbeat"),
+            Link::Ready {
+                next_heartbeat,
+                silent_at,
+                ..
+            } => {
+                wake.consider(*next_heartbeat, "heartbeat");
+                wake.consider(*silent_at, "server silent");
+            }
             Link::Connecting | Link::Stopped => {}
         }
         wake.consider(self.wait_wake.0, self.wait_wake.1);
@@ -276,6 +281,15 @@ impl Daemon {
             }
             Link::AwaitingWelcome { deadline, .. } if *deadline <= now => {
                 self.close_and_retry(close_code::PROTOCOL_ERROR, "no welcome in time");
+            }
+            Link::Ready {
+                silent_at,
+                heartbeat,
+                ..
+            } if *silent_at <= now => {
+                let silent_for = heartbeat.saturating_mul(SILENT_HEARTBEATS);
+                self.event(Event::ServerSilent { silent_for });
+                self.close_and_retry(close_code::GOING_AWAY, "server_silent");
             }
             Link::Ready {
                 next_heartbeat,
@@ -310,6 +324,54 @@ impl Daemon {
             });
         }
         self.check_drained();
+    }
+
+    /// A key set fetched from the server: taken when its version is higher than the one in
+    /// force, kept out when lower (a rollback to a set that may list a retired key; reported
+    /// once per version offered), ignored when the same.
+    fn on_keys(&mut self, keys: KeySet) {
+        let held = self.keys.version();
+        if keys.version() < held {
+            if self.refused_key_version != Some(keys.version()) {
+                self.refused_key_version = Some(keys.version());
+                self.event(Event::KeySetRefused {
+                    held,
+                    offered: keys.version(),
+                });
+            }
+            return;
+        }
+        if keys.version() == held {
+            return;
+        }
+        self.keys = keys.clone();
+        match &mut self.link {
+            Link::AwaitingWelcome { verifier, .. } | Link::Ready { verifier, .. } => {
+                verifier.set_keys(keys)
+            }
+            _ => {}
+        }
+    }
+
+    /// The key set in force (a host stores its document when the version changes, so a
+    /// restart cannot go back to an older one).
+    pub fn key_set(&self) -> &KeySet {
+        &self.keys
+    }
+
+    /// The server showed it is alive: its silence starts again.
+    fn heard(&mut self) {
+        if let Link::Ready {
+            heartbeat,
+            silent_at,
+            ..
+        } = &mut self.link
+        {
+            *silent_at = self
+                .now
+                .instant
+                .saturating_add(heartbeat.saturating_mul(SILENT_HEARTBEATS));
+        }
     }
 
     fn on_connected(&mut self, session_id: String) {
@@ -364,6 +426,10 @@ impl Daemon {
             verifier,
             heartbeat,
             next_heartbeat: self.now.instant.saturating_add(heartbeat),
+            silent_at: self
+                .now
+                .instant
+                .saturating_add(heartbeat.saturating_mul(SILENT_HEARTBEATS)),
         };
         let hello = DaemonFrame::Hello {
             protocol: PROTOCOL_VERSION,

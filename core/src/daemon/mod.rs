@@ -61,8 +61,14 @@ use crate::wire::{CapabilitySource, Environment, Grant, Refusal, RunResult};
 pub use backoff::Backoff;
 pub use record::{
     DaemonChange, DaemonRecord, DaemonSnapshot, Durability, GrantRow, OutboxRow, RESTARTED_REASON,
+    SEEN_RETENTION, SEEN_RETENTION_MS, SEEN_RUNS_KEPT, SeenRow, SeenRuns,
 };
 use runs::Run;
+
+/// A daemon closes a connection (1001) on which the server sent nothing — no frame, no
+/// WebSocket ping — for this many heartbeat intervals, and reconnects with backoff: a server
+/// that was stopped, or a connection a NAT or a half-open TCP connection silently dropped.
+pub const SILENT_HEARTBEATS: u32 = 3;
 
 /// How a daemon behaves.
 #[derive(Debug, Clone)]
@@ -123,6 +129,9 @@ pub enum Input {
     },
     /// One message from the server.
     Frame(Vec<u8>),
+    /// The connection showed the server alive without a frame: a WebSocket ping (the server
+    /// sends one every `heartbeatSecs`) or pong arrived.
+    ServerAlive,
     /// The socket closed.
     Disconnected {
         /// The close code, if the server sent one.
@@ -158,7 +167,9 @@ pub enum Input {
     /// changes). A drain also waits for these to finish, so that their `command.finished`
     /// frames still leave; the host bounds that wait.
     HostJobs(usize),
-    /// A newer key set was fetched.
+    /// A key set was fetched (and verified against the pinned roots). It replaces the set in
+    /// force only when its version is higher; a lower one is refused
+    /// ([`Event::KeySetRefused`]) and an equal one ignored.
     KeysUpdated(KeySet),
     /// Executors appeared or disappeared.
     EnvironmentsChanged(Vec<Environment>),
@@ -408,6 +419,20 @@ pub enum Event {
         /// The run.
         run_id: String,
     },
+    /// A fetched key set had a lower version than the one in force and was refused: the
+    /// daemon keeps its set (PROTOCOL §7). Reported once per version offered.
+    KeySetRefused {
+        /// The version in force.
+        held: u64,
+        /// The version refused.
+        offered: u64,
+    },
+    /// The server sent nothing — no frame, no ping — for [`SILENT_HEARTBEATS`] heartbeats: the
+    /// connection is closed (1001) and a reconnect scheduled.
+    ServerSilent {
+        /// How long it was silent.
+        silent_for: Duration,
+    },
     /// The connection is gone; a reconnect is scheduled.
     Disconnected {
         /// When the next attempt starts.
@@ -451,6 +476,9 @@ enum Link {
         verifier: FrameVerifier,
         heartbeat: Duration,
         next_heartbeat: Instant,
+        /// When the server will have been silent for [`SILENT_HEARTBEATS`] heartbeats: no
+        /// frame and no sign of life ([`Input::ServerAlive`]) since.
+        silent_at: Instant,
     },
     /// Done.
     Stopped,
@@ -469,6 +497,10 @@ pub struct Daemon {
     grant: Option<(u64, Grant)>,
     runs: BTreeMap<String, Run>,
     pending: BTreeMap<String, Vec<u8>>,
+    /// Run ids finished with (acknowledged or dropped), refused with `run_seen` for a while.
+    seen: SeenRuns,
+    /// The lower key-set version last refused, so a refusal is reported once.
+    refused_key_version: Option<u64>,
     outputs: VecDeque<Output>,
     journal: record::DaemonJournal,
     now: Now,

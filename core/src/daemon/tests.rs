@@ -642,4 +642,7 @@ fn a_result_whose_output_escapes_past_the_message_limit_is_cut_to_fit() {
     assert!(result.stdout.len() > 64 * 1024, "cut no more than needed");
 }
 
+mod keys;
+mod seen;
+mod silence;
 mod waits;

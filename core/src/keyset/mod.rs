@@ -56,6 +56,9 @@ pub struct KeySet {
     version: u64,
     root: String,
     keys: Vec<FrameKey>,
+    /// The signed document the set was read from, kept so a daemon can store it and check it
+    /// again after a restart; none for a [`KeySet::trusted`] set.
+    document: Option<std::sync::Arc<str>>,
 }
 
 /// Why a key-set document was refused.
@@ -233,6 +236,8 @@ impl KeySet {
             version,
             root: root_id,
             keys,
+            // `parse_strict` read the bytes as UTF-8 already.
+            document: std::str::from_utf8(bytes).ok().map(std::sync::Arc::from),
         })
     }
 
@@ -258,6 +263,7 @@ impl KeySet {
             version,
             root: String::new(),
             keys,
+            document: None,
         })
     }
 
@@ -290,9 +296,17 @@ impl KeySet {
         Ok(sign::sign_value(KEY_SET_DOMAIN, doc, root)?.to_canonical())
     }
 
-    /// The document's version; a host should refuse to replace a set with an older one.
+    /// The document's version. A daemon never replaces a set by one with a lower version
+    /// (PROTOCOL §7): [`crate::daemon::Daemon`] refuses it, across restarts too when its host
+    /// stores [`KeySet::document`].
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// The signed document this set was read from ([`KeySet::from_document`]), as it was
+    /// given; `None` for a [`KeySet::trusted`] set.
+    pub fn document(&self) -> Option<&str> {
+        self.document.as_deref()
     }
 
     /// The id of the root that signed the set.

@@ -50,6 +50,11 @@ pub use crate::wire::RunResult;
 /// Identifies one connection (one WebSocket) of the host's.
 pub type ConnId = u64;
 
+/// How often a daemon sends `status` unless the server says otherwise (`welcome`'s
+/// `heartbeatSecs`); a server's host also pings every daemon connection this often, below the
+/// protocol, so a daemon notices a silent server.
+pub const DEFAULT_HEARTBEAT_SECS: u32 = 15;
+
 /// How a session behaves.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
@@ -72,7 +77,7 @@ impl SessionConfig {
     pub fn new(context_id: impl Into<String>) -> Self {
         Self {
             context_id: context_id.into(),
-            heartbeat_secs: 15,
+            heartbeat_secs: DEFAULT_HEARTBEAT_SECS,
             lease_grace: Duration::from_secs(30),
             silence_limit: Duration::from_secs(45),
             hello_timeout: Duration::from_secs(10),

@@ -86,11 +86,14 @@ pub enum Refusal {
     /// A terminal for someone other than the machine's operator: a shared run never opens a
     /// PTY.
     PtyOperatorOnly,
+    /// The daemon holds, or has held, a run with this id: a run id runs at most once on a
+    /// machine, whatever the server sends again.
+    RunSeen,
 }
 
 impl Refusal {
     /// Every refusal, in declaration order.
-    pub const ALL: [Refusal; 7] = [
+    pub const ALL: [Refusal; 8] = [
         Refusal::Busy,
         Refusal::Draining,
         Refusal::EnvironmentUnavailable,
@@ -98,6 +101,7 @@ impl Refusal {
         Refusal::InvalidCapability,
         Refusal::Revoked,
         Refusal::PtyOperatorOnly,
+        Refusal::RunSeen,
     ];
 
     /// The stable code, as `run.reject` carries it.
@@ -110,6 +114,7 @@ impl Refusal {
             Refusal::InvalidCapability => "invalid_capability",
             Refusal::Revoked => "revoked",
             Refusal::PtyOperatorOnly => "pty_operator_only",
+            Refusal::RunSeen => "run_seen",
         }
     }
 

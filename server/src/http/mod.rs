@@ -66,6 +66,8 @@ pub(crate) struct AppInner {
     pub(crate) openapi: serde_json::Value,
     /// The folder of published daemon releases (`crate::releases`).
     pub(crate) releases: std::path::PathBuf,
+    /// How often each daemon connection is pinged (the sessions' heartbeat).
+    pub(crate) ping_every: std::time::Duration,
 }
 
 /// The handlers' state.
@@ -79,6 +81,18 @@ impl Deref for App {
     }
 }
 
+/// The settings the handlers take from the server's configuration.
+pub(crate) struct AppSettings {
+    /// `https` with TLS, else `http`.
+    pub(crate) scheme: &'static str,
+    /// The folder of published daemon releases.
+    pub(crate) releases: std::path::PathBuf,
+    /// The limits on signed machine requests and connects.
+    pub(crate) limits: RateLimits,
+    /// How often each daemon connection is pinged.
+    pub(crate) ping_every: std::time::Duration,
+}
+
 impl App {
     /// Builds the state.
     pub(crate) fn new(
@@ -86,10 +100,14 @@ impl App {
         tx: mpsc::Sender<Msg>,
         key_set: Vec<u8>,
         replay: ReplayGuard,
-        scheme: &'static str,
-        releases: std::path::PathBuf,
-        limits: RateLimits,
+        settings: AppSettings,
     ) -> Self {
+        let AppSettings {
+            scheme,
+            releases,
+            limits,
+            ping_every,
+        } = settings;
         Self(Arc::new(AppInner {
             shared,
             tx,
@@ -104,6 +122,7 @@ impl App {
             scheme,
             openapi: openapi::document(&routes()),
             releases,
+            ping_every,
         }))
     }
 

@@ -2,7 +2,9 @@
 //! dispatcher (waiting for room, so a fast sender is slowed, not buffered); the writer drains
 //! the connection's bounded queue (what is queued together leaves in one write to the socket)
 //! and closes with 1011 when the dispatcher found it full.
-//! A message over 1 MiB is closed with 1009.
+//! A message over 1 MiB is closed with 1009. The writer also pings the daemon every
+//! heartbeat, so a daemon hears a live server even when no frame is due and notices a silent
+//! one (PROTOCOL §3).
 //!
 //! It never interprets a frame and never logs the ticket it was opened with.
 
@@ -69,11 +71,22 @@ pub(crate) async fn drive(
         return;
     }
     let (mut sink, mut stream) = socket.split();
+    let ping_every = app.ping_every;
     let mut writer = tokio::spawn(async move {
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let first = tokio::select! {
                 m = queue.rx.recv() => m,
                 () = queue.overflow.notified() => Some(ToConn::Close(QUEUE_FULL, "send queue full".into())),
+                _ = ping.tick() => {
+                    let sent = tokio::time::timeout(WRITE_TIMEOUT, sink.send(Message::Ping(Default::default()))).await;
+                    if !matches!(sent, Ok(Ok(()))) {
+                        return;
+                    }
+                    continue;
+                }
             };
             let Some(first) = first else {
                 let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.close()).await;

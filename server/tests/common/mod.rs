@@ -70,6 +70,7 @@ impl TestServer {
             public_url: None,
             rate_limits: Default::default(),
             terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
+            heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
         };
         let running = rt
             .block_on(start(config, registry))

@@ -13,6 +13,7 @@
 //! the same snapshot. This module never reads a clock and never writes anything itself;
 //! `docs/RECORDS.md` documents the format.
 
+mod seen;
 #[cfg(test)]
 mod tests;
 
@@ -26,6 +27,8 @@ use crate::keyset::KeySet;
 use crate::record::{self, RecordError};
 use crate::time::{Now, WallAnchor};
 use crate::wire::{DaemonFrame, Grant};
+
+pub use seen::{SEEN_RETENTION, SEEN_RETENTION_MS, SEEN_RUNS_KEPT, SeenRow, SeenRuns};
 
 const RECORD_TYPE: &str = "daemon.record";
 const SNAPSHOT_TYPE: &str = "daemon.snapshot";
@@ -96,6 +99,19 @@ pub enum Durability {
     Disk,
 }
 
+impl DaemonChange {
+    /// The run this change finishes with for good — a `resultRemoved` or `runDropped` —
+    /// whose id is then remembered as seen ([`SeenRuns`]).
+    pub fn finished_run(&self) -> Option<&str> {
+        match self {
+            DaemonChange::ResultRemoved { run_id } | DaemonChange::RunDropped { run_id } => {
+                Some(run_id)
+            }
+            _ => None,
+        }
+    }
+}
+
 impl DaemonRecord {
     /// How durable this record must be before the next output is carried out.
     ///
@@ -163,6 +179,10 @@ pub struct DaemonSnapshot {
     pub started: Vec<String>,
     /// Results not yet acknowledged, sorted by run id.
     pub outbox: Vec<OutboxRow>,
+    /// Run ids finished with and still refused (`run_seen`). Not in the snapshot document: a
+    /// store keeps them beside it ([`SeenRuns`]), and the records after it add to them.
+    #[serde(skip)]
+    pub seen: SeenRuns,
 }
 
 impl DaemonSnapshot {
@@ -199,6 +219,8 @@ impl DaemonSnapshot {
     /// Applies one record.
     pub fn apply(&mut self, record: &DaemonRecord) {
         self.written_ms = record.written_ms;
+        self.seen
+            .apply(record.change.finished_run(), record.written_ms);
         match &record.change {
             DaemonChange::Grant { version, grant } => {
                 self.grant = Some(GrantRow {
@@ -307,6 +329,7 @@ impl Daemon {
             })
             .collect();
         let mut daemon = Daemon::with_pending_results(config, keys, now, pending);
+        daemon.seen = snapshot.seen.clone();
         let abandoned: BTreeSet<String> = snapshot.started.iter().cloned().collect();
         daemon.journal.started = abandoned.clone();
         daemon.journal.abandoned = abandoned.clone();
@@ -345,6 +368,7 @@ impl Daemon {
                     frame: String::from_utf8_lossy(frame).into_owned(),
                 })
                 .collect(),
+            seen: self.seen.clone(),
         }
     }
 
@@ -410,6 +434,10 @@ impl Daemon {
         self.journal.started = started;
         self.journal.outbox = self.pending.keys().cloned().collect();
         let written_ms = self.journal.anchor.wall_ms(self.now.instant);
+        for change in &changes {
+            // As the fold of these records will: see `SeenRuns`.
+            self.seen.apply(change.finished_run(), written_ms);
+        }
         let tail = self.outputs.split_off(mark.min(self.outputs.len()));
         self.outputs.extend(
             changes

@@ -5,7 +5,7 @@
 //! journal). A restart decodes what is there and restores a fresh machine from it; nothing of
 //! the old machine's memory is kept.
 
-use crate::daemon::{DaemonRecord, DaemonSnapshot};
+use crate::daemon::{DaemonRecord, DaemonSnapshot, SeenRuns};
 use crate::record::RecordError;
 use crate::server::{ServerRecord, ServerSnapshot};
 
@@ -17,6 +17,8 @@ const COMPACT_AFTER: usize = 48;
 #[derive(Debug, Default)]
 pub(super) struct Disk {
     snapshot: Option<Vec<u8>>,
+    /// The daemon's seen run ids as of the snapshot, kept beside it as a store's table is.
+    seen: SeenRuns,
     journal: Vec<Vec<u8>>,
     /// Wait rows by wait id, encoded.
     pub waits: std::collections::BTreeMap<String, Vec<u8>>,
@@ -55,6 +57,7 @@ impl Disk {
         if self.append(record.encode()) {
             let snapshot = self.daemon_state()?;
             self.snapshot = Some(snapshot.encode());
+            self.seen = snapshot.seen;
             self.journal.clear();
         }
         Ok(())
@@ -78,6 +81,7 @@ impl Disk {
             Some(bytes) => DaemonSnapshot::decode(bytes)?,
             None => DaemonSnapshot::default(),
         };
+        state.seen = self.seen.clone();
         for bytes in &self.journal {
             state.apply(&DaemonRecord::decode(bytes)?);
         }

@@ -106,8 +106,14 @@ pub fn simulate(config: &SimConfig) -> SimReport {
 struct Msg {
     conn: ConnId,
     to_server: bool,
+    /// A WebSocket ping from the server's host (no frame): the daemon hears the server is
+    /// alive.
+    ping: bool,
     bytes: Vec<u8>,
 }
+
+/// How often the server's host pings every connection (its sessions' heartbeat).
+const PING_EVERY: Duration = Duration::from_secs(15);
 
 struct Machine {
     context_id: String,
@@ -157,6 +163,8 @@ struct World {
     /// The server's table of condition waits, and those still to be registered.
     waits: HostWaits,
     next_fault: Duration,
+    /// When the server's host next pings its connections.
+    next_ping: Duration,
     faults: usize,
     checker: Checker,
     restarts: usize,
@@ -235,6 +243,7 @@ impl World {
             workload,
             waits,
             next_fault: first_fault,
+            next_ping: PING_EVERY,
             faults: 0,
             checker,
             restarts: 0,
@@ -382,6 +391,7 @@ impl World {
         if self.in_fault_phase() {
             consider(self.next_fault);
         }
+        consider(self.next_ping);
         next
     }
 
@@ -410,6 +420,10 @@ impl World {
         }
         for i in 0..self.machines.len() {
             self.wake_machine(i);
+        }
+        if self.next_ping <= now {
+            self.next_ping = now + PING_EVERY;
+            self.ping_all();
         }
         let due: Vec<(Duration, u64)> = self
             .net

@@ -32,10 +32,28 @@ impl World {
                 Msg {
                     conn,
                     to_server,
+                    ping: false,
                     bytes: bytes.clone(),
                 },
             );
             at += Duration::from_millis(self.rng.below(5));
+        }
+    }
+
+    /// The server's host pings every connection it holds (below the protocol: no frame, no
+    /// sequence number); each ping takes the network's latency.
+    pub(super) fn ping_all(&mut self) {
+        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        for conn in conns {
+            let at = self.elapsed + self.latency();
+            self.net_seq += 1;
+            let msg = Msg {
+                conn,
+                to_server: false,
+                ping: true,
+                bytes: Vec::new(),
+            };
+            self.net.insert((at, self.net_seq), msg);
         }
     }
 
@@ -60,6 +78,10 @@ impl World {
             self.net.insert((resume, self.net_seq), msg);
             return;
         }
-        self.feed_daemon(i, daemon::Input::Frame(msg.bytes));
+        if msg.ping {
+            self.feed_daemon(i, daemon::Input::ServerAlive);
+        } else {
+            self.feed_daemon(i, daemon::Input::Frame(msg.bytes));
+        }
     }
 }
