@@ -1,5 +1,6 @@
 //! The counters `/metrics` shows in the Prometheus text format: daemons connected, runs by
-//! end status, and the dispatch latency histogram (execute received → run committed).
+//! end status, results for runs a machine never held, and the dispatch latency histogram
+//! (execute received → run committed).
 //!
 //! It only counts; it never decides anything and holds no secret.
 
@@ -15,6 +16,7 @@ const BUCKETS: [f64; 10] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 struct Inner {
     online: BTreeSet<String>,
     runs: BTreeMap<String, u64>,
+    unknown_results: u64,
     buckets: [u64; BUCKETS.len()],
     count: u64,
     sum_secs: f64,
@@ -48,6 +50,11 @@ impl Metrics {
         *self.lock().runs.entry(status.to_owned()).or_default() += 1;
     }
 
+    /// A machine sent a `run.result` for a run it never held (acknowledged, not recorded).
+    pub(crate) fn unknown_result(&self) {
+        self.lock().unknown_results += 1;
+    }
+
     /// An execution was committed on a machine `latency` after it was received.
     pub(crate) fn dispatched(&self, latency: Duration) {
         let secs = latency.as_secs_f64();
@@ -79,6 +86,16 @@ impl Metrics {
         for (status, n) in &inner.runs {
             let _ = writeln!(out, "outpost_runs_total{{status=\"{status}\"}} {n}");
         }
+        let _ = writeln!(
+            out,
+            "# HELP outpost_unknown_results_total Results for runs the sending machine never held: acknowledged, not recorded."
+        );
+        let _ = writeln!(out, "# TYPE outpost_unknown_results_total counter");
+        let _ = writeln!(
+            out,
+            "outpost_unknown_results_total {}",
+            inner.unknown_results
+        );
         let _ = writeln!(
             out,
             "# HELP outpost_dispatch_latency_seconds Execute received to run committed."

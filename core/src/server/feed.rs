@@ -50,6 +50,12 @@ impl Server {
         }));
     }
 
+    /// Carries out what the session at `slot` queued outside an input.
+    #[cfg(any(test, feature = "test-support"))]
+    pub(super) fn pump_slot(&mut self, slot: usize) {
+        self.pump(slot);
+    }
+
     fn pump(&mut self, slot: usize) {
         loop {
             let m = self.machines.at_mut(slot);
@@ -98,6 +104,9 @@ impl Server {
         match &event {
             session::Event::Ready { .. } => {
                 self.replan_queued(context_id);
+                // A machine back after the server's restart: what waited for the machines to
+                // come back is planned again.
+                self.replan_parked();
             }
             session::Event::RunStarted { run_id } => {
                 if let Some(exec_id) = self.runs.get(run_id).cloned()
@@ -121,6 +130,9 @@ impl Server {
                 match outcome.clone() {
                     RunOutcome::Busy => {
                         self.fall_through(&exec_id, AttemptOutcome::Busy, Refusal::Busy.code())
+                    }
+                    RunOutcome::Unanswered => {
+                        self.fall_through(&exec_id, AttemptOutcome::Busy, "offer_unanswered")
                     }
                     RunOutcome::Offline => {
                         self.fall_through(&exec_id, AttemptOutcome::Offline, "offline")

@@ -34,6 +34,8 @@ impl Server {
             outputs: VecDeque::new(),
             journal: super::record::ServerJournal::new(now),
             now,
+            grace_until: None,
+            asked: None,
         }
     }
 
@@ -78,6 +80,18 @@ impl Server {
             requester,
             operator_now,
         })
+    }
+
+    /// Makes the session of `context_id` send `spec` again as a faulty server would (see
+    /// [`Session::resend_run_for_test`]).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn resend_run_for_test(&mut self, context_id: &str, spec: RunSpec) -> bool {
+        let Some(slot) = self.machines.slot(context_id) else {
+            return false;
+        };
+        let sent = self.machines.at_mut(slot).session.resend_run_for_test(spec);
+        self.pump_slot(slot);
+        sent
     }
 
     /// Executions not yet finished.
@@ -133,6 +147,7 @@ impl Server {
     }
 
     fn apply_input(&mut self, now: Now, input: Input) -> Result<(), ServerError> {
+        self.notice_pause(now.instant);
         self.now = now;
         match input {
             Input::Timeout => {
@@ -263,20 +278,35 @@ impl Server {
             return out;
         }
         let (until, reason) = self.poll_timeout();
+        self.asked = Some(until);
         Output::Wait { until, reason }
     }
 
     /// When the dispatcher must next get [`Input::Timeout`], and why, in O(log n); pops
-    /// nothing.
+    /// nothing. While a deadline runs this is at most [`super::PAUSE_PROBE`] away (reason
+    /// `pause probe`), so a pause of the host shows as a late input.
     pub fn poll_timeout(&self) -> (Instant, &'static str) {
         let mut wake = NextWake::idle(self.now.instant);
-        if let Some((until, reason)) = self.session_wakes.first() {
+        if let Some((until, reason)) = self.next_deadline() {
             wake.consider(until, reason);
         }
-        if let Some((until, reason)) = self.queue_wakes.first() {
-            wake.consider(until, reason);
+        if self.session_wakes.first().is_some() || self.queue_wakes.first().is_some() {
+            // Something runs against a deadline: wake often enough to notice a pause.
+            wake.consider(
+                self.now.instant.saturating_add(super::PAUSE_PROBE),
+                "pause probe",
+            );
         }
         wake.get()
+    }
+
+    /// The earliest deadline of any machine or queue (a lease, an offer, a connection's
+    /// silence, a queue's end, the restart grace), and why; `None` when none runs.
+    pub fn next_deadline(&self) -> Option<(Instant, &'static str)> {
+        match (self.session_wakes.first(), self.queue_wakes.first()) {
+            (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
 
     /// What the routing functions see of every machine, for a run in `environment`.
@@ -328,7 +358,12 @@ impl Server {
             .cloned()
             .unwrap_or_default();
         let views = self.views(e.request.environment);
-        match plan(&e.request.requester, &e.request.target, &chain, &views) {
+        let planned = plan(&e.request.requester, &e.request.target, &chain, &views);
+        if self.in_grace() && Self::meets_offline(&planned) {
+            // Restarted moments ago: the machine may not have reconnected yet.
+            return self.park(exec_id);
+        }
+        match planned {
             Ok(Plan::Dispatch(route)) => self.dispatch(exec_id, route),
             Ok(Plan::Queue(q)) => {
                 let until = self
@@ -411,6 +446,10 @@ impl Server {
 
     /// The current candidate passed on the run before it started: try the next one.
     pub(super) fn fall_through(&mut self, exec_id: &str, outcome: AttemptOutcome, reason: &str) {
+        if outcome == AttemptOutcome::Offline && self.in_grace() {
+            // The offer died with the connection a restart cut: wait for the machine first.
+            return self.park(exec_id);
+        }
         let Some(e) = self.executions.get_mut(exec_id) else {
             return;
         };
@@ -542,6 +581,10 @@ impl Server {
 
     fn expire_queues(&mut self) {
         let now = self.now.instant;
+        if self.grace_until.is_some_and(|until| until <= now) {
+            // The grace is over: what it parked is routed as usual now.
+            self.replan_parked();
+        }
         let expired: Vec<(String, String)> = self
             .queue_wakes
             .due(now)

@@ -23,6 +23,7 @@ mod feed;
 mod machine;
 mod record;
 mod registry;
+mod resume;
 mod timers;
 
 #[cfg(test)]
@@ -43,6 +44,7 @@ pub use record::{
     ChainRow, ContextRow, EndedRow, ExecutionRow, PlaceRow, ServerChange, ServerRecord,
     ServerSnapshot,
 };
+pub use resume::{PAUSE_PROBE, PAUSE_SLACK, RESTART_GRACE};
 
 /// Who may use a machine, as the server's records say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,6 +262,13 @@ pub enum Event {
         /// What happened.
         event: crate::session::Event,
     },
+    /// The dispatcher was not running for a while (its input came later than the wake-up it
+    /// asked for): every lease, offer, queue and connection-silence deadline moved on by
+    /// `paused_for`, so no daemon is blamed for the server's own silence.
+    Paused {
+        /// How long, as far as the dispatcher can tell (since its previous input).
+        paused_for: std::time::Duration,
+    },
     /// A session refused an input the dispatcher gave it on its own (a timeout, a run to
     /// offer, a cancel). Nothing was done with that input; a refused offer falls through to
     /// the next candidate.
@@ -378,4 +387,9 @@ pub struct Server {
     outputs: VecDeque<Output>,
     journal: record::ServerJournal,
     now: Now,
+    /// Until when a restarted dispatcher lets machines reconnect before it routes around them
+    /// ([`RESTART_GRACE`]); `None` for a fresh one, or once the grace is over.
+    grace_until: Option<Instant>,
+    /// The wake-up the host was last asked for: an input much later than it means a pause.
+    asked: Option<Instant>,
 }

@@ -44,6 +44,11 @@ impl Registry {
         Some(&mut self.machines[slot])
     }
 
+    /// How many machines are registered (their slots are `0..len`).
+    pub(super) fn len(&self) -> usize {
+        self.machines.len()
+    }
+
     /// The machine stored at `slot` (a position this registry handed out).
     pub(super) fn at(&self, slot: usize) -> &Machine {
         &self.machines[slot]

@@ -55,11 +55,8 @@ impl Session {
                         format!("protocol {protocol}"),
                     );
                 }
-                let max_concurrent = max_concurrent
-                    .min(MAX_CONCURRENT_LIMIT)
-                    .min(self.cold.grant.limits.max_concurrent);
                 self.on_hello(
-                    max_concurrent,
+                    max_concurrent.min(MAX_CONCURRENT_LIMIT),
                     environments,
                     features,
                     &held_runs,
@@ -109,6 +106,7 @@ impl Session {
                     state:
                         ConnState::Ready {
                             environments: e,
+                            announced,
                             max_concurrent: m,
                             features: f,
                             ..
@@ -118,7 +116,8 @@ impl Session {
                 {
                     *e = environments;
                     *f = features;
-                    *m = max_concurrent.min(MAX_CONCURRENT_LIMIT).min(cap);
+                    *announced = max_concurrent.min(MAX_CONCURRENT_LIMIT);
+                    *m = (*announced).min(cap);
                 }
             }
             f @ DaemonFrame::CommandFinished { .. } => {
@@ -138,14 +137,16 @@ impl Session {
 
     pub(super) fn on_hello(
         &mut self,
-        max_concurrent: u32,
+        announced: u32,
         environments: Vec<Environment>,
         features: Vec<String>,
         held: &[String],
         pending: &[String],
     ) {
+        let max_concurrent = announced.min(self.cold.grant.limits.max_concurrent);
         if let Some(c) = self.conn.as_mut() {
             c.state = ConnState::Ready {
+                announced,
                 max_concurrent,
                 environments,
                 features,
@@ -177,7 +178,7 @@ impl Session {
         let Some(run) = self.runs.get_mut(&run_id) else {
             return; // Cancelled meanwhile: the daemon got the cancel.
         };
-        if run.state != (RunState::Dispatched { conn }) {
+        if !matches!(run.state, RunState::Dispatched { conn: c, .. } if c == conn) {
             return;
         }
         let now = self.now.instant;
@@ -203,6 +204,10 @@ impl Session {
             run_id: run_id.clone(),
         });
         let Some(committed_at) = committed_at else {
+            if !self.cold.ended.contains(&run_id) {
+                self.outputs
+                    .push_back(Output::Event(Event::UnknownResult { run_id }));
+            }
             return;
         };
         let server_ms = u64::try_from(

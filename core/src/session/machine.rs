@@ -192,6 +192,20 @@ impl Session {
             Input::Submit(spec) => return self.submit(spec),
             Input::Cancel { run_id, reason } => self.cancel(&run_id, reason),
             Input::UpdateGrant(grant) => {
+                // The slot cap applies to the live connection at once (PROTOCOL §4.4); runs
+                // already in flight over it finish, new offers wait for a free slot.
+                if let Some(Connection {
+                    state:
+                        ConnState::Ready {
+                            announced,
+                            max_concurrent,
+                            ..
+                        },
+                    ..
+                }) = self.conn.as_mut()
+                {
+                    *max_concurrent = (*announced).min(grant.limits.max_concurrent);
+                }
                 self.cold.grant = grant.clone();
                 self.grant_version += 1;
                 let version = self.grant_version;
@@ -237,11 +251,31 @@ impl Session {
             }
         }
         for run in self.runs.values() {
-            if let RunState::Committed { lost_at, .. } = run.state {
-                wake.consider(lost_at, "lease");
+            match run.state {
+                RunState::Committed { lost_at, .. } => wake.consider(lost_at, "lease"),
+                RunState::Dispatched { deadline, .. } => wake.consider(deadline, "offer"),
             }
         }
         wake
+    }
+
+    /// The host was not running for `by` (a stopped process, a suspended machine): every
+    /// deadline that measures the daemon's silence — leases, offers, `hello`, the
+    /// connection's silence — moves on by `by`, so a daemon is never blamed for silence the
+    /// server itself caused. The caller re-journals the leases that moved.
+    pub(crate) fn shift_timers(&mut self, by: Duration) {
+        for run in self.runs.values_mut() {
+            match &mut run.state {
+                RunState::Committed { lost_at, .. } => *lost_at = lost_at.saturating_add(by),
+                RunState::Dispatched { deadline, .. } => *deadline = deadline.saturating_add(by),
+            }
+        }
+        if let Some(c) = self.conn.as_mut() {
+            c.last_heard = c.last_heard.saturating_add(by);
+            if let ConnState::AwaitingHello { deadline } = &mut c.state {
+                *deadline = deadline.saturating_add(by);
+            }
+        }
     }
 
     fn on_timeout(&mut self) {
@@ -262,6 +296,22 @@ impl Session {
             });
             self.end(&run_id, RunOutcome::Lost);
         }
+        let unanswered: Vec<String> = self
+            .runs
+            .iter()
+            .filter(
+                |(_, r)| matches!(r.state, RunState::Dispatched { deadline, .. } if deadline <= now),
+            )
+            .map(|(id, _)| id.clone())
+            .collect();
+        for run_id in unanswered {
+            // Withdraw the offer: a late accept then finds nothing to commit.
+            self.send(ServerFrame::RunCancel {
+                run_id: run_id.clone(),
+                reason: "offer_unanswered".into(),
+            });
+            self.end(&run_id, RunOutcome::Unanswered);
+        }
         if let Some(c) = &self.conn {
             let id = c.id;
             if let ConnState::AwaitingHello { deadline } = c.state
@@ -272,6 +322,8 @@ impl Session {
                 return;
             }
             if c.last_heard.saturating_add(self.silence_limit) <= now {
+                self.outputs
+                    .push_back(Output::Event(Event::Silent { conn: id }));
                 self.close(id, close_code::GOING_AWAY, "silent for too long");
                 self.drop_connection();
             }
@@ -387,11 +439,15 @@ impl Session {
             shared_run: spec.shared_run,
             requester: spec.requester.clone(),
         };
+        let deadline = self
+            .now
+            .instant
+            .saturating_add(self.cold.config.offer_timeout);
         self.runs.insert(
             run_id,
             ServerRun {
                 spec,
-                state: RunState::Dispatched { conn },
+                state: RunState::Dispatched { conn, deadline },
             },
         );
         self.send(frame);
@@ -450,6 +506,33 @@ impl Session {
             self.conn = None;
             self.outputs.push_back(Output::Event(Event::Offline));
         }
+    }
+
+    /// The session id of the live connection (a test signs frames for it).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn session_id_for_test(&self) -> Option<String> {
+        self.conn.as_ref().map(|c| c.frames.session_id().to_owned())
+    }
+
+    /// Misbehaves as a faulty server would: signs and sends `run.request` and `run.commit` for
+    /// `spec` on the live connection without recording anything. Returns whether a connection
+    /// was there.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn resend_run_for_test(&mut self, spec: RunSpec) -> bool {
+        if self.conn.is_none() {
+            return false;
+        }
+        let run_id = spec.run_id.clone();
+        self.send(ServerFrame::RunRequest {
+            run_id: run_id.clone(),
+            environment: spec.environment,
+            capability: spec.capability,
+            timeout_ms: spec.timeout_ms,
+            shared_run: spec.shared_run,
+            requester: spec.requester,
+        });
+        self.send(ServerFrame::RunCommit { run_id });
+        true
     }
 
     /// Signs and sends a frame on the live connection, if there is one.

@@ -55,6 +55,9 @@ pub type ConnId = u64;
 /// protocol, so a daemon notices a silent server.
 pub const DEFAULT_HEARTBEAT_SECS: u32 = 15;
 
+/// How long a daemon has to answer an offer by default (PROTOCOL §4.4).
+pub const OFFER_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How a session behaves.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
@@ -70,6 +73,9 @@ pub struct SessionConfig {
     pub hello_timeout: Duration,
     /// How long a connect ticket lives, in seconds.
     pub ticket_ttl_secs: u64,
+    /// How long a daemon has to answer a `run.request` (`run.accept` or `run.reject`); then the
+    /// offer is withdrawn (`run.cancel` with `offer_unanswered`) and the run passes as busy.
+    pub offer_timeout: Duration,
 }
 
 impl SessionConfig {
@@ -82,6 +88,7 @@ impl SessionConfig {
             silence_limit: Duration::from_secs(45),
             hello_timeout: Duration::from_secs(10),
             ticket_ttl_secs: 60,
+            offer_timeout: OFFER_TIMEOUT,
         }
     }
 }
@@ -160,6 +167,9 @@ pub enum RunOutcome {
     Busy,
     /// Not started: the daemon is not connected (or dropped before committing).
     Offline,
+    /// Not started: the daemon answered the offer neither way within the offer timeout; the
+    /// offer was withdrawn (`run.cancel`, `offer_unanswered`). Try elsewhere, as for busy.
+    Unanswered,
     /// Not started: the daemon declined for another reason (`environment_unavailable`, …).
     Rejected {
         /// The code.
@@ -183,7 +193,10 @@ impl RunOutcome {
     pub fn not_started(&self) -> bool {
         matches!(
             self,
-            RunOutcome::Busy | RunOutcome::Offline | RunOutcome::Rejected { .. }
+            RunOutcome::Busy
+                | RunOutcome::Offline
+                | RunOutcome::Unanswered
+                | RunOutcome::Rejected { .. }
         )
     }
 }
@@ -289,6 +302,18 @@ pub enum Event {
     /// The machine's progress on a wait after a check (`wait.status`): for `show`, not a
     /// record that must survive.
     WaitProgress(Box<crate::wire::DaemonFrame>),
+    /// A `run.result` for a run this machine never held here (not offered to it, or ended so
+    /// long ago that its id is forgotten): acknowledged, so the daemon forgets it, and not
+    /// recorded.
+    UnknownResult {
+        /// The run it named.
+        run_id: String,
+    },
+    /// The connection was closed (1001) because the daemon sent nothing for the silence limit.
+    Silent {
+        /// The connection.
+        conn: ConnId,
+    },
 }
 
 /// Host misuse of the API.
@@ -310,6 +335,9 @@ enum ConnState {
         deadline: Instant,
     },
     Ready {
+        /// What the daemon announced, capped by [`MAX_CONCURRENT_LIMIT`](crate::wire::MAX_CONCURRENT_LIMIT).
+        announced: u32,
+        /// `announced` capped by the grant's `limits.maxConcurrent`: the slots offers may take.
         max_concurrent: u32,
         environments: Vec<Environment>,
         features: Vec<String>,

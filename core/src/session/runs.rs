@@ -8,8 +8,9 @@ use crate::time::Instant;
 /// Where an offered run is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum RunState {
-    /// `run.request` sent on `conn`; no answer yet. Counts toward the slots.
-    Dispatched { conn: ConnId },
+    /// `run.request` sent on `conn`; no answer yet. Counts toward the slots. Withdrawn
+    /// (`run.cancel`, `offer_unanswered`) when no answer came by `deadline`.
+    Dispatched { conn: ConnId, deadline: Instant },
     /// `run.commit` sent: the lease runs until `lost_at`.
     Committed {
         committed_at: Instant,

@@ -548,3 +548,59 @@ fn a_binary_frame_before_hello_or_cut_short_is_a_violation() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_grant_s_slot_cap_applies_to_the_live_connection_at_once() {
+    // The daemon announced 2 and never announces again.
+    let mut d = Daemon::ready(2);
+    assert_eq!(d.session.max_concurrent(), 2);
+    let mut capped = d.session.grant().0.clone();
+    capped.limits.max_concurrent = 1;
+    d.input(Input::UpdateGrant(capped.clone()));
+    assert_eq!(d.session.max_concurrent(), 1, "capped at once");
+    assert_eq!(sent(&d.submit("a")), ["run.request"]);
+    let out = d.submit("b");
+    assert!(sent(&out).is_empty(), "no second offer: {out:?}");
+    assert_eq!(ended(&out), [("b".to_string(), RunOutcome::Busy)]);
+    // Raised again, the daemon's own 2 is the limit once more.
+    capped.limits.max_concurrent = 8;
+    d.input(Input::UpdateGrant(capped));
+    assert_eq!(d.session.max_concurrent(), 2);
+    assert_eq!(sent(&d.submit("c")), ["run.request"]);
+}
+
+#[test]
+fn an_offer_nobody_answers_is_withdrawn_after_the_offer_timeout() {
+    let mut d = Daemon::ready(2);
+    d.submit("a");
+    let out = d.advance_to(OFFER_TIMEOUT - Duration::from_millis(1));
+    assert!(ended(&out).is_empty(), "still waiting: {out:?}");
+    let out = d.advance_to(OFFER_TIMEOUT);
+    assert_eq!(sent(&out), ["run.cancel"], "the offer is withdrawn");
+    assert_eq!(ended(&out), [("a".to_string(), RunOutcome::Unanswered)]);
+    assert_eq!(d.session.in_flight(), 0, "its slot is free");
+    // A late accept finds nothing to commit.
+    assert!(sent(&d.accept("a")).is_empty());
+}
+
+#[test]
+fn a_result_for_a_run_never_held_is_acknowledged_counted_and_not_recorded() {
+    let mut d = Daemon::ready(2);
+    let out = d.frame(result("stranger", 5));
+    assert_eq!(sent(&out), ["run.ack"]);
+    assert!(ended(&out).is_empty());
+    assert!(out.contains(&Output::Event(Event::UnknownResult {
+        run_id: "stranger".into()
+    })));
+    // A repeat of a result recorded before is acknowledged without that event.
+    d.submit("a");
+    d.accept("a");
+    d.frame(result("a", 5));
+    let again = d.frame(result("a", 5));
+    assert_eq!(sent(&again), ["run.ack"]);
+    assert!(
+        !again
+            .iter()
+            .any(|o| matches!(o, Output::Event(Event::UnknownResult { .. })))
+    );
+}

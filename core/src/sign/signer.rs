@@ -97,6 +97,15 @@ impl FrameSigner {
         }
     }
 
+    /// A signer that goes on with session `session_id` at `next_seq` (a server restoring a
+    /// session's numbering; tests that sign a frame out of turn).
+    pub fn resume_at(session_id: impl Into<String>, next_seq: u64) -> Self {
+        Self {
+            session_id: session_id.into(),
+            next_seq,
+        }
+    }
+
     /// The session id stamped on every frame.
     pub fn session_id(&self) -> &str {
         &self.session_id

@@ -150,6 +150,9 @@ impl Dispatcher {
         loop {
             let wake = self.shared.clock.to_tokio(self.next_wake);
             let step = tokio::select! {
+                // What already waits is read before a timer fires (after a pause, the frames
+                // in the sockets come first; the core shifts its deadlines too).
+                biased;
                 msg = rx.recv() => match msg {
                     None | Some(Msg::Shutdown) => break,
                     Some(msg) => match self.on_batch(msg, &mut rx) {
@@ -479,8 +482,15 @@ impl Dispatcher {
         let at = self.shared.clock.now();
         match event {
             Event::ExecutionFinished {
-                exec_id, outcome, ..
+                exec_id,
+                outcome,
+                ran_on,
+                ..
             } => {
+                if outcome == outpost_core::server::ExecutionOutcome::Lost {
+                    let context = ran_on.as_ref().map_or("", |r| r.name.as_str());
+                    tracing::info!(%exec_id, %context, "a run ended lost: its machine did not deliver a result before its lease ended, or reconnected without it");
+                }
                 self.received.remove(&exec_id);
                 let status = crate::store::outcome_status(&outcome);
                 self.shared.metrics.run_finished(&status);
@@ -521,6 +531,13 @@ impl Dispatcher {
                     // A second runner (`not_held_here`) was logged and audited with its drain.
                     tracing::debug!(%context_id, %pty_id, reason, "terminal output refused");
                 }
+                session::Event::Silent { conn } => {
+                    tracing::info!(%context_id, conn, "dropped a daemon connection silent for three heartbeats (1001)");
+                }
+                session::Event::UnknownResult { run_id } => {
+                    self.shared.metrics.unknown_result();
+                    tracing::info!(%context_id, %run_id, "acknowledged a result for a run this machine never held; not recorded");
+                }
                 session::Event::CommandFinished { .. }
                 | session::Event::TerminalOutput { .. }
                 | session::Event::TerminalExit { .. }
@@ -539,6 +556,13 @@ impl Dispatcher {
             }
             Event::SessionError { context_id, error } => {
                 tracing::warn!(%context_id, error = %error, "a session refused an input");
+            }
+            Event::Paused { paused_for } => {
+                tracing::warn!(
+                    paused_ms = paused_for.as_millis() as u64,
+                    "the dispatcher did not run for {:.1} s (a stopped process or a suspended host): leases, offers and silence limits moved on by that much",
+                    paused_for.as_secs_f64()
+                );
             }
         }
         Ok(())

@@ -17,8 +17,10 @@ impl Server {
     ///
     /// Nothing from the old process's memory survives: no connection, no ticket, no offer.
     /// Committed runs keep their leases and end with their result, `lost` when the lease
-    /// ends, or `lost` as soon as the daemon says hello without them. Offers not committed
-    /// move on to their next candidate. Queued executions wait until their deadline.
+    /// ends, or `lost` as soon as the daemon says hello without them. Offers not committed,
+    /// and executions that would find a machine offline, wait up to [`super::super::RESTART_GRACE`]
+    /// for the machines to reconnect, then move on as usual. Queued executions wait until
+    /// their deadline.
     /// Executions that were on the server's own executor end `lost`: it died with the
     /// process. What this decides comes out of [`Server::poll_output`] like any input's
     /// outputs, records first.
@@ -136,6 +138,7 @@ impl Server {
         }
         // What the restart decides is journaled like an input's changes.
         let mark = server.outputs.len();
+        server.start_grace();
         let ids: Vec<String> = server.machines.ids().cloned().collect();
         for id in ids {
             // Each session's timers reach the dispatcher the ordinary way.

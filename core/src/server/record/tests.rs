@@ -396,11 +396,8 @@ fn a_restored_lease_ends_lost_on_the_new_clock_not_the_old_one() {
         wall: crate::time::UnixTime(crate::sim::WALL_ORIGIN + 20),
     };
     let mut server = Server::restore(signer(), SessionConfig::new("template"), &state, now);
-    let (until, reason) = loop {
-        if let Output::Wait { until, reason } = server.poll_output() {
-            break (until, reason);
-        }
-    };
+    while !matches!(server.poll_output(), Output::Wait { .. }) {}
+    let (until, reason) = server.next_deadline().expect("a deadline");
     assert_eq!(reason, "lease");
     assert_eq!(until.since_origin(), origin + Duration::from_secs(70));
 }
@@ -446,27 +443,38 @@ fn queued_executions_keep_their_deadline_and_cloud_executions_end_lost_after_res
     };
     let mut server = Server::restore(signer(), SessionConfig::new("template"), &state, restart);
     let mut lost = vec![];
-    let until = loop {
+    loop {
         match server.poll_output() {
-            Output::Wait { until, .. } => break until,
+            Output::Wait { .. } => break,
             Output::Event(server::Event::ExecutionFinished {
                 exec_id, outcome, ..
             }) => lost.push((exec_id, outcome)),
             _ => {}
         }
-    };
+    }
+    let (until, _) = server.next_deadline().expect("the queue's deadline");
     assert_eq!(lost, vec![("c1".to_owned(), ExecutionOutcome::Lost)]);
     assert_eq!(
         until.since_origin(),
         origin + Duration::from_secs(240),
         "5 min less 1 min"
     );
-    let later = Now {
-        instant: until,
-        wall: crate::time::UnixTime(crate::sim::WALL_ORIGIN + 300),
-    };
-    server.handle_input(later, server::Input::Timeout).unwrap();
+    // The dispatcher runs on: it is woken whenever it asks until the queue's deadline.
     let mut expired = false;
+    loop {
+        let (at, _) = server.poll_timeout();
+        let at = at.min(until);
+        let wall = crate::sim::WALL_ORIGIN + 60 + (at.since_origin() - origin).as_secs();
+        let later = Now {
+            instant: at,
+            wall: crate::time::UnixTime(wall),
+        };
+        server.handle_input(later, server::Input::Timeout).unwrap();
+        if at == until {
+            break;
+        }
+        while !matches!(server.poll_output(), Output::Wait { .. }) {}
+    }
     loop {
         match server.poll_output() {
             Output::Wait { .. } => break,

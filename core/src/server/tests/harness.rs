@@ -158,9 +158,25 @@ impl Harness {
         self.input(Input::Disconnected { conn });
     }
 
+    /// Lets `by` pass with the dispatcher running: it is woken whenever it asked to be.
     pub(super) fn advance(&mut self, by: Duration) {
-        self.elapsed += by;
+        let end = self.elapsed + by;
+        loop {
+            let (until, _) = self.server.poll_timeout();
+            let at = until.since_origin();
+            if at >= end {
+                break;
+            }
+            self.elapsed = at.max(self.elapsed);
+            self.input(Input::Timeout);
+        }
+        self.elapsed = end;
         self.input(Input::Timeout);
+    }
+
+    /// Lets `by` pass with the dispatcher's process stopped: nothing wakes it meanwhile.
+    pub(super) fn pause(&mut self, by: Duration) {
+        self.elapsed += by;
     }
 
     /// `(type, runId)` of every frame sent on `conn`, in order.

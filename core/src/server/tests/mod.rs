@@ -2,6 +2,7 @@
 //! (no `Daemon`, no network), so each test says exactly what every machine answers.
 
 mod harness;
+mod resume;
 
 use std::time::Duration;
 
@@ -179,7 +180,7 @@ fn a_run_waits_for_its_offline_machine_and_starts_when_it_comes_back() {
     };
     h.input(Input::Execute(Box::new(request("x1", "ada", target))));
     assert!(h.finished("x1").is_empty(), "queued, not failed");
-    let (until, reason) = h.server.poll_timeout();
+    let (until, reason) = h.server.next_deadline().expect("the queue's end");
     assert_eq!(reason, "queue");
     assert_eq!(until, now_at(h.elapsed + Duration::from_secs(120)).instant);
     h.advance(Duration::from_secs(60));
@@ -393,9 +394,9 @@ fn access_is_checked_again_on_every_hop_and_on_runs_in_flight() {
 #[test]
 fn a_heartbeat_moves_only_its_machine_s_timer() {
     let (mut h, _, _) = two_machines();
-    let (first, reason) = h.server.poll_timeout();
+    let (first, reason) = h.server.next_deadline().expect("a deadline");
     assert_eq!(reason, "silence");
-    h.elapsed += Duration::from_secs(10);
+    h.advance(Duration::from_secs(10));
     h.daemon_says(
         "a",
         DaemonFrame::Status {
@@ -405,15 +406,14 @@ fn a_heartbeat_moves_only_its_machine_s_timer() {
         },
     );
     assert_eq!(
-        h.server.poll_timeout(),
-        (first, "silence"),
+        h.server.next_deadline(),
+        Some((first, "silence")),
         "b is still due first"
     );
     // At b's silence deadline only b is closed; a stays.
-    h.elapsed = first.since_origin();
-    h.input(Input::Timeout);
+    h.advance(first.since_origin() - h.elapsed);
     assert!(h.conns.contains_key("a") && !h.conns.contains_key("b"));
-    let (next, _) = h.server.poll_timeout();
+    let (next, _) = h.server.next_deadline().expect("a's silence");
     assert_eq!(next, first.saturating_add(Duration::from_secs(10)));
 }
 
@@ -504,17 +504,16 @@ fn a_lease_longer_than_the_idle_wait_still_ends_lost_after_its_deadline() {
     assert_eq!(h.started_on("x1"), ["a"]);
     h.disconnect("a");
     assert_eq!(
-        h.server.poll_timeout().1,
-        "idle",
-        "an hour of nothing comes first"
+        h.server.next_deadline().map(|(_, why)| why),
+        Some("lease"),
+        "the lease is in the table, beyond the idle wait"
     );
     // Committed at 1 s: the lease ends 30 s after its 2 h deadline.
-    h.elapsed = Duration::from_secs(1 + 2 * 3600 + 29);
-    h.input(Input::Timeout);
+    h.advance(Duration::from_secs(2 * 3600 + 29));
     assert!(h.finished("x1").is_empty(), "not before deadline + 30 s");
     assert_eq!(
-        h.server.poll_timeout().1,
-        "lease",
+        h.server.next_deadline().map(|(_, why)| why),
+        Some("lease"),
         "the lease is still in the table"
     );
     h.advance(Duration::from_secs(2));
@@ -543,8 +542,10 @@ fn a_lease_that_ends_as_a_ticket_is_issued_is_journaled_before_it_is_reported() 
         },
     );
     h.disconnect("a");
-    // Time passes, told by an input that wakes no session; the lease (10 s + 30 s) is due.
-    h.elapsed += Duration::from_secs(60);
+    // Time passes until just before the lease (10 s + 30 s from 1 s) ends, then a little
+    // more, told by an input that wakes no session: the lease is due.
+    h.advance(Duration::from_secs(39));
+    h.elapsed += Duration::from_secs(2);
     h.input(Input::SetChain {
         user_id: "bob".into(),
         chain: Chain::default(),

@@ -26,7 +26,7 @@ impl World {
                 self.note(format!("fault: crash machine {i}"));
                 self.schedule_machine_crash(i);
             }
-            40..=49 if self.server_crash.is_none() => {
+            40..=49 if self.server_crash.is_none() && !self.server_paused() => {
                 self.note("fault: server restart".into());
                 self.schedule_server_crash();
             }
@@ -66,7 +66,7 @@ impl World {
                 self.note(format!("fault: grant of {context_id} changed"));
                 self.feed_server(server::Input::UpdateGrant { context_id, grant });
             }
-            85..=86 if !self.workload.revoked_any => {
+            85..=86 if !self.workload.revoked_any && !self.server_paused() => {
                 self.workload.revoked_any = true;
                 let context_id = self.machines[i].context_id.clone();
                 self.note(format!("fault: revoke {context_id}"));
@@ -75,6 +75,13 @@ impl World {
                 self.feed_server(server::Input::Revoke { context_id });
                 self.end_waits_of(i);
             }
+            87..=90 if self.server_crash.is_none() && !self.server_paused() => {
+                let secs = 2 + self.rng.below(118);
+                self.note(format!("fault: server process stopped for {secs}s"));
+                self.pause_server(secs);
+            }
+            91..=94 if !self.server_paused() => self.resend_finished_run(i),
+            95..=96 if !self.server_paused() => self.roll_keys_back(i),
             _ => {}
         }
     }

@@ -11,6 +11,13 @@ use crate::sim::now_in_process;
 impl World {
     /// Hands the server one input at the current time.
     pub(super) fn feed_server(&mut self, input: server::Input) {
+        if self.server_paused() {
+            // A stopped process reads nothing; what arrives waits (a timer is no input).
+            if !matches!(input, server::Input::Timeout) {
+                self.paused_inputs.push(input);
+            }
+            return;
+        }
         let now = self.elapsed;
         let timeout = matches!(input, server::Input::Timeout);
         self.checker.fed(Role::Server, timeout, now);

@@ -130,6 +130,13 @@ impl World {
                     .as_ref()
                     .map_or((0, 0), |d| (d.executing().len(), d.slots_total()));
                 self.checker.executed(&execute.run_id, executing, slots);
+                if execute.run_id.starts_with(super::pause::ROGUE_PREFIX) {
+                    let msg = format!(
+                        "machine {i} executed {}, offered under a key only an older key set listed",
+                        execute.run_id
+                    );
+                    self.checker.fail(msg);
+                }
                 self.note(format!("machine {i} executes {}", execute.run_id));
             }
             daemon::Command::Cancel { run_id, reason } => {
@@ -167,7 +174,8 @@ impl World {
         for chunk in random.chunks_mut(8) {
             chunk.copy_from_slice(&self.rng.next_u64().to_le_bytes());
         }
-        let reachable = self.machines[i].partitioned_until.is_none();
+        // A stopped server answers no ticket request: as unreachable as a partition.
+        let reachable = self.machines[i].partitioned_until.is_none() && !self.server_paused();
         let issued = if reachable {
             self.touched_server();
             self.server.issue_ticket(&context_id, random).ok()

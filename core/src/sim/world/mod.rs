@@ -9,6 +9,7 @@ mod faults;
 mod feed;
 mod machines;
 mod network;
+mod pause;
 mod pump;
 mod restart;
 #[cfg(test)]
@@ -165,6 +166,15 @@ struct World {
     next_fault: Duration,
     /// When the server's host next pings its connections.
     next_ping: Duration,
+    /// Until when the server's process is stopped (a pause fault), if it is.
+    paused_until: Option<Duration>,
+    /// What reached the stopped server, in order, for when it resumes.
+    paused_inputs: Vec<server::Input>,
+    /// Per machine, the last runs it finished (the server recorded their end): what a faulty
+    /// server could send again.
+    finished_runs: BTreeMap<usize, Vec<String>>,
+    /// Rogue frames sent so far (their run ids).
+    rogue: u64,
     faults: usize,
     checker: Checker,
     restarts: usize,
@@ -244,6 +254,10 @@ impl World {
             waits,
             next_fault: first_fault,
             next_ping: PING_EVERY,
+            paused_until: None,
+            paused_inputs: Vec::new(),
+            finished_runs: BTreeMap::new(),
+            rogue: 0,
             faults: 0,
             checker,
             restarts: 0,
@@ -276,6 +290,7 @@ impl World {
                 return;
             }
             let done = self.elapsed >= self.config.fault_phase
+                && !self.server_paused()
                 && self.workload.pending.is_empty()
                 && self.server.executions_in_flight() == 0
                 && self.waits_done();
@@ -338,9 +353,15 @@ impl World {
         };
         let (until, reason) = self.server.poll_timeout();
         let server_until = until.since_origin() + self.server_started;
-        self.checker
-            .wants_wake(Role::Server, server_until, reason, now);
-        consider(server_until);
+        match self.paused_until {
+            // A stopped process wakes for nothing but its resumption.
+            Some(resume) => consider(resume),
+            None => {
+                self.checker
+                    .wants_wake(Role::Server, server_until, reason, now);
+                consider(server_until);
+            }
+        }
         // The server's wake-up table must never be later than a session's own timer.
         let missed = self.machines.iter().find_map(|m| {
             let session = self.server.session(&m.context_id)?;
@@ -398,6 +419,7 @@ impl World {
     /// Handles everything due at the current time.
     fn fire_due(&mut self) {
         let now = self.elapsed;
+        self.resume_server_if_due();
         while self
             .workload
             .pending
@@ -423,7 +445,9 @@ impl World {
         }
         if self.next_ping <= now {
             self.next_ping = now + PING_EVERY;
-            self.ping_all();
+            if !self.server_paused() {
+                self.ping_all();
+            }
         }
         let due: Vec<(Duration, u64)> = self
             .net

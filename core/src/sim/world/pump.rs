@@ -45,6 +45,9 @@ impl World {
     }
 
     pub(super) fn pump_server(&mut self) -> bool {
+        if self.server_paused() {
+            return false;
+        }
         let mut any = false;
         loop {
             let out = self.server.poll_output();
@@ -115,6 +118,9 @@ impl World {
                 ));
             }
             server::Event::Session { context_id, event } => self.on_wait_event(&context_id, &event),
+            server::Event::Paused { paused_for } => {
+                self.note(format!("the server noticed its pause of {paused_for:?}"));
+            }
             // Runs end for the checker when their execution's end is written.
             server::Event::TerminalOutput { .. } | server::Event::TerminalExit { .. } => {}
         }

@@ -56,6 +56,11 @@ impl World {
                 if let Some((run_id, i)) = self.commits.remove(&ended.exec_id) {
                     let lost = ended.outcome == ExecutionOutcome::Lost;
                     self.checker.run_ended(&run_id, lost, i, now);
+                    let finished = self.finished_runs.entry(i).or_default();
+                    finished.push(run_id);
+                    if finished.len() > 16 {
+                        finished.remove(0);
+                    }
                 }
             }
             ServerChange::Context(_) | ServerChange::Chain(_) => {}

@@ -1,0 +1,155 @@
+//! Faults of a misbehaving or stopped server: a pause of its process (SIGSTOP: no input
+//! handled, no ping sent, no ticket issued; what arrives waits, and on resume its timers come
+//! due before the waiting frames are read), a server that sends a finished run again, and one
+//! that serves a key set older than the daemon's with a key the newer set retired.
+//!
+//! It decides only when these happen; the roles decide what they mean.
+
+use std::time::Duration;
+
+use super::World;
+use crate::daemon;
+use crate::keyset::{FrameKey, KeySet, PinnedRoots, test_root};
+use crate::server;
+use crate::session::RunSpec;
+use crate::sign::{Ed25519Signer, FrameSigner};
+use crate::time::UnixTime;
+use crate::wire::{CapabilitySource, Environment, ServerFrame};
+
+/// The run ids a rogue key's frames ask for start with this.
+pub(super) const ROGUE_PREFIX: &str = "rogue.";
+
+impl World {
+    /// Whether the server's process is stopped now.
+    pub(super) fn server_paused(&self) -> bool {
+        self.paused_until.is_some()
+    }
+
+    /// Stops the server's process for `secs`.
+    pub(super) fn pause_server(&mut self, secs: u64) {
+        self.paused_until = Some(self.elapsed + Duration::from_secs(secs));
+    }
+
+    /// Lets a stopped server go on once its pause is over: its timers first — as a host whose
+    /// timer fires before its readers have passed on what waited in the sockets — then every
+    /// input that arrived meanwhile, in order.
+    pub(super) fn resume_server_if_due(&mut self) {
+        if self.paused_until.is_none_or(|at| at > self.elapsed) {
+            return;
+        }
+        self.paused_until = None;
+        self.note("server resumed".into());
+        self.feed_server(server::Input::Timeout);
+        for input in std::mem::take(&mut self.paused_inputs) {
+            self.feed_server(input);
+        }
+    }
+
+    /// A server that offers and commits again a run machine `i` already finished (its id
+    /// from the checker's ledger): the daemon must refuse it (`run_seen`) and run nothing.
+    pub(super) fn resend_finished_run(&mut self, i: usize) {
+        let Some(run_id) = self
+            .finished_runs
+            .get(&i)
+            .and_then(|ids| ids.last())
+            .cloned()
+        else {
+            return;
+        };
+        let context_id = self.machines[i].context_id.clone();
+        let spec = RunSpec {
+            run_id: run_id.clone(),
+            environment: Environment::Shell,
+            capability: rogue_capability(),
+            timeout_ms: 5_000,
+            shared_run: false,
+            requester: "ada".into(),
+        };
+        if self.server.resend_run_for_test(&context_id, spec) {
+            self.note(format!(
+                "fault: server re-sends finished run {run_id} to machine {i}"
+            ));
+        }
+    }
+
+    /// A server that serves machine `i` key set version 2, then version 1 with a key version
+    /// 2 retired, then offers a run signed by that key: the daemon must refuse the older set,
+    /// so the frame fails (`unknown_kid`) and nothing runs.
+    pub(super) fn roll_keys_back(&mut self, i: usize) {
+        let Some(conn) = self.machines[i].conn else {
+            return;
+        };
+        let Some(session_id) = self
+            .server
+            .session(&self.machines[i].context_id)
+            .and_then(|s| s.session_id_for_test())
+        else {
+            return;
+        };
+        self.rogue += 1;
+        let (newer, older) = (key_set(2, None), key_set(1, Some(&rogue_signer())));
+        self.feed_daemon(i, daemon::Input::KeysUpdated(newer));
+        self.feed_daemon(i, daemon::Input::KeysUpdated(older));
+        // A sequence far ahead, so only the key can refuse it.
+        let mut frames = FrameSigner::resume_at(session_id, 1 << 40);
+        let run_id = format!("{ROGUE_PREFIX}{}", self.rogue);
+        let offer = ServerFrame::RunRequest {
+            run_id: run_id.clone(),
+            environment: Environment::Shell,
+            capability: rogue_capability(),
+            timeout_ms: 5_000,
+            shared_run: false,
+            requester: "ada".into(),
+        };
+        let commit = ServerFrame::RunCommit { run_id };
+        self.note(format!(
+            "fault: machine {i} offered an older key set and rogue frames"
+        ));
+        let at = self.elapsed + self.latency();
+        for frame in [offer, commit] {
+            let Ok(bytes) = frames.sign(&frame, &rogue_signer()) else {
+                return;
+            };
+            self.net_seq += 1;
+            let msg = super::Msg {
+                conn,
+                to_server: false,
+                ping: false,
+                bytes,
+            };
+            self.net.insert((at, self.net_seq), msg);
+        }
+    }
+}
+
+/// The key a newer key set retired.
+fn rogue_signer() -> Ed25519Signer {
+    Ed25519Signer::from_seed("frame-retired", [0x52; 32])
+}
+
+/// A key set of `version` with the test frame key, and `extra` if given, signed by the test
+/// root.
+fn key_set(version: u64, extra: Option<&Ed25519Signer>) -> KeySet {
+    let key = |signer: &Ed25519Signer, kid: &str| FrameKey {
+        kid: kid.to_owned(),
+        public_key: signer.verifying_key(),
+        not_before: UnixTime(0),
+        not_after: UnixTime(1 << 40),
+    };
+    let mut keys = vec![key(&test_root::frame_signer(), test_root::FRAME_KID)];
+    if let Some(extra) = extra {
+        keys.push(key(extra, "frame-retired"));
+    }
+    let roots = PinnedRoots::default().with_test_root_if_local("localhost", true);
+    KeySet::sign_document(version, &keys, &test_root::root_signer())
+        .ok()
+        .and_then(|doc| KeySet::from_document(&doc, &roots).ok())
+        .unwrap_or_else(super::super::pair::test_keys)
+}
+
+fn rogue_capability() -> CapabilitySource {
+    CapabilitySource::Inline {
+        manifest: "name: rogue\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n".into(),
+        files: Vec::new(),
+    }
+}
