@@ -89,3 +89,38 @@ fn a_server_stopped_past_a_run_s_lease_records_the_result_that_waited_for_it() {
         "{metrics}"
     );
 }
+
+#[test]
+fn a_restarted_server_waits_for_its_daemon_before_failing_what_it_had_offered() {
+    let dir = temp_dir("liveness-restart");
+    let server = Server::start(&dir.join("server"), 0);
+    let home = dir.join("home");
+    let marks = dir.join("marks");
+    let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    server.wait_context("box", "the daemon to come online", |c| c["online"] == true);
+    // The daemon stops answering: what the server offers now stays offered, not committed.
+    let stop = |sig: &str| {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &daemon.pid().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    };
+    stop("STOP");
+    let capability = shell_capability("mark", &format!("echo ran >> {}\n", marks.display()));
+    let ids: Vec<String> = (0..2).map(|_| server.submit(&capability, "box")).collect();
+    // Its two slots hold the offers; the server dies before anyone answers them.
+    let server = server.restart();
+    stop("CONT");
+    for id in &ids {
+        let e = server.wait_status(id, "exited");
+        assert_eq!(e["ranOn"]["name"], "box", "{e}");
+    }
+    assert_eq!(
+        common::lines(&marks).len(),
+        ids.len(),
+        "each ran exactly once\n{}",
+        daemon.log_tail(20)
+    );
+    daemon.kill();
+}
