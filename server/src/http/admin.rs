@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::auth::{self, ADMIN, READ};
 use super::error::{ApiError, ApiResult};
-use super::extract::QueryParams;
+use super::extract;
 use super::openapi::{Auth, api};
 use super::{App, Route, body, route};
 use crate::bodies::{self, SCOPES};
@@ -96,12 +96,9 @@ struct AuditQuery {
     limit: Option<u32>,
 }
 
-async fn audit(
-    State(app): State<App>,
-    QueryParams(query): QueryParams<AuditQuery>,
-    req: Request,
-) -> ApiResult {
+async fn audit(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
+    let query: AuditQuery = extract::query(req.uri())?;
     let limit = query.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::new(400, "invalid_query", "limit is 1 to 1000"));

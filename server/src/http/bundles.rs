@@ -40,6 +40,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (400, "invalid_bundle"),
                 (400, "invalid_manifest"),
                 (413, "bundle_too_large"),
+                (415, "unsupported_media_type"),
             ]),
             put(upload),
         ),
@@ -106,6 +107,7 @@ async fn upload(State(app): State<App>, PathParam(sha256): PathParam, req: Reque
     let (parts, raw) = req.into_parts();
     let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
     check_digest(&sha256)?;
+    super::body::check_media(&parts.headers, super::body::BUNDLE_MEDIA)?;
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)

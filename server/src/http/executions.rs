@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::auth::{self, COMMAND, Caller, EXECUTE, READ};
 use super::error::{ApiError, ApiResult};
-use super::extract::{PathParam, QueryParams};
+use super::extract::{self, PathParam};
 use super::openapi::{Auth, api};
 use super::{App, Route, body, route, views};
 use crate::bodies::{self, MAX_WAIT_SECS};
@@ -224,13 +224,9 @@ struct ShowQuery {
     wait_secs: Option<u64>,
 }
 
-async fn show(
-    State(app): State<App>,
-    PathParam(id): PathParam,
-    QueryParams(query): QueryParams<ShowQuery>,
-    req: Request,
-) -> ApiResult {
+async fn show(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
+    let query: ShowQuery = extract::query(req.uri())?;
     let mut entry = visible(&app, &caller, &id)?;
     if let Some(secs) = query.wait_secs {
         let secs = secs.min(MAX_WAIT_SECS);
@@ -260,12 +256,9 @@ struct RunsQuery {
     limit: Option<u32>,
 }
 
-async fn runs(
-    State(app): State<App>,
-    QueryParams(query): QueryParams<RunsQuery>,
-    req: Request,
-) -> ApiResult {
+async fn runs(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
+    let query: RunsQuery = extract::query(req.uri())?;
     let limit = query.limit.unwrap_or(50);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::new(400, "invalid_query", "limit is 1 to 500"));

@@ -20,7 +20,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::auth::{self, COMMAND, Caller, EXECUTE, READ};
 use super::error::{ApiError, ApiResult};
-use super::extract::{PathParam, QueryParams};
+use super::extract::{self, PathParam};
 use super::openapi::{Auth, api};
 use super::{App, Route, body, route};
 use crate::dispatch::{Refused, may_execute, wait_spec};
@@ -186,12 +186,9 @@ struct ListQuery {
     limit: Option<u32>,
 }
 
-async fn list(
-    State(app): State<App>,
-    QueryParams(query): QueryParams<ListQuery>,
-    req: Request,
-) -> ApiResult {
+async fn list(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
+    let query: ListQuery = extract::query(req.uri())?;
     let limit = query.limit.unwrap_or(100);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::new(400, "invalid_query", "limit is 1 to 500"));
