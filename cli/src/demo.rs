@@ -348,7 +348,7 @@ fn print(rows: &[Row], json: bool) -> anyhow::Result<bool> {
         Ok(e) => e["status"] == "exited" && e["exitCode"] == 0,
         Err(_) => true,
     });
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout::lock();
     if json {
         let steps: Vec<Value> = rows
             .iter()

@@ -203,6 +203,11 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
     events(LinkEvent::Closed { code });
 }
 
+/// Whether a socket call only has to be made again later: nothing to do now, or a signal
+/// interrupted it (`EINTR`).
 fn would_block(e: &WsError) -> bool {
-    matches!(e, WsError::Io(io) if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+    matches!(e, WsError::Io(io) if matches!(
+        io.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    ))
 }

@@ -278,15 +278,25 @@ async fn delete(State(app): State<App>, PathParam(given): PathParam, req: Reques
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-fn chain_body(chain: &Chain) -> serde_json::Value {
+/// A chain as routes answer it: `chain` the entries' ids (and `cloud`), `entries` each id
+/// with the name a person knows it by.
+fn chain_body(app: &App, chain: &Chain) -> Result<serde_json::Value, ApiError> {
     let ids: Vec<&str> = chain.entries().iter().map(ChainEntry::id).collect();
-    json!({ "chain": ids })
+    let mut entries = Vec::new();
+    for entry in chain.entries() {
+        let name = match entry {
+            ChainEntry::Cloud => Some(CLOUD_ID.to_owned()),
+            ChainEntry::Context(id) => app.shared.store.context(id)?.map(|c| c.name),
+        };
+        entries.push(json!({"id": entry.id(), "name": name}));
+    }
+    Ok(json!({ "chain": ids, "entries": entries }))
 }
 
 async fn get_chain(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), EXECUTE)?;
     let chain = app.shared.store.chain(&caller.user)?.unwrap_or_default();
-    Ok(axum::Json(chain_body(&chain)).into_response())
+    Ok(axum::Json(chain_body(&app, &chain)?).into_response())
 }
 
 async fn put_chain(State(app): State<App>, req: Request) -> ApiResult {
@@ -310,5 +320,5 @@ async fn put_chain(State(app): State<App>, req: Request) -> ApiResult {
         chain: chain.clone(),
     })
     .await?;
-    Ok(axum::Json(chain_body(&chain)).into_response())
+    Ok(axum::Json(chain_body(&app, &chain)?).into_response())
 }
