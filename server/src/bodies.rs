@@ -17,10 +17,7 @@ use ed25519_dalek::VerifyingKey;
 use outpost_core::b64;
 use outpost_core::json::Value;
 use outpost_core::manifest::{Manifest, check_relative_path};
-use outpost_core::routing::{
-    DEFAULT_QUEUE_MINUTES, Fallback, MAX_QUEUE_MINUTES, Requirement, WhenOffline,
-};
-use outpost_core::wire::{CapabilitySource, Environment, Grant};
+use outpost_core::wire::{Environment, Grant};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -99,30 +96,6 @@ pub struct Registration {
     pub environments: Vec<Environment>,
     /// The daemon's version, empty when absent.
     pub daemon_version: String,
-}
-
-/// `POST /v1/executions`: a capability to run, and where.
-#[derive(Debug, Clone)]
-pub struct ExecutionRequest {
-    /// The capability: an inline one whose files have safe paths and base64url content, or
-    /// one named by a well-formed digest.
-    pub capability: CapabilitySource,
-    /// Its manifest, parsed and validated; `None` for a digest (the stored bundle holds it).
-    pub manifest: Option<Manifest>,
-    /// The context named (a name, an id or `cloud`), not yet resolved.
-    pub context: Option<String>,
-    /// Whether a named context may fall through to the chain.
-    pub fallback: Fallback,
-    /// What the run needs of where it runs.
-    pub requires: Vec<Requirement>,
-    /// What to do when the context is offline (queue minutes checked).
-    pub when_offline: WhenOffline,
-    /// Whether the run wants host commands (only the operator's own runs may).
-    pub wants_commands: bool,
-    /// Whether the answer waits for the end.
-    pub wait: bool,
-    /// How long it waits at most, at most [`MAX_WAIT_SECS`].
-    pub wait_secs: u64,
 }
 
 /// `PUT /v1/chain`: the caller's chain, as given (names or ids, not yet resolved).
@@ -221,8 +194,8 @@ pub fn decode_job_authorize(bytes: &[u8]) -> Result<JobAuthorize, BodyError> {
     parse(bytes)
 }
 
-/// `POST /v1/execution-contexts` as sent; [`decode_registration`] checks it into a
-/// [`Registration`].
+/// `POST /v1/execution-contexts`: a machine registering its key, as sent (checked by
+/// `decode_registration`).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(rename = "RegisterRequest")]
@@ -270,87 +243,6 @@ pub fn decode_registration(bytes: &[u8]) -> Result<Registration, BodyError> {
     })
 }
 
-/// What a run does when its context is offline, as a body says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum OfflineMode {
-    /// Fail (the default).
-    Fail,
-    /// Wait `queueMinutes` for it to come back.
-    Queue,
-}
-
-/// `POST /v1/executions` as sent; [`decode_execution_request`] checks it into an
-/// [`ExecutionRequest`].
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(rename = "ExecuteRequest")]
-#[schemars(extend(
-    "if" = {"properties": {"whenOffline": {"const": "queue"}}, "required": ["whenOffline"]},
-    "then" = {"properties": {"queueMinutes": {"minimum": 1, "maximum": MAX_QUEUE_MINUTES}}}
-))]
-pub struct ExecuteBody {
-    /// The capability: inline (a manifest that validates, files with safe paths) or a stored
-    /// bundle's digest.
-    pub capability: CapabilitySource,
-    /// A context name or id, or `cloud`; without it the caller's chain.
-    #[serde(default)]
-    pub context: Option<String>,
-    /// Whether a named context may fall through to the chain (default `none`).
-    #[serde(default)]
-    pub fallback: Option<Fallback>,
-    /// What the run needs of where it runs.
-    #[serde(default)]
-    pub requires: Option<Vec<Requirement>>,
-    /// What to do when the context is offline (default `fail`).
-    #[serde(default)]
-    pub when_offline: Option<OfflineMode>,
-    /// How long a `queue` waits, in minutes (default 60; `queue_minutes_out_of_range`); read
-    /// only with `whenOffline: queue`.
-    #[serde(default)]
-    pub queue_minutes: Option<u32>,
-    /// Whether the run wants host commands.
-    #[serde(default)]
-    pub wants_commands: Option<bool>,
-    /// Whether the answer waits for the end.
-    #[serde(default)]
-    pub wait: Option<bool>,
-    /// How long it waits at most, in seconds (default 60).
-    #[serde(default)]
-    #[schemars(range(max = MAX_WAIT_SECS))]
-    pub wait_secs: Option<u64>,
-}
-
-/// Decodes an execution request body.
-pub fn decode_execution_request(bytes: &[u8]) -> Result<ExecutionRequest, BodyError> {
-    let raw: ExecuteBody = parse(bytes)?;
-    let manifest = check_capability(&raw.capability)?;
-    let wait_secs = raw.wait_secs.unwrap_or(DEFAULT_WAIT_SECS);
-    if wait_secs > MAX_WAIT_SECS {
-        return Err(BodyError::invalid(format!(
-            "waitSecs is at most {MAX_WAIT_SECS}"
-        )));
-    }
-    let when_offline = match raw.when_offline {
-        None | Some(OfflineMode::Fail) => WhenOffline::Fail,
-        Some(OfflineMode::Queue) => {
-            WhenOffline::queue(raw.queue_minutes.unwrap_or(DEFAULT_QUEUE_MINUTES))
-                .map_err(|e| BodyError::new(e.code(), e.to_string()))?
-        }
-    };
-    Ok(ExecutionRequest {
-        capability: raw.capability,
-        manifest,
-        context: raw.context,
-        fallback: raw.fallback.unwrap_or_default(),
-        requires: raw.requires.unwrap_or_default(),
-        when_offline,
-        wants_commands: raw.wants_commands.unwrap_or(false),
-        wait: raw.wait.unwrap_or(false),
-        wait_secs,
-    })
-}
-
 /// Decodes a grant (`PATCH /v1/execution-contexts/{context}/grant`).
 pub fn decode_grant(bytes: &[u8]) -> Result<Grant, BodyError> {
     let grant: Grant = parse(bytes)?;
@@ -374,7 +266,7 @@ pub fn decode_chain(bytes: &[u8]) -> Result<ChainRequest, BodyError> {
     Ok(chain)
 }
 
-/// `POST /v1/users` as sent; [`decode_user`] checks it into a [`UserRequest`].
+/// `POST /v1/users`: a new user, as sent (checked by `decode_user`).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[schemars(rename = "UserRequest")]
 pub struct UserBody {
@@ -439,20 +331,6 @@ fn check_name(name: &str) -> Result<(), BodyError> {
             "invalid_name",
             "a name is 1-64 characters of a-z, 0-9 and '-', starting with a letter or digit",
         ))
-    }
-}
-
-/// Checks a capability the way the machine will: an inline one's manifest validates and
-/// every file has a safe relative path and base64url content (its manifest is returned); one
-/// named by digest needs a well-formed digest here (`None`: its bundle is checked against
-/// the store, with [`check_inline`]).
-fn check_capability(capability: &CapabilitySource) -> Result<Option<Manifest>, BodyError> {
-    match capability {
-        CapabilitySource::Inline { manifest, files } => check_inline(manifest, files).map(Some),
-        CapabilitySource::Digest { sha256, .. } => {
-            check_digest(sha256)?;
-            Ok(None)
-        }
     }
 }
 
@@ -574,9 +452,12 @@ fn same_shape(given: &Value, typed: &serde_json::Value, at: &str) -> Result<(), 
     }
 }
 
+mod execute;
 #[cfg(test)]
 mod tests;
 mod waits;
+
+pub use execute::{ExecuteBody, ExecutionRequest, OfflineMode, decode_execution_request};
 
 pub use waits::{
     DEFAULT_INTERVAL_MS, MAX_CONDITION_BYTES, MAX_INTERVAL_MS, MAX_REASON_CHARS, MIN_INTERVAL_MS,

@@ -23,7 +23,7 @@ pub const BUNDLE_TYPE: &str = "outpost.bundle";
 pub const BUNDLE_VERSION: u32 = 1;
 
 /// A bundle as its bytes read: the inline form with a type and a version (what
-/// `PUT /v1/bundles/{sha256}` takes). Its members are read by [`decode_bundle`] only.
+/// `PUT /v1/bundles/{sha256}` takes). Its members are read by `decode_bundle` only.
 #[derive(Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "schema", schemars(rename = "BundleDocument"))]
@@ -33,7 +33,7 @@ pub struct BundleDoc {
     #[serde(rename = "type")]
     #[cfg_attr(feature = "schema", schemars(extend("const" = BUNDLE_TYPE)))]
     kind: String,
-    /// The format's version, [`BUNDLE_VERSION`].
+    /// The format's version (`BUNDLE_VERSION`).
     #[cfg_attr(feature = "schema", schemars(extend("const" = BUNDLE_VERSION)))]
     version: u32,
     /// The text of `manifest.yaml`.

@@ -42,7 +42,8 @@ pub struct WaitRequest {
     pub then_body: Option<Vec<u8>>,
 }
 
-/// `POST /v1/waits` as sent; [`decode_wait_request`] checks it into a [`WaitRequest`].
+/// `POST /v1/waits`: a condition to re-check on a machine, as sent (checked by
+/// `decode_wait_request`).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(rename = "WaitRequest")]

@@ -422,6 +422,9 @@ fn every_route_is_documented_with_its_answers_and_error_codes() {
             &json!({"$ref": format!("#/components/schemas/{name}")}),
         );
     }
+    // The descriptions come from doc comments: none may carry a rustdoc link for a reader of
+    // the document to stumble on.
+    assert!(!text.contains("[`"), "a description holds a rustdoc link");
 }
 
 #[test]
