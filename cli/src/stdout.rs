@@ -10,8 +10,10 @@
 //! programs it runs must fail with an error, not kill it.
 //!
 //! Every `println!` and `print!` of this crate comes here (the crate root defines them before
-//! any module); code that writes bytes takes [`lock`]. A long-lived command that must clean
-//! up first (`outpost run` stops its capability) checks [`is_broken_pipe`] itself instead.
+//! any module); code that writes bytes takes [`lock`]. A command that must clean up first
+//! (`outpost run` stops its capability, `outpost demo` removes its folders, `outpost attach`
+//! gives the terminal its mode back) checks [`is_broken_pipe`] itself instead and returns
+//! [`BROKEN_PIPE`].
 //! This module never writes to stderr and never buffers beyond what std does.
 
 use std::fmt;
