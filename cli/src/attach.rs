@@ -6,6 +6,9 @@
 //!
 //! Without a terminal on stdin (a pipe), it sends stdin as typed and keeps the size it was
 //! given: scripts can drive a terminal too. It never interprets the terminal's bytes.
+//!
+//! A signal (a resize's `SIGWINCH`, at any moment) never ends it: every read and write it
+//! makes retries on `EINTR`. Once nobody reads its stdout it ends quietly (status 141).
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpStream, ToSocketAddrs as _};
@@ -94,12 +97,18 @@ pub fn attach(args: &AttachArgs<'_>) -> anyhow::Result<ExitCode> {
                 }
                 Local::Eof => continue,
             };
-            socket.send(message).context("sending to the terminal")?;
+            send(&mut socket, message)?;
         }
         match socket.read() {
             Ok(Message::Binary(bytes)) => {
-                out.write_all(&bytes)?;
-                out.flush()?;
+                if let Err(e) = out.write_all(&bytes).and_then(|()| out.flush()) {
+                    if crate::stdout::is_broken_pipe(&e) {
+                        // Nobody reads the screen any more: end quietly (the local terminal's
+                        // mode is restored on the way out).
+                        return Ok(ExitCode::from(crate::stdout::BROKEN_PIPE));
+                    }
+                    return Err(e.into());
+                }
             }
             Ok(Message::Text(text)) => {
                 let message: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
@@ -129,14 +138,37 @@ pub fn attach(args: &AttachArgs<'_>) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
             Ok(_) => {}
-            Err(tungstenite::Error::Io(e))
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
+            Err(e) if again(&e) => {}
             Err(e) => bail!("the terminal's connection ended: {e}"),
         }
     }
+}
+
+/// Whether a socket call only has to be made again: its read timeout passed with nothing
+/// to read, or a signal (`SIGWINCH` on a resize) interrupted it. A socket read with a timeout
+/// fails with `EINTR` on a signal even though its handler asks for restarts.
+fn again(e: &tungstenite::Error) -> bool {
+    matches!(e, tungstenite::Error::Io(io) if matches!(
+        io.kind(),
+        std::io::ErrorKind::WouldBlock
+            | std::io::ErrorKind::TimedOut
+            | std::io::ErrorKind::Interrupted
+    ))
+}
+
+/// Sends `message`; a write a signal interrupted is finished by flushing again (the message
+/// is queued once, never twice).
+fn send(
+    socket: &mut tungstenite::WebSocket<Box<dyn Stream>>,
+    message: Message,
+) -> anyhow::Result<()> {
+    let mut sent = socket.send(message);
+    while let Err(e) = &sent
+        && again(e)
+    {
+        sent = socket.flush();
+    }
+    sent.context("sending to the terminal")
 }
 
 fn field(v: &Value, name: &str) -> anyhow::Result<String> {
@@ -182,6 +214,7 @@ fn spawn_keys(tx: mpsc::Sender<Local>, detach: u8) {
         let mut buf = [0u8; 4096];
         loop {
             let n = match stdin.read(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Ok(0) | Err(_) => {
                     let _ = tx.send(Local::Eof);
                     return;

@@ -332,7 +332,16 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
     server.shutdown();
     drop(host);
 
-    let ok = print(&rows, json)?;
+    let ok = match print(&rows, json) {
+        // Nobody reads the table: end quietly, the folders still removed by the caller.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(crate::stdout::is_broken_pipe) =>
+        {
+            return Ok(ExitCode::from(crate::stdout::BROKEN_PIPE));
+        }
+        printed => printed?,
+    };
     if let Err(e) = stopped {
         anyhow::bail!("the daemon stopped with an error: {e}");
     }

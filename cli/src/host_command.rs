@@ -137,7 +137,7 @@ pub fn command(args: CommandArgs) -> anyhow::Result<ExitCode> {
         _ => {
             print!("{}", str_of("stdout"));
             eprint!("{}", str_of("stderr"));
-            std::io::stdout().flush()?;
+            crate::stdout::lock().flush()?;
             if answer["running"] == json!(true) {
                 eprintln!("running");
                 return Ok(ExitCode::SUCCESS);

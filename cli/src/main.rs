@@ -6,9 +6,32 @@
 //! registers and follows condition waits; `outpost vectors
 //! check` checks this build against the published protocol vectors.
 //!
+//! Every command's standard output follows one rule ([`stdout`]): once nobody reads it (EPIPE,
+//! `outpost context list --json | head -1`), the command ends quietly with status 141. The
+//! `println!` and `print!` below stand in for std's in every module of this crate, so no
+//! printing can panic on it.
+//!
 //! `outpost confine …` is hidden: the Landlock helper a `confine: true` shell run starts
 //! through (see `outpost_exec_shell::confine`). It is dispatched before the command line is
 //! parsed, so its exit statuses (125, 126) and its program's arguments pass untouched.
+
+/// std's `println!`, except that a reader gone (EPIPE) ends the command quietly: see
+/// [`stdout`].
+macro_rules! println {
+    () => {
+        $crate::stdout::println(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::stdout::println(format_args!($($arg)*))
+    };
+}
+
+/// std's `print!`, except that a reader gone (EPIPE) ends the command quietly: see [`stdout`].
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::stdout::print(format_args!($($arg)*))
+    };
+}
 
 mod attach;
 mod client;
@@ -20,6 +43,7 @@ mod policy;
 mod run;
 mod serve;
 mod service;
+mod stdout;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

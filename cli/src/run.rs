@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use outpost_core::executor::{
-    Allowlists, Ending, Launch, Outcome, Registry, RunRefused, Scope, Stream, run_capability,
+    Allowlists, Ending, Launch, Outcome, OutputChunk, Registry, RunRefused, Scope, Stream,
+    run_capability,
 };
 use outpost_core::grant::CredentialDenylist;
 use outpost_core::manifest::Lifecycle;
@@ -136,8 +137,12 @@ pub fn run(
     let interrupted = interrupt_flag()?;
     let mut handle = run_capability(&registry, &allowlists, launch).map_err(refusal)?;
     let mut cancelled = false;
+    // Nobody reads the output any more (EPIPE): the run is stopped as on Ctrl-C, and the
+    // command ends quietly with `stdout::BROKEN_PIPE`.
+    let mut unread = false;
     let outcome = loop {
-        if !cancelled && interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+        let stop = unread || interrupted.load(std::sync::atomic::Ordering::Relaxed);
+        if !cancelled && stop {
             // Ctrl-C or SIGTERM: stop the run and clean up after it (its process group, its
             // container) before exiting.
             handle.cancel().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -147,17 +152,15 @@ pub fn run(
             .wait(Duration::from_millis(50))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         if !json {
-            for chunk in handle.read_output() {
-                let _ = match chunk.stream {
-                    Stream::Stdout => std::io::stdout().write_all(&chunk.bytes),
-                    Stream::Stderr => std::io::stderr().write_all(&chunk.bytes),
-                };
-            }
+            unread |= write_chunks(handle.read_output(), unread);
         }
         if let Some(outcome) = done {
             break outcome;
         }
     };
+    if unread {
+        return Ok(ExitCode::from(crate::stdout::BROKEN_PIPE));
+    }
     if json {
         print_json(
             &outcome,
@@ -169,6 +172,26 @@ pub fn run(
         eprintln!("outpost: output was cut at the manifest's output_max_bytes");
     }
     Ok(exit_code(&outcome))
+}
+
+/// Writes a run's output to this process's stdout and stderr (stdout's chunks dropped once
+/// `unread`); whether stdout's reader is gone (EPIPE).
+fn write_chunks(chunks: Vec<OutputChunk>, unread: bool) -> bool {
+    let mut gone = false;
+    for chunk in chunks {
+        match chunk.stream {
+            Stream::Stdout if unread || gone => {}
+            Stream::Stdout => {
+                let mut out = std::io::stdout().lock();
+                let written = out.write_all(&chunk.bytes).and_then(|()| out.flush());
+                gone = written.is_err_and(|e| crate::stdout::is_broken_pipe(&e));
+            }
+            Stream::Stderr => {
+                let _ = std::io::stderr().write_all(&chunk.bytes);
+            }
+        }
+    }
+    gone
 }
 
 fn print_json(
@@ -223,12 +246,12 @@ fn serve(registry: &Registry, allowlists: &Allowlists, launch: Launch) -> anyhow
             .map(|p| format!(" on port {p}"))
             .unwrap_or_default()
     );
+    let mut unread = false;
     loop {
-        for chunk in table.read_output(&name) {
-            let _ = match chunk.stream {
-                Stream::Stdout => std::io::stdout().write_all(&chunk.bytes),
-                Stream::Stderr => std::io::stderr().write_all(&chunk.bytes),
-            };
+        unread |= write_chunks(table.read_output(&name), unread);
+        if unread {
+            table.stop(&name).map_err(|e| anyhow::anyhow!("{e}"))?;
+            return Ok(ExitCode::from(crate::stdout::BROKEN_PIPE));
         }
         if stop.load(std::sync::atomic::Ordering::Relaxed) {
             table.stop(&name).map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -122,7 +122,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let root = Join::parse(&running.join)
         .map(|j| outpost_core::b64::encode(j.root.public_key.as_bytes()))
         .unwrap_or_default();
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout::lock();
     if args.json {
         let value = serde_json::json!({
             "url": running.url,

@@ -55,8 +55,21 @@ fn contexts_chains_runs_and_users_are_managed_from_the_command_line() {
     ));
     let id = shown["id"].as_str().expect("an id");
     assert_eq!(chain["chain"], serde_json::json!([id, "cloud"]), "{chain}");
+    assert_eq!(
+        chain["entries"],
+        serde_json::json!([{"id": id, "name": "build-box"}, {"id": "cloud", "name": "cloud"}]),
+        "{chain}"
+    );
     let chain = json(&outpost(&server, &admin, &["chain", "show", "--json"]));
     assert_eq!(chain["chain"][1], "cloud", "{chain}");
+    assert_eq!(chain["entries"][0]["name"], "build-box", "{chain}");
+    // A person reads the names they typed, not the ids.
+    for args in [&["chain", "set", "build-box,cloud"][..], &["chain", "show"]] {
+        let out = outpost(&server, &admin, args);
+        assert!(out.status.success(), "{args:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.trim(), "chain: build-box → cloud", "{args:?}");
+    }
     let bad = outpost(&server, &admin, &["chain", "set", "cloud,build-box"]);
     assert!(!bad.status.success(), "cloud must come last");
 

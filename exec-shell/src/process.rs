@@ -164,6 +164,8 @@ fn spawn_reader(
         let mut buf = [0u8; 8192];
         loop {
             match pipe.read(&mut buf) {
+                // A signal's handler ran meanwhile: read again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     let Ok(mut c) = captured.lock() else {

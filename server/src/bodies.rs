@@ -7,13 +7,18 @@
 //! code that runs. This module never touches the store, the dispatcher or the clock; what
 //! needs them (a context a name refers to, a chain's shape once its names are resolved) is
 //! the route's to check.
+//!
+//! Each body is read into a type of this module (`…Body`, or the core's type) that also
+//! describes itself ([`JsonSchema`]): the OpenAPI document's request schemas are generated
+//! from these very types, with the patterns and ranges the decoders check written beside the
+//! members they check, from the same constants. A test holds each decoder to its schema.
 
 use ed25519_dalek::VerifyingKey;
 use outpost_core::b64;
 use outpost_core::json::Value;
 use outpost_core::manifest::{Manifest, check_relative_path};
-use outpost_core::routing::{DEFAULT_QUEUE_MINUTES, Fallback, Requirement, WhenOffline};
-use outpost_core::wire::{CapabilitySource, Environment, Grant};
+use outpost_core::wire::{Environment, Grant};
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +30,17 @@ pub const DEFAULT_SLOTS: u32 = 2;
 pub const MAX_WAIT_SECS: u64 = 300;
 /// How long an execution request waits when it names no `waitSecs`.
 pub const DEFAULT_WAIT_SECS: u64 = 60;
+
+/// A context's or user's name: 1–64 characters of `[a-z0-9-]`, starting with a letter or
+/// digit (see [`valid_name`]).
+pub const NAME_PATTERN: &str = "^[a-z0-9][a-z0-9-]{0,63}$";
+/// A bundle's name: its SHA-256 as 64 lowercase hex digits (see [`check_digest`]).
+pub const DIGEST_PATTERN: &str = "^[0-9a-f]{64}$";
+/// An Ed25519 public key: 32 bytes of base64url without padding (43 characters, the last one
+/// carrying two bits).
+pub const KEY_PATTERN: &str = "^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$";
+/// The most entries a chain holds.
+pub const MAX_CHAIN: usize = outpost_core::routing::Chain::MAX_CONTEXTS;
 
 /// Every scope a token may hold (§11.2).
 pub const SCOPES: [&str; 6] = [
@@ -82,34 +98,12 @@ pub struct Registration {
     pub daemon_version: String,
 }
 
-/// `POST /v1/executions`: a capability to run, and where.
-#[derive(Debug, Clone)]
-pub struct ExecutionRequest {
-    /// The capability: an inline one whose files have safe paths and base64url content, or
-    /// one named by a well-formed digest.
-    pub capability: CapabilitySource,
-    /// Its manifest, parsed and validated; `None` for a digest (the stored bundle holds it).
-    pub manifest: Option<Manifest>,
-    /// The context named (a name, an id or `cloud`), not yet resolved.
-    pub context: Option<String>,
-    /// Whether a named context may fall through to the chain.
-    pub fallback: Fallback,
-    /// What the run needs of where it runs.
-    pub requires: Vec<Requirement>,
-    /// What to do when the context is offline (queue minutes checked).
-    pub when_offline: WhenOffline,
-    /// Whether the run wants host commands (only the operator's own runs may).
-    pub wants_commands: bool,
-    /// Whether the answer waits for the end.
-    pub wait: bool,
-    /// How long it waits at most, at most [`MAX_WAIT_SECS`].
-    pub wait_secs: u64,
-}
-
 /// `PUT /v1/chain`: the caller's chain, as given (names or ids, not yet resolved).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "Chain")]
 pub struct ChainRequest {
-    /// The entries, in order.
+    /// The entries, in order: context names or ids, and `cloud` (last when present).
+    #[schemars(length(max = MAX_CHAIN))]
     pub chain: Vec<String>,
 }
 
@@ -123,7 +117,7 @@ pub struct UserRequest {
 }
 
 /// `POST /v1/execution-contexts/{context}/share`: whether every member may use the machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ShareRequest {
     /// On: every member may opt in to run on it; off: nobody but its operator (and every
@@ -137,7 +131,7 @@ pub fn decode_share(bytes: &[u8]) -> Result<ShareRequest, BodyError> {
 }
 
 /// `POST /v1/execution-contexts/commands`: the machine's own host-commands switch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandsSwitch {
     /// On or off.
@@ -150,7 +144,7 @@ pub fn decode_commands_switch(bytes: &[u8]) -> Result<CommandsSwitch, BodyError>
 }
 
 /// `POST /v1/execution-contexts/commands/authorize`: the hop before one host command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CommandAuthorize {
     /// The run asking.
@@ -173,7 +167,7 @@ pub fn decode_command_authorize(bytes: &[u8]) -> Result<CommandAuthorize, BodyEr
 }
 
 /// What a run asks to do with one of its requester's background jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobOp {
     /// Read its state and output so far.
@@ -184,7 +178,7 @@ pub enum JobOp {
 
 /// `POST /v1/execution-contexts/commands/jobs/authorize`: the hop before a `poll` or `kill`
 /// of a background job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobAuthorize {
     /// The run asking.
@@ -200,21 +194,33 @@ pub fn decode_job_authorize(bytes: &[u8]) -> Result<JobAuthorize, BodyError> {
     parse(bytes)
 }
 
+/// `POST /v1/execution-contexts`: a machine registering its key, as sent (checked by
+/// `decode_registration`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "RegisterRequest")]
+pub struct RegisterBody {
+    /// The context's name (`invalid_name`).
+    #[schemars(regex(pattern = NAME_PATTERN))]
+    pub name: String,
+    /// The machine's Ed25519 public key, base64url (a small-order key is refused too).
+    #[schemars(regex(pattern = KEY_PATTERN))]
+    pub public_key: String,
+    /// The slots the machine offers (default 2).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_SLOTS))]
+    pub max_concurrent: Option<u32>,
+    /// The environments the machine offers.
+    #[serde(default)]
+    pub environments: Option<Vec<Environment>>,
+    /// The daemon's version.
+    #[serde(default)]
+    pub daemon_version: Option<String>,
+}
+
 /// Decodes a registration body.
 pub fn decode_registration(bytes: &[u8]) -> Result<Registration, BodyError> {
-    #[derive(Serialize, Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Raw {
-        name: String,
-        public_key: String,
-        #[serde(default)]
-        max_concurrent: Option<u32>,
-        #[serde(default)]
-        environments: Option<Vec<Environment>>,
-        #[serde(default)]
-        daemon_version: Option<String>,
-    }
-    let raw: Raw = parse(bytes)?;
+    let raw: RegisterBody = parse(bytes)?;
     let key = b64::decode_array::<32>(&raw.public_key)
         .map_err(|e| BodyError::invalid(format!("publicKey is not 32 bytes of base64url: {e}")))?;
     let public_key = VerifyingKey::from_bytes(&key)
@@ -237,63 +243,6 @@ pub fn decode_registration(bytes: &[u8]) -> Result<Registration, BodyError> {
     })
 }
 
-/// Decodes an execution request body.
-pub fn decode_execution_request(bytes: &[u8]) -> Result<ExecutionRequest, BodyError> {
-    #[derive(Serialize, Deserialize, Clone, Copy)]
-    #[serde(rename_all = "lowercase")]
-    enum OfflineMode {
-        Fail,
-        Queue,
-    }
-    #[derive(Serialize, Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Raw {
-        capability: CapabilitySource,
-        #[serde(default)]
-        context: Option<String>,
-        #[serde(default)]
-        fallback: Option<Fallback>,
-        #[serde(default)]
-        requires: Option<Vec<Requirement>>,
-        #[serde(default)]
-        when_offline: Option<OfflineMode>,
-        #[serde(default)]
-        queue_minutes: Option<u32>,
-        #[serde(default)]
-        wants_commands: Option<bool>,
-        #[serde(default)]
-        wait: Option<bool>,
-        #[serde(default)]
-        wait_secs: Option<u64>,
-    }
-    let raw: Raw = parse(bytes)?;
-    let manifest = check_capability(&raw.capability)?;
-    let wait_secs = raw.wait_secs.unwrap_or(DEFAULT_WAIT_SECS);
-    if wait_secs > MAX_WAIT_SECS {
-        return Err(BodyError::invalid(format!(
-            "waitSecs is at most {MAX_WAIT_SECS}"
-        )));
-    }
-    let when_offline = match raw.when_offline {
-        None | Some(OfflineMode::Fail) => WhenOffline::Fail,
-        Some(OfflineMode::Queue) => {
-            WhenOffline::queue(raw.queue_minutes.unwrap_or(DEFAULT_QUEUE_MINUTES))
-                .map_err(|e| BodyError::new(e.code(), e.to_string()))?
-        }
-    };
-    Ok(ExecutionRequest {
-        capability: raw.capability,
-        manifest,
-        context: raw.context,
-        fallback: raw.fallback.unwrap_or_default(),
-        requires: raw.requires.unwrap_or_default(),
-        when_offline,
-        wants_commands: raw.wants_commands.unwrap_or(false),
-        wait: raw.wait.unwrap_or(false),
-        wait_secs,
-    })
-}
-
 /// Decodes a grant (`PATCH /v1/execution-contexts/{context}/grant`).
 pub fn decode_grant(bytes: &[u8]) -> Result<Grant, BodyError> {
     let grant: Grant = parse(bytes)?;
@@ -305,20 +254,34 @@ pub fn decode_grant(bytes: &[u8]) -> Result<Grant, BodyError> {
     Ok(grant)
 }
 
-/// Decodes a chain (`PUT /v1/chain`).
+/// Decodes a chain (`PUT /v1/chain`): at most [`MAX_CHAIN`] entries (`invalid_chain`).
 pub fn decode_chain(bytes: &[u8]) -> Result<ChainRequest, BodyError> {
-    parse(bytes)
+    let chain: ChainRequest = parse(bytes)?;
+    if chain.chain.len() > MAX_CHAIN {
+        return Err(BodyError::new(
+            "invalid_chain",
+            format!("a chain holds at most {MAX_CHAIN} entries"),
+        ));
+    }
+    Ok(chain)
+}
+
+/// `POST /v1/users`: a new user, as sent (checked by `decode_user`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "UserRequest")]
+pub struct UserBody {
+    /// The user's name (`invalid_name`).
+    #[schemars(regex(pattern = NAME_PATTERN))]
+    pub name: String,
+    /// Its scopes (`unknown_scope`); every scope but `admin` when absent.
+    #[serde(default)]
+    #[schemars(extend("items" = {"enum": SCOPES}))]
+    pub scopes: Option<Vec<String>>,
 }
 
 /// Decodes a new user (`POST /v1/users`).
 pub fn decode_user(bytes: &[u8]) -> Result<UserRequest, BodyError> {
-    #[derive(Serialize, Deserialize)]
-    struct Raw {
-        name: String,
-        #[serde(default)]
-        scopes: Option<Vec<String>>,
-    }
-    let raw: Raw = parse(bytes)?;
+    let raw: UserBody = parse(bytes)?;
     check_name(&raw.name)?;
     if let Some(bad) = raw
         .scopes
@@ -335,6 +298,19 @@ pub fn decode_user(bytes: &[u8]) -> Result<UserRequest, BodyError> {
         name: raw.name,
         scopes: raw.scopes,
     })
+}
+
+/// Writes into the generated schemas what a body's types cannot say because the core's
+/// types serve frames too: over HTTP a grant's `limits.maxConcurrent` is 1 to [`MAX_SLOTS`]
+/// ([`decode_grant`]).
+pub(crate) fn constrain(schemas: &mut serde_json::Map<String, serde_json::Value>) {
+    let slots = schemas
+        .get_mut("GrantLimits")
+        .and_then(|s| s.pointer_mut("/properties/maxConcurrent"));
+    if let Some(slots) = slots {
+        slots["minimum"] = 1.into();
+        slots["maximum"] = MAX_SLOTS.into();
+    }
 }
 
 /// Whether `name` is 1–64 characters of `[a-z0-9-]`, starting with a letter or digit (the
@@ -355,20 +331,6 @@ fn check_name(name: &str) -> Result<(), BodyError> {
             "invalid_name",
             "a name is 1-64 characters of a-z, 0-9 and '-', starting with a letter or digit",
         ))
-    }
-}
-
-/// Checks a capability the way the machine will: an inline one's manifest validates and
-/// every file has a safe relative path and base64url content (its manifest is returned); one
-/// named by digest needs a well-formed digest here (`None`: its bundle is checked against
-/// the store, with [`check_inline`]).
-fn check_capability(capability: &CapabilitySource) -> Result<Option<Manifest>, BodyError> {
-    match capability {
-        CapabilitySource::Inline { manifest, files } => check_inline(manifest, files).map(Some),
-        CapabilitySource::Digest { sha256, .. } => {
-            check_digest(sha256)?;
-            Ok(None)
-        }
     }
 }
 
@@ -405,17 +367,17 @@ pub fn check_inline(
     Ok(parsed)
 }
 
-/// Parses `bytes` as strict JSON into `T`, refusing an array where `T` has a structure
-/// (which serde would otherwise read by position).
 /// `POST /v1/execution-contexts/{context}/terminals`: the size a terminal opens with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TerminalOpen {
     /// Columns, 1–1000 (default 80).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
     pub cols: Option<u16>,
     /// Rows, 1–1000 (default 24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
     pub rows: Option<u16>,
 }
 
@@ -441,6 +403,8 @@ pub fn decode_terminal_open(
     })
 }
 
+/// Parses `bytes` as strict JSON into `T`, refusing an array where `T` has a structure
+/// (which serde would otherwise read by position).
 fn parse<T: DeserializeOwned + Serialize>(bytes: &[u8]) -> Result<T, BodyError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(BodyError::invalid("a JSON body is required"));
@@ -459,7 +423,8 @@ fn parse<T: DeserializeOwned + Serialize>(bytes: &[u8]) -> Result<T, BodyError> 
     Ok(typed)
 }
 
-/// Refuses a given array or scalar where the typed reading has an object.
+/// Refuses a given array or scalar where the typed reading has an object, and a number where
+/// it has a string.
 fn same_shape(given: &Value, typed: &serde_json::Value, at: &str) -> Result<(), BodyError> {
     match (typed, given) {
         (serde_json::Value::Object(typed), Value::Object(members)) => {
@@ -479,15 +444,22 @@ fn same_shape(given: &Value, typed: &serde_json::Value, at: &str) -> Result<(), 
             }
             Ok(())
         }
+        // serde takes a variant's number for its name (`"kind": 0` for `"inline"`).
+        (serde_json::Value::String(_), Value::Int(_)) => {
+            Err(BodyError::invalid(format!("{at} must be a string")))
+        }
         _ => Ok(()),
     }
 }
 
+mod execute;
 #[cfg(test)]
 mod tests;
 mod waits;
 
+pub use execute::{ExecuteBody, ExecutionRequest, OfflineMode, decode_execution_request};
+
 pub use waits::{
     DEFAULT_INTERVAL_MS, MAX_CONDITION_BYTES, MAX_INTERVAL_MS, MAX_REASON_CHARS, MIN_INTERVAL_MS,
-    WaitRequest, decode_wait_request,
+    WaitBody, WaitRequest, decode_wait_request,
 };

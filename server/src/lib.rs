@@ -15,6 +15,7 @@ mod bootstrap;
 mod clock;
 mod dispatch;
 mod http;
+mod http_layer;
 mod metrics;
 pub mod releases;
 mod secrets;

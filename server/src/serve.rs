@@ -1,6 +1,7 @@
 //! Listening: the accept loop over plain TCP or TLS (rustls on ring), one hyper HTTP/1
 //! connection per socket with upgrades (for the WebSocket), the client's address handed to
-//! the routes, and a graceful stop: no new connections, open ones finish their request.
+//! the routes, the HTTP layer's own refusals in the API's error shape ([`crate::http_layer`]),
+//! and a graceful stop: no new connections, open ones finish their request.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,6 +20,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use crate::ServeError;
+use crate::http_layer::{self, JsonErrors};
 
 /// How long a stopping server lets open connections finish.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -79,12 +81,12 @@ pub(crate) async fn accept_loop(
             match tls {
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
-                        Ok(Ok(stream)) => serve_one(TokioIo::new(stream), addr, router, stop).await,
+                        Ok(Ok(stream)) => serve_one(stream, addr, router, stop).await,
                         Ok(Err(e)) => tracing::debug!(error = %e, %addr, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
                     }
                 }
-                None => serve_one(TokioIo::new(tcp), addr, router, stop).await,
+                None => serve_one(tcp, addr, router, stop).await,
             }
         });
         while tasks.try_join_next().is_some() {}
@@ -93,25 +95,45 @@ pub(crate) async fn accept_loop(
     tasks.abort_all();
 }
 
-async fn serve_one<I>(io: I, addr: SocketAddr, router: Router, mut stop: watch::Receiver<bool>)
+async fn serve_one<S>(stream: S, addr: SocketAddr, router: Router, mut stop: watch::Receiver<bool>)
 where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let io = JsonErrors::new(stream);
+    let handle = io.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(addr));
-        router.clone().oneshot(req.map(axum::body::Body::new))
+        let router = router.clone();
+        async move {
+            if target_len(req.uri()) > http_layer::MAX_URI {
+                return Ok(http_layer::URI_TOO_LONG.response());
+            }
+            router.oneshot(req.map(axum::body::Body::new)).await
+        }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
-        .serve_connection(io, service)
+        .header_read_timeout(http_layer::HEAD_TIMEOUT)
+        .max_header_size(http_layer::MAX_HEAD)
+        .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
     tokio::pin!(conn);
     tokio::select! {
-        r = conn.as_mut() => if let Err(e) = r { tracing::debug!(error = %e, %addr, "connection ended with an error") },
+        r = conn.as_mut() => match r {
+            Err(e) if e.is_timeout() && handle.head_begun() => handle.refuse(http_layer::TIMEOUT).await,
+            Err(e) => tracing::debug!(error = %e, %addr, "connection ended with an error"),
+            Ok(()) => {}
+        },
         _ = stop.changed() => {
             conn.as_mut().graceful_shutdown();
             let _ = conn.await;
         }
     }
+}
+
+/// The length of a request's target as sent: its path and query (and authority, in the
+/// absolute form).
+fn target_len(uri: &axum::http::Uri) -> usize {
+    uri.authority().map_or(0, |a| a.as_str().len())
+        + uri.path_and_query().map_or(0, |p| p.as_str().len())
 }

@@ -213,7 +213,10 @@ fn an_execution_on_the_server_reaches_its_end_and_is_listed_with_ran_on() {
     let chain = http(addr, "PUT", "/v1/chain", &auth, br#"{"chain":["cloud"]}"#);
     assert_eq!(
         (chain.status, chain.json()),
-        (200, json!({"chain": ["cloud"]}))
+        (
+            200,
+            json!({"chain": ["cloud"], "entries": [{"id": "cloud", "name": "cloud"}]})
+        )
     );
     let body = json!({"capability": inline("echo hi"), "wait": true, "waitSecs": 30}).to_string();
     let answer = http(addr, "POST", "/v1/executions", &auth, body.as_bytes());
@@ -258,7 +261,7 @@ fn an_execution_on_the_server_reaches_its_end_and_is_listed_with_ran_on() {
         b"",
     )
     .json();
-    assert_eq!(chain, json!({"chain": ["cloud"]}));
+    assert_eq!(chain["chain"], json!(["cloud"]), "{chain}");
     let again = http(
         server.addr(),
         "GET",

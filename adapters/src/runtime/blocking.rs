@@ -234,6 +234,11 @@ fn discard_to_end(control: &TcpStream) {
     }
 }
 
+/// Whether a socket call only has to be made again later: nothing to do now, or a signal
+/// interrupted it (`EINTR`).
 fn would_block(e: &WsError) -> bool {
-    matches!(e, WsError::Io(io) if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+    matches!(e, WsError::Io(io) if matches!(
+        io.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    ))
 }

@@ -164,8 +164,10 @@ fn is_final(execution: &Value) -> bool {
 }
 
 fn print_streams(execution: &Value) -> anyhow::Result<()> {
-    std::io::stdout().write_all(execution["stdout"].as_str().unwrap_or("").as_bytes())?;
-    std::io::stdout().flush()?;
+    let mut out = crate::stdout::lock();
+    out.write_all(execution["stdout"].as_str().unwrap_or("").as_bytes())?;
+    out.flush()?;
+    drop(out);
     let mut err = std::io::stderr();
     err.write_all(execution["stderr"].as_str().unwrap_or("").as_bytes())?;
     if execution["truncated"].as_bool() == Some(true) {

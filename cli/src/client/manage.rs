@@ -188,12 +188,13 @@ pub fn chain_show(api: &Api, json_out: bool) -> anyhow::Result<ExitCode> {
     print(&value, json_out, |v| println!("chain: {}", chain_text(v)))
 }
 
+/// The chain by the names a person typed (`entries[].name`), an entry's id where the server
+/// gave no name.
 fn chain_text(v: &Value) -> String {
-    let entries: Vec<&str> = v["chain"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
+    let ids = v["chain"].as_array().into_iter().flatten();
+    let entries: Vec<&str> = ids
+        .enumerate()
+        .filter_map(|(i, id)| v["entries"][i]["name"].as_str().or(id.as_str()))
         .collect();
     if entries.is_empty() {
         "(none: executes need --context)".into()

@@ -230,7 +230,7 @@ fn tail(file: &Path, lines: u32, follow: bool) -> Result<u8, ServiceError> {
     f.read_to_string(&mut text).map_err(io)?;
     let all: Vec<&str> = text.lines().collect();
     let from = all.len().saturating_sub(lines as usize);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout::lock();
     for line in &all[from..] {
         let _ = writeln!(out, "{line}");
     }

@@ -10,6 +10,7 @@ use super::target::TargetError;
 
 /// Why a candidate passed on a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptOutcome {
     /// Every slot was taken, or the daemon rejected the run as busy.
@@ -46,6 +47,7 @@ impl AttemptOutcome {
 
 /// A candidate that passed on the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Attempt {
     /// The context id, or `"cloud"`.

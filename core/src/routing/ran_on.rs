@@ -12,6 +12,7 @@ use super::{CLOUD_ID, CLOUD_NAME};
 
 /// Where a run ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum RanOnKind {
     /// The server's own executor.
@@ -22,6 +23,7 @@ pub enum RanOnKind {
 
 /// The `ranOn` record of a routed execute.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RanOn {
     /// `cloud` or `context`.

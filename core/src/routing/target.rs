@@ -13,6 +13,7 @@ pub const MAX_QUEUE_MINUTES: u32 = 1440;
 
 /// Something only a machine can give a run. Any requirement keeps the run off the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Requirement {
     /// Host folders.
@@ -33,6 +34,7 @@ impl Requirement {
 
 /// Whether a run that names a context may fall through to the caller's chain.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Fallback {
     /// Only the named context (strict).

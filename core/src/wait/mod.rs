@@ -146,6 +146,7 @@ pub enum CheckOutcome {
 /// Why a check failed. Also a member of `wait.matched` and `wait.failed`, so unknown members
 /// are ignored, as in every frame.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CheckError {
     /// The engine's stable code (`check_deadline`, `ctx_call_limit`, …).

@@ -22,13 +22,23 @@ pub const BUNDLE_TYPE: &str = "outpost.bundle";
 /// The bundle format's version.
 pub const BUNDLE_VERSION: u32 = 1;
 
+/// A bundle as its bytes read: the inline form with a type and a version (what
+/// `PUT /v1/bundles/{sha256}` takes). Its members are read by `decode_bundle` only.
 #[derive(Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "BundleDocument"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct BundleDoc {
+pub struct BundleDoc {
+    /// `outpost.bundle`.
     #[serde(rename = "type")]
+    #[cfg_attr(feature = "schema", schemars(extend("const" = BUNDLE_TYPE)))]
     kind: String,
+    /// The format's version (`BUNDLE_VERSION`).
+    #[cfg_attr(feature = "schema", schemars(extend("const" = BUNDLE_VERSION)))]
     version: u32,
+    /// The text of `manifest.yaml`.
     manifest: String,
+    /// The capability's other files.
     files: Vec<InlineFile>,
 }
 

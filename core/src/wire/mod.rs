@@ -17,8 +17,8 @@ mod types;
 
 pub use binary::{MAX_PTY_OUTPUT_DATA, PTY_OUTPUT_TAG, PtyOutputFrame};
 pub use bundle::{
-    BUNDLE_TYPE, BUNDLE_VERSION, BundleError, MAX_BUNDLE_BYTES, bundle_digest, decode_bundle,
-    encode_bundle,
+    BUNDLE_TYPE, BUNDLE_VERSION, BundleDoc, BundleError, MAX_BUNDLE_BYTES, bundle_digest,
+    decode_bundle, encode_bundle,
 };
 pub use codec::{DEFAULT_MAX_FRAME_LEN, FrameDecoder, LENGTH_PREFIX_LEN, encode_frame};
 pub use codes::{

@@ -7,6 +7,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 
 /// Where a capability runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Environment {
     /// A shell script or an executable.
@@ -33,6 +34,7 @@ impl Environment {
 
 /// Access mode of a granted folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum FolderMode {
     /// Read only.
@@ -43,6 +45,7 @@ pub enum FolderMode {
 
 /// A folder the server grants, before the machine's local policy narrows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FolderGrant {
     /// The host path as the operator wrote it.
     pub path: String,
@@ -52,6 +55,7 @@ pub struct FolderGrant {
 
 /// Whom a run may reach over the network.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "mode", rename_all = "lowercase")]
 pub enum Egress {
     /// No network.
@@ -67,6 +71,7 @@ pub enum Egress {
 
 /// The host-commands switch on the server's side.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CommandsGrant {
     /// Whether host commands are allowed by the server.
     pub enabled: bool,
@@ -74,6 +79,7 @@ pub struct CommandsGrant {
 
 /// Numeric limits in a grant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct GrantLimits {
     /// The most runs the daemon may hold at once.
@@ -82,6 +88,7 @@ pub struct GrantLimits {
 
 /// What the server allows runs on one machine to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Grant {
     /// Granted folders.
     #[serde(default)]
@@ -120,16 +127,30 @@ impl Grant {
 
 /// A file of a capability carried inline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct InlineFile {
     /// Path relative to the capability folder.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(regex(
+            pattern = r"^(?:(?!\.\.?(?:/|$))[^/\\\x00]+)(?:/(?!\.\.?(?:/|$))[^/\\\x00]+)*$"
+        ))
+    )]
     pub path: String,
     /// The file's bytes, base64url without padding.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(regex(
+            pattern = r"^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-][AQgw]|[A-Za-z0-9_-]{2}[AEIMQUYcgkosw048])?$"
+        ))
+    )]
     pub content_b64: String,
 }
 
 /// How a `run.request` delivers its capability.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum CapabilitySource {
     /// The manifest and files are in the frame.
@@ -142,6 +163,7 @@ pub enum CapabilitySource {
     /// The daemon fetches the bundle with a signed request and checks its digest.
     Digest {
         /// Lowercase hex SHA-256 of the bundle.
+        #[cfg_attr(feature = "schema", schemars(regex(pattern = r"^[0-9a-f]{64}$")))]
         sha256: String,
         /// The bundle's size in bytes.
         size: u64,
@@ -153,6 +175,7 @@ pub enum CapabilitySource {
 /// The daemon fills the first four on its clock; the server adds `server_ms` (commit to
 /// result on its clock) and `transit_ms = server_ms - daemon_ms`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Timing {
     /// Accepted to started.

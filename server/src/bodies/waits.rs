@@ -7,9 +7,10 @@
 
 use outpost_core::json::Value;
 use outpost_core::wire::CapabilitySource;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{BodyError, ExecutionRequest, decode_execution_request, parse};
+use super::{BodyError, ExecuteBody, ExecutionRequest, decode_execution_request, parse};
 
 /// The largest condition source, in bytes.
 pub const MAX_CONDITION_BYTES: usize = 64 * 1024;
@@ -41,28 +42,46 @@ pub struct WaitRequest {
     pub then_body: Option<Vec<u8>>,
 }
 
+/// `POST /v1/waits`: a condition to re-check on a machine, as sent (checked by
+/// `decode_wait_request`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "WaitRequest")]
+pub struct WaitBody {
+    /// The context that checks it: a name or an id (not `cloud`).
+    #[schemars(length(min = 1))]
+    pub context: String,
+    /// The condition's JavaScript source, 1 to 65,536 bytes of UTF-8, not only spaces
+    /// (`invalid_condition`).
+    #[schemars(length(min = 1, max = MAX_CONDITION_BYTES), regex(pattern = r"\S"))]
+    pub condition: String,
+    /// Milliseconds between checks (default 30,000; `interval_out_of_range`).
+    #[serde(default)]
+    #[schemars(range(min = MIN_INTERVAL_MS, max = MAX_INTERVAL_MS))]
+    pub interval_ms: Option<u64>,
+    /// When the wait gives up, Unix ms, in the future (`expires_in_the_past`).
+    #[serde(default)]
+    pub expires_at_ms: Option<u64>,
+    /// Why the requester waits, for people.
+    #[serde(default)]
+    #[schemars(length(max = MAX_REASON_CHARS))]
+    pub reason: Option<String>,
+    /// What to run once it matches: an execute body whose capability is inline
+    /// (`then_not_inline`). Decoded apart, as `POST /v1/executions` reads one.
+    #[serde(default, skip_serializing)]
+    pub then: Option<ExecuteBody>,
+}
+
 /// Decodes a wait registration: `invalid_condition`, `interval_out_of_range`,
 /// `then_not_inline`, and the execute body's own codes for `then` (its message names it).
 pub fn decode_wait_request(bytes: &[u8]) -> Result<WaitRequest, BodyError> {
-    #[derive(Serialize, Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Raw {
-        context: String,
-        condition: String,
-        #[serde(default)]
-        interval_ms: Option<u64>,
-        #[serde(default)]
-        expires_at_ms: Option<u64>,
-        #[serde(default)]
-        reason: Option<String>,
-    }
     let mut value = outpost_core::json::parse_strict(bytes)
         .map_err(|e| BodyError::new(e.code(), format!("the body is not strict JSON: {e}")))?;
     let then = match value.remove("then") {
         None | Some(Value::Null) => None,
         Some(then) => Some(then.to_canonical()),
     };
-    let raw: Raw = parse(&value.to_canonical())?;
+    let raw: WaitBody = parse(&value.to_canonical())?;
     if raw.condition.trim().is_empty() || raw.condition.len() > MAX_CONDITION_BYTES {
         return Err(BodyError::new(
             "invalid_condition",

@@ -5,14 +5,14 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::auth::{self, ADMIN, READ};
 use super::error::{ApiError, ApiResult};
-use super::extract::QueryParams;
-use super::openapi::{Auth, api};
-use super::{App, Route, body, route};
+use super::extract;
+use super::openapi::{self, Auth, Carries, api};
+use super::{App, Route, body, route, views};
 use crate::bodies::{self, SCOPES};
 use crate::clock::wall_now;
 use crate::secrets;
@@ -22,8 +22,8 @@ pub(super) fn routes() -> Vec<Route> {
         route(
             api("POST", "/v1/users", "Create a user and its token (admin)")
                 .auth(Auth::Bearer(ADMIN))
-                .request("UserRequest")
-                .response(201, Some("User"))
+                .request::<bodies::UserBody>()
+                .answer::<views::User>(201)
                 .errors(&[
                     (409, "user_exists"),
                     (400, "invalid_name"),
@@ -35,22 +35,26 @@ pub(super) fn routes() -> Vec<Route> {
         route(
             api("GET", "/v1/audit", "The audit log, newest first")
                 .auth(Auth::Bearer(READ))
-                .query(&["limit"])
-                .response(200, Some("Audit"))
+                .query::<AuditQuery>()
+                .answer::<views::Audit>(200)
                 .errors(&[(400, "invalid_query")]),
             get(audit),
         ),
         route(
-            api("GET", "/healthz", "Liveness").response(200, Some("Health")),
-            get(|| async { axum::Json(json!({"ok": true})) }),
+            api("GET", "/healthz", "Liveness").answer::<views::Health>(200),
+            get(|| async { axum::Json(views::Health { ok: true }) }),
         ),
         route(
-            api("GET", "/metrics", "Prometheus metrics").response(200, Some("Metrics")),
+            api("GET", "/metrics", "Prometheus metrics").answer_raw(
+                200,
+                "Prometheus text format",
+                Carries::Bytes("text/plain"),
+            ),
             get(metrics),
         ),
         route(
             api("GET", "/v1/openapi.json", "This API's OpenAPI 3.1 document")
-                .response(200, Some("OpenApi")),
+                .answer_schema(200, openapi::open_api),
             get(|State(app): State<App>| async move { axum::Json(app.openapi.clone()) }),
         ),
     ]
@@ -86,35 +90,45 @@ async fn create_user(State(app): State<App>, req: Request) -> ApiResult {
         .audit(now, "user_created", &caller.user, None, &body.name)?;
     Ok((
         StatusCode::CREATED,
-        axum::Json(json!({"user": body.name, "token": token, "scopes": scopes})),
+        axum::Json(views::User {
+            user: body.name,
+            token,
+            scopes,
+        }),
     )
         .into_response())
 }
 
-#[derive(Deserialize)]
+/// `GET /v1/audit`'s query.
+#[derive(Deserialize, JsonSchema)]
 struct AuditQuery {
+    /// How many events, newest first (default 100).
+    #[schemars(range(min = 1, max = 1000))]
     limit: Option<u32>,
 }
 
-async fn audit(
-    State(app): State<App>,
-    QueryParams(query): QueryParams<AuditQuery>,
-    req: Request,
-) -> ApiResult {
+async fn audit(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
+    let query: AuditQuery = extract::query(req.uri())?;
     let limit = query.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::new(400, "invalid_query", "limit is 1 to 1000"));
     }
     let actor = (!caller.is_admin()).then_some(caller.user.as_str());
-    let events: Vec<_> = app
+    let events = app
         .shared
         .store
         .audit_events(actor, limit)?
         .into_iter()
-        .map(|e| json!({"at": e.at, "kind": e.kind, "actor": e.actor, "contextId": e.context_id, "detail": e.detail}))
+        .map(|e| views::AuditEvent {
+            at: e.at,
+            kind: e.kind,
+            actor: e.actor,
+            context_id: e.context_id,
+            detail: e.detail,
+        })
         .collect();
-    Ok(axum::Json(json!({ "events": events })).into_response())
+    Ok(axum::Json(views::Audit { events }).into_response())
 }
 
 async fn metrics(State(app): State<App>) -> impl IntoResponse {

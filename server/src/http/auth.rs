@@ -78,7 +78,7 @@ pub(crate) fn bearer(app: &App, headers: &HeaderMap, scope: &str) -> Result<Call
     let value = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer_credentials)
         .ok_or_else(|| ApiError::new(401, "token_missing", "send Authorization: Bearer opt_…"))?;
     let invalid = || {
         ApiError::new(
@@ -115,6 +115,15 @@ pub(crate) fn bearer(app: &App, headers: &HeaderMap, scope: &str) -> Result<Call
     };
     caller.require(scope)?;
     Ok(caller)
+}
+
+/// The credentials of an `Authorization` value whose scheme is `Bearer`, in any case
+/// (RFC 9110 §11.1: a scheme is case-insensitive), after one or more spaces.
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| rest.trim_start_matches(' '))
 }
 
 /// Takes a token from the source address's bucket.
@@ -195,4 +204,24 @@ pub(crate) fn spend_nonce(app: &App, verified: &VerifiedRequest) -> Result<(), A
         .store
         .insert_nonce(&verified.keyid, nonce, created, expires, keep_until)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_credentials;
+
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case() {
+        for value in [
+            "Bearer opt_x",
+            "bearer opt_x",
+            "BEARER opt_x",
+            "bEaReR   opt_x",
+        ] {
+            assert_eq!(bearer_credentials(value), Some("opt_x"), "{value}");
+        }
+        for value in ["Basic opt_x", "Bearer", "Beareropt_x", "Bearers opt_x", ""] {
+            assert_eq!(bearer_credentials(value), None, "{value}");
+        }
+    }
 }

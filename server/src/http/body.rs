@@ -1,5 +1,6 @@
 //! Reading request bodies: at most 1 MiB (`body_too_large`, 413), labelled JSON when labelled
-//! at all (`unsupported_media_type`, 415). Decoding them is [`crate::bodies`]'s.
+//! at all (`unsupported_media_type`, 415; a bundle may also be `application/octet-stream`).
+//! Decoding them is [`crate::bodies`]'s.
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
@@ -31,23 +32,41 @@ pub(crate) async fn read(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiEr
         .map_err(|_| too_large())
 }
 
+/// What a JSON body may be labelled: `application/json`.
+pub(crate) const JSON_MEDIA: &[&str] = &["application/json"];
+
+/// What a bundle upload may be labelled: the bundle is a JSON document, hashed as bytes, so
+/// `application/json` and `application/octet-stream` (what `outpost execute` sends).
+pub(crate) const BUNDLE_MEDIA: &[&str] = &["application/json", "application/octet-stream"];
+
+/// Refuses a `Content-Type` that is none of `accepted` (parameters such as `charset` aside,
+/// case-insensitively) with 415 `unsupported_media_type`; a request without one passes.
+pub(crate) fn check_media(headers: &HeaderMap, accepted: &[&str]) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let media = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.split(';').next())
+        .map(|m| m.trim().to_ascii_lowercase());
+    if media.is_some_and(|m| accepted.contains(&m.as_str())) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        415,
+        "unsupported_media_type",
+        format!(
+            "this body is sent as content-type: {}",
+            accepted.join(" or ")
+        ),
+    ))
+}
+
 /// [`read`] for a route whose body is JSON: a `Content-Type` other than `application/json`
 /// (parameters such as `charset` aside) is refused before the body is read. A body sent
 /// without one is read as JSON.
 pub(crate) async fn read_json(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
-    if let Some(value) = headers.get(header::CONTENT_TYPE) {
-        let media = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.split(';').next())
-            .map(|m| m.trim().to_ascii_lowercase());
-        if media.as_deref() != Some("application/json") {
-            return Err(ApiError::new(
-                415,
-                "unsupported_media_type",
-                "the body must be JSON, sent as content-type: application/json",
-            ));
-        }
-    }
+    check_media(headers, JSON_MEDIA)?;
     read(headers, body).await
 }

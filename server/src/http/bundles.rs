@@ -13,16 +13,21 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, put};
 use outpost_core::manifest::Manifest;
-use outpost_core::wire::{CapabilitySource, MAX_BUNDLE_BYTES, bundle_digest, decode_bundle};
+use outpost_core::wire::{
+    BundleDoc, CapabilitySource, MAX_BUNDLE_BYTES, bundle_digest, decode_bundle,
+};
 use serde_json::json;
 
 use super::auth::{self, EXECUTE};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathParam;
-use super::openapi::{Auth, api};
-use super::{App, Route, route};
+use super::openapi::{Auth, Carries, api};
+use super::{App, Route, route, views};
 use crate::bodies::{check_digest, check_inline};
 use crate::clock::wall_now;
+
+/// A bundle's name in a path.
+const DIGEST_PARAM: &[(&str, &str)] = &[("sha256", crate::bodies::DIGEST_PATTERN)];
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -33,13 +38,17 @@ pub(super) fn routes() -> Vec<Route> {
                 "Upload a capability bundle under its SHA-256 (the body is the bundle)",
             )
             .auth(Auth::Bearer(EXECUTE))
-            .response(201, Some("Bundle"))
+            .request_as::<BundleDoc>(super::body::BUNDLE_MEDIA)
+            .params(DIGEST_PARAM)
+            .answer_when::<views::Bundle>(201, "stored")
+            .answer_when::<views::Bundle>(200, "already stored: nothing changed")
             .errors(&[
                 (400, "invalid_digest"),
                 (400, "digest_mismatch"),
                 (400, "invalid_bundle"),
                 (400, "invalid_manifest"),
                 (413, "bundle_too_large"),
+                (415, "unsupported_media_type"),
             ]),
             put(upload),
         ),
@@ -50,7 +59,12 @@ pub(super) fn routes() -> Vec<Route> {
                 "Fetch a capability bundle a run names by digest",
             )
             .auth(Auth::Signed)
-            .response(200, None)
+            .params(DIGEST_PARAM)
+            .answer_raw(
+                200,
+                "the bundle's bytes",
+                Carries::Bytes("application/octet-stream"),
+            )
             .errors(&[(400, "invalid_digest"), (404, "bundle_unknown")]),
             get(fetch),
         ),
@@ -106,6 +120,7 @@ async fn upload(State(app): State<App>, PathParam(sha256): PathParam, req: Reque
     let (parts, raw) = req.into_parts();
     let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
     check_digest(&sha256)?;
+    super::body::check_media(&parts.headers, super::body::BUNDLE_MEDIA)?;
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)

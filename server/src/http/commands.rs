@@ -30,7 +30,8 @@ use serde_json::json;
 
 use super::error::{ApiError, ApiResult};
 use super::openapi::{Auth, api};
-use super::{App, Route, route};
+use super::{App, Route, route, views};
+use crate::bodies::{CommandAuthorize, CommandsSwitch, JobAuthorize};
 use crate::clock::wall_now;
 
 /// The most characters of a command kept in the audit log (the daemon cuts it too).
@@ -54,8 +55,8 @@ pub(super) fn routes() -> Vec<Route> {
                 "Authorize one host command of a live run on this machine (the machine's own signed request)",
             )
             .auth(Auth::Signed)
-            .request("CommandAuthorize")
-            .response(200, Some("CommandAuthorized"))
+            .request::<CommandAuthorize>()
+            .answer::<views::CommandAuthorized>(200)
             .errors(HOP_ERRORS),
             post(authorize),
         ),
@@ -66,8 +67,8 @@ pub(super) fn routes() -> Vec<Route> {
                 "Authorize a poll or kill of a background host command by a live run on this machine (the machine's own signed request)",
             )
             .auth(Auth::Signed)
-            .request("JobAuthorize")
-            .response(200, Some("JobAuthorized"))
+            .request::<JobAuthorize>()
+            .answer::<views::JobAuthorized>(200)
             .errors(HOP_ERRORS),
             post(authorize_job),
         ),
@@ -78,8 +79,8 @@ pub(super) fn routes() -> Vec<Route> {
                 "Turn this machine's host commands on or off (the machine's own signed request)",
             )
             .auth(Auth::Signed)
-            .request("CommandsSwitch")
-            .response(200, Some("CommandsSwitch"))
+            .request::<CommandsSwitch>()
+            .answer::<views::CommandsSwitched>(200)
             .errors(&[(400, "invalid_body"), (409, "context_revoked")]),
             post(switch),
         ),
@@ -153,7 +154,11 @@ async fn authorize(
         Some(&context_id),
         &detail.to_string(),
     )?;
-    Ok(axum::Json(json!({"commandId": command_id, "requester": run.requester})).into_response())
+    Ok(axum::Json(views::CommandAuthorized {
+        command_id,
+        requester: run.requester,
+    })
+    .into_response())
 }
 
 async fn authorize_job(
@@ -164,7 +169,10 @@ async fn authorize_job(
     let (context_id, bytes) = super::machine::machine_request(&app, addr, req, true).await?;
     let body = crate::bodies::decode_job_authorize(&bytes)?;
     let run = commands_run(&app, &context_id, &body.run_id).await?;
-    Ok(axum::Json(json!({"requester": run.requester})).into_response())
+    Ok(axum::Json(views::JobAuthorized {
+        requester: run.requester,
+    })
+    .into_response())
 }
 
 async fn switch(
@@ -201,10 +209,11 @@ async fn switch(
         )?;
     }
     let entry = app.shared.store.context(&context_id)?.unwrap_or(entry);
-    Ok(
-        axum::Json(json!({"enabled": body.enabled, "grantVersion": entry.grant_version}))
-            .into_response(),
-    )
+    Ok(axum::Json(views::CommandsSwitched {
+        enabled: body.enabled,
+        grant_version: entry.grant_version,
+    })
+    .into_response())
 }
 
 /// 403 `commands_opt_in_local` for a user's grant edit that would turn commands on.

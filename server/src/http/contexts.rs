@@ -9,12 +9,12 @@ use axum::response::IntoResponse;
 use axum::routing::{get, patch, post};
 use outpost_core::routing::{CLOUD_ID, Chain, ChainEntry};
 use outpost_core::server::Input;
-use serde_json::json;
+use outpost_core::wire::Grant;
 
 use super::auth::{self, Caller, DELETE, EXECUTE, READ};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathParam;
-use super::openapi::{Auth, api};
+use super::openapi::{Auth, Carries, api};
 use super::{App, Route, body, route, views};
 use crate::bodies;
 use crate::clock::wall_now;
@@ -30,7 +30,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "The caller's contexts and those shared with every member",
             )
             .auth(Auth::Bearer(READ))
-            .response(200, Some("Contexts")),
+            .answer::<views::Contexts>(200),
             get(list),
         ),
         route(
@@ -40,7 +40,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "One context, by name or id",
             )
             .auth(Auth::Bearer(READ))
-            .response(200, Some("Context"))
+            .answer::<views::Context>(200)
             .errors(&[(404, "context_unknown"), (403, "not_yours")]),
             get(show),
         ),
@@ -51,8 +51,8 @@ pub(super) fn routes() -> Vec<Route> {
                 "Replace a context's grant",
             )
             .auth(Auth::Bearer(DELETE))
-            .request("Grant")
-            .response(200, Some("Context"))
+            .request::<Grant>()
+            .answer::<views::Context>(200)
             .errors(&[
                 (404, "context_unknown"),
                 (403, "not_yours"),
@@ -68,7 +68,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "Revoke a context for good",
             )
             .auth(Auth::Bearer(DELETE))
-            .response(200, Some("Context"))
+            .answer::<views::Context>(200)
             .errors(&[(404, "context_unknown"), (403, "not_yours")]),
             post(revoke),
         ),
@@ -79,7 +79,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "Delete a revoked context",
             )
             .auth(Auth::Bearer(DELETE))
-            .response(204, None)
+            .answer_raw(204, "deleted", Carries::Nothing)
             .errors(&[
                 (404, "context_unknown"),
                 (403, "not_yours"),
@@ -90,14 +90,14 @@ pub(super) fn routes() -> Vec<Route> {
         route(
             api("GET", "/v1/chain", "The caller's chain")
                 .auth(Auth::Bearer(EXECUTE))
-                .response(200, Some("Chain")),
+                .answer::<views::ChainShown>(200),
             get(get_chain),
         ),
         route(
             api("PUT", "/v1/chain", "Set the caller's chain")
                 .auth(Auth::Bearer(EXECUTE))
-                .request("Chain")
-                .response(200, Some("Chain"))
+                .request::<bodies::ChainRequest>()
+                .answer::<views::ChainShown>(200)
                 .errors(&[(400, "invalid_chain"), (404, "context_unknown")]),
             axum::routing::put(put_chain),
         ),
@@ -173,7 +173,7 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
             )
         })
         .collect();
-    Ok(axum::Json(json!({ "contexts": out })).into_response())
+    Ok(axum::Json(views::Contexts { contexts: out }).into_response())
 }
 
 async fn show(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {
@@ -278,15 +278,30 @@ async fn delete(State(app): State<App>, PathParam(given): PathParam, req: Reques
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-fn chain_body(chain: &Chain) -> serde_json::Value {
-    let ids: Vec<&str> = chain.entries().iter().map(ChainEntry::id).collect();
-    json!({ "chain": ids })
+/// A chain as routes answer it: `chain` the entries' ids (and `cloud`), `entries` each id
+/// with the name a person knows it by.
+fn chain_body(app: &App, chain: &Chain) -> Result<views::ChainShown, ApiError> {
+    let mut entries = Vec::new();
+    for entry in chain.entries() {
+        let name = match entry {
+            ChainEntry::Cloud => Some(CLOUD_ID.to_owned()),
+            ChainEntry::Context(id) => app.shared.store.context(id)?.map(|c| c.name),
+        };
+        entries.push(views::ChainEntryView {
+            id: entry.id().to_owned(),
+            name,
+        });
+    }
+    Ok(views::ChainShown {
+        chain: entries.iter().map(|e| e.id.clone()).collect(),
+        entries,
+    })
 }
 
 async fn get_chain(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), EXECUTE)?;
     let chain = app.shared.store.chain(&caller.user)?.unwrap_or_default();
-    Ok(axum::Json(chain_body(&chain)).into_response())
+    Ok(axum::Json(chain_body(&app, &chain)?).into_response())
 }
 
 async fn put_chain(State(app): State<App>, req: Request) -> ApiResult {
@@ -310,5 +325,5 @@ async fn put_chain(State(app): State<App>, req: Request) -> ApiResult {
         chain: chain.clone(),
     })
     .await?;
-    Ok(axum::Json(chain_body(&chain)).into_response())
+    Ok(axum::Json(chain_body(&app, &chain)?).into_response())
 }

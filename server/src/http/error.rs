@@ -66,9 +66,31 @@ impl From<crate::store::StoreError> for ApiError {
     }
 }
 
+/// The body of every error answer: `{"error":{"code","message"}}`.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Error")]
+pub(crate) struct ErrorAnswer {
+    error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+struct ErrorDetail {
+    /// A stable `snake_case` code.
+    #[schemars(regex(pattern = "^[a-z0-9_]+$"))]
+    code: String,
+    /// What was wrong and what to do, for a person.
+    message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        let body = ErrorAnswer {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+            },
+        };
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after
             && let Ok(value) = HeaderValue::from_str(&secs.to_string())

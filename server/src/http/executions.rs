@@ -11,12 +11,12 @@ use axum::routing::{get, post};
 use outpost_core::routing::{CLOUD_ID, ExecuteTarget, Requester};
 use outpost_core::server::{ExecuteRequest, Input};
 use outpost_core::wire::CapabilitySource;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::auth::{self, COMMAND, Caller, EXECUTE, READ};
 use super::error::{ApiError, ApiResult};
-use super::extract::{PathParam, QueryParams};
+use super::extract::{self, PathParam};
 use super::openapi::{Auth, api};
 use super::{App, Route, body, route, views};
 use crate::bodies::{self, MAX_WAIT_SECS};
@@ -30,8 +30,8 @@ pub(super) fn routes() -> Vec<Route> {
         route(
             api("POST", "/v1/executions", "Run a capability")
                 .auth(Auth::Bearer(EXECUTE))
-                .request("ExecuteRequest")
-                .response(201, Some("Execution"))
+                .request::<bodies::ExecuteBody>()
+                .answer::<views::Execution>(201)
                 .errors(&[
                     (400, "invalid_manifest"),
                     (404, "context_unknown"),
@@ -51,23 +51,23 @@ pub(super) fn routes() -> Vec<Route> {
                 "Read an execution, optionally waiting for its end",
             )
             .auth(Auth::Bearer(READ))
-            .query(&["waitSecs"])
-            .response(200, Some("Execution"))
+            .query::<ShowQuery>()
+            .answer::<views::Execution>(200)
             .errors(&[(404, "execution_unknown"), (400, "invalid_query")]),
             get(show),
         ),
         route(
             api("POST", "/v1/executions/{id}/cancel", "Cancel an execution")
                 .auth(Auth::Bearer(EXECUTE))
-                .response(200, Some("Execution"))
+                .answer::<views::Execution>(200)
                 .errors(&[(404, "execution_unknown")]),
             post(cancel),
         ),
         route(
             api("GET", "/v1/runs", "The caller's executions, newest first")
                 .auth(Auth::Bearer(READ))
-                .query(&["context", "limit"])
-                .response(200, Some("Runs"))
+                .query::<RunsQuery>()
+                .answer::<views::Runs>(200)
                 .errors(&[(400, "invalid_query")]),
             get(runs),
         ),
@@ -218,19 +218,17 @@ fn visible(app: &App, caller: &Caller, id: &str) -> Result<ExecutionEntry, ApiEr
         })
 }
 
-#[derive(Deserialize)]
+/// `GET /v1/executions/{id}`'s query.
+#[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct ShowQuery {
+    /// Wait for the end this many seconds at most (at most 300 are waited).
     wait_secs: Option<u64>,
 }
 
-async fn show(
-    State(app): State<App>,
-    PathParam(id): PathParam,
-    QueryParams(query): QueryParams<ShowQuery>,
-    req: Request,
-) -> ApiResult {
+async fn show(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
+    let query: ShowQuery = extract::query(req.uri())?;
     let mut entry = visible(&app, &caller, &id)?;
     if let Some(secs) = query.wait_secs {
         let secs = secs.min(MAX_WAIT_SECS);
@@ -254,18 +252,19 @@ async fn cancel(State(app): State<App>, PathParam(id): PathParam, req: Request) 
     Ok(axum::Json(views::execution(&entry)).into_response())
 }
 
-#[derive(Deserialize)]
+/// `GET /v1/runs`'s query.
+#[derive(Deserialize, JsonSchema)]
 struct RunsQuery {
+    /// Only the runs that asked for this context (a name or an id, as asked).
     context: Option<String>,
+    /// How many, newest first (default 50).
+    #[schemars(range(min = 1, max = 500))]
     limit: Option<u32>,
 }
 
-async fn runs(
-    State(app): State<App>,
-    QueryParams(query): QueryParams<RunsQuery>,
-    req: Request,
-) -> ApiResult {
+async fn runs(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
+    let query: RunsQuery = extract::query(req.uri())?;
     let limit = query.limit.unwrap_or(50);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::new(400, "invalid_query", "limit is 1 to 500"));
@@ -274,6 +273,6 @@ async fn runs(
         .shared
         .store
         .executions(Some(&caller.user), query.context.as_deref(), limit)?;
-    let runs: Vec<_> = runs.iter().map(views::execution).collect();
-    Ok(axum::Json(json!({ "runs": runs })).into_response())
+    let runs = runs.iter().map(views::execution).collect();
+    Ok(axum::Json(views::Runs { runs }).into_response())
 }

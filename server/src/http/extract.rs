@@ -1,5 +1,7 @@
-//! The path and query extractors of the routes: axum's, with their refusals answered as the
-//! API's JSON errors (`invalid_path`, `invalid_query`, 400) instead of axum's plain text.
+//! The path extractor and the query reader of the routes: axum's, with their refusals answered
+//! as the API's JSON errors (`invalid_path`, `invalid_query`, 400) instead of axum's plain
+//! text. A query is read by the handler after its credentials are checked, never by an
+//! extractor that runs before them.
 
 use axum::extract::{FromRequestParts, Path, Query};
 use axum::http::request::Parts;
@@ -25,21 +27,17 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
     }
 }
 
-/// The query string read into `T`.
-pub(crate) struct QueryParams<T>(pub(crate) T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
-        match Query::<T>::try_from_uri(&parts.uri) {
-            Ok(Query(value)) => Ok(Self(value)),
-            Err(e) => Err(ApiError::new(
-                400,
-                "invalid_query",
-                format!("the query string is not valid: {}", e.body_text()),
-            )),
-        }
+/// The query string read into `T` (`invalid_query`, 400). A route calls this only after it
+/// checked the caller's credentials, so a request with a bad query and no token answers 401,
+/// not 400: nothing of a request is judged before who sent it.
+pub(crate) fn query<T: DeserializeOwned>(uri: &axum::http::Uri) -> Result<T, ApiError> {
+    match Query::<T>::try_from_uri(uri) {
+        Ok(Query(value)) => Ok(value),
+        Err(e) => Err(ApiError::new(
+            400,
+            "invalid_query",
+            format!("the query string is not valid: {}", e.body_text()),
+        )),
     }
 }
 

@@ -18,13 +18,12 @@ use outpost_core::join::machine_key_id;
 use outpost_core::server::{ContextRecord, Input};
 use outpost_core::ticket::TICKET_PREFIX;
 use outpost_core::wire::{CommandsGrant, Egress, Grant, GrantLimits};
-use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::auth::{self, CREATE};
 use super::error::{ApiError, ApiResult};
-use super::openapi::{Auth, api};
-use super::{App, Route, body, route};
+use super::openapi::{self, Auth, Carries, api};
+use super::{App, Route, body, route, views};
 use crate::bodies;
 use crate::clock::wall_now;
 use crate::dispatch::Msg;
@@ -43,8 +42,12 @@ pub(super) fn routes() -> Vec<Route> {
                 "Register a machine (signed by the new key)",
             )
             .auth(Auth::SignedBearer(CREATE))
-            .request("RegisterRequest")
-            .response(201, Some("Registered"))
+            .request::<bodies::RegisterBody>()
+            .answer_when::<views::Registered>(201, "registered")
+            .answer_when::<views::Registered>(
+                200,
+                "this key was already registered: the same context (registering is idempotent)",
+            )
             .errors(&[
                 (400, "key_id_mismatch"),
                 (400, "invalid_name"),
@@ -61,7 +64,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "Get a single-use connect ticket",
             )
             .auth(Auth::Signed)
-            .response(200, Some("ConnectTicket"))
+            .answer::<views::ConnectTicket>(200)
             .errors(&[
                 (403, "context_revoked"),
                 (503, "ticket_store_full"),
@@ -76,8 +79,8 @@ pub(super) fn routes() -> Vec<Route> {
                 "Open the daemon's WebSocket",
             )
             .auth(Auth::Ticket)
-            .query(&["ticket"])
-            .response(101, None)
+            .query::<TicketQuery>()
+            .answer_raw(101, "switching to the WebSocket", Carries::Nothing)
             .errors(&[
                 (401, "ticket_malformed"),
                 (401, "ticket_unknown"),
@@ -92,18 +95,30 @@ pub(super) fn routes() -> Vec<Route> {
                 "/v1/execution-contexts/server-keys",
                 "The server's key set (§7)",
             )
-            .response(200, Some("KeySet")),
+            .answer_schema(200, openapi::key_set),
             get(server_keys),
         ),
     ]
 }
 
-fn registered(entry: &ContextEntry) -> serde_json::Value {
-    let grant: serde_json::Value = serde_json::from_str(&entry.grant_json).unwrap_or_default();
-    json!({
-        "contextId": entry.id, "name": entry.name, "operator": entry.operator,
-        "keyId": entry.key_id, "grant": grant, "grantVersion": entry.grant_version,
-    })
+/// The query of a WebSocket route: the single-use ticket (§9), since a browser cannot set
+/// headers on a WebSocket.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)] // Described, then read by `extract::ticket_query`.
+pub(super) struct TicketQuery {
+    /// `otk_…` (a daemon's) or `vtk_…` (a viewer's).
+    ticket: String,
+}
+
+fn registered(entry: &ContextEntry) -> views::Registered {
+    views::Registered {
+        context_id: entry.id.clone(),
+        name: entry.name.clone(),
+        operator: entry.operator.clone(),
+        key_id: entry.key_id.clone(),
+        grant: serde_json::from_str(&entry.grant_json).unwrap_or_default(),
+        grant_version: entry.grant_version,
+    }
 }
 
 /// Verifies a machine request's `outpost` signature with the key `lookup` finds (§8 steps
@@ -308,9 +323,11 @@ async fn connect_ticket(
         }
         tickets.insert(secrets::hash(&text), (context_id, expires_at));
     }
-    Ok(axum::Json(json!({
-        "ticket": text, "sessionId": issued.session_id, "expiresAt": expires_at,
-    }))
+    Ok(axum::Json(views::ConnectTicket {
+        ticket: text,
+        session_id: issued.session_id,
+        expires_at,
+    })
     .into_response())
 }
 

@@ -235,3 +235,6 @@ pub(crate) fn router(app: App) -> Router {
 pub(crate) fn all_scopes() -> Vec<String> {
     auth::SCOPES.iter().map(|s| (*s).to_owned()).collect()
 }
+
+#[cfg(test)]
+mod schema_tests;

@@ -1,11 +1,20 @@
 //! The OpenAPI 3.1 document, generated from the route table: each [`RouteDoc`] names its
-//! method, path, authentication, request and response schemas and its error codes, and
-//! [`document`] turns the table into `/v1/openapi.json`. The schemas are written here once,
-//! by name; a route naming a schema that is not here is a test failure, not a silent gap.
+//! method, path, authentication, the types of its request body, query and answers, and its
+//! error codes, and [`document`] turns the table into `/v1/openapi.json`.
+//!
+//! The schemas are not written here: each is generated (schemars, JSON Schema 2020-12) from
+//! the type a route decodes its body or query into ([`crate::bodies`], the routes' query
+//! types) or answers with ([`super::views`]), so the document cannot describe a member, a
+//! pattern or a range those types do not have. Only what the server serves as stored bytes
+//! (the key set and release documents of §7, metrics, this document) is described by hand
+//! here. This module decides no behaviour; it only describes.
 
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{Map, Value, json};
 
 use super::Route;
+use super::body::JSON_MEDIA;
 
 /// How a route authenticates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +31,32 @@ pub(crate) enum Auth {
     Ticket,
 }
 
+/// A schema, made by the generator of the document.
+pub(crate) type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
+
+fn schema_of<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+/// What a success answer carries.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Carries {
+    /// Nothing (204, 101).
+    Nothing,
+    /// JSON of this schema.
+    Json(SchemaFn),
+    /// Bytes of this media type.
+    Bytes(&'static str),
+}
+
+/// One success answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) when: &'static str,
+    pub(crate) carries: Carries,
+}
+
 /// One route's documentation.
 #[derive(Debug, Clone)]
 pub(crate) struct RouteDoc {
@@ -29,10 +64,13 @@ pub(crate) struct RouteDoc {
     pub(crate) path: &'static str,
     pub(crate) summary: &'static str,
     pub(crate) auth: Auth,
-    pub(crate) request: Option<&'static str>,
-    pub(crate) status: u16,
-    pub(crate) response: Option<&'static str>,
-    pub(crate) query: &'static [&'static str],
+    /// The body's schema and the media types it may be sent as.
+    pub(crate) request: Option<(SchemaFn, &'static [&'static str])>,
+    pub(crate) answers: Vec<Answer>,
+    /// The query's type (its members are the parameters).
+    pub(crate) query: Option<SchemaFn>,
+    /// Path parameters with a shape (`^[0-9a-f]{64}$`); the others are any text.
+    pub(crate) params: &'static [(&'static str, &'static str)],
     pub(crate) errors: &'static [(u16, &'static str)],
 }
 
@@ -44,9 +82,9 @@ pub(crate) fn api(method: &'static str, path: &'static str, summary: &'static st
         summary,
         auth: Auth::None,
         request: None,
-        status: 200,
-        response: None,
-        query: &[],
+        answers: Vec::new(),
+        query: None,
+        params: &[],
         errors: &[],
     }
 }
@@ -56,17 +94,59 @@ impl RouteDoc {
         self.auth = auth;
         self
     }
-    pub(crate) fn request(mut self, schema: &'static str) -> Self {
-        self.request = Some(schema);
+    /// The body is JSON read into `T`.
+    pub(crate) fn request<T: JsonSchema>(self) -> Self {
+        self.request_as::<T>(JSON_MEDIA)
+    }
+    /// The body is `T`, sent as one of `media`.
+    pub(crate) fn request_as<T: JsonSchema>(mut self, media: &'static [&'static str]) -> Self {
+        self.request = Some((schema_of::<T>, media));
         self
     }
-    pub(crate) fn response(mut self, status: u16, schema: Option<&'static str>) -> Self {
-        self.status = status;
-        self.response = schema;
+    /// Answers `status` with a `T`.
+    pub(crate) fn answer<T: JsonSchema>(self, status: u16) -> Self {
+        self.answer_when::<T>(status, "success")
+    }
+    /// Answers `status` with a `T` in the case `when`.
+    pub(crate) fn answer_when<T: JsonSchema>(mut self, status: u16, when: &'static str) -> Self {
+        self.answers.push(Answer {
+            status,
+            when,
+            carries: Carries::Json(schema_of::<T>),
+        });
         self
     }
-    pub(crate) fn query(mut self, names: &'static [&'static str]) -> Self {
-        self.query = names;
+    /// Answers `status` with a document described by `schema`.
+    pub(crate) fn answer_schema(mut self, status: u16, schema: SchemaFn) -> Self {
+        self.answers.push(Answer {
+            status,
+            when: "success",
+            carries: Carries::Json(schema),
+        });
+        self
+    }
+    /// Answers `status` with nothing, or with bytes of `media`.
+    pub(crate) fn answer_raw(mut self, status: u16, when: &'static str, carries: Carries) -> Self {
+        self.answers.push(Answer {
+            status,
+            when,
+            carries,
+        });
+        self
+    }
+    /// The query is read into `T`.
+    pub(crate) fn query<T: JsonSchema>(mut self) -> Self {
+        self.query = Some(|_| {
+            SchemaSettings::draft2020_12()
+                .with(|s| s.inline_subschemas = true)
+                .into_generator()
+                .into_root_schema_for::<T>()
+        });
+        self
+    }
+    /// Path parameters and the pattern each must match.
+    pub(crate) fn params(mut self, params: &'static [(&'static str, &'static str)]) -> Self {
+        self.params = params;
         self
     }
     pub(crate) fn errors(mut self, errors: &'static [(u16, &'static str)]) -> Self {
@@ -76,7 +156,13 @@ impl RouteDoc {
 
     /// Every error this route may answer, with the ones its authentication and body add.
     pub(crate) fn all_errors(&self) -> Vec<(u16, &'static str)> {
-        let mut out: Vec<(u16, &'static str)> = Vec::new();
+        let mut out: Vec<(u16, &'static str)> = vec![
+            // The HTTP layer's own (`crate::http_layer`), before any route reads the request.
+            (400, "malformed_request"),
+            (408, "request_timeout"),
+            (414, "uri_too_long"),
+            (431, "headers_too_large"),
+        ];
         let bearer = [
             (401, "token_missing"),
             (401, "token_invalid"),
@@ -118,7 +204,7 @@ impl RouteDoc {
         if self.path.contains('{') {
             out.push((400, "invalid_path"));
         }
-        if !self.query.is_empty() && self.auth != Auth::Ticket {
+        if self.query.is_some() && self.auth != Auth::Ticket {
             out.push((400, "invalid_query"));
         }
         if self.request.is_some() {
@@ -141,21 +227,38 @@ impl RouteDoc {
     }
 }
 
-fn schema_ref(name: &str) -> Value {
-    json!({"$ref": format!("#/components/schemas/{name}")})
+/// The generator of the document's schemas: JSON Schema 2020-12 (what OpenAPI 3.1 uses), with
+/// named schemas under `#/components/schemas`. Bodies are described as a reader takes them
+/// (members with a default may be left out), answers as the server writes them (a member
+/// always written is required, `null` or not).
+fn generator(answers: bool) -> SchemaGenerator {
+    let settings = SchemaSettings::draft2020_12().with(|s| {
+        s.definitions_path = "/components/schemas".into();
+        s.meta_schema = None;
+    });
+    if answers {
+        settings.for_serialize().into_generator()
+    } else {
+        settings.for_deserialize().into_generator()
+    }
 }
 
-fn content(name: &str) -> Value {
-    let media = if name == "Metrics" {
-        "text/plain"
-    } else {
-        "application/json"
-    };
-    json!({ media: {"schema": schema_ref(name)} })
+/// A query parameter's schema: the member's, without `null` (a query has no `null`).
+fn parameter_schema(member: &Value) -> Value {
+    let mut schema = member.clone();
+    if let Some(types) = schema.get_mut("type").and_then(Value::as_array_mut) {
+        types.retain(|t| t != "null");
+        if types.len() == 1 {
+            schema["type"] = types[0].clone();
+        }
+    }
+    schema
 }
 
 /// The document for `routes`.
 pub(crate) fn document(routes: &[Route]) -> Value {
+    let mut bodies = generator(false);
+    let mut answers = generator(true);
     let mut paths = Map::new();
     for route in routes {
         let d = &route.doc;
@@ -176,25 +279,59 @@ pub(crate) fn document(routes: &[Route]) -> Value {
         let mut params = Vec::new();
         for segment in d.path.split('/') {
             if let Some(name) = segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
-                params.push(json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}));
+                let mut schema = json!({"type": "string"});
+                if let Some((_, pattern)) = d.params.iter().find(|(n, _)| *n == name) {
+                    schema["pattern"] = json!(pattern);
+                }
+                params
+                    .push(json!({"name": name, "in": "path", "required": true, "schema": schema}));
             }
         }
-        for name in d.query {
-            params.push(json!({"name": name, "in": "query", "required": *name == "ticket", "schema": {"type": "string"}}));
+        if let Some(query) = d.query {
+            let schema = query(&mut bodies);
+            let required: Vec<&str> = schema
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let members = schema.get("properties").and_then(Value::as_object);
+            for (name, member) in members.into_iter().flatten() {
+                let mut param = json!({"name": name, "in": "query",
+                    "required": required.contains(&name.as_str()),
+                    "schema": parameter_schema(member)});
+                if let Some(text) = member.get("description") {
+                    param["description"] = text.clone();
+                }
+                params.push(param);
+            }
         }
         op.insert("parameters".into(), Value::Array(params));
-        if let Some(name) = d.request {
+        if let Some((schema, media)) = d.request {
+            let schema = schema(&mut bodies);
+            let content: Map<String, Value> = media
+                .iter()
+                .map(|m| ((*m).to_owned(), json!({"schema": schema})))
+                .collect();
             op.insert(
                 "requestBody".into(),
-                json!({"required": true, "content": content(name)}),
+                json!({"required": true, "content": content}),
             );
         }
         let mut responses = Map::new();
-        let mut ok = json!({"description": "success"});
-        if let Some(name) = d.response {
-            ok["content"] = content(name);
+        for answer in &d.answers {
+            let mut entry = json!({"description": answer.when});
+            match answer.carries {
+                Carries::Nothing => {}
+                Carries::Json(schema) => {
+                    entry["content"] =
+                        json!({"application/json": {"schema": schema(&mut answers)}});
+                }
+                Carries::Bytes(media) => {
+                    entry["content"] = json!({media: {"schema": {"type": "string"}}});
+                }
+            }
+            responses.insert(answer.status.to_string(), entry);
         }
-        responses.insert(d.status.to_string(), ok);
         let mut by_status: std::collections::BTreeMap<u16, Vec<&str>> = Default::default();
         for (status, code) in d.all_errors() {
             let codes = by_status.entry(status).or_default();
@@ -208,7 +345,7 @@ pub(crate) fn document(routes: &[Route]) -> Value {
                 json!({
                     "description": format!("error: {}", codes.join(", ")),
                     "x-error-codes": codes,
-                    "content": content("Error"),
+                    "content": {"application/json": {"schema": answers.subschema_for::<super::error::ErrorAnswer>()}},
                 }),
             );
         }
@@ -220,6 +357,11 @@ pub(crate) fn document(routes: &[Route]) -> Value {
             methods.insert(d.method.to_ascii_lowercase(), Value::Object(op));
         }
     }
+    let mut schemas = answers.take_definitions(true);
+    // A type both read and answered (a Grant) is described as a reader takes it: what the
+    // server writes always fits it.
+    schemas.extend(bodies.take_definitions(true));
+    crate::bodies::constrain(&mut schemas);
     json!({
         "openapi": "3.1.0",
         "info": {"title": "outpost", "version": env!("CARGO_PKG_VERSION"),
@@ -233,137 +375,41 @@ pub(crate) fn document(routes: &[Route]) -> Value {
                 "ticket": {"type": "apiKey", "in": "query", "name": "ticket",
                            "description": "single-use connect ticket (§9)"}
             },
-            "schemas": schemas(),
+            "schemas": schemas,
         }
     })
 }
 
-fn object(required: &[&str], properties: Value) -> Value {
-    json!({"type": "object", "required": required, "properties": properties})
-}
-
-/// Every schema a route may name.
-pub(crate) fn schemas() -> Value {
+/// The key set document of §7 (served as the server signed it).
+pub(crate) fn key_set(_: &mut SchemaGenerator) -> Schema {
     let s = json!({"type": "string"});
     let i = json!({"type": "integer"});
-    let b = json!({"type": "boolean"});
-    let strings = json!({"type": "array", "items": {"type": "string"}});
-    let any = json!({"type": "object"});
-    let mut all = json!({
-        "Error": object(&["error"], json!({"error": object(&["code", "message"], json!({"code": s, "message": s}))})),
-        "RegisterRequest": object(&["name", "publicKey"], json!({
-            "name": s, "publicKey": s, "maxConcurrent": i, "environments": strings, "daemonVersion": s})),
-        "Registered": object(&["contextId", "name", "operator", "keyId", "grant", "grantVersion"], json!({
-            "contextId": s, "name": s, "operator": s, "keyId": s, "grant": schema_ref("Grant"), "grantVersion": i})),
-        "ConnectTicket": object(&["ticket", "sessionId", "expiresAt"], json!({"ticket": s, "sessionId": s, "expiresAt": i})),
-        "Bundle": object(&["sha256", "size"], json!({"sha256": s, "size": i})),
-        "CommandsSwitch": object(&["enabled"], json!({"enabled": b, "grantVersion": i})),
-        "CommandAuthorize": object(&["runId", "command", "background"], json!({
-            "runId": s, "command": s, "cwd": s, "envKeys": strings, "background": b})),
-        "CommandAuthorized": object(&["commandId", "requester"], json!({"commandId": s, "requester": s})),
-        "JobAuthorize": object(&["runId", "op", "jobId"], json!({
-            "runId": s, "op": {"enum": ["poll", "kill"]}, "jobId": i})),
-        "JobAuthorized": object(&["requester"], json!({"requester": s})),
-        "DaemonRelease": object(
-            &["type", "version", "os", "arch", "size", "sha512", "root", "sig"],
-            json!({"type": s, "version": s, "os": s, "arch": s, "size": i, "sha512": s, "root": s, "sig": s}),
-        ),
-        "KeySet": object(&["type", "version", "root", "keys", "sig"], json!({
-            "type": s, "version": i, "root": s, "sig": s,
-            "keys": {"type": "array", "items": object(&["kid", "publicKey", "notBefore", "notAfter"], json!({
-                "kid": s, "publicKey": s, "notBefore": i, "notAfter": i}))}})),
-        "Grant": object(&["egress", "limits"], json!({
-            "fs": {"type": "array", "items": object(&["path", "mode"], json!({"path": s, "mode": {"enum": ["ro", "rw"]}}))},
-            "egress": any, "commands": object(&["enabled"], json!({"enabled": b})),
-            "limits": object(&["maxConcurrent"], json!({"maxConcurrent": i})), "environments": strings})),
-        "ExecuteRequest": object(&["capability"], json!({
-            "capability": any, "context": s, "fallback": {"enum": ["none", "chain"]},
-            "requires": strings, "whenOffline": {"enum": ["fail", "queue"]}, "queueMinutes": i,
-            "wantsCommands": b, "wait": b, "waitSecs": i})),
-        "Execution": object(&["executionId", "status", "createdAt"], json!({
-            "executionId": s,
-            "status": {"enum": ["pending", "running", "exited", "timed_out", "cancelled", "failed", "lost"]},
-            "exitCode": i, "signal": i, "stdout": s, "stderr": s, "truncated": b,
-            "error": object(&["code", "message"], json!({"code": s, "message": s, "reason": s})),
-            "ranOn": any, "ranOnText": s, "timing": any, "createdAt": i, "finishedAt": i})),
-        "Runs": object(&["runs"], json!({"runs": {"type": "array", "items": schema_ref("Execution")}})),
-        "Context": object(&["id", "name", "operator", "online", "grant", "grantVersion", "revoked"], json!({
-            "id": s, "name": s, "operator": s, "online": b, "slotsUsed": i, "slotsTotal": i,
-            "grant": schema_ref("Grant"), "grantVersion": i, "revoked": b, "daemonVersion": s,
-            "registeredAt": i, "environments": strings, "sharedWithAllMembers": b, "optedIn": strings,
-            "operatorIsMember": b})),
-        "ShareRequest": object(&["allMembers"], json!({"allMembers": b})),
-        "Contexts": object(&["contexts"], json!({"contexts": {"type": "array", "items": schema_ref("Context")}})),
-        "Chain": object(&["chain"], json!({"chain": strings})),
-        "UserRequest": object(&["name"], json!({"name": s, "scopes": strings})),
-        "User": object(&["user", "token", "scopes"], json!({"user": s, "token": s, "scopes": strings})),
-        "Audit": object(&["events"], json!({"events": {"type": "array", "items": object(&["at", "kind", "actor", "detail"], json!({
-            "at": i, "kind": s, "actor": s, "contextId": s, "detail": s}))}})),
-        "TerminalOpen": object(&[], json!({"cols": i, "rows": i})),
-        "TerminalOpened": object(&["terminalId", "context", "contextId", "ticket", "role", "expiresInMs", "cols", "rows"], json!({
-            "terminalId": s, "context": s, "contextId": s, "ticket": s, "role": {"enum": ["operator", "watcher"]},
-            "expiresInMs": i, "cols": i, "rows": i})),
-        "TerminalTicket": object(&["ticket", "role", "expiresInMs"], json!({
-            "ticket": s, "role": {"enum": ["operator", "watcher"]}, "expiresInMs": i})),
-        "Terminals": object(&["terminals"], json!({"terminals": {"type": "array", "items": object(
-            &["terminalId", "context", "contextId", "state", "viewers", "cols", "rows", "openedAt", "openedBy"], json!({
-            "terminalId": s, "context": s, "contextId": s, "state": {"enum": ["starting", "open", "closed"]},
-            "viewers": i, "cols": i, "rows": i, "openedAt": i, "openedBy": s}))}})),
-        "Health": object(&["ok"], json!({"ok": b})),
-        "Metrics": {"type": "string", "description": "Prometheus text format"},
-        "OpenApi": {"type": "object", "description": "this document"},
-    });
-    all["WaitRequest"] = object(
-        &["context", "condition"],
-        json!({
-            "context": s, "condition": s, "intervalMs": i, "expiresAtMs": i, "reason": s,
-            "then": schema_ref("ExecuteRequest")
-        }),
-    );
-    all["Wait"] = wait_schema();
-    all["Waits"] = object(
-        &["waits"],
-        json!({"waits": {"type": "array", "items": schema_ref("Wait")}}),
-    );
-    all
+    let key = json!({"type": "object", "required": ["kid", "publicKey", "notBefore", "notAfter"],
+        "properties": {"kid": s, "publicKey": s, "notBefore": i, "notAfter": i}});
+    Schema::try_from(json!({
+        "type": "object", "description": "The server's key set (§7), signed by its root key.",
+        "required": ["type", "version", "root", "keys", "sig"],
+        "properties": {"type": s, "version": i, "root": s, "sig": s,
+                       "keys": {"type": "array", "items": key}}
+    }))
+    .unwrap_or_default()
 }
 
-/// The Wait schema (apart: one `json!` of it all is past the macro's recursion limit).
-fn wait_schema() -> Value {
+/// The daemon release document of §7.1 (served as the server signed it).
+pub(crate) fn daemon_release(_: &mut SchemaGenerator) -> Schema {
     let s = json!({"type": "string"});
     let i = json!({"type": "integer"});
-    let continuation = object(
-        &["state"],
-        json!({
-            "id": s, "executionId": s, "error": s,
-            "state": {"enum": ["none", "pending", "started", "access_lost", "cancelled", "expired", "refused"]}
-        }),
-    );
-    let last_error = object(
-        &["code", "message", "atMs"],
-        json!({"code": s, "message": s, "atMs": i}),
-    );
-    object(
-        &[
-            "waitId",
-            "context",
-            "contextId",
-            "requester",
-            "state",
-            "intervalMs",
-            "createdAtMs",
-            "checks",
-            "consecutiveErrors",
-            "continuation",
-        ],
-        json!({
-            "waitId": s, "context": s, "contextId": s, "requester": s,
-            "state": {"enum": ["active", "cancelling", "matched", "failed"]},
-            "reason": s, "intervalMs": i, "expiresAtMs": i, "createdAtMs": i, "checks": i,
-            "consecutiveErrors": i, "lastError": last_error, "nextCheckAtMs": i,
-            "resumeText": s, "payload": {}, "evidence": {},
-            "failReason": {"enum": ["check_errors", "expired", "cancelled", "context_revoked"]}, "endedAtMs": i,
-            "deduplicated": {"type": "boolean"}, "continuation": continuation,
-        }),
-    )
+    Schema::try_from(json!({
+        "type": "object", "description": "A daemon release (§7.1), signed by the server's root key.",
+        "required": ["type", "version", "os", "arch", "size", "sha512", "root", "sig"],
+        "properties": {"type": s, "version": s, "os": s, "arch": s, "size": i, "sha512": s,
+                       "root": s, "sig": s}
+    }))
+    .unwrap_or_default()
+}
+
+/// This document.
+pub(crate) fn open_api(_: &mut SchemaGenerator) -> Schema {
+    Schema::try_from(json!({"type": "object", "description": "this document (OpenAPI 3.1)"}))
+        .unwrap_or_default()
 }

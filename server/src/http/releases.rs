@@ -13,7 +13,7 @@ use axum::routing::get;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::PathParam;
-use super::openapi::{Auth, api};
+use super::openapi::{self, Auth, Carries, api};
 use super::{App, Route, route};
 use crate::releases::RELEASE_FILE;
 
@@ -26,7 +26,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "The daemon release this server publishes (signed by its root key)",
             )
             .auth(Auth::Signed)
-            .response(200, Some("DaemonRelease"))
+            .answer_schema(200, openapi::daemon_release)
             .errors(&[(404, "no_release")]),
             get(document),
         ),
@@ -37,7 +37,12 @@ pub(super) fn routes() -> Vec<Route> {
                 "The daemon binary a release names by SHA-512",
             )
             .auth(Auth::Signed)
-            .response(200, None)
+            .params(&[("sha512", "^[0-9a-f]{128}$")])
+            .answer_raw(
+                200,
+                "the binary",
+                Carries::Bytes("application/octet-stream"),
+            )
             .errors(&[(400, "invalid_digest"), (404, "release_unknown")]),
             get(binary),
         ),

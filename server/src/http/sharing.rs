@@ -22,8 +22,8 @@ use super::auth::{self, ADMIN, DELETE, EXECUTE};
 use super::contexts::{answer, find, lookup, shared_with_members};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathParam;
-use super::openapi::{Auth, api};
-use super::{App, Route, body, route};
+use super::openapi::{Auth, Carries, api};
+use super::{App, Route, body, route, views};
 use crate::bodies;
 use crate::clock::wall_now;
 use crate::store::{ContextEntry, Removal, Store, StoreError};
@@ -37,8 +37,8 @@ pub(super) fn routes() -> Vec<Route> {
                 "Share a context with every member, or stop sharing it",
             )
             .auth(Auth::Bearer(DELETE))
-            .request("ShareRequest")
-            .response(200, Some("Context"))
+            .request::<bodies::ShareRequest>()
+            .answer::<views::Context>(200)
             .errors(&[
                 (404, "context_unknown"),
                 (403, "not_yours"),
@@ -53,7 +53,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "Opt in to run on a context shared with you",
             )
             .auth(Auth::Bearer(EXECUTE))
-            .response(200, Some("Context"))
+            .answer::<views::Context>(200)
             .errors(&[
                 (404, "context_unknown"),
                 (403, "not_shared"),
@@ -69,7 +69,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "Opt out: your runs no longer go to that context",
             )
             .auth(Auth::Bearer(EXECUTE))
-            .response(200, Some("Context"))
+            .answer::<views::Context>(200)
             .errors(&[
                 (404, "context_unknown"),
                 (403, "not_shared"),
@@ -85,7 +85,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "Remove a user from the organization (admin)",
             )
             .auth(Auth::Bearer(ADMIN))
-            .response(204, None)
+            .answer_raw(204, "removed", Carries::Nothing)
             .errors(&[(404, "user_unknown"), (409, "cannot_remove_self")]),
             axum::routing::delete(remove_user),
         ),

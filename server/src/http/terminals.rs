@@ -17,13 +17,12 @@ use outpost_core::routing::{ExecuteTarget, Requester};
 use outpost_core::server::{ExecuteRequest, Input};
 use outpost_core::terminal::Role;
 use outpost_core::wire::{CapabilitySource, Environment};
-use serde_json::json;
 
 use super::auth::{self, EXECUTE, READ};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathParam;
-use super::openapi::{Auth, api};
-use super::{App, Route, body, route};
+use super::openapi::{Auth, Carries, api};
+use super::{App, Route, body, route, views};
 use crate::clock::wall_now;
 use crate::secrets;
 use crate::store::ExecutionEntry;
@@ -42,8 +41,8 @@ pub(super) fn routes() -> Vec<Route> {
                 "Open a terminal (a login shell) on a context you operate",
             )
             .auth(Auth::Bearer(EXECUTE))
-            .request("TerminalOpen")
-            .response(201, Some("TerminalOpened"))
+            .request::<crate::bodies::TerminalOpen>()
+            .answer::<views::TerminalOpened>(201)
             .errors(&[
                 (400, "invalid_body"),
                 (404, "context_unknown"),
@@ -57,7 +56,7 @@ pub(super) fn routes() -> Vec<Route> {
         route(
             api("GET", "/v1/terminals", "The caller's open terminals")
                 .auth(Auth::Bearer(READ))
-                .response(200, Some("Terminals")),
+                .answer::<views::Terminals>(200),
             get(list),
         ),
         route(
@@ -67,7 +66,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "A single-use ticket to view a terminal",
             )
             .auth(Auth::Bearer(EXECUTE))
-            .response(201, Some("TerminalTicket"))
+            .answer::<views::TerminalTicket>(201)
             .errors(&[(404, "terminal_unknown")]),
             post(ticket),
         ),
@@ -78,8 +77,8 @@ pub(super) fn routes() -> Vec<Route> {
                 "The viewer WebSocket (with ?ticket=)",
             )
             .auth(Auth::Ticket)
-            .query(&["ticket"])
-            .response(101, None)
+            .query::<super::machine::TicketQuery>()
+            .answer_raw(101, "switching to the WebSocket", Carries::Nothing)
             .errors(&[
                 (401, "ticket_invalid"),
                 (401, "ticket_expired"),
@@ -185,16 +184,16 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
     let (ticket, role) = issue(&app, &exec_id, &caller.user, false).await?;
     Ok((
         StatusCode::CREATED,
-        axum::Json(json!({
-            "terminalId": exec_id,
-            "context": entry.name,
-            "contextId": entry.id,
-            "ticket": ticket,
-            "role": role.code(),
-            "expiresInMs": crate::terminals::TICKET_LIFETIME_MS,
-            "cols": size.cols,
-            "rows": size.rows,
-        })),
+        axum::Json(views::TerminalOpened {
+            terminal_id: exec_id,
+            context: entry.name,
+            context_id: entry.id,
+            ticket,
+            role: role.code(),
+            expires_in_ms: crate::terminals::TICKET_LIFETIME_MS,
+            cols: size.cols,
+            rows: size.rows,
+        }),
     )
         .into_response())
 }
@@ -227,7 +226,7 @@ async fn issue(
 
 async fn list(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
-    let views = app
+    let open = app
         .shared
         .terminals
         .ask(|reply| TermMsg::List {
@@ -237,23 +236,21 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
         })
         .await
         .ok_or_else(App::gone)?;
-    let terminals: Vec<_> = views
-        .iter()
-        .map(|t| {
-            json!({
-                "terminalId": t.terminal_id,
-                "context": t.context_name,
-                "contextId": t.context_id,
-                "state": t.state,
-                "viewers": t.viewers,
-                "cols": t.size.cols,
-                "rows": t.size.rows,
-                "openedAt": t.opened_at,
-                "openedBy": t.opened_by,
-            })
+    let terminals = open
+        .into_iter()
+        .map(|t| views::TerminalRow {
+            terminal_id: t.terminal_id,
+            context: t.context_name,
+            context_id: t.context_id,
+            state: t.state,
+            viewers: t.viewers,
+            cols: t.size.cols,
+            rows: t.size.rows,
+            opened_at: t.opened_at,
+            opened_by: t.opened_by,
         })
         .collect();
-    Ok(axum::Json(json!({ "terminals": terminals })).into_response())
+    Ok(axum::Json(views::Terminals { terminals }).into_response())
 }
 
 async fn ticket(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {
@@ -261,11 +258,11 @@ async fn ticket(State(app): State<App>, PathParam(id): PathParam, req: Request) 
     let (ticket, role) = issue(&app, &id, &caller.user, caller.is_admin()).await?;
     Ok((
         StatusCode::CREATED,
-        axum::Json(json!({
-            "ticket": ticket,
-            "role": role.code(),
-            "expiresInMs": crate::terminals::TICKET_LIFETIME_MS,
-        })),
+        axum::Json(views::TerminalTicket {
+            ticket,
+            role: role.code(),
+            expires_in_ms: crate::terminals::TICKET_LIFETIME_MS,
+        }),
     )
         .into_response())
 }

@@ -13,15 +13,16 @@ use axum::routing::{get, post};
 use outpost_core::routing::CLOUD_ID;
 use outpost_core::server::Input;
 use outpost_core::session::WaitOrder;
-use outpost_core::wait::continuation_id;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
 use super::auth::{self, COMMAND, Caller, EXECUTE, READ};
 use super::error::{ApiError, ApiResult};
-use super::extract::{PathParam, QueryParams};
+use super::extract::{self, PathParam};
 use super::openapi::{Auth, api};
+use super::views::wait::{Wait, Waits, wait as view};
 use super::{App, Route, body, route};
 use crate::dispatch::{Refused, may_execute, wait_spec};
 use crate::secrets;
@@ -37,8 +38,12 @@ pub(super) fn routes() -> Vec<Route> {
                 "Register a condition wait on a context",
             )
             .auth(Auth::Bearer(EXECUTE))
-            .request("WaitRequest")
-            .response(201, Some("Wait"))
+            .request::<crate::bodies::WaitBody>()
+            .answer_when::<Wait>(201, "a new wait (deduplicated: false)")
+            .answer_when::<Wait>(
+                200,
+                "an identical active wait of the caller (deduplicated: true)",
+            )
             .errors(&[
                 (400, "invalid_condition"),
                 (400, "interval_out_of_range"),
@@ -58,21 +63,22 @@ pub(super) fn routes() -> Vec<Route> {
         route(
             api("GET", "/v1/waits", "The caller's waits, newest first")
                 .auth(Auth::Bearer(READ))
-                .query(&["limit"])
-                .response(200, Some("Waits")),
+                .query::<ListQuery>()
+                .answer::<Waits>(200)
+                .errors(&[(400, "invalid_query")]),
             get(list),
         ),
         route(
             api("GET", "/v1/waits/{id}", "One wait")
                 .auth(Auth::Bearer(READ))
-                .response(200, Some("Wait"))
+                .answer::<Wait>(200)
                 .errors(&[(404, "wait_unknown")]),
             get(show),
         ),
         route(
             api("POST", "/v1/waits/{id}/cancel", "Cancel a wait")
                 .auth(Auth::Bearer(EXECUTE))
-                .response(200, Some("Wait"))
+                .answer::<Wait>(200)
                 .errors(&[(404, "wait_unknown")]),
             post(cancel),
         ),
@@ -158,14 +164,14 @@ async fn register(State(app): State<App>, req: Request) -> ApiResult {
     let (wait, created) = app.shared.store.insert_wait(&new)?;
     if !created {
         let mut view = view(&wait);
-        view["deduplicated"] = json!(true);
+        view.deduplicated = Some(true);
         return Ok(axum::Json(view).into_response());
     }
     // Offered now; a daemon that is not ready gets it when it next comes up.
     let order = WaitOrder::Register(wait_spec(&wait, &context.operator));
     send(&app, &wait.context_id, order).await;
     let mut view = view(&wait);
-    view["deduplicated"] = json!(false);
+    view.deduplicated = Some(false);
     Ok((StatusCode::CREATED, axum::Json(view)).into_response())
 }
 
@@ -181,24 +187,26 @@ async fn send(app: &App, context_id: &str, order: WaitOrder) {
     }
 }
 
-#[derive(Deserialize)]
+/// `GET /v1/waits`'s query.
+#[derive(Deserialize, JsonSchema)]
 struct ListQuery {
+    /// How many, newest first (default 100).
+    #[schemars(range(min = 1, max = 500))]
     limit: Option<u32>,
 }
 
-async fn list(
-    State(app): State<App>,
-    QueryParams(query): QueryParams<ListQuery>,
-    req: Request,
-) -> ApiResult {
+async fn list(State(app): State<App>, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), READ)?;
+    let query: ListQuery = extract::query(req.uri())?;
     let limit = query.limit.unwrap_or(100);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::new(400, "invalid_query", "limit is 1 to 500"));
     }
     let waits = app.shared.store.waits_of(&caller.user, limit)?;
-    let waits: Vec<Value> = waits.iter().map(view).collect();
-    Ok(axum::Json(json!({ "waits": waits })).into_response())
+    let waits = Waits {
+        waits: waits.iter().map(view).collect(),
+    };
+    Ok(axum::Json(waits).into_response())
 }
 
 /// The wait `id` if the caller registered it (or is an admin).
@@ -232,40 +240,4 @@ async fn cancel(State(app): State<App>, PathParam(id): PathParam, req: Request) 
     // Read again: the daemon may have answered already.
     let wait = app.shared.store.wait(&id)?.unwrap_or(wait);
     Ok(axum::Json(view(&wait)).into_response())
-}
-
-fn parsed(text: Option<&str>) -> Value {
-    text.and_then(|t| serde_json::from_str(t).ok())
-        .unwrap_or(Value::Null)
-}
-
-/// A Wait.
-pub(crate) fn view(w: &WaitEntry) -> Value {
-    let has_then = w.then_json.is_some();
-    json!({
-        "waitId": w.id,
-        "context": w.context_name,
-        "contextId": w.context_id,
-        "requester": w.requester,
-        "state": w.state,
-        "reason": w.reason,
-        "intervalMs": w.interval_ms,
-        "expiresAtMs": w.expires_at_ms,
-        "createdAtMs": w.created_at_ms,
-        "checks": w.checks,
-        "consecutiveErrors": w.consecutive_errors,
-        "lastError": parsed(w.last_error.as_deref()),
-        "nextCheckAtMs": w.next_check_at_ms,
-        "resumeText": w.resume_text,
-        "payload": parsed(w.payload.as_deref()),
-        "evidence": parsed(w.evidence.as_deref()),
-        "failReason": w.fail_reason,
-        "endedAtMs": w.ended_at_ms,
-        "continuation": {
-            "id": has_then.then(|| continuation_id(&w.id)),
-            "state": w.continuation_state,
-            "executionId": w.continuation_execution_id,
-            "error": w.continuation_error,
-        },
-    })
 }
