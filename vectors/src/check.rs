@@ -61,6 +61,7 @@ pub fn check_dir(dir: &Path) -> Result<Report, CheckError> {
     run::<ContentDigestCase>(dir, "content-digest.json", digest, &mut report)?;
     run::<CanonicalJsonCase>(dir, "canonical-json.json", canonical, &mut report)?;
     run::<TerminalCase>(dir, "terminal.json", terminal, &mut report)?;
+    run::<DaemonRunsCase>(dir, "daemon-runs.json", daemon_runs, &mut report)?;
     Ok(report)
 }
 
@@ -391,5 +392,134 @@ fn terminal(c: &TerminalCase) -> CaseResult {
             Ok(())
         }
         other => Err(format!("{}: unknown form {other:?}", c.name)),
+    }
+}
+
+/// Drives outpost-core's daemon through a case's steps and compares each answer.
+fn daemon_runs(c: &DaemonRunsCase) -> CaseResult {
+    use outpost_core::daemon::{Command, Daemon, DaemonConfig, Input, Output};
+    use outpost_core::time::{Instant, Now};
+    use outpost_core::wire::{Environment, RunResult, RunStatus, Timing};
+
+    let pinned = c
+        .pinned_roots
+        .iter()
+        .map(|r| {
+            Ok(RootKey {
+                id: r.id.clone(),
+                public_key: verifying_key_from_hex(&r.public_key_hex)?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let roots = PinnedRoots::new(pinned);
+    let read_set = |hex_text: &str| -> Result<KeySet, String> {
+        KeySet::from_document(&unhex("key_set_hex", hex_text)?, &roots)
+            .map_err(|e| format!("{}: a key set does not read: {e}", c.name))
+    };
+    let now = Now {
+        instant: Instant::from_origin(std::time::Duration::from_secs(1)),
+        wall: UnixTime(c.now),
+    };
+    let config = DaemonConfig {
+        environments: vec![Environment::Shell],
+        ..DaemonConfig::default()
+    };
+    let mut daemon = Daemon::new(config, read_set(&c.key_set_hex)?, now);
+    let drain = |daemon: &mut Daemon| -> Vec<Output> {
+        let mut out = Vec::new();
+        loop {
+            match daemon.poll_output() {
+                Output::Wait { .. } => return out,
+                o => out.push(o),
+            }
+        }
+    };
+    drain(&mut daemon);
+    let feed = |daemon: &mut Daemon, input: Input| -> Result<Vec<Output>, String> {
+        daemon
+            .handle_input(now, input)
+            .map_err(|e| format!("{}: the daemon refused an input: {e}", c.name))?;
+        Ok(drain(daemon))
+    };
+    feed(
+        &mut daemon,
+        Input::Connected {
+            session_id: c.session_id.clone(),
+        },
+    )?;
+    for (i, step) in c.steps.iter().enumerate() {
+        let got = match step.input.as_str() {
+            "key_set" => {
+                let set = read_set(step.hex.as_deref().unwrap_or_default())?;
+                let offered = set.clone();
+                feed(&mut daemon, Input::KeysUpdated(set))?;
+                if daemon.key_set() == &offered {
+                    "taken".to_owned()
+                } else {
+                    "kept".to_owned()
+                }
+            }
+            "frame" => {
+                let bytes = unhex("hex", step.hex.as_deref().unwrap_or_default())?;
+                if step
+                    .frame
+                    .as_ref()
+                    .is_some_and(|f| f.get().as_bytes() != bytes)
+                {
+                    return Err(format!("{}: step {i}: `frame` differs from `hex`", c.name));
+                }
+                answer(&feed(&mut daemon, Input::Frame(bytes))?)
+            }
+            "run_finished" => {
+                let result = RunResult {
+                    status: RunStatus::Exited,
+                    exit_code: Some(0),
+                    signal: None,
+                    stdout: "hi\n".into(),
+                    stderr: String::new(),
+                    truncated: false,
+                    timing: Timing::default(),
+                    error: None,
+                };
+                let run_id = step.run_id.clone().unwrap_or_default();
+                answer(&feed(&mut daemon, Input::RunFinished { run_id, result })?)
+            }
+            other => return Err(format!("{}: step {i}: unknown input {other:?}", c.name)),
+        };
+        if got != step.expect {
+            return Err(format!(
+                "{}: step {i} ({}): answered {got}, expected {}",
+                c.name, step.input, step.expect
+            ));
+        }
+    }
+    return Ok(());
+
+    /// What the daemon did about one input, in the vectors' words.
+    fn answer(outputs: &[Output]) -> String {
+        for o in outputs {
+            if let Output::Close { code, reason } = o {
+                return format!("close:{code}:{reason}");
+            }
+        }
+        if outputs
+            .iter()
+            .any(|o| matches!(o, Output::Command(Command::Execute(_))))
+        {
+            return "execute".to_owned();
+        }
+        for o in outputs {
+            if let Output::Transmit(bytes) = o {
+                let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+                    continue;
+                };
+                let kind = v["type"].as_str().unwrap_or_default();
+                return match v["code"].as_str() {
+                    Some(code) if kind == "run.reject" => format!("{kind}:{code}"),
+                    _ => kind.to_owned(),
+                };
+            }
+        }
+        "nothing".to_owned()
     }
 }

@@ -239,3 +239,48 @@ pub struct TerminalCase {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub close: Option<bool>,
 }
+
+/// A case of `daemon-runs.json`: a daemon driven through `steps` from a key set and a session,
+/// each step's input answered as `expect` says.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DaemonRunsCase {
+    /// The case's name.
+    pub name: String,
+    /// Always true: each step carries its own expectation.
+    pub valid: bool,
+    /// Never set (each step carries its own expectation).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    /// The roots the daemon pins.
+    pub pinned_roots: Vec<RootEntry>,
+    /// The key set the daemon holds when it starts.
+    pub key_set_hex: String,
+    /// The session id of the connection (from the ticket).
+    pub session_id: String,
+    /// Wall time of every step, seconds since the epoch.
+    pub now: u64,
+    /// The inputs, in order.
+    pub steps: Vec<DaemonStep>,
+}
+
+/// One input to the daemon of a [`DaemonRunsCase`] and what it must answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DaemonStep {
+    /// `key_set` (a fetched key-set document, `hex`), `frame` (a server frame, `hex`) or
+    /// `run_finished` (the executor finished `run_id`, exit 0).
+    pub input: String,
+    /// The document's or frame's exact bytes.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub hex: Option<String>,
+    /// The frame, verbatim, for reading.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub frame: Option<Box<RawValue>>,
+    /// For `run_finished`: the run.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub run_id: Option<String>,
+    /// `taken` / `kept` (a key set: the daemon's set is the offered one / stays as it was);
+    /// the `type` of the first frame the daemon sends (`hello`, `run.accept`, `run.result`),
+    /// `run.reject:CODE` for a refusal; `execute` (a run is handed to an executor);
+    /// `close:CODE:REASON` (the daemon closes the connection); `nothing`.
+    pub expect: String,
+}

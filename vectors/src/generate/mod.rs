@@ -1,6 +1,7 @@
 //! Writes every vector file from fixed seeds and fixed times. The output is deterministic:
 //! the committed files must equal it byte for byte.
 
+mod daemon;
 mod frames;
 mod http;
 mod json;
@@ -65,6 +66,10 @@ pub fn all() -> Vec<GeneratedFile> {
         GeneratedFile {
             name: "terminal.json",
             text: to_text(&terminal::file()),
+        },
+        GeneratedFile {
+            name: "daemon-runs.json",
+            text: to_text(&daemon::file()),
         },
     ]
 }
