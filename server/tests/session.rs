@@ -375,3 +375,110 @@ fn a_second_runner_for_a_terminal_is_refused_naming_the_holder() {
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A daemon written from the document alone, by hand: it says hello with 2 slots and never
+/// announces again, and it lets offers go unanswered. The grant's cap of 1 applies at once;
+/// an unanswered offer is withdrawn after 5 s and passes as busy; a result for a run it never
+/// held is acknowledged, not recorded, and counted.
+#[test]
+fn a_hand_written_daemon_meets_the_live_cap_the_offer_deadline_and_unknown_results() {
+    let dir = temp_dir("hand-daemon");
+    let server = TestServer::start(&dir);
+    let machine = Machine::new(23);
+    assert_eq!(machine.register(&server, "hand").status, 201);
+    let (ticket, _) = machine.ticket(&server);
+    let mut socket = open_socket(server.addr(), &ticket).expect("the socket opens");
+    let frame_type = |bytes: &[u8]| -> (String, serde_json::Value) {
+        let v: serde_json::Value = serde_json::from_slice(bytes).expect("json");
+        (v["type"].as_str().unwrap_or_default().to_owned(), v)
+    };
+    assert_eq!(frame_type(&next_frame(&mut socket)).0, "welcome");
+    let hello = json!({"type": "hello", "protocol": 1, "features": [], "maxConcurrent": 2,
+                       "heldRuns": [], "pendingResults": [], "environments": ["shell"]});
+    socket
+        .send(Message::text(hello.to_string()))
+        .expect("hello");
+    let admin = bearer(&server.admin());
+    let auth = [("authorization", admin.as_str())];
+    let addr = server.addr();
+    let context = || http(addr, "GET", "/v1/execution-contexts/hand", &auth, b"").json();
+    let deadline = StdInstant::now() + Duration::from_secs(20);
+    while context()["online"] != true {
+        assert!(StdInstant::now() < deadline, "never online");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(context()["slotsTotal"], 2);
+    let patched = http(
+        addr,
+        "PATCH",
+        "/v1/execution-contexts/hand/grant",
+        &auth,
+        br#"{"egress":{"mode":"none"},"limits":{"maxConcurrent":1}}"#,
+    );
+    assert_eq!(patched.status, 200, "{}", patched.json());
+    assert_eq!(frame_type(&next_frame(&mut socket)).0, "grant.update");
+    assert_eq!(
+        context()["slotsTotal"],
+        1,
+        "capped at once, without a new hello"
+    );
+    let submit = || {
+        let body = json!({"capability": inline("echo hi\n"), "context": "hand"}).to_string();
+        let answer = http(addr, "POST", "/v1/executions", &auth, body.as_bytes());
+        assert_eq!(answer.status, 201, "{}", answer.json());
+        answer.json()["executionId"]
+            .as_str()
+            .expect("id")
+            .to_owned()
+    };
+    let first = submit();
+    let second = submit();
+    let (kind, offer) = frame_type(&next_frame(&mut socket));
+    assert_eq!(kind, "run.request");
+    let execution =
+        |id: &str| http(addr, "GET", &format!("/v1/executions/{id}"), &auth, b"").json();
+    let e = execution(&second);
+    assert_eq!(e["status"], "failed", "the one slot is taken: {e}");
+    assert_eq!(e["error"]["code"], "execution_context_busy", "{e}");
+    // The offer goes unanswered: withdrawn after 5 s, the execution passes as busy.
+    let asked = StdInstant::now();
+    let (kind, cancel) = frame_type(&next_frame(&mut socket));
+    assert_eq!(
+        (kind.as_str(), &cancel["runId"]),
+        ("run.cancel", &offer["runId"])
+    );
+    assert_eq!(cancel["reason"], "offer_unanswered");
+    assert!(
+        asked.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        asked.elapsed()
+    );
+    let deadline = StdInstant::now() + Duration::from_secs(20);
+    let e = loop {
+        let e = execution(&first);
+        if e["status"] != "pending" {
+            break e;
+        }
+        assert!(StdInstant::now() < deadline, "{e}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(e["status"], "failed", "{e}");
+    assert_eq!(e["error"]["code"], "execution_context_busy", "{e}");
+    // A result for a run this machine never held: acknowledged, counted, not recorded.
+    let stranger = json!({"type": "run.result", "runId": "ex_nobody.1", "status": "exited",
+        "exitCode": 0, "stdout": "", "stderr": "", "truncated": false,
+        "timing": {"queueMs": 0, "setupMs": 0, "executeMs": 0, "daemonMs": 0}});
+    socket
+        .send(Message::text(stranger.to_string()))
+        .expect("result");
+    let (kind, ack) = frame_type(&next_frame(&mut socket));
+    assert_eq!(
+        (kind.as_str(), &ack["runId"]),
+        ("run.ack", &json!("ex_nobody.1"))
+    );
+    let metrics = http(addr, "GET", "/metrics", &[], b"");
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(text.contains("outpost_unknown_results_total 1"), "{text}");
+    let runs = http(addr, "GET", "/v1/runs?limit=500", &auth, b"").json();
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(2), "{runs}");
+}
