@@ -1021,3 +1021,52 @@ fn keys_at_start(fetched: KeySet, stored: Option<(u64, String)>, roots: &PinnedR
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use outpost_core::keyset::{FrameKey, KeySet, PinnedRoots, RootKey};
+    use outpost_core::sign::Ed25519Signer;
+    use outpost_core::time::UnixTime;
+
+    use super::keys_at_start;
+
+    fn root() -> Ed25519Signer {
+        Ed25519Signer::from_seed("root-unit", [1; 32])
+    }
+
+    fn roots() -> PinnedRoots {
+        PinnedRoots::new(vec![RootKey {
+            id: "root-unit".into(),
+            public_key: root().verifying_key(),
+        }])
+    }
+
+    fn document(version: u64) -> Vec<u8> {
+        let key = FrameKey {
+            kid: "frame-unit".into(),
+            public_key: Ed25519Signer::from_seed("frame-unit", [2; 32]).verifying_key(),
+            not_before: UnixTime(0),
+            not_after: UnixTime(1 << 40),
+        };
+        KeySet::sign_document(version, &[key], &root()).unwrap()
+    }
+
+    fn set(version: u64) -> KeySet {
+        KeySet::from_document(&document(version), &roots()).unwrap()
+    }
+
+    fn stored(version: u64) -> Option<(u64, String)> {
+        Some((version, String::from_utf8(document(version)).unwrap()))
+    }
+
+    #[test]
+    fn a_starting_daemon_never_takes_a_fetched_set_older_than_the_one_it_stored() {
+        let roots = roots();
+        assert_eq!(keys_at_start(set(2), stored(3), &roots).version(), 3);
+        assert_eq!(keys_at_start(set(3), stored(2), &roots).version(), 3);
+        assert_eq!(keys_at_start(set(2), None, &roots).version(), 2);
+        // A stored document that no longer verifies is not trusted: the fetched set stands.
+        let forged = Some((9, String::from("{\"type\":\"outpost.key-set\"}")));
+        assert_eq!(keys_at_start(set(2), forged, &roots).version(), 2);
+    }
+}
