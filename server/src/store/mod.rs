@@ -1,5 +1,6 @@
-//! The server's durable state: one SQLite database (`DIR/outpost.db`, WAL,
-//! `synchronous=FULL`, versioned migrations in a `schema_version` table).
+//! The server's durable state: one SQLite database (`DIR/outpost.db`, mode 0600 with its
+//! `-wal` and `-shm`, WAL, `synchronous=FULL`, versioned migrations in a `schema_version`
+//! table).
 //!
 //! [`Store`] is the seam a Postgres store would replace: every query the server makes goes
 //! through its methods, none takes SQL from a caller. It keeps the dispatcher's records byte
@@ -77,6 +78,8 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        // 0600 before SQLite makes it (0644 less the umask), and its -wal and -shm with it.
+        outpost_host::private_database(path).doing("making the database private")?;
         let conn = Self::connect(path)?;
         schema::migrate(&conn)?;
         // Opened after the migrations, so it never sees a schema half made.
