@@ -98,6 +98,7 @@ fn serve(state_dir: PathBuf) {
         public_url: None,
         rate_limits: Default::default(),
         terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
+        limits: Default::default(),
     };
     let server = BlockingServer::start(config, Registry::new(), 2).expect("the server starts");
     {

@@ -66,6 +66,7 @@ impl World {
                 public_url: None,
                 rate_limits: Default::default(),
                 terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
+                limits: Default::default(),
             },
             Registry::new(),
             1,

@@ -99,6 +99,7 @@ fn start(c: &mut Criterion) {
             // that no start waits on a 429, so the figure is the start's own cost.
             rate_limits: RateLimits::new(10_000.0, 10_000.0),
             terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
+            limits: Default::default(),
         },
         Registry::new(),
         2,

@@ -105,6 +105,7 @@ impl World {
                 public_url: None,
                 rate_limits: Default::default(),
                 terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
+                limits: Default::default(),
             },
             Registry::new(),
             2,

@@ -139,6 +139,7 @@ impl Bench {
                 // measures.
                 rate_limits: RateLimits::new(1_000_000.0, 1_000_000.0),
                 terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
+                limits: Default::default(),
             },
             Registry::new(),
             2,

@@ -142,6 +142,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
             public_url: None,
             rate_limits: Default::default(),
             terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
+            limits: Default::default(),
         },
         executors::registry(&cloud, Some(state.join("cache/wasm"))),
         2,

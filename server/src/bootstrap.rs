@@ -151,6 +151,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         metrics: Metrics::default(),
         ends: Ends::default(),
         terminals,
+        inflight: crate::inflight::Inflight::new(config.limits.clone()),
     });
     let signer = Arc::new(keys.signer);
     let template = SessionConfig::new("");
@@ -189,10 +190,14 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
             .await
             .map_err(|e| ServeError::Runtime(format!("restoring access records: {e:?}")))?;
     }
-    let router = crate::http::router(app);
+    let serving = serve::Serving {
+        inflight: app.shared.inflight.clone(),
+        limits: config.limits.clone(),
+        router: crate::http::router(app),
+    };
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(async move {
-        serve::accept_loop(listener, tls, router, stop_rx).await;
+        serve::accept_loop(listener, tls, serving, stop_rx).await;
         let _ = tx.send(crate::dispatch::Msg::Shutdown).await;
         let _ = dispatch_task.await;
     });

@@ -15,6 +15,8 @@ mod bootstrap;
 mod clock;
 mod dispatch;
 mod http;
+mod inflight;
+mod limits;
 mod metrics;
 pub mod releases;
 mod secrets;
@@ -33,6 +35,7 @@ use tokio::sync::watch;
 
 pub use blocking::BlockingServer;
 pub use http::{Rate, RateLimits};
+pub use limits::Limits;
 pub use secrets::RandomError;
 pub use state::StateError;
 pub use store::StoreError;
@@ -66,6 +69,9 @@ pub struct ServeConfig {
     /// With no viewer for this long, an open terminal is closed (its sessions and the
     /// terminal audited `idle`); [`ServeConfig::DEFAULT_TERMINAL_IDLE`] unless set.
     pub terminal_idle: Duration,
+    /// What the server holds for its callers at most (times to send a request, uploads,
+    /// stored bundles, executions not yet ended); [`Limits::default`] unless set.
+    pub limits: Limits,
 }
 
 impl ServeConfig {

@@ -1,5 +1,6 @@
 //! The counters `/metrics` shows in the Prometheus text format: daemons connected, runs by
-//! end status, and the dispatch latency histogram (execute received → run committed).
+//! end status, the dispatch latency histogram (execute received → run committed), and the
+//! request bodies still arriving.
 //!
 //! It only counts; it never decides anything and holds no secret.
 
@@ -61,10 +62,16 @@ impl Metrics {
         inner.sum_secs += secs;
     }
 
-    /// The Prometheus text exposition.
-    pub(crate) fn render(&self) -> String {
+    /// The Prometheus text exposition, with `bodies` request bodies in progress.
+    pub(crate) fn render(&self, bodies: usize) -> String {
         let inner = self.lock();
         let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP outpost_request_bodies_in_progress Request bodies still arriving."
+        );
+        let _ = writeln!(out, "# TYPE outpost_request_bodies_in_progress gauge");
+        let _ = writeln!(out, "outpost_request_bodies_in_progress {bodies}");
         let _ = writeln!(
             out,
             "# HELP outpost_connected_daemons Daemons connected and ready."

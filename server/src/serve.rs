@@ -1,6 +1,11 @@
 //! Listening: the accept loop over plain TCP or TLS (rustls on ring), one hyper HTTP/1
 //! connection per socket with upgrades (for the WebSocket), the client's address handed to
 //! the routes, and a graceful stop: no new connections, open ones finish their request.
+//!
+//! A request's head must arrive within [`Limits::head_timeout`] (so must the next one on a
+//! kept-alive connection); its body is counted and bounded in time by [`Inflight`], and a
+//! source address with too many bodies in progress is answered 429 `rate_limited` before any
+//! of the new one is read.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -9,7 +14,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
-use hyper::body::Incoming;
+use axum::response::IntoResponse as _;
+use futures_util::future::Either;
+use hyper::body::{Body as _, Incoming};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -18,7 +25,8 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
-use crate::ServeError;
+use crate::inflight::Inflight;
+use crate::{Limits, ServeError};
 
 /// How long a stopping server lets open connections finish.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -50,11 +58,19 @@ pub(crate) fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, Serve
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// What every connection is served with.
+#[derive(Clone)]
+pub(crate) struct Serving {
+    pub(crate) router: Router,
+    pub(crate) inflight: Arc<Inflight>,
+    pub(crate) limits: Limits,
+}
+
 /// Accepts until `stop` turns true, then lets open connections drain.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
-    router: Router,
+    serving: Serving,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tasks = tokio::task::JoinSet::new();
@@ -72,19 +88,21 @@ pub(crate) async fn accept_loop(
             }
         };
         let _ = tcp.set_nodelay(true);
-        let router = router.clone();
+        let serving = serving.clone();
         let tls = tls.clone();
         let stop = stop.clone();
         tasks.spawn(async move {
             match tls {
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
-                        Ok(Ok(stream)) => serve_one(TokioIo::new(stream), addr, router, stop).await,
+                        Ok(Ok(stream)) => {
+                            serve_one(TokioIo::new(stream), addr, serving, stop).await
+                        }
                         Ok(Err(e)) => tracing::debug!(error = %e, %addr, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
                     }
                 }
-                None => serve_one(TokioIo::new(tcp), addr, router, stop).await,
+                None => serve_one(TokioIo::new(tcp), addr, serving, stop).await,
             }
         });
         while tasks.try_join_next().is_some() {}
@@ -93,17 +111,38 @@ pub(crate) async fn accept_loop(
     tasks.abort_all();
 }
 
-async fn serve_one<I>(io: I, addr: SocketAddr, router: Router, mut stop: watch::Receiver<bool>)
+async fn serve_one<I>(io: I, addr: SocketAddr, serving: Serving, mut stop: watch::Receiver<bool>)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
+    let head_timeout = serving.limits.head_timeout;
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(addr));
-        router.clone().oneshot(req.map(axum::body::Body::new))
+        let (parts, incoming) = req.into_parts();
+        let body = if incoming.is_end_stream() {
+            axum::body::Body::new(incoming)
+        } else {
+            let declared = parts
+                .headers
+                .get(hyper::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            match serving.inflight.track(addr.ip(), declared, incoming) {
+                Some(tracked) => axum::body::Body::new(tracked),
+                None => {
+                    // Answered before a byte of the body is read; hyper then closes the
+                    // connection, whose body it will not read either.
+                    let refused = crate::http::ApiError::rate_limited(1).into_response();
+                    return Either::Right(std::future::ready(Ok(refused)));
+                }
+            }
+        };
+        let req = hyper::Request::from_parts(parts, body);
+        Either::Left(serving.router.clone().oneshot(req))
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
+        .header_read_timeout(head_timeout)
         .serve_connection(io, service)
         .with_upgrades();
     tokio::pin!(conn);

@@ -39,6 +39,7 @@ fn the_server_serves_https_with_the_given_certificate() {
         public_url: None,
         rate_limits: Default::default(),
         terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
+        limits: Default::default(),
     };
     let running = rt.block_on(start(config, Registry::new())).expect("starts");
     assert!(

@@ -99,6 +99,8 @@ pub(crate) struct Shared {
     pub(crate) ends: Ends,
     /// The terminals actor: terminal output, exits and ends go there.
     pub(crate) terminals: crate::terminals::Terminals,
+    /// Request bodies in progress (counted by the listener, shown by `/metrics`).
+    pub(crate) inflight: Arc<crate::inflight::Inflight>,
 }
 
 /// The actor's state.
