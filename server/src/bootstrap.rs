@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::{Clock, wall_now};
-use crate::dispatch::{Cloud, Dispatcher, Ends, Shared};
+use crate::dispatch::{Cloud, Dispatcher, Ends, Pending, Shared};
 use crate::metrics::Metrics;
 use crate::state::{self, StateError};
 use crate::store::Store;
@@ -156,12 +156,14 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     let signer = Arc::new(keys.signer);
     let template = SessionConfig::new("");
     let now = clock.now();
-    let server = match store.load_snapshot()? {
+    let snapshot = store.load_snapshot()?;
+    let pending = Pending::new(config.limits.clone(), snapshot.as_ref());
+    let server = match snapshot {
         Some(snapshot) => Server::restore(signer, template, &snapshot, now),
         None => Server::new(signer, template, now),
     };
     let cloud = Cloud::new(cloud, &config.cloud, dir.join("cloud-runs"));
-    let mut dispatcher = Dispatcher::new(server, shared.clone(), cloud);
+    let mut dispatcher = Dispatcher::new(server, shared.clone(), cloud, pending);
     dispatcher.settle()?;
     let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);
     let dispatch_task = tokio::spawn(dispatcher.run(rx));

@@ -1,6 +1,6 @@
 //! The counters `/metrics` shows in the Prometheus text format: daemons connected, runs by
-//! end status, the dispatch latency histogram (execute received → run committed), and the
-//! request bodies still arriving.
+//! end status, the dispatch latency histogram (execute received → run committed), the
+//! executions that have not ended, and the request bodies still arriving.
 //!
 //! It only counts; it never decides anything and holds no secret.
 
@@ -19,6 +19,7 @@ struct Inner {
     buckets: [u64; BUCKETS.len()],
     count: u64,
     sum_secs: f64,
+    pending: usize,
 }
 
 /// The server's metrics.
@@ -49,6 +50,11 @@ impl Metrics {
         *self.lock().runs.entry(status.to_owned()).or_default() += 1;
     }
 
+    /// `n` executions have not ended.
+    pub(crate) fn executions_pending(&self, n: usize) {
+        self.lock().pending = n;
+    }
+
     /// An execution was committed on a machine `latency` after it was received.
     pub(crate) fn dispatched(&self, latency: Duration) {
         let secs = latency.as_secs_f64();
@@ -72,6 +78,12 @@ impl Metrics {
         );
         let _ = writeln!(out, "# TYPE outpost_request_bodies_in_progress gauge");
         let _ = writeln!(out, "outpost_request_bodies_in_progress {bodies}");
+        let _ = writeln!(
+            out,
+            "# HELP outpost_executions_pending Executions that have not ended."
+        );
+        let _ = writeln!(out, "# TYPE outpost_executions_pending gauge");
+        let _ = writeln!(out, "outpost_executions_pending {}", inner.pending);
         let _ = writeln!(
             out,
             "# HELP outpost_connected_daemons Daemons connected and ready."

@@ -28,16 +28,31 @@ fn the_database_and_its_wal_and_shm_are_0600_in_a_0700_folder() {
         &[("authorization", &bearer(&server.admin()))],
         body.to_string().as_bytes(),
     );
-    assert_eq!(answer.status, 404, "{}", String::from_utf8_lossy(&answer.body));
+    assert_eq!(
+        answer.status,
+        404,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
     assert_eq!(mode(&state), 0o700);
-    for name in ["outpost.db", "outpost.db-wal", "outpost.db-shm", "keys.json", "admin.token", "join"] {
+    for name in [
+        "outpost.db",
+        "outpost.db-wal",
+        "outpost.db-shm",
+        "keys.json",
+        "admin.token",
+        "join",
+    ] {
         assert_eq!(mode(&state.join(name)), 0o600, "{name}");
     }
     let state = server.state.clone();
     server.stop();
     // Files an older server left readable are tightened when the server starts again.
-    std::fs::set_permissions(state.join("outpost.db"), std::fs::Permissions::from_mode(0o644))
-        .expect("chmod");
+    std::fs::set_permissions(
+        state.join("outpost.db"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .expect("chmod");
     let server = TestServer::start(&state);
     assert_eq!(mode(&state.join("outpost.db")), 0o600);
     server.stop();

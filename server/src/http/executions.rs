@@ -40,6 +40,7 @@ pub(super) fn routes() -> Vec<Route> {
                     (404, "bundle_unknown"),
                     (400, "digest_mismatch"),
                     (400, "invalid_digest"),
+                    (429, "queue_full"),
                     (503, "random_unavailable"),
                 ]),
             post(execute),

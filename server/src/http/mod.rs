@@ -37,7 +37,7 @@ use outpost_core::replay::ReplayGuard;
 use outpost_core::server::Input;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::dispatch::{Live, Msg, Shared};
+use crate::dispatch::{Declined, Live, Msg, Shared};
 pub(crate) use error::ApiError;
 use openapi::RouteDoc;
 use ratelimit::Limiter;
@@ -133,9 +133,14 @@ impl App {
             })
             .await
             .map_err(|_| Self::gone())?;
-        rx.await
-            .map_err(|_| Self::gone())?
-            .map_err(|e| ApiError::new(409, "dispatcher_refused", e))
+        rx.await.map_err(|_| Self::gone())?.map_err(|e| match e {
+            Declined::Core(e) => ApiError::new(409, "dispatcher_refused", e),
+            Declined::QueueFull(full) => {
+                let mut e = ApiError::new(429, "queue_full", full.message);
+                e.retry_after = Some(crate::Limits::QUEUE_FULL_RETRY_SECS);
+                e
+            }
+        })
     }
 
     /// The live state of these contexts.
