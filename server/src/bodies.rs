@@ -483,9 +483,12 @@ fn same_shape(given: &Value, typed: &serde_json::Value, at: &str) -> Result<(), 
     }
 }
 
+mod bundle;
 #[cfg(test)]
 mod tests;
 mod waits;
+
+pub use bundle::{CheckedBundle, check_bundle};
 
 pub use waits::{
     DEFAULT_INTERVAL_MS, MAX_CONDITION_BYTES, MAX_INTERVAL_MS, MAX_REASON_CHARS, MIN_INTERVAL_MS,

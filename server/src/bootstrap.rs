@@ -151,6 +151,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         metrics: Metrics::default(),
         ends: Ends::default(),
         terminals,
+        limits: config.limits.clone(),
         inflight: crate::inflight::Inflight::new(config.limits.clone()),
     });
     let signer = Arc::new(keys.signer);
@@ -198,6 +199,12 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         router: crate::http::router(app),
     };
     let (stop, stop_rx) = watch::channel(false);
+    tokio::spawn(crate::sweep::bundles(
+        store.clone(),
+        config.limits.bundle_sweep,
+        config.limits.bundle_retention,
+        stop_rx.clone(),
+    ));
     let task = tokio::spawn(async move {
         serve::accept_loop(listener, tls, serving, stop_rx).await;
         let _ = tx.send(crate::dispatch::Msg::Shutdown).await;

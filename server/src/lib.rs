@@ -23,6 +23,7 @@ mod secrets;
 mod serve;
 mod state;
 mod store;
+mod sweep;
 mod terminals;
 
 use std::net::SocketAddr;
@@ -54,7 +55,8 @@ pub struct TlsFiles {
 pub struct ServeConfig {
     /// Where to listen; port 0 picks a free port ([`Running::url`] says which).
     pub listen: SocketAddr,
-    /// The state folder (created 0700): `outpost.db`, `keys.json`, `admin.token`, `join`.
+    /// The state folder (created 0700): `outpost.db` (0600, with its `-wal` and `-shm`),
+    /// `bundles/`, `keys.json`, `admin.token`, `join`.
     pub state_dir: PathBuf,
     /// Serve HTTPS with these files; plain HTTP when `None`.
     pub tls: Option<TlsFiles>,

@@ -111,6 +111,8 @@ pub(crate) struct Shared {
     pub(crate) ends: Ends,
     /// The terminals actor: terminal output, exits and ends go there.
     pub(crate) terminals: crate::terminals::Terminals,
+    /// What the server holds for its callers at most.
+    pub(crate) limits: crate::Limits,
     /// Request bodies in progress (counted by the listener, shown by `/metrics`).
     pub(crate) inflight: Arc<crate::inflight::Inflight>,
 }

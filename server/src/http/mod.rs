@@ -66,6 +66,10 @@ pub(crate) struct AppInner {
     pub(crate) openapi: serde_json::Value,
     /// The folder of published daemon releases (`crate::releases`).
     pub(crate) releases: std::path::PathBuf,
+    /// Bundle uploads under way (at most `Limits::concurrent_uploads`).
+    pub(crate) uploads: Arc<tokio::sync::Semaphore>,
+    /// Bundle checks under way: one at a time.
+    pub(crate) checks: tokio::sync::Semaphore,
 }
 
 /// The handlers' state.
@@ -91,7 +95,6 @@ impl App {
         limits: RateLimits,
     ) -> Self {
         Self(Arc::new(AppInner {
-            shared,
             tx,
             key_set,
             replay: Mutex::new(replay),
@@ -104,6 +107,11 @@ impl App {
             scheme,
             openapi: openapi::document(&routes()),
             releases,
+            uploads: Arc::new(tokio::sync::Semaphore::new(
+                shared.limits.concurrent_uploads,
+            )),
+            checks: tokio::sync::Semaphore::new(1),
+            shared,
         }))
     }
 
