@@ -3,13 +3,14 @@
 //!
 //! An upload streams to a temporary file in the state folder while it is hashed — at most
 //! [`Limits::concurrent_uploads`](crate::Limits) at once, within the user's quota of stored
-//! bytes — and only a body whose digest is the one named is checked (one check at a time:
-//! the format, the manifest and every path, exactly as an inline capability is) and stored.
-//! A fetch streams the file. Nothing here runs or unpacks a bundle, and no bundle is ever
-//! held whole in memory.
+//! bytes — and only a body whose digest is the one named is checked (one check at a time,
+//! holding that one bundle's bytes: the format, the manifest and every path, exactly as an
+//! inline capability is) and stored. A fetch streams the file. Nothing here runs or unpacks a
+//! bundle.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
@@ -21,7 +22,7 @@ use outpost_core::manifest::Manifest;
 use outpost_core::wire::MAX_BUNDLE_BYTES;
 use serde_json::json;
 use sha2::Digest as _;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncReadExt as _;
 
 use super::auth::{self, EXECUTE};
 use super::error::{ApiError, ApiResult};
@@ -35,6 +36,8 @@ use crate::store::Stored;
 
 /// How much of a bundle file a fetch reads at a time.
 const CHUNK: usize = 64 * 1024;
+/// How many received chunks an upload's writer may be behind.
+const WRITES_AHEAD: usize = 8;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -175,41 +178,7 @@ async fn upload(State(app): State<App>, PathParam(sha256): PathParam, req: Reque
     let token = outpost_core::b64::encode(&crate::secrets::random::<12>()?);
     let path = store.bundle_upload_path(&token);
     let mut guard = Upload(Some(path.clone()));
-    let mut file = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .await
-        .map_err(ApiError::internal)?;
-    let mut hasher = sha2::Sha256::new();
-    let mut size: u64 = 0;
-    let mut chunks = raw.into_data_stream();
-    while let Some(chunk) = chunks.next().await {
-        let chunk = chunk.map_err(|e| {
-            if BodyTimedOut::caused(&e) {
-                body::timed_out()
-            } else {
-                ApiError::new(
-                    400,
-                    "invalid_body",
-                    format!("the body could not be read: {e}"),
-                )
-            }
-        })?;
-        size += chunk.len() as u64;
-        if size > MAX_BUNDLE_BYTES {
-            return Err(too_large());
-        }
-        if used.saturating_add(size) > limits.bundle_quota {
-            return Err(over_quota(&app, used, size));
-        }
-        hasher.update(&chunk);
-        file.write_all(&chunk).await.map_err(ApiError::internal)?;
-    }
-    file.sync_all().await.map_err(ApiError::internal)?;
-    drop(file);
-    let actual = hex::encode(hasher.finalize());
+    let (actual, size) = receive(&app, raw, &path, used).await?;
     if actual != sha256 {
         return Err(ApiError::new(
             400,
@@ -218,13 +187,13 @@ async fn upload(State(app): State<App>, PathParam(sha256): PathParam, req: Reque
         ));
     }
 
-    // One check at a time: a check holds the bundle's largest string.
+    // One check at a time: a check holds the bundle's bytes.
     let checked = {
         let _check = app.checks.acquire().await.map_err(ApiError::internal)?;
         let reading = path.clone();
         tokio::task::spawn_blocking(move || {
-            let file = std::fs::File::open(&reading)?;
-            Ok::<_, std::io::Error>(crate::bodies::check_bundle(std::io::BufReader::new(file)))
+            let bytes = std::fs::read(&reading)?;
+            Ok::<_, std::io::Error>(crate::bodies::check_bundle(&bytes))
         })
         .await
         .map_err(ApiError::internal)?
@@ -248,6 +217,63 @@ async fn upload(State(app): State<App>, PathParam(sha256): PathParam, req: Reque
         Stored::OverQuota { used } => return Err(over_quota(&app, used, size)),
     };
     Ok((status, axum::Json(json!({"sha256": sha256, "size": size}))).into_response())
+}
+
+/// Writes an upload's body to the new file `path` as it arrives — one blocking thread writes,
+/// at most a few chunks behind — and hashes it; refuses it past the largest bundle or the
+/// quota `used` leaves. Returns its SHA-256 and size once the file is synced.
+async fn receive(app: &App, raw: Body, path: &Path, used: u64) -> Result<(String, u64), ApiError> {
+    let quota = app.shared.limits.bundle_quota;
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .await
+        .map_err(ApiError::internal)?
+        .into_std()
+        .await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(WRITES_AHEAD);
+    let writer = tokio::task::spawn_blocking(move || {
+        while let Some(chunk) = rx.blocking_recv() {
+            file.write_all(&chunk)?;
+        }
+        file.sync_all()
+    });
+    let mut hasher = sha2::Sha256::new();
+    let mut size: u64 = 0;
+    let mut chunks = raw.into_data_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            if BodyTimedOut::caused(&e) {
+                body::timed_out()
+            } else {
+                ApiError::new(
+                    400,
+                    "invalid_body",
+                    format!("the body could not be read: {e}"),
+                )
+            }
+        })?;
+        size += chunk.len() as u64;
+        if size > MAX_BUNDLE_BYTES {
+            return Err(too_large());
+        }
+        if used.saturating_add(size) > quota {
+            return Err(over_quota(app, used, size));
+        }
+        hasher.update(&chunk);
+        if tx.send(chunk).await.is_err() {
+            // The writer stopped: its error is below.
+            break;
+        }
+    }
+    drop(tx);
+    writer
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
+    Ok((hex::encode(hasher.finalize()), size))
 }
 
 async fn fetch(
