@@ -273,3 +273,50 @@ fn bundles_an_older_version_kept_in_the_database_move_to_files() {
     assert_eq!(wrong_size.code(), "digest_mismatch");
     server.stop();
 }
+
+#[test]
+fn a_manifest_with_yaml_aliases_is_refused_at_its_line_inline_and_in_a_bundle() {
+    let state = temp_dir("bundle-aliases");
+    let server = TestServer::start(&state);
+    // A small text that expands: each item an anchor over eight aliases of the one before.
+    let mut manifest = String::from(MANIFEST);
+    manifest.push_str("args:\n  - &a0 [\"lol\", \"lol\", \"lol\", \"lol\"]\n");
+    for i in 1..24 {
+        let p = i - 1;
+        manifest.push_str(&format!(
+            "  - &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    let capability = json!({"kind": "inline", "manifest": manifest,
+        "files": [{"path": "run.sh", "contentB64": b64::encode(b"echo hi\n")}]});
+    let inline = http(
+        server.addr(),
+        "POST",
+        "/v1/executions",
+        &[("authorization", &bearer(&server.admin()))],
+        json!({"capability": capability, "context": "cloud"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(
+        (inline.status, inline.code().as_str()),
+        (400, "invalid_manifest")
+    );
+    let message = inline.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.starts_with("line 6") && message.contains("anchor"),
+        "{message}"
+    );
+    let bytes = encode_bundle(&manifest, &[]);
+    let sha = hex::encode(sha2::Sha256::digest(&bytes));
+    let bundled = put(&server, &sha, &bytes);
+    assert_eq!(
+        (bundled.status, bundled.code().as_str()),
+        (400, "invalid_manifest")
+    );
+    assert!(!state.join("bundles").join(&sha).exists());
+    server.stop();
+}
