@@ -57,7 +57,8 @@ impl Limits {
     /// The time a body declared `declared` bytes long may take to arrive.
     pub(crate) fn body_deadline(&self, declared: u64) -> Duration {
         let rate = self.body_rate.max(1);
-        self.body_timeout + Duration::from_secs(declared.div_ceil(rate))
+        self.body_timeout
+            .saturating_add(Duration::from_secs(declared.div_ceil(rate)))
     }
 }
 
@@ -80,5 +81,23 @@ impl Default for Limits {
             pending_per_context: 500,
             pending_bytes_per_user: 32 * MIB,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_gets_its_time_plus_its_declared_length_at_the_rate_and_never_overflows() {
+        let limits = Limits::default();
+        assert_eq!(limits.body_deadline(0), Duration::from_secs(10));
+        assert_eq!(limits.body_deadline(1), Duration::from_secs(11));
+        assert_eq!(limits.body_deadline(64 * MIB), Duration::from_secs(74));
+        let slowest = Limits {
+            body_rate: 0,
+            ..Limits::default()
+        };
+        assert_eq!(slowest.body_deadline(u64::MAX), Duration::MAX);
     }
 }

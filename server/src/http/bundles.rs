@@ -32,7 +32,7 @@ use super::{App, Route, body, route};
 use crate::bodies::check_digest;
 use crate::clock::wall_now;
 use crate::inflight::BodyTimedOut;
-use crate::store::Stored;
+use crate::store::{NewBundle, Stored};
 
 /// How much of a bundle file a fetch reads at a time.
 const CHUNK: usize = 64 * 1024;
@@ -199,15 +199,14 @@ async fn upload(State(app): State<App>, PathParam(sha256): PathParam, req: Reque
         .map_err(ApiError::internal)?
         .map_err(ApiError::internal)??
     };
-    let stored = store.put_bundle(
-        &sha256,
-        &path,
+    let bundle = NewBundle {
+        sha256: &sha256,
+        upload: &path,
         size,
-        &checked.manifest_text,
-        &caller.user,
-        wall_now().0,
-        limits.bundle_quota,
-    )?;
+        manifest: &checked.manifest_text,
+        user: &caller.user,
+    };
+    let stored = store.put_bundle(bundle, wall_now().0, limits.bundle_quota)?;
     let status = match stored {
         Stored::Added => {
             guard.0 = None;

@@ -29,6 +29,21 @@ pub(crate) struct BundleRow {
     pub(crate) manifest: Option<String>,
 }
 
+/// A checked upload to store.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewBundle<'a> {
+    /// Its digest, checked against its bytes.
+    pub(crate) sha256: &'a str,
+    /// Its upload file, written and synced.
+    pub(crate) upload: &'a Path,
+    /// Its size in bytes.
+    pub(crate) size: u64,
+    /// Its manifest's text, checked.
+    pub(crate) manifest: &'a str,
+    /// Who uploads it.
+    pub(crate) user: &'a str,
+}
+
 /// What storing a bundle did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Stored {
@@ -79,21 +94,22 @@ impl Store {
         Ok(used.max(0) as u64)
     }
 
-    /// Stores the bundle `sha256` (its digest, size and manifest checked) from the upload file
-    /// `upload` (written and synced), unless it is stored already or `user`'s bundles and it
+    /// Stores `bundle` at `now`, unless it is stored already or its user's bundles and it
     /// would hold more than `quota` bytes. The upload file is renamed into place only when the
     /// bundle is added; otherwise it is the caller's to remove.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn put_bundle(
         &self,
-        sha256: &str,
-        upload: &Path,
-        size: u64,
-        manifest: &str,
-        user: &str,
+        bundle: NewBundle<'_>,
         now: u64,
         quota: u64,
     ) -> Result<Stored, StoreError> {
+        let NewBundle {
+            sha256,
+            upload,
+            size,
+            manifest,
+            user,
+        } = bundle;
         let mut conn = self.lock();
         let tx = conn.transaction().doing("starting to store a bundle")?;
         let touched = tx

@@ -24,7 +24,7 @@ use std::sync::{Mutex, MutexGuard};
 use rusqlite::Connection;
 
 pub(crate) use access::{ContextEntry, Removal};
-pub(crate) use bundles::Stored;
+pub(crate) use bundles::{NewBundle, Stored};
 pub(crate) use records::{Batch, outcome_status};
 pub(crate) use runs::{AuditRow, ExecutionEntry};
 pub(crate) use waits::{Recorded, WaitEntry};
