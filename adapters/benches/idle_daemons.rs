@@ -99,6 +99,7 @@ fn serve(state_dir: PathBuf) {
         rate_limits: Default::default(),
         terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
         heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
+        limits: Default::default(),
     };
     let server = BlockingServer::start(config, Registry::new(), 2).expect("the server starts");
     {

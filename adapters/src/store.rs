@@ -1,4 +1,5 @@
-//! The daemon's durable records in one SQLite file (`daemon.db` in its home; WAL):
+//! The daemon's durable records in one SQLite file (`daemon.db` in its home, mode 0600 with
+//! its `-wal` and `-shm`; WAL):
 //! the journal of [`DaemonRecord`]s the core hands out, a snapshot
 //! the journal is folded into when the store is opened (docs/RECORDS.md), and one row per
 //! condition wait ([`WaitRow`], replaced on every save of the core's wait schedule), with the
@@ -31,6 +32,14 @@ pub enum StoreError {
         /// What SQLite said.
         source: rusqlite::Error,
     },
+    /// The database file could not be made private to its owner (mode 0600).
+    #[error("the daemon store {}: {source}", .path.display())]
+    Io {
+        /// The database file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
     /// A stored record or snapshot does not read (the message names it).
     #[error("the daemon store {} holds an unreadable {what}: {reason}", .path.display())]
     Corrupt {
@@ -47,7 +56,7 @@ impl StoreError {
     /// The stable code.
     pub fn code(&self) -> &'static str {
         match self {
-            StoreError::Sqlite { .. } => "store_failed",
+            StoreError::Sqlite { .. } | StoreError::Io { .. } => "store_failed",
             StoreError::Corrupt { .. } => "store_corrupt",
         }
     }
@@ -68,6 +77,11 @@ impl DaemonStore {
     /// snapshot and the journal emptied, in one transaction.
     pub fn open(path: &Path) -> Result<(Self, DaemonSnapshot), StoreError> {
         let sql = sqlite_error(path);
+        // 0600 before SQLite makes it (0644 less the umask), and its -wal and -shm with it.
+        outpost_host::private_database(path).map_err(|source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let conn = Connection::open(path).map_err(&sql)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(&sql)?;

@@ -71,6 +71,7 @@ impl World {
                 rate_limits: Default::default(),
                 terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
                 heartbeat,
+                limits: Default::default(),
             },
             Registry::new(),
             1,

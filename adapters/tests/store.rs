@@ -450,3 +450,29 @@ mod waits {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn the_store_and_its_wal_and_shm_are_private_to_their_owner() {
+    use std::os::unix::fs::PermissionsExt as _;
+    // The usual umask: SQLite alone would make these files 0644.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+    let dir = std::env::temp_dir().join(format!("outpost-store-mode-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("daemon.db");
+    let (mut store, _) = DaemonStore::open(&path).unwrap();
+    store
+        .append(&[record(DaemonChange::RunStarted {
+            run_id: "r1".into(),
+        })])
+        .unwrap();
+    for name in ["daemon.db", "daemon.db-wal", "daemon.db-shm"] {
+        let mode = std::fs::metadata(dir.join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{name} is {:o}", mode & 0o777);
+    }
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

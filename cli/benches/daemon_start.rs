@@ -100,6 +100,7 @@ fn start(c: &mut Criterion) {
             rate_limits: RateLimits::new(10_000.0, 10_000.0),
             terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
+            limits: Default::default(),
         },
         Registry::new(),
         2,

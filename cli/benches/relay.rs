@@ -106,6 +106,7 @@ impl World {
                 rate_limits: Default::default(),
                 terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
                 heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
+                limits: Default::default(),
             },
             Registry::new(),
             2,

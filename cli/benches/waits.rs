@@ -140,6 +140,7 @@ impl Bench {
                 rate_limits: RateLimits::new(1_000_000.0, 1_000_000.0),
                 terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
                 heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
+                limits: Default::default(),
             },
             Registry::new(),
             2,

@@ -143,6 +143,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
             rate_limits: Default::default(),
             terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
+            limits: Default::default(),
         },
         executors::registry(&cloud, Some(state.join("cache/wasm"))),
         2,

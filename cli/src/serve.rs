@@ -103,6 +103,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         rate_limits: RateLimits::new(args.rate_per_address, args.rate_per_context),
         terminal_idle: std::time::Duration::from_secs(args.terminal_idle_secs),
         heartbeat: std::time::Duration::from_secs(args.heartbeat_secs),
+        limits: Default::default(),
     };
     let server = BlockingServer::start(config, registry, 2).with_context(|| {
         format!(

@@ -19,6 +19,8 @@
 //! - **Manifests** ([`parse_manifest`]): a parse remembered by its text, so a capability run
 //!   again is not read again.
 //! - **Packing** ([`pack_capability`]): a capability folder as the inline source a run carries.
+//! - **State databases** ([`private_database`]): a SQLite file and its companions made and
+//!   kept 0600 before SQLite opens them.
 //!
 //! Executors depend on `outpost-core` and this crate, never on each other.
 #![forbid(unsafe_code)]
@@ -30,6 +32,7 @@ mod manifests;
 mod owner;
 mod pack;
 mod paths;
+mod private;
 mod services;
 
 pub use env::{PASSTHROUGH_VARS, run_environment};
@@ -43,6 +46,7 @@ pub use pack::{MAX_INLINE_BYTES, PackError, pack_bundle, pack_capability};
 pub use paths::{
     HostPathError, as_canonical, check_cwd, resolve, resolve_entry, resolve_volume, volume_path,
 };
+pub use private::private_database;
 pub use services::{
     DEFAULT_STOP_BOUND, RunningServiceTable, ServiceInfo, ServiceState, ShutdownError, StopError,
 };

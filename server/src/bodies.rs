@@ -452,11 +452,13 @@ fn same_shape(given: &Value, typed: &serde_json::Value, at: &str) -> Result<(), 
     }
 }
 
+mod bundle;
 mod execute;
 #[cfg(test)]
 mod tests;
 mod waits;
 
+pub use bundle::{CheckedBundle, check_bundle};
 pub use execute::{ExecuteBody, ExecutionRequest, OfflineMode, decode_execution_request};
 
 pub use waits::{

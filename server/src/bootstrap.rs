@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::{Clock, wall_now};
-use crate::dispatch::{Cloud, Dispatcher, Ends, Shared};
+use crate::dispatch::{Cloud, Dispatcher, Ends, Pending, Shared};
 use crate::metrics::Metrics;
 use crate::state::{self, StateError};
 use crate::store::Store;
@@ -152,6 +152,8 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         metrics: Metrics::default(),
         ends: Ends::default(),
         terminals,
+        limits: config.limits.clone(),
+        inflight: crate::inflight::Inflight::new(config.limits.clone()),
     });
     let signer = Arc::new(keys.signer);
     let heartbeat_secs = u32::try_from(config.heartbeat.as_secs().max(1)).unwrap_or(u32::MAX);
@@ -161,12 +163,14 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         ..SessionConfig::new("")
     };
     let now = clock.now();
-    let server = match store.load_snapshot()? {
+    let snapshot = store.load_snapshot()?;
+    let pending = Pending::new(config.limits.clone(), snapshot.as_ref());
+    let server = match snapshot {
         Some(snapshot) => Server::restore(signer, template, &snapshot, now),
         None => Server::new(signer, template, now),
     };
     let cloud = Cloud::new(cloud, &config.cloud, dir.join("cloud-runs"));
-    let mut dispatcher = Dispatcher::new(server, shared.clone(), cloud);
+    let mut dispatcher = Dispatcher::new(server, shared.clone(), cloud, pending);
     dispatcher.settle()?;
     let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);
     let dispatch_task = tokio::spawn(dispatcher.run(rx));
@@ -198,10 +202,20 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
             .await
             .map_err(|e| ServeError::Runtime(format!("restoring access records: {e:?}")))?;
     }
-    let router = crate::http::router(app);
+    let serving = serve::Serving {
+        inflight: app.shared.inflight.clone(),
+        limits: config.limits.clone(),
+        router: crate::http::router(app),
+    };
     let (stop, stop_rx) = watch::channel(false);
+    tokio::spawn(crate::sweep::bundles(
+        store.clone(),
+        config.limits.bundle_sweep,
+        config.limits.bundle_retention,
+        stop_rx.clone(),
+    ));
     let task = tokio::spawn(async move {
-        serve::accept_loop(listener, tls, router, stop_rx).await;
+        serve::accept_loop(listener, tls, serving, stop_rx).await;
         let _ = tx.send(crate::dispatch::Msg::Shutdown).await;
         let _ = dispatch_task.await;
     });

@@ -18,7 +18,6 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 
@@ -29,10 +28,6 @@ pub(crate) const MAX_URI: usize = 8 * 1024;
 /// The largest request head (request line and headers), in bytes: larger is 431
 /// `headers_too_large` (so is a head of more than 100 headers).
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
-
-/// How long a client has to send a whole request head: then 408 `request_timeout` and the
-/// connection is closed.
-pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One refusal of the HTTP layer: status, reason phrase, code and message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,12 +16,15 @@ mod clock;
 mod dispatch;
 mod http;
 mod http_layer;
+mod inflight;
+mod limits;
 mod metrics;
 pub mod releases;
 mod secrets;
 mod serve;
 mod state;
 mod store;
+mod sweep;
 mod terminals;
 
 use std::net::SocketAddr;
@@ -34,6 +37,7 @@ use tokio::sync::watch;
 
 pub use blocking::BlockingServer;
 pub use http::{Rate, RateLimits};
+pub use limits::Limits;
 pub use secrets::RandomError;
 pub use state::StateError;
 pub use store::StoreError;
@@ -52,7 +56,8 @@ pub struct TlsFiles {
 pub struct ServeConfig {
     /// Where to listen; port 0 picks a free port ([`Running::url`] says which).
     pub listen: SocketAddr,
-    /// The state folder (created 0700): `outpost.db`, `keys.json`, `admin.token`, `join`.
+    /// The state folder (created 0700): `outpost.db` (0600, with its `-wal` and `-shm`),
+    /// `bundles/`, `keys.json`, `admin.token`, `join`.
     pub state_dir: PathBuf,
     /// Serve HTTPS with these files; plain HTTP when `None`.
     pub tls: Option<TlsFiles>,
@@ -71,6 +76,9 @@ pub struct ServeConfig {
     /// one) and the server pings each daemon connection; a connection silent for three of
     /// them is closed by either side. [`ServeConfig::DEFAULT_HEARTBEAT`] unless set.
     pub heartbeat: Duration,
+    /// What the server holds for its callers at most (times to send a request, uploads,
+    /// stored bundles, executions not yet ended); [`Limits::default`] unless set.
+    pub limits: Limits,
 }
 
 impl ServeConfig {

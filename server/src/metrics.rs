@@ -1,6 +1,7 @@
 //! The counters `/metrics` shows in the Prometheus text format: daemons connected, runs by
-//! end status, results for runs a machine never held, and the dispatch latency histogram
-//! (execute received → run committed).
+//! end status, results for runs a machine never held, the dispatch latency histogram
+//! (execute received → run committed), the executions that have not ended, and the request
+//! bodies still arriving.
 //!
 //! It only counts; it never decides anything and holds no secret.
 
@@ -20,6 +21,7 @@ struct Inner {
     buckets: [u64; BUCKETS.len()],
     count: u64,
     sum_secs: f64,
+    pending: usize,
 }
 
 /// The server's metrics.
@@ -55,6 +57,11 @@ impl Metrics {
         self.lock().unknown_results += 1;
     }
 
+    /// `n` executions have not ended.
+    pub(crate) fn executions_pending(&self, n: usize) {
+        self.lock().pending = n;
+    }
+
     /// An execution was committed on a machine `latency` after it was received.
     pub(crate) fn dispatched(&self, latency: Duration) {
         let secs = latency.as_secs_f64();
@@ -68,10 +75,22 @@ impl Metrics {
         inner.sum_secs += secs;
     }
 
-    /// The Prometheus text exposition.
-    pub(crate) fn render(&self) -> String {
+    /// The Prometheus text exposition, with `bodies` request bodies in progress.
+    pub(crate) fn render(&self, bodies: usize) -> String {
         let inner = self.lock();
         let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP outpost_request_bodies_in_progress Request bodies still arriving."
+        );
+        let _ = writeln!(out, "# TYPE outpost_request_bodies_in_progress gauge");
+        let _ = writeln!(out, "outpost_request_bodies_in_progress {bodies}");
+        let _ = writeln!(
+            out,
+            "# HELP outpost_executions_pending Executions that have not ended."
+        );
+        let _ = writeln!(out, "# TYPE outpost_executions_pending gauge");
+        let _ = writeln!(out, "outpost_executions_pending {}", inner.pending);
         let _ = writeln!(
             out,
             "# HELP outpost_connected_daemons Daemons connected and ready."

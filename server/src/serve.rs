@@ -2,6 +2,11 @@
 //! connection per socket with upgrades (for the WebSocket), the client's address handed to
 //! the routes, the HTTP layer's own refusals in the API's error shape ([`crate::http_layer`]),
 //! and a graceful stop: no new connections, open ones finish their request.
+//!
+//! A request's head must arrive within [`Limits::head_timeout`] (so must the next one on a
+//! kept-alive connection); its body is counted and bounded in time by [`Inflight`], and a
+//! source address with too many bodies in progress is answered 429 `rate_limited` before any
+//! of the new one is read.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -10,7 +15,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
-use hyper::body::Incoming;
+use axum::response::IntoResponse as _;
+use futures_util::future::Either;
+use hyper::body::{Body as _, Incoming};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -19,8 +26,9 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
-use crate::ServeError;
 use crate::http_layer::{self, JsonErrors};
+use crate::inflight::Inflight;
+use crate::{Limits, ServeError};
 
 /// How long a stopping server lets open connections finish.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -52,11 +60,19 @@ pub(crate) fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, Serve
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// What every connection is served with.
+#[derive(Clone)]
+pub(crate) struct Serving {
+    pub(crate) router: Router,
+    pub(crate) inflight: Arc<Inflight>,
+    pub(crate) limits: Limits,
+}
+
 /// Accepts until `stop` turns true, then lets open connections drain.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
-    router: Router,
+    serving: Serving,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tasks = tokio::task::JoinSet::new();
@@ -74,19 +90,19 @@ pub(crate) async fn accept_loop(
             }
         };
         let _ = tcp.set_nodelay(true);
-        let router = router.clone();
+        let serving = serving.clone();
         let tls = tls.clone();
         let stop = stop.clone();
         tasks.spawn(async move {
             match tls {
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
-                        Ok(Ok(stream)) => serve_one(stream, addr, router, stop).await,
+                        Ok(Ok(stream)) => serve_one(stream, addr, serving, stop).await,
                         Ok(Err(e)) => tracing::debug!(error = %e, %addr, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
                     }
                 }
-                None => serve_one(tcp, addr, router, stop).await,
+                None => serve_one(tcp, addr, serving, stop).await,
             }
         });
         while tasks.try_join_next().is_some() {}
@@ -95,25 +111,48 @@ pub(crate) async fn accept_loop(
     tasks.abort_all();
 }
 
-async fn serve_one<S>(stream: S, addr: SocketAddr, router: Router, mut stop: watch::Receiver<bool>)
-where
+async fn serve_one<S>(
+    stream: S,
+    addr: SocketAddr,
+    serving: Serving,
+    mut stop: watch::Receiver<bool>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let io = JsonErrors::new(stream);
     let handle = io.clone();
+    let head_timeout = serving.limits.head_timeout;
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(addr));
-        let router = router.clone();
-        async move {
-            if target_len(req.uri()) > http_layer::MAX_URI {
-                return Ok(http_layer::URI_TOO_LONG.response());
-            }
-            router.oneshot(req.map(axum::body::Body::new)).await
+        if target_len(req.uri()) > http_layer::MAX_URI {
+            let refused = http_layer::URI_TOO_LONG.response();
+            return Either::Right(std::future::ready(Ok(refused)));
         }
+        let (parts, incoming) = req.into_parts();
+        let body = if incoming.is_end_stream() {
+            axum::body::Body::new(incoming)
+        } else {
+            let declared = parts
+                .headers
+                .get(hyper::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            match serving.inflight.track(addr.ip(), declared, incoming) {
+                Some(tracked) => axum::body::Body::new(tracked),
+                None => {
+                    // Answered before a byte of the body is read; hyper then closes the
+                    // connection, whose body it will not read either.
+                    let refused = crate::http::ApiError::rate_limited(1).into_response();
+                    return Either::Right(std::future::ready(Ok(refused)));
+                }
+            }
+        };
+        let req = hyper::Request::from_parts(parts, body);
+        Either::Left(serving.router.clone().oneshot(req))
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(http_layer::HEAD_TIMEOUT)
+        .header_read_timeout(head_timeout)
         .max_header_size(http_layer::MAX_HEAD)
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades();

@@ -92,22 +92,58 @@ fn err<T>(
     })
 }
 
+/// The YAML reader's options: no anchor (`&name`) and no alias (`*name`), refused at the
+/// first one the parser meets, before anything is recorded for replay; a manifest is short
+/// enough to write out, and an alias is how a small text expands into a large value.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_aliases: 0,
+            max_anchors: 0,
+        },
+    }
+}
+
+/// The refusal of an anchor or an alias, naming its line; `None` for any other error.
+fn anchor_refusal(e: &serde_saphyr::Error) -> Option<ManifestError> {
+    use serde_saphyr::budget::BudgetBreach;
+    let serde_saphyr::Error::Budget { breach, .. } = e.without_snippet() else {
+        return None;
+    };
+    let what = match breach {
+        BudgetBreach::Aliases { .. } => "an alias (`*name`)",
+        BudgetBreach::Anchors { .. } => "an anchor (`&name`)",
+        _ => return None,
+    };
+    Some(ManifestError {
+        field: String::new(),
+        line: e.location().map(|l| l.line()),
+        message: format!(
+            "{what}: YAML anchors, aliases and merge keys are not allowed in a manifest; write the values out"
+        ),
+    })
+}
+
 pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
-    let raw: RawManifest = serde_saphyr::from_str(text).map_err(|e| {
-        let message = e.to_string();
-        let first = message.lines().next().unwrap_or("invalid YAML").to_owned();
-        let field = first
-            .split('`')
-            .nth(1)
-            .filter(|_| first.contains("field `"))
-            .unwrap_or("")
-            .to_owned();
-        ManifestError {
-            field,
-            line: e.location().map(|l| l.line()),
-            message: first,
-        }
-    })?;
+    let raw: RawManifest =
+        serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| {
+            if let Some(refusal) = anchor_refusal(&e) {
+                return refusal;
+            }
+            let message = e.to_string();
+            let first = message.lines().next().unwrap_or("invalid YAML").to_owned();
+            let field = first
+                .split('`')
+                .nth(1)
+                .filter(|_| first.contains("field `"))
+                .unwrap_or("")
+                .to_owned();
+            ManifestError {
+                field,
+                line: e.location().map(|l| l.line()),
+                message: first,
+            }
+        })?;
 
     let name = raw.name.value;
     let name_ok = name.len() <= 63

@@ -244,3 +244,37 @@ fn pty_fields_are_bounded_and_belong_to_pty() {
     let e = error("name: t\nenvironment: pty\nlifecycle: oneshot\nentry: ../bash\n");
     assert_eq!(e.field, "entry");
 }
+
+#[test]
+fn anchors_and_aliases_are_refused_at_their_line_before_any_expansion() {
+    let base = "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n";
+    let anchored = format!("{base}args: &a [x]\n");
+    let e = error(&anchored);
+    assert_eq!((e.field.as_str(), e.line), ("", Some(5)), "{e}");
+    assert!(e.message.contains("anchor"), "{e}");
+    assert_eq!(e.code(), "invalid_manifest");
+    // An alias of an anchor that is never defined is still an alias.
+    let e = error(&format!("{base}\nargs: *nowhere\n"));
+    assert_eq!(e.line, Some(6), "{e}");
+    assert!(e.message.contains("alias"), "{e}");
+    // Merge keys need an alias too.
+    let e = error(&format!("{base}env: {{<<: *base}}\n"));
+    assert_eq!(e.line, Some(5), "{e}");
+    // A billion-laughs manifest is refused at its first anchor: nothing was recorded to
+    // replay, so the refusal costs what reading one line does.
+    let mut bomb =
+        format!("{base}x0: &a0 [\"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\"]\n");
+    for i in 1..30 {
+        let p = i - 1;
+        bomb.push_str(&format!(
+            "x{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    let started = std::time::Instant::now();
+    let e = error(&bomb);
+    assert_eq!(e.line, Some(5), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    // Anchor-like text inside a quoted string is text.
+    let ok = Manifest::parse(&format!("{base}args: [\"&a\", \"*b\"]\n")).expect("parses");
+    assert_eq!(ok.args, vec!["&a".to_owned(), "*b".to_owned()]);
+}

@@ -11,6 +11,7 @@
 mod cloud;
 mod conns;
 mod ends;
+mod pending;
 mod waits;
 
 use std::collections::{HashMap, HashSet};
@@ -25,6 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) use cloud::Cloud;
 pub(crate) use conns::{ConnHandle, ToConn, queue as conns_queue};
 pub(crate) use ends::{EndWatch, Ends};
+pub(crate) use pending::{Pending, QueueFull};
 pub(crate) use waits::{Refused, may_execute, spec as wait_spec};
 
 use crate::clock::Clock;
@@ -39,7 +41,16 @@ const BATCH: usize = 256;
 const REFUSED_RUNNERS: usize = 1024;
 
 /// Where a request waits for its input's records to be written.
-type Reply = Option<oneshot::Sender<Result<(), String>>>;
+type Reply = Option<oneshot::Sender<Result<(), Declined>>>;
+
+/// Why the dispatcher did not take an input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Declined {
+    /// The core refused it (the message says why).
+    Core(String),
+    /// An execute its requester or its context has no room for.
+    QueueFull(QueueFull),
+}
 
 /// What a connection's live state is, for the context routes.
 #[derive(Debug, Clone, Copy, Default)]
@@ -55,9 +66,10 @@ pub(crate) enum Msg {
     /// out.
     Input {
         input: Input,
-        reply: Option<oneshot::Sender<Result<(), String>>>,
+        reply: Reply,
         /// A new execution's listing row, written in the same transaction as the input's
-        /// records (only if the core takes the input).
+        /// records (only if the core takes the input). An execute with one is a caller's:
+        /// it is declined when it would pass the bounds on executions not ended.
         listing: Option<Box<ExecutionEntry>>,
     },
     /// Issue a connect ticket.
@@ -99,6 +111,10 @@ pub(crate) struct Shared {
     pub(crate) ends: Ends,
     /// The terminals actor: terminal output, exits and ends go there.
     pub(crate) terminals: crate::terminals::Terminals,
+    /// What the server holds for its callers at most.
+    pub(crate) limits: crate::Limits,
+    /// Request bodies in progress (counted by the listener, shown by `/metrics`).
+    pub(crate) inflight: Arc<crate::inflight::Inflight>,
 }
 
 /// The actor's state.
@@ -115,14 +131,17 @@ pub(crate) struct Dispatcher {
     /// Wait continuations among those executions (wait id, execution id), marked started in
     /// the same commit.
     continuations: Vec<(String, String)>,
+    /// The executions not ended, per user and per context.
+    pending: Pending,
     /// (machine, terminal) pairs already logged and audited as a refused second runner, so a
     /// machine that keeps speaking for another's terminal fills neither the log nor the audit.
     refused_runners: HashSet<(String, String)>,
 }
 
 impl Dispatcher {
-    /// An actor around `server` (new or restored).
-    pub(crate) fn new(server: Server, shared: Arc<Shared>, cloud: Cloud) -> Self {
+    /// An actor around `server` (new or restored), whose executions not ended `pending`
+    /// counts.
+    pub(crate) fn new(server: Server, shared: Arc<Shared>, cloud: Cloud, pending: Pending) -> Self {
         let next_wake = shared.clock.now().instant;
         Self {
             server,
@@ -133,6 +152,7 @@ impl Dispatcher {
             received: HashMap::new(),
             listings: Vec::new(),
             continuations: Vec::new(),
+            pending,
             refused_runners: HashSet::new(),
         }
     }
@@ -206,7 +226,13 @@ impl Dispatcher {
                     reply,
                     listing,
                 } => {
-                    let result = self.apply(input);
+                    let admitted = match (&input, &listing) {
+                        (Input::Execute(request), Some(_)) => {
+                            self.pending.admit(request).map_err(Declined::QueueFull)
+                        }
+                        _ => Ok(()),
+                    };
+                    let result = admitted.and_then(|()| self.apply(input).map_err(Declined::Core));
                     if let (Ok(()), Some(listing)) = (&result, listing) {
                         self.listings.push(*listing);
                     }
@@ -245,24 +271,35 @@ impl Dispatcher {
 
     /// Feeds one input of a batch (outputs are drained by [`Dispatcher::finish_batch`]).
     fn apply(&mut self, input: Input) -> Result<(), String> {
+        let mut counted = None;
         if let Input::Execute(request) = &input {
             self.received
                 .insert(request.exec_id.clone(), self.shared.clock.now().instant);
+            if self.pending.add(request) {
+                counted = Some(request.exec_id.clone());
+            }
         }
         let now = self.shared.clock.now();
-        self.server.handle_input(now, input).map_err(|e| {
-            tracing::warn!(error = %e, "the dispatcher refused an input");
-            e.to_string()
-        })
+        match self.server.handle_input(now, input) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if let Some(exec_id) = counted {
+                    self.pending.ended(&exec_id);
+                }
+                tracing::warn!(error = %e, "the dispatcher refused an input");
+                Err(e.to_string())
+            }
+        }
     }
 
     /// Drains a batch's outputs (records first, in one transaction), then answers its
     /// requests.
     fn finish_batch(
         &mut self,
-        replies: Vec<(Reply, Result<(), String>)>,
+        replies: Vec<(Reply, Result<(), Declined>)>,
     ) -> Result<(), crate::store::StoreError> {
         let drained = self.drain();
+        self.shared.metrics.executions_pending(self.pending.count());
         for (reply, result) in replies {
             if let Some(reply) = reply {
                 let _ = reply.send(result);
@@ -492,6 +529,7 @@ impl Dispatcher {
                     tracing::info!(%exec_id, %context, "a run ended lost: its machine did not deliver a result before its lease ended, or reconnected without it");
                 }
                 self.received.remove(&exec_id);
+                self.pending.ended(&exec_id);
                 let status = crate::store::outcome_status(&outcome);
                 self.shared.metrics.run_finished(&status);
                 self.shared

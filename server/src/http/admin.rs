@@ -134,6 +134,6 @@ async fn audit(State(app): State<App>, req: Request) -> ApiResult {
 async fn metrics(State(app): State<App>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.shared.metrics.render(),
+        app.shared.metrics.render(app.shared.inflight.in_progress()),
     )
 }

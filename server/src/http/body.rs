@@ -1,6 +1,7 @@
 //! Reading request bodies: at most 1 MiB (`body_too_large`, 413), labelled JSON when labelled
-//! at all (`unsupported_media_type`, 415; a bundle may also be `application/octet-stream`).
-//! Decoding them is [`crate::bodies`]'s.
+//! at all (`unsupported_media_type`, 415; a bundle may also be `application/octet-stream`),
+//! arrived in time (`request_timeout`, 408: the listener bounds each body,
+//! `crate::inflight`). Decoding them is [`crate::bodies`]'s.
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
@@ -27,9 +28,22 @@ pub(crate) async fn read(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiEr
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .map_err(|_| too_large())
+    axum::body::to_bytes(body, MAX_BODY).await.map_err(|e| {
+        if crate::inflight::BodyTimedOut::caused(&e) {
+            timed_out()
+        } else {
+            too_large()
+        }
+    })
+}
+
+/// 408 `request_timeout`: the body did not arrive in time (its connection is closed).
+pub(crate) fn timed_out() -> ApiError {
+    ApiError::new(
+        408,
+        "request_timeout",
+        "the request body did not arrive in time; send it whole, promptly",
+    )
 }
 
 /// What a JSON body may be labelled: `application/json`.

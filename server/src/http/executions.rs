@@ -40,6 +40,7 @@ pub(super) fn routes() -> Vec<Route> {
                     (404, "bundle_unknown"),
                     (400, "digest_mismatch"),
                     (400, "invalid_digest"),
+                    (429, "queue_full"),
                     (503, "random_unavailable"),
                 ]),
             post(execute),
@@ -144,6 +145,10 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         requested: body.context.clone(),
         status: "pending".into(),
         created_at: wall_now().0,
+        bundle: match &body.capability {
+            CapabilitySource::Digest { sha256, .. } => Some(sha256.clone()),
+            CapabilitySource::Inline { .. } => None,
+        },
         ..ExecutionEntry::default()
     };
     let request = ExecuteRequest {

@@ -37,7 +37,7 @@ use outpost_core::replay::ReplayGuard;
 use outpost_core::server::Input;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::dispatch::{Live, Msg, Shared};
+use crate::dispatch::{Declined, Live, Msg, Shared};
 pub(crate) use error::ApiError;
 use openapi::RouteDoc;
 use ratelimit::Limiter;
@@ -68,6 +68,10 @@ pub(crate) struct AppInner {
     pub(crate) releases: std::path::PathBuf,
     /// How often each daemon connection is pinged (the sessions' heartbeat).
     pub(crate) ping_every: std::time::Duration,
+    /// Bundle uploads under way (at most `Limits::concurrent_uploads`).
+    pub(crate) uploads: Arc<tokio::sync::Semaphore>,
+    /// Bundle checks under way: one at a time.
+    pub(crate) checks: tokio::sync::Semaphore,
 }
 
 /// The handlers' state.
@@ -109,7 +113,6 @@ impl App {
             ping_every,
         } = settings;
         Self(Arc::new(AppInner {
-            shared,
             tx,
             key_set,
             replay: Mutex::new(replay),
@@ -123,6 +126,11 @@ impl App {
             openapi: openapi::document(&routes()),
             releases,
             ping_every,
+            uploads: Arc::new(tokio::sync::Semaphore::new(
+                shared.limits.concurrent_uploads,
+            )),
+            checks: tokio::sync::Semaphore::new(1),
+            shared,
         }))
     }
 
@@ -152,9 +160,14 @@ impl App {
             })
             .await
             .map_err(|_| Self::gone())?;
-        rx.await
-            .map_err(|_| Self::gone())?
-            .map_err(|e| ApiError::new(409, "dispatcher_refused", e))
+        rx.await.map_err(|_| Self::gone())?.map_err(|e| match e {
+            Declined::Core(e) => ApiError::new(409, "dispatcher_refused", e),
+            Declined::QueueFull(full) => {
+                let mut e = ApiError::new(429, "queue_full", full.message);
+                e.retry_after = Some(crate::Limits::QUEUE_FULL_RETRY_SECS);
+                e
+            }
+        })
     }
 
     /// The live state of these contexts.

@@ -190,6 +190,7 @@ impl RouteDoc {
             (429, "rate_limited"),
             // The body is read for its digest.
             (413, "body_too_large"),
+            (408, "request_timeout"),
         ];
         match self.auth {
             Auth::None => {}
@@ -211,6 +212,8 @@ impl RouteDoc {
             out.extend([
                 (415, "unsupported_media_type"),
                 (413, "body_too_large"),
+                (408, "request_timeout"),
+                (429, "rate_limited"),
                 (400, "invalid_body"),
                 (400, "malformed_json"),
                 (400, "duplicate_key"),

@@ -50,6 +50,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (409, "context_revoked"),
                 (409, "context_offline"),
                 (409, "environment_unavailable"),
+                (429, "queue_full"),
             ]),
             post(open),
         ),

@@ -1,13 +1,15 @@
-//! The server's durable state: one SQLite database (`DIR/outpost.db`, WAL,
-//! `synchronous=FULL`, versioned migrations in a `schema_version` table).
+//! The server's durable state: one SQLite database (`DIR/outpost.db`, mode 0600 with its
+//! `-wal` and `-shm`, WAL, `synchronous=FULL`, versioned migrations in a `schema_version`
+//! table).
 //!
 //! [`Store`] is the seam a Postgres store would replace: every query the server makes goes
 //! through its methods, none takes SQL from a caller. It keeps the dispatcher's records byte
 //! for byte as `ServerRecord::encode` wrote them (one row per record key, replaced on upsert)
 //! and the server's own tables: users (and who was removed), tokens (SHA-256 only), contexts
 //! (with their sharing, as the records say) and their machine keys, used nonces, executions
-//! for listing, the audit log, and condition waits. It never decides anything: the
-//! dispatcher and the routes do.
+//! for listing, the audit log, condition waits, and uploaded bundles (their rows here, their
+//! bytes in files beside the database). It never decides anything: the dispatcher and the
+//! routes do.
 
 mod access;
 mod bundles;
@@ -22,6 +24,7 @@ use std::sync::{Mutex, MutexGuard};
 use rusqlite::Connection;
 
 pub(crate) use access::{ContextEntry, Removal};
+pub(crate) use bundles::{NewBundle, Stored};
 pub(crate) use records::{Batch, outcome_status};
 pub(crate) use runs::{AuditRow, ExecutionEntry};
 pub(crate) use waits::{Recorded, WaitEntry};
@@ -72,19 +75,28 @@ impl<T, E: std::error::Error + Send + Sync + 'static> Doing<T> for Result<T, E> 
 pub struct Store {
     conn: Mutex<Connection>,
     reader: Mutex<Connection>,
+    /// The folder of bundle files, `bundles/` beside the database.
+    bundles: std::path::PathBuf,
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    /// Opens (creating if needed) the database at `path`, brings its schema up to date and
+    /// readies the bundle files beside it (`bundles/`).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        // 0600 before SQLite makes it (0644 less the umask), and its -wal and -shm with it.
+        outpost_host::private_database(path).doing("making the database private")?;
         let conn = Self::connect(path)?;
         schema::migrate(&conn)?;
         // Opened after the migrations, so it never sees a schema half made.
         let reader = Self::connect(path)?;
-        Ok(Self {
+        let folder = path.parent().unwrap_or_else(|| Path::new("."));
+        let store = Self {
             conn: Mutex::new(conn),
             reader: Mutex::new(reader),
-        })
+            bundles: folder.join("bundles"),
+        };
+        store.prepare_bundles()?;
+        Ok(store)
     }
 
     /// One connection to the database, set up as every connection of the store is.

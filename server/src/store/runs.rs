@@ -24,6 +24,9 @@ pub(crate) struct ExecutionEntry {
     /// `ranOn`, JSON.
     pub(crate) ran_on_json: Option<String>,
     pub(crate) line: Option<String>,
+    /// The bundle its capability names by digest, if it does (kept from the sweep while the
+    /// execution has not ended).
+    pub(crate) bundle: Option<String>,
 }
 
 const COLUMNS: &str = "id, user, requested, status, created_at, finished_at, context_id, \
@@ -42,6 +45,7 @@ fn execution_row(r: &Row<'_>) -> rusqlite::Result<ExecutionEntry> {
         outcome_json: r.get(8)?,
         ran_on_json: r.get(9)?,
         line: r.get(10)?,
+        bundle: None,
     })
 }
 
@@ -73,7 +77,7 @@ pub(super) fn insert_execution(
 ) -> Result<(), StoreError> {
     exec(
         conn,
-        &format!("INSERT INTO executions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6, ?7, NULL, NULL, NULL)"),
+        &format!("INSERT INTO executions ({COLUMNS}, bundle) VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6, ?7, NULL, NULL, NULL, ?8)"),
         params![
             entry.id,
             entry.user,
@@ -81,7 +85,8 @@ pub(super) fn insert_execution(
             entry.status,
             entry.created_at as i64,
             entry.context_id,
-            entry.context_name
+            entry.context_name,
+            entry.bundle
         ],
     )
     .doing("recording an execution")?;

@@ -131,6 +131,20 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX waits_by_requester ON waits (requester, created_at_ms);
     CREATE INDEX waits_by_context ON waits (context_id, state);
     ",
+    // 7: bundles live in files (`DIR/bundles/<sha256>`, moved there from `bytes` when the
+    // store opens); the rows keep each one's size and last use for the per-user quota and
+    // the sweep, and its manifest; an execution names the bundle it runs, so the sweep
+    // keeps what an execution not ended needs.
+    "
+    ALTER TABLE bundles ADD COLUMN size INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE bundles ADD COLUMN used_at INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE bundles ADD COLUMN manifest TEXT;
+    UPDATE bundles SET size = length(bytes), used_at = created_at;
+    CREATE INDEX bundles_by_user ON bundles (user);
+    CREATE INDEX bundles_by_use ON bundles (used_at);
+    ALTER TABLE executions ADD COLUMN bundle TEXT;
+    CREATE INDEX executions_by_bundle ON executions (bundle, status) WHERE bundle IS NOT NULL;
+    ",
 ];
 
 /// The version recorded, 0 for an empty database.

@@ -19,7 +19,7 @@ use outpost_core::httpsig::{
 use outpost_core::join::{Join, machine_key_id};
 use outpost_core::keyset::{KeySet, PinnedRoots};
 use outpost_core::sign::Ed25519Signer;
-use outpost_server::{Running, ServeConfig, start};
+use outpost_server::{Limits, Running, ServeConfig, start};
 use serde_json::Value;
 
 /// A fresh, empty folder under the system's temporary folder.
@@ -57,6 +57,21 @@ impl TestServer {
         registry: Registry,
         cloud: Vec<outpost_core::wire::Environment>,
     ) -> TestServer {
+        Self::start_full(state, registry, cloud, Limits::default())
+    }
+
+    /// Starts a server (no cloud) with `limits`.
+    pub fn start_limited(state: &Path, limits: Limits) -> TestServer {
+        Self::start_full(state, Registry::new(), Vec::new(), limits)
+    }
+
+    /// Starts a server with a cloud registry allowing `cloud`, and `limits`.
+    pub fn start_full(
+        state: &Path,
+        registry: Registry,
+        cloud: Vec<outpost_core::wire::Environment>,
+        limits: Limits,
+    ) -> TestServer {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -71,6 +86,7 @@ impl TestServer {
             rate_limits: Default::default(),
             terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
+            limits,
         };
         let running = rt
             .block_on(start(config, registry))
@@ -193,6 +209,11 @@ pub fn http_from(
 
 /// Sends `request` as it is from the loopback address `source`, and reads the answer.
 pub fn raw_from(source: Ipv4Addr, addr: SocketAddr, request: &[u8]) -> Answer {
+    exchange(connect_from(source, addr), request)
+}
+
+/// A connection to `addr` from the loopback address `source`.
+pub fn connect_from(source: Ipv4Addr, addr: SocketAddr) -> TcpStream {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
@@ -207,7 +228,7 @@ pub fn raw_from(source: Ipv4Addr, addr: SocketAddr, request: &[u8]) -> Answer {
     let stream = stream.into_std().expect("a std stream");
     stream.set_nonblocking(false).expect("blocking");
     drop(rt);
-    exchange(stream, request)
+    stream
 }
 
 /// The bytes of a request with `Connection: close` and, for a body or a method that takes
@@ -241,7 +262,7 @@ fn exchange(mut stream: TcpStream, request: &[u8]) -> Answer {
     parse_answer(&raw)
 }
 
-fn parse_answer(raw: &[u8]) -> Answer {
+pub fn parse_answer(raw: &[u8]) -> Answer {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

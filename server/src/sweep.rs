@@ -1,0 +1,37 @@
+//! The sweep of unused bundles: every [`Limits::bundle_sweep`](crate::Limits), the bundles
+//! last used more than [`Limits::bundle_retention`](crate::Limits) ago that no execution not
+//! ended names are deleted (the store keeps the rule; this task only keeps the time). It runs
+//! until the server stops, and a failed sweep is logged and tried again at the next one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::clock::wall_now;
+use crate::store::Store;
+
+/// Sweeps `store` every `every`, deleting bundles unused for `retention`, until `stop`.
+pub(crate) async fn bundles(
+    store: Arc<Store>,
+    every: Duration,
+    retention: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+        let unused_since = wall_now().0.saturating_sub(retention.as_secs());
+        let store = store.clone();
+        match tokio::task::spawn_blocking(move || store.sweep_bundles(unused_since)).await {
+            Ok(Ok(gone)) if !gone.is_empty() => {
+                tracing::info!(count = gone.len(), "unused bundles deleted");
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "sweeping unused bundles failed"),
+            Err(e) => tracing::warn!(error = %e, "the bundle sweep stopped"),
+        }
+    }
+}
