@@ -169,7 +169,12 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         Some(snapshot) => Server::restore(signer, template, &snapshot, now),
         None => Server::new(signer, template, now),
     };
-    let cloud = Cloud::new(cloud, &config.cloud, dir.join("cloud-runs"));
+    let cloud = Cloud::new(
+        cloud,
+        &config.cloud,
+        dir.join("cloud-runs"),
+        store.bundle_dir().to_path_buf(),
+    );
     let mut dispatcher = Dispatcher::new(server, shared.clone(), cloud, pending);
     dispatcher.settle()?;
     let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);

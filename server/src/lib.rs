@@ -19,6 +19,7 @@ mod http_layer;
 mod inflight;
 mod limits;
 mod metrics;
+mod parking;
 pub mod releases;
 mod secrets;
 mod serve;

@@ -345,6 +345,28 @@ pub(super) fn run(
     driver.serve()
 }
 
+/// How many times a bundle fetch is tried before the run fails `bundle_unavailable`.
+const FETCH_TRIES: u32 = 4;
+
+/// Fetches a run's bundle, trying again after a failure that may pass (the server busy or
+/// rate-limiting, the connection cut): after 1, 2 and 4 s. A refusal of the request itself
+/// fails at once.
+fn fetch_patiently(client: &SignedClient, sha256: &str) -> Result<Vec<u8>, crate::http::HttpError> {
+    let mut wait = Duration::from_secs(1);
+    let mut tries = 1;
+    loop {
+        match client.fetch_bundle(sha256) {
+            Err(e) if e.is_transient() && tries < FETCH_TRIES => {
+                tracing::info!(%sha256, code = e.code(), "fetching a bundle failed; trying again in {} s", wait.as_secs());
+                std::thread::sleep(wait);
+                wait *= 2;
+                tries += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
 fn save_registration(
     home: &Home,
     url: &str,
@@ -652,7 +674,7 @@ impl Driver {
                 let client = self.client.clone();
                 let tx = self.tx.clone();
                 self.host.spawn_blocking(Box::new(move || {
-                    let bundle = client.fetch_bundle(&sha256);
+                    let bundle = fetch_patiently(&client, &sha256);
                     let _ = tx.send(Event::Fetched { run_id, bundle });
                 }));
             }

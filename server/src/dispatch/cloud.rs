@@ -3,8 +3,9 @@
 //!
 //! Only the environments the operator enabled are allowed (`run_capability:<env>` for the
 //! session); any other is refused with `not_permitted`, never run elsewhere. A cloud run gets
-//! no host folders and no network. It never touches the dispatcher's state: results come
-//! back through a channel.
+//! no host folders and no network. A capability named by digest (uploaded, or parked by
+//! [`crate::parking`]) is read from the bundle folder and its digest checked before it runs.
+//! It never touches the dispatcher's state: results come back through a channel.
 //!
 //! [`Command::RunOnCloud`]: outpost_core::server::Command::RunOnCloud
 
@@ -19,7 +20,9 @@ use outpost_core::executor::{Allowlists, Launch, Registry, Scope, run_capability
 use outpost_core::grant::CredentialDenylist;
 use outpost_core::manifest::Permission;
 use outpost_core::server::ExecuteRequest;
-use outpost_core::wire::{Egress, Environment, ErrorBody, RunResult};
+use outpost_core::wire::{
+    CapabilitySource, Egress, Environment, ErrorBody, RunResult, bundle_digest,
+};
 use tokio::sync::mpsc;
 
 /// How often a blocking run checks for a cancel.
@@ -30,6 +33,8 @@ pub(crate) struct Cloud {
     registry: Arc<Registry>,
     allowlists: Arc<Allowlists>,
     runs_dir: PathBuf,
+    /// Where bundles named by digest are read from.
+    bundles_dir: PathBuf,
     cancels: HashMap<String, Arc<AtomicBool>>,
     tx: mpsc::UnboundedSender<(String, RunResult)>,
     rx: mpsc::UnboundedReceiver<(String, RunResult)>,
@@ -37,8 +42,13 @@ pub(crate) struct Cloud {
 
 impl Cloud {
     /// A cloud executor over `registry`, allowing `environments`, writing capability folders
-    /// under `runs_dir`.
-    pub(crate) fn new(registry: Registry, environments: &[Environment], runs_dir: PathBuf) -> Self {
+    /// under `runs_dir` and reading bundles from `bundles_dir`.
+    pub(crate) fn new(
+        registry: Registry,
+        environments: &[Environment],
+        runs_dir: PathBuf,
+        bundles_dir: PathBuf,
+    ) -> Self {
         let mut allowlists = Allowlists::new();
         for environment in environments {
             // Session scope is within every environment's trust ceiling.
@@ -49,6 +59,7 @@ impl Cloud {
             registry: Arc::new(registry),
             allowlists: Arc::new(allowlists),
             runs_dir,
+            bundles_dir,
             cancels: HashMap::new(),
             tx,
             rx,
@@ -70,11 +81,21 @@ impl Cloud {
         self.cancels.insert(request.exec_id.clone(), cancel.clone());
         let registry = self.registry.clone();
         let allowlists = self.allowlists.clone();
-        let runs_dir = self.runs_dir.clone();
+        let (runs_dir, bundles_dir) = (self.runs_dir.clone(), self.bundles_dir.clone());
         let tx = self.tx.clone();
         tokio::task::spawn_blocking(move || {
             let started = Instant::now();
-            let mut result = run(&registry, &allowlists, &runs_dir, &request, &cancel);
+            let mut result = match capability_of(&request.capability, &bundles_dir) {
+                Ok(capability) => run(
+                    &registry,
+                    &allowlists,
+                    &runs_dir,
+                    &request,
+                    capability,
+                    &cancel,
+                ),
+                Err((code, message)) => failed(code, message),
+            };
             result.timing.daemon_ms =
                 u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let _ = std::fs::remove_dir_all(runs_dir.join(&request.exec_id));
@@ -104,14 +125,42 @@ fn failed(code: &str, message: impl Into<String>) -> RunResult {
     })
 }
 
+/// The capability to run: inline as it came, or the bundle a digest names, read from
+/// `bundles_dir` and checked (else the run's error code and message).
+fn capability_of(
+    source: &CapabilitySource,
+    bundles_dir: &std::path::Path,
+) -> Result<Capability, (&'static str, String)> {
+    let CapabilitySource::Digest { sha256, .. } = source else {
+        return Ok(Capability::Inline(source.clone()));
+    };
+    let bytes = std::fs::read(bundles_dir.join(sha256)).map_err(|e| {
+        (
+            "bundle_unavailable",
+            format!("the bundle {sha256} could not be read: {e}"),
+        )
+    })?;
+    let actual = bundle_digest(&bytes);
+    if actual != *sha256 {
+        return Err((
+            "digest_mismatch",
+            format!("the bundle's sha256 is {actual}, not {sha256}"),
+        ));
+    }
+    Ok(Capability::Bundle {
+        sha256: sha256.clone(),
+        bytes,
+    })
+}
+
 fn run(
     registry: &Registry,
     allowlists: &Allowlists,
     runs_dir: &std::path::Path,
     request: &ExecuteRequest,
+    capability: Capability,
     cancel: &AtomicBool,
 ) -> RunResult {
-    let capability = Capability::Inline(request.capability.clone());
     let outpost_host::Materialized {
         dir,
         manifest,

@@ -221,12 +221,35 @@ impl Dispatcher {
             settle(CONT_ACCESS_LOST, None, Some(refused.code))?;
             return Ok(());
         }
-        let request = match continuation_request(wait, &exec_id) {
+        let mut request = match continuation_request(wait, &exec_id) {
             Ok(request) => request,
             Err(message) => {
                 settle(CONT_REFUSED, None, Some(&message))?;
                 return Ok(());
             }
+        };
+        // A large capability waits and runs from disk, as an execute's does.
+        let store = self.shared.store.clone();
+        let user = request.requester.user_id.clone();
+        let inline = std::mem::replace(
+            &mut request.capability,
+            outpost_core::wire::CapabilitySource::Digest {
+                sha256: String::new(),
+                size: 0,
+            },
+        );
+        request.capability =
+            match super::off_the_runtime(|| crate::parking::park(&store, &user, inline)) {
+                Ok(capability) => capability,
+                Err(e) => {
+                    let message = format!("its capability could not be stored: {e}");
+                    settle(CONT_REFUSED, None, Some(&message))?;
+                    return Ok(());
+                }
+            };
+        let bundle = match &request.capability {
+            outpost_core::wire::CapabilitySource::Digest { sha256, .. } => Some(sha256.clone()),
+            outpost_core::wire::CapabilitySource::Inline { .. } => None,
         };
         let requested = match &request.target.context {
             Some(id) if *id == wait.context_id => wait.context_name.clone(),
@@ -239,6 +262,7 @@ impl Dispatcher {
             requested: Some(requested),
             status: "pending".into(),
             created_at: crate::clock::wall_now().0,
+            bundle,
             ..ExecutionEntry::default()
         };
         match self.apply(Input::Execute(Box::new(request))) {

@@ -294,7 +294,8 @@ async fn fetch(
     PathParam(sha256): PathParam,
     req: Request,
 ) -> ApiResult {
-    super::machine::machine_request(&app, addr, req, false).await?;
+    use super::machine::{Metered, metered_machine_request};
+    metered_machine_request(&app, addr, req, false, Metered::AddressOnly).await?;
     check_digest(&sha256)?;
     let store = &app.shared.store;
     let row = store

@@ -139,13 +139,24 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
     target
         .validate()
         .map_err(|e| ApiError::new(400, e.code(), e.to_string()))?;
+    // A large inline capability waits and runs from disk, named by digest.
+    let capability = {
+        let (store, user, capability) = (
+            app.shared.store.clone(),
+            caller.user.clone(),
+            body.capability,
+        );
+        tokio::task::spawn_blocking(move || crate::parking::park(&store, &user, capability))
+            .await
+            .map_err(ApiError::internal)??
+    };
     let entry = ExecutionEntry {
         id: secrets::new_id("ex_")?,
         user: caller.user.clone(),
         requested: body.context.clone(),
         status: "pending".into(),
         created_at: wall_now().0,
-        bundle: match &body.capability {
+        bundle: match &capability {
             CapabilitySource::Digest { sha256, .. } => Some(sha256.clone()),
             CapabilitySource::Inline { .. } => None,
         },
@@ -158,7 +169,7 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         },
         target,
         environment: manifest.environment,
-        capability: body.capability,
+        capability,
         timeout_ms: manifest.limits.timeout_ms,
     };
     // Watched before it exists, so its end needs no read to be noticed.

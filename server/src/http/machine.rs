@@ -133,10 +133,28 @@ fn verify_machine(
     auth::verify(&signed, lookup)
 }
 
+/// Which buckets a machine request takes a token from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Metered {
+    /// The source address's and the context's (every route but the one below).
+    AddressAndContext,
+    /// The source address's only: a bundle fetch, of which a machine makes one per run named
+    /// by digest (the runs its slots hold bound them, not a rate).
+    AddressOnly,
+}
+
 /// Lets a verified machine request in: a token from the bucket of `context` (the context's
-/// id, or the key's id before it has one), then its nonce spent (§8 step 7).
-fn admit(app: &App, context: &str, verified: &VerifiedRequest) -> Result<(), ApiError> {
-    auth::limit_context(app, context)?;
+/// id, or the key's id before it has one) unless `metered` says otherwise, then its nonce
+/// spent (§8 step 7).
+fn admit(
+    app: &App,
+    context: &str,
+    verified: &VerifiedRequest,
+    metered: Metered,
+) -> Result<(), ApiError> {
+    if metered == Metered::AddressAndContext {
+        auth::limit_context(app, context)?;
+    }
     auth::spend_nonce(app, verified)
 }
 
@@ -154,6 +172,17 @@ pub(super) async fn machine_request(
     req: Request,
     json: bool,
 ) -> Result<(String, axum::body::Bytes), ApiError> {
+    metered_machine_request(app, addr, req, json, Metered::AddressAndContext).await
+}
+
+/// [`machine_request`], taking tokens from the buckets `metered` names.
+pub(super) async fn metered_machine_request(
+    app: &App,
+    addr: SocketAddr,
+    req: Request,
+    json: bool,
+    metered: Metered,
+) -> Result<(String, axum::body::Bytes), ApiError> {
     auth::limit_address(app, addr)?;
     let (parts, raw) = req.into_parts();
     let bytes = if json {
@@ -161,7 +190,7 @@ pub(super) async fn machine_request(
     } else {
         body::read(&parts.headers, raw).await?
     };
-    let context_id = registered_machine(app, &parts, &bytes)?;
+    let context_id = registered_machine(app, &parts, &bytes, metered)?;
     Ok((context_id, bytes))
 }
 
@@ -172,6 +201,7 @@ pub(super) fn registered_machine(
     app: &App,
     parts: &Parts,
     bytes: &[u8],
+    metered: Metered,
 ) -> Result<String, ApiError> {
     let store = app.shared.store.clone();
     let lookup = move |kid: &str| {
@@ -187,7 +217,7 @@ pub(super) fn registered_machine(
         .store
         .machine_key(&verified.keyid)?
         .ok_or_else(|| ApiError::new(401, "unknown_key", "no machine has this key"))?;
-    admit(app, &context_id, &verified)?;
+    admit(app, &context_id, &verified, metered)?;
     if revoked {
         return Err(key_revoked());
     }
@@ -216,7 +246,7 @@ async fn register(
             format!("keyid must be {key_id}, the id of publicKey"),
         ));
     }
-    admit(&app, &key_id, &verified)?;
+    admit(&app, &key_id, &verified, Metered::AddressAndContext)?;
     let slots = reg.max_concurrent;
     // One registration at a time: two requests with one key (a daemon retrying) or one name
     // must not both pass the checks below before either is stored.

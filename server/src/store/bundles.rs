@@ -67,7 +67,7 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 
 impl Store {
     /// The folder of bundle files.
-    fn bundle_dir(&self) -> &Path {
+    pub(crate) fn bundle_dir(&self) -> &Path {
         &self.bundles
     }
 
