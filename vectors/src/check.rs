@@ -168,6 +168,19 @@ fn signed_frame(c: &SignedFrameCase) -> CaseResult {
     Ok(())
 }
 
+/// The roots a case's daemon pins.
+fn root_keys(roots: &[RootEntry]) -> Result<Vec<RootKey>, String> {
+    roots
+        .iter()
+        .map(|r| {
+            Ok(RootKey {
+                id: r.id.clone(),
+                public_key: verifying_key_from_hex(&r.public_key_hex)?,
+            })
+        })
+        .collect()
+}
+
 fn key_set(c: &KeySetCase) -> CaseResult {
     let bytes = unhex("document_hex", &c.document_hex)?;
     if c.document.get().as_bytes() != bytes.as_slice() {
@@ -176,16 +189,7 @@ fn key_set(c: &KeySetCase) -> CaseResult {
             c.name
         ));
     }
-    let pinned = c
-        .pinned_roots
-        .iter()
-        .map(|r| {
-            Ok(RootKey {
-                id: r.id.clone(),
-                public_key: verifying_key_from_hex(&r.public_key_hex)?,
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
+    let pinned = root_keys(&c.pinned_roots)?;
     let roots = PinnedRoots::new(pinned).with_test_root_if_local(&c.server_host, c.trust_test_root);
     #[derive(Debug)]
     enum Either {
@@ -401,16 +405,7 @@ fn daemon_runs(c: &DaemonRunsCase) -> CaseResult {
     use outpost_core::time::{Instant, Now};
     use outpost_core::wire::{Environment, RunResult, RunStatus, Timing};
 
-    let pinned = c
-        .pinned_roots
-        .iter()
-        .map(|r| {
-            Ok(RootKey {
-                id: r.id.clone(),
-                public_key: verifying_key_from_hex(&r.public_key_hex)?,
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
+    let pinned = root_keys(&c.pinned_roots)?;
     let roots = PinnedRoots::new(pinned);
     let read_set = |hex_text: &str| -> Result<KeySet, String> {
         KeySet::from_document(&unhex("key_set_hex", hex_text)?, &roots)

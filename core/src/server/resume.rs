@@ -67,18 +67,21 @@ impl Server {
             .set(&exec_id.to_owned(), Some((until, "restart grace")));
     }
 
+    /// The executions the grace parked (the only ones left unplaced between inputs).
+    fn parked(&self) -> Vec<String> {
+        self.executions
+            .iter()
+            .filter(|(_, e)| matches!(e.place, Place::Unplaced))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// Plans again every execution parked by the grace.
     pub(super) fn replan_parked(&mut self) {
         if self.grace_until.is_none() {
             return;
         }
-        let parked: Vec<String> = self
-            .executions
-            .iter()
-            .filter(|(_, e)| matches!(e.place, Place::Unplaced))
-            .map(|(id, _)| id.clone())
-            .collect();
-        for exec_id in parked {
+        for exec_id in self.parked() {
             self.place(&exec_id);
         }
         if !self.in_grace() {
@@ -126,13 +129,7 @@ impl Server {
         if let Some(grace) = &mut self.grace_until {
             *grace = grace.saturating_add(paused);
             let grace = *grace;
-            let parked: Vec<String> = self
-                .executions
-                .iter()
-                .filter(|(_, e)| matches!(e.place, Place::Unplaced))
-                .map(|(id, _)| id.clone())
-                .collect();
-            for exec_id in parked {
+            for exec_id in self.parked() {
                 self.queue_wakes
                     .set(&exec_id, Some((grace, "restart grace")));
             }

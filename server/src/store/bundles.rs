@@ -202,6 +202,17 @@ impl Store {
 
     /// Makes the bundle folder (0700), removes unfinished uploads and files without a row,
     /// and moves the bytes of rows an older version wrote into files.
+    /// The digests `query` (one column, `sha256`) lists.
+    fn bundle_digests(&self, query: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(query).doing("listing stored bundles")?;
+        let rows = stmt
+            .query_map([], |r| r.get(0))
+            .doing("listing stored bundles")?;
+        rows.collect::<Result<_, _>>()
+            .doing("listing stored bundles")
+    }
+
     pub(super) fn prepare_bundles(&self) -> Result<(), StoreError> {
         let dir = self.bundle_dir();
         fs::DirBuilder::new()
@@ -211,31 +222,15 @@ impl Store {
             .doing("making the bundle folder")?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .doing("making the bundle folder private")?;
-        let legacy: Vec<String> = {
-            let conn = self.lock();
-            let mut stmt = conn
-                .prepare("SELECT sha256 FROM bundles WHERE length(bytes) > 0")
-                .doing("listing stored bundles")?;
-            let rows = stmt
-                .query_map([], |r| r.get(0))
-                .doing("listing stored bundles")?;
-            rows.collect::<Result<_, _>>()
-                .doing("listing stored bundles")?
-        };
+        let legacy: Vec<String> =
+            self.bundle_digests("SELECT sha256 FROM bundles WHERE length(bytes) > 0")?;
         for sha256 in legacy {
             self.move_out(&sha256)?;
         }
-        let known: std::collections::HashSet<String> = {
-            let conn = self.lock();
-            let mut stmt = conn
-                .prepare("SELECT sha256 FROM bundles")
-                .doing("listing stored bundles")?;
-            let rows = stmt
-                .query_map([], |r| r.get(0))
-                .doing("listing stored bundles")?;
-            rows.collect::<Result<_, _>>()
-                .doing("listing stored bundles")?
-        };
+        let known: std::collections::HashSet<String> = self
+            .bundle_digests("SELECT sha256 FROM bundles")?
+            .into_iter()
+            .collect();
         for entry in fs::read_dir(dir).doing("reading the bundle folder")? {
             let entry = entry.doing("reading the bundle folder")?;
             let name = entry.file_name().to_string_lossy().into_owned();

@@ -11,9 +11,17 @@ fn one_machine() -> (Harness, ConnId) {
     (h, a)
 }
 
-#[test]
-fn a_paused_server_does_not_blame_the_daemon_for_its_own_silence() {
-    let (mut h, _) = one_machine();
+/// Offers `x1` to machine `a` by name.
+fn offer_x1(h: &mut Harness) {
+    h.input(Input::Execute(Box::new(request(
+        "x1",
+        "ada",
+        ExecuteTarget::named("a"),
+    ))));
+}
+
+/// Offers `x1` through ada's chain and has `a` accept it: its lease (10 s + 30 s) runs.
+fn commit_x1(h: &mut Harness) {
     h.input(Input::Execute(Box::new(request(
         "x1",
         "ada",
@@ -25,6 +33,12 @@ fn a_paused_server_does_not_blame_the_daemon_for_its_own_silence() {
             run_id: "x1.1".into(),
         },
     );
+}
+
+#[test]
+fn a_paused_server_does_not_blame_the_daemon_for_its_own_silence() {
+    let (mut h, _) = one_machine();
+    commit_x1(&mut h);
     // The lease is 10 s + 30 s. The process stops for two minutes; the result waits in its
     // socket, and on resume its timer comes first.
     h.pause(Duration::from_secs(120));
@@ -51,17 +65,7 @@ fn a_paused_server_does_not_blame_the_daemon_for_its_own_silence() {
 #[test]
 fn a_daemon_that_stays_silent_after_the_pause_still_loses_its_lease() {
     let (mut h, _) = one_machine();
-    h.input(Input::Execute(Box::new(request(
-        "x1",
-        "ada",
-        ExecuteTarget::chain(),
-    ))));
-    h.daemon_says(
-        "a",
-        DaemonFrame::RunAccept {
-            run_id: "x1.1".into(),
-        },
-    );
+    commit_x1(&mut h);
     h.pause(Duration::from_secs(120));
     h.input(Input::Timeout);
     h.advance(Duration::from_secs(41));
@@ -75,11 +79,7 @@ fn a_daemon_that_stays_silent_after_the_pause_still_loses_its_lease() {
 #[test]
 fn an_unanswered_offer_passes_as_busy_with_its_reason() {
     let (mut h, _) = one_machine();
-    h.input(Input::Execute(Box::new(request(
-        "x1",
-        "ada",
-        ExecuteTarget::named("a"),
-    ))));
+    offer_x1(&mut h);
     h.advance(crate::session::OFFER_TIMEOUT);
     let [ExecutionOutcome::Failed { code, .. }] = h.finished("x1")[..] else {
         panic!("{:?}", h.finished("x1"));
@@ -118,11 +118,7 @@ fn restarted(h: &Harness) -> Harness {
 #[test]
 fn a_restarted_server_waits_for_its_machines_before_failing_what_was_offered() {
     let (mut h, _) = one_machine();
-    h.input(Input::Execute(Box::new(request(
-        "x1",
-        "ada",
-        ExecuteTarget::named("a"),
-    ))));
+    offer_x1(&mut h);
     // Offered, not committed, when the server dies.
     let mut r = restarted(&h);
     assert!(r.finished("x1").is_empty(), "not failed offline at once");
@@ -145,11 +141,7 @@ fn a_restarted_server_waits_for_its_machines_before_failing_what_was_offered() {
 #[test]
 fn after_the_grace_a_machine_still_offline_is_routed_around_as_usual() {
     let (mut h, _) = one_machine();
-    h.input(Input::Execute(Box::new(request(
-        "x1",
-        "ada",
-        ExecuteTarget::named("a"),
-    ))));
+    offer_x1(&mut h);
     let mut r = restarted(&h);
     // A new execution during the grace waits too.
     r.input(Input::Execute(Box::new(request(

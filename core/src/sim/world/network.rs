@@ -46,15 +46,27 @@ impl World {
         let conns: Vec<ConnId> = self.conns.keys().copied().collect();
         for conn in conns {
             let at = self.elapsed + self.latency();
-            self.net_seq += 1;
-            let msg = Msg {
-                conn,
-                to_server: false,
-                ping: true,
-                bytes: Vec::new(),
-            };
-            self.net.insert((at, self.net_seq), msg);
+            self.send_to_daemon_at(at, conn, Vec::new(), true);
         }
+    }
+
+    /// Puts `bytes` (a ping when `ping`) on the network to the daemon of `conn`, arriving at
+    /// `at`, past the faults [`World::send`] draws.
+    pub(super) fn send_to_daemon_at(
+        &mut self,
+        at: Duration,
+        conn: ConnId,
+        bytes: Vec<u8>,
+        ping: bool,
+    ) {
+        self.net_seq += 1;
+        let msg = Msg {
+            conn,
+            to_server: false,
+            ping,
+            bytes,
+        };
+        self.net.insert((at, self.net_seq), msg);
     }
 
     pub(super) fn deliver(&mut self, msg: Msg) {

@@ -57,15 +57,10 @@ impl World {
             return;
         };
         let context_id = self.machines[i].context_id.clone();
-        let spec = RunSpec {
-            run_id: run_id.clone(),
-            environment: Environment::Shell,
-            capability: rogue_capability(),
-            timeout_ms: 5_000,
-            shared_run: false,
-            requester: "ada".into(),
-        };
-        if self.server.resend_run_for_test(&context_id, spec) {
+        if self
+            .server
+            .resend_run_for_test(&context_id, rogue_spec(&run_id))
+        {
             self.note(format!(
                 "fault: server re-sends finished run {run_id} to machine {i}"
             ));
@@ -92,16 +87,18 @@ impl World {
         self.feed_daemon(i, daemon::Input::KeysUpdated(older));
         // A sequence far ahead, so only the key can refuse it.
         let mut frames = FrameSigner::resume_at(session_id, 1 << 40);
-        let run_id = format!("{ROGUE_PREFIX}{}", self.rogue);
-        let offer = ServerFrame::RunRequest {
-            run_id: run_id.clone(),
-            environment: Environment::Shell,
-            capability: rogue_capability(),
-            timeout_ms: 5_000,
-            shared_run: false,
-            requester: "ada".into(),
+        let spec = rogue_spec(&format!("{ROGUE_PREFIX}{}", self.rogue));
+        let commit = ServerFrame::RunCommit {
+            run_id: spec.run_id.clone(),
         };
-        let commit = ServerFrame::RunCommit { run_id };
+        let offer = ServerFrame::RunRequest {
+            run_id: spec.run_id,
+            environment: spec.environment,
+            capability: spec.capability,
+            timeout_ms: spec.timeout_ms,
+            shared_run: spec.shared_run,
+            requester: spec.requester,
+        };
         self.note(format!(
             "fault: machine {i} offered an older key set and rogue frames"
         ));
@@ -110,14 +107,7 @@ impl World {
             let Ok(bytes) = frames.sign(&frame, &rogue_signer()) else {
                 return;
             };
-            self.net_seq += 1;
-            let msg = super::Msg {
-                conn,
-                to_server: false,
-                ping: false,
-                bytes,
-            };
-            self.net.insert((at, self.net_seq), msg);
+            self.send_to_daemon_at(at, conn, bytes, false);
         }
     }
 }
@@ -147,9 +137,17 @@ fn key_set(version: u64, extra: Option<&Ed25519Signer>) -> KeySet {
         .unwrap_or_else(super::super::pair::test_keys)
 }
 
-fn rogue_capability() -> CapabilitySource {
-    CapabilitySource::Inline {
-        manifest: "name: rogue\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n".into(),
-        files: Vec::new(),
+/// A run a faulty server offers as `run_id`.
+fn rogue_spec(run_id: &str) -> RunSpec {
+    RunSpec {
+        run_id: run_id.to_owned(),
+        environment: Environment::Shell,
+        capability: CapabilitySource::Inline {
+            manifest: "name: rogue\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n".into(),
+            files: Vec::new(),
+        },
+        timeout_ms: 5_000,
+        shared_run: false,
+        requester: "ada".into(),
     }
 }
