@@ -1,6 +1,8 @@
 //! `confine: true`: a real Landlock sandbox around a real script, through the `outpost`
 //! binary's hidden `confine` subcommand — the executor's own and `outpost run`'s.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -244,4 +246,59 @@ fn a_folder_flag_without_its_folder_is_the_helper_s_own_failure() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The daemon's binary replaced on disk (a package upgrade, a rebuild) while it runs: its
+/// confined runs still start, through the file the daemon runs from, not the new one.
+#[test]
+fn a_daemon_whose_binary_was_replaced_still_confines_its_runs() {
+    let dir = folder("replaced");
+    let binary = dir.join("outpost");
+    std::fs::copy(env!("CARGO_BIN_EXE_outpost"), &binary).unwrap();
+    let server = common::Server::start(&dir.join("server"), 0);
+    let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
+    let mut daemon = Command::new(&binary)
+        .args(["daemon", "--name", "box", "--host", "tokio", "--home"])
+        .arg(dir.join("home"))
+        .args(["--join", &server.join])
+        .env("OUTPOST_KEYRING", "off")
+        .env("OUTPOST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    server.wait_context("box", "the daemon to come online", |c| c["online"] == true);
+    // Replaced: the old file is gone, a file that is no outpost stands in its place.
+    std::fs::remove_file(&binary).unwrap();
+    std::fs::write(&binary, "#!/bin/sh\nexit 0\n").unwrap();
+    let outside = folder("replaced-outside");
+    std::fs::write(outside.join("secret.txt"), "top secret").unwrap();
+    let mut capability = common::shell_capability(
+        "boxed",
+        &format!("echo confined\ncat {}/secret.txt\n", outside.display()),
+    );
+    capability["manifest"] = serde_json::json!(
+        "name: boxed\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: true\n"
+    );
+    let (status, e) = server.api(
+        "POST",
+        "/v1/executions",
+        Some(
+            serde_json::json!({"capability": capability, "context": "box", "wait": true,
+                                "waitSecs": 60}),
+        ),
+    );
+    let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
+    assert_eq!(status, 201, "{e}");
+    assert_eq!(e["status"], "exited", "{e}\n{log}");
+    assert_eq!(e["stdout"], "confined\n", "{e}\n{log}");
+    assert!(
+        e["stderr"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Permission denied"),
+        "{e}"
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
 }

@@ -128,8 +128,15 @@ pub(crate) fn probe(helper: &Path) -> Result<(), String> {
     result
 }
 
-/// The helper by default: the running executable, the `outpost` binary.
+/// The helper by default: the running executable, the `outpost` binary — named through
+/// `/proc/self/exe`, which a child started by this process resolves to the very file this
+/// process runs, even after it was replaced or deleted on disk (a package upgrade, a
+/// rebuild). Where `/proc` is absent, the path the executable was started from.
 pub(crate) fn default_helper() -> Result<PathBuf, String> {
+    let running = Path::new("/proc/self/exe");
+    if running.exists() {
+        return Ok(running.to_path_buf());
+    }
     std::env::current_exe().map_err(|e| format!("the current executable cannot be found: {e}"))
 }
 
