@@ -262,6 +262,31 @@ enum ContextAction {
         #[arg(long)]
         home: Option<PathBuf>,
     },
+    /// Change what runs on a machine you operate may use (the server's grant; the machine's
+    /// local policy still narrows it): folders, network, host commands off, slots. What you
+    /// leave out stays as it is; prints the new grant and its version.
+    Grant {
+        /// Its name or id.
+        name: String,
+        /// A folder on the machine and its mode, `PATH:ro` or `PATH:rw`; repeat for more.
+        /// Replaces the granted folders.
+        #[arg(long = "fs", value_name = "PATH:ro|rw", value_parser = client::manage::folder_grant, conflicts_with = "no_fs")]
+        fs: Vec<(String, String)>,
+        /// Grant no folders.
+        #[arg(long)]
+        no_fs: bool,
+        /// What runs may reach: `none`, `all`, or `HOST[:PORT],…` (`*.suffix` for a domain's
+        /// hosts) for an allowlist.
+        #[arg(long, value_name = "none|all|HOST:PORT,…")]
+        egress: Option<String>,
+        /// `off` turns host commands off (only the machine turns them on, with `outpost
+        /// context commands on` there).
+        #[arg(long, value_name = "off", value_parser = ["off"])]
+        commands: Option<String>,
+        /// The most runs the machine holds at once (1–8; the daemon's own setting still caps it).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
+        max_concurrent: Option<u32>,
+    },
     /// Share a machine you operate with every member, or stop (which drops every opt-in).
     /// Shared runs get no folders and no host commands.
     Share {
@@ -489,6 +514,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ContextAction::Delete { name } => context_delete(&api, &name, json),
                 ContextAction::Share { name, all_members } => {
                     context_share(&api, &name, all_members == Switch::On, json)
+                }
+                ContextAction::Grant {
+                    name,
+                    fs,
+                    no_fs,
+                    egress,
+                    commands,
+                    max_concurrent,
+                } => {
+                    let change = GrantChange {
+                        fs: (no_fs || !fs.is_empty()).then_some(fs),
+                        egress,
+                        commands_off: commands.is_some(),
+                        max_concurrent,
+                    };
+                    context_grant(&api, &name, &change, json)
                 }
                 ContextAction::OptIn { name } => context_opt_in(&api, &name, true, json),
                 ContextAction::OptOut { name } => context_opt_in(&api, &name, false, json),

@@ -187,3 +187,94 @@ fn serve_takes_its_rate_limits_from_flags() {
     drop(default);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_grant_is_changed_from_the_command_line_keeping_what_is_not_named() {
+    let dir = temp_dir("grant");
+    let server = Server::start(&dir.join("server"), 0);
+    let admin = server.admin.clone();
+    let _daemon = Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
+    server.wait_context("box", "online", |c| c["online"] == true);
+    let before = json(&outpost(
+        &server,
+        &admin,
+        &["context", "show", "box", "--json"],
+    ));
+    let version = before["grantVersion"].as_u64().expect("a version");
+    let shared = dir.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let folder = format!("{}:ro", shared.display());
+    let changed = json(&outpost(
+        &server,
+        &admin,
+        &[
+            "context",
+            "grant",
+            "box",
+            "--fs",
+            &folder,
+            "--egress",
+            "api.example.com:443,*.crates.io",
+            "--max-concurrent",
+            "1",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        changed["grantVersion"].as_u64(),
+        Some(version + 1),
+        "{changed}"
+    );
+    let grant = &changed["grant"];
+    assert_eq!(
+        grant["fs"][0]["path"],
+        shared.display().to_string(),
+        "{grant}"
+    );
+    assert_eq!(grant["fs"][0]["mode"], "ro");
+    assert_eq!(grant["egress"]["mode"], "allowlist");
+    assert_eq!(
+        grant["egress"]["hosts"],
+        serde_json::json!(["api.example.com:443", "*.crates.io"])
+    );
+    assert_eq!(grant["limits"]["maxConcurrent"], 1);
+    // What is not named stays; the text form says what the grant now allows.
+    let text = outpost(
+        &server,
+        &admin,
+        &["context", "grant", "box", "--egress", "none"],
+    );
+    assert!(
+        text.status.success(),
+        "{}",
+        String::from_utf8_lossy(&text.stderr)
+    );
+    let said = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        said.contains(&format!("folders {} (ro)", shared.display()))
+            && said.contains("network none")
+            && said.contains("at most 1 runs"),
+        "{said}"
+    );
+    let cleared = json(&outpost(
+        &server,
+        &admin,
+        &["context", "grant", "box", "--no-fs", "--json"],
+    ));
+    assert_eq!(cleared["grant"]["fs"], serde_json::json!([]), "{cleared}");
+    // Mistakes are refused before anything is sent, with what to do.
+    for bad in [
+        &["context", "grant", "box", "--fs", "/data"][..],
+        &["context", "grant", "box", "--commands", "on"][..],
+        &["context", "grant", "box", "--fs", "/a:ro", "--no-fs"][..],
+    ] {
+        let out = outpost(&server, &admin, bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+    let after = json(&outpost(
+        &server,
+        &admin,
+        &["context", "show", "box", "--json"],
+    ));
+    assert_eq!(after["grantVersion"].as_u64(), Some(version + 3));
+}

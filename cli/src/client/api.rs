@@ -155,6 +155,11 @@ impl Api {
         self.call("PUT", path, Some(body))
     }
 
+    /// `PATCH path` with a JSON body.
+    pub fn patch(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
+        self.call("PATCH", path, Some(body))
+    }
+
     /// `DELETE path`.
     pub fn delete(&self, path: &str) -> Result<Value, ApiError> {
         self.call("DELETE", path, None)
@@ -199,6 +204,7 @@ impl Api {
             (_, body) => {
                 let request = match method {
                     "PUT" => self.agent.put(&url),
+                    "PATCH" => self.agent.patch(&url),
                     _ => self.agent.post(&url),
                 };
                 request

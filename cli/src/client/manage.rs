@@ -106,6 +106,124 @@ fn sharing_text(c: &Value) -> String {
     }
 }
 
+/// What `outpost context grant` changes; what it leaves `None` stays as it is.
+#[derive(Debug, Default)]
+pub struct GrantChange {
+    /// The folders, replacing the grant's (`--fs`, or none with `--no-fs`).
+    pub fs: Option<Vec<(String, String)>>,
+    /// `none`, `all`, or `HOST[:PORT],…` for an allowlist.
+    pub egress: Option<String>,
+    /// Turn host commands off (only the machine itself turns them on).
+    pub commands_off: bool,
+    /// The most runs at once.
+    pub max_concurrent: Option<u32>,
+}
+
+/// Reads `--fs PATH:ro|rw` (the mode after the last `:`).
+pub fn folder_grant(text: &str) -> Result<(String, String), String> {
+    match text.rsplit_once(':') {
+        Some((path, mode @ ("ro" | "rw"))) if !path.is_empty() => {
+            Ok((path.to_owned(), mode.to_owned()))
+        }
+        _ => Err(format!(
+            "{text:?} is not PATH:ro or PATH:rw (a folder on the machine and its mode)"
+        )),
+    }
+}
+
+/// The Egress JSON for `--egress`.
+fn egress_json(text: &str) -> Value {
+    match text {
+        "none" => json!({"mode": "none"}),
+        "all" => json!({"mode": "all"}),
+        hosts => json!({"mode": "allowlist", "hosts": hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .collect::<Vec<_>>()}),
+    }
+}
+
+/// `outpost context grant NAME …`: the context's grant with `change` applied, sent whole
+/// (`PATCH …/grant`), printed with its new version.
+pub fn context_grant(
+    api: &Api,
+    name: &str,
+    change: &GrantChange,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let current = api.get(&format!("/v1/execution-contexts/{name}"))?;
+    let mut grant = current["grant"].clone();
+    if let Some(fs) = &change.fs {
+        grant["fs"] = fs
+            .iter()
+            .map(|(path, mode)| json!({"path": path, "mode": mode}))
+            .collect();
+    }
+    if let Some(egress) = &change.egress {
+        grant["egress"] = egress_json(egress);
+    }
+    if change.commands_off {
+        grant["commands"] = json!({"enabled": false});
+    }
+    if let Some(n) = change.max_concurrent {
+        grant["limits"] = json!({"maxConcurrent": n});
+    }
+    let value = api.patch(&format!("/v1/execution-contexts/{name}/grant"), &grant)?;
+    print(&value, json_out, |c| {
+        println!(
+            "{} grant version {}: {}",
+            c["name"].as_str().unwrap_or(name),
+            c["grantVersion"],
+            grant_text(&c["grant"])
+        );
+    })
+}
+
+/// A grant in words: folders, egress, commands, slots.
+fn grant_text(grant: &Value) -> String {
+    let folders: Vec<String> = grant["fs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            format!(
+                "{} ({})",
+                f["path"].as_str().unwrap_or("?"),
+                f["mode"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    let egress = match grant["egress"]["mode"].as_str() {
+        Some("allowlist") => format!(
+            "only {}",
+            grant["egress"]["hosts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Some(mode) => mode.to_owned(),
+        None => "?".to_owned(),
+    };
+    format!(
+        "folders {}; network {egress}; host commands {}; at most {} runs at once",
+        if folders.is_empty() {
+            "none".to_owned()
+        } else {
+            folders.join(", ")
+        },
+        if grant["commands"]["enabled"].as_bool() == Some(true) {
+            "on"
+        } else {
+            "off"
+        },
+        grant["limits"]["maxConcurrent"]
+    )
+}
+
 /// `outpost context share NAME --all-members on|off`.
 pub fn context_share(api: &Api, name: &str, on: bool, json_out: bool) -> anyhow::Result<ExitCode> {
     let value = api.post(
