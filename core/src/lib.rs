@@ -35,6 +35,7 @@
 pub mod b64;
 pub mod daemon;
 pub mod executor;
+pub mod gate;
 pub mod grant;
 pub mod httpsig;
 pub mod join;

@@ -21,12 +21,14 @@
 //! - **Packing** ([`pack_capability`]): a capability folder as the inline source a run carries.
 //! - **State databases** ([`private_database`]): a SQLite file and its companions made and
 //!   kept 0600 before SQLite opens them.
+//! - **The egress gate** ([`Gate`]): the proxy a run's allowlist egress goes through.
 //!
 //! Executors depend on `outpost-core` and this crate, never on each other.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod env;
+mod gate;
 mod launch;
 mod manifests;
 mod owner;
@@ -36,6 +38,7 @@ mod private;
 mod services;
 
 pub use env::{PASSTHROUGH_VARS, run_environment};
+pub use gate::{Gate, GateEvent, GatePolicy, HANDSHAKE_TIMEOUT, MAX_CLIENTS};
 pub use launch::{
     LaunchContext, LaunchError, Materialized, PreparedLaunch, SkippedFolder, grant_mounts,
     launch_from_execute, materialize, owner_mounts,
