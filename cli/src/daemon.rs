@@ -56,8 +56,9 @@ pub struct DaemonArgs {
     /// The server's URL, instead of --join (with --root and OUTPOST_TOKEN).
     #[arg(long)]
     pub server: Option<String>,
-    /// The server's root public key (base64url), with --server.
-    #[arg(long)]
+    /// The server's root public key (base64url), with --server. A key may begin with `-`
+    /// (base64url's 63rd digit): it is still read as the key.
+    #[arg(long, allow_hyphen_values = true)]
     pub root: Option<String>,
     /// An extra CA certificate (PEM) to trust for the server (default: OUTPOST_CA_FILE).
     #[arg(long)]

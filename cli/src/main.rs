@@ -646,4 +646,31 @@ mod tests {
         use clap::CommandFactory as _;
         super::Cli::command().debug_assert();
     }
+
+    /// A root key is base64url, whose 63rd digit is `-`: one that begins with it is the key,
+    /// not a flag (one start in 64 failed with "unexpected argument").
+    #[test]
+    fn a_root_key_that_begins_with_a_hyphen_is_read_as_the_key() {
+        use clap::Parser as _;
+        let key = "-oAbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-abcd";
+        let parsed = super::Cli::try_parse_from([
+            "outpost",
+            "daemon",
+            "--server",
+            "https://outpost.example",
+            "--root",
+            key,
+        ]);
+        let Ok(super::Cli {
+            command: super::Command::Daemon(args),
+            ..
+        }) = parsed
+        else {
+            panic!(
+                "not read as the key: {:?}",
+                parsed.err().map(|e| e.to_string())
+            );
+        };
+        assert_eq!(args.root.as_deref(), Some(key));
+    }
 }

@@ -92,7 +92,7 @@ impl Server {
     /// Called with every input's time, before the input: when it comes later than the wake-up
     /// the host was last asked for (by more than [`PAUSE_SLACK`]; that wake-up is at most
     /// [`PAUSE_PROBE`] away while any deadline runs), the dispatcher was not running
-    /// meanwhile, and every silence deadline moves on by the time since its previous input.
+    /// meanwhile, and every silence deadline moves on by how late it came.
     pub(super) fn notice_pause(&mut self, now: Instant) {
         let Some(asked) = self.asked.take() else {
             return;
@@ -100,7 +100,10 @@ impl Server {
         if now <= asked.saturating_add(PAUSE_SLACK) {
             return;
         }
-        let paused = now.saturating_duration_since(self.now.instant);
+        // How late the host woke it: within a probe's second of the time it did not run, and
+        // never more than that — a busy host that wakes it late again and again must not hold
+        // every deadline still.
+        let paused = now.saturating_duration_since(asked);
         for slot in 0..self.machines.len() {
             let m = self.machines.at_mut(slot);
             m.session.shift_timers(paused);
