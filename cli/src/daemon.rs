@@ -201,6 +201,12 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
     if !local.folders.is_empty() {
         features.push("fs".to_owned());
     }
+    // What the sandbox can enforce here, probed once, and the owner's rule for it: the
+    // server shows them with the context (`sandbox:*`, `confinement:*`).
+    features.extend(crate::sandbox_view::features(
+        &local,
+        &crate::sandbox_view::kernel(),
+    ));
     let options = DaemonOptions {
         server,
         name: args.name.clone().unwrap_or_else(default_name),

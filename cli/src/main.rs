@@ -41,6 +41,7 @@ mod executors;
 mod host_command;
 mod policy;
 mod run;
+mod sandbox_view;
 mod serve;
 mod service;
 mod stdout;
@@ -79,6 +80,11 @@ enum Command {
         /// `none`, or `all`. Containers get no network unless this allows it.
         #[arg(long, value_enum, default_value_t = run::EgressArg::None)]
         egress: run::EgressArg,
+        /// Run a shell or pty capability outside the sandbox (it then sees what you see).
+        /// Without it the run sees the system folders, its own folder, its volumes and a
+        /// private home, and the network --egress allows.
+        #[arg(long)]
+        no_confine: bool,
         /// Arguments passed to the capability after its manifest's args.
         #[arg(last = true)]
         args: Vec<String>,
@@ -442,8 +448,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             dir,
             json,
             egress,
+            no_confine,
             args,
-        } => run::run(&dir, json, egress, args),
+        } => run::run(&dir, json, egress, !no_confine, args),
         Command::Demo { json, keep } => demo::demo(json, keep),
         Command::Serve(args) => {
             init_logs();

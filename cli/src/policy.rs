@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use outpost_core::grant::{LocalFolder, LocalPolicy};
+use outpost_core::grant::{ConfinementPolicy, LocalFolder, LocalPolicy};
 use outpost_core::wire::FolderMode;
 use outpost_host::OwnerFolders;
 use outpost_host::resolve;
@@ -37,6 +37,19 @@ pub enum PolicyAction {
         /// The folder.
         folder: PathBuf,
     },
+    /// Whether shell and terminal runs may ever run outside the sandbox: `required` (every
+    /// run sandboxed; the default) or `operator-may-opt-out` (the operator's own runs whose
+    /// manifest says `confine: false` run as you; shared runs, waits and cloud runs never do).
+    Confinement {
+        /// required | operator-may-opt-out
+        #[arg(value_parser = confinement)]
+        rule: ConfinementPolicy,
+    },
+}
+
+fn confinement(text: &str) -> Result<ConfinementPolicy, String> {
+    ConfinementPolicy::parse(text)
+        .ok_or_else(|| format!("{text:?} is neither required nor operator-may-opt-out"))
 }
 
 /// Reads `on` / `off`.
@@ -157,14 +170,32 @@ pub fn policy(
                 println!("removed {canonical}");
             }
         }
+        PolicyAction::Confinement { rule } => {
+            policy.confinement = rule;
+            write(&path, &policy)?;
+            if !json {
+                println!("confinement: {}", rule.as_str());
+            }
+        }
     }
+    let kernel = crate::sandbox_view::kernel();
     if json {
         println!(
             "{}",
-            serde_json::json!({"file": path, "folders": policy.folders, "commandsEnabled": policy.commands_enabled})
+            serde_json::json!({
+                "file": path,
+                "folders": policy.folders,
+                "commandsEnabled": policy.commands_enabled,
+                "confinement": policy.confinement.as_str(),
+                "kernel": crate::sandbox_view::kernel_json(&kernel),
+                "runs": crate::sandbox_view::runs_json(&policy, &kernel),
+            })
         );
     } else {
         show(&path, &policy);
+        for line in crate::sandbox_view::describe(&policy, &kernel) {
+            println!("{line}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,4 +1,5 @@
-//! `outpost run DIR [--json] [--egress none|all] [-- ARGS]`: runs one capability on this machine.
+//! `outpost run DIR [--json] [--egress none|all] [--no-confine] [-- ARGS]`: runs one capability
+//! on this machine, sandboxed like a daemon's run unless `--no-confine` says otherwise.
 
 use std::io::Write;
 use std::path::Path;
@@ -77,6 +78,8 @@ fn owner() -> anyhow::Result<(Option<OwnerFolders>, CredentialDenylist)> {
 fn refusal(e: RunRefused) -> anyhow::Error {
     if e.code() == "egress_denied" {
         anyhow::anyhow!("{e} (here: `outpost run --egress all`)")
+    } else if e.code() == "confinement_unavailable" {
+        anyhow::anyhow!("{e} (here: `outpost run --no-confine` runs it outside the sandbox)")
     } else {
         anyhow::anyhow!("{e}")
     }
@@ -86,6 +89,7 @@ pub fn run(
     dir: &Path,
     json: bool,
     egress: EgressArg,
+    confined: bool,
     args: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
@@ -124,6 +128,9 @@ pub fn run(
             EgressArg::None => Egress::None,
             EgressArg::All => Egress::All,
         },
+        // The owner's own run is sandboxed like any other unless they say `--no-confine`.
+        confined,
+        context: String::new(),
     };
     // The executor of this run's environment alone. One whose backend is missing (no Docker
     // engine) refuses with the reason and the fix; nothing runs elsewhere.

@@ -12,6 +12,7 @@ use outpost_core::grant::{CanonicalPath, CredentialDenylist, Mount};
 use outpost_core::manifest::Manifest;
 use outpost_core::wire::FolderMode;
 use outpost_exec_shell::{ShellConfig, ShellExecutor};
+use outpost_host::sandbox::SandboxConfig;
 
 fn folder(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("outpost-confine-{}-{tag}", std::process::id()));
@@ -29,7 +30,10 @@ fn mount(path: &Path, mode: FolderMode) -> Mount {
 
 fn executor() -> ShellExecutor {
     ShellExecutor::new(ShellConfig {
-        confine_helper: Some(env!("CARGO_BIN_EXE_outpost").into()),
+        sandbox: SandboxConfig {
+            helper: Some(env!("CARGO_BIN_EXE_outpost").into()),
+            support: None,
+        },
         ..ShellConfig::default()
     })
 }
@@ -53,6 +57,8 @@ fn run(script: &str, mounts: Vec<Mount>, tag: &str) -> (Outcome, PathBuf) {
             cwd: None,
             timeout: Duration::from_secs(20),
             egress: outpost_core::wire::Egress::None,
+            confined: true,
+            context: String::new(),
         })
         .unwrap();
     loop {
@@ -111,21 +117,52 @@ fn a_confined_script_writes_where_rw_was_granted_and_only_there() {
     assert!(!dir.join("run-output.txt").exists());
 }
 
+/// A granted folder holding credential paths: inside the sandbox they are empty (a folder)
+/// or read as nothing (a file); where the kernel has no namespaces to hide them with, the
+/// run is refused rather than shown them.
 #[test]
-fn a_mount_holding_credentials_cannot_be_confined() {
+fn credentials_inside_a_mount_are_hidden_or_the_run_refused() {
     let home = folder("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE KEY").unwrap();
+    std::fs::write(home.join(".netrc"), "machine x password hunter2").unwrap();
+    std::fs::write(home.join("notes.txt"), "public notes").unwrap();
     let mut m = mount(&home, FolderMode::Ro);
-    m.excluded = vec![CanonicalPath::new(format!("{}/.ssh", home.display())).unwrap()];
-    let dir = folder("cred");
-    std::fs::write(dir.join("run.sh"), "true\n").unwrap();
-    let manifest = Manifest::parse(
-        "name: boxed\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: true\n",
-    )
-    .unwrap();
-    let err = executor()
+    m.excluded = vec![
+        CanonicalPath::new(format!("{}/.ssh", home.display())).unwrap(),
+        CanonicalPath::new(format!("{}/.netrc", home.display())).unwrap(),
+    ];
+    let script = format!(
+        "cat {h}/notes.txt; echo; ls -A {h}/.ssh | wc -l; cat {h}/.netrc | wc -c; cat {h}/.ssh/id_ed25519\n",
+        h = home.display()
+    );
+    let (o, _) = run(&script, vec![m.clone()], "cred");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.starts_with("public notes\n0\n0\n"),
+        "{stdout} / {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!stdout.contains("PRIVATE"), "{stdout}");
+    let dir = folder("cred-refused");
+    std::fs::write(dir.join("run.sh"), "touch ran\n").unwrap();
+    let manifest =
+        Manifest::parse("name: boxed\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n")
+            .unwrap();
+    let no_namespaces = ShellExecutor::new(ShellConfig {
+        sandbox: SandboxConfig {
+            helper: Some(env!("CARGO_BIN_EXE_outpost").into()),
+            support: Some(outpost_host::sandbox::Support {
+                namespaces: Err("injected: no user namespaces".into()),
+                ..outpost_host::sandbox::Support::full()
+            }),
+        },
+        ..ShellConfig::default()
+    });
+    let err = no_namespaces
         .launch(Launch {
             run_id: "boxed".into(),
-            dir,
+            dir: dir.clone(),
             entry_bytes: None,
             manifest,
             extra_args: Vec::new(),
@@ -133,11 +170,15 @@ fn a_mount_holding_credentials_cannot_be_confined() {
             denylist: CredentialDenylist::empty(),
             cwd: None,
             timeout: Duration::from_secs(5),
-            egress: outpost_core::wire::Egress::None,
+            egress: outpost_core::wire::Egress::All,
+            confined: true,
+            context: String::new(),
         })
         .err()
         .unwrap();
-    assert_eq!(err.code(), "path_refused");
+    assert_eq!(err.code(), "confinement_unavailable");
+    assert!(err.to_string().contains(".ssh"), "{err}");
+    assert!(!dir.join("ran").exists());
 }
 
 #[test]
@@ -187,7 +228,10 @@ fn a_binary_without_the_subcommand_is_not_taken_for_the_helper() {
         .find(|p| Path::new(p).exists())
         .expect("a `true` binary");
     let executor = ShellExecutor::new(ShellConfig {
-        confine_helper: Some(truth.into()),
+        sandbox: SandboxConfig {
+            helper: Some(truth.into()),
+            support: None,
+        },
         ..ShellConfig::default()
     });
     let err = executor
@@ -202,10 +246,12 @@ fn a_binary_without_the_subcommand_is_not_taken_for_the_helper() {
             cwd: None,
             timeout: Duration::from_secs(5),
             egress: outpost_core::wire::Egress::None,
+            confined: true,
+            context: String::new(),
         })
         .err()
         .expect("refused");
-    assert_eq!(err.code(), "environment_unavailable");
+    assert_eq!(err.code(), "confinement_unavailable");
     assert!(
         err.to_string()
             .contains("does not know the `confine` subcommand"),
@@ -301,4 +347,69 @@ fn a_daemon_whose_binary_was_replaced_still_confines_its_runs() {
     );
     let _ = daemon.kill();
     let _ = daemon.wait();
+}
+
+/// A terminal is sandboxed as a shell run is: its program is PID 2 of its own namespace, sees
+/// none of the host's processes, cannot read outside its grants, and its `HOME` is private.
+#[test]
+fn a_sandboxed_terminal_sees_only_itself() {
+    use outpost_exec_pty::{PtyConfig, PtyExecutor};
+    let outside = folder("pty-outside");
+    std::fs::write(outside.join("secret.txt"), "top secret").unwrap();
+    let dir = folder("pty");
+    let manifest = Manifest::parse(&format!(
+        "name: term\nenvironment: pty\nlifecycle: oneshot\nentry: sh\nargs: [\"-c\", \"echo pid=$$; ls /proc | grep -c '^[0-9]'; cat {}/secret.txt; echo home=$HOME\"]\n",
+        outside.display()
+    ))
+    .unwrap();
+    let executor = PtyExecutor::new(PtyConfig {
+        sandbox: SandboxConfig {
+            helper: Some(env!("CARGO_BIN_EXE_outpost").into()),
+            support: None,
+        },
+        ..PtyConfig::default()
+    });
+    let mut handle = executor
+        .launch(Launch {
+            run_id: "term".into(),
+            dir,
+            entry_bytes: None,
+            manifest,
+            extra_args: Vec::new(),
+            mounts: Vec::new(),
+            denylist: CredentialDenylist::empty(),
+            cwd: None,
+            timeout: Duration::from_secs(20),
+            egress: outpost_core::wire::Egress::None,
+            confined: true,
+            context: String::new(),
+        })
+        .unwrap();
+    let o = loop {
+        if let Some(o) = handle.wait(Duration::from_secs(20)).unwrap() {
+            break o;
+        }
+    };
+    let screen = String::from_utf8_lossy(&o.stdout).replace('\r', "");
+    let lines: Vec<&str> = screen.lines().collect();
+    assert_eq!(lines.first(), Some(&"pid=2"), "{screen}");
+    // PID 1 (ours), the shell, `ls` and `grep`: nothing of the host.
+    let seen: usize = lines[1].trim().parse().unwrap_or(usize::MAX);
+    assert!(seen <= 4, "{screen}");
+    assert!(screen.contains("secret.txt: Permission denied"), "{screen}");
+    assert!(!screen.contains("top secret"), "{screen}");
+    let home = lines.iter().find_map(|l| l.strip_prefix("home=")).unwrap();
+    assert!(
+        home.contains("outpost-run-term-") && home.ends_with("/home"),
+        "{screen}"
+    );
+    assert!(
+        Path::new(home).exists(),
+        "the private home lives as long as the run"
+    );
+    drop(handle);
+    assert!(
+        !Path::new(home).exists(),
+        "the private home is gone with the run"
+    );
 }

@@ -115,6 +115,7 @@ impl Driver {
                     truncated,
                     setup: self.setup,
                     execute,
+                    egress_denied: Vec::new(),
                 }
             });
         let _ = report.send(outcome);

@@ -69,6 +69,8 @@ fn launch(dir: &std::path::Path) -> Launch {
         cwd: None,
         timeout: Duration::from_secs(600),
         egress: outpost_core::wire::Egress::None,
+        confined: false,
+        context: String::new(),
     }
 }
 

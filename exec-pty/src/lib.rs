@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 use outpost_core::executor::{ExecError, Executor, Launch, Probe, RunHandle, TerminalSize};
 use outpost_core::manifest::Lifecycle;
 use outpost_core::wire::Environment;
+use outpost_host::sandbox::{self, SandboxConfig};
 use outpost_host::{check_cwd, run_environment};
 use portable_pty::{CommandBuilder, PtyPair, PtySize, native_pty_system};
 
@@ -72,6 +73,9 @@ pub struct PtyConfig {
     pub term: String,
     /// Host variables that must never reach a run, beyond every `OUTPOST_*` one.
     pub secret_vars: Vec<String>,
+    /// How sandboxed terminals start (the helper binary, what the kernel can enforce); a
+    /// terminal is sandboxed as a shell run is ([`outpost_host::sandbox`]).
+    pub sandbox: SandboxConfig,
 }
 
 impl Default for PtyConfig {
@@ -82,6 +86,7 @@ impl Default for PtyConfig {
             drain: Duration::from_millis(500),
             term: "xterm-256color".into(),
             secret_vars: Vec::new(),
+            sandbox: SandboxConfig::default(),
         }
     }
 }
@@ -154,9 +159,23 @@ impl PtyExecutor {
         let program = program::resolve(&launch.dir, &manifest.entry, path.as_deref())?;
         let size = manifest.terminal.unwrap_or(TerminalSize::DEFAULT);
         let pair = self.open(size)?;
-        let mut command = CommandBuilder::new(&program);
-        command.args(&manifest.args);
-        command.args(&launch.extra_args);
+        let mut args: Vec<OsString> = manifest.args.iter().map(Into::into).collect();
+        args.extend(launch.extra_args.iter().map(Into::into));
+        let (mut started_program, mut guard) = (program.clone(), None);
+        if launch.confined {
+            // A terminal's gate refusals reach the person at it: the refusal is the answer
+            // their client reads.
+            let report: sandbox::EgressReport = std::sync::Arc::new(|_| {});
+            let boxed =
+                sandbox::prepare(&launch, program.clone(), args, &self.config.sandbox, report)?;
+            for (key, value) in boxed.env {
+                env.retain(|(k, _)| *k != key);
+                env.push((key, value));
+            }
+            (started_program, args, guard) = (boxed.program, boxed.args, Some(boxed.guard));
+        }
+        let mut command = CommandBuilder::new(&started_program);
+        command.args(&args);
         command.env_clear();
         for (k, v) in &env {
             command.env(k, v);
@@ -165,6 +184,7 @@ impl PtyExecutor {
         let service = manifest.lifecycle == Lifecycle::Persistent;
         PtyRun::spawn(run::Spawn {
             run_id: launch.run_id.clone(),
+            sandbox: guard,
             pair,
             command,
             program,

@@ -22,6 +22,8 @@ const EOF_BOUND: Duration = Duration::from_secs(2);
 
 pub(crate) struct Spawn {
     pub run_id: String,
+    /// The terminal's sandbox (private folders, gate), kept until the run is dropped.
+    pub sandbox: Option<outpost_host::sandbox::SandboxGuard>,
     pub pair: PtyPair,
     pub command: CommandBuilder,
     pub program: PathBuf,
@@ -53,6 +55,7 @@ pub struct PtyRun {
     idled: bool,
     killed: bool,
     outcome: Option<Outcome>,
+    _sandbox: Option<outpost_host::sandbox::SandboxGuard>,
 }
 
 impl PtyRun {
@@ -120,6 +123,7 @@ impl PtyRun {
             idled: false,
             killed: false,
             outcome: None,
+            _sandbox: s.sandbox,
         })
     }
 
@@ -190,6 +194,7 @@ impl PtyRun {
             truncated,
             setup: self.setup,
             execute,
+            egress_denied: Vec::new(),
         })
     }
 }

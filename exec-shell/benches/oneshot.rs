@@ -68,6 +68,8 @@ fn oneshot(c: &mut Criterion) {
                     cwd: None,
                     timeout: Duration::from_secs(10),
                     egress: outpost_core::wire::Egress::None,
+                    confined: false,
+                    context: String::new(),
                 })
                 .unwrap();
             let outcome = loop {

@@ -304,7 +304,10 @@ impl HostCommands {
                 .filter(|(k, _)| !k.starts_with("OUTPOST_"))
                 .map(|(k, v)| (k.into(), v.into())),
         );
+        // Host commands are the owner's explicit opt-in and run unsandboxed by design.
         let run = ShellRun::spawn(Spawn {
+            sandbox: None,
+            refusals: Default::default(),
             run_id: req.run_id.clone(),
             program: PathBuf::from(program),
             args: req.argv[1..].iter().map(Into::into).collect(),

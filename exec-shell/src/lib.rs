@@ -19,9 +19,11 @@
 //! Oneshot and ondemand capabilities both start a fresh process per launch; persistent ones
 //! run in `outpost_host::RunningServiceTable`.
 //!
-//! **Confinement.** A `confine: true` run starts through the `outpost` binary's hidden
-//! `confine` subcommand ([`confine::helper_main`]), found as the current executable unless
-//! [`ShellConfig::confine_helper`] names another binary that dispatches it.
+//! **The sandbox.** A run whose [`Launch::confined`] is set (every run, unless the owner lets
+//! the operator opt out) starts through the `outpost` binary's hidden `confine` subcommand
+//! ([`confine::helper_main`]): Landlock, namespaces, a private `HOME` and `TMPDIR`, the
+//! network the grant's egress allows (see [`outpost_host::sandbox`]). The binary is the
+//! current executable unless [`ShellConfig::sandbox`] names another that dispatches it.
 #![forbid(unsafe_code)]
 
 mod commands;
@@ -29,12 +31,14 @@ pub mod confine;
 mod process;
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use outpost_core::executor::{ExecError, Executor, Launch, Probe, RunHandle};
 use outpost_core::manifest::{Interpreter, Lifecycle};
 use outpost_core::wire::Environment;
-use outpost_host::{check_cwd, resolve_entry};
+use outpost_host::sandbox::{self, SandboxConfig};
+use outpost_host::{GateEvent, check_cwd, resolve_entry};
 
 pub use commands::{
     AUDIT_COMMAND_CHARS, AuditEvent, CommandError, CommandRequest, HostCommands, JobId, JobStatus,
@@ -51,11 +55,9 @@ pub struct ShellConfig {
     pub grace: Duration,
     /// Host variables that must never reach a run, beyond every `OUTPOST_*` one.
     pub secret_vars: Vec<String>,
-    /// The binary whose hidden `confine` subcommand ([`confine::SUBCOMMAND`]) starts a
-    /// `confine: true` run. Default: the current executable, the `outpost` binary. An
-    /// embedder names its own binary here and dispatches the subcommand to
-    /// [`confine::helper_main`].
-    pub confine_helper: Option<PathBuf>,
+    /// How sandboxed runs start: the helper binary (default: this executable) and what the
+    /// kernel can enforce (default: probed once).
+    pub sandbox: SandboxConfig,
 }
 
 impl Default for ShellConfig {
@@ -64,7 +66,7 @@ impl Default for ShellConfig {
             shell: PathBuf::from("/bin/sh"),
             grace: Duration::from_secs(2),
             secret_vars: Vec::new(),
-            confine_helper: None,
+            sandbox: SandboxConfig::default(),
         }
     }
 }
@@ -136,29 +138,31 @@ impl ShellExecutor {
         };
         argv.extend(manifest.args.iter().map(Into::into));
         argv.extend(launch.extra_args.iter().map(Into::into));
-        if manifest.confine {
-            let helper = match &self.config.confine_helper {
-                Some(helper) => helper.clone(),
-                None => confine::default_helper().map_err(confine::unavailable)?,
-            };
-            confine::probe(&helper).map_err(confine::unavailable)?;
-            let dir = launch
-                .dir
-                .canonicalize()
-                .map_err(|e| ExecError::PathRefused {
-                    path: launch.dir.display().to_string(),
-                    reason: e.to_string(),
-                })?;
-            argv = confine::helper_args(&dir, &launch.mounts, program, argv)?;
-            program = helper;
-        }
         let mut env = run_environment(std::env::vars_os(), &manifest.env, &self.config.secret_vars);
         if let (true, Some(port)) = (service, manifest.port) {
             env.retain(|(k, _)| k != "PORT");
             env.push(("PORT".into(), port.to_string().into()));
         }
+        let refusals: Arc<Mutex<Vec<GateEvent>>> = Arc::default();
+        let mut guard = None;
+        if launch.confined {
+            let kept = refusals.clone();
+            let report: sandbox::EgressReport = Arc::new(move |event| {
+                if let (GateEvent::Refused { .. }, Ok(mut kept)) = (&event, kept.lock()) {
+                    kept.push(event);
+                }
+            });
+            let boxed = sandbox::prepare(&launch, program, argv, &self.config.sandbox, report)?;
+            for (key, value) in boxed.env {
+                env.retain(|(k, _)| *k != key);
+                env.push((key, value));
+            }
+            (program, argv, guard) = (boxed.program, boxed.args, Some(boxed.guard));
+        }
         ShellRun::spawn(process::Spawn {
             run_id: launch.run_id.clone(),
+            sandbox: guard,
+            refusals,
             program,
             args: argv,
             cwd,

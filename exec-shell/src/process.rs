@@ -21,6 +21,10 @@ const PIPE_DRAIN: Duration = Duration::from_secs(1);
 
 pub(crate) struct Spawn {
     pub run_id: String,
+    /// The run's sandbox (private folders, gate), kept until the run is dropped.
+    pub sandbox: Option<outpost_host::sandbox::SandboxGuard>,
+    /// What the run's egress gate refused.
+    pub refusals: Arc<Mutex<Vec<outpost_host::GateEvent>>>,
     pub program: PathBuf,
     pub args: Vec<OsString>,
     pub cwd: PathBuf,
@@ -46,6 +50,9 @@ pub struct ShellRun {
     stopping: Option<(Ending, Instant)>,
     killed: bool,
     outcome: Option<Outcome>,
+    /// Dropped with the run: its private `HOME` and `TMPDIR` go, its gate stops.
+    _sandbox: Option<outpost_host::sandbox::SandboxGuard>,
+    refusals: Arc<Mutex<Vec<outpost_host::GateEvent>>>,
 }
 
 impl ShellRun {
@@ -90,12 +97,20 @@ impl ShellRun {
             stopping: None,
             killed: false,
             outcome: None,
+            _sandbox: s.sandbox,
+            refusals: s.refusals,
         })
     }
 
     /// The process id of the entry (also its process group id).
     pub fn pid(&self) -> u32 {
         u32::try_from(self.pgid.as_raw()).unwrap_or(0)
+    }
+
+    /// The destinations the run's egress gate refused so far (`egress_denied`), each as the
+    /// gate reported it.
+    pub fn egress_refusals(&self) -> Vec<outpost_host::GateEvent> {
+        self.refusals.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
     /// SIGTERM to the group now, SIGKILL after the grace period.
@@ -145,6 +160,14 @@ impl ShellRun {
             truncated,
             setup: self.setup,
             execute,
+            egress_denied: self
+                .egress_refusals()
+                .into_iter()
+                .filter_map(|event| match event {
+                    outpost_host::GateEvent::Refused { destination, .. } => Some(destination),
+                    outpost_host::GateEvent::Connected { .. } => None,
+                })
+                .collect(),
         })
     }
 }

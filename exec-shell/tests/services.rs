@@ -53,6 +53,8 @@ fn launch(dir: &Path, manifest: &str) -> Launch {
         cwd: None,
         timeout: Duration::from_secs(5),
         egress: outpost_core::wire::Egress::None,
+        confined: false,
+        context: String::new(),
     }
 }
 

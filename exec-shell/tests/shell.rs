@@ -48,6 +48,8 @@ fn launch_of(dir: &Path, timeout: Duration) -> Launch {
         cwd: None,
         timeout,
         egress: outpost_core::wire::Egress::None,
+        confined: false,
+        context: String::new(),
     }
 }
 
@@ -261,17 +263,23 @@ fn a_missing_shell_is_an_honest_refusal() {
         &[("run.sh", "touch ran\n")],
     );
     let without_helper = ShellExecutor::new(ShellConfig {
-        confine_helper: Some("/nonexistent/outpost-confine".into()),
+        sandbox: outpost_host::sandbox::SandboxConfig {
+            helper: Some("/nonexistent/outpost-confine".into()),
+            support: None,
+        },
         ..ShellConfig::default()
     });
-    let err = without_helper
-        .launch(launch_of(&dir, Duration::from_secs(10)))
-        .err()
-        .unwrap();
+    let mut launch = launch_of(&dir, Duration::from_secs(10));
+    launch.confined = true;
+    let err = without_helper.launch(launch).err().unwrap();
     assert_eq!(
         err.code(),
-        "environment_unavailable",
+        "confinement_unavailable",
         "confinement is refused, never skipped"
+    );
+    assert!(
+        err.to_string().contains("/nonexistent/outpost-confine"),
+        "{err}"
     );
     assert!(!dir.join("ran").exists());
 }

@@ -45,6 +45,8 @@ fn launch_of(dir: &std::path::Path, manifest: &Manifest) -> Launch {
         cwd: None,
         timeout: Duration::from_secs(10),
         egress: outpost_core::wire::Egress::None,
+        confined: false,
+        context: String::new(),
     }
 }
 

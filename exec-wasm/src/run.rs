@@ -90,6 +90,7 @@ impl WasmRun {
             truncated: out_cut || err_cut,
             setup: self.setup,
             execute,
+            egress_denied: Vec::new(),
         }
     }
 }

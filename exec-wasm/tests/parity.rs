@@ -102,6 +102,8 @@ fn outpost(case: &Case, dir: &Path, hosts: &[PathBuf]) -> Outcome {
             cwd: None,
             timeout: Duration::from_secs(30),
             egress: outpost_core::wire::Egress::None,
+            confined: false,
+            context: String::new(),
         })
         .unwrap();
     loop {

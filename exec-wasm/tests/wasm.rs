@@ -43,6 +43,8 @@ fn launch(dir: &Path, manifest: Manifest, mounts: Vec<Mount>) -> Launch {
         entry_bytes: None,
         timeout: Duration::from_millis(manifest.limits.timeout_ms),
         egress: outpost_core::wire::Egress::None,
+        confined: false,
+        context: String::new(),
         manifest,
         extra_args: Vec::new(),
         mounts,

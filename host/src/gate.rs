@@ -9,8 +9,11 @@
 //! It owns sockets and threads (one per client, at most [`MAX_CLIENTS`] at once); it never
 //! decides what the grant is, and it never reads or alters the bytes of a tunnel.
 
-use std::io::{Read as _, Write as _};
+use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs as _};
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -55,8 +58,50 @@ pub enum GateEvent {
 
 /// A running gate.
 pub struct Gate {
-    addr: SocketAddr,
+    at: Endpoint,
     stop: Arc<AtomicBool>,
+}
+
+/// Where a gate's clients reach it.
+#[derive(Debug, Clone)]
+enum Endpoint {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// A byte stream a gate serves or tunnels to: TCP, or the Unix socket a sandboxed run's
+/// network namespace is bridged to.
+pub(crate) trait Duplex: Read + Write + AsFd + Send + Sized + 'static {
+    /// Half-closes or closes it.
+    fn shut(&self, how: Shutdown);
+    /// A second handle on the same stream.
+    fn twin(&self) -> std::io::Result<Self>;
+    /// Bounds each read (`None`: no bound).
+    fn read_timeout(&self, timeout: Option<Duration>);
+}
+
+impl Duplex for TcpStream {
+    fn shut(&self, how: Shutdown) {
+        let _ = self.shutdown(how);
+    }
+    fn twin(&self) -> std::io::Result<Self> {
+        self.try_clone()
+    }
+    fn read_timeout(&self, timeout: Option<Duration>) {
+        let _ = self.set_read_timeout(timeout);
+    }
+}
+
+impl Duplex for UnixStream {
+    fn shut(&self, how: Shutdown) {
+        let _ = self.shutdown(how);
+    }
+    fn twin(&self) -> std::io::Result<Self> {
+        self.try_clone()
+    }
+    fn read_timeout(&self, timeout: Option<Duration>) {
+        let _ = self.set_read_timeout(timeout);
+    }
 }
 
 impl Gate {
@@ -67,7 +112,42 @@ impl Gate {
         policy: GatePolicy,
         report: Arc<dyn Fn(GateEvent) + Send + Sync>,
     ) -> std::io::Result<Gate> {
-        let addr = listener.local_addr()?;
+        let at = Endpoint::Tcp(listener.local_addr()?);
+        let incoming = std::iter::from_fn(move || {
+            Some(listener.accept().map(|(client, _)| {
+                let _ = client.set_nodelay(true);
+                client
+            }))
+        });
+        Self::serve_all(at, incoming, policy, report)
+    }
+
+    /// As [`Gate::start`], on a Unix socket: what a sandboxed run's network namespace is
+    /// bridged to (its proxy port inside forwards each connection here).
+    pub fn start_unix(
+        listener: UnixListener,
+        policy: GatePolicy,
+        report: Arc<dyn Fn(GateEvent) + Send + Sync>,
+    ) -> std::io::Result<Gate> {
+        let path = listener
+            .local_addr()?
+            .as_pathname()
+            .map(PathBuf::from)
+            .ok_or_else(|| std::io::Error::other("the gate's Unix socket has no path"))?;
+        Self::serve_all(
+            Endpoint::Unix(path),
+            std::iter::from_fn(move || Some(listener.accept().map(|(client, _)| client))),
+            policy,
+            report,
+        )
+    }
+
+    fn serve_all<C: Duplex>(
+        at: Endpoint,
+        incoming: impl Iterator<Item = std::io::Result<C>> + Send + 'static,
+        policy: GatePolicy,
+        report: Arc<dyn Fn(GateEvent) + Send + Sync>,
+    ) -> std::io::Result<Gate> {
         let stop = Arc::new(AtomicBool::new(false));
         let serving = stop.clone();
         let policy = Arc::new(policy);
@@ -75,14 +155,14 @@ impl Gate {
         std::thread::Builder::new()
             .name("outpost-gate".into())
             .spawn(move || {
-                for client in listener.incoming() {
+                for client in incoming {
                     if serving.load(Ordering::SeqCst) {
                         return;
                     }
-                    let Ok(client) = client else { continue };
+                    let Ok(mut client) = client else { continue };
                     if clients.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
                         clients.fetch_sub(1, Ordering::SeqCst);
-                        let _ = (&client).write_all(&busy());
+                        let _ = client.write_all(&busy());
                         continue;
                     }
                     let (policy, report, count) = (policy.clone(), report.clone(), clients.clone());
@@ -97,19 +177,29 @@ impl Gate {
                     }
                 }
             })?;
-        Ok(Gate { addr, stop })
+        Ok(Gate { at, stop })
     }
 
-    /// Where clients reach it.
+    /// Where TCP clients reach it (for a gate on a Unix socket: `0.0.0.0:0`).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        match &self.at {
+            Endpoint::Tcp(addr) => *addr,
+            Endpoint::Unix(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        }
     }
 
     /// Stops taking clients (those connected finish).
     pub fn stop(&self) {
         if !self.stop.swap(true, Ordering::SeqCst) {
             // Wake the accepting thread.
-            let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+            match &self.at {
+                Endpoint::Tcp(addr) => {
+                    let _ = TcpStream::connect_timeout(addr, Duration::from_secs(1));
+                }
+                Endpoint::Unix(path) => {
+                    let _ = UnixStream::connect(path);
+                }
+            }
         }
     }
 }
@@ -125,14 +215,17 @@ fn busy() -> Vec<u8> {
 }
 
 /// One client, start to end.
-fn serve(client: TcpStream, policy: &GatePolicy, report: &(dyn Fn(GateEvent) + Send + Sync)) {
-    let _ = client.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-    let _ = client.set_nodelay(true);
+fn serve<C: Duplex>(
+    mut client: C,
+    policy: &GatePolicy,
+    report: &(dyn Fn(GateEvent) + Send + Sync),
+) {
+    client.read_timeout(Some(HANDSHAKE_TIMEOUT));
     let mut handshake = Handshake::new();
-    let request = match read_request(&client, &mut handshake) {
+    let request = match read_request(&mut client, &mut handshake) {
         Ok(request) => request,
         Err(Some(e)) => {
-            let _ = (&client).write_all(&e.answer(handshake.is_socks()));
+            let _ = client.write_all(&e.answer(handshake.is_socks()));
             return;
         }
         Err(None) => return,
@@ -142,7 +235,7 @@ fn serve(client: TcpStream, policy: &GatePolicy, report: &(dyn Fn(GateEvent) + S
         Ok(addrs) => connect(&addrs),
         Err(message) => {
             let summary = format!("egress denied: {destination} ({})", mode(&policy.egress));
-            let _ = (&client).write_all(&request.refused(&summary, &message, false));
+            let _ = client.write_all(&request.refused(&summary, &message, false));
             report(GateEvent::Refused {
                 destination,
                 message,
@@ -155,21 +248,20 @@ fn serve(client: TcpStream, policy: &GatePolicy, report: &(dyn Fn(GateEvent) + S
         Err(e) => {
             let message = format!("`{destination}` is allowed but could not be reached: {e}");
             let summary = format!("unreachable: {destination}");
-            let _ = (&client).write_all(&request.refused(&summary, &message, true));
+            let _ = client.write_all(&request.refused(&summary, &message, true));
             return;
         }
     };
     report(GateEvent::Connected {
         destination: destination.clone(),
     });
-    let _ = client.set_read_timeout(None);
+    client.read_timeout(None);
     let mut to_upstream = Vec::new();
     if let Form::Forward { head } = &request.form {
         to_upstream.extend_from_slice(head);
     }
     to_upstream.extend_from_slice(&request.early);
-    if (&upstream).write_all(&to_upstream).is_err()
-        || (&client).write_all(&request.granted()).is_err()
+    if (&upstream).write_all(&to_upstream).is_err() || client.write_all(&request.granted()).is_err()
     {
         return;
     }
@@ -177,8 +269,8 @@ fn serve(client: TcpStream, policy: &GatePolicy, report: &(dyn Fn(GateEvent) + S
 }
 
 /// Reads until the request is whole. `Err(None)`: the client went away or stalled.
-fn read_request(
-    client: &TcpStream,
+fn read_request<C: Duplex>(
+    client: &mut C,
     handshake: &mut Handshake,
 ) -> Result<Request, Option<GateError>> {
     let mut buf = [0u8; 4096];
@@ -188,7 +280,7 @@ fn read_request(
         match handshake.feed(fresh) {
             Ok(Progress::Ready(request)) => return Ok(request),
             Ok(Progress::Reply(bytes)) => {
-                (&*client).write_all(&bytes).map_err(|_| None)?;
+                client.write_all(&bytes).map_err(|_| None)?;
                 // The next message may be read already: feed again before reading.
                 fresh = &[];
                 match handshake.feed(fresh) {
@@ -200,7 +292,7 @@ fn read_request(
             Ok(Progress::NeedMore) => {}
             Err(e) => return Err(Some(e)),
         }
-        let n = (&*client).read(&mut buf).map_err(|_| None)?;
+        let n = client.read(&mut buf).map_err(|_| None)?;
         if n == 0 {
             return Err(None);
         }
@@ -279,8 +371,8 @@ fn connect(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
 }
 
 /// Moves bytes both ways until both sides are done.
-fn splice(client: TcpStream, upstream: TcpStream) {
-    let (Ok(client2), Ok(upstream2)) = (client.try_clone(), upstream.try_clone()) else {
+pub(crate) fn splice<A: Duplex, B: Duplex>(client: A, upstream: B) {
+    let (Ok(client2), Ok(upstream2)) = (client.twin(), upstream.twin()) else {
         return;
     };
     let up = std::thread::Builder::new()
@@ -296,17 +388,17 @@ fn splice(client: TcpStream, upstream: TcpStream) {
 /// bulk download through the gate several times slower than a direct one).
 const COPY_BUFFER: usize = 1 << 20;
 
-fn copy_then_close(mut from: TcpStream, mut to: TcpStream) {
+fn copy_then_close<A: Duplex, B: Duplex>(mut from: A, mut to: B) {
     if !spliced(&from, &to) {
         copied(&mut from, &mut to);
     }
-    let _ = to.shutdown(Shutdown::Write);
-    let _ = from.shutdown(Shutdown::Read);
+    to.shut(Shutdown::Write);
+    from.shut(Shutdown::Read);
 }
 
 /// Moves `from`'s bytes to `to` through a pipe with splice(2), in the kernel; false when the
 /// kernel would not splice before a byte moved (then the caller copies).
-fn spliced(from: &TcpStream, to: &TcpStream) -> bool {
+fn spliced(from: &impl AsFd, to: &impl AsFd) -> bool {
     use nix::errno::Errno;
     use nix::fcntl::{FcntlArg, SpliceFFlags, fcntl, splice};
     let Ok((pipe_out, pipe_in)) = nix::unistd::pipe() else {
@@ -339,7 +431,7 @@ fn spliced(from: &TcpStream, to: &TcpStream) -> bool {
 }
 
 /// Moves `from`'s bytes to `to` through a buffer of this process.
-fn copied(from: &mut TcpStream, to: &mut TcpStream) {
+fn copied(from: &mut impl Read, to: &mut impl Write) {
     let mut buf = vec![0u8; COPY_BUFFER];
     loop {
         match from.read(&mut buf) {

@@ -22,6 +22,8 @@
 //! - **State databases** ([`private_database`]): a SQLite file and its companions made and
 //!   kept 0600 before SQLite opens them.
 //! - **The egress gate** ([`Gate`]): the proxy a run's allowlist egress goes through.
+//! - **The sandbox** ([`sandbox`]): Landlock and namespaces around every shell and terminal
+//!   run, its helper process, and the probe of what the kernel can enforce.
 //!
 //! Executors depend on `outpost-core` and this crate, never on each other.
 #![forbid(unsafe_code)]
@@ -35,6 +37,7 @@ mod owner;
 mod pack;
 mod paths;
 mod private;
+pub mod sandbox;
 mod services;
 
 pub use env::{PASSTHROUGH_VARS, run_environment};

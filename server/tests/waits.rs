@@ -173,6 +173,7 @@ impl Driver {
                         truncated: false,
                         timing: Timing::default(),
                         error: None,
+                        egress_denied: Vec::new(),
                     };
                     let run_id = execute.run_id.clone();
                     self.input(daemon::Input::RunFinished { run_id, result });

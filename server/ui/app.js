@@ -92,6 +92,17 @@
     return parts.join("; ");
   }
 
+  // What the machine's sandbox enforces, as its daemon announced it.
+  function sandboxSummary(sandbox) {
+    if (!sandbox) { return "unknown"; }
+    var rule = sandbox.confinement === "operator-may-opt-out"
+      ? "operator may opt out" : "every run sandboxed";
+    var missing = [];
+    if (!sandbox.landlock) { missing.push("no Landlock"); }
+    if (!sandbox.namespaces) { missing.push("no namespaces"); }
+    return rule + (missing.length ? " (" + missing.join(", ") + ")" : "");
+  }
+
   // ---- the tabs ----
 
   var contexts = [];
@@ -107,6 +118,7 @@
         cell(row, "").appendChild(badge);
         cell(row, c.slotsUsed + "/" + c.slotsTotal);
         cell(row, grantSummary(c.grant));
+        cell(row, sandboxSummary(c.sandbox));
         cell(row, c.daemonVersion || "");
       }, "No contexts yet: join a machine with `outpost daemon --join`.");
       fillContextChoice();

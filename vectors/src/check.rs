@@ -475,6 +475,7 @@ fn daemon_runs(c: &DaemonRunsCase) -> CaseResult {
                     truncated: false,
                     timing: Timing::default(),
                     error: None,
+                    egress_denied: Vec::new(),
                 };
                 let run_id = step.run_id.clone().unwrap_or_default();
                 answer(&feed(&mut daemon, Input::RunFinished { run_id, result })?)

@@ -281,10 +281,11 @@ pub(super) fn run(
             commands: commands.clone(),
             agent: CtxShared::fetch_agent(),
         },
-        context_id,
+        context_id.clone(),
         tx.clone(),
     );
     let runner = Runner::new(
+        context_id,
         Arc::new(registry),
         host.clone(),
         home.runs_dir(),
@@ -947,13 +948,18 @@ impl Driver {
 }
 
 /// The `fs` feature as it is now: announced while the owner's policy mounts a granted
-/// folder, looked at on each grant and every [`FEATURE_LOOK`] (the policy file may change).
+/// folder, looked at on each grant and every [`FEATURE_LOOK`] (the policy file may change);
+/// and `confinement:<rule>`, the owner's sandbox rule as the policy says it now.
 struct Features {
     base: Vec<String>,
     granted: Vec<outpost_core::wire::FolderGrant>,
     fs: bool,
+    confinement: Option<String>,
     next_look: StdInstant,
 }
+
+/// How the owner's sandbox rule is announced (`confinement:required`, …).
+const CONFINEMENT_FEATURE: &str = "confinement:";
 
 /// How often the driver looks whether the `fs` feature changed.
 const FEATURE_LOOK: Duration = Duration::from_secs(1);
@@ -961,9 +967,17 @@ const FEATURE_LOOK: Duration = Duration::from_secs(1);
 impl Features {
     fn new(announced: &[String]) -> Self {
         Self {
-            base: announced.iter().filter(|f| *f != "fs").cloned().collect(),
+            base: announced
+                .iter()
+                .filter(|f| *f != "fs" && !f.starts_with(CONFINEMENT_FEATURE))
+                .cloned()
+                .collect(),
             granted: Vec::new(),
             fs: announced.iter().any(|f| f == "fs"),
+            confinement: announced
+                .iter()
+                .find(|f| f.starts_with(CONFINEMENT_FEATURE))
+                .cloned(),
             next_look: StdInstant::now() + FEATURE_LOOK,
         }
     }
@@ -976,14 +990,19 @@ impl Features {
         }
         self.next_look = now + FEATURE_LOOK;
         let fs = runner.mounts_any(&self.granted);
-        if fs == self.fs {
+        let confinement = Some(format!(
+            "{CONFINEMENT_FEATURE}{}",
+            runner.confinement().as_str()
+        ));
+        if fs == self.fs && confinement == self.confinement {
             return None;
         }
-        self.fs = fs;
+        (self.fs, self.confinement) = (fs, confinement);
         let mut features = self.base.clone();
         if fs {
             features.push("fs".into());
         }
+        features.extend(self.confinement.clone());
         Some(features)
     }
 }

@@ -50,6 +50,8 @@ struct ServiceFile {
 
 /// The machine's side of runs: executors, folders, cancel flags.
 pub(crate) struct Runner {
+    /// The machine's context id, named in the egress gate's refusals.
+    context: Arc<str>,
     registry: Arc<Registry>,
     host: Arc<dyn Host>,
     runs_dir: PathBuf,
@@ -65,6 +67,7 @@ pub(crate) struct Runner {
 /// What a run needs on its thread.
 struct Job {
     execute: Execute,
+    context: Arc<str>,
     registry: Arc<Registry>,
     runs_dir: PathBuf,
     local: Arc<LocalPolicy>,
@@ -81,6 +84,7 @@ struct Job {
 impl Runner {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        context: String,
         registry: Arc<Registry>,
         host: Arc<dyn Host>,
         runs_dir: PathBuf,
@@ -91,6 +95,7 @@ impl Runner {
         commands: CommandsShared,
     ) -> Self {
         Self {
+            context: context.into(),
             registry,
             host,
             runs_dir,
@@ -117,6 +122,7 @@ impl Runner {
         self.cancels.insert(execute.run_id.clone(), cancel.clone());
         let job = Job {
             execute,
+            context: self.context.clone(),
             registry: self.registry.clone(),
             runs_dir: self.runs_dir.clone(),
             local: self.policy.current(),
@@ -167,6 +173,11 @@ impl Runner {
         self.policy.current().commands_enabled
     }
 
+    /// The owner's `confinement` rule as the policy says it now.
+    pub(crate) fn confinement(&self) -> outpost_core::grant::ConfinementPolicy {
+        self.policy.current().confinement
+    }
+
     /// Whether the owner's policy as it is now mounts any of `granted` for an operator's run.
     pub(crate) fn mounts_any(&self, granted: &[outpost_core::wire::FolderGrant]) -> bool {
         let policy = self.policy.current();
@@ -201,6 +212,7 @@ impl Job {
             local: &self.local,
             denylist: &self.denylist,
             now: self.clock.instant(),
+            context: &self.context,
         };
         let prepared = match launch_from_execute(&self.execute, &cx) {
             Ok(prepared) => prepared,

@@ -79,7 +79,34 @@ pub fn context_show(api: &Api, name: &str, json_out: bool) -> anyhow::Result<Exi
         println!("{}", context_line(c));
         println!("grant (version {}): {}", c["grantVersion"], c["grant"]);
         println!("{}", sharing_text(c));
+        println!("{}", sandbox_text(&c["sandbox"]));
     })
+}
+
+/// One sentence on the machine's sandbox, as its daemon announced it.
+fn sandbox_text(s: &Value) -> String {
+    if s.is_null() {
+        return "sandbox: unknown (the machine is offline, or its daemon does not say)".into();
+    }
+    let rule = match s["confinement"].as_str() {
+        Some("operator-may-opt-out") => {
+            "every run sandboxed, but the operator's own `confine: false` runs"
+        }
+        _ => "every shell and terminal run sandboxed",
+    };
+    let yes = |key: &str| {
+        if s[key].as_bool() == Some(true) {
+            "yes"
+        } else {
+            "no"
+        }
+    };
+    format!(
+        "sandbox: {rule} (Landlock {}, namespaces {}, signal scoping {})",
+        yes("landlock"),
+        yes("namespaces"),
+        yes("scopes")
+    )
 }
 
 /// One sentence on who may run on a context.

@@ -62,6 +62,7 @@ pub(crate) fn spawn_daemon(
     env: &[(&str, &str)],
 ) -> Daemon {
     std::fs::create_dir_all(home).expect("home");
+    common::let_operator_opt_out(home);
     let log = home.join(format!(
         "daemon-{}.log",
         std::time::SystemTime::now()

@@ -54,6 +54,7 @@ fn exited(code: i32, setup_ms: u64) -> RunResult {
             ..Timing::default()
         },
         error: None,
+        egress_denied: Vec::new(),
     }
 }
 

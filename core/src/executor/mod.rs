@@ -73,6 +73,15 @@ pub struct Launch {
     /// (docker; wasm has none) give a run no network unless its manifest asks for it with a
     /// `connect:` permission and this allows it.
     pub egress: Egress,
+    /// Whether the run is sandboxed (see `docs/CAPABILITIES.md`): the shell and pty executors
+    /// honour it; docker and wasm isolate every run by their own means. The host decides it
+    /// with [`crate::grant::must_confine`] from the owner's policy and the run's kind; the
+    /// manifest's `confine: false` counts only where the owner lets the operator opt out.
+    pub confined: bool,
+    /// The context's name or id, quoted in the owner's fix when the egress gate refuses a
+    /// destination (`outpost context grant CONTEXT --egress …`); empty outside a context
+    /// (`outpost run`).
+    pub context: String,
 }
 
 /// Which output stream a chunk came from.
@@ -123,6 +132,8 @@ pub struct Outcome {
     pub setup: Duration,
     /// Running.
     pub execute: Duration,
+    /// Destinations (`host:port`) the run's egress gate refused (`egress_denied`), in order.
+    pub egress_denied: Vec<String>,
 }
 
 impl Outcome {
@@ -153,6 +164,7 @@ impl From<Outcome> for RunResult {
                 ..Timing::default()
             },
             error: None,
+            egress_denied: outcome.egress_denied,
         }
     }
 }
@@ -257,6 +269,16 @@ pub enum ExecError {
         /// How the machine's owner can provide it.
         remedy: String,
     },
+    /// The run must be sandboxed and this machine's kernel cannot enforce a rule the sandbox
+    /// needs (no Landlock, no namespaces for a network rule): it is refused, never run with
+    /// less.
+    #[error("confinement unavailable: {missing}; {remedy}")]
+    ConfinementUnavailable {
+        /// What the kernel lacks, as the probe found it.
+        missing: String,
+        /// How the machine's owner fixes it.
+        remedy: String,
+    },
     /// Starting failed.
     #[error("could not start: {0}")]
     Spawn(String),
@@ -284,6 +306,7 @@ impl ExecError {
             ExecError::PathRefused { .. } => "path_refused",
             ExecError::EgressRefused(_) => "egress_denied",
             ExecError::ImageMissing { .. } => "image_missing",
+            ExecError::ConfinementUnavailable { .. } => "confinement_unavailable",
             ExecError::Spawn(_) => "spawn_failed",
             ExecError::Failed(_) => "run_failed",
         }
@@ -305,6 +328,7 @@ mod tests {
             truncated: true,
             setup: Duration::from_micros(3_900),
             execute: Duration::from_secs(2),
+            egress_denied: Vec::new(),
         };
         let result = RunResult::from(outcome);
         assert_eq!(result.status, RunStatus::TimedOut);

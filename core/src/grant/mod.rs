@@ -13,6 +13,7 @@
 
 mod access;
 mod allowlist;
+mod confinement;
 mod denylist;
 mod egress;
 mod mounts;
@@ -22,6 +23,7 @@ mod proptests;
 
 pub use access::{Access, FsDenied, check_path};
 pub use allowlist::{AllowedHost, AllowlistEntry, AllowlistError, Destination};
+pub use confinement::{ConfinementPolicy, RunKind, must_confine};
 pub use denylist::{CredentialDenylist, HOME_CREDENTIAL_PATHS};
 pub use egress::{EgressDenied, check_egress, validate_allowlist};
 pub use mounts::{LocalFolder, LocalPolicy, Mount, effective_mounts, narrower};

@@ -21,7 +21,7 @@ pub struct LocalFolder {
 }
 
 /// The machine owner's local allowance. An absent policy is [`LocalPolicy::default`]:
-/// no folders and no host commands.
+/// no folders, no host commands, every run sandboxed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalPolicy {
@@ -34,6 +34,9 @@ pub struct LocalPolicy {
     /// Whether the daemon takes signed updates its server publishes (absent: yes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_update: Option<bool>,
+    /// Whether shell and terminal runs may ever run unsandboxed (absent: never).
+    #[serde(default)]
+    pub confinement: super::ConfinementPolicy,
 }
 
 /// A folder a run sees.
@@ -117,6 +120,7 @@ mod tests {
                 .collect(),
             commands_enabled: false,
             auto_update: None,
+            confinement: Default::default(),
         }
     }
 

@@ -45,6 +45,7 @@ fn policy(local: Vec<(CanonicalPath, FolderMode)>) -> LocalPolicy {
             .collect(),
         commands_enabled: false,
         auto_update: None,
+        confinement: Default::default(),
     }
 }
 

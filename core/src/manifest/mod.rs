@@ -149,7 +149,10 @@ pub struct Manifest {
     pub docker_image: Option<String>,
     /// Persistent only: the port the service listens on.
     pub port: Option<u16>,
-    /// Shell only: run under Landlock, limited to the folder and the grants.
+    /// Shell and pty: `true` unless the manifest says `confine: false`, which asks to run
+    /// unsandboxed — honoured only for the operator's own runs on a machine whose owner's
+    /// policy is `operator-may-opt-out` ([`crate::grant::must_confine`]). A manifest can ask
+    /// for less, never for more.
     pub confine: bool,
     /// Pty only: the size the terminal opens with (`terminal: {cols, rows}`, each 1..=1000,
     /// 80 × 24 when left out); `None` for every other environment.

@@ -292,15 +292,16 @@ pub(super) fn parse(text: &str) -> Result<Manifest, ManifestError> {
         None => None,
     };
     let confine = match raw.confine {
-        Some(c) if c.value && environment != Environment::Shell => {
+        Some(c) if c.value && !matches!(environment, Environment::Shell | Environment::Pty) => {
             return err(
                 "confine",
                 Some(&c.referenced),
-                "applies to shell capabilities only",
+                "applies to shell and pty capabilities only",
             );
         }
         Some(c) => c.value,
-        None => false,
+        // Asking for nothing is asking to be sandboxed: only `confine: false` asks for less.
+        None => true,
     };
 
     let terminal = match raw.terminal {

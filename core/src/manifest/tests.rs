@@ -220,7 +220,6 @@ fn pty_fields_are_bounded_and_belong_to_pty() {
         ("interpreter: none\n", "interpreter"),
         ("docker_image: busybox\n", "docker_image"),
         ("port: 8080\n", "port"),
-        ("confine: true\n", "confine"),
         ("volumes: [{host: /tmp, guest: /data}]\n", "volumes[0]"),
     ] {
         let e = error(&format!("{base}{extra}"));
@@ -230,6 +229,13 @@ fn pty_fields_are_bounded_and_belong_to_pty() {
     assert!(e.message.contains("depth"), "{e}");
     let e = error(&format!("{base}entry2: x\n"));
     assert_eq!(e.field, "entry2");
+    // A terminal is sandboxed like a shell run: by default, and `confine: false` is the ask.
+    assert!(Manifest::parse(base).unwrap().confine);
+    assert!(
+        !Manifest::parse(&format!("{base}confine: false\n"))
+            .unwrap()
+            .confine
+    );
     let e = error(&format!(
         "{}terminal: {{cols: 80}}\n",
         "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: x\n"

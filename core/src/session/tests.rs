@@ -58,6 +58,7 @@ fn result(run_id: &str, daemon_ms: u64) -> DaemonFrame {
                 ..Default::default()
             },
             error: None,
+            egress_denied: Vec::new(),
         },
     }
 }

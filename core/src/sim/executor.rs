@@ -59,5 +59,6 @@ pub(super) fn report(status: RunStatus, exit_code: Option<i32>) -> RunResult {
             ..Timing::default()
         },
         error: None,
+        egress_denied: Vec::new(),
     }
 }

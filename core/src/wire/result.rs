@@ -34,6 +34,10 @@ pub struct RunResult {
     /// Why the run could not be run, for [`RunStatus::Failed`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
+    /// Destinations (`host:port`) the run's egress gate refused, for the server's audit log
+    /// (`egress_denied`); absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_denied: Vec<String>,
 }
 
 impl RunResult {
@@ -48,6 +52,7 @@ impl RunResult {
             truncated: false,
             timing: Timing::default(),
             error: Some(error),
+            egress_denied: Vec::new(),
         }
     }
 }

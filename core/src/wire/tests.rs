@@ -33,6 +33,7 @@ fn daemon_frames_round_trip() {
                     ..Timing::default()
                 },
                 error: None,
+                egress_denied: Vec::new(),
             },
         },
     ];
@@ -180,6 +181,7 @@ fn a_run_result_s_members_sit_next_to_its_run_id() {
                 code: "digest_mismatch".into(),
                 message: "m".into(),
             }),
+            egress_denied: Vec::new(),
         },
     };
     let json = String::from_utf8(frame.to_json()).unwrap();
@@ -187,6 +189,19 @@ fn a_run_result_s_members_sit_next_to_its_run_id() {
         json,
         r#"{"type":"run.result","runId":"r1","status":"failed","signal":9,"stdout":"hi\n","stderr":"","truncated":true,"timing":{"queueMs":0,"setupMs":0,"executeMs":0,"daemonMs":6},"error":{"code":"digest_mismatch","message":"m"}}"#
     );
+    // The gate's refusals ride along only when there are some.
+    let DaemonFrame::RunResult { result, .. } = &frame else {
+        unreachable!()
+    };
+    let mut denied = result.clone();
+    denied.egress_denied = vec!["example.com:443".into()];
+    let json = serde_json::to_string(&denied).unwrap();
+    assert!(
+        json.ends_with(r#","egressDenied":["example.com:443"]}"#),
+        "{json}"
+    );
+    let back: RunResult = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, denied);
     assert_eq!(DaemonFrame::from_json(json.as_bytes()).unwrap(), frame);
     let missing_status = br#"{"type":"run.result","runId":"r1","stdout":"","stderr":"","truncated":false,"timing":{"queueMs":0,"setupMs":0,"executeMs":0,"daemonMs":0}}"#;
     assert_eq!(

@@ -40,6 +40,8 @@ fn launch_as(lifecycle: &str, extra: &str) -> Launch {
         cwd: None,
         timeout: Duration::from_secs(1),
         egress: Egress::None,
+        confined: false,
+        context: String::new(),
     }
 }
 

@@ -87,6 +87,8 @@ pub fn launch(dir: &Path, tag: &str, manifest: &str) -> Launch {
         denylist: CredentialDenylist::empty(),
         cwd: None,
         egress: Egress::None,
+        confined: false,
+        context: String::new(),
     }
 }
 

@@ -62,6 +62,8 @@ pub fn launch_of(dir: &Path, timeout: Duration) -> Launch {
         cwd: None,
         timeout,
         egress: outpost_core::wire::Egress::None,
+        confined: false,
+        context: String::new(),
     }
 }
 

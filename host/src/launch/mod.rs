@@ -15,7 +15,8 @@ use std::time::Duration;
 use outpost_core::daemon::{Capability, Execute};
 use outpost_core::executor::Launch;
 use outpost_core::grant::{
-    CanonicalPath, CredentialDenylist, LocalFolder, LocalPolicy, Mount, effective_mounts,
+    CanonicalPath, CredentialDenylist, LocalFolder, LocalPolicy, Mount, RunKind, effective_mounts,
+    must_confine,
 };
 use outpost_core::manifest::{
     Interpreter, MANIFEST_FILE, Manifest, ManifestError, check_relative_path,
@@ -110,6 +111,8 @@ pub struct LaunchContext<'a> {
     pub denylist: &'a CredentialDenylist,
     /// The monotonic time now, on the clock the daemon machine is fed.
     pub now: Instant,
+    /// The machine's context (name or id), for the owner's fix in the gate's refusals.
+    pub context: &'a str,
 }
 
 /// A grant folder that yields no mount because this machine cannot resolve it.
@@ -136,7 +139,8 @@ pub struct PreparedLaunch {
 /// to create and remove per run), mounts = grant ∩ local policy minus the denylist (none for a shared
 /// run), egress from the grant, and a timeout of the manifest's `timeout_ms` or the time left
 /// before the run's deadline, whichever is shorter (zero when it has passed: the run then
-/// times out at once and is reported so).
+/// times out at once and is reported so). It is sandboxed unless the owner's policy lets an
+/// operator's run whose manifest says `confine: false` opt out.
 pub fn launch_from_execute(
     execute: &Execute,
     cx: &LaunchContext<'_>,
@@ -164,6 +168,15 @@ pub fn launch_from_execute(
     };
     let left = execute.deadline.saturating_duration_since(cx.now);
     let timeout = Duration::from_millis(manifest.limits.timeout_ms).min(left);
+    let confined = must_confine(
+        cx.local.confinement,
+        if execute.shared_run {
+            RunKind::Shared
+        } else {
+            RunKind::Operator
+        },
+        manifest.confine,
+    );
     Ok(PreparedLaunch {
         launch: Launch {
             run_id: execute.run_id.clone(),
@@ -176,6 +189,8 @@ pub fn launch_from_execute(
             cwd: None,
             timeout,
             egress: execute.grant.egress.clone(),
+            confined,
+            context: cx.context.to_owned(),
         },
         skipped,
     })
@@ -232,6 +247,7 @@ pub fn owner_mounts(
             .collect(),
         commands_enabled: false,
         auto_update: None,
+        confinement: Default::default(),
     };
     Ok(effective_mounts(&folders, &local, denylist))
 }

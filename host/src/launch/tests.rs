@@ -76,6 +76,7 @@ fn an_execute_becomes_a_launch_with_grant_and_policy_intersected() {
         }],
         commands_enabled: false,
         auto_update: None,
+        confinement: Default::default(),
     };
     let denylist = CredentialDenylist::empty();
     let cx = LaunchContext {
@@ -83,6 +84,7 @@ fn an_execute_becomes_a_launch_with_grant_and_policy_intersected() {
         local: &local,
         denylist: &denylist,
         now: Instant::from_origin(Duration::from_secs(90)),
+        context: "ec_test",
     };
     let ex = execute(
         "run-1",
@@ -104,6 +106,9 @@ fn an_execute_becomes_a_launch_with_grant_and_policy_intersected() {
     assert_eq!(launch.mounts[0].path, canonical(&data.join("shared")));
     assert_eq!(launch.mounts[0].mode, FolderMode::Ro);
     assert_eq!(launch.egress, ex.grant.egress);
+    // Sandboxed by default, with the context named for the gate's refusals.
+    assert!(launch.confined);
+    assert_eq!(launch.context, "ec_test");
     // 10 s left before the deadline, less than the manifest's 30 s.
     assert_eq!(launch.timeout, Duration::from_secs(10));
     let skipped: Vec<&str> = prepared.skipped.iter().map(|s| s.path.as_str()).collect();
@@ -133,6 +138,7 @@ fn a_shared_run_gets_no_folders_and_a_passed_deadline_no_time() {
         }],
         commands_enabled: false,
         auto_update: None,
+        confinement: Default::default(),
     };
     let denylist = CredentialDenylist::empty();
     let cx = LaunchContext {
@@ -140,6 +146,7 @@ fn a_shared_run_gets_no_folders_and_a_passed_deadline_no_time() {
         local: &local,
         denylist: &denylist,
         now: Instant::from_origin(Duration::from_secs(500)),
+        context: "ec_test",
     };
     let prepared = launch_from_execute(
         &execute(
@@ -166,6 +173,7 @@ fn denylisted_grant_folders_are_never_mounted() {
         }],
         commands_enabled: false,
         auto_update: None,
+        confinement: Default::default(),
     };
     let denylist = CredentialDenylist::for_home(&canonical(&home), &canonical(&home.join(".op")));
     let cx = LaunchContext {
@@ -173,6 +181,7 @@ fn denylisted_grant_folders_are_never_mounted() {
         local: &local,
         denylist: &denylist,
         now: Instant::from_origin(Duration::ZERO),
+        context: "ec_test",
     };
     let ex = execute(
         "run-3",
@@ -203,6 +212,7 @@ fn refusals_come_before_anything_is_written() {
         local: &local,
         denylist: &denylist,
         now: Instant::from_origin(Duration::ZERO),
+        context: "ec_test",
     };
     let code = |ex: Execute| launch_from_execute(&ex, &cx).unwrap_err().code();
 
@@ -326,6 +336,7 @@ fn a_wasm_capability_without_volumes_stays_in_memory_and_one_with_volumes_is_wri
         local: &local,
         denylist: &denylist,
         now: Instant::from_origin(Duration::from_secs(1)),
+        context: "ec_test",
     };
     let module = b"(module (func (export \"_start\")))";
     let wasm = |run_id: &str, manifest: &str| {
@@ -374,4 +385,42 @@ fn a_wasm_capability_without_volumes_stays_in_memory_and_one_with_volumes_is_wri
     );
     assert_eq!(unnamed.entry_bytes, None);
     assert!(unnamed.dir.join("m.wat").is_file());
+}
+
+/// Only the owner's `operator-may-opt-out` and the operator's own `confine: false` together
+/// leave a run unsandboxed; a shared run on the same machine stays sandboxed.
+#[test]
+fn confine_false_counts_only_for_the_operator_where_the_owner_allows_it() {
+    use outpost_core::grant::ConfinementPolicy;
+    let runs = folder("confine-runs");
+    let denylist = CredentialDenylist::empty();
+    let opting_out = |run_id: &str, shared: bool, policy: ConfinementPolicy| {
+        let mut ex = execute(run_id, grant(Vec::new()), shared);
+        ex.capability = Capability::Inline(CapabilitySource::Inline {
+            manifest: format!("{MANIFEST}confine: false\n"),
+            files: vec![InlineFile {
+                path: "bin/tool".into(),
+                content_b64: outpost_core::b64::encode(b"#!/bin/sh\n"),
+            }],
+        });
+        let local = LocalPolicy {
+            confinement: policy,
+            ..LocalPolicy::default()
+        };
+        let cx = LaunchContext {
+            runs_dir: &runs,
+            local: &local,
+            denylist: &denylist,
+            now: Instant::from_origin(Duration::ZERO),
+            context: "ec_test",
+        };
+        launch_from_execute(&ex, &cx).unwrap().launch.confined
+    };
+    assert!(opting_out("a", false, ConfinementPolicy::Required));
+    assert!(!opting_out(
+        "b",
+        false,
+        ConfinementPolicy::OperatorMayOptOut
+    ));
+    assert!(opting_out("c", true, ConfinementPolicy::OperatorMayOptOut));
 }

@@ -93,6 +93,7 @@ fn under_outpost_home_a_daemon_run_may_start_in_its_own_folder() {
         local: &local,
         denylist: &denylist,
         now: Instant::from_origin(Duration::ZERO),
+        context: "ec_test",
     };
     let execute = Execute {
         run_id: "run-1".into(),

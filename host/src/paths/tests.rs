@@ -39,6 +39,8 @@ fn launch(dir: &Path, mounts: Vec<Mount>) -> Launch {
         cwd: None,
         timeout: Duration::from_secs(1),
         egress: Egress::None,
+        confined: false,
+        context: String::new(),
     }
 }
 

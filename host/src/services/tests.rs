@@ -116,6 +116,7 @@ impl RunHandle for GatedRun {
             truncated: false,
             setup: Duration::ZERO,
             execute: Duration::ZERO,
+            egress_denied: Vec::new(),
         }))
     }
 
@@ -156,6 +157,8 @@ fn launch(name: &str) -> Launch {
         cwd: None,
         timeout: Duration::from_secs(1),
         egress: Egress::None,
+        confined: false,
+        context: String::new(),
     }
 }
 

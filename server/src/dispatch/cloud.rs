@@ -181,6 +181,9 @@ fn run(
         cwd: None,
         timeout,
         egress: Egress::None,
+        // The server's own machine runs nobody's manifest unsandboxed.
+        confined: true,
+        context: String::new(),
     };
     let mut handle = match run_capability(registry, allowlists, launch) {
         Ok(handle) => handle,

@@ -53,11 +53,13 @@ pub(crate) enum Declined {
 }
 
 /// What a connection's live state is, for the context routes.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Live {
     pub(crate) online: bool,
     pub(crate) slots_used: usize,
     pub(crate) slots_total: u32,
+    /// What the daemon announced (`hello` / `capabilities.update` `features`).
+    pub(crate) features: Vec<String>,
 }
 
 /// A message to the dispatcher.
@@ -333,6 +335,7 @@ impl Dispatcher {
                             online: s.is_ready(),
                             slots_used: s.in_flight(),
                             slots_total: s.max_concurrent(),
+                            features: s.features().to_vec(),
                         });
                         (id, live.unwrap_or_default())
                     })
@@ -375,7 +378,7 @@ impl Dispatcher {
                     }
                     output => {
                         if let Output::Event(event) = &output {
-                            batch.audit.extend(self.audit_row(event));
+                            batch.audit.extend(self.audit_rows(event));
                         }
                         outputs.push(output);
                     }
@@ -431,22 +434,43 @@ impl Dispatcher {
         }
     }
 
-    /// The audit event `event` is worth, written with the records of its drain.
-    fn audit_row(&mut self, event: &Event) -> Option<AuditRow> {
+    /// The audit events `event` is worth, written with the records of its drain: a finished
+    /// run's end, and one `egress_denied` for each destination its egress gate refused.
+    fn audit_rows(&mut self, event: &Event) -> Vec<AuditRow> {
         let at = self.shared.clock.now().wall.0;
-        match event {
-            Event::ExecutionFinished {
-                exec_id,
-                outcome,
-                ran_on,
-                ..
-            } => Some(AuditRow {
+        if let Event::ExecutionFinished {
+            exec_id,
+            outcome,
+            ran_on,
+            ..
+        } = event
+        {
+            let context_id = ran_on.as_ref().map(|r| r.id.clone());
+            let mut rows = vec![AuditRow {
                 at,
                 kind: "run".into(),
                 actor: "dispatcher".into(),
-                context_id: ran_on.as_ref().map(|r| r.id.clone()),
+                context_id: context_id.clone(),
                 detail: format!("{exec_id} {}", crate::store::outcome_status(outcome)),
-            }),
+            }];
+            if let outpost_core::server::ExecutionOutcome::Completed(result) = outcome {
+                rows.extend(result.egress_denied.iter().map(|destination| AuditRow {
+                    at,
+                    kind: "egress_denied".into(),
+                    actor: "daemon".into(),
+                    context_id: context_id.clone(),
+                    detail: format!("{exec_id} {destination}"),
+                }));
+            }
+            return rows;
+        }
+        self.audit_row(event).into_iter().collect()
+    }
+
+    /// The audit event any other `event` is worth.
+    fn audit_row(&mut self, event: &Event) -> Option<AuditRow> {
+        let at = self.shared.clock.now().wall.0;
+        match event {
             Event::Session {
                 context_id,
                 event: session::Event::CommandFinished { frame },

@@ -147,7 +147,7 @@ pub(super) async fn answer(app: &App, id: &str, caller: &Caller) -> ApiResult {
         .context(id)?
         .ok_or_else(|| ApiError::new(404, "context_unknown", "the context is gone"))?;
     let live = app.live(vec![entry.id.clone()]).await?;
-    let live = live.get(&entry.id).copied().unwrap_or_default();
+    let live = live.get(&entry.id).cloned().unwrap_or_default();
     Ok(axum::Json(views::context(&entry, live, caller)).into_response())
 }
 
@@ -168,7 +168,7 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
         .map(|c| {
             views::context(
                 c,
-                live.get(&c.id).copied().unwrap_or(Live::default()),
+                live.get(&c.id).cloned().unwrap_or(Live::default()),
                 &caller,
             )
         })

@@ -90,7 +90,10 @@ pub(super) fn routes() -> Vec<Route> {
     ]
 }
 
-/// The built-in capability a terminal runs: the machine's login shell, interactive.
+/// The built-in capability a terminal runs: the machine's login shell, interactive. It asks
+/// to run unsandboxed (`confine: false`): the machine's owner decides — sandboxed like any
+/// run under the default policy, a shell as the owner under `operator-may-opt-out` (a
+/// terminal is only ever the operator's).
 fn shell_manifest(size: TerminalSize) -> String {
     format!(
         "name: terminal\n\
@@ -98,6 +101,7 @@ fn shell_manifest(size: TerminalSize) -> String {
          environment: pty\n\
          lifecycle: oneshot\n\
          entry: sh\n\
+         confine: false\n\
          args: [\"-c\", \"exec \\\"${{SHELL:-$(command -v bash || echo /bin/sh)}}\\\" -i\"]\n\
          terminal: {{cols: {}, rows: {}}}\n\
          limits: {{timeout_ms: {TERMINAL_TIMEOUT_MS}}}\n",

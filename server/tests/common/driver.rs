@@ -116,6 +116,7 @@ impl Driver {
                 ..Timing::default()
             },
             error: None,
+            egress_denied: Vec::new(),
         };
         self.input(daemon::Input::RunFinished {
             run_id: run_id.to_owned(),

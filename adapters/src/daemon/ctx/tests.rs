@@ -40,6 +40,7 @@ fn shared(tag: &str, grant: Grant, folders: &[&Path], commands: bool) -> CtxShar
             .collect(),
         commands_enabled: commands,
         auto_update: None,
+        confinement: Default::default(),
     };
     let policy = Arc::new(PolicySource::new(scratch(tag).join("policy.json"), local));
     let host_commands = Arc::new(HostCommands::new(

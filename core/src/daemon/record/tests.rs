@@ -18,6 +18,7 @@ fn result_frame(run_id: &str) -> String {
             truncated: false,
             timing: Timing::default(),
             error: None,
+            egress_denied: Vec::new(),
         },
     };
     String::from_utf8(frame.to_json()).unwrap()

@@ -65,6 +65,8 @@ fn launch(environment: &str) -> Launch {
         cwd: None,
         timeout: Duration::from_secs(1),
         egress: crate::wire::Egress::None,
+        confined: false,
+        context: String::new(),
     }
 }
 

@@ -244,6 +244,7 @@ impl Harness {
                     truncated: false,
                     timing: Timing::default(),
                     error: None,
+                    egress_denied: Vec::new(),
                 },
             },
         );

@@ -515,6 +515,7 @@ fn ok_result(exit_code: i32) -> RunResult {
         truncated: false,
         timing: Timing::default(),
         error: None,
+        egress_denied: Vec::new(),
     }
 }
 

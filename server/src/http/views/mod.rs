@@ -159,6 +159,40 @@ pub(crate) struct Context {
     /// Its operator and admins see every opt-in, anyone else only their own.
     opted_in: Vec<String>,
     operator_is_member: bool,
+    /// What the machine's sandbox enforces, as its daemon announced it; `null` while it is
+    /// offline or when its daemon does not say.
+    sandbox: Option<SandboxView>,
+}
+
+/// A machine's sandbox, from its daemon's `sandbox:*` and `confinement:*` features.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SandboxView {
+    /// The owner's rule: `required` or `operator-may-opt-out`.
+    confinement: String,
+    /// Landlock's file rules are enforced (every sandboxed run needs them).
+    landlock: bool,
+    /// User, mount, PID and network namespaces are available (egress `none`, allowlists).
+    namespaces: bool,
+    /// Landlock's signal and abstract-socket scoping is enforced.
+    scopes: bool,
+}
+
+impl SandboxView {
+    /// The view of `features`, when they say anything of the sandbox.
+    pub(crate) fn of(features: &[String]) -> Option<Self> {
+        let confinement = features
+            .iter()
+            .find_map(|f| f.strip_prefix("confinement:"))?
+            .to_owned();
+        let has = |name: &str| features.iter().any(|f| f == name);
+        Some(SandboxView {
+            confinement,
+            landlock: has("sandbox:landlock"),
+            namespaces: has("sandbox:namespaces"),
+            scopes: has("sandbox:scopes"),
+        })
+    }
 }
 
 /// A Context, as `viewer` may see it: its operator and admins see every opt-in, anyone
@@ -190,6 +224,10 @@ pub(crate) fn context(entry: &ContextEntry, live: Live, viewer: &Caller) -> Cont
         shared_with_all_members: entry.shared_with_all_members,
         opted_in,
         operator_is_member: entry.operator_is_member,
+        sandbox: live
+            .online
+            .then(|| SandboxView::of(&live.features))
+            .flatten(),
     }
 }
 

@@ -1,0 +1,107 @@
+//! A sandboxed shell oneshot against the same oneshot unsandboxed, in the same run: a script
+//! that runs `true` under `sh`, through the shell executor, with the sandbox's namespaces and
+//! Landlock set up anew for every run (egress `all`: user, mount and PID namespaces; egress
+//! `none`: a network namespace too; an allowlist: the gate and its bridge as well).
+//!
+//! The helper is this bench's own executable, which dispatches the `confine` subcommand to
+//! `outpost_host::sandbox::helper_main` as an embedder's binary does (the `outpost` binary is
+//! larger, so its two extra execs cost somewhat more).
+//!
+//! Run with `cargo bench -p outpost-exec-shell --bench confined`. Target: ≤ 1.3×.
+#![allow(missing_docs)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use criterion::Criterion;
+use outpost_core::executor::{Executor, Launch};
+use outpost_core::grant::CredentialDenylist;
+use outpost_core::manifest::Manifest;
+use outpost_core::wire::Egress;
+use outpost_exec_shell::{ShellConfig, ShellExecutor, confine};
+use outpost_host::sandbox::SandboxConfig;
+
+fn capability() -> (PathBuf, Manifest) {
+    let dir = std::env::temp_dir().join(format!("outpost-bench-confined-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("run.sh"), "true\n").unwrap();
+    let manifest =
+        Manifest::parse("name: truth\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n")
+            .unwrap();
+    (dir.canonicalize().unwrap(), manifest)
+}
+
+fn oneshot(
+    executor: &ShellExecutor,
+    dir: &std::path::Path,
+    manifest: &Manifest,
+    confined: bool,
+    egress: Egress,
+) {
+    let mut handle = executor
+        .launch(Launch {
+            run_id: "bench".into(),
+            dir: dir.to_path_buf(),
+            entry_bytes: None,
+            manifest: manifest.clone(),
+            extra_args: Vec::new(),
+            mounts: Vec::new(),
+            denylist: CredentialDenylist::empty(),
+            cwd: None,
+            timeout: Duration::from_secs(10),
+            egress,
+            confined,
+            context: "bench".into(),
+        })
+        .unwrap();
+    let outcome = loop {
+        if let Some(o) = handle.wait(Duration::from_secs(10)).unwrap() {
+            break o;
+        }
+    };
+    assert_eq!(
+        outcome.exit_code,
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&outcome.stderr)
+    );
+}
+
+fn bench(c: &mut Criterion) {
+    let (dir, manifest) = capability();
+    let executor = ShellExecutor::new(ShellConfig {
+        sandbox: SandboxConfig {
+            helper: Some(std::env::current_exe().unwrap()),
+            support: None,
+        },
+        ..ShellConfig::default()
+    });
+    let mut g = c.benchmark_group("shell_oneshot");
+    g.bench_function("unconfined", |b| {
+        b.iter(|| oneshot(&executor, &dir, &manifest, false, Egress::All))
+    });
+    g.bench_function("confined_egress_all", |b| {
+        b.iter(|| oneshot(&executor, &dir, &manifest, true, Egress::All))
+    });
+    g.bench_function("confined_egress_none", |b| {
+        b.iter(|| oneshot(&executor, &dir, &manifest, true, Egress::None))
+    });
+    let allowlist = Egress::Allowlist {
+        hosts: vec!["example.com:443".into()],
+    };
+    g.bench_function("confined_allowlist", |b| {
+        b.iter(|| oneshot(&executor, &dir, &manifest, true, allowlist.clone()))
+    });
+    g.finish();
+}
+
+fn main() -> std::process::ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(confine::SUBCOMMAND)) {
+        return confine::helper_main(args);
+    }
+    let mut c = Criterion::default().configure_from_args();
+    bench(&mut c);
+    c.final_summary();
+    std::process::ExitCode::SUCCESS
+}

@@ -1,0 +1,367 @@
+//! The helper process: the `outpost` binary's hidden `confine` subcommand, which a sandboxed
+//! run starts through. Run with `--net`, it is two processes: the first enters new user,
+//! mount, PID (and network) namespaces and starts itself again as PID 1 inside them (`--init`),
+//! which remounts `/proc`, hides credential paths, brings loopback up, bridges the gate,
+//! restricts itself with Landlock and starts the program, then reaps until the program ends
+//! and reports how it ended; the first relays that as its own exit. Without `--net` it
+//! restricts itself with Landlock and becomes the program.
+//!
+//! ```text
+//! outpost confine --probe
+//! outpost confine [--ro DIR]… [--rw DIR]… [--hide PATH]… [--net host|loopback|gate=SOCKET] -- PROGRAM [ARGS…]
+//! ```
+//!
+//! This file owns the helper's processes and their exit statuses; what each rule allows is
+//! the caller's ([`super::prepare`]). It never runs a program before every rule holds.
+
+use std::ffi::OsString;
+use std::io::{Read as _, Write as _};
+use std::os::fd::AsRawFd as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
+use nix::sys::wait::{WaitStatus, waitpid};
+
+use super::{
+    EXIT_CANNOT_EXECUTE, EXIT_NOT_CONFINED, PROBE_OK, PROXY_PORT, STDERR_PREFIX, SUBCOMMAND,
+    bridge, kernel,
+};
+
+/// The network a namespaced run gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NetArg {
+    Host,
+    Loopback,
+    Gate(PathBuf),
+}
+
+#[derive(Debug, Default)]
+struct Args {
+    ro: Vec<PathBuf>,
+    rw: Vec<PathBuf>,
+    hide: Vec<PathBuf>,
+    net: Option<NetArg>,
+    probe: bool,
+    /// `--init FD`: this is PID 1 inside; FD (or `-`) takes the program's fatal signal.
+    init: Option<Option<i32>>,
+    program: Option<OsString>,
+    rest: Vec<OsString>,
+}
+
+fn parse(args: &mut impl Iterator<Item = OsString>) -> Result<Args, String> {
+    let mut out = Args::default();
+    while let Some(arg) = args.next() {
+        let text = arg.to_str().map(str::to_owned);
+        match text.as_deref() {
+            Some("--probe") => out.probe = true,
+            Some("--") => {
+                out.program = args.next();
+                out.rest = args.collect();
+                break;
+            }
+            Some(flag @ ("--ro" | "--rw" | "--hide" | "--net" | "--init")) => {
+                let Some(value) = args.next().filter(|value| value != "--") else {
+                    let what = match flag {
+                        "--net" => "a network",
+                        "--init" => "a descriptor",
+                        _ => "a folder",
+                    };
+                    return Err(format!("{flag} needs {what}"));
+                };
+                match flag {
+                    "--ro" => out.ro.push(value.into()),
+                    "--rw" => out.rw.push(value.into()),
+                    "--hide" => out.hide.push(value.into()),
+                    "--net" => out.net = Some(net(&value)?),
+                    _ => {
+                        out.init = Some(match value.to_str() {
+                            Some("-") => None,
+                            Some(fd) => Some(fd.parse().map_err(|_| "--init needs a descriptor")?),
+                            None => return Err("--init needs a descriptor".into()),
+                        });
+                    }
+                }
+            }
+            _ => return Err(format!("unexpected argument {arg:?}")),
+        }
+    }
+    Ok(out)
+}
+
+fn net(value: &std::ffi::OsStr) -> Result<NetArg, String> {
+    let text = value.to_string_lossy();
+    match text.as_ref() {
+        "host" => Ok(NetArg::Host),
+        "loopback" => Ok(NetArg::Loopback),
+        other => other
+            .strip_prefix("gate=")
+            .map(|path| NetArg::Gate(PathBuf::from(path)))
+            .ok_or_else(|| format!("--net {other:?} is none of host, loopback, gate=SOCKET")),
+    }
+}
+
+/// The helper itself: `args` are what follows the subcommand. On success it runs the program
+/// (and, without `--net`, becomes it). Exits [`EXIT_NOT_CONFINED`] without running anything
+/// when an argument is wrong or a rule cannot be enforced, [`EXIT_CANNOT_EXECUTE`] when the
+/// program cannot be executed; otherwise with the program's status (a fatal signal is
+/// raised again, so the caller sees the signal).
+pub fn helper_main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let original: Vec<OsString> = args.into_iter().collect();
+    let parsed = match parse(&mut original.clone().into_iter()) {
+        Ok(parsed) => parsed,
+        Err(why) => return not_confined(why),
+    };
+    match (&parsed.init, parsed.probe, &parsed.net) {
+        (Some(status), _, _) => init(&parsed, *status),
+        (None, true, _) => probe(),
+        (None, false, Some(_)) => outer(&parsed, original),
+        (None, false, None) => landlock_only(&parsed),
+    }
+}
+
+/// Landlock alone (no namespaces): restrict, then become the program.
+fn landlock_only(args: &Args) -> ExitCode {
+    if !args.hide.is_empty() {
+        return not_confined("hiding credential paths needs namespaces (--net)");
+    }
+    if let Err(why) = kernel::restrict(&args.ro, &args.rw) {
+        return not_confined(why);
+    }
+    let Some(program) = &args.program else {
+        return not_confined("no program after `--`");
+    };
+    let err = Command::new(program).args(&args.rest).exec();
+    cannot_execute(program, err)
+}
+
+/// The first process: enters the namespaces, starts PID 1 inside, relays how the program
+/// ended.
+fn outer(args: &Args, original: Vec<OsString>) -> ExitCode {
+    // A stop is for the program (it gets the same signal, in the same process group); this
+    // process outlives it to report the program's status.
+    let stops = stop_signals();
+    let _ = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&stops), None);
+    if let Err(why) = kernel::enter_namespaces(args.net != Some(NetArg::Host)) {
+        return not_confined(why);
+    }
+    let (read, write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(pair) => pair,
+        Err(e) => return not_confined(format!("cannot make the status pipe: {e}")),
+    };
+    let inherit = nix::fcntl::fcntl(
+        &write,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    );
+    if let Err(e) = inherit {
+        return not_confined(format!("cannot pass the status pipe: {e}"));
+    }
+    let child = Command::new("/proc/self/exe")
+        .arg(SUBCOMMAND)
+        .arg("--init")
+        .arg(write.as_raw_fd().to_string())
+        .args(original)
+        .spawn();
+    drop(write);
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => return not_confined(format!("cannot start the sandbox's first process: {e}")),
+    };
+    let status = child.wait();
+    let mut fatal = [0u8; 1];
+    let signalled = std::fs::File::from(read).read(&mut fatal).ok() == Some(1);
+    let code = match status {
+        Ok(status) if signalled => {
+            relay_signal(i32::from(fatal[0]), &stops);
+            status.code().unwrap_or(128 + i32::from(fatal[0]))
+        }
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt as _;
+            match (status.code(), status.signal()) {
+                (Some(code), _) => code,
+                (None, Some(sig)) => {
+                    relay_signal(sig, &stops);
+                    128 + sig
+                }
+                _ => i32::from(EXIT_NOT_CONFINED),
+            }
+        }
+        Err(e) => return not_confined(format!("lost the sandbox's first process: {e}")),
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+/// Ends this process with `signal`, as the program ended.
+fn relay_signal(signal: i32, stops: &SigSet) {
+    if let Ok(signal) = Signal::try_from(signal) {
+        let _ = nix::sys::signal::raise(signal);
+        let _ = sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(stops), None);
+    }
+}
+
+fn stop_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for signal in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        set.add(signal);
+    }
+    set
+}
+
+/// PID 1 inside: makes the rest of the sandbox, starts the program, reaps every process
+/// until the program ends (the kernel then kills whatever is left in the namespace).
+fn init(args: &Args, status_fd: Option<i32>) -> ExitCode {
+    let mut status = None;
+    if let Some(fd) = status_fd {
+        // A handle of our own, closed on exec, then the inherited number closed: the program
+        // never holds the pipe.
+        status = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/self/fd/{fd}"))
+            .ok();
+        let _ = nix::unistd::close(fd);
+    }
+    // The first process blocks the stop signals to outlive the program; the mask is inherited
+    // through exec, and the program must start with none blocked (as PID 1 this process
+    // ignores them all the same).
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    if let Err(why) = kernel::remount(&args.hide) {
+        return not_confined(why);
+    }
+    let net = args.net.clone().unwrap_or(NetArg::Loopback);
+    if net != NetArg::Host
+        && let Err(why) = kernel::loopback_up()
+    {
+        return not_confined(why);
+    }
+    let listener = match &net {
+        NetArg::Gate(socket) => match std::net::TcpListener::bind(("127.0.0.1", PROXY_PORT)) {
+            Ok(listener) => Some((listener, socket.clone())),
+            Err(e) => return not_confined(format!("cannot open the run's proxy port: {e}")),
+        },
+        _ => None,
+    };
+    if let Err(why) = kernel::restrict(&args.ro, &args.rw) {
+        return not_confined(why);
+    }
+    if let Some((listener, socket)) = listener
+        && let Err(e) = bridge::serve(listener, socket)
+    {
+        return not_confined(format!("cannot bridge the egress gate: {e}"));
+    }
+    if args.probe {
+        println!("{PROBE_OK}");
+        return ExitCode::SUCCESS;
+    }
+    let Some(program) = &args.program else {
+        return not_confined("no program after `--`");
+    };
+    let child = match Command::new(program).args(&args.rest).spawn() {
+        Ok(child) => child,
+        Err(e) => return cannot_execute(program, e),
+    };
+    let main = nix::unistd::Pid::from_raw(child.id() as i32);
+    loop {
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == main => {
+                return ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX));
+            }
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == main => {
+                if let Some(status) = status.as_mut() {
+                    let _ = status.write_all(&[signal as u8]);
+                }
+                return ExitCode::from(128 + signal as u8);
+            }
+            Err(nix::errno::Errno::ECHILD) => return ExitCode::from(EXIT_CANNOT_EXECUTE),
+            _ => {}
+        }
+    }
+}
+
+/// `--probe`: what this kernel can enforce, one line each (see [`super::Support`]).
+fn probe() -> ExitCode {
+    let namespaces = kernel::enter_namespaces(true).and_then(|()| {
+        let out = Command::new("/proc/self/exe")
+            .args([SUBCOMMAND, "--init", "-", "--probe", "--net", "loopback"])
+            .output()
+            .map_err(|e| format!("cannot start the sandbox's first process: {e}"))?;
+        if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == PROBE_OK {
+            Ok(())
+        } else {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            Err(stderr
+                .trim()
+                .trim_start_matches(STDERR_PREFIX)
+                .trim()
+                .to_owned())
+        }
+    });
+    match namespaces {
+        Ok(()) => println!("namespaces: available"),
+        Err(why) => println!("namespaces: unavailable: {why}"),
+    }
+    match kernel::restrict(&[], &[]) {
+        Ok(restricted) => {
+            println!(
+                "scopes: {}",
+                if restricted.scoped {
+                    "available"
+                } else {
+                    "unavailable"
+                }
+            );
+            println!("{PROBE_OK}");
+            ExitCode::SUCCESS
+        }
+        Err(why) => not_confined(why),
+    }
+}
+
+fn cannot_execute(program: &OsString, err: std::io::Error) -> ExitCode {
+    eprintln!(
+        "{STDERR_PREFIX} cannot execute {}: {err}",
+        PathBuf::from(program).display()
+    );
+    ExitCode::from(EXIT_CANNOT_EXECUTE)
+}
+
+/// Reports `why` on stderr, marked as the helper's, and exits having run nothing.
+fn not_confined(why: impl std::fmt::Display) -> ExitCode {
+    eprintln!("{STDERR_PREFIX} {why}");
+    ExitCode::from(EXIT_NOT_CONFINED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Result<Args, String> {
+        parse(&mut list.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn arguments_read_and_refuse() {
+        let a = args(&[
+            "--ro", "/a", "--rw", "/b", "--hide", "/b/.ssh", "--net", "gate=/s", "--", "sh", "-c",
+            "x",
+        ])
+        .unwrap();
+        assert_eq!(a.ro, [PathBuf::from("/a")]);
+        assert_eq!(a.rw, [PathBuf::from("/b")]);
+        assert_eq!(a.hide, [PathBuf::from("/b/.ssh")]);
+        assert_eq!(a.net, Some(NetArg::Gate("/s".into())));
+        assert_eq!(a.program, Some("sh".into()));
+        assert_eq!(a.rest.len(), 2);
+        assert!(args(&["--ro", "--", "sh"]).unwrap_err().contains("--ro"));
+        assert!(args(&["--net", "wifi"]).unwrap_err().contains("wifi"));
+        assert!(args(&["--init", "x"]).is_err());
+        assert_eq!(args(&["--init", "-"]).unwrap().init, Some(None));
+        assert!(args(&["--bogus"]).is_err());
+    }
+}

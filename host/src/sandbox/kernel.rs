@@ -1,0 +1,186 @@
+//! The kernel calls a sandbox is made of: namespaces and their id maps, the mount changes
+//! inside them, loopback up in a fresh network namespace, and Landlock.
+//!
+//! This file owns those calls and nothing else: it decides no rule (the helper's arguments
+//! say what to allow) and it is only ever called by the helper process, never by a daemon.
+
+use std::io::{Read as _, Write as _};
+use std::path::PathBuf;
+
+use landlock::{
+    ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope, path_beneath_rules,
+};
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, unshare};
+
+use super::{SYSTEM_READ_ONLY, WRITABLE_DEVICES};
+
+/// The Landlock ABI whose file rights a sandboxed run is held to (kernel 5.19).
+const REQUIRED_ABI: ABI = ABI::V3;
+
+/// The ABI whose scopes (signals, abstract Unix sockets) are added where the kernel has them.
+const SCOPE_ABI: ABI = ABI::V6;
+
+/// What [`restrict`] achieved beyond the required file rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Restricted {
+    /// Signals and abstract Unix sockets are scoped to the run's own domain (ABI 6).
+    pub scoped: bool,
+}
+
+/// Restricts the calling thread (and what it starts): `read_only` readable, `read_write`
+/// writable, the system folders readable, a few devices writable, nothing else; signals and
+/// abstract Unix sockets scoped where the kernel can. Fails unless every file rule is
+/// enforced.
+pub(crate) fn restrict(
+    read_only: &[PathBuf],
+    read_write: &[PathBuf],
+) -> Result<Restricted, String> {
+    let abi = REQUIRED_ABI;
+    let existing = |paths: &mut dyn Iterator<Item = PathBuf>| -> Vec<PathBuf> {
+        paths.filter(|p| p.exists()).collect()
+    };
+    let read_only = existing(
+        &mut SYSTEM_READ_ONLY
+            .iter()
+            .map(PathBuf::from)
+            .chain(read_only.iter().cloned()),
+    );
+    let read_write = existing(&mut read_write.iter().cloned());
+    let devices = existing(&mut WRITABLE_DEVICES.iter().map(PathBuf::from));
+    let create = |scoped: bool| {
+        let ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::from_all(abi))?;
+        let ruleset = if scoped {
+            ruleset.scope(Scope::from_all(SCOPE_ABI))?
+        } else {
+            ruleset
+        };
+        ruleset.create()
+    };
+    // The scopes where this kernel has them (ABI 6), the file rules in any case.
+    let (created, scoped) = match create(true) {
+        Ok(created) => (Ok(created), true),
+        Err(_) => (create(false), false),
+    };
+    let status = created
+        .and_then(|r| r.add_rules(path_beneath_rules(read_only, AccessFs::from_read(abi))))
+        .and_then(|r| r.add_rules(path_beneath_rules(read_write, AccessFs::from_all(abi))))
+        .and_then(|r| r.add_rules(path_beneath_rules(devices, AccessFs::from_file(abi))))
+        .and_then(|r| r.restrict_self())
+        .map_err(|e| format!("Landlock cannot be enforced: {e}"))?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(Restricted { scoped }),
+        other => Err(format!("Landlock is only {other:?} on this kernel")),
+    }
+}
+
+/// Moves the calling (single-threaded) process into new user, mount and PID namespaces —
+/// and a new network namespace when `network` — as uid and gid 0 there, mapped to its own
+/// ids outside. Its next child is PID 1 of the new PID namespace.
+pub(crate) fn enter_namespaces(network: bool) -> Result<(), String> {
+    let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+    let mut flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID;
+    if network {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    unshare(flags).map_err(|e| {
+        format!("the kernel refused new user, mount, PID and network namespaces ({e})")
+    })?;
+    match std::fs::write("/proc/self/setgroups", "deny") {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("cannot write /proc/self/setgroups: {e}"));
+        }
+        _ => {}
+    }
+    std::fs::write("/proc/self/uid_map", format!("0 {uid} 1\n"))
+        .map_err(|e| format!("cannot map the run's user id: {e}"))?;
+    std::fs::write("/proc/self/gid_map", format!("0 {gid} 1\n"))
+        .map_err(|e| format!("cannot map the run's group id: {e}"))?;
+    Ok(())
+}
+
+/// Inside the new namespaces, as PID 1: keeps every mount change private to them, mounts a
+/// `/proc` that shows the run's processes only, and hides each of `hide` (a credential path
+/// inside a granted folder) under an empty read-only folder or `/dev/null`.
+pub(crate) fn remount(hide: &[PathBuf]) -> Result<(), String> {
+    let none: Option<&str> = None;
+    mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
+        .map_err(|e| format!("cannot make the run's mounts private: {e}"))?;
+    let quiet = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount(Some("proc"), "/proc", Some("proc"), quiet, none)
+        .map_err(|e| format!("cannot mount the run's own /proc: {e}"))?;
+    for path in hide {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            continue;
+        };
+        let done = if meta.is_dir() {
+            mount(
+                Some("tmpfs"),
+                path,
+                Some("tmpfs"),
+                quiet | MsFlags::MS_RDONLY,
+                Some("size=4k,mode=0500"),
+            )
+        } else {
+            mount(Some("/dev/null"), path, none, MsFlags::MS_BIND, none)
+        };
+        done.map_err(|e| format!("cannot hide {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Brings the loopback interface of the (new) network namespace up, with one rtnetlink
+/// request (`RTM_NEWLINK`, `IFF_UP`), and reads the kernel's acknowledgement.
+pub(crate) fn loopback_up() -> Result<(), String> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockProtocol, SockType, socket};
+    const RTM_NEWLINK: u16 = 16;
+    const NLM_F_REQUEST: u16 = 1;
+    const NLM_F_ACK: u16 = 4;
+    const NLMSG_ERROR: u16 = 2;
+    const IFF_UP: u32 = 1;
+    let index = nix::net::if_::if_nametoindex("lo")
+        .map_err(|e| format!("no loopback interface in the run's network namespace: {e}"))?;
+    let fd = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkRoute,
+    )
+    .map_err(|e| format!("cannot open rtnetlink: {e}"))?;
+    let mut request = Vec::with_capacity(32);
+    request.extend_from_slice(&32u32.to_ne_bytes()); // nlmsg_len
+    request.extend_from_slice(&RTM_NEWLINK.to_ne_bytes());
+    request.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    request.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    request.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel fills it in
+    request.extend_from_slice(&[0, 0]); // ifi_family AF_UNSPEC, padding
+    request.extend_from_slice(&0u16.to_ne_bytes()); // ifi_type
+    request.extend_from_slice(&(index as i32).to_ne_bytes());
+    request.extend_from_slice(&IFF_UP.to_ne_bytes()); // ifi_flags
+    request.extend_from_slice(&IFF_UP.to_ne_bytes()); // ifi_change
+    let mut socket = std::fs::File::from(fd);
+    socket
+        .write_all(&request)
+        .map_err(|e| format!("cannot ask for loopback up: {e}"))?;
+    let mut answer = [0u8; 256];
+    let n = socket
+        .read(&mut answer)
+        .map_err(|e| format!("no answer to loopback up: {e}"))?;
+    // nlmsghdr (16 bytes), then for NLMSG_ERROR an i32 error: 0 is the acknowledgement.
+    let kind = answer.get(4..6).map(|b| u16::from_ne_bytes([b[0], b[1]]));
+    let error = answer
+        .get(16..20)
+        .filter(|_| n >= 20)
+        .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+    match (kind, error) {
+        (Some(NLMSG_ERROR), Some(0)) => Ok(()),
+        (Some(NLMSG_ERROR), Some(code)) => Err(format!(
+            "the kernel refused loopback up: {}",
+            nix::errno::Errno::from_raw(-code)
+        )),
+        _ => Err("an unexpected answer to loopback up".into()),
+    }
+}

@@ -1,0 +1,422 @@
+//! The sandbox every shell and terminal run lives in unless the machine's owner lets the
+//! operator opt out (see `docs/CAPABILITIES.md`, "What a run can see").
+//!
+//! A sandboxed run starts through the helper ([`helper_main`], the `outpost` binary's hidden
+//! `confine` subcommand, started through `/proc/self/exe` so a binary replaced on disk still
+//! serves). Each layer does one thing:
+//!
+//! - **Landlock** (required): the system folders read-only, the capability folder read-only,
+//!   the mounts with their modes, a private `HOME` and `TMPDIR` read-write — nothing else.
+//!   It also keeps the run from tracing processes outside its domain and, where the kernel has
+//!   ABI 6, from signalling them or reaching their abstract Unix sockets.
+//! - **User, mount and PID namespaces**: the run is PID 2 under a PID 1 of ours, sees only
+//!   its own processes in `/proc`, cannot name the daemon's pid, and credential paths inside a
+//!   granted folder are hidden under empty mounts. `no_new_privs` is set.
+//! - **A network namespace** for egress `none` (loopback only) and an allowlist (loopback and
+//!   the egress gate, bridged in on [`PROXY_PORT`] and offered as `HTTP_PROXY`,
+//!   `HTTPS_PROXY`, `ALL_PROXY`).
+//!
+//! Where the kernel lacks what a run needs, [`prepare`] refuses it with
+//! `confinement_unavailable` naming the missing piece and the fix; nothing runs with less.
+//! This module owns the helper's arguments, the probe, and each run's private folders and
+//! gate ([`SandboxGuard`]); it never decides *whether* a run is sandboxed (that is
+//! [`outpost_core::grant::must_confine`]).
+
+mod bridge;
+mod helper;
+mod kernel;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::fs::DirBuilderExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use outpost_core::executor::{ExecError, Launch};
+use outpost_core::wire::{Egress, FolderMode};
+
+use crate::gate::{Gate, GateEvent, GatePolicy};
+
+pub use helper::helper_main;
+
+/// The hidden subcommand of the `outpost` binary that sandboxes a run.
+pub const SUBCOMMAND: &str = "confine";
+
+/// The last line a successful `confine --probe` prints.
+pub const PROBE_OK: &str = "outpost-confine: Landlock enforced";
+
+/// Exit status of a helper that ran nothing: bad arguments, or a rule not enforced.
+pub const EXIT_NOT_CONFINED: u8 = 125;
+
+/// How the helper's own failure lines on stderr begin, telling them from the program's.
+pub const STDERR_PREFIX: &str = "outpost confine:";
+
+/// Exit status of a helper that could not execute the program.
+pub const EXIT_CANNOT_EXECUTE: u8 = 126;
+
+/// System folders a sandboxed run may read.
+pub const SYSTEM_READ_ONLY: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/proc", "/dev",
+];
+
+/// Device files a sandboxed run may write.
+pub const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/tty"];
+
+/// The port on a sandboxed run's own loopback where its egress gate answers.
+pub const PROXY_PORT: u16 = 3128;
+
+/// What this machine's kernel can enforce, as the helper's probe found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Support {
+    /// Landlock's file rules (required for every sandboxed run).
+    pub landlock: Result<(), String>,
+    /// User, mount, PID and network namespaces (required for egress `none`, an allowlist and
+    /// hiding credential paths; used for every run where available).
+    pub namespaces: Result<(), String>,
+    /// Landlock's signal and abstract-socket scopes (ABI 6).
+    pub scopes: bool,
+}
+
+impl Support {
+    /// Everything available (what a test that injects a kernel starts from).
+    pub fn full() -> Self {
+        Support {
+            landlock: Ok(()),
+            namespaces: Ok(()),
+            scopes: true,
+        }
+    }
+
+    /// Probes once per helper binary (later calls return the first answer).
+    pub fn probe(helper: &Path) -> Support {
+        static PROBES: OnceLock<Mutex<BTreeMap<PathBuf, Support>>> = OnceLock::new();
+        let probes = PROBES.get_or_init(Default::default);
+        if let Some(known) = probes.lock().ok().and_then(|p| p.get(helper).cloned()) {
+            return known;
+        }
+        let found = Self::run_probe(helper);
+        if let Ok(mut p) = probes.lock() {
+            p.insert(helper.to_path_buf(), found.clone());
+        }
+        found
+    }
+
+    fn run_probe(helper: &Path) -> Support {
+        let out = match Command::new(helper).args([SUBCOMMAND, "--probe"]).output() {
+            Ok(out) => out,
+            Err(e) => {
+                let why = format!("cannot run {}: {e}", helper.display());
+                return Support {
+                    landlock: Err(why.clone()),
+                    namespaces: Err(why),
+                    scopes: false,
+                };
+            }
+        };
+        Self::read_probe(
+            out.status.success(),
+            &String::from_utf8_lossy(&out.stdout),
+            &String::from_utf8_lossy(&out.stderr),
+            helper,
+        )
+    }
+
+    /// Reads a probe's output (see the helper's `--probe`).
+    fn read_probe(success: bool, stdout: &str, stderr: &str, helper: &Path) -> Support {
+        let line = |key: &str| {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(str::trim)
+        };
+        let namespaces = match line("namespaces:") {
+            Some("available") => Ok(()),
+            Some(other) => Err(other
+                .strip_prefix("unavailable:")
+                .unwrap_or(other)
+                .trim()
+                .to_owned()),
+            None => Err("the probe did not say".to_owned()),
+        };
+        let landlock = if success && stdout.lines().any(|l| l.trim() == PROBE_OK) {
+            Ok(())
+        } else if success {
+            Err(format!(
+                "{} does not know the `{SUBCOMMAND}` subcommand; name the outpost binary as the confine helper",
+                helper.display()
+            ))
+        } else {
+            Err(stderr
+                .trim()
+                .trim_start_matches(STDERR_PREFIX)
+                .trim()
+                .to_owned())
+        };
+        Support {
+            landlock,
+            namespaces,
+            scopes: line("scopes:") == Some("available"),
+        }
+    }
+}
+
+/// The helper by default: the running executable, the `outpost` binary — named through
+/// `/proc/self/exe`, which a child started by this process resolves to the very file this
+/// process runs, even after it was replaced or deleted on disk (a package upgrade, a
+/// rebuild). Where `/proc` is absent, the path the executable was started from.
+pub fn default_helper() -> Result<PathBuf, String> {
+    let running = Path::new("/proc/self/exe");
+    if running.exists() {
+        return Ok(running.to_path_buf());
+    }
+    std::env::current_exe().map_err(|e| format!("the current executable cannot be found: {e}"))
+}
+
+/// How an executor sandboxes its runs.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxConfig {
+    /// The binary whose hidden `confine` subcommand ([`SUBCOMMAND`]) starts a sandboxed run.
+    /// Default: the current executable, the `outpost` binary. An embedder names its own
+    /// binary here and dispatches the subcommand to [`helper_main`].
+    pub helper: Option<PathBuf>,
+    /// What the kernel can enforce; `None` probes the helper once. Tests inject a kernel that
+    /// lacks a piece here.
+    pub support: Option<Support>,
+}
+
+/// Refusals of the run's egress gate, as the run's audit wants them.
+pub type EgressReport = Arc<dyn Fn(GateEvent) + Send + Sync>;
+
+/// A run, sandboxed: what to start instead of the program, and what must live as long as it.
+#[derive(Debug)]
+pub struct Sandboxed {
+    /// The helper.
+    pub program: PathBuf,
+    /// Its arguments, ending with `-- PROGRAM ARGS…`.
+    pub args: Vec<OsString>,
+    /// Variables to set over the run's environment: `HOME` and `TMPDIR` (private), and the
+    /// proxy variables when the run's egress goes through the gate.
+    pub env: Vec<(OsString, OsString)>,
+    /// The run's private folders and its gate; keep it until the run has ended.
+    pub guard: SandboxGuard,
+}
+
+/// A sandboxed run's private `HOME` and `TMPDIR` (removed on drop) and its egress gate
+/// (stopped on drop).
+#[derive(Debug)]
+pub struct SandboxGuard {
+    scratch: PathBuf,
+    gate: Option<GateHolder>,
+}
+
+struct GateHolder(Gate);
+
+impl std::fmt::Debug for GateHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Gate")
+    }
+}
+
+impl SandboxGuard {
+    /// The folder holding the run's `home` and `tmp`.
+    pub fn scratch(&self) -> &Path {
+        &self.scratch
+    }
+}
+
+impl Drop for SandboxGuard {
+    fn drop(&mut self) {
+        if let Some(GateHolder(gate)) = self.gate.take() {
+            gate.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// Sandboxes `program args…` for `launch`: checks what the kernel can enforce against what
+/// the run needs, makes its private folders and, for an allowlist, its gate (refusals go to
+/// `report`), and says how to start it.
+pub fn prepare(
+    launch: &Launch,
+    program: PathBuf,
+    args: Vec<OsString>,
+    config: &SandboxConfig,
+    report: EgressReport,
+) -> Result<Sandboxed, ExecError> {
+    let helper = match &config.helper {
+        Some(helper) => helper.clone(),
+        None => default_helper().map_err(|why| unavailable(format!("the helper: {why}")))?,
+    };
+    let support = match &config.support {
+        Some(support) => support.clone(),
+        None => Support::probe(&helper),
+    };
+    if let Err(why) = &support.landlock {
+        return Err(ExecError::ConfinementUnavailable {
+            missing: format!("Landlock: {why}"),
+            remedy: LANDLOCK_REMEDY.into(),
+        });
+    }
+    let hidden: Vec<&str> = launch
+        .mounts
+        .iter()
+        .flat_map(|m| m.excluded.iter().map(|p| p.as_str()))
+        .collect();
+    let needs_namespaces = !matches!(launch.egress, Egress::All) || !hidden.is_empty();
+    if let (true, Err(why)) = (needs_namespaces, &support.namespaces) {
+        let rule = match &launch.egress {
+            Egress::None => "egress `none` (a network namespace with loopback only)".to_owned(),
+            Egress::Allowlist { .. } => {
+                "an egress allowlist (a network namespace whose only way out is the gate)"
+                    .to_owned()
+            }
+            Egress::All => format!(
+                "hiding the credential paths {} inside a granted folder",
+                hidden.join(", ")
+            ),
+        };
+        return Err(ExecError::ConfinementUnavailable {
+            missing: format!("namespaces for {rule}: {why}"),
+            remedy: NAMESPACES_REMEDY.into(),
+        });
+    }
+    let scratch = scratch_folder(&launch.run_id)?;
+    let mut guard = SandboxGuard {
+        scratch: scratch.clone(),
+        gate: None,
+    };
+    let (home, tmp) = (scratch.join("home"), scratch.join("tmp"));
+    for dir in [&home, &tmp] {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| ExecError::Spawn(format!("the run's {}: {e}", dir.display())))?;
+    }
+    let mut out: Vec<OsString> = vec![SUBCOMMAND.into()];
+    let dir = launch
+        .dir
+        .canonicalize()
+        .map_err(|e| ExecError::PathRefused {
+            path: launch.dir.display().to_string(),
+            reason: e.to_string(),
+        })?;
+    out.extend(["--ro".into(), dir.into_os_string()]);
+    // The `outpost` binary itself, so an operator's run can call `outpost command` (its
+    // socket decides what that may do).
+    if let Ok(exe) = std::env::current_exe().and_then(|exe| exe.canonicalize()) {
+        out.extend(["--ro".into(), exe.into_os_string()]);
+    }
+    for mount in &launch.mounts {
+        let flag = match mount.mode {
+            FolderMode::Ro => "--ro",
+            FolderMode::Rw => "--rw",
+        };
+        out.extend([flag.into(), mount.path.as_str().into()]);
+        for excluded in &mount.excluded {
+            out.extend(["--hide".into(), excluded.as_str().into()]);
+        }
+    }
+    for dir in [&home, &tmp] {
+        out.extend(["--rw".into(), dir.clone().into_os_string()]);
+    }
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("HOME".into(), home.into_os_string()),
+        ("TMPDIR".into(), tmp.into_os_string()),
+    ];
+    let net = match (&launch.egress, &support.namespaces) {
+        (Egress::All, Ok(())) => Some("host".into()),
+        (Egress::All, Err(_)) => None,
+        (Egress::None, _) => Some("loopback".into()),
+        (Egress::Allowlist { .. }, _) => {
+            let socket = scratch.join("gate.sock");
+            let listener = std::os::unix::net::UnixListener::bind(&socket)
+                .map_err(|e| ExecError::Spawn(format!("the run's egress gate: {e}")))?;
+            let policy = GatePolicy {
+                egress: launch.egress.clone(),
+                context: launch.context.clone(),
+            };
+            let gate = Gate::start_unix(listener, policy, report)
+                .map_err(|e| ExecError::Spawn(format!("the run's egress gate: {e}")))?;
+            guard.gate = Some(GateHolder(gate));
+            let http = format!("http://127.0.0.1:{PROXY_PORT}");
+            let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
+            for (key, value) in [
+                ("HTTP_PROXY", &http),
+                ("HTTPS_PROXY", &http),
+                ("ALL_PROXY", &socks),
+                ("http_proxy", &http),
+                ("https_proxy", &http),
+                ("all_proxy", &socks),
+            ] {
+                env.push((key.into(), value.into()));
+            }
+            // No NO_PROXY: the gate is the only way out; a run that serves itself on its own
+            // loopback sets NO_PROXY for that itself.
+            let mut net = OsString::from("gate=");
+            net.push(&socket);
+            Some(net)
+        }
+    };
+    if let Some(net) = net {
+        out.extend(["--net".into(), net]);
+    }
+    out.push("--".into());
+    out.push(program.into_os_string());
+    out.extend(args);
+    Ok(Sandboxed {
+        program: helper,
+        args: out,
+        env,
+        guard,
+    })
+}
+
+/// How to get Landlock.
+const LANDLOCK_REMEDY: &str = "run on a Linux kernel with Landlock (5.19 or later) enabled (`lsm=landlock` on the kernel command line), or let the operator's own runs opt out: outpost context policy confinement operator-may-opt-out";
+
+/// How to get unprivileged namespaces.
+const NAMESPACES_REMEDY: &str = "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0), or grant the context egress all and no folder holding credential paths";
+
+fn unavailable(missing: String) -> ExecError {
+    ExecError::ConfinementUnavailable {
+        missing,
+        remedy: LANDLOCK_REMEDY.into(),
+    }
+}
+
+/// A new private folder for one run, 0700, in the system's temporary folder.
+fn scratch_folder(run_id: &str) -> Result<PathBuf, ExecError> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let safe: String = run_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let path = std::env::temp_dir().join(format!(
+        "outpost-run-{safe}-{}-{}-{nanos:x}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&path)
+        .map_err(|e| {
+            ExecError::Spawn(format!("the run's private folder {}: {e}", path.display()))
+        })?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests;

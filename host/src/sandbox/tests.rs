@@ -1,0 +1,37 @@
+use super::*;
+
+#[test]
+fn a_probe_reads_each_piece() {
+    let helper = Path::new("/x/outpost");
+    let full = Support::read_probe(
+        true,
+        &format!("namespaces: available\nscopes: available\n{PROBE_OK}\n"),
+        "",
+        helper,
+    );
+    assert_eq!(full, Support::full());
+    let no_ns = Support::read_probe(
+        true,
+        &format!(
+            "namespaces: unavailable: the kernel refused (EPERM)\nscopes: unavailable\n{PROBE_OK}\n"
+        ),
+        "",
+        helper,
+    );
+    assert_eq!(no_ns.landlock, Ok(()));
+    assert_eq!(no_ns.namespaces, Err("the kernel refused (EPERM)".into()));
+    assert!(!no_ns.scopes);
+    let none = Support::read_probe(
+        false,
+        "namespaces: unavailable: x\n",
+        "outpost confine: Landlock cannot be enforced: ENOSYS",
+        helper,
+    );
+    assert_eq!(
+        none.landlock,
+        Err("Landlock cannot be enforced: ENOSYS".into())
+    );
+    // A binary that exits 0 without knowing the subcommand cannot pass for the helper.
+    let other = Support::read_probe(true, "hello\n", "", helper);
+    assert!(other.landlock.unwrap_err().contains("does not know"));
+}
