@@ -413,3 +413,53 @@ fn a_sandboxed_terminal_sees_only_itself() {
         "the private home is gone with the run"
     );
 }
+
+/// A sandboxed service's port (egress `none`: its own network namespace) is published on the
+/// host's loopback and relayed inside, so the machine reaches it as it would an unsandboxed one.
+#[test]
+fn a_sandboxed_service_is_reached_on_its_port() {
+    use std::io::{Read as _, Write as _};
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let dir = folder("service");
+    std::fs::write(dir.join("index.html"), "served from the sandbox").unwrap();
+    std::fs::write(
+        dir.join("run.sh"),
+        "exec /usr/bin/python3 -m http.server \"$PORT\" --bind 127.0.0.1\n",
+    )
+    .unwrap();
+    let manifest = Manifest::parse(&format!(
+        "name: web\nenvironment: shell\nlifecycle: persistent\nentry: run.sh\nport: {port}\n"
+    ))
+    .unwrap();
+    let mut handle = executor()
+        .launch(Launch {
+            run_id: "web".into(),
+            dir,
+            entry_bytes: None,
+            manifest,
+            extra_args: Vec::new(),
+            mounts: Vec::new(),
+            denylist: CredentialDenylist::empty(),
+            cwd: None,
+            timeout: Duration::from_secs(60),
+            egress: outpost_core::wire::Egress::None,
+            confined: true,
+            context: String::new(),
+        })
+        .unwrap();
+    // The service is starting: its port answers once python listens.
+    let body = common::wait_for("the sandboxed service to answer on its port", || {
+        let answer = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
+            s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n")?;
+            let mut answer = String::new();
+            s.read_to_string(&mut answer)?;
+            Ok(answer)
+        });
+        answer.ok().filter(|a| a.contains("200 OK"))
+    });
+    assert!(body.ends_with("served from the sandbox"), "{body}");
+    handle.cancel().unwrap();
+}

@@ -41,7 +41,7 @@ fn defaults_fill_what_is_left_out() {
     assert_eq!(m.limits, Limits::DEFAULT);
     assert_eq!(m.interpreter, Interpreter::Sh);
     assert_eq!(m.version, 1);
-    assert!(!m.confine);
+    assert!(m.confine, "asking for nothing is asking to be sandboxed");
 }
 
 #[test]

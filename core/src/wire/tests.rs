@@ -195,12 +195,12 @@ fn a_run_result_s_members_sit_next_to_its_run_id() {
     };
     let mut denied = result.clone();
     denied.egress_denied = vec!["example.com:443".into()];
-    let json = serde_json::to_string(&denied).unwrap();
+    let denied_json = serde_json::to_string(&denied).unwrap();
     assert!(
-        json.ends_with(r#","egressDenied":["example.com:443"]}"#),
-        "{json}"
+        denied_json.ends_with(r#","egressDenied":["example.com:443"]}"#),
+        "{denied_json}"
     );
-    let back: RunResult = serde_json::from_str(&json).unwrap();
+    let back: RunResult = serde_json::from_str(&denied_json).unwrap();
     assert_eq!(back, denied);
     assert_eq!(DaemonFrame::from_json(json.as_bytes()).unwrap(), frame);
     let missing_status = br#"{"type":"run.result","runId":"r1","stdout":"","stderr":"","truncated":false,"timing":{"queueMs":0,"setupMs":0,"executeMs":0,"daemonMs":0}}"#;

@@ -8,7 +8,8 @@
 //!
 //! ```text
 //! outpost confine --probe
-//! outpost confine [--ro DIR]… [--rw DIR]… [--hide PATH]… [--net host|loopback|gate=SOCKET] -- PROGRAM [ARGS…]
+//! outpost confine [--ro DIR]… [--rw DIR]… [--hide PATH]… [--net host|loopback|gate=SOCKET]
+//!                 [--publish PORT] -- PROGRAM [ARGS…]
 //! ```
 //!
 //! This file owns the helper's processes and their exit statuses; what each rule allows is
@@ -43,6 +44,10 @@ struct Args {
     rw: Vec<PathBuf>,
     hide: Vec<PathBuf>,
     net: Option<NetArg>,
+    /// A service's port, published from the run's network namespace on the host's loopback.
+    publish: Option<u16>,
+    /// `--relay PORT`: this is the relay of a published port; its stdin is the listener.
+    relay: Option<u16>,
     probe: bool,
     /// `--init FD`: this is PID 1 inside; FD (or `-`) takes the program's fatal signal.
     init: Option<Option<i32>>,
@@ -61,11 +66,14 @@ fn parse(args: &mut impl Iterator<Item = OsString>) -> Result<Args, String> {
                 out.rest = args.collect();
                 break;
             }
-            Some(flag @ ("--ro" | "--rw" | "--hide" | "--net" | "--init")) => {
+            Some(
+                flag @ ("--ro" | "--rw" | "--hide" | "--net" | "--init" | "--publish" | "--relay"),
+            ) => {
                 let Some(value) = args.next().filter(|value| value != "--") else {
                     let what = match flag {
                         "--net" => "a network",
                         "--init" => "a descriptor",
+                        "--publish" | "--relay" => "a port",
                         _ => "a folder",
                     };
                     return Err(format!("{flag} needs {what}"));
@@ -75,6 +83,18 @@ fn parse(args: &mut impl Iterator<Item = OsString>) -> Result<Args, String> {
                     "--rw" => out.rw.push(value.into()),
                     "--hide" => out.hide.push(value.into()),
                     "--net" => out.net = Some(net(&value)?),
+                    "--publish" | "--relay" => {
+                        let port = value.to_str().and_then(|p| p.parse::<u16>().ok());
+                        let port = Some(
+                            port.filter(|p| *p != 0)
+                                .ok_or(format!("{flag} needs a port"))?,
+                        );
+                        if flag == "--publish" {
+                            out.publish = port;
+                        } else {
+                            out.relay = port;
+                        }
+                    }
                     _ => {
                         out.init = Some(match value.to_str() {
                             Some("-") => None,
@@ -113,6 +133,9 @@ pub fn helper_main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Ok(parsed) => parsed,
         Err(why) => return not_confined(why),
     };
+    if let Some(port) = parsed.relay {
+        return relay(port);
+    }
     match (&parsed.init, parsed.probe, &parsed.net) {
         (Some(status), _, _) => init(&parsed, *status),
         (None, true, _) => probe(),
@@ -143,6 +166,19 @@ fn outer(args: &Args, original: Vec<OsString>) -> ExitCode {
     // process outlives it to report the program's status.
     let stops = stop_signals();
     let _ = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&stops), None);
+    // A service's port, bound on the host's loopback before this process leaves the host's
+    // network: the socket stays there, and connections to it are relayed inside.
+    let published = match args.publish {
+        Some(port) if args.net != Some(NetArg::Host) => {
+            match std::net::TcpListener::bind(("127.0.0.1", port)) {
+                Ok(listener) => Some((listener, port)),
+                Err(e) => {
+                    return not_confined(format!("cannot publish port {port} on 127.0.0.1: {e}"));
+                }
+            }
+        }
+        _ => None,
+    };
     if let Err(why) = kernel::enter_namespaces(args.net != Some(NetArg::Host)) {
         return not_confined(why);
     }
@@ -168,6 +204,22 @@ fn outer(args: &Args, original: Vec<OsString>) -> ExitCode {
         Ok(child) => child,
         Err(e) => return not_confined(format!("cannot start the sandbox's first process: {e}")),
     };
+    // The relay is a process of its own: this one entered a new PID namespace and can start
+    // no thread. Its stdin is the listener (a socket handed over as a standard stream).
+    let _relay = match published {
+        Some((listener, port)) => match Command::new("/proc/self/exe")
+            .args([SUBCOMMAND, "--relay", &port.to_string()])
+            .stdin(std::os::fd::OwnedFd::from(listener))
+            .spawn()
+        {
+            Ok(relay) => Some(relay),
+            Err(e) => {
+                let _ = child.kill();
+                return not_confined(format!("cannot relay port {port}: {e}"));
+            }
+        },
+        None => None,
+    };
     let status = child.wait();
     let mut fatal = [0u8; 1];
     let signalled = std::fs::File::from(read).read(&mut fatal).ok() == Some(1);
@@ -190,6 +242,19 @@ fn outer(args: &Args, original: Vec<OsString>) -> ExitCode {
         Err(e) => return not_confined(format!("lost the sandbox's first process: {e}")),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+/// `--relay PORT`: serves the listener handed over as stdin, relaying each connection to
+/// `127.0.0.1:PORT` in this process's network namespace, until the namespace ends.
+fn relay(port: u16) -> ExitCode {
+    use std::os::fd::AsFd as _;
+    let listener = match nix::unistd::dup(std::io::stdin().as_fd()) {
+        Ok(fd) => std::net::TcpListener::from(fd),
+        Err(e) => return not_confined(format!("no listener to relay: {e}")),
+    };
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    bridge::publish(listener, port);
+    ExitCode::SUCCESS
 }
 
 /// Ends this process with `signal`, as the program ended.

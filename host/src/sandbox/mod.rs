@@ -34,6 +34,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use outpost_core::executor::{ExecError, Launch};
+use outpost_core::manifest::Lifecycle;
 use outpost_core::wire::{Egress, FolderMode};
 
 use crate::gate::{Gate, GateEvent, GatePolicy};
@@ -360,6 +361,11 @@ pub fn prepare(
     };
     if let Some(net) = net {
         out.extend(["--net".into(), net]);
+    }
+    // A service's port is reached from the host: published on its loopback and relayed into
+    // the run's network namespace.
+    if let (Lifecycle::Persistent, Some(port)) = (launch.manifest.lifecycle, launch.manifest.port) {
+        out.extend(["--publish".into(), port.to_string().into()]);
     }
     out.push("--".into());
     out.push(program.into_os_string());
