@@ -194,6 +194,13 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let local = crate::policy::read(&folders.local_policy_file())?;
+    let swept = outpost_host::sandbox::sweep_leftovers();
+    if swept > 0 {
+        tracing::info!(
+            swept,
+            "removed the private folders of runs whose daemon is gone"
+        );
+    }
     // `fs` tells the server this machine can mount folders at all (its owner allows some);
     // `host-operator-only` that a shared run gets none of them (the runner mounts nothing
     // for a `sharedRun`), so the server may send shared runs while the grant lists folders.

@@ -162,10 +162,18 @@ impl PtyExecutor {
         let mut args: Vec<OsString> = manifest.args.iter().map(Into::into).collect();
         args.extend(launch.extra_args.iter().map(Into::into));
         let (mut started_program, mut guard) = (program.clone(), None);
+        let refusals: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
         if launch.confined {
-            // A terminal's gate refusals reach the person at it: the refusal is the answer
-            // their client reads.
-            let report: sandbox::EgressReport = std::sync::Arc::new(|_| {});
+            // The person at the terminal reads each refusal from their client; the run's
+            // result carries them to the audit log.
+            let kept = refusals.clone();
+            let report: sandbox::EgressReport = std::sync::Arc::new(move |event| {
+                if let (outpost_host::GateEvent::Refused { destination, .. }, Ok(mut kept)) =
+                    (event, kept.lock())
+                {
+                    kept.push(destination);
+                }
+            });
             let boxed =
                 sandbox::prepare(&launch, program.clone(), args, &self.config.sandbox, report)?;
             for (key, value) in boxed.env {
@@ -185,6 +193,7 @@ impl PtyExecutor {
         PtyRun::spawn(run::Spawn {
             run_id: launch.run_id.clone(),
             sandbox: guard,
+            refusals,
             pair,
             command,
             program,

@@ -24,6 +24,8 @@ pub(crate) struct Spawn {
     pub run_id: String,
     /// The terminal's sandbox (private folders, gate), kept until the run is dropped.
     pub sandbox: Option<outpost_host::sandbox::SandboxGuard>,
+    /// Destinations its egress gate refused.
+    pub refusals: Arc<Mutex<Vec<String>>>,
     pub pair: PtyPair,
     pub command: CommandBuilder,
     pub program: PathBuf,
@@ -56,6 +58,7 @@ pub struct PtyRun {
     killed: bool,
     outcome: Option<Outcome>,
     _sandbox: Option<outpost_host::sandbox::SandboxGuard>,
+    refusals: Arc<Mutex<Vec<String>>>,
 }
 
 impl PtyRun {
@@ -124,6 +127,7 @@ impl PtyRun {
             killed: false,
             outcome: None,
             _sandbox: s.sandbox,
+            refusals: s.refusals,
         })
     }
 
@@ -194,7 +198,7 @@ impl PtyRun {
             truncated,
             setup: self.setup,
             execute,
-            egress_denied: Vec::new(),
+            egress_denied: self.refusals.lock().map(|r| r.clone()).unwrap_or_default(),
         })
     }
 }

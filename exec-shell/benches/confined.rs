@@ -7,6 +7,9 @@
 //! `outpost_host::sandbox::helper_main` as an embedder's binary does (the `outpost` binary is
 //! larger, so its two extra execs cost somewhat more).
 //!
+//! A second group runs a short real job (a Python interpreter that starts and imports a
+//! module), where the sandbox's fixed set-up is a share of the run rather than all of it.
+//!
 //! Run with `cargo bench -p outpost-exec-shell --bench confined`. Target: ≤ 1.3×.
 #![allow(missing_docs)]
 
@@ -21,10 +24,13 @@ use outpost_core::wire::Egress;
 use outpost_exec_shell::{ShellConfig, ShellExecutor, confine};
 use outpost_host::sandbox::SandboxConfig;
 
-fn capability() -> (PathBuf, Manifest) {
-    let dir = std::env::temp_dir().join(format!("outpost-bench-confined-{}", std::process::id()));
+fn capability(tag: &str, script: &str) -> (PathBuf, Manifest) {
+    let dir = std::env::temp_dir().join(format!(
+        "outpost-bench-confined-{tag}-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("run.sh"), "true\n").unwrap();
+    std::fs::write(dir.join("run.sh"), script).unwrap();
     let manifest =
         Manifest::parse("name: truth\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n")
             .unwrap();
@@ -68,7 +74,7 @@ fn oneshot(
 }
 
 fn bench(c: &mut Criterion) {
-    let (dir, manifest) = capability();
+    let (dir, manifest) = capability("true", "true\n");
     let executor = ShellExecutor::new(ShellConfig {
         sandbox: SandboxConfig {
             helper: Some(std::env::current_exe().unwrap()),
@@ -91,6 +97,17 @@ fn bench(c: &mut Criterion) {
     };
     g.bench_function("confined_allowlist", |b| {
         b.iter(|| oneshot(&executor, &dir, &manifest, true, allowlist.clone()))
+    });
+    g.finish();
+    // A short job of the kind a shell oneshot runs: a Python interpreter that starts, imports
+    // a module and ends (tens of milliseconds), where the sandbox's fixed set-up is a share.
+    let (dir, manifest) = capability("python", "/usr/bin/python3 -c 'import json'\n");
+    let mut g = c.benchmark_group("shell_oneshot_python");
+    g.bench_function("unconfined", |b| {
+        b.iter(|| oneshot(&executor, &dir, &manifest, false, Egress::All))
+    });
+    g.bench_function("confined_egress_none", |b| {
+        b.iter(|| oneshot(&executor, &dir, &manifest, true, Egress::None))
     });
     g.finish();
 }

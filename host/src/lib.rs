@@ -26,7 +26,9 @@
 //!   run, its helper process, and the probe of what the kernel can enforce.
 //!
 //! Executors depend on `outpost-core` and this crate, never on each other.
-#![forbid(unsafe_code)]
+// One `unsafe` block in the crate: the sandbox helper's fork(2) of a single-threaded process
+// (`sandbox/helper.rs`, `fork_init`).
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod env;

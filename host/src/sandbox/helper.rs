@@ -17,7 +17,6 @@
 
 use std::ffi::OsString;
 use std::io::{Read as _, Write as _};
-use std::os::fd::AsRawFd as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -128,8 +127,7 @@ fn net(value: &std::ffi::OsStr) -> Result<NetArg, String> {
 /// program cannot be executed; otherwise with the program's status (a fatal signal is
 /// raised again, so the caller sees the signal).
 pub fn helper_main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let original: Vec<OsString> = args.into_iter().collect();
-    let parsed = match parse(&mut original.clone().into_iter()) {
+    let parsed = match parse(&mut args.into_iter()) {
         Ok(parsed) => parsed,
         Err(why) => return not_confined(why),
     };
@@ -137,9 +135,21 @@ pub fn helper_main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         return relay(port);
     }
     match (&parsed.init, parsed.probe, &parsed.net) {
-        (Some(status), _, _) => init(&parsed, *status),
+        (Some(status), _, _) => {
+            // A handle of our own, closed on exec, then the inherited number closed: the
+            // program never holds the pipe.
+            let status = status.and_then(|fd| {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(format!("/proc/self/fd/{fd}"))
+                    .ok();
+                let _ = nix::unistd::close(fd);
+                file
+            });
+            ExitCode::from(init(&parsed, status))
+        }
         (None, true, _) => probe(),
-        (None, false, Some(_)) => outer(&parsed, original),
+        (None, false, Some(_)) => outer(&parsed),
         (None, false, None) => landlock_only(&parsed),
     }
 }
@@ -161,7 +171,7 @@ fn landlock_only(args: &Args) -> ExitCode {
 
 /// The first process: enters the namespaces, starts PID 1 inside, relays how the program
 /// ended.
-fn outer(args: &Args, original: Vec<OsString>) -> ExitCode {
+fn outer(args: &Args) -> ExitCode {
     // A stop is for the program (it gets the same signal, in the same process group); this
     // process outlives it to report the program's status.
     let stops = stop_signals();
@@ -186,23 +196,9 @@ fn outer(args: &Args, original: Vec<OsString>) -> ExitCode {
         Ok(pair) => pair,
         Err(e) => return not_confined(format!("cannot make the status pipe: {e}")),
     };
-    let inherit = nix::fcntl::fcntl(
-        &write,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-    );
-    if let Err(e) = inherit {
-        return not_confined(format!("cannot pass the status pipe: {e}"));
-    }
-    let child = Command::new("/proc/self/exe")
-        .arg(SUBCOMMAND)
-        .arg("--init")
-        .arg(write.as_raw_fd().to_string())
-        .args(original)
-        .spawn();
-    drop(write);
-    let mut child = match child {
-        Ok(child) => child,
-        Err(e) => return not_confined(format!("cannot start the sandbox's first process: {e}")),
+    let (child, read) = match fork_init(args, read, write) {
+        Forked::Parent { child, read } => (child, read),
+        Forked::Failed(why) => return not_confined(why),
     };
     // The relay is a process of its own: this one entered a new PID namespace and can start
     // no thread. Its stdin is the listener (a socket handed over as a standard stream).
@@ -214,34 +210,75 @@ fn outer(args: &Args, original: Vec<OsString>) -> ExitCode {
         {
             Ok(relay) => Some(relay),
             Err(e) => {
-                let _ = child.kill();
+                let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
                 return not_confined(format!("cannot relay port {port}: {e}"));
             }
         },
         None => None,
     };
-    let status = child.wait();
+    let status = loop {
+        match waitpid(child, None) {
+            Err(nix::errno::Errno::EINTR) => {}
+            other => break other,
+        }
+    };
     let mut fatal = [0u8; 1];
     let signalled = std::fs::File::from(read).read(&mut fatal).ok() == Some(1);
     let code = match status {
-        Ok(status) if signalled => {
-            relay_signal(i32::from(fatal[0]), &stops);
-            status.code().unwrap_or(128 + i32::from(fatal[0]))
-        }
-        Ok(status) => {
-            use std::os::unix::process::ExitStatusExt as _;
-            match (status.code(), status.signal()) {
-                (Some(code), _) => code,
-                (None, Some(sig)) => {
-                    relay_signal(sig, &stops);
-                    128 + sig
-                }
-                _ => i32::from(EXIT_NOT_CONFINED),
+        Ok(WaitStatus::Exited(_, code)) => {
+            if signalled {
+                relay_signal(i32::from(fatal[0]), &stops);
             }
+            code
         }
+        Ok(WaitStatus::Signaled(_, signal, _)) => {
+            relay_signal(signal as i32, &stops);
+            128 + signal as i32
+        }
+        Ok(other) => return not_confined(format!("the sandbox's first process {other:?}")),
         Err(e) => return not_confined(format!("lost the sandbox's first process: {e}")),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+/// What [`fork_init`] left this process with.
+enum Forked {
+    /// This is the first process; `child` is PID 1 inside, `read` its status pipe.
+    Parent {
+        child: nix::unistd::Pid,
+        read: std::os::fd::OwnedFd,
+    },
+    /// Nothing was started.
+    Failed(String),
+}
+
+/// Starts PID 1 of the new PID namespace as a copy of this process (no second exec of the
+/// binary: that was a third of a sandboxed run's set-up), which runs [`init`] and exits with
+/// its status; `write` is the child's end of the status pipe.
+#[allow(unsafe_code)]
+fn fork_init(args: &Args, read: std::os::fd::OwnedFd, write: std::os::fd::OwnedFd) -> Forked {
+    // SAFETY: fork(2) in a multi-threaded process leaves the child with only async-signal-safe
+    // calls; this process is single-threaded — the kernel refused `unshare(CLONE_NEWUSER)` to
+    // any process with more than one thread, and that call succeeded just before — so the
+    // child is a whole copy and may run anything.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Child) => {
+            drop(read);
+            let code = init(args, Some(std::fs::File::from(write)));
+            std::process::exit(i32::from(code));
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            drop(write);
+            Forked::Parent { child, read }
+        }
+        Err(e) => Forked::Failed(format!("cannot start the sandbox's first process: {e}")),
+    }
+}
+
+/// Reports `why` on stderr, marked as the helper's; the status of a helper that ran nothing.
+fn refuse(why: impl std::fmt::Display) -> u8 {
+    eprintln!("{STDERR_PREFIX} {why}");
+    EXIT_NOT_CONFINED
 }
 
 /// `--relay PORT`: serves the listener handed over as stdin, relaying each connection to
@@ -280,70 +317,63 @@ fn stop_signals() -> SigSet {
 
 /// PID 1 inside: makes the rest of the sandbox, starts the program, reaps every process
 /// until the program ends (the kernel then kills whatever is left in the namespace).
-fn init(args: &Args, status_fd: Option<i32>) -> ExitCode {
-    let mut status = None;
-    if let Some(fd) = status_fd {
-        // A handle of our own, closed on exec, then the inherited number closed: the program
-        // never holds the pipe.
-        status = std::fs::OpenOptions::new()
-            .write(true)
-            .open(format!("/proc/self/fd/{fd}"))
-            .ok();
-        let _ = nix::unistd::close(fd);
-    }
+fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
     // The first process blocks the stop signals to outlive the program; the mask is inherited
     // through exec, and the program must start with none blocked (as PID 1 this process
     // ignores them all the same).
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     if let Err(why) = kernel::remount(&args.hide) {
-        return not_confined(why);
+        return refuse(why);
     }
     let net = args.net.clone().unwrap_or(NetArg::Loopback);
     if net != NetArg::Host
         && let Err(why) = kernel::loopback_up()
     {
-        return not_confined(why);
+        return refuse(why);
     }
     let listener = match &net {
         NetArg::Gate(socket) => match std::net::TcpListener::bind(("127.0.0.1", PROXY_PORT)) {
             Ok(listener) => Some((listener, socket.clone())),
-            Err(e) => return not_confined(format!("cannot open the run's proxy port: {e}")),
+            Err(e) => return refuse(format!("cannot open the run's proxy port: {e}")),
         },
         _ => None,
     };
     if let Err(why) = kernel::restrict(&args.ro, &args.rw) {
-        return not_confined(why);
+        return refuse(why);
     }
     if let Some((listener, socket)) = listener
         && let Err(e) = bridge::serve(listener, socket)
     {
-        return not_confined(format!("cannot bridge the egress gate: {e}"));
+        return refuse(format!("cannot bridge the egress gate: {e}"));
     }
     if args.probe {
         println!("{PROBE_OK}");
-        return ExitCode::SUCCESS;
+        return 0;
     }
     let Some(program) = &args.program else {
-        return not_confined("no program after `--`");
+        return refuse("no program after `--`");
     };
     let child = match Command::new(program).args(&args.rest).spawn() {
         Ok(child) => child,
-        Err(e) => return cannot_execute(program, e),
+        Err(e) => {
+            cannot_execute(program, e);
+            return EXIT_CANNOT_EXECUTE;
+        }
     };
     let main = nix::unistd::Pid::from_raw(child.id() as i32);
     loop {
         match waitpid(None, None) {
             Ok(WaitStatus::Exited(pid, code)) if pid == main => {
-                return ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX));
+                return u8::try_from(code).unwrap_or(u8::MAX);
             }
             Ok(WaitStatus::Signaled(pid, signal, _)) if pid == main => {
                 if let Some(status) = status.as_mut() {
                     let _ = status.write_all(&[signal as u8]);
                 }
-                return ExitCode::from(128 + signal as u8);
+                return 128 + signal as u8;
             }
-            Err(nix::errno::Errno::ECHILD) => return ExitCode::from(EXIT_CANNOT_EXECUTE),
+            Err(nix::errno::Errno::ECHILD) => return EXIT_CANNOT_EXECUTE,
             _ => {}
         }
     }

@@ -391,6 +391,32 @@ fn unavailable(missing: String) -> ExecError {
     }
 }
 
+/// Removes the private folders that runs of a process no longer alive left in the system's
+/// temporary folder (a daemon killed mid-run cannot remove them itself); the number removed.
+/// A folder whose process lives, or whose name does not say one, is left alone.
+pub fn sweep_leftovers() -> usize {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("outpost-run-")) else {
+            continue;
+        };
+        // …-{pid}-{n}-{nanos}: the pid is the third field from the end.
+        let owner = rest.rsplit('-').nth(2).and_then(|p| p.parse::<u32>().ok());
+        let Some(owner) = owner else { continue };
+        if owner == std::process::id() || Path::new(&format!("/proc/{owner}")).exists() {
+            continue;
+        }
+        if std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// A new private folder for one run, 0700, in the system's temporary folder.
 fn scratch_folder(run_id: &str) -> Result<PathBuf, ExecError> {
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -35,3 +35,18 @@ fn a_probe_reads_each_piece() {
     let other = Support::read_probe(true, "hello\n", "", helper);
     assert!(other.landlock.unwrap_err().contains("does not know"));
 }
+
+#[test]
+fn leftovers_of_a_dead_process_are_swept_and_a_live_one_s_kept() {
+    // A pid no process has (above the kernel's pid_max default is not guaranteed; the test
+    // takes the largest possible).
+    let dead = std::env::temp_dir().join("outpost-run-x-1-4194304-0-1");
+    let live = std::env::temp_dir().join(format!("outpost-run-x-1-{}-0-2", std::process::id()));
+    for dir in [&dead, &live] {
+        std::fs::create_dir_all(dir.join("home")).unwrap();
+    }
+    assert!(sweep_leftovers() >= 1);
+    assert!(!dead.exists());
+    assert!(live.exists());
+    std::fs::remove_dir_all(&live).unwrap();
+}
