@@ -80,6 +80,10 @@ enum Command {
         /// `none`, or `all`. Containers get no network unless this allows it.
         #[arg(long, value_enum, default_value_t = run::EgressArg::None)]
         egress: run::EgressArg,
+        /// A folder of yours the sandboxed run may use, `PATH:ro` or `PATH:rw`; repeat for
+        /// more (credential folders inside it stay hidden).
+        #[arg(long = "fs", value_name = "PATH:ro|rw", value_parser = client::manage::folder_grant)]
+        fs: Vec<(String, String)>,
         /// Run a shell or pty capability outside the sandbox (it then sees what you see).
         /// Without it the run sees the system folders, its own folder, its volumes and a
         /// private home, and the network --egress allows.
@@ -448,9 +452,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             dir,
             json,
             egress,
+            fs,
             no_confine,
             args,
-        } => run::run(&dir, json, egress, !no_confine, args),
+        } => run::run(
+            &dir,
+            json,
+            run::Sandbox {
+                egress,
+                confined: !no_confine,
+                folders: fs,
+            },
+            args,
+        ),
         Command::Demo { json, keep } => demo::demo(json, keep),
         Command::Serve(args) => {
             init_logs();

@@ -1,5 +1,6 @@
-//! `outpost run DIR [--json] [--egress none|all] [--no-confine] [-- ARGS]`: runs one capability
-//! on this machine, sandboxed like a daemon's run unless `--no-confine` says otherwise.
+//! `outpost run DIR [--json] [--egress none|all] [--fs PATH:ro|rw]… [--no-confine] [-- ARGS]`:
+//! runs one capability on this machine, sandboxed like a daemon's run (seeing the folders
+//! `--fs` names) unless `--no-confine` says otherwise.
 
 use std::io::Write;
 use std::path::Path;
@@ -85,13 +86,27 @@ fn refusal(e: RunRefused) -> anyhow::Error {
     }
 }
 
+/// What the owner's `outpost run` lets the run see.
+pub struct Sandbox {
+    /// `--egress`.
+    pub egress: EgressArg,
+    /// Not `--no-confine`.
+    pub confined: bool,
+    /// `--fs PATH:MODE`, as typed.
+    pub folders: Vec<(String, String)>,
+}
+
 pub fn run(
     dir: &Path,
     json: bool,
-    egress: EgressArg,
-    confined: bool,
+    sandbox: Sandbox,
     args: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
+    let Sandbox {
+        egress,
+        confined,
+        folders: typed,
+    } = sandbox;
     let started = Instant::now();
     let dir = dir
         .canonicalize()
@@ -112,8 +127,33 @@ pub fn run(
     let (folders, denylist) = owner()?;
     // The owner typing the command grants, and allows locally, the folders the manifest
     // declares; the daemon's intersection and denylist apply as to any run.
-    let mounts =
+    let mut mounts =
         owner_mounts(&dir, &manifest, &denylist).map_err(|e| anyhow::anyhow!("volume {e}"))?;
+    // `--fs`: the owner typing it grants, and allows locally, these folders for this run.
+    let mut granted = Vec::new();
+    for (path, mode) in &typed {
+        let (_, canonical) = outpost_host::resolve(Path::new(path))
+            .map_err(|e| anyhow::anyhow!("--fs {path}: {e} [{}]", e.code()))?;
+        let mode = if mode == "rw" {
+            outpost_core::wire::FolderMode::Rw
+        } else {
+            outpost_core::wire::FolderMode::Ro
+        };
+        granted.push((canonical, mode));
+    }
+    let local = outpost_core::grant::LocalPolicy {
+        folders: granted
+            .iter()
+            .map(|(path, mode)| outpost_core::grant::LocalFolder {
+                path: path.clone(),
+                mode: *mode,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    mounts.extend(outpost_core::grant::effective_mounts(
+        &granted, &local, &denylist,
+    ));
     let launch = Launch {
         run_id: format!("local-{}", std::process::id()),
         dir,

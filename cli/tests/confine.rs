@@ -215,6 +215,49 @@ fn outpost_run_confines_with_its_own_binary() {
     assert_eq!(out.status.code(), v["exit_code"].as_i64().map(|c| c as i32));
 }
 
+/// `outpost run --fs DIR:ro` shows the sandboxed run that folder, read-only, and nothing else.
+#[test]
+fn outpost_run_shows_the_folders_fs_names() {
+    let data = folder("run-fs-data");
+    std::fs::write(data.join("note.txt"), "shown").unwrap();
+    let dir = folder("run-fs-cap");
+    std::fs::write(
+        dir.join("manifest.yaml"),
+        "name: shown\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("run.sh"),
+        format!(
+            "cat {d}/note.txt; echo; echo x > {d}/new.txt || echo read-only\n",
+            d = data.display()
+        ),
+    )
+    .unwrap();
+    let run = |extra: &[String]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_outpost"))
+            .arg("run")
+            .arg(&dir)
+            .args(extra)
+            .arg("--json")
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        v["stdout"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(
+        run(&["--fs".into(), format!("{}:ro", data.display())]),
+        "shown\nread-only\n"
+    );
+    assert!(!data.join("new.txt").exists());
+    assert_eq!(
+        run(&[]),
+        "\nread-only\n",
+        "without --fs the folder is not there"
+    );
+}
+
 #[test]
 fn a_binary_without_the_subcommand_is_not_taken_for_the_helper() {
     let dir = folder("not-a-helper");
