@@ -28,6 +28,32 @@ fn mount(path: &Path, mode: FolderMode) -> Mount {
     }
 }
 
+/// A sandboxed launch of `manifest` in `dir` with `mounts`, held to `timeout`, reaching
+/// `egress`.
+fn sandboxed(
+    run_id: &str,
+    dir: PathBuf,
+    manifest: Manifest,
+    mounts: Vec<Mount>,
+    timeout: Duration,
+    egress: outpost_core::wire::Egress,
+) -> Launch {
+    Launch {
+        run_id: run_id.into(),
+        dir,
+        entry_bytes: None,
+        manifest,
+        extra_args: Vec::new(),
+        mounts,
+        denylist: CredentialDenylist::empty(),
+        cwd: None,
+        timeout,
+        egress,
+        confined: true,
+        context: String::new(),
+    }
+}
+
 fn executor() -> ShellExecutor {
     ShellExecutor::new(ShellConfig {
         sandbox: SandboxConfig {
@@ -46,20 +72,14 @@ fn run(script: &str, mounts: Vec<Mount>, tag: &str) -> (Outcome, PathBuf) {
     )
     .unwrap();
     let mut handle = executor()
-        .launch(Launch {
-            run_id: "boxed".into(),
-            dir: dir.clone(),
-            entry_bytes: None,
+        .launch(sandboxed(
+            "boxed",
+            dir.clone(),
             manifest,
-            extra_args: Vec::new(),
             mounts,
-            denylist: CredentialDenylist::empty(),
-            cwd: None,
-            timeout: Duration::from_secs(20),
-            egress: outpost_core::wire::Egress::None,
-            confined: true,
-            context: String::new(),
-        })
+            Duration::from_secs(20),
+            outpost_core::wire::Egress::None,
+        ))
         .unwrap();
     loop {
         if let Some(o) = handle.wait(Duration::from_secs(20)).unwrap() {
@@ -160,20 +180,14 @@ fn credentials_inside_a_mount_are_hidden_or_the_run_refused() {
         ..ShellConfig::default()
     });
     let err = no_namespaces
-        .launch(Launch {
-            run_id: "boxed".into(),
-            dir: dir.clone(),
-            entry_bytes: None,
+        .launch(sandboxed(
+            "boxed",
+            dir.clone(),
             manifest,
-            extra_args: Vec::new(),
-            mounts: vec![m],
-            denylist: CredentialDenylist::empty(),
-            cwd: None,
-            timeout: Duration::from_secs(5),
-            egress: outpost_core::wire::Egress::All,
-            confined: true,
-            context: String::new(),
-        })
+            vec![m],
+            Duration::from_secs(5),
+            outpost_core::wire::Egress::All,
+        ))
         .err()
         .unwrap();
     assert_eq!(err.code(), "confinement_unavailable");
@@ -278,20 +292,14 @@ fn a_binary_without_the_subcommand_is_not_taken_for_the_helper() {
         ..ShellConfig::default()
     });
     let err = executor
-        .launch(Launch {
-            run_id: "boxed".into(),
-            dir: dir.clone(),
-            entry_bytes: None,
+        .launch(sandboxed(
+            "boxed",
+            dir.clone(),
             manifest,
-            extra_args: Vec::new(),
-            mounts: Vec::new(),
-            denylist: CredentialDenylist::empty(),
-            cwd: None,
-            timeout: Duration::from_secs(5),
-            egress: outpost_core::wire::Egress::None,
-            confined: true,
-            context: String::new(),
-        })
+            Vec::new(),
+            Duration::from_secs(5),
+            outpost_core::wire::Egress::None,
+        ))
         .err()
         .expect("refused");
     assert_eq!(err.code(), "confinement_unavailable");
@@ -413,20 +421,14 @@ fn a_sandboxed_terminal_sees_only_itself() {
         ..PtyConfig::default()
     });
     let mut handle = executor
-        .launch(Launch {
-            run_id: "term".into(),
+        .launch(sandboxed(
+            "term",
             dir,
-            entry_bytes: None,
             manifest,
-            extra_args: Vec::new(),
-            mounts: Vec::new(),
-            denylist: CredentialDenylist::empty(),
-            cwd: None,
-            timeout: Duration::from_secs(20),
-            egress: outpost_core::wire::Egress::None,
-            confined: true,
-            context: String::new(),
-        })
+            Vec::new(),
+            Duration::from_secs(20),
+            outpost_core::wire::Egress::None,
+        ))
         .unwrap();
     let o = loop {
         if let Some(o) = handle.wait(Duration::from_secs(20)).unwrap() {
@@ -478,20 +480,14 @@ fn a_sandboxed_service_is_reached_on_its_port() {
     ))
     .unwrap();
     let mut handle = executor()
-        .launch(Launch {
-            run_id: "web".into(),
+        .launch(sandboxed(
+            "web",
             dir,
-            entry_bytes: None,
             manifest,
-            extra_args: Vec::new(),
-            mounts: Vec::new(),
-            denylist: CredentialDenylist::empty(),
-            cwd: None,
-            timeout: Duration::from_secs(60),
-            egress: outpost_core::wire::Egress::None,
-            confined: true,
-            context: String::new(),
-        })
+            Vec::new(),
+            Duration::from_secs(60),
+            outpost_core::wire::Egress::None,
+        ))
         .unwrap();
     // The service is starting: its port answers once python listens.
     let body = common::wait_for("the sandboxed service to answer on its port", || {

@@ -17,14 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use common::{Daemon, Server, api, binary, temp_dir};
 use serde_json::{Value, json};
 
-fn outpost(server: &Server, token: &str, args: &[&str]) -> Output {
-    Command::new(binary())
-        .args(args)
-        .args(["--server", &server.url])
-        .env("OUTPOST_TOKEN", token)
-        .output()
-        .expect("outpost runs")
-}
+use common::outpost_as as outpost;
 
 fn ok(out: Output) -> Output {
     assert!(

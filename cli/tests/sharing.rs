@@ -11,15 +11,7 @@ use std::process::{Command, Output};
 use common::{Daemon, Server, api, binary, shell_capability, temp_dir, wait_for};
 use serde_json::{Value, json};
 
-/// `outpost ARGS --server URL` as the holder of `token`.
-fn outpost(server: &Server, token: &str, args: &[&str]) -> Output {
-    Command::new(binary())
-        .args(args)
-        .args(["--server", &server.url])
-        .env("OUTPOST_TOKEN", token)
-        .output()
-        .expect("outpost runs")
-}
+use common::outpost_as as outpost;
 
 fn json_of(out: &Output) -> Value {
     assert!(

@@ -80,29 +80,24 @@ pub(crate) trait Duplex: Read + Write + AsFd + Send + Sized + 'static {
     fn read_timeout(&self, timeout: Option<Duration>);
 }
 
-impl Duplex for TcpStream {
-    fn shut(&self, how: Shutdown) {
-        let _ = self.shutdown(how);
-    }
-    fn twin(&self) -> std::io::Result<Self> {
-        self.try_clone()
-    }
-    fn read_timeout(&self, timeout: Option<Duration>) {
-        let _ = self.set_read_timeout(timeout);
-    }
+/// Both stream types answer the same calls under the same names.
+macro_rules! duplex {
+    ($($stream:ty),*) => {$(
+        impl Duplex for $stream {
+            fn shut(&self, how: Shutdown) {
+                let _ = self.shutdown(how);
+            }
+            fn twin(&self) -> std::io::Result<Self> {
+                self.try_clone()
+            }
+            fn read_timeout(&self, timeout: Option<Duration>) {
+                let _ = self.set_read_timeout(timeout);
+            }
+        }
+    )*};
 }
 
-impl Duplex for UnixStream {
-    fn shut(&self, how: Shutdown) {
-        let _ = self.shutdown(how);
-    }
-    fn twin(&self) -> std::io::Result<Self> {
-        self.try_clone()
-    }
-    fn read_timeout(&self, timeout: Option<Duration>) {
-        let _ = self.set_read_timeout(timeout);
-    }
-}
+duplex!(TcpStream, UnixStream);
 
 impl Gate {
     /// Serves clients on `listener` under `policy`, reporting to `report`, on a thread of its

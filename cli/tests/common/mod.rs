@@ -402,6 +402,16 @@ pub fn commands_switch(home: &Path, state: &str) {
     );
 }
 
+/// `outpost ARGS --server URL` as the holder of `token`.
+pub fn outpost_as(server: &Server, token: &str, args: &[&str]) -> std::process::Output {
+    Command::new(binary())
+        .args(args)
+        .args(["--server", &server.url])
+        .env("OUTPOST_TOKEN", token)
+        .output()
+        .expect("outpost runs")
+}
+
 /// Writes `confinement: operator-may-opt-out` into the local policy of the daemon home
 /// `home` (an `OUTPOST_HOME`), unless the policy already says a rule.
 pub fn let_operator_opt_out(home: &Path) {
