@@ -17,7 +17,7 @@ use outpost_core::wire::Environment;
 use crate::engine::{engine_error, may_have_happened};
 use crate::run::{self, Driver};
 use crate::spec::{ContainerSpec, Network, container_spec};
-use crate::{DockerExecutor, DockerRun, cleanup, relay};
+use crate::{DockerExecutor, DockerRun, cleanup, egress, relay};
 
 impl DockerExecutor {
     /// Starts a run (also used directly by benchmarks and tests).
@@ -31,7 +31,7 @@ impl DockerExecutor {
             )));
         }
         let connected = self.connected()?;
-        let spec = container_spec(&launch, &self.settings)?;
+        let mut spec = container_spec(&launch, &self.settings)?;
         let name = format!(
             "outpost-{}-{}-{}",
             manifest.name,
@@ -45,7 +45,32 @@ impl DockerExecutor {
         let address = self.address.clone();
         let live = self.live.clone();
 
-        let (id, output, relay) = self.runtime.block_on(async {
+        let (id, output, relay, gate) = self.runtime.block_on(async {
+            // An allowlist: the holder of the run's network and its gate, before the run.
+            let gate = if spec.network == Network::Gated {
+                let labels = spec.body.labels.clone().unwrap_or_default();
+                let gate =
+                    egress::open(&docker, &launch, &image, labels, &name, &address, &live).await?;
+                if let Some(host) = spec.body.host_config.as_mut() {
+                    host.network_mode = Some(format!("container:{}", gate.holder));
+                }
+                Some(gate)
+            } else {
+                None
+            };
+            let close_gate = |gate: Option<egress::RunGate>| {
+                let (docker, live) = (docker.clone(), live.clone());
+                async move {
+                    if let Some(gate) = gate {
+                        let holder = gate.holder.clone();
+                        if gate.close(&docker).await.is_ok()
+                            && let Ok(mut live) = live.lock()
+                        {
+                            live.remove(&holder);
+                        }
+                    }
+                }
+            };
             let listener = match spec.port {
                 Some(port) => Some((
                     relay::bind(port).await.map_err(|e| {
@@ -69,6 +94,7 @@ impl DockerExecutor {
                     if may_have_happened(&e) {
                         let _ = cleanup::remove(&docker, &name).await;
                     }
+                    close_gate(gate).await;
                     return Err(create_error(&address, &image, e));
                 }
             };
@@ -77,13 +103,14 @@ impl DockerExecutor {
             }
             let started = start_container(&docker, &id, &spec, listener, &address).await;
             match started {
-                Ok((output, relay)) => Ok((id, output, relay)),
+                Ok((output, relay)) => Ok((id, output, relay, gate)),
                 Err(e) => {
                     if cleanup::remove(&docker, &id).await.is_ok()
                         && let Ok(mut live) = live.lock()
                     {
                         live.remove(&id);
                     }
+                    close_gate(gate).await;
                     Err(e)
                 }
             }
@@ -106,6 +133,7 @@ impl DockerExecutor {
             setup,
             live: self.live.clone(),
             relay,
+            gate,
         };
         self.runtime.spawn(driver.drive(output, report));
         Ok(DockerRun {

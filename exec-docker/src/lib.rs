@@ -11,8 +11,9 @@
 //! [`ExecError::ImageMissing`] naming it: outpost never pulls.
 //!
 //! What a container may see and do is decided in one place, the `spec` module: only the
-//! declared volumes, no network unless asked for and granted, memory / CPU / process limits,
-//! no privileges. Every run — oneshot, ondemand (a fresh container per call) or persistent —
+//! declared volumes, no network unless asked for and granted (an egress allowlist through the
+//! egress gate, in a network a holder container keeps: see `egress`), memory / CPU / process
+//! limits, no privileges. Every run — oneshot, ondemand (a fresh container per call) or persistent —
 //! streams stdout and stderr under the output caps and ends with its container removed, on
 //! every path: exit, timeout, cancel, a failed start, and the executor being dropped; what a
 //! killed daemon left behind, [`DockerExecutor::remove_orphans`] removes at the next start. Exit
@@ -30,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 mod cleanup;
+mod egress;
 mod engine;
 mod image;
 mod launch;

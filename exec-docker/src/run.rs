@@ -53,6 +53,8 @@ pub(crate) struct Driver {
     pub setup: Duration,
     pub live: Live,
     pub relay: Option<JoinHandle<()>>,
+    /// The run's egress gate and the holder of its network, for an allowlist.
+    pub gate: Option<crate::egress::RunGate>,
 }
 
 impl Driver {
@@ -92,6 +94,19 @@ impl Driver {
             // Still listed as live: the executor tries again when it is dropped.
             Err(e) => notes.push(format!("{e}; it is removed again when the executor stops")),
         }
+        let mut egress_denied = Vec::new();
+        if let Some(gate) = self.gate.take() {
+            egress_denied = gate.refused.lock().map(|r| r.clone()).unwrap_or_default();
+            let holder = gate.holder.clone();
+            match gate.close(&self.docker).await {
+                Ok(()) => {
+                    if let Ok(mut live) = self.live.lock() {
+                        live.remove(&holder);
+                    }
+                }
+                Err(e) => notes.push(format!("{e}; it is removed again when the executor stops")),
+            }
+        }
         let outcome = self
             .streams
             .lock()
@@ -115,7 +130,7 @@ impl Driver {
                     truncated,
                     setup: self.setup,
                     execute,
-                    egress_denied: Vec::new(),
+                    egress_denied,
                 }
             });
         let _ = report.send(outcome);

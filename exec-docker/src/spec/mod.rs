@@ -10,9 +10,10 @@
 //!   denylisted paths inside a read-only volume are masked (an empty read-only tmpfs over a
 //!   folder, `/dev/null` over a file; a symlinked entry is masked where it really is), and a
 //!   read-write volume holding one is refused;
-//! - the network: none, unless the manifest asks for it with `connect:` permissions and the
-//!   grant's egress is `all` (an egress allowlist cannot be enforced on a container's network,
-//!   so it is refused rather than widened); a persistent service's `port` is published by the
+//! - the network: none, unless the manifest asks for it with `connect:` permissions: the
+//!   engine's bridge when the grant's egress is `all`, loopback and the egress gate when it is
+//!   an allowlist ([`crate::egress`]); an egress `none` refuses it rather than widen
+//!   anything; a persistent service's `port` is published by the
 //!   executor's own relay, which needs no network in the container;
 //! - the limits: memory (swap included), CPU and processes from the manifest's `limits`;
 //! - the privileges: never privileged, every capability dropped, `no-new-privileges`, an init
@@ -48,13 +49,17 @@ pub(crate) enum Network {
     None,
     /// The engine's default bridge: the network the grant's egress `all` allows.
     Bridge,
+    /// Loopback and the egress gate only: the network of the run's holder
+    /// ([`crate::egress`]), for the grant's egress allowlist.
+    Gated,
 }
 
 impl Network {
     /// The engine's name for it.
     pub(crate) fn mode(self) -> &'static str {
         match self {
-            Network::None => "none",
+            // Until the holder exists; the launch then names `container:<holder>`.
+            Network::None | Network::Gated => "none",
             Network::Bridge => "bridge",
         }
     }
@@ -142,7 +147,13 @@ pub(crate) fn container_spec(
         image: Some(image),
         entrypoint: Some(vec![manifest.entry.clone()]),
         cmd: Some(cmd),
-        env: Some(environment(manifest, port)),
+        env: Some({
+            let mut env = environment(manifest, port);
+            if network == Network::Gated {
+                env.extend(crate::egress::proxy_env());
+            }
+            env
+        }),
         user: Some(settings.user.clone()),
         working_dir,
         labels: Some(labels),
@@ -155,7 +166,10 @@ pub(crate) fn container_spec(
         // at all (the container still gets its own namespace with `lo`), which is measurably
         // faster to start.
         network_disabled: Some(network == Network::None),
-        exposed_ports: port.map(|p| vec![format!("{p}/tcp")]),
+        // A container on another's network exposes nothing of its own.
+        exposed_ports: port
+            .filter(|_| network != Network::Gated)
+            .map(|p| vec![format!("{p}/tcp")]),
         stop_timeout: Some(i64::from(settings.grace_secs)),
         host_config: Some(host_config),
         ..ContainerCreateBody::default()
@@ -201,12 +215,7 @@ fn network(launch: &Launch) -> Result<Network, ExecError> {
              the machine's owner can allow it by setting the context's egress to `all` (a \
              container's network cannot be held to an allowlist)"
         ))),
-        Egress::Allowlist { .. } => Err(ExecError::EgressRefused(format!(
-            "network access to `{destination}` was refused: a container's network cannot be held \
-             to this context's egress allowlist (egress mode `allowlist`), and outpost does not \
-             widen it; the machine's owner can set the context's egress to `all`, or the \
-             capability can run without `connect:` permissions"
-        ))),
+        Egress::Allowlist { .. } => Ok(Network::Gated),
     }
 }
 

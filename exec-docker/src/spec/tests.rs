@@ -110,8 +110,15 @@ fn the_network_follows_the_manifest_and_the_grant() {
     l.egress = Egress::Allowlist {
         hosts: vec!["api.example.org:443".into()],
     };
-    let err = container_spec(&l, &settings()).unwrap_err();
-    assert!(err.to_string().contains("cannot be held"), "{err}");
+    // An allowlist: loopback and the gate, offered through the proxy variables.
+    let gated = container_spec(&l, &settings()).unwrap();
+    assert_eq!(gated.network, Network::Gated);
+    let env = gated.body.env.clone().unwrap_or_default();
+    assert!(
+        env.contains(&"HTTPS_PROXY=http://127.0.0.1:3128".to_owned()),
+        "{env:?}"
+    );
+    assert_eq!(gated.body.exposed_ports, None);
     l.egress = Egress::All;
     let bridged = container_spec(&l, &settings()).unwrap();
     assert_eq!(bridged.network, Network::Bridge);
