@@ -505,3 +505,47 @@ fn the_cli_cancels_a_wait_and_an_expired_one_creates_no_continuation() {
         );
     }
 }
+
+/// A wait's `exec` (host-command trust: the operator's wait, both switches on) runs in the
+/// sandbox an operator's run gets, even where the owner lets the operator's own runs opt out:
+/// it is PID 2 of its own namespace, and the user's home is out of its reach.
+#[test]
+fn a_wait_s_exec_runs_in_the_sandbox() {
+    let dir = temp_dir("wait-exec");
+    let user_home = dir.join("user");
+    std::fs::create_dir_all(user_home.join(".ssh")).unwrap();
+    std::fs::write(user_home.join(".ssh/id_ed25519"), "PRIVATE KEY").unwrap();
+    let home = dir.join("home");
+    let server = Server::start(&dir.join("server"), 0);
+    let user_home_text = user_home.display().to_string();
+    let daemon = Daemon::start_with(
+        &home,
+        "box",
+        Some(&server.join),
+        "tokio",
+        &[("OUTPOST_KEYRING", "off"), ("HOME", &user_home_text)],
+    );
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    common::commands_switch(&home, "on");
+    wait_for("the daemon to apply the grant with commands on", || {
+        daemon.log_text().contains("commands=true").then_some(())
+    });
+    let script =
+        format!("echo pid=$$; cat {user_home_text}/.ssh/id_ed25519 2>/dev/null || echo hidden");
+    let wait = register(
+        &server,
+        json!({
+            "context": "box",
+            "condition": format!(
+                "async ({{ ctx }}) => ({{ resumeText: 'seen', payload: await ctx.exec({{ command: '/bin/sh', args: ['-c', {script:?}] }}) }})"
+            ),
+            "intervalMs": 1000,
+        }),
+    );
+    let id = wait["waitId"].as_str().unwrap();
+    let matched = wait_until(&server, id, "the wait to match", |w| {
+        w["state"] == "matched"
+    });
+    let stdout = matched["payload"]["stdout"].as_str().unwrap_or_default();
+    assert_eq!(stdout, "pid=2\nhidden\n", "{matched}");
+}

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use outpost_core::executor::{Ending, ExecError, Outcome, RunHandle};
@@ -46,6 +46,19 @@ pub struct CommandRequest {
     pub env: BTreeMap<String, String>,
     /// For `run`: how long to wait before stopping it.
     pub timeout: Duration,
+    /// `None` for a host command proper (unsandboxed: the owner's explicit opt-in); a wait's
+    /// `exec` runs in the sandbox, within these bounds.
+    pub sandbox: Option<CommandSandbox>,
+}
+
+/// Where a sandboxed command runs: its bounds (the operator's folders, the grant's egress)
+/// and how the sandbox starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSandbox {
+    /// What it may use.
+    pub bounds: outpost_host::sandbox::Bounds,
+    /// The helper and the kernel's support.
+    pub config: outpost_host::sandbox::SandboxConfig,
 }
 
 /// A job's id.
@@ -304,13 +317,39 @@ impl HostCommands {
                 .filter(|(k, _)| !k.starts_with("OUTPOST_"))
                 .map(|(k, v)| (k.into(), v.into())),
         );
-        // Host commands are the owner's explicit opt-in and run unsandboxed by design.
+        // Host commands are the owner's explicit opt-in and run unsandboxed by design; a
+        // wait's `exec` runs in the sandbox.
+        let mut program = PathBuf::from(program);
+        let mut args: Vec<OsString> = req.argv[1..].iter().map(Into::into).collect();
+        let refusals: Arc<Mutex<Vec<crate::GateEvent>>> = Arc::default();
+        let mut guard = None;
+        if let Some(sandbox) = &req.sandbox {
+            let kept = refusals.clone();
+            let report: outpost_host::sandbox::EgressReport = Arc::new(move |event| {
+                if let Ok(mut kept) = kept.lock() {
+                    kept.push(event);
+                }
+            });
+            let boxed = outpost_host::sandbox::prepare_within(
+                &sandbox.bounds,
+                program,
+                args,
+                &sandbox.config,
+                report,
+            )
+            .map_err(CommandError::Exec)?;
+            for (key, value) in boxed.env {
+                env.retain(|(k, _)| *k != key);
+                env.push((key, value));
+            }
+            (program, args, guard) = (boxed.program, boxed.args, Some(boxed.guard));
+        }
         let run = ShellRun::spawn(Spawn {
-            sandbox: None,
-            refusals: Default::default(),
+            sandbox: guard,
+            refusals,
             run_id: req.run_id.clone(),
-            program: PathBuf::from(program),
-            args: req.argv[1..].iter().map(Into::into).collect(),
+            program,
+            args,
             cwd: cwd.clone(),
             env,
             timeout: if background {

@@ -41,7 +41,8 @@ use outpost_host::sandbox::{self, SandboxConfig};
 use outpost_host::{GateEvent, check_cwd, resolve_entry};
 
 pub use commands::{
-    AUDIT_COMMAND_CHARS, AuditEvent, CommandError, CommandRequest, HostCommands, JobId, JobStatus,
+    AUDIT_COMMAND_CHARS, AuditEvent, CommandError, CommandRequest, CommandSandbox, HostCommands,
+    JobId, JobStatus,
 };
 pub use outpost_host::{PASSTHROUGH_VARS, run_environment};
 pub use process::ShellRun;

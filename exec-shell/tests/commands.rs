@@ -37,6 +37,7 @@ fn request(requester: &str, argv: &[&str]) -> CommandRequest {
         cwd: Some(std::env::temp_dir()),
         env: BTreeMap::new(),
         timeout: Duration::from_secs(10),
+        sandbox: None,
     }
 }
 

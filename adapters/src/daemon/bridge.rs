@@ -301,6 +301,7 @@ impl RunSide {
                     cwd: Some(cwd),
                     env: request.env,
                     timeout,
+                    sandbox: None,
                 };
                 if background {
                     let job = commands.start(&req)?;

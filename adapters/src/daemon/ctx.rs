@@ -6,8 +6,9 @@
 //! mounts an operator's run would get (grant ∩ local policy, minus the credential denylist),
 //! and only for the operator's waits; `fetch` only destinations the grant's egress allows,
 //! without following redirects, at most the engine's body limit; `exec` only under
-//! host-command trust (both switches on, the operator's wait), never through a shell, and
-//! stopped when the check is. Each call and its answer are kept as the check's evidence.
+//! host-command trust (both switches on, the operator's wait), never through a shell, in the
+//! sandbox an operator's run gets (its working folder inside the mounts), and stopped when
+//! the check is. Each call and its answer are kept as the check's evidence.
 //!
 //! This module owns those answers and the machine's observations ([`Seen`]) the driver keeps
 //! up to date; it never schedules a check and never writes the store.
@@ -26,7 +27,7 @@ use outpost_core::daemon::Execute;
 use outpost_core::grant::{Access, CredentialDenylist, check_egress, check_path};
 use outpost_core::manifest::{Lifecycle, Manifest};
 use outpost_core::wire::{CapabilitySource, Grant, RunResult};
-use outpost_exec_shell::{CommandRequest, HostCommands, JobStatus};
+use outpost_exec_shell::{CommandRequest, CommandSandbox, HostCommands, JobStatus};
 use serde_json::{Value, json};
 
 use super::policy::PolicySource;
@@ -232,6 +233,10 @@ pub(crate) struct CtxShared {
     pub(crate) denylist: CredentialDenylist,
     pub(crate) commands: Arc<HostCommands>,
     pub(crate) agent: ureq::Agent,
+    /// How a wait's `exec` is sandboxed: the daemon always says; `None` (an embedding with no
+    /// `outpost` binary to start the sandbox through, such as this crate's own tests) runs it
+    /// as a host command.
+    pub(crate) exec_sandbox: Option<outpost_host::sandbox::SandboxConfig>,
 }
 
 impl CtxShared {
@@ -557,6 +562,41 @@ impl Ctx {
         }
     }
 
+    /// The sandbox of a wait's `exec`: what an operator's run would see (the grant's folders
+    /// within the owner's policy, the grant's egress), its working folder among them.
+    fn exec_sandbox(&self, req: &ExecRequest) -> Result<Option<CommandSandbox>, CallError> {
+        let Some(config) = &self.shared.exec_sandbox else {
+            return Ok(None);
+        };
+        let grant = self.shared.seen.grant().unwrap_or_else(no_grant);
+        let policy = self.shared.policy.current();
+        let (mounts, _) = outpost_host::grant_mounts(&grant.fs, &policy, &self.shared.denylist);
+        if let Some(cwd) = &req.cwd {
+            let inside = outpost_host::resolve(Path::new(cwd))
+                .map_err(|e| CallError::new("path_unresolvable", e.to_string()))?
+                .1;
+            check_path(&inside, &mounts, &self.shared.denylist, Access::Read).map_err(|e| {
+                CallError::new(
+                    "path_not_granted",
+                    format!(
+                        "the working folder `{cwd}` is not one this machine's runs may use: {e}"
+                    ),
+                )
+            })?;
+        }
+        Ok(Some(CommandSandbox {
+            bounds: outpost_host::sandbox::Bounds {
+                run_id: format!("{}.check{}", self.wait_id, self.check),
+                dir: None,
+                mounts,
+                egress: grant.egress,
+                context: String::new(),
+                publish: None,
+            },
+            config: config.clone(),
+        }))
+    }
+
     fn exec_checked(&self, req: &ExecRequest, cancel: &Cancel) -> Result<ExecOutput, CallError> {
         if !self.operator {
             return Err(CallError::new(
@@ -573,14 +613,23 @@ impl Ctx {
         }
         let mut argv = vec![req.command.clone()];
         argv.extend(req.args.iter().cloned());
+        let sandbox = self.exec_sandbox(req)?;
+        // In the sandbox, a command without a folder starts at `/` (always there, never
+        // readable); a host command at the daemon's own.
+        let cwd = req
+            .cwd
+            .as_ref()
+            .map(PathBuf::from)
+            .or_else(|| sandbox.as_ref().map(|_| PathBuf::from("/")));
         let command = CommandRequest {
             requester: self.requester.clone(),
             run_id: self.wait_id.clone(),
             command_id: format!("{}.check{}", self.wait_id, self.check),
             argv,
-            cwd: req.cwd.as_ref().map(PathBuf::from),
+            cwd,
             env: BTreeMap::new(),
             timeout: EXEC_TIMEOUT,
+            sandbox,
         };
         let commands = &self.shared.commands;
         let job = commands

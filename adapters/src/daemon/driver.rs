@@ -280,6 +280,8 @@ pub(super) fn run(
             denylist: denylist.clone(),
             commands: commands.clone(),
             agent: CtxShared::fetch_agent(),
+            // A wait's `exec` is never unsandboxed: the sandbox starts through this binary.
+            exec_sandbox: Some(outpost_host::sandbox::SandboxConfig::default()),
         },
         context_id.clone(),
         tx.clone(),

@@ -175,7 +175,7 @@ pub fn default_helper() -> Result<PathBuf, String> {
 }
 
 /// How an executor sandboxes its runs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SandboxConfig {
     /// The binary whose hidden `confine` subcommand ([`SUBCOMMAND`]) starts a sandboxed run.
     /// Default: the current executable, the `outpost` binary. An embedder names its own
@@ -245,6 +245,51 @@ pub fn prepare(
     config: &SandboxConfig,
     report: EgressReport,
 ) -> Result<Sandboxed, ExecError> {
+    prepare_within(&Bounds::of(launch), program, args, config, report)
+}
+
+/// What a sandboxed process may use: a run's (from its [`Launch`]), or a wait's `exec`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bounds {
+    /// Names its private folder.
+    pub run_id: String,
+    /// Its own folder (read-only), if it has one: a capability's.
+    pub dir: Option<PathBuf>,
+    /// The folders it may use (grant ∩ local policy, credential paths to hide).
+    pub mounts: Vec<outpost_core::grant::Mount>,
+    /// Who it may reach.
+    pub egress: Egress,
+    /// The context, for the gate's refusals.
+    pub context: String,
+    /// A service's port, published on the host's loopback.
+    pub publish: Option<u16>,
+}
+
+impl Bounds {
+    /// A run's bounds.
+    pub fn of(launch: &Launch) -> Self {
+        Bounds {
+            run_id: launch.run_id.clone(),
+            dir: Some(launch.dir.clone()),
+            mounts: launch.mounts.clone(),
+            egress: launch.egress.clone(),
+            context: launch.context.clone(),
+            publish: (launch.manifest.lifecycle == Lifecycle::Persistent)
+                .then_some(launch.manifest.port)
+                .flatten(),
+        }
+    }
+}
+
+/// As [`prepare`], for any [`Bounds`].
+pub fn prepare_within(
+    bounds: &Bounds,
+    program: PathBuf,
+    args: Vec<OsString>,
+    config: &SandboxConfig,
+    report: EgressReport,
+) -> Result<Sandboxed, ExecError> {
+    let launch = bounds;
     let helper = match &config.helper {
         Some(helper) => helper.clone(),
         None => default_helper().map_err(|why| unavailable(format!("the helper: {why}")))?,
@@ -295,14 +340,13 @@ pub fn prepare(
             .map_err(|e| ExecError::Spawn(format!("the run's {}: {e}", dir.display())))?;
     }
     let mut out: Vec<OsString> = vec![SUBCOMMAND.into()];
-    let dir = launch
-        .dir
-        .canonicalize()
-        .map_err(|e| ExecError::PathRefused {
-            path: launch.dir.display().to_string(),
+    if let Some(dir) = &launch.dir {
+        let dir = dir.canonicalize().map_err(|e| ExecError::PathRefused {
+            path: dir.display().to_string(),
             reason: e.to_string(),
         })?;
-    out.extend(["--ro".into(), dir.into_os_string()]);
+        out.extend(["--ro".into(), dir.into_os_string()]);
+    }
     // The `outpost` binary itself, so an operator's run can call `outpost command` (its
     // socket decides what that may do).
     if let Ok(exe) = std::env::current_exe().and_then(|exe| exe.canonicalize()) {
@@ -364,7 +408,7 @@ pub fn prepare(
     }
     // A service's port is reached from the host: published on its loopback and relayed into
     // the run's network namespace.
-    if let (Lifecycle::Persistent, Some(port)) = (launch.manifest.lifecycle, launch.manifest.port) {
+    if let Some(port) = launch.publish {
         out.extend(["--publish".into(), port.to_string().into()]);
     }
     out.push("--".into());

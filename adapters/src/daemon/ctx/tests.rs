@@ -58,6 +58,9 @@ fn shared(tag: &str, grant: Grant, folders: &[&Path], commands: bool) -> CtxShar
         denylist: CredentialDenylist::default(),
         commands: host_commands,
         agent: CtxShared::fetch_agent(),
+        // This crate's tests have no `outpost` binary to start the sandbox through: the
+        // sandboxed `exec` is proved by the CLI's tests.
+        exec_sandbox: None,
     }
 }
 
