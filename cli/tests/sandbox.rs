@@ -157,6 +157,8 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
             format!("cat {}/.ssh/id_ed25519", user_home.display()),
         ),
         ("read-key", format!("cat {}", key.display())),
+        // Empty when hidden: a read that finds a line is a read of the secret.
+        ("read-shadow", "grep -q : /etc/shadow".to_owned()),
         (
             "read-outside",
             format!("cat {}/secret.txt", outside.display()),

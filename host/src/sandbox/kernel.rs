@@ -104,7 +104,8 @@ pub(crate) fn enter_namespaces(network: bool) -> Result<(), String> {
 
 /// Inside the new namespaces, as PID 1: keeps every mount change private to them, mounts a
 /// `/proc` that shows the run's processes only, and hides each of `hide` (a credential path
-/// inside a granted folder) under an empty read-only folder or `/dev/null`.
+/// inside a granted folder) and the system's secrets under an empty read-only folder or
+/// `/dev/null`.
 pub(crate) fn remount(hide: &[PathBuf]) -> Result<(), String> {
     let none: Option<&str> = None;
     mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
@@ -112,7 +113,8 @@ pub(crate) fn remount(hide: &[PathBuf]) -> Result<(), String> {
     let quiet = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     mount(Some("proc"), "/proc", Some("proc"), quiet, none)
         .map_err(|e| format!("cannot mount the run's own /proc: {e}"))?;
-    for path in hide {
+    for path in hide.iter().cloned().chain(system_secrets()) {
+        let path = &path;
         let Ok(meta) = std::fs::symlink_metadata(path) else {
             continue;
         };
@@ -130,6 +132,24 @@ pub(crate) fn remount(hide: &[PathBuf]) -> Result<(), String> {
         done.map_err(|e| format!("cannot hide {}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// [`super::SYSTEM_SECRETS`] and the SSH host private keys on this machine.
+fn system_secrets() -> impl Iterator<Item = PathBuf> {
+    let host_keys = std::fs::read_dir("/etc/ssh")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("ssh_host_") && n.ends_with("_key"))
+        });
+    super::SYSTEM_SECRETS
+        .iter()
+        .map(PathBuf::from)
+        .chain(host_keys)
 }
 
 /// Brings the loopback interface of the (new) network namespace up, with one rtnetlink

@@ -61,6 +61,21 @@ pub const SYSTEM_READ_ONLY: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/proc", "/dev",
 ];
 
+/// Secrets inside [`SYSTEM_READ_ONLY`] that a run never reads, hidden under an empty mount
+/// in every namespaced sandbox (the password and group shadows, sudo's rules, TLS private
+/// keys); SSH host private keys (`/etc/ssh/ssh_host_*_key`) are hidden too. A daemon running
+/// as root runs its runs as root of their user namespace, which the file modes alone would
+/// let read them.
+pub const SYSTEM_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
+];
+
 /// Device files a sandboxed run may write.
 pub const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/tty"];
 
@@ -289,7 +304,6 @@ pub fn prepare_within(
     config: &SandboxConfig,
     report: EgressReport,
 ) -> Result<Sandboxed, ExecError> {
-    let launch = bounds;
     let helper = match &config.helper {
         Some(helper) => helper.clone(),
         None => default_helper().map_err(|why| unavailable(format!("the helper: {why}")))?,
@@ -304,17 +318,23 @@ pub fn prepare_within(
             remedy: LANDLOCK_REMEDY.into(),
         });
     }
-    let hidden: Vec<&str> = launch
+    let hidden: Vec<&str> = bounds
         .mounts
         .iter()
         .flat_map(|m| m.excluded.iter().map(|p| p.as_str()))
         .collect();
-    let needs_namespaces = !matches!(launch.egress, Egress::All) || !hidden.is_empty();
+    // Root reads `/etc/shadow` by its mode: only a mount namespace hides it.
+    let root = nix::unistd::geteuid().is_root();
+    let needs_namespaces = !matches!(bounds.egress, Egress::All) || !hidden.is_empty() || root;
     if let (true, Err(why)) = (needs_namespaces, &support.namespaces) {
-        let rule = match &launch.egress {
+        let rule = match &bounds.egress {
             Egress::None => "egress `none` (a network namespace with loopback only)".to_owned(),
             Egress::Allowlist { .. } => {
                 "an egress allowlist (a network namespace whose only way out is the gate)"
+                    .to_owned()
+            }
+            Egress::All if hidden.is_empty() => {
+                "hiding the system's secrets (/etc/shadow, …) from a run of a daemon running as root"
                     .to_owned()
             }
             Egress::All => format!(
@@ -327,7 +347,7 @@ pub fn prepare_within(
             remedy: NAMESPACES_REMEDY.into(),
         });
     }
-    let scratch = scratch_folder(&launch.run_id)?;
+    let scratch = scratch_folder(&bounds.run_id)?;
     let mut guard = SandboxGuard {
         scratch: scratch.clone(),
         gate: None,
@@ -340,7 +360,7 @@ pub fn prepare_within(
             .map_err(|e| ExecError::Spawn(format!("the run's {}: {e}", dir.display())))?;
     }
     let mut out: Vec<OsString> = vec![SUBCOMMAND.into()];
-    if let Some(dir) = &launch.dir {
+    if let Some(dir) = &bounds.dir {
         let dir = dir.canonicalize().map_err(|e| ExecError::PathRefused {
             path: dir.display().to_string(),
             reason: e.to_string(),
@@ -352,7 +372,7 @@ pub fn prepare_within(
     if let Ok(exe) = std::env::current_exe().and_then(|exe| exe.canonicalize()) {
         out.extend(["--ro".into(), exe.into_os_string()]);
     }
-    for mount in &launch.mounts {
+    for mount in &bounds.mounts {
         let flag = match mount.mode {
             FolderMode::Ro => "--ro",
             FolderMode::Rw => "--rw",
@@ -369,7 +389,7 @@ pub fn prepare_within(
         ("HOME".into(), home.into_os_string()),
         ("TMPDIR".into(), tmp.into_os_string()),
     ];
-    let net = match (&launch.egress, &support.namespaces) {
+    let net = match (&bounds.egress, &support.namespaces) {
         (Egress::All, Ok(())) => Some("host".into()),
         (Egress::All, Err(_)) => None,
         (Egress::None, _) => Some("loopback".into()),
@@ -378,8 +398,8 @@ pub fn prepare_within(
             let listener = std::os::unix::net::UnixListener::bind(&socket)
                 .map_err(|e| ExecError::Spawn(format!("the run's egress gate: {e}")))?;
             let policy = GatePolicy {
-                egress: launch.egress.clone(),
-                context: launch.context.clone(),
+                egress: bounds.egress.clone(),
+                context: bounds.context.clone(),
             };
             let gate = Gate::start_unix(listener, policy, report)
                 .map_err(|e| ExecError::Spawn(format!("the run's egress gate: {e}")))?;
@@ -408,7 +428,7 @@ pub fn prepare_within(
     }
     // A service's port is reached from the host: published on its loopback and relayed into
     // the run's network namespace.
-    if let Some(port) = launch.publish {
+    if let Some(port) = bounds.publish {
         out.extend(["--publish".into(), port.to_string().into()]);
     }
     out.push("--".into());
