@@ -5,7 +5,7 @@
 //! with no network but loopback; its only process is the host's `sleep`, run through the
 //! host's dynamic loader and C library mounted read-only under [`HOLD_DIR`] (so it needs
 //! nothing of the image). The executor joins the holder's network namespace on a thread of
-//! its own (`setns`, which needs root and a local engine), binds `127.0.0.1:3128` there, and
+//! its own (`setns`, which needs root and a local engine), binds `127.0.0.1:3128` ([`outpost_host::sandbox::PROXY_PORT`]) there, and
 //! serves the egress gate ([`outpost_host::Gate`]) on that socket from the host. The run's
 //! container then joins the holder's network (`container:<holder>`), offered the gate as
 //! `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY`: the gate is listening before its first
@@ -32,24 +32,12 @@ use crate::{cleanup, relay};
 /// Where the holder finds the host's loader, C library and `sleep`.
 pub(crate) const HOLD_DIR: &str = "/.outpost-hold";
 
-/// The port of the gate inside the run's network namespace.
-pub(crate) const PROXY_PORT: u16 = 3128;
-
-/// The variables that offer the gate to the run.
+/// The variables that offer the gate to the run, as the engine takes them.
 pub(crate) fn proxy_env() -> Vec<String> {
-    let http = format!("http://127.0.0.1:{PROXY_PORT}");
-    let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
-    [
-        ("HTTP_PROXY", &http),
-        ("HTTPS_PROXY", &http),
-        ("ALL_PROXY", &socks),
-        ("http_proxy", &http),
-        ("https_proxy", &http),
-        ("all_proxy", &socks),
-    ]
-    .into_iter()
-    .map(|(k, v)| format!("{k}={v}"))
-    .collect()
+    outpost_host::sandbox::proxy_env()
+        .into_iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect()
 }
 
 /// A run's gate and the holder of its network namespace; [`RunGate::close`] ends both.
@@ -240,7 +228,7 @@ fn listen_in(namespace: std::fs::File) -> std::io::Result<TcpListener> {
         .name("outpost-egress-bind".into())
         .spawn(move || {
             nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWNET)?;
-            TcpListener::bind((Ipv4Addr::LOCALHOST, PROXY_PORT))
+            TcpListener::bind((Ipv4Addr::LOCALHOST, outpost_host::sandbox::PROXY_PORT))
         })?
         .join()
         .map_err(|_| std::io::Error::other("the namespace thread panicked"))?

@@ -57,6 +57,7 @@ pub enum GateEvent {
 }
 
 /// A running gate.
+#[derive(Debug)]
 pub struct Gate {
     at: Endpoint,
     stop: Arc<AtomicBool>,

@@ -201,6 +201,26 @@ pub struct SandboxConfig {
     pub support: Option<Support>,
 }
 
+/// The variables that offer a run its egress gate on [`PROXY_PORT`] of its own loopback:
+/// `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` (`socks5h://`) and their lowercase forms. No
+/// `NO_PROXY`: the gate is the only way out; a run that serves itself on its own loopback
+/// sets `NO_PROXY` for that itself.
+pub fn proxy_env() -> Vec<(&'static str, String)> {
+    let http = format!("http://127.0.0.1:{PROXY_PORT}");
+    let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
+    [
+        ("HTTP_PROXY", &http),
+        ("HTTPS_PROXY", &http),
+        ("ALL_PROXY", &socks),
+        ("http_proxy", &http),
+        ("https_proxy", &http),
+        ("all_proxy", &socks),
+    ]
+    .into_iter()
+    .map(|(key, value)| (key, value.clone()))
+    .collect()
+}
+
 /// Refusals of the run's egress gate, as the run's audit wants them.
 pub type EgressReport = Arc<dyn Fn(GateEvent) + Send + Sync>;
 
@@ -223,15 +243,7 @@ pub struct Sandboxed {
 #[derive(Debug)]
 pub struct SandboxGuard {
     scratch: PathBuf,
-    gate: Option<GateHolder>,
-}
-
-struct GateHolder(Gate);
-
-impl std::fmt::Debug for GateHolder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Gate")
-    }
+    gate: Option<Gate>,
 }
 
 impl SandboxGuard {
@@ -243,7 +255,7 @@ impl SandboxGuard {
 
 impl Drop for SandboxGuard {
     fn drop(&mut self) {
-        if let Some(GateHolder(gate)) = self.gate.take() {
+        if let Some(gate) = self.gate.take() {
             gate.stop();
         }
         let _ = std::fs::remove_dir_all(&self.scratch);
@@ -403,21 +415,12 @@ pub fn prepare_within(
             };
             let gate = Gate::start_unix(listener, policy, report)
                 .map_err(|e| ExecError::Spawn(format!("the run's egress gate: {e}")))?;
-            guard.gate = Some(GateHolder(gate));
-            let http = format!("http://127.0.0.1:{PROXY_PORT}");
-            let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
-            for (key, value) in [
-                ("HTTP_PROXY", &http),
-                ("HTTPS_PROXY", &http),
-                ("ALL_PROXY", &socks),
-                ("http_proxy", &http),
-                ("https_proxy", &http),
-                ("all_proxy", &socks),
-            ] {
-                env.push((key.into(), value.into()));
-            }
-            // No NO_PROXY: the gate is the only way out; a run that serves itself on its own
-            // loopback sets NO_PROXY for that itself.
+            guard.gate = Some(gate);
+            env.extend(
+                proxy_env()
+                    .into_iter()
+                    .map(|(key, value)| (key.into(), value.into())),
+            );
             let mut net = OsString::from("gate=");
             net.push(&socket);
             Some(net)
