@@ -11,9 +11,9 @@
 //! `println!` and `print!` below stand in for std's in every module of this crate, so no
 //! printing can panic on it.
 //!
-//! `outpost confine …` is hidden: the Landlock helper a `confine: true` shell run starts
-//! through (see `outpost_exec_shell::confine`). It is dispatched before the command line is
-//! parsed, so its exit statuses (125, 126) and its program's arguments pass untouched.
+//! `outpost confine …` is hidden: the helper every sandboxed shell and terminal run starts
+//! through (see `outpost_host::sandbox`). It is dispatched before the command line is parsed,
+//! so its exit statuses (125, 126) and its program's arguments pass untouched.
 
 /// std's `println!`, except that a reader gone (EPIPE) ends the command quietly: see
 /// [`stdout`].
@@ -51,7 +51,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use outpost_exec_shell::confine;
+use outpost_host::sandbox as confine;
 
 /// The server and the daemon run many threads that allocate small, short-lived buffers
 /// (frames, rows, JSON); mimalloc's per-thread heaps serve them without the system

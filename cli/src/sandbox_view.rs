@@ -90,10 +90,9 @@ pub fn runs_json(policy: &LocalPolicy, kernel: &Support) -> Value {
 fn refused_here(kernel: &Support) -> Vec<&'static str> {
     match (&kernel.landlock, &kernel.namespaces) {
         (Err(_), _) => vec!["every sandboxed run"],
-        (Ok(()), Err(_)) => vec![
-            "runs whose egress is none or an allowlist",
-            "runs granted a folder that holds credential paths",
-        ],
+        (Ok(()), Err(_)) => {
+            vec!["every sandboxed run (it needs namespaces for a file system of its own)"]
+        }
         (Ok(()), Ok(())) => Vec::new(),
     }
 }

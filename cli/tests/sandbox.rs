@@ -151,6 +151,10 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
         })
         .expect("the daemon's key file");
     let (port, connections) = loopback_server("host service");
+    // A Unix socket of the machine's (as the Docker engine's or a tmux server's would be):
+    // Landlock alone lets a run connect to any socket it can name.
+    let host_socket = outside.join("host.sock");
+    let _listening = std::os::unix::net::UnixListener::bind(&host_socket).unwrap();
     let checks = [
         (
             "read-ssh",
@@ -170,6 +174,13 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
         ("write-home", "echo x > $HOME/f && cat $HOME/f".to_owned()),
         ("write-tmp", "echo x > $TMPDIR/f".to_owned()),
         ("signal-daemon", format!("kill -0 {}", daemon.pid())),
+        (
+            "connect-host-socket",
+            format!(
+                "/usr/bin/python3 -c \"import socket; socket.socket(socket.AF_UNIX).connect(\\\"{}\\\")\"",
+                host_socket.display()
+            ),
+        ),
         (
             "connect-loopback",
             format!(

@@ -21,7 +21,8 @@ use outpost_core::executor::{Executor, Launch};
 use outpost_core::grant::CredentialDenylist;
 use outpost_core::manifest::Manifest;
 use outpost_core::wire::Egress;
-use outpost_exec_shell::{ShellConfig, ShellExecutor, confine};
+use outpost_exec_shell::{ShellConfig, ShellExecutor};
+use outpost_host::sandbox as confine;
 use outpost_host::sandbox::SandboxConfig;
 
 fn capability(tag: &str, script: &str) -> (PathBuf, Manifest) {

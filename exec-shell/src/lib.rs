@@ -21,13 +21,12 @@
 //!
 //! **The sandbox.** A run whose [`Launch::confined`] is set (every run, unless the owner lets
 //! the operator opt out) starts through the `outpost` binary's hidden `confine` subcommand
-//! ([`confine::helper_main`]): Landlock, namespaces, a private `HOME` and `TMPDIR`, the
+//! (`outpost_host::sandbox::helper_main`): Landlock, namespaces, a private `HOME` and `TMPDIR`, the
 //! network the grant's egress allows (see [`outpost_host::sandbox`]). The binary is the
 //! current executable unless [`ShellConfig::sandbox`] names another that dispatches it.
 #![forbid(unsafe_code)]
 
 mod commands;
-pub mod confine;
 mod process;
 
 use std::path::PathBuf;

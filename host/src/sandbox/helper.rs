@@ -1,15 +1,16 @@
 //! The helper process: the `outpost` binary's hidden `confine` subcommand, which a sandboxed
 //! run starts through. Run with `--net`, it is two processes: the first enters new user,
 //! mount, PID (and network) namespaces and starts itself again as PID 1 inside them (`--init`),
-//! which remounts `/proc`, hides credential paths, brings loopback up, bridges the gate,
+//! which makes the run's file system in `--root` (only what the run is given, then `/proc`),
+//! hides credential paths, brings loopback up, bridges the gate,
 //! restricts itself with Landlock and starts the program, then reaps until the program ends
 //! and reports how it ended; the first relays that as its own exit. Without `--net` it
 //! restricts itself with Landlock and becomes the program.
 //!
 //! ```text
 //! outpost confine --probe
-//! outpost confine [--ro DIR]… [--rw DIR]… [--hide PATH]… [--net host|loopback|gate=SOCKET]
-//!                 [--publish PORT] -- PROGRAM [ARGS…]
+//! outpost confine [--ro DIR]… [--rw DIR]… [--hide PATH]… [--root DIR]
+//!                 [--net host|loopback|gate=SOCKET] [--publish PORT] -- PROGRAM [ARGS…]
 //! ```
 //!
 //! This file owns the helper's processes and their exit statuses; what each rule allows is
@@ -42,6 +43,8 @@ struct Args {
     ro: Vec<PathBuf>,
     rw: Vec<PathBuf>,
     hide: Vec<PathBuf>,
+    /// `--root DIR`: an empty folder to make the run's whole file system in.
+    root: Option<PathBuf>,
     net: Option<NetArg>,
     /// A service's port, published from the run's network namespace on the host's loopback.
     publish: Option<u16>,
@@ -66,7 +69,8 @@ fn parse(args: &mut impl Iterator<Item = OsString>) -> Result<Args, String> {
                 break;
             }
             Some(
-                flag @ ("--ro" | "--rw" | "--hide" | "--net" | "--init" | "--publish" | "--relay"),
+                flag @ ("--ro" | "--rw" | "--hide" | "--root" | "--net" | "--init" | "--publish"
+                | "--relay"),
             ) => {
                 let Some(value) = args.next().filter(|value| value != "--") else {
                     let what = match flag {
@@ -81,6 +85,7 @@ fn parse(args: &mut impl Iterator<Item = OsString>) -> Result<Args, String> {
                     "--ro" => out.ro.push(value.into()),
                     "--rw" => out.rw.push(value.into()),
                     "--hide" => out.hide.push(value.into()),
+                    "--root" => out.root = Some(value.into()),
                     "--net" => out.net = Some(net(&value)?),
                     "--publish" | "--relay" => {
                         let port = value.to_str().and_then(|p| p.parse::<u16>().ok());
@@ -323,7 +328,20 @@ fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
     // ignores them all the same).
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
-    if let Err(why) = kernel::remount(&args.hide) {
+    let Some(root) = &args.root else {
+        return refuse("no --root folder to make the run's file system in");
+    };
+    let mut visible: Vec<PathBuf> = super::SYSTEM_READ_ONLY
+        .iter()
+        .filter(|p| **p != "/proc" && **p != "/dev")
+        .map(PathBuf::from)
+        .chain(args.ro.iter().cloned())
+        .chain(args.rw.iter().cloned())
+        .collect();
+    if let Some(NetArg::Gate(socket)) = &args.net {
+        visible.push(socket.clone());
+    }
+    if let Err(why) = kernel::enter_new_root(root, &visible, &args.hide) {
         return refuse(why);
     }
     let net = args.net.clone().unwrap_or(NetArg::Loopback);
@@ -381,9 +399,16 @@ fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
 
 /// `--probe`: what this kernel can enforce, one line each (see [`super::Support`]).
 fn probe() -> ExitCode {
+    let root = std::env::temp_dir().join(format!("outpost-probe-root-{}", std::process::id()));
     let namespaces = kernel::enter_namespaces(true).and_then(|()| {
+        std::fs::create_dir_all(&root)
+            .map_err(|e| format!("cannot make {}: {e}", root.display()))?;
         let out = Command::new("/proc/self/exe")
-            .args([SUBCOMMAND, "--init", "-", "--probe", "--net", "loopback"])
+            .args([
+                SUBCOMMAND, "--init", "-", "--probe", "--net", "loopback", "--root",
+            ])
+            .arg(&root)
+            .current_dir("/")
             .output()
             .map_err(|e| format!("cannot start the sandbox's first process: {e}"))?;
         if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == PROBE_OK {
@@ -397,6 +422,7 @@ fn probe() -> ExitCode {
                 .to_owned())
         }
     });
+    let _ = std::fs::remove_dir(&root);
     match namespaces {
         Ok(()) => println!("namespaces: available"),
         Err(why) => println!("namespaces: unavailable: {why}"),

@@ -5,7 +5,7 @@
 //! say what to allow) and it is only ever called by the helper process, never by a daemon.
 
 use std::io::{Read as _, Write as _};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr,
@@ -102,34 +102,112 @@ pub(crate) fn enter_namespaces(network: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// Inside the new namespaces, as PID 1: keeps every mount change private to them, mounts a
-/// `/proc` that shows the run's processes only, and hides each of `hide` (a credential path
-/// inside a granted folder) and the system's secrets under an empty read-only folder or
-/// `/dev/null`.
-pub(crate) fn remount(hide: &[PathBuf]) -> Result<(), String> {
+/// Inside the new namespaces, as PID 1: makes `root` (an empty folder) the run's whole file
+/// system — a tmpfs holding only `visible` (each bound at its own path; a symlink among the
+/// system folders copied as a symlink), `/dev`, and a `/proc` that shows the run's processes
+/// only — then hides each of `hide` (a credential path inside a granted folder) and the
+/// system's secrets under an empty read-only folder or `/dev/null`. Nothing else of the
+/// machine can even be named: Landlock holds what is visible to its modes, but it lets a
+/// Unix socket anywhere be connected to (`/run/docker.sock`, a `tmux` server in `/tmp`), so
+/// what is not given must not be there at all.
+pub(crate) fn enter_new_root(
+    root: &Path,
+    visible: &[PathBuf],
+    hide: &[PathBuf],
+) -> Result<(), String> {
     let none: Option<&str> = None;
+    let failed = |what: &str, e: nix::errno::Errno| format!("cannot {what}: {e}");
     mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
-        .map_err(|e| format!("cannot make the run's mounts private: {e}"))?;
+        .map_err(|e| failed("make the run's mounts private", e))?;
+    mount(
+        Some("tmpfs"),
+        root,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0755"),
+    )
+    .map_err(|e| failed("make the run's root", e))?;
+    let cwd = std::env::current_dir().ok();
+    let mut paths: Vec<PathBuf> = visible.to_vec();
+    paths.push(PathBuf::from("/dev"));
+    // The name server's configuration, where /etc/resolv.conf points outside /etc.
+    if let Ok(resolv) = Path::new("/etc/resolv.conf").canonicalize() {
+        paths.push(resolv);
+    }
+    paths.sort();
+    paths.dedup();
+    let mut bound: Vec<PathBuf> = Vec::new();
+    for path in paths {
+        // Already shown through a folder bound above it: never create anything there (it
+        // would be created on the machine's own file system).
+        if bound.iter().any(|b| path.starts_with(b)) {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let inside = root.join(path.strip_prefix("/").unwrap_or(&path));
+        if let Some(parent) = inside.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
+        }
+        if meta.file_type().is_symlink() {
+            if let Ok(target) = std::fs::read_link(&path) {
+                let _ = std::os::unix::fs::symlink(target, &inside);
+            }
+            continue;
+        }
+        let made = if meta.is_dir() {
+            std::fs::create_dir_all(&inside)
+        } else {
+            std::fs::File::create(&inside).map(drop)
+        };
+        made.map_err(|e| format!("cannot make {}: {e}", inside.display()))?;
+        mount(
+            Some(&path),
+            &inside,
+            none,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            none,
+        )
+        .map_err(|e| format!("cannot show {} to the run: {e}", path.display()))?;
+        bound.push(path);
+    }
+    // Mounted before the machine's root is let go: a user namespace may mount a `/proc` only
+    // while a whole one is in view.
     let quiet = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    mount(Some("proc"), "/proc", Some("proc"), quiet, none)
-        .map_err(|e| format!("cannot mount the run's own /proc: {e}"))?;
+    let proc = root.join("proc");
+    std::fs::create_dir_all(&proc).map_err(|e| format!("cannot make /proc: {e}"))?;
+    mount(Some("proc"), &proc, Some("proc"), quiet, none)
+        .map_err(|e| failed("mount the run's own /proc", e))?;
+    let old = root.join(".old");
+    std::fs::create_dir_all(&old).map_err(|e| format!("cannot make {}: {e}", old.display()))?;
+    nix::unistd::chdir(root).map_err(|e| failed("enter the run's root", e))?;
+    nix::unistd::pivot_root(".", ".old").map_err(|e| failed("switch to the run's root", e))?;
+    nix::unistd::chdir("/").map_err(|e| failed("enter the run's root", e))?;
+    nix::mount::umount2("/.old", nix::mount::MntFlags::MNT_DETACH)
+        .map_err(|e| failed("leave the machine's root", e))?;
+    let _ = std::fs::remove_dir("/.old");
     for path in hide.iter().cloned().chain(system_secrets()) {
-        let path = &path;
-        let Ok(meta) = std::fs::symlink_metadata(path) else {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
         let done = if meta.is_dir() {
             mount(
                 Some("tmpfs"),
-                path,
+                &path,
                 Some("tmpfs"),
                 quiet | MsFlags::MS_RDONLY,
                 Some("size=4k,mode=0500"),
             )
         } else {
-            mount(Some("/dev/null"), path, none, MsFlags::MS_BIND, none)
+            mount(Some("/dev/null"), &path, none, MsFlags::MS_BIND, none)
         };
         done.map_err(|e| format!("cannot hide {}: {e}", path.display()))?;
+    }
+    if let Some(cwd) = cwd {
+        nix::unistd::chdir(&cwd)
+            .map_err(|e| format!("the working folder {} is not the run's: {e}", cwd.display()))?;
     }
     Ok(())
 }

@@ -10,8 +10,10 @@
 //!   It also keeps the run from tracing processes outside its domain and, where the kernel has
 //!   ABI 6, from signalling them or reaching their abstract Unix sockets.
 //! - **User, mount and PID namespaces**: the run is PID 2 under a PID 1 of ours, sees only
-//!   its own processes in `/proc`, cannot name the daemon's pid, and credential paths inside a
-//!   granted folder are hidden under empty mounts. `no_new_privs` is set.
+//!   its own processes in `/proc`, cannot name the daemon's pid; its root is a file system of
+//!   its own holding only what it is given (so no socket of the machine's can be named), and
+//!   credential paths and the system's secrets are hidden under empty mounts. `no_new_privs`
+//!   is set.
 //! - **A network namespace** for egress `none` (loopback only) and an allowlist (loopback and
 //!   the egress gate, bridged in on [`PROXY_PORT`] and offered as `HTTP_PROXY`,
 //!   `HTTPS_PROXY`, `ALL_PROXY`).
@@ -87,8 +89,7 @@ pub const PROXY_PORT: u16 = 3128;
 pub struct Support {
     /// Landlock's file rules (required for every sandboxed run).
     pub landlock: Result<(), String>,
-    /// User, mount, PID and network namespaces (required for egress `none`, an allowlist and
-    /// hiding credential paths; used for every run where available).
+    /// User, mount, PID and network namespaces (required for every sandboxed run).
     pub namespaces: Result<(), String>,
     /// Landlock's signal and abstract-socket scopes (ABI 6).
     pub scopes: bool,
@@ -246,13 +247,6 @@ pub struct SandboxGuard {
     gate: Option<Gate>,
 }
 
-impl SandboxGuard {
-    /// The folder holding the run's `home` and `tmp`.
-    pub fn scratch(&self) -> &Path {
-        &self.scratch
-    }
-}
-
 impl Drop for SandboxGuard {
     fn drop(&mut self) {
         if let Some(gate) = self.gate.take() {
@@ -335,10 +329,9 @@ pub fn prepare_within(
         .iter()
         .flat_map(|m| m.excluded.iter().map(|p| p.as_str()))
         .collect();
-    // Root reads `/etc/shadow` by its mode: only a mount namespace hides it.
-    let root = nix::unistd::geteuid().is_root();
-    let needs_namespaces = !matches!(bounds.egress, Egress::All) || !hidden.is_empty() || root;
-    if let (true, Err(why)) = (needs_namespaces, &support.namespaces) {
+    // Every sandbox needs its own file system: Landlock cannot keep a run from connecting to
+    // a Unix socket it can name (the Docker engine's, a tmux server's).
+    if let Err(why) = &support.namespaces {
         let rule = match &bounds.egress {
             Egress::None => "egress `none` (a network namespace with loopback only)".to_owned(),
             Egress::Allowlist { .. } => {
@@ -346,7 +339,7 @@ pub fn prepare_within(
                     .to_owned()
             }
             Egress::All if hidden.is_empty() => {
-                "hiding the system's secrets (/etc/shadow, …) from a run of a daemon running as root"
+                "a file system of the run's own (only what it is given; no socket of the machine's to connect to)"
                     .to_owned()
             }
             Egress::All => format!(
@@ -364,8 +357,12 @@ pub fn prepare_within(
         scratch: scratch.clone(),
         gate: None,
     };
-    let (home, tmp) = (scratch.join("home"), scratch.join("tmp"));
-    for dir in [&home, &tmp] {
+    let (home, tmp, root) = (
+        scratch.join("home"),
+        scratch.join("tmp"),
+        scratch.join("root"),
+    );
+    for dir in [&home, &tmp, &root] {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(dir)
@@ -397,15 +394,15 @@ pub fn prepare_within(
     for dir in [&home, &tmp] {
         out.extend(["--rw".into(), dir.clone().into_os_string()]);
     }
+    out.extend(["--root".into(), root.into_os_string()]);
     let mut env: Vec<(OsString, OsString)> = vec![
         ("HOME".into(), home.into_os_string()),
         ("TMPDIR".into(), tmp.into_os_string()),
     ];
-    let net = match (&bounds.egress, &support.namespaces) {
-        (Egress::All, Ok(())) => Some("host".into()),
-        (Egress::All, Err(_)) => None,
-        (Egress::None, _) => Some("loopback".into()),
-        (Egress::Allowlist { .. }, _) => {
+    let net: OsString = match &bounds.egress {
+        Egress::All => "host".into(),
+        Egress::None => "loopback".into(),
+        Egress::Allowlist { .. } => {
             let socket = scratch.join("gate.sock");
             let listener = std::os::unix::net::UnixListener::bind(&socket)
                 .map_err(|e| ExecError::Spawn(format!("the run's egress gate: {e}")))?;
@@ -423,12 +420,10 @@ pub fn prepare_within(
             );
             let mut net = OsString::from("gate=");
             net.push(&socket);
-            Some(net)
+            net
         }
     };
-    if let Some(net) = net {
-        out.extend(["--net".into(), net]);
-    }
+    out.extend(["--net".into(), net]);
     // A service's port is reached from the host: published on its loopback and relayed into
     // the run's network namespace.
     if let Some(port) = bounds.publish {
