@@ -117,6 +117,10 @@ pub(crate) fn enter_new_root(
 ) -> Result<(), String> {
     let none: Option<&str> = None;
     let failed = |what: &str, e: nix::errno::Errno| format!("cannot {what}: {e}");
+    // A mount namespace of this process's own: the helper's first process keeps the machine's
+    // root (pivot_root moves every process of a namespace that stands at the old root), so
+    // it can still remove `root` and anything else it made once the run is over.
+    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| failed("make the run's mount namespace", e))?;
     mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
         .map_err(|e| failed("make the run's mounts private", e))?;
     mount(
