@@ -35,21 +35,17 @@
 mod common;
 
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
-use common::{Daemon, temp_dir};
+use common::{Daemon, World, temp_dir};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use outpost_adapters::daemon::{HostKind, OwnedHost};
 use outpost_adapters::runtime::{Link, LinkEvent};
 use outpost_adapters::tls::Trust;
 use outpost_core::executor::Registry;
-use outpost_core::join::Join;
-use outpost_core::wire::Environment;
 use outpost_exec_wasm::{WasmConfig, WasmExecutor};
-use outpost_server::{BlockingServer, ServeConfig};
 use serde_json::{Value, json};
 
 const HELLO: &str = include_str!("hello.wat");
@@ -73,99 +69,6 @@ fn capability() -> Value {
         "manifest": "name: hello\nenvironment: wasm\nlifecycle: oneshot\nentry: module.wat\n",
         "files": [{"path": "module.wat", "contentB64": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(HELLO)}],
     })
-}
-
-struct World {
-    server: Option<BlockingServer>,
-    url: String,
-    admin: String,
-    join: Join,
-    dir: PathBuf,
-    agent: ureq::Agent,
-}
-
-impl World {
-    fn new(tag: &str) -> World {
-        let dir = temp_dir(tag);
-        let server = BlockingServer::start(
-            ServeConfig {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                state_dir: dir.join("server"),
-                tls: None,
-                cloud: vec![Environment::Wasm],
-                public_url: None,
-                rate_limits: Default::default(),
-                terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
-                heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
-                limits: Default::default(),
-            },
-            Registry::new(),
-            2,
-        )
-        .unwrap();
-        let r = server.running();
-        World {
-            url: r.url.clone(),
-            admin: r.admin_token.clone(),
-            join: Join::parse(&r.join).unwrap(),
-            server: Some(server),
-            dir,
-            // Every client keeps its connection, as a real one would: without room for the
-            // throughput bench's 64 clients in the pool, most requests would open a new one.
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .max_idle_connections(64)
-                .max_idle_connections_per_host(64)
-                .build()
-                .new_agent(),
-        }
-    }
-
-    fn post(&self, body: &Value) -> Value {
-        let text = self
-            .agent
-            .post(&format!("{}/v1/executions", self.url))
-            .header("authorization", &format!("Bearer {}", self.admin))
-            .header("content-type", "application/json")
-            .send(body.to_string().as_bytes())
-            .unwrap()
-            .into_body()
-            .read_to_string()
-            .unwrap();
-        serde_json::from_str(&text).unwrap()
-    }
-
-    fn get(&self, path: &str) -> Value {
-        let text = self
-            .agent
-            .get(&format!("{}{path}", self.url))
-            .header("authorization", &format!("Bearer {}", self.admin))
-            .call()
-            .unwrap()
-            .into_body()
-            .read_to_string()
-            .unwrap();
-        serde_json::from_str(&text).unwrap_or(Value::Null)
-    }
-
-    fn online(&self, name: &str) {
-        for _ in 0..1000 {
-            if self.get(&format!("/v1/execution-contexts/{name}"))["online"] == true {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("{name} never came online");
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// A WebSocket echo server on std threads.

@@ -229,10 +229,16 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
         passphrase: std::env::var(outpost_adapters::daemon::key::PASSPHRASE_VAR).ok(),
         launcher,
     };
-    let registry = executors::registry(&executors::DAEMON_ENVIRONMENTS, Some(folders.wasm_cache()));
+    let registry = executors::registry(
+        &executors::DAEMON_ENVIRONMENTS,
+        Some(folders.wasm_cache()),
+        true,
+    );
     let host = OwnedHost::new(args.host).map_err(|e| anyhow::anyhow!("{e}"))?;
     let stop = stop_on_signals()?;
-    match run_daemon(options, registry, host.host.clone(), stop) {
+    let ended = run_daemon(options, registry, host.host.clone(), stop);
+    outpost_host::sandbox::retire_warm_helpers();
+    match ended {
         Ok(exit) => {
             eprintln!(
                 "outpost: {}",

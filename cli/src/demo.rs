@@ -110,6 +110,8 @@ pub fn demo(json: bool, keep: bool) -> anyhow::Result<ExitCode> {
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
     let result = run_demo(&root, json);
+    // The sandbox helpers kept warm for the next run, and their folders.
+    outpost_host::sandbox::retire_warm_helpers();
     if keep {
         eprintln!("outpost: the demo's folders stay in {}", root.display());
     } else {
@@ -145,7 +147,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
             limits: Default::default(),
         },
-        executors::registry(&cloud, Some(state.join("cache/wasm"))),
+        executors::registry(&cloud, Some(state.join("cache/wasm")), true),
         2,
     )?;
     let running = server.running();
@@ -181,7 +183,11 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
         passphrase: None,
         launcher: outpost_adapters::daemon::Launcher::Terminal,
     };
-    let registry = executors::registry(&executors::DAEMON_ENVIRONMENTS, Some(folders.wasm_cache()));
+    let registry = executors::registry(
+        &executors::DAEMON_ENVIRONMENTS,
+        Some(folders.wasm_cache()),
+        true,
+    );
     let host = OwnedHost::new(HostKind::Tokio)?;
     let stop = StopSignal::new();
     let daemon = {

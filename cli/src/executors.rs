@@ -12,8 +12,9 @@ use outpost_core::executor::Registry;
 use outpost_core::wire::Environment;
 use outpost_exec_docker::{DockerConfig, DockerExecutor};
 use outpost_exec_pty::PtyExecutor;
-use outpost_exec_shell::ShellExecutor;
+use outpost_exec_shell::{ShellConfig, ShellExecutor};
 use outpost_exec_wasm::{WasmConfig, WasmExecutor};
+use outpost_host::sandbox::SandboxConfig;
 
 /// The environments a daemon offers when its executors probe available.
 pub const DAEMON_ENVIRONMENTS: [Environment; 4] = [
@@ -24,12 +25,20 @@ pub const DAEMON_ENVIRONMENTS: [Environment; 4] = [
 ];
 
 /// A registry with the executors of `environments`; compiled wasm modules are cached in
-/// `wasm_cache` when given.
-pub fn registry(environments: &[Environment], wasm_cache: Option<PathBuf>) -> Registry {
+/// `wasm_cache` when given. A long-lived process (`warm`: a daemon, a server) keeps a warm
+/// sandbox helper ready for its next shell run, and calls
+/// `outpost_host::sandbox::retire_warm_helpers` when it stops.
+pub fn registry(environments: &[Environment], wasm_cache: Option<PathBuf>, warm: bool) -> Registry {
     let mut registry = Registry::new();
     for environment in environments {
         match environment {
-            Environment::Shell => registry.register(Box::new(ShellExecutor::default())),
+            Environment::Shell => registry.register(Box::new(ShellExecutor::new(ShellConfig {
+                sandbox: SandboxConfig {
+                    warm,
+                    ..SandboxConfig::default()
+                },
+                ..ShellConfig::default()
+            }))),
             Environment::Wasm => registry.register(Box::new(WasmExecutor::new(WasmConfig {
                 cache_dir: wasm_cache.clone(),
                 ..WasmConfig::default()

@@ -177,6 +177,7 @@ pub fn run(
     let registry = crate::executors::registry(
         &[environment],
         folders.as_ref().map(OwnerFolders::wasm_cache),
+        false,
     );
     if lifecycle == Lifecycle::Persistent {
         return serve(&registry, &allowlists, launch);

@@ -93,7 +93,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let mut cloud = args.cloud;
     cloud.dedup();
-    let registry = executors::registry(&cloud, Some(state_dir.join("cache/wasm")));
+    let registry = executors::registry(&cloud, Some(state_dir.join("cache/wasm")), true);
     let config = ServeConfig {
         listen: args.listen,
         state_dir: state_dir.clone(),
@@ -158,5 +158,6 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     out.flush()?;
     drop(out);
     server.wait();
+    outpost_host::sandbox::retire_warm_helpers();
     Ok(ExitCode::SUCCESS)
 }

@@ -60,26 +60,45 @@ fn executor() -> ShellExecutor {
         sandbox: SandboxConfig {
             helper: Some(env!("CARGO_BIN_EXE_outpost").into()),
             support: None,
+            warm: false,
         },
         ..ShellConfig::default()
     })
 }
 
 fn run(script: &str, mounts: Vec<Mount>, tag: &str) -> (Outcome, PathBuf) {
+    run_on(
+        &executor(),
+        script,
+        mounts,
+        tag,
+        outpost_core::wire::Egress::None,
+    )
+}
+
+/// Runs `script` sandboxed on `executor` in a new capability folder named after `tag`, with
+/// `mounts` and `egress` and a manifest variable `GREETING=hi`; its outcome and its folder.
+fn run_on(
+    executor: &ShellExecutor,
+    script: &str,
+    mounts: Vec<Mount>,
+    tag: &str,
+    egress: outpost_core::wire::Egress,
+) -> (Outcome, PathBuf) {
     let dir = folder(tag);
     std::fs::write(dir.join("run.sh"), script).unwrap();
     let manifest = Manifest::parse(
-        "name: boxed\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: true\n",
+        "name: boxed\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: true\nenv: {GREETING: hi}\n",
     )
     .unwrap();
-    let mut handle = executor()
+    let mut handle = executor
         .launch(sandboxed(
             "boxed",
             dir.clone(),
             manifest,
             mounts,
             Duration::from_secs(20),
-            outpost_core::wire::Egress::None,
+            egress,
         ))
         .unwrap();
     loop {
@@ -87,6 +106,84 @@ fn run(script: &str, mounts: Vec<Mount>, tag: &str) -> (Outcome, PathBuf) {
             return (o, dir);
         }
     }
+}
+
+/// A warm helper — made before its run came: namespaces, PID 1, the system part of the root
+/// — holds the run as a cold one does: the same folders, variables, working folder and
+/// stdin, nothing outside, and its private folder gone after the run. Each network kind's
+/// first run starts its own helper and leaves a warm one ready when it is over; the second
+/// is served by that one (its `HOME` is the warm helper's private folder).
+#[test]
+fn a_warm_helper_holds_its_run_as_a_cold_one_does() {
+    use outpost_core::wire::Egress;
+    let helper = PathBuf::from(env!("CARGO_BIN_EXE_outpost"));
+    let warm = ShellExecutor::new(ShellConfig {
+        sandbox: SandboxConfig {
+            helper: Some(helper.clone()),
+            support: None,
+            warm: true,
+        },
+        ..ShellConfig::default()
+    });
+    let outside = folder("warm-outside");
+    std::fs::write(outside.join("secret.txt"), "top secret").unwrap();
+    let rw = folder("warm-rw");
+    let script = format!(
+        "echo pid=$$ home=$HOME cwd=$(pwd) greeting=$GREETING\n\
+         cat {outside}/secret.txt || echo read-refused\n\
+         echo x > {rw}/w.txt && echo wrote\n\
+         echo x > $HOME/h && echo home-writable\n\
+         read line || echo stdin-empty\n",
+        outside = outside.display(),
+        rw = rw.display()
+    );
+    for egress in [Egress::All, Egress::None] {
+        let tag = format!("warm-{egress:?}").to_lowercase();
+        let (first, _) = run_on(
+            &warm,
+            &script,
+            vec![mount(&rw, FolderMode::Rw)],
+            &tag,
+            egress.clone(),
+        );
+        let first = String::from_utf8_lossy(&first.stdout).into_owned();
+        assert!(!first.contains("outpost-run-warm-"), "{first}");
+        common::wait_for("a warm helper", || {
+            outpost_host::sandbox::warm_helper_ready(&helper, &egress).then_some(())
+        });
+        let (o, dir) = run_on(
+            &warm,
+            &script,
+            vec![mount(&rw, FolderMode::Rw)],
+            &tag,
+            egress,
+        );
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(out.contains("pid=2 "), "{out} / {err}");
+        assert!(out.contains("outpost-run-warm-"), "{out}");
+        assert!(out.contains(&format!("cwd={} ", dir.display())), "{out}");
+        assert!(out.contains("greeting=hi"), "{out}");
+        assert!(
+            out.contains("read-refused") && !out.contains("top secret"),
+            "{out}"
+        );
+        assert!(
+            out.contains("wrote") && out.contains("home-writable"),
+            "{out} / {err}"
+        );
+        assert!(out.contains("stdin-empty"), "{out}");
+        let home = out
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("home="))
+            .unwrap()
+            .to_owned();
+        assert!(
+            !Path::new(&home).exists(),
+            "the run's private folder {home} outlived it"
+        );
+    }
+    outpost_host::sandbox::retire_warm_helpers();
 }
 
 #[test]
@@ -177,6 +274,7 @@ fn credentials_inside_a_mount_are_hidden_or_the_run_refused() {
                 namespaces: Err("injected: no user namespaces".into()),
                 ..outpost_host::sandbox::Support::full()
             }),
+            warm: false,
         },
         ..ShellConfig::default()
     });
@@ -295,6 +393,7 @@ fn a_binary_without_the_subcommand_is_not_taken_for_the_helper() {
         sandbox: SandboxConfig {
             helper: Some(truth.into()),
             support: None,
+            warm: false,
         },
         ..ShellConfig::default()
     });
@@ -424,6 +523,7 @@ fn a_sandboxed_terminal_sees_only_itself() {
         sandbox: SandboxConfig {
             helper: Some(env!("CARGO_BIN_EXE_outpost").into()),
             support: None,
+            warm: false,
         },
         ..PtyConfig::default()
     });

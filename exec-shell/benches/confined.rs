@@ -7,6 +7,12 @@
 //! `outpost_host::sandbox::helper_main` as an embedder's binary does (the `outpost` binary is
 //! larger, so its two extra execs cost somewhat more).
 //!
+//! `shell_oneshot_warm` runs the same oneshots through an executor that keeps a warm helper
+//! ready (as the daemon does): `ready_*` waits, untimed, until the warm helper is ready before
+//! each run (a run that arrives at a daemon not busy making one), `back_to_back` runs one
+//! after the other, so most runs find the next warm helper still being made and start their
+//! own (every run's set-up is paid, on a second core where one is free).
+//!
 //! A second group runs a short real job (a Python interpreter that starts and imports a
 //! module), where the sandbox's fixed set-up is a share of the run rather than all of it.
 //!
@@ -80,6 +86,7 @@ fn bench(c: &mut Criterion) {
         sandbox: SandboxConfig {
             helper: Some(std::env::current_exe().unwrap()),
             support: None,
+            warm: false,
         },
         ..ShellConfig::default()
     });
@@ -98,6 +105,42 @@ fn bench(c: &mut Criterion) {
     };
     g.bench_function("confined_allowlist", |b| {
         b.iter(|| oneshot(&executor, &dir, &manifest, true, allowlist.clone()))
+    });
+    g.finish();
+    let helper = std::env::current_exe().unwrap();
+    let warm = ShellExecutor::new(ShellConfig {
+        sandbox: SandboxConfig {
+            helper: Some(helper.clone()),
+            support: None,
+            warm: true,
+        },
+        ..ShellConfig::default()
+    });
+    let mut g = c.benchmark_group("shell_oneshot_warm");
+    for (name, egress) in [
+        ("ready_egress_all", Egress::All),
+        ("ready_egress_none", Egress::None),
+        ("ready_allowlist", allowlist.clone()),
+    ] {
+        // One run of this kind first: it makes the first warm helper ready.
+        oneshot(&warm, &dir, &manifest, true, egress.clone());
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    while !confine::warm_helper_ready(&helper, &egress) {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                    let started = std::time::Instant::now();
+                    oneshot(&warm, &dir, &manifest, true, egress.clone());
+                    total += started.elapsed();
+                }
+                total
+            })
+        });
+    }
+    g.bench_function("back_to_back_egress_all", |b| {
+        b.iter(|| oneshot(&warm, &dir, &manifest, true, Egress::All))
     });
     g.finish();
     // A short job of the kind a shell oneshot runs: a Python interpreter that starts, imports

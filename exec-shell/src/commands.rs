@@ -319,33 +319,24 @@ impl HostCommands {
         );
         // Host commands are the owner's explicit opt-in and run unsandboxed by design; a
         // wait's `exec` runs in the sandbox.
-        let mut program = PathBuf::from(program);
-        let mut args: Vec<OsString> = req.argv[1..].iter().map(Into::into).collect();
+        let program = PathBuf::from(program);
+        let args: Vec<OsString> = req.argv[1..].iter().map(Into::into).collect();
         let refusals: Arc<Mutex<Vec<crate::GateEvent>>> = Arc::default();
-        let mut guard = None;
-        if let Some(sandbox) = &req.sandbox {
+        let sandbox = req.sandbox.as_ref().map(|sandbox| {
             let kept = refusals.clone();
             let report: outpost_host::sandbox::EgressReport = Arc::new(move |event| {
                 if let Ok(mut kept) = kept.lock() {
                     kept.push(event);
                 }
             });
-            let boxed = outpost_host::sandbox::prepare_within(
-                &sandbox.bounds,
-                program,
-                args,
-                &sandbox.config,
+            crate::process::Sandboxing {
+                bounds: sandbox.bounds.clone(),
+                config: sandbox.config.clone(),
                 report,
-            )
-            .map_err(CommandError::Exec)?;
-            for (key, value) in boxed.env {
-                env.retain(|(k, _)| *k != key);
-                env.push((key, value));
             }
-            (program, args, guard) = (boxed.program, boxed.args, Some(boxed.guard));
-        }
+        });
         let run = ShellRun::spawn(Spawn {
-            sandbox: guard,
+            sandbox,
             refusals,
             run_id: req.run_id.clone(),
             program,

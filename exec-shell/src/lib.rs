@@ -129,7 +129,7 @@ impl ShellExecutor {
             &launch.denylist,
         )?;
         let mut argv: Vec<std::ffi::OsString> = Vec::new();
-        let mut program = match manifest.interpreter {
+        let program = match manifest.interpreter {
             Interpreter::Sh => {
                 argv.push(entry.into_os_string());
                 self.config.shell.clone()
@@ -144,24 +144,22 @@ impl ShellExecutor {
             env.push(("PORT".into(), port.to_string().into()));
         }
         let refusals: Arc<Mutex<Vec<GateEvent>>> = Arc::default();
-        let mut guard = None;
-        if launch.confined {
+        let sandbox = launch.confined.then(|| {
             let kept = refusals.clone();
             let report: sandbox::EgressReport = Arc::new(move |event| {
                 if let (GateEvent::Refused { .. }, Ok(mut kept)) = (&event, kept.lock()) {
                     kept.push(event);
                 }
             });
-            let boxed = sandbox::prepare(&launch, program, argv, &self.config.sandbox, report)?;
-            for (key, value) in boxed.env {
-                env.retain(|(k, _)| *k != key);
-                env.push((key, value));
+            process::Sandboxing {
+                bounds: sandbox::Bounds::of(&launch),
+                config: self.config.sandbox.clone(),
+                report,
             }
-            (program, argv, guard) = (boxed.program, boxed.args, Some(boxed.guard));
-        }
+        });
         ShellRun::spawn(process::Spawn {
             run_id: launch.run_id.clone(),
-            sandbox: guard,
+            sandbox,
             refusals,
             program,
             args: argv,

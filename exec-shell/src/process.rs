@@ -19,10 +19,18 @@ use outpost_core::executor::{
 /// left the group (`setsid`) and kept a pipe open cannot hold the run hostage longer.
 const PIPE_DRAIN: Duration = Duration::from_secs(1);
 
+/// How a sandboxed run is held: within these bounds, by this helper, its gate's refusals
+/// reported here.
+pub(crate) struct Sandboxing {
+    pub bounds: outpost_host::sandbox::Bounds,
+    pub config: outpost_host::sandbox::SandboxConfig,
+    pub report: outpost_host::sandbox::EgressReport,
+}
+
 pub(crate) struct Spawn {
     pub run_id: String,
-    /// The run's sandbox (private folders, gate), kept until the run is dropped.
-    pub sandbox: Option<outpost_host::sandbox::SandboxGuard>,
+    /// Sandboxed so, or not at all.
+    pub sandbox: Option<Sandboxing>,
     /// What the run's egress gate refused.
     pub refusals: Arc<Mutex<Vec<outpost_host::GateEvent>>>,
     pub program: PathBuf,
@@ -57,17 +65,28 @@ pub struct ShellRun {
 
 impl ShellRun {
     pub(crate) fn spawn(s: Spawn) -> Result<Self, ExecError> {
-        let mut child = Command::new(&s.program)
-            .args(&s.args)
-            .current_dir(&s.cwd)
-            .env_clear()
-            .envs(s.env)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| ExecError::Spawn(format!("{}: {e}", s.program.display())))?;
+        let (mut child, guard) = match s.sandbox {
+            Some(b) => {
+                let (child, guard) = outpost_host::sandbox::spawn_piped(
+                    &b.bounds, s.program, s.args, &s.cwd, s.env, &b.config, b.report,
+                )?;
+                (child, Some(guard))
+            }
+            None => {
+                let child = Command::new(&s.program)
+                    .args(&s.args)
+                    .current_dir(&s.cwd)
+                    .env_clear()
+                    .envs(s.env)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .process_group(0)
+                    .spawn()
+                    .map_err(|e| ExecError::Spawn(format!("{}: {e}", s.program.display())))?;
+                (child, None)
+            }
+        };
         let spawned_at = Instant::now();
         let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
         let captured = Arc::new(Mutex::new(CapturedOutput::new(s.output_cap)));
@@ -97,7 +116,7 @@ impl ShellRun {
             stopping: None,
             killed: false,
             outcome: None,
-            _sandbox: s.sandbox,
+            _sandbox: guard,
             refusals: s.refusals,
         })
     }

@@ -266,6 +266,7 @@ fn a_missing_shell_is_an_honest_refusal() {
         sandbox: outpost_host::sandbox::SandboxConfig {
             helper: Some("/nonexistent/outpost-confine".into()),
             support: None,
+            warm: false,
         },
         ..ShellConfig::default()
     });

@@ -12,7 +12,11 @@ use outpost_adapters::daemon::{
 use outpost_core::executor::Registry;
 use outpost_core::grant::LocalPolicy;
 use outpost_core::join::Join;
+use outpost_core::wire::Environment;
 use outpost_host::{HOME_VAR, OwnerFolders};
+use outpost_server::{BlockingServer, ServeConfig};
+use serde_json::Value;
+use std::time::Duration;
 
 /// A fresh, empty folder for this bench process, named after `tag`.
 pub fn temp_dir(tag: &str) -> PathBuf {
@@ -39,6 +43,27 @@ impl Daemon {
         slots: u32,
         registry: Registry,
     ) -> Daemon {
+        Self::start_with_policy(
+            kind,
+            home,
+            name,
+            join,
+            slots,
+            registry,
+            LocalPolicy::default(),
+        )
+    }
+
+    /// As [`Daemon::start`], under the owner's policy `local`.
+    pub fn start_with_policy(
+        kind: HostKind,
+        home: PathBuf,
+        name: &str,
+        join: &Join,
+        slots: u32,
+        registry: Registry,
+        local: LocalPolicy,
+    ) -> Daemon {
         std::fs::create_dir_all(&home).unwrap();
         let folders =
             OwnerFolders::from_vars(|n| (n == HOME_VAR).then(|| home.clone().into_os_string()))
@@ -49,7 +74,7 @@ impl Daemon {
             folders,
             max_concurrent: slots,
             ca_file: None,
-            local: LocalPolicy::default(),
+            local,
             features: Vec::new(),
             seed: 1,
             passphrase: None,
@@ -77,5 +102,108 @@ impl Drop for Daemon {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// A real server on a free loopback port with a temporary state folder (wasm as its `cloud`
+/// executor), and a client that keeps its connections; removed when dropped.
+pub struct World {
+    server: Option<BlockingServer>,
+    /// The server's base URL.
+    pub url: String,
+    /// The admin token.
+    pub admin: String,
+    /// How a daemon joins it.
+    pub join: Join,
+    /// The bench's folder for this world (server state, daemons' homes).
+    pub dir: PathBuf,
+    agent: ureq::Agent,
+}
+
+impl World {
+    /// Starts the server.
+    pub fn new(tag: &str) -> World {
+        let dir = temp_dir(tag);
+        let server = BlockingServer::start(
+            ServeConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                state_dir: dir.join("server"),
+                tls: None,
+                cloud: vec![Environment::Wasm],
+                public_url: None,
+                rate_limits: Default::default(),
+                terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
+                heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
+                limits: Default::default(),
+            },
+            Registry::new(),
+            2,
+        )
+        .unwrap();
+        let r = server.running();
+        World {
+            url: r.url.clone(),
+            admin: r.admin_token.clone(),
+            join: Join::parse(&r.join).unwrap(),
+            server: Some(server),
+            dir,
+            // Every client keeps its connection, as a real one would: without room for the
+            // throughput bench's 64 clients in the pool, most requests would open a new one.
+            agent: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .max_idle_connections(64)
+                .max_idle_connections_per_host(64)
+                .build()
+                .new_agent(),
+        }
+    }
+
+    /// `POST /v1/executions` with `body`, as admin; the answer.
+    pub fn post(&self, body: &Value) -> Value {
+        let text = self
+            .agent
+            .post(&format!("{}/v1/executions", self.url))
+            .header("authorization", &format!("Bearer {}", self.admin))
+            .header("content-type", "application/json")
+            .send(body.to_string().as_bytes())
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// `GET path` as admin; the answer (null if not JSON).
+    pub fn get(&self, path: &str) -> Value {
+        let text = self
+            .agent
+            .get(&format!("{}{path}", self.url))
+            .header("authorization", &format!("Bearer {}", self.admin))
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    /// Returns once the context `name` is online.
+    pub fn online(&self, name: &str) {
+        for _ in 0..1000 {
+            if self.get(&format!("/v1/execution-contexts/{name}"))["online"] == true {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{name} never came online");
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

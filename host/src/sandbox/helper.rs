@@ -11,13 +11,22 @@
 //! outpost confine --probe
 //! outpost confine [--ro DIR]… [--rw DIR]… [--hide PATH]… [--root DIR]
 //!                 [--net host|loopback|gate=SOCKET] [--publish PORT] -- PROGRAM [ARGS…]
+//! outpost confine --warm --root DIR --net host|loopback
 //! ```
+//!
+//! A **warm** helper makes everything that does not depend on its run ahead of time (the
+//! namespaces, PID 1, the root with the system folders and `/proc`, loopback), then reads its
+//! run from stdin — the arguments above, then `--env KEY=VALUE`… and `--cwd DIR`, each ended
+//! by a NUL byte, until the end of the input — and finishes as a cold one would; the program's
+//! stdin is `/dev/null`. An input that ends early or asks for another network or root runs
+//! nothing.
 //!
 //! This file owns the helper's processes and their exit statuses; what each rule allows is
 //! the caller's ([`super::prepare`]). It never runs a program before every rule holds.
 
 use std::ffi::OsString;
 use std::io::{Read as _, Write as _};
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -51,6 +60,12 @@ struct Args {
     /// `--relay PORT`: this is the relay of a published port; its stdin is the listener.
     relay: Option<u16>,
     probe: bool,
+    /// `--warm`: make what does not depend on the run, then read the run from stdin.
+    warm: bool,
+    /// `--env KEY=VALUE`: the program's whole environment (a warm helper's run only).
+    env: Vec<OsString>,
+    /// `--cwd DIR`: the program's working folder (a warm helper's run only).
+    cwd: Option<PathBuf>,
     /// `--init FD`: this is PID 1 inside; FD (or `-`) takes the program's fatal signal.
     init: Option<Option<i32>>,
     program: Option<OsString>,
@@ -63,6 +78,7 @@ fn parse(args: &mut impl Iterator<Item = OsString>) -> Result<Args, String> {
         let text = arg.to_str().map(str::to_owned);
         match text.as_deref() {
             Some("--probe") => out.probe = true,
+            Some("--warm") => out.warm = true,
             Some("--") => {
                 out.program = args.next();
                 out.rest = args.collect();
@@ -70,13 +86,14 @@ fn parse(args: &mut impl Iterator<Item = OsString>) -> Result<Args, String> {
             }
             Some(
                 flag @ ("--ro" | "--rw" | "--hide" | "--root" | "--net" | "--init" | "--publish"
-                | "--relay"),
+                | "--relay" | "--env" | "--cwd"),
             ) => {
                 let Some(value) = args.next().filter(|value| value != "--") else {
                     let what = match flag {
                         "--net" => "a network",
                         "--init" => "a descriptor",
                         "--publish" | "--relay" => "a port",
+                        "--env" => "KEY=VALUE",
                         _ => "a folder",
                     };
                     return Err(format!("{flag} needs {what}"));
@@ -86,6 +103,8 @@ fn parse(args: &mut impl Iterator<Item = OsString>) -> Result<Args, String> {
                     "--rw" => out.rw.push(value.into()),
                     "--hide" => out.hide.push(value.into()),
                     "--root" => out.root = Some(value.into()),
+                    "--cwd" => out.cwd = Some(value.into()),
+                    "--env" => out.env.push(value),
                     "--net" => out.net = Some(net(&value)?),
                     "--publish" | "--relay" => {
                         let port = value.to_str().and_then(|p| p.parse::<u16>().ok());
@@ -331,25 +350,55 @@ fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
     let Some(root) = &args.root else {
         return refuse("no --root folder to make the run's file system in");
     };
-    let mut visible: Vec<PathBuf> = super::SYSTEM_READ_ONLY
+    let system: Vec<PathBuf> = super::SYSTEM_READ_ONLY
         .iter()
         .filter(|p| **p != "/proc" && **p != "/dev")
         .map(PathBuf::from)
-        .chain(args.ro.iter().cloned())
-        .chain(args.rw.iter().cloned())
         .collect();
-    if let Some(NetArg::Gate(socket)) = &args.net {
-        visible.push(socket.clone());
-    }
-    if let Err(why) = kernel::enter_new_root(root, &visible, &args.hide) {
+    let own = |run: &Args| -> Vec<PathBuf> {
+        let mut own: Vec<PathBuf> = run.ro.iter().chain(&run.rw).cloned().collect();
+        if let Some(NetArg::Gate(socket)) = &run.net {
+            own.push(socket.clone());
+        }
+        own
+    };
+    let warm_run;
+    let (run, made, shown_late, cwd) = if args.warm {
+        let made = match kernel::NewRoot::begin(root, &system) {
+            Ok(made) => made,
+            Err(why) => return refuse(why),
+        };
+        if args.net != Some(NetArg::Host)
+            && let Err(why) = kernel::loopback_up()
+        {
+            return refuse(why);
+        }
+        // Everything that does not depend on the run is made: wait for it.
+        warm_run = match read_run(args) {
+            Ok(run) => run,
+            Err(why) => return refuse(why),
+        };
+        let late = own(&warm_run);
+        let cwd = warm_run.cwd.clone();
+        (&warm_run, made, late, cwd)
+    } else {
+        let cwd = std::env::current_dir().ok();
+        let visible: Vec<PathBuf> = system.iter().cloned().chain(own(args)).collect();
+        let made = match kernel::NewRoot::begin(root, &visible) {
+            Ok(made) => made,
+            Err(why) => return refuse(why),
+        };
+        if args.net != Some(NetArg::Host)
+            && let Err(why) = kernel::loopback_up()
+        {
+            return refuse(why);
+        }
+        (args, made, Vec::new(), cwd)
+    };
+    if let Err(why) = made.enter(&shown_late, &run.hide, cwd.as_deref()) {
         return refuse(why);
     }
-    let net = args.net.clone().unwrap_or(NetArg::Loopback);
-    if net != NetArg::Host
-        && let Err(why) = kernel::loopback_up()
-    {
-        return refuse(why);
-    }
+    let net = run.net.clone().unwrap_or(NetArg::Loopback);
     let listener = match &net {
         NetArg::Gate(socket) => match std::net::TcpListener::bind(("127.0.0.1", PROXY_PORT)) {
             Ok(listener) => Some((listener, socket.clone())),
@@ -357,7 +406,7 @@ fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
         },
         _ => None,
     };
-    if let Err(why) = kernel::restrict(&args.ro, &args.rw) {
+    if let Err(why) = kernel::restrict(&run.ro, &run.rw) {
         return refuse(why);
     }
     if let Some((listener, socket)) = listener
@@ -369,10 +418,25 @@ fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
         println!("{PROBE_OK}");
         return 0;
     }
-    let Some(program) = &args.program else {
+    let Some(program) = &run.program else {
         return refuse("no program after `--`");
     };
-    let child = match Command::new(program).args(&args.rest).spawn() {
+    let mut command = Command::new(program);
+    command.args(&run.rest);
+    if args.warm {
+        // The warm helper's stdin was its run; the program's environment is the run's.
+        command.stdin(std::process::Stdio::null()).env_clear();
+        for pair in &run.env {
+            let bytes = pair.as_encoded_bytes();
+            let at = bytes.iter().position(|b| *b == b'=').unwrap_or(bytes.len());
+            let (key, value) = bytes.split_at(at);
+            command.env(
+                std::ffi::OsStr::from_bytes(key),
+                std::ffi::OsStr::from_bytes(value.get(1..).unwrap_or_default()),
+            );
+        }
+    }
+    let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
             cannot_execute(program, e);
@@ -395,6 +459,59 @@ fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
             _ => {}
         }
     }
+}
+
+/// A warm helper's run, read from stdin (see the module doc): its arguments as a cold
+/// helper's, with its environment and working folder. Refused when the input ends without a
+/// program, or asks for anything this helper was not made for: another network, another
+/// root, a published port, or a mode of its own.
+fn read_run(warm: &Args) -> Result<Args, String> {
+    let mut input = Vec::new();
+    std::io::stdin()
+        .lock()
+        .read_to_end(&mut input)
+        .map_err(|e| format!("cannot read the run: {e}"))?;
+    if input.last() == Some(&0) {
+        input.pop();
+    }
+    if input.is_empty() {
+        return Err("no run came (the daemon that started this helper is gone)".into());
+    }
+    let mut words = input
+        .split(|b| *b == 0)
+        .map(|w| std::ffi::OsStr::from_bytes(w).to_os_string());
+    let run = parse(&mut words)?;
+    if run.warm || run.probe || run.init.is_some() || run.relay.is_some() {
+        return Err("a run cannot ask for a helper mode".into());
+    }
+    if run.publish.is_some() {
+        return Err("a warm helper cannot publish a port".into());
+    }
+    if run
+        .root
+        .as_ref()
+        .is_some_and(|root| Some(root) != warm.root.as_ref())
+    {
+        return Err("the run asks for another root".into());
+    }
+    let fits = matches!(
+        (&warm.net, &run.net),
+        (Some(NetArg::Host), Some(NetArg::Host))
+            | (
+                Some(NetArg::Loopback),
+                Some(NetArg::Loopback | NetArg::Gate(_))
+            )
+    );
+    if !fits {
+        return Err(format!(
+            "the run asks for the network {:?}; this helper was made for {:?}",
+            run.net, warm.net
+        ));
+    }
+    if run.program.is_none() {
+        return Err("no program after `--`".into());
+    }
+    Ok(run)
 }
 
 /// `--probe`: what this kernel can enforce, one line each (see [`super::Support`]).

@@ -102,118 +102,172 @@ pub(crate) fn enter_namespaces(network: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// Inside the new namespaces, as PID 1: makes `root` (an empty folder) the run's whole file
-/// system — a tmpfs holding only `visible` (each bound at its own path; a symlink among the
+/// The run's root while it is being made, inside the new namespaces, by PID 1: a tmpfs at
+/// `root` holding only what was bound into it (each at its own path; a symlink among the
 /// system folders copied as a symlink), `/dev`, and a `/proc` that shows the run's processes
-/// only — then hides each of `hide` (a credential path inside a granted folder) and the
-/// system's secrets under an empty read-only folder or `/dev/null`. Nothing else of the
-/// machine can even be named: Landlock holds what is visible to its modes, but it lets a
-/// Unix socket anywhere be connected to (`/run/docker.sock`, a `tmux` server in `/tmp`), so
-/// what is not given must not be there at all.
-pub(crate) fn enter_new_root(
-    root: &Path,
-    visible: &[PathBuf],
-    hide: &[PathBuf],
-) -> Result<(), String> {
-    let none: Option<&str> = None;
-    let failed = |what: &str, e: nix::errno::Errno| format!("cannot {what}: {e}");
-    // A mount namespace of this process's own: the helper's first process keeps the machine's
-    // root (pivot_root moves every process of a namespace that stands at the old root), so
-    // it can still remove `root` and anything else it made once the run is over.
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| failed("make the run's mount namespace", e))?;
-    mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
-        .map_err(|e| failed("make the run's mounts private", e))?;
-    mount(
-        Some("tmpfs"),
-        root,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("mode=0755"),
-    )
-    .map_err(|e| failed("make the run's root", e))?;
-    let cwd = std::env::current_dir().ok();
-    let mut paths: Vec<PathBuf> = visible.to_vec();
-    paths.push(PathBuf::from("/dev"));
-    // The name server's configuration, where /etc/resolv.conf points outside /etc.
-    if let Ok(resolv) = Path::new("/etc/resolv.conf").canonicalize() {
-        paths.push(resolv);
-    }
-    paths.sort();
-    paths.dedup();
-    let mut bound: Vec<PathBuf> = Vec::new();
-    for path in paths {
-        // Already shown through a folder bound above it: never create anything there (it
-        // would be created on the machine's own file system).
-        if bound.iter().any(|b| path.starts_with(b)) {
-            continue;
-        }
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        let inside = root.join(path.strip_prefix("/").unwrap_or(&path));
-        if let Some(parent) = inside.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
-        }
-        if meta.file_type().is_symlink() {
-            if let Ok(target) = std::fs::read_link(&path) {
-                let _ = std::os::unix::fs::symlink(target, &inside);
-            }
-            continue;
-        }
-        let made = if meta.is_dir() {
-            std::fs::create_dir_all(&inside)
-        } else {
-            std::fs::File::create(&inside).map(drop)
-        };
-        made.map_err(|e| format!("cannot make {}: {e}", inside.display()))?;
+/// only. Nothing else of the machine can even be named once it is entered: Landlock holds
+/// what is visible to its modes, but it lets a Unix socket anywhere be connected to
+/// (`/run/docker.sock`, a `tmux` server in `/tmp`), so what is not given must not be there.
+///
+/// It is made in two steps so a warm helper can do the first before its run is known:
+/// [`NewRoot::begin`] (the mount namespace, the tmpfs, the system folders, `/proc`) and
+/// [`NewRoot::enter`] (the run's own folders, the switch, the hidden paths).
+pub(crate) struct NewRoot {
+    root: PathBuf,
+    /// What is shown so far; a path under one of these is shown already.
+    bound: Vec<PathBuf>,
+}
+
+impl NewRoot {
+    /// Takes a mount namespace of this process's own (so the helper's first process keeps
+    /// the machine's root — pivot_root moves every process of a namespace that stands at the
+    /// old root — and can remove what it made once the run is over), mounts the tmpfs on
+    /// `root` (an empty folder), shows `visible`, `/dev` and the name server's
+    /// configuration, and mounts the run's `/proc`.
+    pub(crate) fn begin(root: &Path, visible: &[PathBuf]) -> Result<NewRoot, String> {
+        let none: Option<&str> = None;
+        unshare(CloneFlags::CLONE_NEWNS)
+            .map_err(|e| failed("make the run's mount namespace", e))?;
+        mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
+            .map_err(|e| failed("make the run's mounts private", e))?;
         mount(
-            Some(&path),
-            &inside,
-            none,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            none,
+            Some("tmpfs"),
+            root,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=0755"),
         )
-        .map_err(|e| format!("cannot show {} to the run: {e}", path.display()))?;
-        bound.push(path);
-    }
-    // Mounted before the machine's root is let go: a user namespace may mount a `/proc` only
-    // while a whole one is in view.
-    let quiet = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    let proc = root.join("proc");
-    std::fs::create_dir_all(&proc).map_err(|e| format!("cannot make /proc: {e}"))?;
-    mount(Some("proc"), &proc, Some("proc"), quiet, none)
-        .map_err(|e| failed("mount the run's own /proc", e))?;
-    let old = root.join(".old");
-    std::fs::create_dir_all(&old).map_err(|e| format!("cannot make {}: {e}", old.display()))?;
-    nix::unistd::chdir(root).map_err(|e| failed("enter the run's root", e))?;
-    nix::unistd::pivot_root(".", ".old").map_err(|e| failed("switch to the run's root", e))?;
-    nix::unistd::chdir("/").map_err(|e| failed("enter the run's root", e))?;
-    nix::mount::umount2("/.old", nix::mount::MntFlags::MNT_DETACH)
-        .map_err(|e| failed("leave the machine's root", e))?;
-    let _ = std::fs::remove_dir("/.old");
-    for path in hide.iter().cloned().chain(system_secrets()) {
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
+        .map_err(|e| failed("make the run's root", e))?;
+        let mut paths: Vec<PathBuf> = visible.to_vec();
+        paths.push(PathBuf::from("/dev"));
+        // The name server's configuration, where /etc/resolv.conf points outside /etc.
+        if let Ok(resolv) = Path::new("/etc/resolv.conf").canonicalize() {
+            paths.push(resolv);
+        }
+        let mut made = NewRoot {
+            root: root.to_path_buf(),
+            bound: Vec::new(),
         };
-        let done = if meta.is_dir() {
+        made.show(paths)?;
+        // Mounted before the machine's root is let go: a user namespace may mount a `/proc`
+        // only while a whole one is in view.
+        let proc = root.join("proc");
+        std::fs::create_dir_all(&proc).map_err(|e| format!("cannot make /proc: {e}"))?;
+        mount(Some("proc"), &proc, Some("proc"), quiet(), none)
+            .map_err(|e| failed("mount the run's own /proc", e))?;
+        made.bound.push(PathBuf::from("/proc"));
+        Ok(made)
+    }
+
+    /// Shows `visible` too, makes the root this process's (and its children's) only one,
+    /// hides each of `hide` (a credential path inside a granted folder) and the system's
+    /// secrets under an empty read-only folder or `/dev/null`, and enters `cwd` (the
+    /// working folder, which must be inside what the run sees). A folder of `visible` that
+    /// holds one shown already is refused: it would cover the run's `/proc` and system
+    /// folders with the machine's.
+    pub(crate) fn enter(
+        mut self,
+        visible: &[PathBuf],
+        hide: &[PathBuf],
+        cwd: Option<&Path>,
+    ) -> Result<(), String> {
+        let none: Option<&str> = None;
+        if let Some(path) = visible
+            .iter()
+            .find(|p| self.bound.iter().any(|b| b.starts_with(p) && b != *p))
+        {
+            return Err(format!(
+                "{} holds a folder the run's root shows already; it cannot be shown",
+                path.display()
+            ));
+        }
+        self.show(visible.to_vec())?;
+        let root = &self.root;
+        let old = root.join(".old");
+        std::fs::create_dir_all(&old).map_err(|e| format!("cannot make {}: {e}", old.display()))?;
+        nix::unistd::chdir(root.as_path()).map_err(|e| failed("enter the run's root", e))?;
+        nix::unistd::pivot_root(".", ".old").map_err(|e| failed("switch to the run's root", e))?;
+        nix::unistd::chdir("/").map_err(|e| failed("enter the run's root", e))?;
+        nix::mount::umount2("/.old", nix::mount::MntFlags::MNT_DETACH)
+            .map_err(|e| failed("leave the machine's root", e))?;
+        let _ = std::fs::remove_dir("/.old");
+        for path in hide.iter().cloned().chain(system_secrets()) {
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let done = if meta.is_dir() {
+                mount(
+                    Some("tmpfs"),
+                    &path,
+                    Some("tmpfs"),
+                    quiet() | MsFlags::MS_RDONLY,
+                    Some("size=4k,mode=0500"),
+                )
+            } else {
+                mount(Some("/dev/null"), &path, none, MsFlags::MS_BIND, none)
+            };
+            done.map_err(|e| format!("cannot hide {}: {e}", path.display()))?;
+        }
+        if let Some(cwd) = cwd {
+            nix::unistd::chdir(cwd).map_err(|e| {
+                format!("the working folder {} is not the run's: {e}", cwd.display())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Binds each of `paths` at its own path inside the root, unless shown already.
+    fn show(&mut self, mut paths: Vec<PathBuf>) -> Result<(), String> {
+        let none: Option<&str> = None;
+        paths.sort();
+        paths.dedup();
+        for path in paths {
+            // Already shown through a folder bound above it: never create anything there (it
+            // would be created on the machine's own file system).
+            if self.bound.iter().any(|b| path.starts_with(b)) {
+                continue;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let inside = self.root.join(path.strip_prefix("/").unwrap_or(&path));
+            if let Some(parent) = inside.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
+            }
+            if meta.file_type().is_symlink() {
+                if let Ok(target) = std::fs::read_link(&path) {
+                    let _ = std::os::unix::fs::symlink(target, &inside);
+                }
+                continue;
+            }
+            let made = if meta.is_dir() {
+                std::fs::create_dir_all(&inside)
+            } else {
+                std::fs::File::create(&inside).map(drop)
+            };
+            made.map_err(|e| format!("cannot make {}: {e}", inside.display()))?;
             mount(
-                Some("tmpfs"),
-                &path,
-                Some("tmpfs"),
-                quiet | MsFlags::MS_RDONLY,
-                Some("size=4k,mode=0500"),
+                Some(&path),
+                &inside,
+                none,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                none,
             )
-        } else {
-            mount(Some("/dev/null"), &path, none, MsFlags::MS_BIND, none)
-        };
-        done.map_err(|e| format!("cannot hide {}: {e}", path.display()))?;
+            .map_err(|e| format!("cannot show {} to the run: {e}", path.display()))?;
+            self.bound.push(path);
+        }
+        Ok(())
     }
-    if let Some(cwd) = cwd {
-        nix::unistd::chdir(&cwd)
-            .map_err(|e| format!("the working folder {} is not the run's: {e}", cwd.display()))?;
-    }
-    Ok(())
+}
+
+/// The flags of the mounts a run gets that hold nothing to execute or to escalate with.
+fn quiet() -> MsFlags {
+    MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC
+}
+
+fn failed(what: &str, e: nix::errno::Errno) -> String {
+    format!("cannot {what}: {e}")
 }
 
 /// [`super::SYSTEM_SECRETS`] and the SSH host private keys on this machine.

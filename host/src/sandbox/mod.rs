@@ -18,6 +18,9 @@
 //!   the egress gate, bridged in on [`PROXY_PORT`] and offered as `HTTP_PROXY`,
 //!   `HTTPS_PROXY`, `ALL_PROXY`).
 //!
+//! A long-lived process keeps a warm helper ready per network kind ([`SandboxConfig::warm`],
+//! [`spawn_piped`]): made before its run comes, finished for that run alone when it does.
+//!
 //! Where the kernel lacks what a run needs, [`prepare`] refuses it with
 //! `confinement_unavailable` naming the missing piece and the fix; nothing runs with less.
 //! This module owns the helper's arguments, the probe, and each run's private folders and
@@ -27,6 +30,7 @@
 mod bridge;
 mod helper;
 mod kernel;
+mod warm;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -42,6 +46,7 @@ use outpost_core::wire::{Egress, FolderMode};
 use crate::gate::{Gate, GateEvent, GatePolicy};
 
 pub use helper::helper_main;
+pub use warm::retire as retire_warm_helpers;
 
 /// The hidden subcommand of the `outpost` binary that sandboxes a run.
 pub const SUBCOMMAND: &str = "confine";
@@ -200,6 +205,10 @@ pub struct SandboxConfig {
     /// What the kernel can enforce; `None` probes the helper once. Tests inject a kernel that
     /// lacks a piece here.
     pub support: Option<Support>,
+    /// Keep a warm helper ready for each network kind, so a run that comes skips most of
+    /// the sandbox's set-up ([`spawn_piped`]); for a long-lived process (a daemon, a server),
+    /// which calls [`retire_warm_helpers`] when it stops. Off for a one-run process.
+    pub warm: bool,
 }
 
 /// The variables that offer a run its egress gate on [`PROXY_PORT`] of its own loopback:
@@ -245,6 +254,9 @@ pub struct Sandboxed {
 pub struct SandboxGuard {
     scratch: PathBuf,
     gate: Option<Gate>,
+    /// The warm helper to make ready once this run is over (made then, not while the run
+    /// starts, so its set-up never competes with the run for a core).
+    then_warm: Option<(PathBuf, warm::Net)>,
 }
 
 impl Drop for SandboxGuard {
@@ -253,6 +265,9 @@ impl Drop for SandboxGuard {
             gate.stop();
         }
         let _ = std::fs::remove_dir_all(&self.scratch);
+        if let Some((helper, net)) = self.then_warm.take() {
+            warm::prime(&helper, net);
+        }
     }
 }
 
@@ -310,6 +325,15 @@ pub fn prepare_within(
     config: &SandboxConfig,
     report: EgressReport,
 ) -> Result<Sandboxed, ExecError> {
+    let helper = checked_helper(bounds, config)?;
+    let scratch = scratch_folder(&bounds.run_id)?;
+    make_private_folders(&scratch)?;
+    sandbox_in(bounds, program, args, helper, scratch, report)
+}
+
+/// The helper to start a sandboxed run with, once the kernel is known to enforce what
+/// `bounds` need; `confinement_unavailable` naming the missing piece otherwise.
+fn checked_helper(bounds: &Bounds, config: &SandboxConfig) -> Result<PathBuf, ExecError> {
     let helper = match &config.helper {
         Some(helper) => helper.clone(),
         None => default_helper().map_err(|why| unavailable(format!("the helper: {why}")))?,
@@ -352,22 +376,41 @@ pub fn prepare_within(
             remedy: NAMESPACES_REMEDY.into(),
         });
     }
-    let scratch = scratch_folder(&bounds.run_id)?;
+    Ok(helper)
+}
+
+/// Makes the run's private `home`, `tmp` and (empty) `root` in `scratch`, each 0700.
+fn make_private_folders(scratch: &Path) -> Result<(), ExecError> {
+    for dir in ["home", "tmp", "root"] {
+        let dir = scratch.join(dir);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| ExecError::Spawn(format!("the run's {}: {e}", dir.display())))?;
+    }
+    Ok(())
+}
+
+/// The helper's arguments for `bounds` in `scratch` (its private folders made), with the
+/// run's gate started when its egress is an allowlist; the guard removes `scratch`.
+fn sandbox_in(
+    bounds: &Bounds,
+    program: PathBuf,
+    args: Vec<OsString>,
+    helper: PathBuf,
+    scratch: PathBuf,
+    report: EgressReport,
+) -> Result<Sandboxed, ExecError> {
     let mut guard = SandboxGuard {
         scratch: scratch.clone(),
         gate: None,
+        then_warm: None,
     };
     let (home, tmp, root) = (
         scratch.join("home"),
         scratch.join("tmp"),
         scratch.join("root"),
     );
-    for dir in [&home, &tmp, &root] {
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| ExecError::Spawn(format!("the run's {}: {e}", dir.display())))?;
-    }
     let mut out: Vec<OsString> = vec![SUBCOMMAND.into()];
     if let Some(dir) = &bounds.dir {
         let dir = dir.canonicalize().map_err(|e| ExecError::PathRefused {
@@ -438,6 +481,146 @@ pub fn prepare_within(
         env,
         guard,
     })
+}
+
+/// Starts `program args…` sandboxed within `bounds`: in `cwd`, with exactly `env` (over which
+/// the run's private `HOME` and `TMPDIR`, and the proxy variables for an allowlist, are set),
+/// stdin `/dev/null`, stdout and stderr piped, in a process group of its own whose id is the
+/// child's pid. Keep the guard until the run has ended.
+///
+/// With [`SandboxConfig::warm`], a warm helper made for the run's network takes the run where
+/// one is ready — the run's own folders, the switch to its root, the hidden paths and
+/// Landlock are still done for it alone, after it came — and the next one is made ready in
+/// the background once the run is over (a run that finds none ready starts its own). A run that publishes a port, or is given a folder that holds a system
+/// folder, starts its helper itself, as every run does without `warm`.
+pub fn spawn_piped(
+    bounds: &Bounds,
+    program: PathBuf,
+    args: Vec<OsString>,
+    cwd: &Path,
+    env: Vec<(OsString, OsString)>,
+    config: &SandboxConfig,
+    report: EgressReport,
+) -> Result<(std::process::Child, SandboxGuard), ExecError> {
+    use std::io::Write as _;
+    use std::os::unix::process::CommandExt as _;
+    let helper = checked_helper(bounds, config)?;
+    let net = warm_net(bounds).filter(|_| config.warm);
+    if let Some(mut warm) = net.and_then(|net| warm::take(&helper, net)) {
+        let boxed = match sandbox_in(
+            bounds,
+            program.clone(),
+            args.clone(),
+            helper.clone(),
+            warm.scratch.clone(),
+            report.clone(),
+        ) {
+            Ok(boxed) => boxed,
+            Err(e) => {
+                warm::discard(warm);
+                return Err(e);
+            }
+        };
+        let run = warm_run(&boxed.args, &overlay(env.clone(), &boxed.env), cwd);
+        let sent = warm
+            .child
+            .stdin
+            .take()
+            .map(|mut stdin| stdin.write_all(&run));
+        if let Some(Ok(())) = sent {
+            let mut guard = boxed.guard;
+            guard.then_warm = net.map(|net| (helper, net));
+            return Ok((warm.child, guard));
+        }
+        // The warm helper is gone (its set-up failed, or it was killed): start one as a
+        // cold run does, which reports what fails.
+        let _ = warm.child.kill();
+        let _ = warm.child.wait();
+    }
+    let scratch = scratch_folder(&bounds.run_id)?;
+    make_private_folders(&scratch)?;
+    let then_warm = net.map(|net| (helper.clone(), net));
+    let mut boxed = sandbox_in(bounds, program, args, helper, scratch, report)?;
+    boxed.guard.then_warm = then_warm;
+    let child = Command::new(&boxed.program)
+        .args(&boxed.args)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(overlay(env, &boxed.env))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| ExecError::Spawn(format!("{}: {e}", boxed.program.display())))?;
+    Ok((child, boxed.guard))
+}
+
+/// Whether a warm helper of `helper` is ready for a run whose egress is `egress` (a run
+/// [`spawn_piped`] starts now would skip most of its set-up).
+pub fn warm_helper_ready(helper: &Path, egress: &Egress) -> bool {
+    warm::ready(helper, warm::Net::of(egress))
+}
+
+/// `env` with each of `over` set (replacing a variable of the same name).
+pub fn overlay(
+    mut env: Vec<(OsString, OsString)>,
+    over: &[(OsString, OsString)],
+) -> Vec<(OsString, OsString)> {
+    for (key, value) in over {
+        env.retain(|(k, _)| k != key);
+        env.push((key.clone(), value.clone()));
+    }
+    env
+}
+
+/// The network a warm helper for `bounds` is made with; none where a warm helper cannot
+/// serve it: a published port (bound on the host before the namespace), or a folder that
+/// holds one the warm root shows already (a system folder, `/dev`, `/proc`, the name
+/// server's configuration).
+fn warm_net(bounds: &Bounds) -> Option<warm::Net> {
+    if bounds.publish.is_some() {
+        return None;
+    }
+    let resolv = Path::new("/etc/resolv.conf").canonicalize().ok();
+    let shown: Vec<PathBuf> = SYSTEM_READ_ONLY
+        .iter()
+        .map(PathBuf::from)
+        .chain(resolv)
+        .collect();
+    let covers = |path: &Path| shown.iter().any(|s| s.starts_with(path) && s != path);
+    let folders = bounds
+        .dir
+        .iter()
+        .cloned()
+        .chain(bounds.mounts.iter().map(|m| PathBuf::from(m.path.as_str())));
+    if folders.into_iter().any(|f| covers(&f)) {
+        return None;
+    }
+    Some(warm::Net::of(&bounds.egress))
+}
+
+/// What a warm helper reads as its run: the helper's arguments (without the subcommand),
+/// `--env KEY=VALUE` for each of `env` and `--cwd`, before `--` and the program; each word
+/// ended by a NUL byte (no argument, variable or path can hold one).
+fn warm_run(args: &[OsString], env: &[(OsString, OsString)], cwd: &Path) -> Vec<u8> {
+    let args = args.get(1..).unwrap_or_default();
+    let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let mut words: Vec<OsString> = args[..split].to_vec();
+    for (key, value) in env {
+        let mut pair = key.clone();
+        pair.push("=");
+        pair.push(value);
+        words.extend(["--env".into(), pair]);
+    }
+    words.extend(["--cwd".into(), cwd.as_os_str().to_owned()]);
+    words.extend(args[split..].iter().cloned());
+    let mut out = Vec::new();
+    for word in words {
+        out.extend_from_slice(word.as_encoded_bytes());
+        out.push(0);
+    }
+    out
 }
 
 /// How to get Landlock.

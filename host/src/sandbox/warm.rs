@@ -1,0 +1,171 @@
+//! Warm helpers: one sandbox per network kind made ahead of its run, so a run that comes
+//! skips the helper's start (an exec of the whole binary), the namespaces, PID 1 and the
+//! system part of its root — the part of a sandboxed run's set-up that does not depend on
+//! the run (see the helper's `--warm`).
+//!
+//! A warm helper serves one run and is never reused: the next one is started in the
+//! background when that run is over. It waits on its stdin, so it costs no CPU while it waits, and it ends, running
+//! nothing, when the process that started it ends. This file owns the pool and the warm
+//! helpers' private folders; what a run may see is decided, and written to the helper, by
+//! [`super::spawn_piped`].
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::DirBuilderExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+use super::SUBCOMMAND;
+
+/// The network a warm helper was made with: the host's, or a namespace of its own with
+/// loopback up (egress `none`, or an allowlist whose gate is bridged in when the run comes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Net {
+    Host,
+    Loopback,
+}
+
+impl Net {
+    /// The kind a run with `egress` needs.
+    pub(crate) fn of(egress: &outpost_core::wire::Egress) -> Net {
+        match egress {
+            outpost_core::wire::Egress::All => Net::Host,
+            _ => Net::Loopback,
+        }
+    }
+
+    fn arg(self) -> &'static str {
+        match self {
+            Net::Host => "host",
+            Net::Loopback => "loopback",
+        }
+    }
+}
+
+/// A warm helper: its process (stdin, the run's way in; stdout and stderr piped; a process
+/// group of its own) and its private folder (`home`, `tmp`, `root`), which the run it serves
+/// takes over.
+#[derive(Debug)]
+pub(crate) struct Warm {
+    pub child: Child,
+    pub scratch: PathBuf,
+}
+
+type Key = (PathBuf, Net);
+
+#[derive(Default)]
+struct Pool {
+    ready: BTreeMap<Key, Warm>,
+    /// Being started now.
+    filling: Vec<Key>,
+    /// Set by [`retire`]: no helper is started any more.
+    retired: bool,
+}
+
+fn pool() -> &'static Mutex<Pool> {
+    static POOL: OnceLock<Mutex<Pool>> = OnceLock::new();
+    POOL.get_or_init(Default::default)
+}
+
+/// The warm helper of `helper` for `net`, if one is ready (the next is made ready by
+/// [`prime`] when the run it serves is over).
+pub(crate) fn take(helper: &Path, net: Net) -> Option<Warm> {
+    let key = (helper.to_path_buf(), net);
+    pool().lock().ok()?.ready.remove(&key)
+}
+
+/// Whether a warm helper of `helper` for `net` is ready.
+pub(crate) fn ready(helper: &Path, net: Net) -> bool {
+    pool()
+        .lock()
+        .is_ok_and(|pool| pool.ready.contains_key(&(helper.to_path_buf(), net)))
+}
+
+/// Makes a warm helper of `helper` for `net` ready in the background, unless one is.
+pub(crate) fn prime(helper: &Path, net: Net) {
+    fill((helper.to_path_buf(), net));
+}
+
+/// Starts a warm helper for `key` on a thread of its own, unless one is ready or starting.
+fn fill(key: Key) {
+    {
+        let Ok(mut pool) = pool().lock() else { return };
+        if pool.retired || pool.ready.contains_key(&key) || pool.filling.contains(&key) {
+            return;
+        }
+        pool.filling.push(key.clone());
+    }
+    let started = std::thread::Builder::new()
+        .name("outpost-warm-sandbox".into())
+        .spawn(move || {
+            let warm = start(&key.0, key.1);
+            let Ok(mut pool) = pool().lock() else { return };
+            pool.filling.retain(|k| *k != key);
+            match warm {
+                Ok(warm) if !pool.retired => {
+                    pool.ready.insert(key, warm);
+                }
+                Ok(warm) => discard(warm),
+                // The run that would have taken it starts its helper itself, and reports
+                // what fails there.
+                Err(_) => {}
+            }
+        });
+    if started.is_err()
+        && let Ok(mut pool) = pool().lock()
+    {
+        pool.filling.clear();
+    }
+}
+
+/// Starts one warm helper.
+fn start(helper: &Path, net: Net) -> Result<Warm, String> {
+    let scratch = super::scratch_folder("warm").map_err(|e| e.to_string())?;
+    for dir in ["home", "tmp", "root"] {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(scratch.join(dir))
+            .map_err(|e| format!("the warm helper's {dir}: {e}"))?;
+    }
+    let child = Command::new(helper)
+        .args([SUBCOMMAND, "--warm", "--net", net.arg(), "--root"])
+        .arg(scratch.join("root"))
+        .current_dir("/")
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn();
+    match child {
+        Ok(child) => Ok(Warm { child, scratch }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&scratch);
+            Err(format!("cannot start {}: {e}", helper.display()))
+        }
+    }
+}
+
+/// Ends a warm helper that will serve no run, and removes its folder.
+pub(crate) fn discard(mut warm: Warm) {
+    let _ = warm.child.kill();
+    let _ = warm.child.wait();
+    let _ = std::fs::remove_dir_all(&warm.scratch);
+}
+
+/// Ends every warm helper of this process and starts no more: for a daemon, a server or a
+/// demo that is stopping (a process killed outright leaves their folders to
+/// [`super::sweep_leftovers`] at the next start; the helpers themselves end with it).
+pub fn retire() {
+    let ready = match pool().lock() {
+        Ok(mut pool) => {
+            pool.retired = true;
+            std::mem::take(&mut pool.ready)
+        }
+        Err(_) => return,
+    };
+    for warm in ready.into_values() {
+        discard(warm);
+    }
+}
