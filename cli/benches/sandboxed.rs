@@ -179,5 +179,7 @@ fn main() -> std::process::ExitCode {
     let mut c = Criterion::default().configure_from_args();
     bench(&mut c);
     c.final_summary();
+    // The warm helpers left ready, and their private folders.
+    sandbox::retire_warm_helpers();
     std::process::ExitCode::SUCCESS
 }
