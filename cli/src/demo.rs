@@ -15,6 +15,7 @@ use outpost_adapters::daemon::{
 };
 use outpost_core::grant::LocalPolicy;
 use outpost_core::join::Join;
+use outpost_core::server::ExecutionStatus;
 use outpost_core::wire::Environment;
 use outpost_host::{HOME_VAR, OwnerFolders};
 use outpost_server::{BlockingServer, ServeConfig};
@@ -362,7 +363,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
 /// Prints the table (or JSON); whether every run that was not skipped exited 0.
 fn print(rows: &[Row], json: bool) -> anyhow::Result<bool> {
     let ok = rows.iter().all(|r| match &r.outcome {
-        Ok(e) => e["status"] == "exited" && e["exitCode"] == 0,
+        Ok(e) => e["status"] == ExecutionStatus::Exited.as_str() && e["exitCode"] == 0,
         Err(_) => true,
     });
     let mut out = std::io::stdout().lock();

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context as _;
+use outpost_core::server::ExecutionStatus;
 use outpost_core::wire::CapabilitySource;
 use serde_json::{Value, json};
 
@@ -156,11 +157,20 @@ fn with_args(capability: &mut CapabilitySource, args: &[String]) -> anyhow::Resu
     Ok(())
 }
 
+/// The execution's status; none when the answer has none or one this CLI does not know.
+fn status(execution: &Value) -> Option<ExecutionStatus> {
+    execution["status"]
+        .as_str()
+        .and_then(ExecutionStatus::parse)
+}
+
+/// Whether the execution has ended: an end status, or one this CLI does not know (a newer
+/// server's, which it cannot wait on).
 fn is_final(execution: &Value) -> bool {
-    !matches!(
-        execution["status"].as_str(),
-        Some("pending" | "running") | None
-    )
+    match execution["status"].as_str() {
+        None => false,
+        Some(_) => status(execution).is_none_or(ExecutionStatus::is_final),
+    }
 }
 
 fn print_streams(execution: &Value) -> anyhow::Result<()> {
@@ -181,10 +191,10 @@ fn print_streams(execution: &Value) -> anyhow::Result<()> {
             e.get("code").and_then(Value::as_str).unwrap_or("")
         )?;
     }
-    match execution["status"].as_str() {
-        Some("timed_out") => writeln!(err, "outpost: the run timed out")?,
-        Some("cancelled") => writeln!(err, "outpost: the run was cancelled")?,
-        Some("lost") => writeln!(
+    match status(execution) {
+        Some(ExecutionStatus::TimedOut) => writeln!(err, "outpost: the run timed out")?,
+        Some(ExecutionStatus::Cancelled) => writeln!(err, "outpost: the run was cancelled")?,
+        Some(ExecutionStatus::Lost) => writeln!(
             err,
             "outpost: the machine stopped answering after the run started; it was not run again"
         )?,
@@ -199,8 +209,8 @@ fn print_streams(execution: &Value) -> anyhow::Result<()> {
 /// The capability's exit code; 124 timed out, 130 cancelled, 75 lost, 70 failed, the
 /// signal number + 128 for a run a signal ended.
 fn exit_code(execution: &Value) -> ExitCode {
-    let code = match execution["status"].as_str() {
-        Some("exited") => execution["exitCode"]
+    let code = match status(execution) {
+        Some(ExecutionStatus::Exited) => execution["exitCode"]
             .as_i64()
             .map(|c| c.clamp(0, 255) as u8)
             .or_else(|| {
@@ -209,9 +219,9 @@ fn exit_code(execution: &Value) -> ExitCode {
                     .map(|s| (128 + s).clamp(0, 255) as u8)
             })
             .unwrap_or(EXIT_FAILED),
-        Some("timed_out") => EXIT_TIMED_OUT,
-        Some("cancelled") => EXIT_CANCELLED,
-        Some("lost") => EXIT_LOST,
+        Some(ExecutionStatus::TimedOut) => EXIT_TIMED_OUT,
+        Some(ExecutionStatus::Cancelled) => EXIT_CANCELLED,
+        Some(ExecutionStatus::Lost) => EXIT_LOST,
         _ => EXIT_FAILED,
     };
     ExitCode::from(code)

@@ -24,6 +24,7 @@ mod machine;
 mod record;
 mod registry;
 mod resume;
+mod status;
 mod timers;
 
 #[cfg(test)]
@@ -45,6 +46,7 @@ pub use record::{
     ServerSnapshot,
 };
 pub use resume::{PAUSE_PROBE, PAUSE_SLACK, RESTART_GRACE};
+pub use status::ExecutionStatus;
 
 /// Who may use a machine, as the server's records say.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -451,7 +451,7 @@ impl Dispatcher {
                 kind: "run".into(),
                 actor: "dispatcher".into(),
                 context_id: context_id.clone(),
-                detail: format!("{exec_id} {}", crate::store::outcome_status(outcome)),
+                detail: format!("{exec_id} {}", outcome.status()),
             }];
             if let outpost_core::server::ExecutionOutcome::Completed(result) = outcome {
                 rows.extend(result.egress_denied.iter().map(|destination| AuditRow {
@@ -554,8 +554,7 @@ impl Dispatcher {
                 }
                 self.received.remove(&exec_id);
                 self.pending.ended(&exec_id);
-                let status = crate::store::outcome_status(&outcome);
-                self.shared.metrics.run_finished(&status);
+                self.shared.metrics.run_finished(outcome.status().as_str());
                 self.shared
                     .terminals
                     .send(crate::terminals::finished(exec_id.clone(), &outcome));

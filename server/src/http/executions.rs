@@ -154,7 +154,9 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         id: secrets::new_id("ex_")?,
         user: caller.user.clone(),
         requested: body.context.clone(),
-        status: "pending".into(),
+        status: outpost_core::server::ExecutionStatus::Pending
+            .as_str()
+            .into(),
         created_at: wall_now().0,
         bundle: match &capability {
             CapabilitySource::Digest { sha256, .. } => Some(sha256.clone()),

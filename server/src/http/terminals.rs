@@ -159,7 +159,9 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
         id: exec_id.clone(),
         user: caller.user.clone(),
         requested: Some(entry.name.clone()),
-        status: "pending".into(),
+        status: outpost_core::server::ExecutionStatus::Pending
+            .as_str()
+            .into(),
         created_at: wall_now().0,
         ..ExecutionEntry::default()
     };

@@ -25,7 +25,7 @@ use rusqlite::Connection;
 
 pub(crate) use access::{ContextEntry, Removal};
 pub(crate) use bundles::{NewBundle, Stored};
-pub(crate) use records::{Batch, outcome_status};
+pub(crate) use records::Batch;
 pub(crate) use runs::{AuditRow, ExecutionEntry};
 pub(crate) use waits::{Recorded, WaitEntry};
 /// The states of a wait and of its continuation.

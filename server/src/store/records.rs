@@ -2,27 +2,12 @@
 //! snapshot on start. The listing columns of `executions` and the grant and access columns
 //! of `contexts` follow the records in the same transaction, so they never disagree.
 
-use outpost_core::server::{
-    ExecutionOutcome, PlaceRow, ServerChange, ServerRecord, ServerSnapshot,
-};
+use outpost_core::server::{PlaceRow, ServerChange, ServerRecord, ServerSnapshot};
 use rusqlite::{OptionalExtension as _, params};
 
 use super::runs::{AuditRow, ExecutionEntry};
 use super::{Doing as _, Store, StoreError};
 use outpost_core::routing::Chain;
-
-/// The status an ended execution shows.
-pub(crate) fn outcome_status(outcome: &ExecutionOutcome) -> String {
-    match outcome {
-        ExecutionOutcome::Completed(result) => serde_json::to_value(result.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_else(|| "failed".into()),
-        ExecutionOutcome::Lost => "lost".into(),
-        ExecutionOutcome::Cancelled { .. } => "cancelled".into(),
-        ExecutionOutcome::Failed { .. } => "failed".into(),
-    }
-}
 
 fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).doing("encoding a row")
@@ -159,7 +144,7 @@ fn write_records(
                      context_id = COALESCE(?6, context_id), context_name = COALESCE(?7, context_name)
                      WHERE id = ?8",
                     params![
-                        outcome_status(&row.outcome),
+                        row.outcome.status().as_str(),
                         (record.written_ms / 1000) as i64,
                         json(&row.outcome)?,
                         ran_on,

@@ -10,7 +10,7 @@
 pub(crate) mod wait;
 
 use outpost_core::routing::RanOn;
-use outpost_core::server::ExecutionOutcome;
+use outpost_core::server::{ExecutionOutcome, ExecutionStatus};
 use outpost_core::wire::{Grant, Timing};
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -125,9 +125,10 @@ pub(crate) fn execution(entry: &ExecutionEntry) -> Execution {
     out
 }
 
-/// Whether a status is an end.
+/// Whether a status is an end (a status this server does not know counts as one: it never
+/// changes).
 pub(crate) fn ended(status: &str) -> bool {
-    !matches!(status, "pending" | "running")
+    ExecutionStatus::parse(status).is_none_or(ExecutionStatus::is_final)
 }
 
 /// `GET /v1/runs`.
@@ -391,4 +392,24 @@ pub(crate) struct Terminals {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub(crate) struct Health {
     pub(crate) ok: bool,
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+
+    /// The OpenAPI document lists exactly the statuses the core has, in its order.
+    #[test]
+    fn the_documented_statuses_are_the_core_s() {
+        let schema = serde_json::to_value(schemars::schema_for!(Execution)).unwrap();
+        let listed: Vec<&str> = schema["properties"]["status"]["enum"]
+            .as_array()
+            .expect("an enum of statuses")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(listed, ExecutionStatus::ALL.map(ExecutionStatus::as_str));
+        assert!(ended("exited") && ended("a status from a newer server"));
+        assert!(!ended("pending") && !ended("running"));
+    }
 }
