@@ -42,7 +42,7 @@ use outpost_adapters::daemon::HostKind;
 use outpost_core::executor::Registry;
 use outpost_core::join::Join;
 use outpost_exec_pty::PtyExecutor;
-use outpost_server::{BlockingServer, ServeConfig};
+use outpost_server::BlockingServer;
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 use serde_json::{Value, json};
 use tungstenite::stream::MaybeTlsStream;
@@ -97,17 +97,7 @@ impl World {
     fn new(tag: &str) -> World {
         let dir = temp_dir(tag);
         let server = BlockingServer::start(
-            ServeConfig {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                state_dir: dir.join("server"),
-                tls: None,
-                cloud: Vec::new(),
-                public_url: None,
-                rate_limits: Default::default(),
-                terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
-                heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
-                limits: Default::default(),
-            },
+            common::serve_config(dir.join("server"), Vec::new()),
             Registry::new(),
             2,
         )

@@ -130,17 +130,10 @@ impl Bench {
         let dir = common::temp_dir("waits");
         let server = BlockingServer::start(
             ServeConfig {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                state_dir: dir.join("server"),
-                tls: None,
-                cloud: Vec::new(),
-                public_url: None,
                 // Registering 10,000 waits from one address is this bench's setup, not what it
                 // measures.
                 rate_limits: RateLimits::new(1_000_000.0, 1_000_000.0),
-                terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
-                heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
-                limits: Default::default(),
+                ..common::serve_config(dir.join("server"), Vec::new())
             },
             Registry::new(),
             2,

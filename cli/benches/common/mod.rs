@@ -105,6 +105,22 @@ impl Drop for Daemon {
     }
 }
 
+/// A server's configuration for a bench: a free loopback port, no TLS, `state_dir`, `cloud`
+/// as its own executors, every default.
+pub fn serve_config(state_dir: PathBuf, cloud: Vec<Environment>) -> ServeConfig {
+    ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        state_dir,
+        tls: None,
+        cloud,
+        public_url: None,
+        rate_limits: Default::default(),
+        terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
+        heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
+        limits: Default::default(),
+    }
+}
+
 /// A real server on a free loopback port with a temporary state folder (wasm as its `cloud`
 /// executor), and a client that keeps its connections; removed when dropped.
 pub struct World {
@@ -125,17 +141,7 @@ impl World {
     pub fn new(tag: &str) -> World {
         let dir = temp_dir(tag);
         let server = BlockingServer::start(
-            ServeConfig {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                state_dir: dir.join("server"),
-                tls: None,
-                cloud: vec![Environment::Wasm],
-                public_url: None,
-                rate_limits: Default::default(),
-                terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
-                heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
-                limits: Default::default(),
-            },
+            serve_config(dir.join("server"), vec![Environment::Wasm]),
             Registry::new(),
             2,
         )
