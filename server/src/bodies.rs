@@ -22,10 +22,11 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// The most slots a daemon may offer.
-pub const MAX_SLOTS: u32 = 8;
-/// The slots a daemon offers when it names none.
-pub const DEFAULT_SLOTS: u32 = 2;
+/// The most slots a daemon may offer (the protocol's limit, defined in the core).
+pub const MAX_SLOTS: u32 = outpost_core::wire::MAX_CONCURRENT_LIMIT;
+/// The slots a daemon offers when it names none (the protocol's default, defined in the
+/// core).
+pub const DEFAULT_SLOTS: u32 = outpost_core::wire::DEFAULT_MAX_CONCURRENT;
 /// The longest an execution request may wait for its end, in seconds.
 pub const MAX_WAIT_SECS: u64 = 300;
 /// How long an execution request waits when it names no `waitSecs`.

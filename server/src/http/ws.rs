@@ -30,9 +30,9 @@ pub(crate) const READ_BUFFER: usize = 4096;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Close code: frame over the size limit.
-const TOO_LARGE: u16 = 1009;
+const TOO_LARGE: u16 = outpost_core::wire::close_code::MESSAGE_TOO_BIG;
 /// Close code: the server could not keep up with this connection.
-const QUEUE_FULL: u16 = 1011;
+const QUEUE_FULL: u16 = outpost_core::wire::close_code::INTERNAL_ERROR;
 
 /// The WebSocket message for `out`, and whether it closes the connection.
 fn message_of(out: ToConn) -> (Message, bool) {
