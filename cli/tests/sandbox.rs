@@ -248,7 +248,27 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
     // Without `confine: false`, ana's run is sandboxed all the same.
     let asked = run(&server, &ana, capability(&read, ""));
     assert_eq!(answers(&asked), ["read-ssh: no"], "{asked}");
-    daemon.kill();
+    // Once a sandboxed run is over, the daemon keeps a warm sandbox ready for the next one,
+    // and a daemon that stops takes it, and its private folder, with it.
+    let pid = daemon.pid();
+    let warm = || -> Vec<String> {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("outpost-run-warm-{pid}-")))
+            .collect()
+    };
+    common::wait_for("the daemon's warm sandbox", || {
+        (!warm().is_empty()).then_some(())
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(daemon.wait_exit(), 0, "{}", daemon.log_tail(20));
+    assert!(warm().is_empty(), "{:?}", warm());
 }
 
 #[test]

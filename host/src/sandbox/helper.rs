@@ -362,38 +362,33 @@ fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
         }
         own
     };
+    // A warm helper shows the system folders now and the run's own once it comes; a cold
+    // one shows them all at once.
+    let visible: Vec<PathBuf> = if args.warm {
+        system
+    } else {
+        system.into_iter().chain(own(args)).collect()
+    };
+    let cwd = std::env::current_dir().ok();
+    let made = match kernel::NewRoot::begin(root, &visible) {
+        Ok(made) => made,
+        Err(why) => return refuse(why),
+    };
+    if args.net != Some(NetArg::Host)
+        && let Err(why) = kernel::loopback_up()
+    {
+        return refuse(why);
+    }
     let warm_run;
-    let (run, made, shown_late, cwd) = if args.warm {
-        let made = match kernel::NewRoot::begin(root, &system) {
-            Ok(made) => made,
-            Err(why) => return refuse(why),
-        };
-        if args.net != Some(NetArg::Host)
-            && let Err(why) = kernel::loopback_up()
-        {
-            return refuse(why);
-        }
+    let (run, shown_late, cwd) = if args.warm {
         // Everything that does not depend on the run is made: wait for it.
         warm_run = match read_run(args) {
             Ok(run) => run,
             Err(why) => return refuse(why),
         };
-        let late = own(&warm_run);
-        let cwd = warm_run.cwd.clone();
-        (&warm_run, made, late, cwd)
+        (&warm_run, own(&warm_run), warm_run.cwd.clone())
     } else {
-        let cwd = std::env::current_dir().ok();
-        let visible: Vec<PathBuf> = system.iter().cloned().chain(own(args)).collect();
-        let made = match kernel::NewRoot::begin(root, &visible) {
-            Ok(made) => made,
-            Err(why) => return refuse(why),
-        };
-        if args.net != Some(NetArg::Host)
-            && let Err(why) = kernel::loopback_up()
-        {
-            return refuse(why);
-        }
-        (args, made, Vec::new(), cwd)
+        (args, Vec::new(), cwd)
     };
     if let Err(why) = made.enter(&shown_late, &run.hide, cwd.as_deref()) {
         return refuse(why);

@@ -281,7 +281,9 @@ pub fn prepare(
     config: &SandboxConfig,
     report: EgressReport,
 ) -> Result<Sandboxed, ExecError> {
-    prepare_within(&Bounds::of(launch), program, args, config, report)
+    let bounds = Bounds::of(launch);
+    let helper = checked_helper(&bounds, config)?;
+    sandbox_cold(&bounds, program, args, helper, report)
 }
 
 /// What a sandboxed process may use: a run's (from its [`Launch`]), or a wait's `exec`.
@@ -317,15 +319,15 @@ impl Bounds {
     }
 }
 
-/// As [`prepare`], for any [`Bounds`].
-pub fn prepare_within(
+/// A run whose helper starts when it comes: a new private folder for it, and the helper's
+/// arguments there.
+fn sandbox_cold(
     bounds: &Bounds,
     program: PathBuf,
     args: Vec<OsString>,
-    config: &SandboxConfig,
+    helper: PathBuf,
     report: EgressReport,
 ) -> Result<Sandboxed, ExecError> {
-    let helper = checked_helper(bounds, config)?;
     let scratch = scratch_folder(&bounds.run_id)?;
     make_private_folders(&scratch)?;
     sandbox_in(bounds, program, args, helper, scratch, report)
@@ -537,10 +539,8 @@ pub fn spawn_piped(
         let _ = warm.child.kill();
         let _ = warm.child.wait();
     }
-    let scratch = scratch_folder(&bounds.run_id)?;
-    make_private_folders(&scratch)?;
     let then_warm = net.map(|net| (helper.clone(), net));
-    let mut boxed = sandbox_in(bounds, program, args, helper, scratch, report)?;
+    let mut boxed = sandbox_cold(bounds, program, args, helper, report)?;
     boxed.guard.then_warm = then_warm;
     let child = Command::new(&boxed.program)
         .args(&boxed.args)
