@@ -22,13 +22,19 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
     // Watch the package's folder, or its parent while it is absent (so that installing the
-    // package rebuilds the bundle); never further up, which cargo would scan in full.
-    if let Some(watched) = [Some(dir.as_path()), dir.parent()]
+    // package rebuilds the bundle); never further up, which cargo would scan in full. Where
+    // neither is there, the package's own (missing) manifest is watched: cargo runs this
+    // again on every build until it appears.
+    match [Some(dir.as_path()), dir.parent()]
         .into_iter()
         .flatten()
         .find(|p| p.exists() && p.parent().is_some())
     {
-        println!("cargo:rerun-if-changed={}", watched.display());
+        Some(watched) => println!("cargo:rerun-if-changed={}", watched.display()),
+        None => println!(
+            "cargo:rerun-if-changed={}",
+            dir.join("package.json").display()
+        ),
     }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let code = match bundle(&dir) {

@@ -38,9 +38,9 @@ use std::time::{Duration, Instant};
 
 use common::{Daemon, temp_dir};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use outpost_adapters::daemon::HostKind;
 use outpost_core::executor::Registry;
 use outpost_core::join::Join;
+use outpost_daemon::HostKind;
 use outpost_exec_pty::PtyExecutor;
 use outpost_server::BlockingServer;
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};

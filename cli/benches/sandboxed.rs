@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 
 use common::{Daemon, World};
 use criterion::Criterion;
-use outpost_adapters::daemon::HostKind;
 use outpost_core::executor::Registry;
 use outpost_core::grant::{ConfinementPolicy, LocalPolicy};
+use outpost_daemon::HostKind;
 use outpost_exec_shell::{ShellConfig, ShellExecutor};
 use outpost_host::sandbox::{self, SandboxConfig};
 use serde_json::{Value, json};

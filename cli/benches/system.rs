@@ -41,10 +41,10 @@ use std::time::Duration;
 
 use common::{Daemon, World, temp_dir};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use outpost_adapters::daemon::{HostKind, OwnedHost};
 use outpost_adapters::runtime::{Link, LinkEvent};
 use outpost_adapters::tls::Trust;
 use outpost_core::executor::Registry;
+use outpost_daemon::{HostKind, OwnedHost};
 use outpost_exec_wasm::{WasmConfig, WasmExecutor};
 use serde_json::{Value, json};
 

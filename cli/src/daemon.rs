@@ -10,24 +10,20 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context as _;
-use outpost_adapters::daemon::lock::SERVICE_VAR;
-use outpost_adapters::daemon::{
+use outpost_core::join::Join;
+use outpost_core::keyset::RootKey;
+use outpost_daemon::DRAIN_LIMIT;
+use outpost_daemon::lock::SERVICE_VAR;
+use outpost_daemon::service::{self, ServiceAction};
+use outpost_daemon::{
     DaemonError, DaemonExit, DaemonOptions, HostKind, Launcher, OwnedHost, ServerChoice,
     StopSignal, run_daemon, update,
 };
-use outpost_core::join::Join;
-use outpost_core::keyset::RootKey;
 use outpost_host::{HOME_VAR, OwnerFolders};
 
 use crate::executors;
-use crate::service::{self, ServiceAction};
-
-/// The longest a drain waits for runs in flight and host commands before it stops at once
-/// (their results stay in the outbox for the next start). The service units give the daemon this long and more.
-pub const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 
 /// Exit status for a configuration the owner must fix (bad join, bad home, key mode).
 const EXIT_CONFIG: u8 = 78;
@@ -174,7 +170,11 @@ fn default_name() -> String {
 
 pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
     if let Some(action) = args.action.take() {
-        return Ok(service::run(action, args.home.as_deref()));
+        return Ok(service::run(
+            action,
+            args.home.as_deref(),
+            &mut crate::stdout::lock(),
+        ));
     }
     let launcher = match Launcher::from_var(std::env::var(SERVICE_VAR).ok().as_deref()) {
         Ok(launcher) => launcher,
@@ -226,7 +226,7 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
         local,
         features,
         seed: 0,
-        passphrase: std::env::var(outpost_adapters::daemon::key::PASSPHRASE_VAR).ok(),
+        passphrase: std::env::var(outpost_daemon::key::PASSPHRASE_VAR).ok(),
         launcher,
     };
     let registry = executors::registry(
@@ -234,7 +234,7 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
         Some(folders.wasm_cache()),
         true,
     );
-    let host = OwnedHost::new(args.host).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let host = OwnedHost::new(args.host).map_err(DaemonError::Runtime)?;
     let stop = stop_on_signals()?;
     let ended = run_daemon(options, registry, host.host.clone(), stop);
     outpost_host::sandbox::retire_warm_helpers();

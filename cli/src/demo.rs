@@ -10,13 +10,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use outpost_adapters::daemon::{
-    DaemonOptions, HostKind, OwnedHost, ServerChoice, StopSignal, run_daemon,
-};
 use outpost_core::grant::LocalPolicy;
 use outpost_core::join::Join;
 use outpost_core::server::ExecutionStatus;
 use outpost_core::wire::Environment;
+use outpost_daemon::{DaemonOptions, HostKind, OwnedHost, ServerChoice, StopSignal, run_daemon};
 use outpost_host::{HOME_VAR, OwnerFolders};
 use outpost_server::{BlockingServer, ServeConfig};
 use serde_json::{Value, json};
@@ -182,7 +180,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
         features: Vec::new(),
         seed: 0,
         passphrase: None,
-        launcher: outpost_adapters::daemon::Launcher::Terminal,
+        launcher: outpost_daemon::Launcher::Terminal,
     };
     let registry = executors::registry(
         &executors::DAEMON_ENVIRONMENTS,

@@ -18,7 +18,7 @@ use anyhow::Context as _;
 use serde_json::{Value, json};
 
 /// The bridge's socket in the run's folder.
-const DEFAULT_SOCKET: &str = outpost_adapters::daemon::COMMANDS_SOCKET;
+const DEFAULT_SOCKET: &str = outpost_daemon::COMMANDS_SOCKET;
 
 /// `outpost command …`.
 #[derive(clap::Args)]

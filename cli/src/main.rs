@@ -14,6 +14,10 @@
 //! `outpost confine …` is hidden: the helper every sandboxed shell and terminal run starts
 //! through (see `outpost_host::sandbox`). It is dispatched before the command line is parsed,
 //! so its exit statuses (125, 126) and its program's arguments pass untouched.
+//!
+//! This crate owns the command line and the executor registry (`executors`, the one place
+//! that picks executors). It never speaks the protocol itself: the daemon (`outpost-daemon`),
+//! the server (`outpost-server`) and the core do.
 
 /// std's `println!`, except that a reader gone (EPIPE) ends the command quietly: see
 /// [`stdout`].
@@ -43,7 +47,6 @@ mod policy;
 mod run;
 mod sandbox_view;
 mod serve;
-mod service;
 mod stdout;
 
 use std::path::PathBuf;
@@ -627,7 +630,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             client::manage::audit(&api, limit, json)
         }
         Command::Version { json } => {
-            let version = outpost_adapters::daemon::update::running_version();
+            let version = outpost_daemon::update::running_version();
             if json {
                 println!(
                     "{}",

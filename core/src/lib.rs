@@ -11,15 +11,23 @@
 //! | module | owns |
 //! |---|---|
 //! | [`json`] | the strict JSON reader (duplicate keys, floats, depth, lone surrogates refused) and RFC 8785 canonical output |
+//! | [`b64`] | strict base64url without padding, the encoding of every key and signature |
 //! | [`wire`] | typed frames for both directions and the length-prefixed stream codec |
-//! | [`sign`] | signed server frames: the `Signer` trait, the signing input, the per-session verifier |
-//! | [`keyset`] | server frame key sets signed by pinned root keys, and the test root |
+//! | [`sign`] | signed server frames: the `Signer` trait, the signing input, the per-session verifier; and [`keyset`] (`sign::keyset`), server frame key sets signed by pinned root keys, and the test root |
 //! | [`httpsig`] | HTTP Message Signatures (RFC 9421) and `Content-Digest` (RFC 9530) |
 //! | [`replay`] | the bounded nonce cache that refuses replayed or stale signed requests |
 //! | [`ticket`] | single-use connect tickets |
 //! | [`join`] | the join string a server prints and a daemon pins its root from; machine key ids |
+//! | [`release`] | signed daemon releases and the checks before a daemon runs one |
 //! | [`record`] | the versioned, strictly read envelope of the server's and the daemon's durable records |
 //! | [`time`] | the host-supplied clock values: wall time and a monotonic instant |
+//! | [`rng`] | a small seeded generator for jitter and the simulation (never for secrets) |
+//! | [`manifest`] | capability manifests, parsed and validated before anything runs |
+//! | [`executor`] | the executor trait every environment implements, and the registry that picks one |
+//! | [`grant`] | grants applied on the machine: folders, egress, the owner's local policy |
+//! | [`gate`] | the egress gate's protocol between a run's client and the gate |
+//! | [`routing`] | where an execute goes (a context, the caller's chain) and who may use a context |
+//! | [`wait`] | condition waits on the daemon: the re-check schedule and the rows that survive a crash |
 //! | [`daemon`], [`session`], [`server`] | the three roles' state machines |
 //! | [`terminal`] | an interactive terminal's relay between its runner and its viewers, and the replay ring |
 //! | `sim` | in-memory harnesses and the seeded simulation, behind the `test-support` feature |
@@ -40,7 +48,6 @@ pub mod grant;
 pub mod httpsig;
 pub mod join;
 pub mod json;
-pub mod keyset;
 pub mod manifest;
 pub mod record;
 pub mod release;
@@ -50,6 +57,7 @@ pub mod routing;
 pub mod server;
 pub mod session;
 pub mod sign;
+pub use sign::keyset;
 #[cfg(any(test, feature = "test-support"))]
 pub mod sim;
 pub mod terminal;

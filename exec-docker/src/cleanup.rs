@@ -16,7 +16,7 @@ use outpost_core::executor::ExecError;
 
 use crate::DockerExecutor;
 use crate::engine::engine_error;
-use crate::spec::{LABEL_MANAGED, LABEL_OWNER};
+use crate::{LABEL_MANAGED, LABEL_OWNER};
 
 /// Removes a container (killing it if it still runs) and its anonymous volumes. A container
 /// already gone counts as removed; a refusal is retried a few times before it is reported.

@@ -105,7 +105,7 @@ pub(crate) async fn open(
     labels: std::collections::HashMap<String, String>,
     name: &str,
     address: &str,
-    live: &crate::run::Live,
+    live: &crate::Live,
 ) -> Result<RunGate, ExecError> {
     let refuse = |why: String| {
         ExecError::EgressRefused(format!(

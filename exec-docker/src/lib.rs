@@ -52,11 +52,23 @@ pub use image::{
     Ensured, ImageError, LABEL_SOURCE, busybox_rootfs, ensure_busybox_image, import_rootfs,
     source_digest,
 };
+
+/// Labels every container of ours carries (the spec sets them, the cleanup finds ours by
+/// them).
+pub const LABEL_MANAGED: &str = "dev.outpost.managed";
+/// The run id label.
+pub const LABEL_RUN: &str = "dev.outpost.run-id";
+/// The capability name label.
+pub const LABEL_CAPABILITY: &str = "dev.outpost.capability";
+/// The process whose executor created the container (see `DockerExecutor::remove_orphans`).
+pub const LABEL_OWNER: &str = "dev.outpost.owner";
+
+/// The containers of this executor's runs that are up now, by id (the holders of egress
+/// gates too): what a cancel or a drop removes.
+pub(crate) type Live = std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>;
 pub use run::DockerRun;
-pub use spec::{LABEL_CAPABILITY, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN};
 
 use engine::{Connected, engine_address};
-use run::Live;
 use spec::SpecSettings;
 
 /// How the Docker executor is set up.

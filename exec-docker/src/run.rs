@@ -6,7 +6,6 @@
 //! channel that carries the one [`Outcome`]. The outcome is sent only after the container is
 //! removed, so a caller that saw it can rely on `docker ps -a` no longer listing it.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -37,8 +36,7 @@ const OOM_FLAG_PAUSE: Duration = Duration::from_millis(100);
 pub(crate) type OutputStream =
     std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 
-/// The containers this executor has created and not yet removed.
-pub(crate) type Live = Arc<Mutex<HashSet<String>>>;
+use crate::Live;
 
 /// Everything the driver task needs.
 pub(crate) struct Driver {

@@ -26,9 +26,6 @@
 //! current executable unless [`ShellConfig::sandbox`] names another that dispatches it.
 #![forbid(unsafe_code)]
 
-mod commands;
-mod process;
-
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -39,12 +36,8 @@ use outpost_core::wire::Environment;
 use outpost_host::sandbox::{self, SandboxConfig};
 use outpost_host::{GateEvent, check_cwd, resolve_entry};
 
-pub use commands::{
-    AUDIT_COMMAND_CHARS, AuditEvent, CommandError, CommandRequest, CommandSandbox, HostCommands,
-    JobId, JobStatus,
-};
+use outpost_host::process::{self, ProcessRun};
 pub use outpost_host::{PASSTHROUGH_VARS, run_environment};
-pub use process::ShellRun;
 
 /// How the shell executor behaves.
 #[derive(Debug, Clone)]
@@ -112,7 +105,7 @@ impl Executor for ShellExecutor {
 impl ShellExecutor {
     /// Checks and starts a shell capability. A `service` has no deadline and learns its port
     /// from `PORT`.
-    pub(crate) fn spawn(&self, launch: Launch, service: bool) -> Result<ShellRun, ExecError> {
+    pub(crate) fn spawn(&self, launch: Launch, service: bool) -> Result<ProcessRun, ExecError> {
         let started = Instant::now();
         let manifest = &launch.manifest;
         if manifest.environment != Environment::Shell {
@@ -157,7 +150,7 @@ impl ShellExecutor {
                 report,
             }
         });
-        ShellRun::spawn(process::Spawn {
+        ProcessRun::spawn(process::Spawn {
             run_id: launch.run_id.clone(),
             sandbox,
             refusals,

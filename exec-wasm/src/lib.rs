@@ -16,13 +16,20 @@
 //! Compiled modules are cached in memory and on disk (see [`ModuleCache`]); instantiation goes
 //! through a cached `InstancePre` and the pooling allocator, so an ondemand call costs a new
 //! store, a WASI context and an instantiation. A persistent module runs on its own thread
-//! until it exits or is cancelled.
+//! until it exits or is cancelled. The engine's epoch advances only while a module runs (see
+//! `ticker`): an idle executor costs no wake-ups.
+//!
+//! This crate owns the engine, the module cache and each run's store. It never gives a
+//! module a host path the launch's mounts do not hold, never links an import beyond WASI
+//! preview1, and never starts an async runtime (wasmtime-wasi's output streams only borrow
+//! tokio's `AsyncWrite` trait).
 #![deny(unsafe_code)]
 
 mod cache;
 mod pipe;
 mod pool;
 mod run;
+mod ticker;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -92,7 +99,8 @@ struct Ready {
     linker: Linker<RunState>,
     cache: ModuleCache,
     pres: Mutex<HashMap<[u8; 32], InstancePre<RunState>>>,
-    ticking: Arc<AtomicBool>,
+    /// Advances the epoch while a store runs.
+    ticker: ticker::EpochTicker,
 }
 
 /// Runs wasm capabilities. See the crate docs.
@@ -134,14 +142,7 @@ impl WasmExecutor {
                 .map_err(|e| e.to_string())?;
             let cache = ModuleCache::new(engine.clone(), config.cache_dir.clone())
                 .map_err(|e| e.to_string())?;
-            let ticking = Arc::new(AtomicBool::new(true));
-            let (ticker_engine, flag, tick) = (engine.clone(), ticking.clone(), config.tick);
-            std::thread::spawn(move || {
-                while flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(tick);
-                    ticker_engine.increment_epoch();
-                }
-            });
+            let ticker = ticker::EpochTicker::start(engine.clone(), config.tick);
             Ok(Ready {
                 pool: pool::RunPool::default(),
                 entries: Mutex::new(HashMap::new()),
@@ -149,11 +150,11 @@ impl WasmExecutor {
                 linker,
                 cache,
                 pres: Mutex::new(HashMap::new()),
-                ticking,
+                ticker,
             })
         })();
         let description = format!(
-            "wasmtime 48 (cranelift, pooling allocator for {} instances, epoch every {} ms, cache {})",
+            "wasmtime 48 (cranelift, pooling allocator for {} instances, epoch every {} ms while a module runs, cache {})",
             config.pool_size,
             config.tick.as_millis(),
             config
@@ -180,14 +181,6 @@ impl WasmExecutor {
                 reason: format!("the wasmtime engine could not start: {reason}"),
                 remedy: "check the machine's virtual memory limits (ulimit -v)".into(),
             })
-    }
-}
-
-impl Drop for WasmExecutor {
-    fn drop(&mut self) {
-        if let Ok(r) = &self.ready {
-            r.ticking.store(false, Ordering::Relaxed);
-        }
     }
 }
 
@@ -282,7 +275,12 @@ impl WasmExecutor {
         store.set_epoch_deadline(1);
         let setup = begun.elapsed();
         let started = Instant::now();
-        let mut job = move || run_start(&pre, &mut store);
+        // The epoch advances from now until the store is done with (run, or dropped unrun).
+        let ticking = ready.ticker.hold();
+        let mut job = move || {
+            let _ticking = &ticking;
+            run_start(&pre, &mut store)
+        };
         let pending = if manifest.lifecycle == Lifecycle::Persistent {
             // A service keeps a thread of its own for its whole life.
             std::thread::spawn(move || {

@@ -24,6 +24,13 @@
 //! - **The egress gate** ([`Gate`]): the proxy a run's allowlist egress goes through.
 //! - **The sandbox** ([`sandbox`]): Landlock and namespaces around every shell and terminal
 //!   run, its helper process, and the probe of what the kernel can enforce.
+//! - **A process run to its end** ([`process::ProcessRun`]): a process group, its captured
+//!   output, its deadline → SIGTERM → grace → SIGKILL; the shell executor's runs and host
+//!   commands both go through it.
+//! - **A run to its end** ([`run_to_end`], [`Cancel`]): the one wait-and-cancel loop of the
+//!   daemon's runner and the server's `cloud` executor; a cancel wakes the waiter.
+//! - **Host commands** ([`HostCommands`]): what a live operator's run asks the machine to
+//!   execute, outside any capability, behind the owner's and the server's switches, audited.
 //!
 //! Executors depend on `outpost-core` and this crate, never on each other.
 // One `unsafe` block in the crate: the sandbox helper's fork(2) of a single-threaded process
@@ -31,7 +38,9 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod commands;
 mod env;
+mod finish;
 mod gate;
 mod launch;
 mod manifests;
@@ -39,10 +48,16 @@ mod owner;
 mod pack;
 mod paths;
 mod private;
+pub mod process;
 pub mod sandbox;
 mod services;
 
+pub use commands::{
+    AUDIT_COMMAND_CHARS, AuditEvent, CommandError, CommandRequest, CommandSandbox, CommandsConfig,
+    HostCommands, JobId, JobStatus,
+};
 pub use env::{PASSTHROUGH_VARS, run_environment};
+pub use finish::{Cancel, run_to_end};
 pub use gate::{Gate, GateEvent, GatePolicy, HANDSHAKE_TIMEOUT, MAX_CLIENTS};
 pub use launch::{
     LaunchContext, LaunchError, Materialized, PreparedLaunch, SkippedFolder, grant_mounts,

@@ -145,7 +145,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     .encode();
     state::write_secret(&dir.join("join"), format!("{join}\n").as_bytes())?;
 
-    let (terminals, terminals_rx) = crate::terminals::Terminals::channel();
+    let (terminals, terminals_rx) = crate::dispatch::terminals::Terminals::channel();
     let shared = Arc::new(Shared {
         store: store.clone(),
         clock,
@@ -179,8 +179,12 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     dispatcher.settle()?;
     let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);
     let dispatch_task = tokio::spawn(dispatcher.run(rx));
-    let terminals =
-        crate::terminals::Actor::new(clock, store.clone(), tx.clone(), config.terminal_idle);
+    let terminals = crate::dispatch::terminals::Actor::new(
+        clock,
+        store.clone(),
+        tx.clone(),
+        config.terminal_idle,
+    );
     tokio::spawn(terminals.run(terminals_rx));
 
     let scheme = if config.tls.is_some() {

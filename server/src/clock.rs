@@ -47,3 +47,11 @@ pub(crate) fn wall_now() -> UnixTime {
             .unwrap_or(0),
     )
 }
+
+/// Wall-clock milliseconds since the Unix epoch (zero before 1970): what wait rows and their
+/// events are stamped with.
+pub(crate) fn wall_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -7,6 +7,10 @@
 //! The public API is [`start`] with a [`ServeConfig`], the [`Running`] server it returns,
 //! and [`bodies`], the decoders of the request bodies (public so they can be fuzzed alone).
 //! Everything else — the store, the dispatcher actor, the routes — stays inside.
+//!
+//! It owns the server's state and its answers. It never decides what the protocol allows
+//! (the core's dispatcher and session machines do), never trusts a body before its strict
+//! decoder read it, and never answers a caller's bad input with a 500.
 #![forbid(unsafe_code)]
 
 mod blocking;
@@ -26,7 +30,6 @@ mod serve;
 mod state;
 mod store;
 mod sweep;
-mod terminals;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

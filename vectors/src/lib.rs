@@ -8,6 +8,10 @@
 //! check` verifies them. The generator (feature `generate`) needs the test root's private keys;
 //! the checker, which the `outpost` binary embeds, needs public keys only.
 //! The format is documented in `vectors/README.md`.
+//!
+//! This crate owns the vectors' files and their meaning. It never changes a published vector
+//! in place (a change of the protocol is a new vector) and the checker never needs a private
+//! key.
 
 pub mod check;
 #[cfg(feature = "generate")]

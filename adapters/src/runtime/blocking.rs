@@ -8,7 +8,6 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd as _;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use rustls::pki_types::ServerName;
@@ -19,10 +18,6 @@ use super::link::{
     ws_config,
 };
 use super::{EventFn, Host, Link, LinkEvent, redact, target_of};
-
-/// How long the thread waits in `poll(2)` before it looks at the socket anyway (a backstop:
-/// the socket and the wake-up pipe wake it first).
-pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// A [`Host`] on std threads: blocking work on a pool of reused threads, one thread per
 /// WebSocket.
@@ -129,7 +124,6 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
     let mut close_deadline: Option<std::time::Instant> = None;
     // Bytes tungstenite holds because the socket would not take them yet.
     let mut unflushed = false;
-    let timeout = PollTimeout::try_from(POLL_INTERVAL).unwrap_or(PollTimeout::NONE);
     'conn: loop {
         if unflushed {
             match ws.flush() {
@@ -202,9 +196,16 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
             PollFd::new(control.as_fd(), wanted),
             PollFd::new(wake_rx.as_fd(), PollFlags::POLLIN),
         ];
-        if close_deadline.is_some_and(|at| std::time::Instant::now() >= at) {
-            break; // The peer never answered the close: drop the connection.
-        }
+        // Nothing to wait for but the socket and the pipe, so no timeout (no wake-ups on an
+        // idle connection: the peer's pings and the driver's sends wake it), except for the
+        // peer's answer to a close this side sent.
+        let timeout = match close_deadline {
+            Some(at) => match at.checked_duration_since(std::time::Instant::now()) {
+                Some(left) => PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX),
+                None => break, // The peer never answered the close: drop the connection.
+            },
+            None => PollTimeout::NONE,
+        };
         let _ = poll(&mut fds, timeout);
         let mut drained = [0u8; 64];
         while matches!(wake_rx.read(&mut drained), Ok(n) if n > 0) {}

@@ -15,6 +15,7 @@
 //! a frame's content and never decides what to do about a close.
 
 mod blocking;
+mod choice;
 mod link;
 mod pool;
 #[cfg(feature = "smol")]
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use blocking::BlockingHost;
+pub use choice::{HostKind, OwnedHost};
 pub use link::{
     CLOSE_WAIT, CONNECT_TIMEOUT, Inbound, Link, LinkEvent, MAX_MESSAGE_LEN, MAX_UNREAD,
 };

@@ -2,9 +2,6 @@
 //! or TLS with an rcgen self-signed certificate for `localhost`.
 #![allow(dead_code)]
 
-#[allow(dead_code)]
-pub mod proxy;
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;

@@ -5,14 +5,14 @@
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 
-use outpost_adapters::daemon::{
-    DaemonError, DaemonExit, DaemonOptions, HostKind, OwnedHost, ServerChoice, StopSignal,
-    run_daemon,
-};
 use outpost_core::executor::Registry;
 use outpost_core::grant::LocalPolicy;
 use outpost_core::join::Join;
 use outpost_core::wire::Environment;
+use outpost_daemon::{
+    DaemonError, DaemonExit, DaemonOptions, HostKind, OwnedHost, ServerChoice, StopSignal,
+    run_daemon,
+};
 use outpost_host::{HOME_VAR, OwnerFolders};
 use outpost_server::{BlockingServer, ServeConfig};
 use serde_json::Value;
@@ -78,7 +78,7 @@ impl Daemon {
             features: Vec::new(),
             seed: 1,
             passphrase: None,
-            launcher: outpost_adapters::daemon::Launcher::Terminal,
+            launcher: outpost_daemon::Launcher::Terminal,
         };
         let host = OwnedHost::new(kind).unwrap();
         let stop = StopSignal::new();

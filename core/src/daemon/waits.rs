@@ -78,10 +78,7 @@ impl Daemon {
             match self.waits.poll_output() {
                 wait::Output::Save(row) => {
                     let written_ms = self.journal.wall_ms(self.now.instant);
-                    self.outputs.push_back(Output::SaveWait {
-                        row: Box::new(row),
-                        written_ms,
-                    });
+                    self.outputs.push_back(Output::SaveWait { row, written_ms });
                 }
                 wait::Output::Forget { wait_id } => {
                     self.outputs.push_back(Output::ForgetWait { wait_id })

@@ -207,6 +207,13 @@ pub trait RunHandle: Send {
         None
     }
 
+    /// What another thread can call to end a [`RunHandle::wait`] in progress early (that wait
+    /// returns `Ok(None)`), so a cancel is acted on at once instead of at the wait's timeout.
+    /// `None` where a wait cannot be woken: its waiter then waits in short slices.
+    fn wait_waker(&self) -> Option<WaitWaker> {
+        None
+    }
+
     /// A terminal run's keystroke and output halves, the first time it is asked; `None` for
     /// every other environment and on every later call. Once taken, the run's output arrives
     /// only through [`Terminal::output`], never through [`RunHandle::read_output`].
@@ -214,6 +221,10 @@ pub trait RunHandle: Send {
         None
     }
 }
+
+/// Ends a [`RunHandle::wait`] in progress early; callable from any thread, any number of
+/// times.
+pub type WaitWaker = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 /// One environment's executor.
 pub trait Executor: Send + Sync {

@@ -3,33 +3,12 @@
 //!
 //! A terminal's output is not captured into [`super::Outcome`]'s streams as it arrives: the
 //! host reads it through [`TerminalOutput`] and relays it, and [`super::RunHandle::wait`]
-//! still reports how the program ended. This module owns the two traits and the size type;
-//! it opens no terminal itself.
+//! still reports how the program ended. This module owns the two traits (the size type is the
+//! manifest's, where a capability first names it); it opens no terminal itself.
 
 use super::ExecError;
 
-/// A terminal's size in character cells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct TerminalSize {
-    /// Columns, at least 1.
-    pub cols: u16,
-    /// Rows, at least 1.
-    pub rows: u16,
-}
-
-impl TerminalSize {
-    /// 80 × 24, what a terminal opens with when nobody says otherwise.
-    pub const DEFAULT: TerminalSize = TerminalSize { cols: 80, rows: 24 };
-
-    /// The size with each side clamped to 1..=1000, so a peer's zero or absurd size cannot
-    /// reach the kernel.
-    pub fn clamped(cols: u16, rows: u16) -> TerminalSize {
-        TerminalSize {
-            cols: cols.clamp(1, 1000),
-            rows: rows.clamp(1, 1000),
-        }
-    }
-}
+pub use crate::manifest::TerminalSize;
 
 /// Where keystrokes and size changes go.
 pub trait TerminalInput: Send {

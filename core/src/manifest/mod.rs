@@ -19,8 +19,30 @@ use serde::{Deserialize, Serialize};
 
 pub use permission::{Permission, PermissionVerb};
 
-use crate::executor::TerminalSize;
 use crate::wire::{Environment, FolderMode};
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct TerminalSize {
+    /// Columns, at least 1.
+    pub cols: u16,
+    /// Rows, at least 1.
+    pub rows: u16,
+}
+
+impl TerminalSize {
+    /// 80 × 24, what a terminal opens with when nobody says otherwise.
+    pub const DEFAULT: TerminalSize = TerminalSize { cols: 80, rows: 24 };
+
+    /// The size with each side clamped to 1..=1000, so a peer's zero or absurd size cannot
+    /// reach the kernel.
+    pub fn clamped(cols: u16, rows: u16) -> TerminalSize {
+        TerminalSize {
+            cols: cols.clamp(1, 1000),
+            rows: rows.clamp(1, 1000),
+        }
+    }
+}
 
 /// The manifest's file name inside a capability folder.
 pub const MANIFEST_FILE: &str = "manifest.yaml";

@@ -5,11 +5,11 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+use super::TerminalSize;
 use super::{
     Interpreter, Lifecycle, Limits, Manifest, ManifestError, Permission, Volume,
     check_image_command, check_relative_path,
 };
-use crate::executor::TerminalSize;
 use crate::wire::{Environment, FolderMode};
 
 #[derive(Deserialize)]

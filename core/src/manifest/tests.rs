@@ -1,5 +1,5 @@
+use super::TerminalSize;
 use super::*;
-use crate::executor::TerminalSize;
 
 const DAILY_REPORT: &str = r#"
 name: daily-report

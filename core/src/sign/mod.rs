@@ -11,9 +11,13 @@
 //! bytes: a frame cannot be moved to another session, replayed, reordered or attributed to
 //! another key. The signature travels in the frame's `sig` member, base64url without padding.
 //!
-//! This module owns the signing input and the per-session verification state; it never
-//! decides what a verified frame means.
+//! The frame keys themselves come in a key set signed by a root key the daemon pins
+//! ([`keyset`], also `crate::keyset`): the verifier checks frames against it.
+//!
+//! This module owns the signing input, the key sets and the per-session verification state;
+//! it never decides what a verified frame means.
 
+pub mod keyset;
 mod signer;
 mod verifier;
 

@@ -143,19 +143,7 @@ pub enum CheckOutcome {
     Stopped,
 }
 
-/// Why a check failed. Also a member of `wait.matched` and `wait.failed`, so unknown members
-/// are ignored, as in every frame.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase")]
-pub struct CheckError {
-    /// The engine's stable code (`check_deadline`, `ctx_call_limit`, …).
-    pub code: String,
-    /// For people.
-    pub message: String,
-    /// When the check ended, wall-clock milliseconds.
-    pub at_ms: u64,
-}
+pub use crate::wire::CheckError;
 
 /// How a wait ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,8 +258,8 @@ pub enum Input {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
     /// Write this row durably, replacing the wait's previous one, before carrying out any
-    /// later output.
-    Save(WaitRow),
+    /// later output. Boxed: a row is the largest thing a wait outputs.
+    Save(Box<WaitRow>),
     /// Delete the wait's row: the server has its ending.
     Forget {
         /// The wait.

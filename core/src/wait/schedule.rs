@@ -481,7 +481,7 @@ impl Schedule {
             stopping,
             ending,
         };
-        self.outputs.push_back(Output::Save(row));
+        self.outputs.push_back(Output::Save(Box::new(row)));
     }
 
     fn report(&mut self, wait_id: &str) {

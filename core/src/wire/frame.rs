@@ -302,7 +302,7 @@ pub enum DaemonFrame {
         matched_at_ms: u64,
         /// The last failed check's error, if any check failed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        last_error: Option<crate::wait::CheckError>,
+        last_error: Option<super::CheckError>,
     },
     /// A wait's progress after one of its checks ended (the match or failure that ends it
     /// comes as `wait.matched` / `wait.failed` instead). Not acknowledged: a lost one is
@@ -317,7 +317,7 @@ pub enum DaemonFrame {
         consecutive_errors: u32,
         /// The last failed check's error, if any check failed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        last_error: Option<crate::wait::CheckError>,
+        last_error: Option<super::CheckError>,
         /// When the next check is due, Unix milliseconds.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         next_check_at_ms: Option<u64>,
@@ -335,7 +335,7 @@ pub enum DaemonFrame {
         at_ms: u64,
         /// The last failed check's error, if any check failed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        last_error: Option<crate::wait::CheckError>,
+        last_error: Option<super::CheckError>,
     },
 }
 

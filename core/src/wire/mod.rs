@@ -29,8 +29,8 @@ pub(crate) use frame::server_frame_from_value;
 pub use frame::{DAEMON_FRAME_TYPES, DaemonFrame, PTY_WINDOW, SERVER_FRAME_TYPES, ServerFrame};
 pub use result::RunResult;
 pub use types::{
-    CapabilitySource, CommandsGrant, Egress, Environment, ErrorBody, FolderGrant, FolderMode,
-    Grant, GrantLimits, InlineFile, PROTOCOL_VERSION, RunStatus, Timing,
+    CapabilitySource, CheckError, CommandsGrant, Egress, Environment, ErrorBody, FolderGrant,
+    FolderMode, Grant, GrantLimits, InlineFile, PROTOCOL_VERSION, RunStatus, Timing,
 };
 
 use crate::json::JsonError;

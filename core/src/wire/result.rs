@@ -55,4 +55,12 @@ impl RunResult {
             egress_denied: Vec::new(),
         }
     }
+
+    /// [`RunResult::failed`] with an error of this `code` and `message`.
+    pub fn failed_with(code: &str, message: impl Into<String>) -> Self {
+        Self::failed(ErrorBody {
+            code: code.into(),
+            message: message.into(),
+        })
+    }
 }

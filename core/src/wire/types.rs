@@ -228,3 +228,18 @@ pub struct ErrorBody {
     /// What a person should read.
     pub message: String,
 }
+
+/// Why a condition wait's check failed (the daemon's `wait` schedule makes it). Also a
+/// member of `wait.matched` and `wait.failed`, so unknown members
+/// are ignored, as in every frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct CheckError {
+    /// The engine's stable code (`check_deadline`, `ctx_call_limit`, …).
+    pub code: String,
+    /// For people.
+    pub message: String,
+    /// When the check ended, wall-clock milliseconds.
+    pub at_ms: u64,
+}

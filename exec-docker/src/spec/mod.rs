@@ -33,14 +33,7 @@ use outpost_core::executor::{ExecError, Launch};
 use outpost_core::manifest::PermissionVerb;
 use outpost_core::wire::{Egress, FolderMode};
 
-/// Labels every container of ours carries.
-pub const LABEL_MANAGED: &str = "dev.outpost.managed";
-/// The run id label.
-pub const LABEL_RUN: &str = "dev.outpost.run-id";
-/// The capability name label.
-pub const LABEL_CAPABILITY: &str = "dev.outpost.capability";
-/// The process whose executor created the container (see `DockerExecutor::remove_orphans`).
-pub const LABEL_OWNER: &str = "dev.outpost.owner";
+use crate::{LABEL_CAPABILITY, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN};
 
 /// Which network a container joins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,6 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use outpost_core::daemon::Capability;
@@ -20,13 +19,9 @@ use outpost_core::executor::{Allowlists, Launch, Registry, Scope, run_capability
 use outpost_core::grant::CredentialDenylist;
 use outpost_core::manifest::Permission;
 use outpost_core::server::ExecuteRequest;
-use outpost_core::wire::{
-    CapabilitySource, Egress, Environment, ErrorBody, RunResult, bundle_digest,
-};
+use outpost_core::wire::{CapabilitySource, Egress, Environment, RunResult, bundle_digest};
+use outpost_host::Cancel;
 use tokio::sync::mpsc;
-
-/// How often a blocking run checks for a cancel.
-const POLL: Duration = Duration::from_millis(100);
 
 /// The cloud executor.
 pub(crate) struct Cloud {
@@ -35,7 +30,7 @@ pub(crate) struct Cloud {
     runs_dir: PathBuf,
     /// Where bundles named by digest are read from.
     bundles_dir: PathBuf,
-    cancels: HashMap<String, Arc<AtomicBool>>,
+    cancels: HashMap<String, Cancel>,
     tx: mpsc::UnboundedSender<(String, RunResult)>,
     rx: mpsc::UnboundedReceiver<(String, RunResult)>,
 }
@@ -77,7 +72,7 @@ impl Cloud {
 
     /// Starts `request` on a blocking thread.
     pub(crate) fn start(&mut self, request: ExecuteRequest) {
-        let cancel = Arc::new(AtomicBool::new(false));
+        let cancel = Cancel::new();
         self.cancels.insert(request.exec_id.clone(), cancel.clone());
         let registry = self.registry.clone();
         let allowlists = self.allowlists.clone();
@@ -94,7 +89,7 @@ impl Cloud {
                     capability,
                     &cancel,
                 ),
-                Err((code, message)) => failed(code, message),
+                Err((code, message)) => RunResult::failed_with(code, message),
             };
             result.timing.daemon_ms =
                 u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -105,24 +100,17 @@ impl Cloud {
 
     /// Asks a running execution to stop.
     pub(crate) fn cancel(&mut self, exec_id: &str) {
-        if let Some(flag) = self.cancels.get(exec_id) {
-            flag.store(true, Ordering::SeqCst);
+        if let Some(cancel) = self.cancels.get(exec_id) {
+            cancel.raise();
         }
     }
 
     /// Asks every running execution to stop (shutdown).
     pub(crate) fn cancel_all(&mut self) {
-        for flag in self.cancels.values() {
-            flag.store(true, Ordering::SeqCst);
+        for cancel in self.cancels.values() {
+            cancel.raise();
         }
     }
-}
-
-fn failed(code: &str, message: impl Into<String>) -> RunResult {
-    RunResult::failed(ErrorBody {
-        code: code.into(),
-        message: message.into(),
-    })
 }
 
 /// The capability to run: inline as it came, or the bundle a digest names, read from
@@ -159,7 +147,7 @@ fn run(
     runs_dir: &std::path::Path,
     request: &ExecuteRequest,
     capability: Capability,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
 ) -> RunResult {
     let outpost_host::Materialized {
         dir,
@@ -167,7 +155,7 @@ fn run(
         entry_bytes,
     } = match outpost_host::materialize(&capability, runs_dir, &request.exec_id) {
         Ok(done) => done,
-        Err(e) => return failed(e.code(), e.to_string()),
+        Err(e) => return RunResult::failed_with(e.code(), e.to_string()),
     };
     let timeout = Duration::from_millis(manifest.limits.timeout_ms.min(request.timeout_ms));
     let launch = Launch {
@@ -187,20 +175,10 @@ fn run(
     };
     let mut handle = match run_capability(registry, allowlists, launch) {
         Ok(handle) => handle,
-        Err(e) => return failed(e.code(), e.to_string()),
+        Err(e) => return RunResult::failed_with(e.code(), e.to_string()),
     };
-    let mut cancelled = false;
-    loop {
-        if !cancelled && cancel.load(Ordering::SeqCst) {
-            cancelled = true;
-            if let Err(e) = handle.cancel() {
-                return failed(e.code(), e.to_string());
-            }
-        }
-        match handle.wait(POLL) {
-            Ok(Some(outcome)) => return RunResult::from(outcome),
-            Ok(None) => {}
-            Err(e) => return RunResult::from(&e),
-        }
+    match outpost_host::run_to_end(&mut *handle, cancel) {
+        Ok(outcome) => RunResult::from(outcome),
+        Err(e) => RunResult::from(&e),
     }
 }

@@ -7,11 +7,16 @@
 //!
 //! It never blocks on a slow connection (a full queue closes that connection), and it stops
 //! (fail-stop) rather than carry on after the store refused a record.
+//!
+//! [`terminals`] is the terminal relay's own task (viewers, tickets, the core's terminal
+//! machines); it lives under the dispatcher because the two talk both ways through their
+//! channels.
 
 mod cloud;
 mod conns;
 mod ends;
 mod pending;
+pub(crate) mod terminals;
 mod waits;
 
 use std::collections::{HashMap, HashSet};
@@ -112,7 +117,7 @@ pub(crate) struct Shared {
     /// Wakes the routes waiting on an execution once its end is committed.
     pub(crate) ends: Ends,
     /// The terminals actor: terminal output, exits and ends go there.
-    pub(crate) terminals: crate::terminals::Terminals,
+    pub(crate) terminals: crate::dispatch::terminals::Terminals,
     /// What the server holds for its callers at most.
     pub(crate) limits: crate::Limits,
     /// Request bodies in progress (counted by the listener, shown by `/metrics`).
@@ -557,7 +562,10 @@ impl Dispatcher {
                 self.shared.metrics.run_finished(outcome.status().as_str());
                 self.shared
                     .terminals
-                    .send(crate::terminals::finished(exec_id.clone(), &outcome));
+                    .send(crate::dispatch::terminals::finished(
+                        exec_id.clone(),
+                        &outcome,
+                    ));
                 // Its end (and audit row) is committed: wake who waits on it.
                 self.shared.ends.ended(&exec_id);
             }
@@ -572,7 +580,7 @@ impl Dispatcher {
                 // A terminal's keys typed while it started go out now.
                 self.shared
                     .terminals
-                    .send(crate::terminals::TermMsg::Started { exec_id });
+                    .send(crate::dispatch::terminals::TermMsg::Started { exec_id });
             }
             Event::Session { context_id, event } => match event {
                 session::Event::Ready { .. } => {
@@ -608,12 +616,12 @@ impl Dispatcher {
             Event::TerminalOutput { exec_id, data } => {
                 self.shared
                     .terminals
-                    .send(crate::terminals::TermMsg::Output { exec_id, data });
+                    .send(crate::dispatch::terminals::TermMsg::Output { exec_id, data });
             }
             Event::TerminalExit { exec_id, exit_code } => {
                 self.shared
                     .terminals
-                    .send(crate::terminals::TermMsg::Exited { exec_id, exit_code });
+                    .send(crate::dispatch::terminals::TermMsg::Exited { exec_id, exit_code });
             }
             Event::SessionError { context_id, error } => {
                 tracing::warn!(%context_id, error = %error, "a session refused an input");

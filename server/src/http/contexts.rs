@@ -227,7 +227,7 @@ async fn revoke(State(app): State<App>, PathParam(given): PathParam, req: Reques
         let ended = app
             .shared
             .store
-            .end_waits_of_revoked(&entry.id, super::waits::now_ms())?;
+            .end_waits_of_revoked(&entry.id, crate::clock::wall_now_ms())?;
         if ended > 0 {
             tracing::info!(context = %entry.id, ended, "the revoked context's waits ended");
         }

@@ -24,10 +24,10 @@ use super::extract::PathParam;
 use super::openapi::{Auth, Carries, api};
 use super::{App, Route, body, route, views};
 use crate::clock::wall_now;
+use crate::dispatch::terminals::viewer::{self, VIEWER_MESSAGE_LIMIT};
+use crate::dispatch::terminals::{TermMsg, TicketRefused};
 use crate::secrets;
 use crate::store::ExecutionEntry;
-use crate::terminals::viewer::{self, VIEWER_MESSAGE_LIMIT};
-use crate::terminals::{TermMsg, TicketRefused};
 
 /// A terminal's lease: the longest a manifest may ask for.
 const TERMINAL_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
@@ -197,7 +197,7 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
             context_id: entry.id,
             ticket,
             role: role.code(),
-            expires_in_ms: crate::terminals::TICKET_LIFETIME_MS,
+            expires_in_ms: crate::dispatch::terminals::TICKET_LIFETIME_MS,
             cols: size.cols,
             rows: size.rows,
         }),
@@ -268,7 +268,7 @@ async fn ticket(State(app): State<App>, PathParam(id): PathParam, req: Request) 
         axum::Json(views::TerminalTicket {
             ticket,
             role: role.code(),
-            expires_in_ms: crate::terminals::TICKET_LIFETIME_MS,
+            expires_in_ms: crate::dispatch::terminals::TICKET_LIFETIME_MS,
         }),
     )
         .into_response())

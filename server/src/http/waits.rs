@@ -91,14 +91,6 @@ impl From<Refused> for ApiError {
     }
 }
 
-/// Wall-clock milliseconds: the unit of every `…AtMs` in a wait's view.
-pub(super) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 async fn register(State(app): State<App>, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
@@ -116,7 +108,7 @@ async fn register(State(app): State<App>, req: Request) -> ApiResult {
     }
     let context = super::contexts::lookup(&app, &caller, &body.context)?;
     may_execute(&context, &caller.user)?;
-    let now = now_ms();
+    let now = crate::clock::wall_now_ms();
     if body.expires_at_ms.is_some_and(|at| at <= now) {
         return Err(ApiError::new(
             400,

@@ -124,7 +124,7 @@ pub(crate) async fn drive(
             Some(Ok(Message::Close(_))) | None => break,
             Some(Err(e)) => {
                 // The socket refuses messages over READ_LIMIT itself.
-                if e.to_string().contains("too long") || e.to_string().contains("Space limit") {
+                if over_limit(e) {
                     close(&handle, TOO_LARGE, "frame too large").await;
                 }
                 break;
@@ -157,4 +157,14 @@ pub(crate) async fn drive(
 
 async fn close(handle: &ConnHandle, code: u16, reason: &str) {
     handle.send(ToConn::Close(code, reason.into())).await;
+}
+
+/// Whether the socket refused a message because it was over its read limit: axum's error
+/// wraps the WebSocket library's own (tungstenite, in the version axum uses), whose
+/// `Capacity` variant says so.
+fn over_limit(e: axum::Error) -> bool {
+    matches!(
+        e.into_inner().downcast_ref::<axum_tungstenite::Error>(),
+        Some(axum_tungstenite::Error::Capacity(_))
+    )
 }

@@ -129,3 +129,12 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
+
+/// Runs one statement through the connection's statement cache (prepared once, reused).
+fn exec<P: rusqlite::Params>(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: P,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(params)
+}

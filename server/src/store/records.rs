@@ -6,7 +6,7 @@ use outpost_core::server::{PlaceRow, ServerChange, ServerRecord, ServerSnapshot}
 use rusqlite::{OptionalExtension as _, params};
 
 use super::runs::{AuditRow, ExecutionEntry};
-use super::{Doing as _, Store, StoreError};
+use super::{Doing as _, Store, StoreError, exec};
 use outpost_core::routing::Chain;
 
 fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
@@ -241,13 +241,4 @@ impl Store {
         }
         Ok(out)
     }
-}
-
-/// Runs one statement through the connection's statement cache (prepared once, reused).
-pub(super) fn exec<P: rusqlite::Params>(
-    conn: &rusqlite::Connection,
-    sql: &str,
-    params: P,
-) -> rusqlite::Result<usize> {
-    conn.prepare_cached(sql)?.execute(params)
 }

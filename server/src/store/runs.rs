@@ -2,7 +2,7 @@
 
 use rusqlite::{OptionalExtension as _, Row, params};
 
-use super::records::exec;
+use super::exec;
 use super::{Doing as _, Store, StoreError};
 
 /// One execution's listing row.

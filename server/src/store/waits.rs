@@ -9,7 +9,7 @@
 use outpost_core::wait::{Ending, Report};
 use rusqlite::{OptionalExtension as _, Row, params};
 
-use super::records::exec;
+use super::exec;
 use super::{Doing as _, Store, StoreError};
 
 /// A wait that is being checked.

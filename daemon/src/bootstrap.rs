@@ -1,0 +1,308 @@
+//! A daemon's start, before its loop: the machine key, the server (joined now, or as
+//! `server.json` recorded it), the server's key set checked against the pinned root, the
+//! registration of a first start, then the outbox and the condition waits restored into the
+//! core's [`Daemon`].
+//!
+//! This module owns that order: nothing is registered before the key set verified, and a
+//! restarted daemon never takes a key set older than the one it stored. It never connects the
+//! WebSocket (the driver's loop does) and never starts a run.
+
+use std::sync::Arc;
+
+use outpost_core::daemon::{Daemon, DaemonConfig};
+use outpost_core::executor::Registry;
+use outpost_core::join::check_server_url;
+use outpost_core::keyset::{KeySet, PinnedRoots, RootKey};
+use outpost_core::wire::Environment;
+
+use crate::home::{Home, SERVER_FILE, ServerFile};
+use crate::patience::{Patience, Unreachable, patiently};
+use crate::store::DaemonStore;
+use crate::{DaemonError, DaemonOptions, ServerChoice, StopSignal};
+use outpost_adapters::clock::Clock;
+use outpost_adapters::http::{RegisterRequest, Registered, SignedClient};
+use outpost_adapters::tls::{ServerUrl, Trust};
+
+/// A daemon that knows its server: what the loop talks to it with.
+pub(crate) struct Joined {
+    /// The server's base URL.
+    pub url: String,
+    /// The signed HTTP client, under the machine key.
+    pub client: Arc<SignedClient>,
+    /// The root key this home pinned.
+    pub roots: Arc<PinnedRoots>,
+    /// The TLS trust for the server's certificate.
+    pub trust: Trust,
+    /// The key set fetched now (verified against `roots`).
+    pub keys: KeySet,
+    /// The environments the registry can run here.
+    pub environments: Vec<Environment>,
+    /// It joined just now: no key set an earlier server signed binds it.
+    pub new_join: bool,
+}
+
+/// The core's daemon as the store left it.
+pub(crate) struct Restored {
+    /// The open outbox.
+    pub store: DaemonStore,
+    /// The core, with the outbox's results, the interrupted runs and the waits.
+    pub daemon: Daemon,
+    /// The key set's version it holds.
+    pub keys_version: u64,
+    /// The seed of the daemon's jitter (reconnects, update checks).
+    pub seed: u64,
+}
+
+/// Reads the machine key, finds the server, fetches and checks its key set, and registers on
+/// a first start. `None`: stopped while waiting for the server.
+pub(crate) fn join(
+    options: &DaemonOptions,
+    home: &Home,
+    registry: &Registry,
+    stop: &StopSignal,
+) -> Result<Option<Joined>, DaemonError> {
+    let seed = crate::key::machine_seed(&home.folders.config, options.passphrase.as_deref())?;
+    let saved = home.server()?;
+    let (url, root, token) = match &options.server {
+        ServerChoice::Join(join) => (
+            join.url.clone(),
+            join.root.clone(),
+            Some(join.token.clone()),
+        ),
+        ServerChoice::Explicit { url, root, token } => {
+            check_server_url(url)?;
+            (
+                url.trim_end_matches('/').to_owned(),
+                root.clone(),
+                Some(token.clone()),
+            )
+        }
+        ServerChoice::Saved => {
+            let saved = saved.as_ref().ok_or(DaemonError::NotJoined)?;
+            let root = saved.root().map_err(|reason| DaemonError::BadServerFile {
+                path: home.folders.config.join(SERVER_FILE),
+                reason,
+            })?;
+            (saved.url.clone(), root, None)
+        }
+    };
+    if let Some(saved) = &saved
+        && (saved.url != url || saved.root_id != root.id)
+    {
+        return Err(DaemonError::OtherServer {
+            saved: saved.url.clone(),
+            given: url,
+        });
+    }
+    let trust = Trust::from_option(options.ca_file.as_deref())?;
+    let server = ServerUrl::parse(&url)?;
+    let client = Arc::new(SignedClient::new(server, seed, &trust));
+    let roots = Arc::new(PinnedRoots::new(vec![root.clone()]));
+    let unreachable = if saved.is_some() {
+        Unreachable::Waits
+    } else {
+        Unreachable::Fails
+    };
+    let keys = match patiently("fetching the server's key set", unreachable, stop, || {
+        client.server_keys(&roots)
+    }) {
+        Ok(Patience::Done(keys)) => keys,
+        Ok(Patience::Stopped) => return Ok(None),
+        Err(source) => {
+            return Err(DaemonError::Keys {
+                server: url.clone(),
+                source,
+            });
+        }
+    };
+    let environments = registry.available();
+    if saved.is_none() {
+        let token = token.ok_or(DaemonError::NotJoined)?;
+        let request = RegisterRequest {
+            name: options.name.clone(),
+            public_key: client.public_key_b64(),
+            max_concurrent: options.max_concurrent,
+            environments: environments.iter().map(|e| e.as_str().to_owned()).collect(),
+            daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
+        };
+        let registered = match patiently("registering", Unreachable::Fails, stop, || {
+            client.register(&token, &request)
+        }) {
+            Ok(Patience::Done(registered)) => registered,
+            Ok(Patience::Stopped) => return Ok(None),
+            Err(source) => {
+                return Err(DaemonError::Register {
+                    server: url.clone(),
+                    source,
+                });
+            }
+        };
+        save_registration(home, &url, &root, &registered)?;
+    }
+    Ok(Some(Joined {
+        url,
+        client,
+        roots,
+        trust,
+        keys,
+        environments,
+        new_join: saved.is_none(),
+    }))
+}
+
+/// Opens the outbox and restores the core from it: the key set it keeps (never older than
+/// the stored one), undelivered results, interrupted runs and the condition waits.
+pub(crate) fn restore(
+    options: &DaemonOptions,
+    home: &Home,
+    joined: Joined,
+    clock: &Clock,
+) -> Result<Restored, DaemonError> {
+    let (mut store, snapshot) = DaemonStore::open(&home.store_path())?;
+    if joined.new_join {
+        // A new join pins a new root: no key set of an earlier server binds this one.
+        store.save_key_set(None)?;
+    }
+    let keys = keys_at_start(joined.keys, store.key_set()?, &joined.roots);
+    if let Some(document) = keys.document()
+        && store.key_set()?.map(|(v, _)| v) != Some(keys.version())
+    {
+        store.save_key_set(Some((keys.version(), document)))?;
+    }
+    if !snapshot.outbox.is_empty() || !snapshot.started.is_empty() {
+        tracing::info!(
+            results = snapshot.outbox.len(),
+            interrupted = snapshot.started.len(),
+            "restored the outbox: undelivered results are sent again, runs a crash interrupted are reaped"
+        );
+    }
+    let seed = if options.seed == 0 {
+        let mut bytes = [0u8; 8];
+        getrandom::fill(&mut bytes).map_err(|e| DaemonError::Random(e.to_string()))?;
+        u64::from_le_bytes(bytes)
+    } else {
+        options.seed
+    };
+    let config = DaemonConfig {
+        max_concurrent: options.max_concurrent,
+        features: options.features.clone(),
+        environments: joined.environments.clone(),
+        seed,
+        ..DaemonConfig::default()
+    };
+    let keys_version = keys.version();
+    let mut daemon = Daemon::restore(config, keys, &snapshot, clock.now());
+    let waits = store.waits()?;
+    if !waits.is_empty() {
+        tracing::info!(
+            waits = waits.len(),
+            "restored the condition waits: active ones are checked again, ended ones reported until the server has them"
+        );
+    }
+    daemon.restore_waits(waits);
+    Ok(Restored {
+        store,
+        daemon,
+        keys_version,
+        seed,
+    })
+}
+
+fn save_registration(
+    home: &Home,
+    url: &str,
+    root: &RootKey,
+    registered: &Registered,
+) -> Result<(), DaemonError> {
+    home.save_server(&ServerFile {
+        url: url.to_owned(),
+        root_id: root.id.clone(),
+        root_public_key: outpost_core::b64::encode(root.public_key.as_bytes()),
+        context_id: registered.context_id.clone(),
+        name: registered.name.clone(),
+        key_id: registered.key_id.clone(),
+    })?;
+    tracing::info!(context = %registered.context_id, name = %registered.name, key = %registered.key_id, "registered");
+    Ok(())
+}
+
+/// The key set a starting daemon takes: the one it fetched, unless the set it stored (checked
+/// against the pinned root again) has a higher version — a server cannot roll a restarted
+/// daemon back to a set that may list a retired key.
+fn keys_at_start(fetched: KeySet, stored: Option<(u64, String)>, roots: &PinnedRoots) -> KeySet {
+    let Some((version, document)) = stored else {
+        return fetched;
+    };
+    if version <= fetched.version() {
+        return fetched;
+    }
+    match KeySet::from_document(document.as_bytes(), roots) {
+        Ok(kept) => {
+            tracing::warn!(
+                held = kept.version(),
+                offered = fetched.version(),
+                "the server offered key set version {}, older than version {} this daemon holds: keeping {} (a key set never goes back)",
+                fetched.version(),
+                kept.version(),
+                kept.version()
+            );
+            kept
+        }
+        Err(e) => {
+            tracing::warn!(
+                code = e.code(),
+                "the stored key set does not verify any more ({e}); taking the server's"
+            );
+            fetched
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use outpost_core::keyset::{FrameKey, KeySet, PinnedRoots, RootKey};
+    use outpost_core::sign::Ed25519Signer;
+    use outpost_core::time::UnixTime;
+
+    use super::keys_at_start;
+
+    fn root() -> Ed25519Signer {
+        Ed25519Signer::from_seed("root-unit", [1; 32])
+    }
+
+    fn roots() -> PinnedRoots {
+        PinnedRoots::new(vec![RootKey {
+            id: "root-unit".into(),
+            public_key: root().verifying_key(),
+        }])
+    }
+
+    fn document(version: u64) -> Vec<u8> {
+        let key = FrameKey {
+            kid: "frame-unit".into(),
+            public_key: Ed25519Signer::from_seed("frame-unit", [2; 32]).verifying_key(),
+            not_before: UnixTime(0),
+            not_after: UnixTime(1 << 40),
+        };
+        KeySet::sign_document(version, &[key], &root()).unwrap()
+    }
+
+    fn set(version: u64) -> KeySet {
+        KeySet::from_document(&document(version), &roots()).unwrap()
+    }
+
+    fn stored(version: u64) -> Option<(u64, String)> {
+        Some((version, String::from_utf8(document(version)).unwrap()))
+    }
+
+    #[test]
+    fn a_starting_daemon_never_takes_a_fetched_set_older_than_the_one_it_stored() {
+        let roots = roots();
+        assert_eq!(keys_at_start(set(2), stored(3), &roots).version(), 3);
+        assert_eq!(keys_at_start(set(3), stored(2), &roots).version(), 3);
+        assert_eq!(keys_at_start(set(2), None, &roots).version(), 2);
+        // A stored document that no longer verifies is not trusted: the fetched set stands.
+        let forged = Some((9, String::from("{\"type\":\"outpost.key-set\"}")));
+        assert_eq!(keys_at_start(set(2), forged, &roots).version(), 2);
+    }
+}

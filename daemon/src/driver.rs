@@ -1,0 +1,971 @@
+//! The daemon's one loop: after the start (`bootstrap`: key, join, key set, outbox), the
+//! core's `handle_input` / `poll_output` over a channel of [`Event`]s from the sockets and
+//! threads it started.
+//!
+//! Rules it keeps: every [`Output::Persist`] is committed to the outbox before any output polled
+//! with it is carried out; events of an older connection attempt are ignored (each attempt has
+//! a number); one wake carries out at most [`MAX_OUTPUTS_PER_WAKE`] outputs or the daemon stops
+//! loudly. It never reads a frame itself: bytes go to the core as they came.
+//!
+//! One wake is one commit: the events already waiting when the driver wakes (frames of the
+//! current connection, finished runs, fetched bundles; at most [`BATCH`]) are fed one after
+//! another, their outputs polled, and all their records written in one transaction before any
+//! of those outputs is carried out. An event that changes which connection later events
+//! belong to (a ticket, an open, a close), or an output that does (a close, a connect, a
+//! stop), ends the batch.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::time::{Duration, Instant as StdInstant};
+
+use outpost_core::daemon::{Command, Daemon, DaemonRecord, Event as CoreEvent, Input, Output};
+use outpost_core::executor::Registry;
+use outpost_core::keyset::PinnedRoots;
+use outpost_core::wire::close_code;
+
+use super::bridge::CommandsShared;
+use super::checks::Checks;
+use super::ctx::{CtxShared, Seen};
+use super::home::{Home, SERVER_FILE};
+use super::policy::PolicySource;
+use super::runner::Runner;
+use super::update::{self, Schedule};
+use super::{DaemonError, DaemonExit, DaemonOptions, Event, StopSignal, bootstrap, watch};
+use crate::store::{DaemonStore, WaitWrite};
+use outpost_adapters::clock::Clock;
+use outpost_adapters::http::SignedClient;
+use outpost_adapters::runtime::{Host, Link, LinkEvent};
+
+/// The most outputs one wake may carry out; more means the core and the host disagree, and
+/// the daemon stops with [`DaemonError::RunawayOutputs`] rather than spin.
+pub const MAX_OUTPUTS_PER_WAKE: usize = 65_536;
+
+/// The most events one wake feeds the core before it commits and carries out their outputs.
+pub const BATCH: usize = 64;
+
+/// How long a stopping daemon waits for cancelled runs to clean up.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// How long a stopping daemon waits for the server to close its side of the connection, so
+/// the frames queued before the close (a result, `command.finished`) leave before it exits.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Refusals of the ticket request after which reconnecting cannot help.
+const FINAL_REFUSALS: [&str; 2] = ["context_revoked", "unknown_key"];
+
+struct Driver {
+    daemon: Daemon,
+    store: DaemonStore,
+    clock: Arc<Clock>,
+    host: Arc<dyn Host>,
+    client: Arc<SignedClient>,
+    roots: Arc<PinnedRoots>,
+    tls: Arc<rustls::ClientConfig>,
+    runner: Runner,
+    tx: Sender<Event>,
+    rx: Receiver<Event>,
+    /// The number of the current connection attempt; events of others are stale.
+    conn: u64,
+    link: Option<Link>,
+    /// The connection this daemon closed last, until the server has closed its side.
+    closing: Option<u64>,
+    session_id: Option<String>,
+    last_close: Option<u16>,
+    final_refusal: Option<String>,
+    server_file: std::path::PathBuf,
+    keys_version: u64,
+    stop: StopSignal,
+    state_dir: std::path::PathBuf,
+    updates: Schedule,
+    features: Features,
+    /// The daemon's host commands, for its whole life (every run's bridge shares them).
+    commands: Arc<outpost_host::HostCommands>,
+    /// The owner's local switch as last applied.
+    commands_opted_in: bool,
+    /// Background host commands running, as last told to the core (a drain waits for them).
+    host_jobs: usize,
+    exit: Option<DaemonExit>,
+    /// An event taken while batching that could not join the batch: handled next.
+    deferred: Option<Event>,
+    /// Condition checks running now.
+    checks: Checks,
+    /// Tells the driver when the policy file changes (none: the features are looked at on
+    /// a short timer instead).
+    _policy_watch: Option<watch::Watch>,
+}
+
+/// Outputs polled from the core and not yet carried out.
+#[derive(Default)]
+struct Polled {
+    records: Vec<DaemonRecord>,
+    /// Wait rows to save or forget ([`Output::SaveWait`], [`Output::ForgetWait`]), in order.
+    waits: Vec<Output>,
+    outputs: Vec<Output>,
+    /// When the core wants [`Input::Timeout`] (its latest `Wait`).
+    until: Option<outpost_core::time::Instant>,
+    /// Among `outputs` is one after which no further input may join the batch.
+    barrier: bool,
+}
+
+impl Polled {
+    fn take(&mut self, output: Output) {
+        match output {
+            Output::Persist(record) => self.records.push(record),
+            Output::SaveWait { .. } | Output::ForgetWait { .. } => self.waits.push(output),
+            Output::Wait { until, .. } => self.until = Some(until),
+            output => {
+                self.barrier |= matches!(
+                    output,
+                    Output::Close { .. } | Output::Command(Command::Connect | Command::Stop { .. })
+                );
+                self.outputs.push(output);
+            }
+        }
+    }
+}
+
+pub(super) fn run(
+    options: DaemonOptions,
+    home: &Home,
+    registry: Registry,
+    host: Arc<dyn Host>,
+    stop: StopSignal,
+) -> Result<DaemonExit, DaemonError> {
+    let clock = Arc::new(Clock::new()?);
+    let Some(joined) = bootstrap::join(&options, home, &registry, &stop)? else {
+        return Ok(DaemonExit::Interrupted);
+    };
+    let (url, client, roots, tls, environments) = (
+        joined.url.clone(),
+        joined.client.clone(),
+        joined.roots.clone(),
+        joined.trust.client_config(),
+        joined.environments.clone(),
+    );
+    let bootstrap::Restored {
+        store,
+        daemon,
+        keys_version,
+        seed,
+    } = bootstrap::restore(&options, home, joined, &clock)?;
+    let context_id = home.server()?.map(|s| s.context_id).unwrap_or_default();
+    let denylist = home
+        .folders
+        .denylist()
+        .map_err(|e| DaemonError::home(&home.folders.config, std::io::Error::other(e)))?;
+    let (tx, rx) = channel();
+    let commands = Arc::new(outpost_host::HostCommands::new(
+        outpost_host::CommandsConfig::default(),
+        denylist.clone(),
+        std::env::vars_os().collect(),
+    ));
+    commands.set_local_opt_in(options.local.commands_enabled);
+    let policy = Arc::new(PolicySource::new(
+        home.folders.local_policy_file(),
+        options.local.clone(),
+    ));
+    // The driver sleeps until the core's next timer or an event: a stop and a policy edit
+    // are events too.
+    let stop_tx = tx.clone();
+    stop.on_raise(move || {
+        let _ = stop_tx.send(Event::Stop);
+    });
+    let policy_tx = tx.clone();
+    let policy_watch = watch::watch_file(&home.folders.local_policy_file(), move || {
+        let _ = policy_tx.send(Event::PolicyChanged);
+    });
+    // A wait's history survives the restart with it.
+    let seen = Arc::new(Seen::default());
+    seen.restore_events(store.wait_events()?);
+    let checks = Checks::new(
+        CtxShared {
+            seen,
+            policy: policy.clone(),
+            denylist: denylist.clone(),
+            commands: commands.clone(),
+            agent: CtxShared::fetch_agent(),
+            // A wait's `exec` is never unsandboxed: the sandbox starts through this binary.
+            exec_sandbox: Some(outpost_host::sandbox::SandboxConfig::default()),
+        },
+        context_id.clone(),
+        tx.clone(),
+    );
+    let runner = Runner::new(
+        context_id,
+        Arc::new(registry),
+        host.clone(),
+        home.runs_dir(),
+        policy,
+        denylist,
+        clock.clone(),
+        tx.clone(),
+        CommandsShared {
+            commands: commands.clone(),
+            client: client.clone(),
+            events: tx.clone(),
+        },
+    );
+    tracing::info!(server = %url, host = host.name(), environments = ?environments.iter().map(|e| e.as_str()).collect::<Vec<_>>(), "daemon starting");
+    let auto_update = update::enabled(options.local.auto_update);
+    if auto_update {
+        tracing::info!(
+            "automatic updates are on: checking now and every {} h ± {} min",
+            update::CHECK_EVERY.as_secs() / 3600,
+            update::CHECK_JITTER.as_secs() / 60
+        );
+    } else {
+        tracing::info!(
+            "automatic updates are off (the local policy's \"autoUpdate\": false, or {}=0)",
+            update::AUTO_UPDATE_VAR
+        );
+    }
+    let mut driver = Driver {
+        daemon,
+        store,
+        clock,
+        host,
+        client,
+        roots,
+        tls,
+        runner,
+        tx,
+        rx,
+        conn: 0,
+        link: None,
+        closing: None,
+        session_id: None,
+        last_close: None,
+        final_refusal: None,
+        server_file: home.folders.config.join(SERVER_FILE),
+        keys_version,
+        stop,
+        state_dir: home.folders.state.clone(),
+        updates: Schedule::new(auto_update, seed),
+        features: Features::new(&options.features, policy_watch.is_some()),
+        _policy_watch: policy_watch,
+        commands,
+        commands_opted_in: options.local.commands_enabled,
+        host_jobs: 0,
+        exit: None,
+        deferred: None,
+        checks,
+    };
+    driver.serve()
+}
+
+/// How many times a bundle fetch is tried before the run fails `bundle_unavailable`.
+const FETCH_TRIES: u32 = 4;
+
+/// Fetches a run's bundle, trying again after a failure that may pass (the server busy or
+/// rate-limiting, the connection cut): after 1, 2 and 4 s. A refusal of the request itself
+/// fails at once.
+fn fetch_patiently(
+    client: &SignedClient,
+    sha256: &str,
+) -> Result<Vec<u8>, outpost_adapters::http::HttpError> {
+    let mut wait = Duration::from_secs(1);
+    let mut tries = 1;
+    loop {
+        match client.fetch_bundle(sha256) {
+            Err(e) if e.is_transient() && tries < FETCH_TRIES => {
+                tracing::info!(%sha256, code = e.code(), "fetching a bundle failed; trying again in {} s", wait.as_secs());
+                std::thread::sleep(wait);
+                wait *= 2;
+                tries += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+impl Driver {
+    fn serve(&mut self) -> Result<DaemonExit, DaemonError> {
+        let mut drain_asked = false;
+        loop {
+            let until = self.carry_out()?;
+            if let Some(exit) = self.exit {
+                let exit = self.finish(exit);
+                if let Some(code) = self.final_refusal.take()
+                    && code == "unknown_key"
+                {
+                    return Err(DaemonError::Unregistered {
+                        code,
+                        server_file: self.server_file.clone(),
+                    });
+                }
+                return Ok(exit);
+            }
+            self.tick()?;
+            match self.stop.count() {
+                0 => {}
+                1 if !drain_asked => {
+                    drain_asked = true;
+                    tracing::info!(
+                        "stopping: runs in flight and background host commands finish, and their results are delivered first (again to stop at once)"
+                    );
+                    self.input(Input::Drain)?;
+                    continue;
+                }
+                1 => {}
+                _ => return self.interrupt(),
+            }
+            if self.updates.hand_over_overdue() {
+                tracing::warn!(
+                    "runs or host commands outlasted the update's hand-over limit of {} s: stopping them and handing over",
+                    update::hand_over_limit().as_secs()
+                );
+                self.interrupt()?;
+                return Ok(DaemonExit::Updated);
+            }
+            if let Some(event) = self.deferred.take() {
+                self.on_event(event)?;
+                continue;
+            }
+            // Asleep until the core's timer, the driver's own next timer, or an event.
+            let wait = self.clock.until(until);
+            let own = self.own_timer();
+            match self.rx.recv_timeout(wait.min(own)) {
+                Ok(event) => self.on_event(event)?,
+                Err(RecvTimeoutError::Timeout) if wait <= own => self.input(Input::Timeout)?,
+                // The driver's own timer: `tick` at the top of the loop does what is due.
+                Err(RecvTimeoutError::Timeout) => {}
+                // The driver holds a sender itself: the channel never disconnects.
+                Err(RecvTimeoutError::Disconnected) => {}
+            }
+        }
+    }
+
+    /// How long until [`Driver::tick`] has something to do: the next feature look, the
+    /// update timetable's next moment, and — only while background host commands run — their
+    /// reaping every [`REAP_EVERY`].
+    fn own_timer(&self) -> Duration {
+        let now = StdInstant::now();
+        let mut next = self.features.next_look;
+        if let Some(due) = self.updates.next_due() {
+            next = next.min(due);
+        }
+        if self.host_jobs > 0 {
+            next = next.min(now + REAP_EVERY);
+        }
+        next.saturating_duration_since(now)
+    }
+
+    /// The driver's own timers: announces a changed `fs` feature, marks this version proven
+    /// once it ran its trial minute, starts a due update check on a blocking thread.
+    fn tick(&mut self) -> Result<(), DaemonError> {
+        if let Some(features) = self.features.look(&self.runner) {
+            tracing::info!(
+                ?features,
+                "the folders this machine can mount changed; announcing it"
+            );
+            self.input(Input::FeaturesChanged(features))?;
+        }
+        let opted_in = self.runner.commands_opted_in();
+        if opted_in != self.commands_opted_in {
+            tracing::info!(
+                on = opted_in,
+                "the owner turned host commands {}",
+                if opted_in {
+                    "on"
+                } else {
+                    "off (every job is killed)"
+                }
+            );
+            self.commands_opted_in = opted_in;
+            self.commands.set_local_opt_in(opted_in);
+        }
+        if self.host_jobs > 0 {
+            self.commands.reap();
+        }
+        self.report_commands()?;
+        let jobs = self.commands.jobs_running();
+        if jobs != self.host_jobs {
+            self.host_jobs = jobs;
+            self.input(Input::HostJobs(jobs))?;
+        }
+        if self.updates.prove_due() {
+            update::mark_proven(&self.state_dir);
+        }
+        if self.updates.check_due() {
+            let (client, roots, dir, tx) = (
+                self.client.clone(),
+                self.roots.clone(),
+                self.state_dir.clone(),
+                self.tx.clone(),
+            );
+            self.host.spawn_blocking(Box::new(move || {
+                let checked = update::check(&client, &roots, &dir, update::unix_now());
+                let _ = tx.send(Event::UpdateChecked(checked));
+            }));
+        }
+        Ok(())
+    }
+
+    /// Reports every host command that ended since the last call with `command.finished`.
+    fn report_commands(&mut self) -> Result<(), DaemonError> {
+        for event in self.commands.drain_audit() {
+            if let outpost_host::AuditEvent::CommandFinished {
+                command_id,
+                run_id,
+                exit_code,
+                signal,
+                duration_ms,
+                reason,
+                ..
+            } = event
+            {
+                tracing::info!(command = %command_id, run = %run_id, %reason, "host command finished");
+                self.input(Input::CommandFinished {
+                    command_id,
+                    run_id,
+                    exit_code,
+                    signal,
+                    duration_ms,
+                    reason,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn input(&mut self, input: Input) -> Result<(), DaemonError> {
+        let now = self.clock.now();
+        self.daemon.handle_input(now, input)?;
+        Ok(())
+    }
+
+    /// Polls the core's outputs until it waits, into `polled`.
+    fn poll(&mut self, polled: &mut Polled) -> Result<(), DaemonError> {
+        for _ in 0..MAX_OUTPUTS_PER_WAKE {
+            let output = self.daemon.poll_output();
+            let waits = matches!(output, Output::Wait { .. });
+            polled.take(output);
+            if waits {
+                return Ok(());
+            }
+        }
+        Err(DaemonError::RunawayOutputs)
+    }
+
+    /// Polls the outputs of what was fed, feeds the events already waiting that may join them
+    /// (see the module docs), commits all their records in one transaction, then carries out
+    /// the other outputs in order. Returns when the core wants a timeout.
+    fn carry_out(&mut self) -> Result<outpost_core::time::Instant, DaemonError> {
+        let mut polled = Polled::default();
+        self.poll(&mut polled)?;
+        let mut fed = 1;
+        while !polled.barrier && fed < BATCH {
+            let Ok(event) = self.rx.try_recv() else { break };
+            if !self.joins_batch(&event) {
+                self.deferred = Some(event);
+                break;
+            }
+            self.on_event(event)?;
+            self.poll(&mut polled)?;
+            fed += 1;
+        }
+        if polled.outputs.len() > MAX_OUTPUTS_PER_WAKE {
+            return Err(DaemonError::RunawayOutputs);
+        }
+        // Every record polled is committed before anything polled with it is carried out.
+        self.store.append(&polled.records)?;
+        let events = self.checks.seen().take_unsaved();
+        let mut writes: Vec<WaitWrite<'_>> = events.iter().map(WaitWrite::Event).collect();
+        writes.extend(polled.waits.iter().filter_map(|o| match o {
+            Output::SaveWait { row, written_ms } => Some(WaitWrite::Save {
+                row,
+                written_ms: *written_ms,
+            }),
+            Output::ForgetWait { wait_id } => Some(WaitWrite::Forget(wait_id)),
+            _ => None,
+        }));
+        // The events of this batch's checks are committed with its rows.
+        self.store.write_waits(&writes)?;
+        for output in &polled.waits {
+            if let Output::ForgetWait { wait_id } = output {
+                self.checks.seen().forget_wait(wait_id);
+            }
+        }
+        for output in polled.outputs {
+            match output {
+                Output::Persist(_)
+                | Output::SaveWait { .. }
+                | Output::ForgetWait { .. }
+                | Output::Wait { .. } => {}
+                Output::Transmit(bytes) => {
+                    if let Some(link) = &self.link {
+                        link.send(bytes);
+                    }
+                }
+                Output::Close { code, reason } => {
+                    if let Some(link) = self.link.take() {
+                        link.close(code, &reason);
+                        self.closing = Some(self.conn);
+                    }
+                    // Whatever that socket still reports is stale now.
+                    self.conn += 1;
+                }
+                Output::Command(command) => self.command(command),
+                Output::Event(event) => {
+                    if matches!(event, CoreEvent::Ready { .. }) {
+                        // What a dropped connection had in flight is gone: full windows.
+                        self.runner.terminals().reset_windows();
+                        self.updates.connected();
+                    }
+                    log_event(&event);
+                }
+            }
+        }
+        polled.until.ok_or(DaemonError::RunawayOutputs)
+    }
+
+    /// Whether `event` may be fed before the outputs polled so far are carried out: it must
+    /// not change which connection frames belong to.
+    fn joins_batch(&self, event: &Event) -> bool {
+        match event {
+            Event::RunDone { .. }
+            | Event::Fetched { .. }
+            | Event::TerminalOutput { .. }
+            | Event::TerminalExit { .. }
+            | Event::WaitChecked { .. } => true,
+            Event::Link {
+                conn,
+                event: LinkEvent::Message(_) | LinkEvent::Alive,
+            } => *conn == self.conn && self.link.is_some(),
+            // An update check may start the drain: it is fed on its own.
+            Event::Link { .. }
+            | Event::Ticket { .. }
+            | Event::UpdateChecked(_)
+            | Event::CommandsAudit
+            // A stop and a policy edit are looked at by the loop, between batches.
+            | Event::Stop
+            | Event::PolicyChanged => false,
+        }
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Connect => self.connect(),
+            Command::Execute(execute) => {
+                tracing::info!(run = %execute.run_id, environment = execute.environment.as_str(), "run started");
+                self.checks.seen().run_started(&execute);
+                self.runner.start(*execute);
+            }
+            Command::Cancel { run_id, reason } => {
+                tracing::info!(run = %run_id, %reason, "cancelling run");
+                self.runner.cancel(&run_id);
+            }
+            Command::ApplyGrant { version, grant } => {
+                self.checks.seen().set_grant(&grant);
+                // Off kills every job; the driver reports them on its next wake.
+                self.commands.set_granted(grant.commands.enabled);
+                let _ = self.tx.send(Event::CommandsAudit);
+                self.features.granted = grant.fs.clone();
+                self.features.next_look = StdInstant::now();
+                tracing::info!(
+                    version,
+                    folders = grant.fs.len(),
+                    egress = ?grant.egress,
+                    commands = grant.commands.enabled,
+                    "grant in force"
+                );
+            }
+            Command::Stop { forever } => {
+                if forever {
+                    self.commands.revoke();
+                }
+                self.exit = Some(if !forever && self.updates.handing_over() {
+                    DaemonExit::Updated
+                } else if !forever {
+                    DaemonExit::Drained
+                } else if self.last_close == Some(close_code::REPLACED) {
+                    DaemonExit::Replaced
+                } else {
+                    DaemonExit::Revoked
+                });
+            }
+            Command::FetchCapability { run_id, sha256, .. } => {
+                let client = self.client.clone();
+                let tx = self.tx.clone();
+                self.host.spawn_blocking(Box::new(move || {
+                    let bundle = fetch_patiently(&client, &sha256);
+                    let _ = tx.send(Event::Fetched { run_id, bundle });
+                }));
+            }
+            Command::PtyInput { pty_id, data } => self.runner.terminals().input(&pty_id, data),
+            Command::PtyResize { pty_id, cols, rows } => {
+                self.runner.terminals().resize(&pty_id, cols, rows);
+            }
+            Command::PtyCredit { pty_id, bytes } => self.runner.terminals().credit(&pty_id, bytes),
+            Command::PtyClose { pty_id } => {
+                tracing::info!(run = %pty_id, "closing a terminal");
+                self.runner.cancel(&pty_id);
+            }
+            Command::CheckWait {
+                wait_id,
+                check,
+                requester,
+                operator,
+                source,
+            } => {
+                tracing::debug!(wait = %wait_id, check, "checking a condition");
+                self.checks
+                    .start(wait_id, check, requester, operator, source);
+            }
+            Command::StopCheck { wait_id, check } => {
+                tracing::info!(wait = %wait_id, check, "stopping a condition check");
+                self.checks.stop(&wait_id, check);
+            }
+        }
+    }
+
+    /// Fetches a fresh key set and a ticket on a blocking thread; [`Event::Ticket`] brings
+    /// them back.
+    fn connect(&mut self) {
+        self.conn += 1;
+        let conn = self.conn;
+        let client = self.client.clone();
+        let roots = self.roots.clone();
+        let tx = self.tx.clone();
+        self.host.spawn_blocking(Box::new(move || {
+            let keys = client.server_keys(&roots);
+            let ticket = client.connect_ticket();
+            let _ = tx.send(Event::Ticket { conn, keys, ticket });
+        }));
+    }
+
+    fn on_event(&mut self, event: Event) -> Result<(), DaemonError> {
+        match event {
+            // The loop looks at the signal's count before it sleeps again.
+            Event::Stop => Ok(()),
+            Event::PolicyChanged => {
+                self.features.look_now();
+                Ok(())
+            }
+            Event::UpdateChecked(checked) => {
+                self.updates.checked();
+                match checked {
+                    Ok(update::Checked::Staged(staged)) if self.stop.count() == 0 => {
+                        tracing::info!(version = %staged.version, "handing over to the update once the runs in flight have finished and reported");
+                        self.updates.begin_hand_over(update::hand_over_limit());
+                        self.input(Input::Drain)
+                    }
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        tracing::warn!(code = e.code(), "the update check took nothing: {e}");
+                        Ok(())
+                    }
+                }
+            }
+            Event::CommandsAudit => self.report_commands(),
+            Event::WaitChecked {
+                wait_id,
+                check,
+                outcome,
+            } => {
+                self.checks.finished(&wait_id, check, &outcome);
+                if let outpost_core::wait::CheckOutcome::Failed(e) = &outcome {
+                    tracing::info!(wait = %wait_id, check, code = %e.code, "a condition check failed: {}", e.message);
+                }
+                self.input(Input::WaitChecked {
+                    wait_id,
+                    check,
+                    outcome,
+                })
+            }
+            Event::RunDone { run_id, result } => {
+                self.runner.finished(&run_id);
+                self.checks.seen().run_ended(&run_id, &result);
+                tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
+                self.input(Input::RunFinished { run_id, result })
+            }
+            Event::TerminalOutput { run_id, pending } => {
+                let data = pending.take();
+                if data.is_empty() {
+                    return Ok(());
+                }
+                self.input(Input::TerminalOutput { run_id, data })
+            }
+            Event::TerminalExit { run_id, exit_code } => {
+                self.input(Input::TerminalExit { run_id, exit_code })
+            }
+            Event::Fetched { run_id, bundle } => match bundle {
+                Ok(bundle) => self.input(Input::CapabilityFetched { run_id, bundle }),
+                Err(e) => {
+                    tracing::warn!(run = %run_id, "cannot fetch the run's bundle: {e}");
+                    let error = outpost_core::wire::ErrorBody {
+                        code: "bundle_unavailable".into(),
+                        message: format!("the daemon could not fetch the bundle: {e}"),
+                    };
+                    self.input(Input::CapabilityFetchFailed { run_id, error })
+                }
+            },
+            Event::Ticket { conn, .. } if conn != self.conn => Ok(()),
+            Event::Ticket { keys, ticket, .. } => {
+                match keys {
+                    Ok(keys) if keys.version() != self.keys_version => {
+                        // The core takes a higher version and refuses a lower one.
+                        self.input(Input::KeysUpdated(keys))?;
+                        let in_force = self.daemon.key_set();
+                        if in_force.version() != self.keys_version {
+                            tracing::info!(
+                                version = in_force.version(),
+                                "the server's key set changed"
+                            );
+                            if let Some(document) = in_force.document() {
+                                self.store
+                                    .save_key_set(Some((in_force.version(), document)))?;
+                            }
+                            self.keys_version = in_force.version();
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(
+                        "cannot refresh the server's key set ({e}); connecting with version {} in force",
+                        self.keys_version
+                    ),
+                }
+                match ticket {
+                    Ok(ticket) => {
+                        self.session_id = Some(ticket.session_id.clone());
+                        let url = self.client.connect_url(&ticket);
+                        let tx = self.tx.clone();
+                        let conn = self.conn;
+                        self.host.open(
+                            url,
+                            self.tls.clone(),
+                            Arc::new(move |event| {
+                                let _ = tx.send(Event::Link { conn, event });
+                            }),
+                        );
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let stop_forever = FINAL_REFUSALS.contains(&e.code());
+                        if stop_forever {
+                            self.final_refusal = Some(e.code().to_owned());
+                        }
+                        tracing::warn!("cannot get a connect ticket: {e}");
+                        self.input(Input::ConnectFailed {
+                            stop_forever,
+                            reason: e.to_string(),
+                        })
+                    }
+                }
+            }
+            Event::Link { conn, event } if conn != self.conn => {
+                match event {
+                    LinkEvent::Opened(link) => link.close(close_code::NORMAL, "stale connection"),
+                    LinkEvent::Closed { .. } if self.closing == Some(conn) => self.closing = None,
+                    _ => {}
+                }
+                Ok(())
+            }
+            Event::Link { event, .. } => match event {
+                LinkEvent::Opened(link) => {
+                    self.link = Some(link);
+                    let session_id = self.session_id.take().unwrap_or_default();
+                    self.input(Input::Connected { session_id })
+                }
+                LinkEvent::Failed(reason) => {
+                    tracing::warn!("cannot connect: {reason}");
+                    self.input(Input::ConnectFailed {
+                        stop_forever: false,
+                        reason,
+                    })
+                }
+                LinkEvent::Message(message) => self.input(Input::Frame(message.into_bytes())),
+                LinkEvent::Alive => self.input(Input::ServerAlive),
+                LinkEvent::Closed { code } => {
+                    self.link = None;
+                    self.last_close = code;
+                    self.input(Input::Disconnected { code })
+                }
+            },
+        }
+    }
+
+    /// A second stop request (or a drain past its limit): cancel what runs and kill every
+    /// host command, keep the results in the outbox, report the killed commands, go.
+    fn interrupt(&mut self) -> Result<DaemonExit, DaemonError> {
+        tracing::warn!("stopping at once: runs in flight are cancelled");
+        self.checks.stop_all();
+        self.commands.shutdown();
+        self.runner.cancel_all();
+        self.collect_runs(true)?;
+        // The jobs just killed end with `command.finished` (`shutdown`) like any other.
+        self.report_commands()?;
+        self.carry_out()?;
+        self.close_link(close_code::GOING_AWAY, "stopping");
+        Ok(DaemonExit::Interrupted)
+    }
+
+    /// Closes the connection after what is queued on it, then waits (at most [`CLOSE_GRACE`])
+    /// until the server has closed its side — of this connection, or of the one the core
+    /// closed last — so what was sent just before leaves before the process exits or execs.
+    fn close_link(&mut self, code: u16, reason: &str) {
+        if let Some(link) = self.link.take() {
+            link.close(code, reason);
+            self.closing = Some(self.conn);
+        }
+        let deadline = StdInstant::now() + CLOSE_GRACE;
+        while let Some(closing) = self.closing {
+            let left = deadline.saturating_duration_since(StdInstant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(Event::Link {
+                    conn,
+                    event: LinkEvent::Closed { .. },
+                }) if conn == closing => self.closing = None,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Waits (bounded) for run threads to end; with `record`, their results enter the outbox.
+    fn collect_runs(&mut self, record: bool) -> Result<(), DaemonError> {
+        let deadline = StdInstant::now() + STOP_GRACE;
+        while self.runner.running() > 0 {
+            let left = deadline.saturating_duration_since(StdInstant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(Event::RunDone { run_id, result }) => {
+                    self.runner.finished(&run_id);
+                    if record {
+                        self.input(Input::RunFinished { run_id, result })?;
+                        self.carry_out()?;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, exit: DaemonExit) -> DaemonExit {
+        // Waits resume from the store on the next start; a check cut short is checked again.
+        self.checks.stop_all();
+        if matches!(exit, DaemonExit::Revoked | DaemonExit::Replaced) {
+            self.commands.revoke();
+        } else {
+            self.commands.shutdown();
+        }
+        if self
+            .report_commands()
+            .and_then(|()| self.carry_out().map(|_| ()))
+            .is_err()
+        {
+            tracing::warn!("cannot report the host commands stopped on exit");
+        }
+        if !matches!(exit, DaemonExit::Drained | DaemonExit::Updated) {
+            self.runner.cancel_all();
+            let _ = self.collect_runs(false);
+        }
+        self.close_link(close_code::NORMAL, "stopped");
+        exit
+    }
+}
+
+/// The `fs` feature as it is now: announced while the owner's policy mounts a granted
+/// folder, looked at on each grant and every [`FEATURE_LOOK`] (the policy file may change);
+/// and `confinement:<rule>`, the owner's sandbox rule as the policy says it now.
+struct Features {
+    base: Vec<String>,
+    granted: Vec<outpost_core::wire::FolderGrant>,
+    fs: bool,
+    confinement: Option<String>,
+    /// Between looks.
+    every: Duration,
+    next_look: StdInstant,
+}
+
+/// How the owner's sandbox rule is announced (`confinement:required`, …).
+const CONFINEMENT_FEATURE: &str = "confinement:";
+
+/// How often the driver looks whether the `fs` feature changed while the policy file is
+/// watched (a change of the file is looked at at once; this catches a granted folder that
+/// appeared or went).
+const FEATURE_LOOK: Duration = Duration::from_secs(30);
+
+/// How often it looks when the policy file cannot be watched.
+const FEATURE_LOOK_UNWATCHED: Duration = Duration::from_secs(1);
+
+/// How often background host commands are looked at while any runs.
+const REAP_EVERY: Duration = Duration::from_millis(100);
+
+impl Features {
+    fn new(announced: &[String], watched: bool) -> Self {
+        Self {
+            base: announced
+                .iter()
+                .filter(|f| *f != "fs" && !f.starts_with(CONFINEMENT_FEATURE))
+                .cloned()
+                .collect(),
+            granted: Vec::new(),
+            fs: announced.iter().any(|f| f == "fs"),
+            confinement: announced
+                .iter()
+                .find(|f| f.starts_with(CONFINEMENT_FEATURE))
+                .cloned(),
+            every: if watched {
+                FEATURE_LOOK
+            } else {
+                FEATURE_LOOK_UNWATCHED
+            },
+            next_look: StdInstant::now() + FEATURE_LOOK_UNWATCHED,
+        }
+    }
+
+    /// Looks at the next [`Driver::tick`] (the policy file changed).
+    fn look_now(&mut self) {
+        self.next_look = StdInstant::now();
+    }
+
+    /// The features to announce, when they changed since the last look.
+    fn look(&mut self, runner: &Runner) -> Option<Vec<String>> {
+        let now = StdInstant::now();
+        if now < self.next_look {
+            return None;
+        }
+        self.next_look = now + self.every;
+        let fs = runner.mounts_any(&self.granted);
+        let confinement = Some(format!(
+            "{CONFINEMENT_FEATURE}{}",
+            runner.confinement().as_str()
+        ));
+        if fs == self.fs && confinement == self.confinement {
+            return None;
+        }
+        (self.fs, self.confinement) = (fs, confinement);
+        let mut features = self.base.clone();
+        if fs {
+            features.push("fs".into());
+        }
+        features.extend(self.confinement.clone());
+        Some(features)
+    }
+}
+
+fn log_event(event: &CoreEvent) {
+    match event {
+        CoreEvent::Ready { session_id } => tracing::info!(session = %session_id, "connected"),
+        CoreEvent::ProtocolViolation { code, detail } => {
+            tracing::warn!(%code, %detail, "the server sent a frame that does not verify; reconnecting")
+        }
+        CoreEvent::RunRejected { run_id, refusal } => {
+            tracing::info!(run = %run_id, code = refusal.code(), "run declined")
+        }
+        CoreEvent::ResultDelivered { run_id } => tracing::info!(run = %run_id, "result delivered"),
+        CoreEvent::KeySetRefused { held, offered } => tracing::warn!(
+            held,
+            offered,
+            "the server offered key set version {offered}, older than version {held} in force: keeping {held} (a key set never goes back)"
+        ),
+        CoreEvent::ServerSilent { silent_for } => tracing::warn!(
+            silent_secs = silent_for.as_secs(),
+            "the server sent nothing for {} s (no frame, no ping): closing the connection and reconnecting",
+            silent_for.as_secs()
+        ),
+        CoreEvent::Disconnected { .. } => tracing::info!("disconnected; reconnecting with backoff"),
+    }
+}

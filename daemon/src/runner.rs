@@ -1,0 +1,342 @@
+//! Runs the daemon's [`Execute`] commands on the machine: each on a blocking thread of the
+//! host, through [`launch_from_execute`] and [`run_capability`], waiting in short slices so a
+//! [`Command::Cancel`](outpost_core::daemon::Command::Cancel) stops it promptly; the result
+//! comes back to the driver as [`Event::RunDone`].
+//!
+//! While a run lives, the process it started is recorded next to its folder
+//! (`runs/<run id>.service`), so that a daemon killed mid-run can reap it after a restart
+//! ([`reap`]). This module owns those files. It never talks to the server and never decides
+//! whether a run may start: the core accepted it and the grant in the command bounds it.
+//!
+//! An operator's run (not `shared_run`) gets the host-commands socket in its folder once the
+//! folder is written, for as long as its capability runs ([`super::bridge`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::Instant as StdInstant;
+
+use outpost_core::daemon::Execute;
+use outpost_core::executor::{Allowlists, Registry, Scope, run_capability};
+use outpost_core::grant::{CredentialDenylist, LocalPolicy};
+use outpost_core::manifest::Permission;
+use outpost_core::wire::{Environment, RunResult};
+use outpost_host::{Cancel, LaunchContext, launch_from_execute};
+use serde::{Deserialize, Serialize};
+
+use super::Event;
+use super::bridge::{Bridge, CommandsShared};
+use super::policy::PolicySource;
+use super::terminals::{Reserved, Terminals};
+use outpost_adapters::clock::Clock;
+use outpost_adapters::runtime::Host;
+
+/// What a run started on the machine, recorded while it lives.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ServiceFile {
+    environment: Environment,
+    /// The executor's id for it: a process (group) id for shell, a container id for docker.
+    id: String,
+    /// For a process: its start time in clock ticks since boot (`/proc/PID/stat` field 22),
+    /// so a recycled pid is never killed.
+    start_ticks: Option<u64>,
+}
+
+/// The machine's side of runs: executors, folders, cancel flags.
+pub(crate) struct Runner {
+    /// The machine's context id, named in the egress gate's refusals.
+    context: Arc<str>,
+    registry: Arc<Registry>,
+    host: Arc<dyn Host>,
+    runs_dir: PathBuf,
+    policy: Arc<PolicySource>,
+    denylist: Arc<CredentialDenylist>,
+    clock: Arc<Clock>,
+    cancels: HashMap<String, Cancel>,
+    events: Sender<Event>,
+    commands: CommandsShared,
+    terminals: Terminals,
+}
+
+/// What a run needs on its thread.
+struct Job {
+    execute: Execute,
+    context: Arc<str>,
+    registry: Arc<Registry>,
+    runs_dir: PathBuf,
+    local: Arc<LocalPolicy>,
+    denylist: Arc<CredentialDenylist>,
+    clock: Arc<Clock>,
+    cancel: Cancel,
+    commands: CommandsShared,
+    terminals: Terminals,
+    /// The terminal's place in the table, for a pty run.
+    terminal: Option<Reserved>,
+    events: Sender<Event>,
+}
+
+impl Runner {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        context: String,
+        registry: Arc<Registry>,
+        host: Arc<dyn Host>,
+        runs_dir: PathBuf,
+        policy: Arc<PolicySource>,
+        denylist: CredentialDenylist,
+        clock: Arc<Clock>,
+        events: Sender<Event>,
+        commands: CommandsShared,
+    ) -> Self {
+        Self {
+            context: context.into(),
+            registry,
+            host,
+            runs_dir,
+            policy,
+            denylist: Arc::new(denylist),
+            clock,
+            cancels: HashMap::new(),
+            events,
+            commands,
+            terminals: Terminals::default(),
+        }
+    }
+
+    /// The live terminals of this daemon's runs, for the relay's keystrokes and credit.
+    pub(crate) fn terminals(&self) -> &Terminals {
+        &self.terminals
+    }
+
+    /// Starts `execute` on a blocking thread; [`Event::RunDone`] reports its end.
+    pub(crate) fn start(&mut self, execute: Execute) {
+        let execute_is_pty = execute.environment == Environment::Pty;
+        let run_id_for_terminal = execute.run_id.clone();
+        let cancel = Cancel::new();
+        self.cancels.insert(execute.run_id.clone(), cancel.clone());
+        let job = Job {
+            execute,
+            context: self.context.clone(),
+            registry: self.registry.clone(),
+            runs_dir: self.runs_dir.clone(),
+            local: self.policy.current(),
+            denylist: self.denylist.clone(),
+            clock: self.clock.clone(),
+            cancel,
+            commands: self.commands.clone(),
+            terminals: self.terminals.clone(),
+            terminal: (execute_is_pty).then(|| self.terminals.reserve(&run_id_for_terminal)),
+            events: self.events.clone(),
+        };
+        let events = self.events.clone();
+        self.host.spawn_blocking(Box::new(move || {
+            let run_id = job.execute.run_id.clone();
+            let result = job.run();
+            let _ = events.send(Event::RunDone { run_id, result });
+        }));
+    }
+
+    /// Stops a run this process started. A run it does not know is one a crashed
+    /// predecessor started: its process is reaped and its folder removed.
+    pub(crate) fn cancel(&mut self, run_id: &str) {
+        match self.cancels.get(run_id) {
+            Some(cancel) => cancel.raise(),
+            None => reap(&self.runs_dir, run_id),
+        }
+    }
+
+    /// Stops every run (the daemon is stopping for good).
+    pub(crate) fn cancel_all(&mut self) {
+        for cancel in self.cancels.values() {
+            cancel.raise();
+        }
+    }
+
+    /// A run's thread reported its end.
+    pub(crate) fn finished(&mut self, run_id: &str) {
+        self.cancels.remove(run_id);
+    }
+
+    /// How many runs are on threads now.
+    pub(crate) fn running(&self) -> usize {
+        self.cancels.len()
+    }
+
+    /// The owner's local host-commands switch as the policy file says now.
+    pub(crate) fn commands_opted_in(&self) -> bool {
+        self.policy.current().commands_enabled
+    }
+
+    /// The owner's `confinement` rule as the policy says it now.
+    pub(crate) fn confinement(&self) -> outpost_core::grant::ConfinementPolicy {
+        self.policy.current().confinement
+    }
+
+    /// Whether the owner's policy as it is now mounts any of `granted` for an operator's run.
+    pub(crate) fn mounts_any(&self, granted: &[outpost_core::wire::FolderGrant]) -> bool {
+        let policy = self.policy.current();
+        !outpost_host::grant_mounts(granted, &policy, &self.denylist)
+            .0
+            .is_empty()
+    }
+}
+
+impl Job {
+    fn run(mut self) -> RunResult {
+        let started = StdInstant::now();
+        let run_id = self.execute.run_id.clone();
+        let mut result = self.execute_once();
+        // The daemon's share of the time: from the command to the result, setup included.
+        result.timing.daemon_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let _ = std::fs::remove_file(service_path(&self.runs_dir, &run_id));
+        let _ = std::fs::remove_dir_all(self.runs_dir.join(&run_id));
+        result
+    }
+
+    fn execute_once(&mut self) -> RunResult {
+        let cx = LaunchContext {
+            runs_dir: &self.runs_dir,
+            local: &self.local,
+            denylist: &self.denylist,
+            now: self.clock.instant(),
+            context: &self.context,
+        };
+        let prepared = match launch_from_execute(&self.execute, &cx) {
+            Ok(prepared) => prepared,
+            Err(e) => return RunResult::failed_with(e.code(), e.to_string()),
+        };
+        for skipped in &prepared.skipped {
+            tracing::warn!(run = %self.execute.run_id, path = %skipped.path, reason = %skipped.reason,
+                "a granted folder is not mounted");
+        }
+        // The grant in the command allows this environment (launch_from_execute checked):
+        // that is the permission, for this run only.
+        let mut allowlists = Allowlists::new();
+        if let Err(e) = allowlists.allow(
+            Permission::run_capability(self.execute.environment),
+            Scope::Session,
+        ) {
+            return RunResult::failed_with("not_permitted", e.to_string());
+        }
+        // Held while the capability runs; dropping it removes the socket. Only a process on
+        // this host can call `outpost command` (a shell or a terminal): a wasm module has no
+        // sockets and a container no outpost binary, so they get none (no socket file, no
+        // accept thread per run).
+        let can_call = matches!(
+            self.execute.environment,
+            Environment::Shell | Environment::Pty
+        );
+        let _bridge = if self.execute.shared_run || !can_call {
+            None
+        } else {
+            match Bridge::serve(
+                &prepared.launch.dir,
+                &self.execute.run_id,
+                prepared.launch.timeout,
+                self.commands.clone(),
+            ) {
+                Ok(bridge) => Some(bridge),
+                Err(e) => {
+                    tracing::warn!(run = %self.execute.run_id, "cannot serve host commands to this run: {e}");
+                    None
+                }
+            }
+        };
+        let mut handle = match run_capability(&self.registry, &allowlists, prepared.launch) {
+            Ok(handle) => handle,
+            Err(e) => return RunResult::failed_with(e.code(), e.to_string()),
+        };
+        if let Some(id) = handle.service_id() {
+            record_service(&self.runs_dir, &self.execute, id);
+        }
+        let run_id = &self.execute.run_id;
+        let reserved = self.terminal.take();
+        let mut attached = handle
+            .take_terminal()
+            .zip(reserved)
+            .and_then(|(terminal, reserved)| {
+                match self
+                    .terminals
+                    .attach(reserved, terminal, self.events.clone())
+                {
+                    Ok(attached) => Some(attached),
+                    Err(e) => {
+                        tracing::warn!(run = %run_id, "cannot relay the run's terminal: {e}");
+                        None
+                    }
+                }
+            });
+        match outpost_host::run_to_end(&mut *handle, &self.cancel) {
+            Ok(outcome) => {
+                if let Some(attached) = attached.take() {
+                    // Every byte goes out before `pty.exit`, and that before the result.
+                    attached.finish();
+                    let _ = self.events.send(Event::TerminalExit {
+                        run_id: run_id.clone(),
+                        exit_code: outcome.exit_code,
+                    });
+                }
+                RunResult::from(outcome)
+            }
+            Err(e) => RunResult::from(&e),
+        }
+    }
+}
+
+fn service_path(runs_dir: &Path, run_id: &str) -> PathBuf {
+    runs_dir.join(format!("{run_id}.service"))
+}
+
+fn record_service(runs_dir: &Path, execute: &Execute, id: String) {
+    let start_ticks = match execute.environment {
+        Environment::Shell => id.parse().ok().and_then(process_start_ticks),
+        _ => None,
+    };
+    let file = ServiceFile {
+        environment: execute.environment,
+        id,
+        start_ticks,
+    };
+    let path = service_path(runs_dir, &execute.run_id);
+    let bytes = serde_json::to_vec(&file).unwrap_or_default();
+    if let Err(e) = super::home::write_private(&path, &bytes) {
+        tracing::warn!(run = %execute.run_id, "cannot record the run's process: {e}");
+    }
+}
+
+/// `/proc/PID/stat` field 22: when the process started, in clock ticks since boot.
+fn process_start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Ends what a crashed daemon's run left on the machine: the process group of a shell run
+/// (only if the recorded process is still the same one), and the run's folder. Containers
+/// are removed by the docker executor's own orphan sweep at start.
+pub(crate) fn reap(runs_dir: &Path, run_id: &str) {
+    let path = service_path(runs_dir, run_id);
+    if let Ok(bytes) = std::fs::read(&path)
+        && let Ok(file) = serde_json::from_slice::<ServiceFile>(&bytes)
+        && file.environment == Environment::Shell
+        && let Ok(pid) = file.id.parse::<i32>()
+        && pid > 1
+        && file.start_ticks.is_some()
+        && process_start_ticks(pid) == file.start_ticks
+    {
+        let group = nix::unistd::Pid::from_raw(pid);
+        match nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL) {
+            Ok(()) => {
+                tracing::info!(run = %run_id, pgid = pid, "reaped the process group a crashed daemon left")
+            }
+            Err(e) => {
+                tracing::warn!(run = %run_id, pgid = pid, "cannot reap the process group: {e}")
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(runs_dir.join(run_id));
+}

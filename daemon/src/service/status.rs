@@ -1,0 +1,282 @@
+//! `outpost daemon status` and `outpost daemon logs`.
+//!
+//! `status` reads `state/daemon.json` and probes `state/daemon.lock` (a daemon holds it for
+//! its whole life): running or stopped, pid, version, who started it, the service's unit,
+//! `stopped.json` when there is one, and whether the running daemon is older than this
+//! binary — its version is lower, or its binary was replaced on disk since it started
+//! (Linux: `/proc/PID/exe` reads `… (deleted)`). `logs` reads the user journal for a systemd
+//! unit, and `state/daemon.log` (which the LaunchAgent writes) otherwise. Neither ever
+//! writes a file or signals the daemon.
+
+use std::io::{Read as _, Seek as _, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::lock::{Holder, Launcher, LockState, probe};
+use crate::status::{Running, Stopped, read_running, read_stopped};
+use serde::Serialize;
+
+use super::{EXIT_NOT_RUNNING, Manager, ServiceError, Target, launchd, systemd};
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Service {
+    manager: Manager,
+    name: String,
+    path: PathBuf,
+    installed: bool,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    running: bool,
+    pid: Option<u32>,
+    version: Option<String>,
+    manager: Option<Launcher>,
+    started_at: Option<String>,
+    binary: Option<String>,
+    this_version: &'static str,
+    outdated: bool,
+    outdated_why: Option<String>,
+    context_id: Option<String>,
+    state_dir: PathBuf,
+    /// The holder line of a daemon that ended without cleaning up (killed, crashed).
+    left_behind: Option<Holder>,
+    stopped: Option<Stopped>,
+    stopped_advice: Option<String>,
+    service: Option<Service>,
+}
+
+/// `0.1.10` > `0.1.9`: numeric parts compared in order, anything after `-` or `+` ignored.
+fn older(theirs: &str, ours: &str) -> bool {
+    let parts = |v: &str| -> Vec<u64> {
+        v.split(['-', '+'])
+            .next()
+            .unwrap_or("")
+            .split('.')
+            .map(|p| p.parse().unwrap_or(0))
+            .collect()
+    };
+    parts(theirs) < parts(ours)
+}
+
+fn outdated(running: &Running) -> Option<String> {
+    let ours = env!("CARGO_PKG_VERSION");
+    if older(&running.version, ours) {
+        return Some(format!(
+            "it runs outpost {} and this binary is {ours}",
+            running.version
+        ));
+    }
+    let exe = std::fs::read_link(format!("/proc/{}/exe", running.pid)).ok()?;
+    exe.to_string_lossy().ends_with(" (deleted)").then(|| {
+        format!(
+            "its binary {} was replaced on disk after it started",
+            running.binary.as_deref().unwrap_or("?")
+        )
+    })
+}
+
+fn report(target: &Target) -> Result<Report, ServiceError> {
+    let state = &target.folders.state;
+    let lock = probe(state)?;
+    let file = read_running(state)?;
+    let stopped = read_stopped(state)?;
+    let context_id = target.joined().ok().map(|s| s.context_id);
+    let (running, holder, left_behind) = match lock {
+        LockState::Held { holder } => (true, holder, None),
+        LockState::Free { left } => (false, None, left),
+    };
+    // daemon.json speaks for the holder when it names the same process.
+    let file = file.filter(|f| running && holder.as_ref().is_none_or(|h| h.pid == f.pid));
+    let why = file.as_ref().and_then(outdated);
+    let service = context_id.as_ref().and_then(|id| {
+        let manager = Manager::native();
+        let path = manager.service_path(id).ok()?;
+        Some(Service {
+            manager,
+            name: manager.service_name(id),
+            installed: path.exists(),
+            path,
+        })
+    });
+    Ok(Report {
+        running,
+        pid: file
+            .as_ref()
+            .map(|f| f.pid)
+            .or(holder.as_ref().map(|h| h.pid)),
+        version: file
+            .as_ref()
+            .map(|f| f.version.clone())
+            .or(holder.as_ref().map(|h| h.version.clone())),
+        manager: file
+            .as_ref()
+            .map(|f| f.manager)
+            .or(holder.as_ref().map(|h| h.launcher)),
+        started_at: file.as_ref().map(|f| f.started_at.clone()),
+        binary: file.as_ref().and_then(|f| f.binary.clone()),
+        this_version: env!("CARGO_PKG_VERSION"),
+        outdated: why.is_some(),
+        outdated_why: why,
+        context_id,
+        state_dir: state.clone(),
+        left_behind,
+        stopped_advice: stopped
+            .as_ref()
+            .map(|s| s.advice(state, &target.folders.config)),
+        stopped,
+        service,
+    })
+}
+
+/// `outpost daemon status`: exits 0 when a daemon runs on the home, 3 when not.
+pub fn status(home: Option<&Path>, json: bool, out: &mut dyn Write) -> Result<u8, ServiceError> {
+    let target = Target::resolve(home)?;
+    let r = report(&target)?;
+    if json {
+        say!(out, "{}", serde_json::to_string(&r).unwrap_or_default());
+    } else {
+        print(&r, out);
+    }
+    Ok(if r.running { 0 } else { EXIT_NOT_RUNNING })
+}
+
+fn print(r: &Report, out: &mut dyn Write) {
+    if r.running {
+        say!(
+            out,
+            "running: pid {}, outpost {}, started from {}{}",
+            r.pid.map_or("?".into(), |p| p.to_string()),
+            r.version.as_deref().unwrap_or("?"),
+            r.manager.map_or("?", Launcher::as_str),
+            r.started_at
+                .as_deref()
+                .map(|at| format!(" at {at}"))
+                .unwrap_or_default()
+        );
+    } else {
+        say!(out, "stopped: no daemon runs on {}", r.state_dir.display());
+    }
+    if let Some(left) = &r.left_behind {
+        say!(
+            out,
+            "the last daemon ({left}) ended without cleaning up (killed or crashed)"
+        );
+    }
+    if let Some(id) = &r.context_id {
+        say!(out, "context: {id}");
+    }
+    if let Some(s) = &r.service {
+        say!(
+            out,
+            "service: {} {} ({})",
+            s.manager.as_str(),
+            s.name,
+            if s.installed {
+                format!("installed at {}", s.path.display())
+            } else {
+                "not installed".into()
+            }
+        );
+    }
+    if let Some(why) = &r.outdated_why {
+        say!(
+            out,
+            "outdated: {why}; run `outpost daemon restart` to run this binary (outpost {})",
+            r.this_version
+        );
+    }
+    if let (Some(stopped), Some(advice)) = (&r.stopped, &r.stopped_advice) {
+        say!(
+            out,
+            "stopped for good ({}, {}): {advice}",
+            stopped.reason.as_str(),
+            stopped.at
+        );
+    }
+}
+
+/// `outpost daemon logs`.
+pub fn logs(
+    home: Option<&Path>,
+    lines: u32,
+    follow: bool,
+    out: &mut dyn Write,
+) -> Result<u8, ServiceError> {
+    let target = Target::resolve(home)?;
+    let file = target.folders.state.join(launchd::LOG_FILE);
+    if Manager::native() == Manager::Systemd {
+        let context_id = target.joined()?.context_id;
+        let name = systemd::unit_name(&context_id);
+        if let Some(code) = systemd::journal(&name, lines, follow) {
+            return Ok(u8::try_from(code).unwrap_or(1));
+        }
+        if !file.exists() {
+            say!(
+                out,
+                "journalctl is not installed: a systemd unit logs to the user journal only, and no {} is there",
+                file.display()
+            );
+            return Ok(1);
+        }
+    }
+    tail(&file, lines, follow, out)
+}
+
+/// The last `lines` lines of `file`; with `follow`, then what is appended, until killed.
+fn tail(file: &Path, lines: u32, follow: bool, out: &mut dyn Write) -> Result<u8, ServiceError> {
+    let io = |e| ServiceError::Io {
+        path: file.to_path_buf(),
+        source: e,
+    };
+    let mut f = match std::fs::File::open(file) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            say!(out, "no log yet: {} is not there", file.display());
+            return Ok(1);
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let mut text = String::new();
+    f.read_to_string(&mut text).map_err(io)?;
+    let all: Vec<&str> = text.lines().collect();
+    let from = all.len().saturating_sub(lines as usize);
+    for line in &all[from..] {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+    if !follow {
+        return Ok(0);
+    }
+    let mut at = f.stream_position().map_err(io)?;
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let len = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+        if len < at {
+            at = 0; // truncated or rotated
+        }
+        if len > at {
+            f.seek(SeekFrom::Start(at)).map_err(io)?;
+            let mut more = Vec::new();
+            f.read_to_end(&mut more).map_err(io)?;
+            at += more.len() as u64;
+            let _ = out.write_all(&more);
+            let _ = out.flush();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::older;
+
+    #[test]
+    fn versions_compare_by_number() {
+        assert!(older("0.1.9", "0.1.10"));
+        assert!(older("0.0.1", "0.1.0"));
+        assert!(!older("0.1.0", "0.1.0"));
+        assert!(!older("0.2.0-rc1", "0.1.9"));
+    }
+}

@@ -1,0 +1,95 @@
+//! One run driven to its end, the same for every waiter (the daemon's runner, the server's
+//! `cloud` executor): wait for the run, stop it once its [`Cancel`] is raised, and hand back
+//! how it ended.
+//!
+//! A raise wakes the waiter at once where the run's handle can be woken
+//! ([`RunHandle::wait_waker`]: the process runs of the shell executor); elsewhere the waiter
+//! looks at the cancel every [`SLICE`]. This module owns that loop; it never decides whether
+//! a run may start or what its result means.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outpost_core::executor::{ExecError, Outcome, RunHandle, WaitWaker};
+
+/// How often a waiter whose run cannot be woken looks at its cancel.
+const SLICE: Duration = Duration::from_millis(200);
+
+/// How long one wait lasts when a raise wakes it (the run's own deadline still ends it in
+/// time: the handle enforces it).
+const WOKEN_WAIT: Duration = Duration::from_secs(3600);
+
+/// A run's cancel: raised from any thread, once or more; the run's waiter acts on the first.
+#[derive(Clone, Default)]
+pub struct Cancel {
+    state: Arc<CancelState>,
+}
+
+#[derive(Default)]
+struct CancelState {
+    raised: AtomicBool,
+    waker: Mutex<Option<WaitWaker>>,
+}
+
+impl std::fmt::Debug for Cancel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cancel")
+            .field("raised", &self.is_raised())
+            .finish()
+    }
+}
+
+impl Cancel {
+    /// A cancel nobody raised.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks the run to stop, and wakes its waiter if it waits.
+    pub fn raise(&self) {
+        self.state.raised.store(true, Ordering::SeqCst);
+        let waker = self
+            .state
+            .waker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(wake) = waker {
+            wake();
+        }
+    }
+
+    /// Whether it was raised.
+    pub fn is_raised(&self) -> bool {
+        self.state.raised.load(Ordering::SeqCst)
+    }
+
+    fn wake_with(&self, waker: WaitWaker) {
+        *self.state.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(waker);
+    }
+}
+
+/// Waits for `handle`'s run to end, cancelling it (once) when `cancel` is raised, and returns
+/// how it ended: cancelled, timed out (the handle enforces its deadline) or on its own.
+pub fn run_to_end(handle: &mut dyn RunHandle, cancel: &Cancel) -> Result<Outcome, ExecError> {
+    let slice = match handle.wait_waker() {
+        Some(waker) => {
+            cancel.wake_with(waker);
+            WOKEN_WAIT
+        }
+        None => SLICE,
+    };
+    let mut cancelled = false;
+    loop {
+        // Looked at before every wait: a raise before the waker was set is not missed, and
+        // one during a wait ends that wait.
+        if !cancelled && cancel.is_raised() {
+            cancelled = true;
+            handle.cancel()?;
+        }
+        if let Some(outcome) = handle.wait(slice)? {
+            return Ok(outcome);
+        }
+    }
+}

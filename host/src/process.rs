@@ -1,0 +1,331 @@
+//! One process run to its end: a process group (sandboxed or not), its output readers and its
+//! waiter, with the deadline → SIGTERM → grace → SIGKILL path every piped run shares (the
+//! shell executor's runs, host commands, a wait's `exec`).
+//!
+//! This module owns the group's signals and the captured output. It never decides whether a
+//! run may start (the caller checked its manifest, grant and folders) and never reads what
+//! the output says.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use outpost_core::executor::{
+    CapturedOutput, Ending, ExecError, FinishedOutput, Outcome, OutputChunk, RunHandle, Stream,
+};
+
+/// How long to wait for the output pipes to close once the group is gone. A process that
+/// left the group (`setsid`) and kept a pipe open cannot hold the run hostage longer.
+const PIPE_DRAIN: Duration = Duration::from_secs(1);
+
+/// How a sandboxed run is held: within these bounds, by this helper, its gate's refusals
+/// reported here.
+pub struct Sandboxing {
+    /// What the run may use (folders, egress).
+    pub bounds: crate::sandbox::Bounds,
+    /// The helper binary and what the kernel can enforce.
+    pub config: crate::sandbox::SandboxConfig,
+    /// Called with every connection the run's egress gate allowed or refused.
+    pub report: crate::sandbox::EgressReport,
+}
+
+/// What [`ProcessRun::spawn`] starts.
+pub struct Spawn {
+    /// The run this process belongs to (a host command: the run that asked for it).
+    pub run_id: String,
+    /// Sandboxed so, or not at all.
+    pub sandbox: Option<Sandboxing>,
+    /// Where the refusals of the run's egress gate are kept (the caller's `report` pushes
+    /// them); read back in the outcome's `egress_denied`.
+    pub refusals: Arc<Mutex<Vec<crate::GateEvent>>>,
+    /// The program (an absolute path, or a name looked up in the run's `PATH`).
+    pub program: PathBuf,
+    /// Its arguments, after the program.
+    pub args: Vec<OsString>,
+    /// Its working directory (already checked against the grant and the denylist).
+    pub cwd: PathBuf,
+    /// Its whole environment: nothing else is inherited.
+    pub env: Vec<(OsString, OsString)>,
+    /// From the spawn to SIGTERM; `Duration::MAX` for none.
+    pub timeout: Duration,
+    /// Output kept, stdout and stderr together; what is over it is counted as truncated.
+    pub output_cap: usize,
+    /// Between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// When the caller began preparing the run: the outcome's `setup` is measured from it.
+    pub started: Instant,
+}
+
+/// What a [`ProcessRun`]'s waiter hears.
+enum Heard {
+    /// The entry process ended.
+    Exited(std::io::Result<ExitStatus>),
+    /// [`RunHandle::wait_waker`] was called: the wait in progress returns early.
+    Woken,
+}
+
+/// A running process group. Dropping it kills the group.
+pub struct ProcessRun {
+    run_id: String,
+    pgid: Pid,
+    heard: Receiver<Heard>,
+    /// Feeds `heard`: the exit waiter thread, and the waker.
+    tell: mpsc::Sender<Heard>,
+    pipes_closed: Receiver<()>,
+    captured: Arc<Mutex<CapturedOutput>>,
+    spawned_at: Instant,
+    setup: Duration,
+    deadline: Instant,
+    grace: Duration,
+    /// Why we are stopping it, and when SIGKILL is due.
+    stopping: Option<(Ending, Instant)>,
+    killed: bool,
+    outcome: Option<Outcome>,
+    /// Dropped with the run: its private `HOME` and `TMPDIR` go, its gate stops.
+    _sandbox: Option<crate::sandbox::SandboxGuard>,
+    refusals: Arc<Mutex<Vec<crate::GateEvent>>>,
+}
+
+impl ProcessRun {
+    /// Starts `s.program` in a process group of its own (in the sandbox when `s.sandbox` says
+    /// so), its stdin empty and its output captured.
+    pub fn spawn(s: Spawn) -> Result<Self, ExecError> {
+        let (mut child, guard) = match s.sandbox {
+            Some(b) => {
+                let (child, guard) = crate::sandbox::spawn_piped(
+                    &b.bounds, s.program, s.args, &s.cwd, s.env, &b.config, b.report,
+                )?;
+                (child, Some(guard))
+            }
+            None => {
+                let child = Command::new(&s.program)
+                    .args(&s.args)
+                    .current_dir(&s.cwd)
+                    .env_clear()
+                    .envs(s.env)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .process_group(0)
+                    .spawn()
+                    .map_err(|e| ExecError::Spawn(format!("{}: {e}", s.program.display())))?;
+                (child, None)
+            }
+        };
+        let spawned_at = Instant::now();
+        let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        let captured = Arc::new(Mutex::new(CapturedOutput::new(s.output_cap)));
+        let (closed_tx, pipes_closed) = mpsc::channel();
+        if let Some(out) = child.stdout.take() {
+            spawn_reader(out, Stream::Stdout, captured.clone(), closed_tx.clone());
+        }
+        if let Some(err) = child.stderr.take() {
+            spawn_reader(err, Stream::Stderr, captured.clone(), closed_tx);
+        }
+        let (tell, heard) = mpsc::channel();
+        let exit_tx = tell.clone();
+        std::thread::spawn(move || {
+            let _ = exit_tx.send(Heard::Exited(child.wait()));
+        });
+        Ok(Self {
+            run_id: s.run_id,
+            pgid,
+            heard,
+            tell,
+            pipes_closed,
+            captured,
+            spawned_at,
+            setup: spawned_at.saturating_duration_since(s.started),
+            deadline: spawned_at
+                .checked_add(s.timeout)
+                .unwrap_or(far_future(spawned_at)),
+            grace: s.grace,
+            stopping: None,
+            killed: false,
+            outcome: None,
+            _sandbox: guard,
+            refusals: s.refusals,
+        })
+    }
+
+    /// The process id of the entry (also its process group id).
+    pub fn pid(&self) -> u32 {
+        u32::try_from(self.pgid.as_raw()).unwrap_or(0)
+    }
+
+    /// The destinations the run's egress gate refused so far (`egress_denied`), each as the
+    /// gate reported it.
+    pub fn egress_refusals(&self) -> Vec<crate::GateEvent> {
+        self.refusals.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// SIGTERM to the group now, SIGKILL after the grace period.
+    fn stop(&mut self, why: Ending) {
+        if self.stopping.is_none() && self.outcome.is_none() {
+            let _ = killpg(self.pgid, Signal::SIGTERM);
+            self.stopping = Some((why, Instant::now() + self.grace));
+        }
+    }
+
+    fn kill_group(&mut self) {
+        let _ = killpg(self.pgid, Signal::SIGKILL);
+        self.killed = true;
+    }
+
+    fn finish(&mut self, status: std::io::Result<ExitStatus>) -> Result<Outcome, ExecError> {
+        // The entry is gone; whatever it left behind in its group goes with it.
+        self.kill_group();
+        let execute = self.spawned_at.elapsed();
+        let drain_until = Instant::now() + PIPE_DRAIN;
+        for _ in 0..2 {
+            let left = drain_until.saturating_duration_since(Instant::now());
+            if self.pipes_closed.recv_timeout(left).is_err() {
+                break;
+            }
+        }
+        let status =
+            status.map_err(|e| ExecError::Failed(format!("waiting for the process: {e}")))?;
+        let FinishedOutput {
+            stdout,
+            stderr,
+            truncated,
+        } = self
+            .captured
+            .lock()
+            .map_err(|_| ExecError::Failed("output capture panicked".into()))?
+            .finish_output();
+        Ok(Outcome {
+            ending: self
+                .stopping
+                .as_ref()
+                .map_or(Ending::Exited, |(why, _)| why.clone()),
+            exit_code: status.code(),
+            signal: status.signal(),
+            stdout,
+            stderr,
+            truncated,
+            setup: self.setup,
+            execute,
+            egress_denied: self
+                .egress_refusals()
+                .into_iter()
+                .filter_map(|event| match event {
+                    crate::GateEvent::Refused { destination, .. } => Some(destination),
+                    crate::GateEvent::Connected { .. } => None,
+                })
+                .collect(),
+        })
+    }
+}
+
+/// A deadline that never comes (a century away), for services.
+fn far_future(now: Instant) -> Instant {
+    now + Duration::from_secs(100 * 365 * 24 * 3600)
+}
+
+fn spawn_reader(
+    mut pipe: impl Read + Send + 'static,
+    stream: Stream,
+    captured: Arc<Mutex<CapturedOutput>>,
+    closed: mpsc::Sender<()>,
+) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        loop {
+            match pipe.read(&mut buf) {
+                // A signal's handler ran meanwhile: read again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let Ok(mut c) = captured.lock() else {
+                        break;
+                    };
+                    c.push(stream, &buf[..n]);
+                }
+            }
+        }
+        let _ = closed.send(());
+    });
+}
+
+impl RunHandle for ProcessRun {
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError> {
+        if let Some(done) = &self.outcome {
+            return Ok(Some(done.clone()));
+        }
+        let until = Instant::now() + timeout;
+        loop {
+            let now = Instant::now();
+            let next_step = match self.stopping {
+                None => self.deadline,
+                Some((_, kill_at)) if !self.killed => kill_at,
+                Some(_) => until,
+            };
+            let wake = until.min(next_step);
+            match self.heard.recv_timeout(wake.saturating_duration_since(now)) {
+                Ok(Heard::Woken) => return Ok(None),
+                Ok(Heard::Exited(status)) => {
+                    let outcome = self.finish(status)?;
+                    self.outcome = Some(outcome.clone());
+                    return Ok(Some(outcome));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let now = Instant::now();
+                    match self.stopping {
+                        None if now >= self.deadline => self.stop(Ending::TimedOut),
+                        Some((_, kill_at)) if !self.killed && now >= kill_at => self.kill_group(),
+                        _ => {}
+                    }
+                    if now >= until {
+                        return Ok(None);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(ExecError::Failed("the process waiter stopped".into()));
+                }
+            }
+        }
+    }
+
+    fn cancel(&mut self) -> Result<(), ExecError> {
+        self.stop(Ending::Cancelled);
+        Ok(())
+    }
+
+    fn service_id(&self) -> Option<String> {
+        Some(self.pid().to_string())
+    }
+
+    fn wait_waker(&self) -> Option<outpost_core::executor::WaitWaker> {
+        let tell = self.tell.clone();
+        Some(Arc::new(move || {
+            let _ = tell.send(Heard::Woken);
+        }))
+    }
+
+    fn read_output(&mut self) -> Vec<OutputChunk> {
+        match self.captured.lock() {
+            Ok(mut c) => c.take_fresh(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+impl Drop for ProcessRun {
+    fn drop(&mut self) {
+        if self.outcome.is_none() {
+            self.kill_group();
+        }
+    }
+}
