@@ -40,6 +40,14 @@ pub fn wall_now() -> UnixTime {
     UnixTime(secs)
 }
 
+/// Wall-clock milliseconds since the Unix epoch (zero before 1970): what condition waits and
+/// their events are stamped with.
+pub fn wall_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// The process's clock: instants count from `CLOCK_BOOTTIME` at the moment it was made, so
 /// they start near zero; readings are clamped to never run backwards.
 #[derive(Debug)]

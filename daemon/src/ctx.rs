@@ -97,11 +97,7 @@ pub(crate) struct Seen {
 }
 
 /// Wall-clock milliseconds since the Unix epoch (what conditions and their events see).
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub(crate) use outpost_adapters::clock::wall_now_ms as now_ms;
 
 impl Seen {
     fn lock(&self) -> std::sync::MutexGuard<'_, SeenInner> {

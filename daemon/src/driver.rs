@@ -89,9 +89,11 @@ struct Driver {
     deferred: Option<Event>,
     /// Condition checks running now.
     checks: Checks,
+    /// An input was fed since [`Driver::tick`] last looked (its outputs are still to poll).
+    fed: bool,
     /// Tells the driver when the policy file changes (none: the features are looked at on
     /// a short timer instead).
-    _policy_watch: Option<watch::Watch>,
+    policy_watch: Option<watch::Watch>,
 }
 
 /// Outputs polled from the core and not yet carried out.
@@ -242,13 +244,14 @@ pub(super) fn run(
         state_dir: home.folders.state.clone(),
         updates: Schedule::new(auto_update, seed),
         features: Features::new(&options.features, policy_watch.is_some()),
-        _policy_watch: policy_watch,
+        policy_watch,
         commands,
         commands_opted_in: options.local.commands_enabled,
         host_jobs: 0,
         exit: None,
         deferred: None,
         checks,
+        fed: false,
     };
     driver.serve()
 }
@@ -295,7 +298,11 @@ impl Driver {
                 }
                 return Ok(exit);
             }
-            self.tick()?;
+            // What the tick fed the core (a job's end, a feature, the jobs' count) is carried
+            // out before the driver sleeps: the outputs may not wait for the next wake.
+            if self.tick()? {
+                continue;
+            }
             match self.stop.count() {
                 0 => {}
                 1 if !drain_asked => {
@@ -338,8 +345,15 @@ impl Driver {
     /// How long until [`Driver::tick`] has something to do: the next feature look, the
     /// update timetable's next moment, and — only while background host commands run — their
     /// reaping every [`REAP_EVERY`].
-    fn own_timer(&self) -> Duration {
+    fn own_timer(&mut self) -> Duration {
         let now = StdInstant::now();
+        if !self
+            .policy_watch
+            .as_ref()
+            .is_some_and(watch::Watch::is_alive)
+        {
+            self.features.unwatched();
+        }
         let mut next = self.features.next_look;
         if let Some(due) = self.updates.next_due() {
             next = next.min(due);
@@ -350,9 +364,10 @@ impl Driver {
         next.saturating_duration_since(now)
     }
 
-    /// The driver's own timers: announces a changed `fs` feature, marks this version proven
+    /// The driver's own timers (returns whether it fed the core): announces a changed `fs` feature, marks this version proven
     /// once it ran its trial minute, starts a due update check on a blocking thread.
-    fn tick(&mut self) -> Result<(), DaemonError> {
+    fn tick(&mut self) -> Result<bool, DaemonError> {
+        self.fed = false;
         if let Some(features) = self.features.look(&self.runner) {
             tracing::info!(
                 ?features,
@@ -398,7 +413,7 @@ impl Driver {
                 let _ = tx.send(Event::UpdateChecked(checked));
             }));
         }
-        Ok(())
+        Ok(self.fed)
     }
 
     /// Reports every host command that ended since the last call with `command.finished`.
@@ -429,6 +444,7 @@ impl Driver {
     }
 
     fn input(&mut self, input: Input) -> Result<(), DaemonError> {
+        self.fed = true;
         let now = self.clock.now();
         self.daemon.handle_input(now, input)?;
         Ok(())
@@ -913,6 +929,16 @@ impl Features {
                 FEATURE_LOOK_UNWATCHED
             },
             next_look: StdInstant::now() + FEATURE_LOOK_UNWATCHED,
+        }
+    }
+
+    /// Looks on the short timer from now on: the policy file is not (or no longer) watched.
+    fn unwatched(&mut self) {
+        if self.every != FEATURE_LOOK_UNWATCHED {
+            self.every = FEATURE_LOOK_UNWATCHED;
+            self.next_look = self
+                .next_look
+                .min(StdInstant::now() + FEATURE_LOOK_UNWATCHED);
         }
     }
 

@@ -412,10 +412,7 @@ pub fn hand_over(binary: &Path) -> std::io::Error {
 
 /// Seconds since the Unix epoch, now.
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    outpost_adapters::clock::wall_now().0
 }
 
 /// When the next periodic check is due after `now`: [`CHECK_EVERY`] ± [`CHECK_JITTER`].

@@ -142,7 +142,8 @@ impl WasmExecutor {
                 .map_err(|e| e.to_string())?;
             let cache = ModuleCache::new(engine.clone(), config.cache_dir.clone())
                 .map_err(|e| e.to_string())?;
-            let ticker = ticker::EpochTicker::start(engine.clone(), config.tick);
+            let ticker = ticker::EpochTicker::start(engine.clone(), config.tick)
+                .map_err(|e| format!("cannot start the epoch thread: {e}"))?;
             Ok(Ready {
                 pool: pool::RunPool::default(),
                 entries: Mutex::new(HashMap::new()),

@@ -44,8 +44,8 @@ pub(crate) struct Ticking {
 
 impl EpochTicker {
     /// Starts the thread that advances `engine`'s epoch every `tick` while a [`Ticking`] is
-    /// held.
-    pub(crate) fn start(engine: Engine, tick: Duration) -> Self {
+    /// held. Without that thread no deadline could stop a module: an error then.
+    pub(crate) fn start(engine: Engine, tick: Duration) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
         let ticker = shared.clone();
         std::thread::Builder::new()
@@ -64,9 +64,8 @@ impl EpochTicker {
                     engine.increment_epoch();
                     ticker.lock().ticks += 1;
                 }
-            })
-            .ok();
-        Self { shared }
+            })?;
+        Ok(Self { shared })
     }
 
     /// Keeps the epoch advancing until the returned guard is dropped.
@@ -106,7 +105,7 @@ mod tests {
     #[test]
     fn the_epoch_advances_while_a_store_holds_the_clock_and_never_else() {
         let engine = Engine::new(wasmtime::Config::new().epoch_interruption(true)).unwrap();
-        let ticker = EpochTicker::start(engine, Duration::from_millis(1));
+        let ticker = EpochTicker::start(engine, Duration::from_millis(1)).unwrap();
         let quiet = Duration::from_millis(50);
         std::thread::sleep(quiet);
         assert_eq!(ticker.ticks(), 0, "no store runs: the clock sleeps");

@@ -122,18 +122,9 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
     let mut code = None;
     // Set once this side has sent its close: the peer has until then to close too.
     let mut close_deadline: Option<std::time::Instant> = None;
-    // Bytes tungstenite holds because the socket would not take them yet.
-    let mut unflushed = false;
     'conn: loop {
-        if unflushed {
-            match ws.flush() {
-                Ok(()) => unflushed = false,
-                Err(e) if would_block(&e) => {}
-                Err(_) => break 'conn,
-            }
-        }
-        // Everything queued is written, then flushed once: one write to the socket for all.
-        let mut written = false;
+        // Everything queued is written, then flushed once (below): one write to the socket
+        // for all.
         while close_deadline.is_none()
             && let Some(out) = outbox.try_take()
         {
@@ -145,15 +136,9 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                 }
             };
             match sent {
-                Ok(()) => written = true,
-                Err(e) if would_block(&e) => unflushed = true,
-                Err(_) => break 'conn,
-            }
-        }
-        if written {
-            match ws.flush() {
+                // Held by tungstenite until the socket takes it: the flush below retries.
                 Ok(()) => {}
-                Err(e) if would_block(&e) => unflushed = true,
+                Err(e) if would_block(&e) => {}
                 Err(_) => break 'conn,
             }
         }
@@ -185,6 +170,14 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                 Err(_) => break 'conn,
             }
         }
+        // One flush for what was written above and what a read queued of its own (a pong,
+        // the reply to a close, TLS bytes); what the socket would not take yet makes the
+        // poll wait for room to write.
+        let unflushed = match ws.flush() {
+            Ok(()) => false,
+            Err(e) if would_block(&e) => true,
+            Err(_) => break 'conn,
+        };
         let mut wanted = PollFlags::empty();
         if unread.has_room() {
             wanted |= PollFlags::POLLIN;

@@ -5,9 +5,9 @@
 //! `1500ms`; RFC 3339 or `+10m`) and packing `--then DIR` as `outpost execute` packs a
 //! folder. Every decision is the server's.
 
+use outpost_adapters::clock::wall_now_ms as now_ms;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use serde_json::{Value, json};
@@ -146,13 +146,6 @@ pub fn format_ms(ms: u64) -> String {
         rest % 3600 / 60,
         rest % 60
     )
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 fn print(value: &Value, json_out: bool, human: impl FnOnce(&Value)) -> anyhow::Result<ExitCode> {

@@ -149,10 +149,7 @@ pub(crate) fn write_stopped(state: &Path, stopped: &Stopped) -> Result<(), Daemo
 
 /// The wall clock now, RFC 3339 in UTC to the second (`2026-12-01T16:38:24Z`).
 pub fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    rfc3339(secs)
+    rfc3339(outpost_adapters::clock::wall_now().0)
 }
 
 /// `secs` after the Unix epoch, RFC 3339 in UTC.
