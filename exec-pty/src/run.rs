@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use outpost_core::executor::{
     Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream, TRUNCATION_MARKER, Terminal,
 };
+use outpost_host::{StopSchedule, StopStep};
 use portable_pty::{CommandBuilder, MasterPty, PtyPair};
 
 use crate::pump::{PtyInput, PtyOutput, Shared, spawn_drain};
@@ -49,13 +50,10 @@ pub struct PtyRun {
     exited: Receiver<std::io::Result<ExitStatus>>,
     spawned_at: Instant,
     setup: Duration,
-    deadline: Instant,
     idle: Option<Duration>,
-    grace: Duration,
-    /// Why we are stopping it, and when SIGKILL is due.
-    stopping: Option<(Ending, Instant)>,
+    /// When it is hung up and killed, and why.
+    schedule: StopSchedule,
     idled: bool,
-    killed: bool,
     outcome: Option<Outcome>,
     _sandbox: Option<outpost_host::sandbox::SandboxGuard>,
     refusals: Arc<Mutex<Vec<String>>>,
@@ -117,14 +115,9 @@ impl PtyRun {
             exited,
             spawned_at,
             setup: spawned_at.saturating_duration_since(s.started),
-            deadline: spawned_at
-                .checked_add(s.timeout)
-                .unwrap_or(spawned_at + Duration::from_secs(100 * 365 * 24 * 3600)),
             idle: s.idle,
-            grace: s.grace,
-            stopping: None,
+            schedule: StopSchedule::new(spawned_at, s.timeout, s.grace),
             idled: false,
-            killed: false,
             outcome: None,
             _sandbox: s.sandbox,
             refusals: s.refusals,
@@ -148,15 +141,14 @@ impl PtyRun {
 
     /// Hangs the session up now, SIGKILL after the grace period.
     fn stop(&mut self, why: Ending) {
-        if self.stopping.is_none() && self.outcome.is_none() {
+        if self.outcome.is_none() && self.schedule.ask(why, Instant::now()) {
             session::hang_up(self.sid);
-            self.stopping = Some((why, Instant::now() + self.grace));
         }
     }
 
     fn kill(&mut self) {
         session::kill_remains(self.sid, self.tty.as_deref());
-        self.killed = true;
+        self.schedule.mark_killed();
     }
 
     fn idle_deadline(&self) -> Option<Instant> {
@@ -187,10 +179,7 @@ impl PtyRun {
             _ => Vec::new(),
         };
         Ok(Outcome {
-            ending: self
-                .stopping
-                .as_ref()
-                .map_or(Ending::Exited, |(why, _)| why.clone()),
+            ending: self.schedule.ending(),
             exit_code: status.code(),
             signal: status.signal(),
             stdout,
@@ -215,14 +204,7 @@ impl RunHandle for PtyRun {
         let until = Instant::now() + timeout;
         loop {
             let now = Instant::now();
-            let next_step = match self.stopping {
-                None => self
-                    .idle_deadline()
-                    .map_or(self.deadline, |idle| idle.min(self.deadline)),
-                Some((_, kill_at)) if !self.killed => kill_at,
-                Some(_) => until,
-            };
-            let wake = until.min(next_step);
+            let wake = self.schedule.next_look(until, self.idle_deadline());
             match self
                 .exited
                 .recv_timeout(wake.saturating_duration_since(now))
@@ -234,14 +216,15 @@ impl RunHandle for PtyRun {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     let now = Instant::now();
-                    match self.stopping {
-                        None if now >= self.deadline => self.stop(Ending::TimedOut),
-                        None if self.idle_deadline().is_some_and(|at| now >= at) => {
+                    let idle_passed = self.idle_deadline().is_some_and(|at| now >= at);
+                    match self.schedule.due(now, idle_passed) {
+                        Some(StopStep::Deadline) => self.stop(Ending::TimedOut),
+                        Some(StopStep::Limit) => {
                             self.idled = true;
                             self.stop(Ending::TimedOut);
                         }
-                        Some((_, kill_at)) if !self.killed && now >= kill_at => self.kill(),
-                        _ => {}
+                        Some(StopStep::Kill) => self.kill(),
+                        None => {}
                     }
                     if now >= until {
                         return Ok(None);

@@ -51,6 +51,7 @@ mod private;
 pub mod process;
 pub mod sandbox;
 mod services;
+mod stopping;
 
 pub use commands::{
     AUDIT_COMMAND_CHARS, AuditEvent, CommandError, CommandRequest, CommandSandbox, CommandsConfig,
@@ -73,3 +74,4 @@ pub use private::private_database;
 pub use services::{
     DEFAULT_STOP_BOUND, RunningServiceTable, ServiceInfo, ServiceState, ShutdownError, StopError,
 };
+pub use stopping::{StopSchedule, StopStep};

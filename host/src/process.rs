@@ -1,6 +1,7 @@
 //! One process run to its end: a process group (sandboxed or not), its output readers and its
-//! waiter, with the deadline → SIGTERM → grace → SIGKILL path every piped run shares (the
-//! shell executor's runs, host commands, a wait's `exec`).
+//! waiter, stopped on the deadline → SIGTERM → grace → SIGKILL path of [`crate::StopSchedule`]
+//! (which the pty's terminal runs keep too). Every piped run goes through it: the shell
+//! executor's runs, host commands, a wait's `exec`.
 //!
 //! This module owns the group's signals and the captured output. It never decides whether a
 //! run may start (the caller checked its manifest, grant and folders) and never reads what
@@ -15,6 +16,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::StopStep;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use outpost_core::executor::{
@@ -82,11 +84,8 @@ pub struct ProcessRun {
     captured: Arc<Mutex<CapturedOutput>>,
     spawned_at: Instant,
     setup: Duration,
-    deadline: Instant,
-    grace: Duration,
-    /// Why we are stopping it, and when SIGKILL is due.
-    stopping: Option<(Ending, Instant)>,
-    killed: bool,
+    /// When it is stopped and killed, and why.
+    schedule: crate::StopSchedule,
     outcome: Option<Outcome>,
     /// Dropped with the run: its private `HOME` and `TMPDIR` go, its gate stops.
     _sandbox: Option<crate::sandbox::SandboxGuard>,
@@ -143,12 +142,7 @@ impl ProcessRun {
             captured,
             spawned_at,
             setup: spawned_at.saturating_duration_since(s.started),
-            deadline: spawned_at
-                .checked_add(s.timeout)
-                .unwrap_or(far_future(spawned_at)),
-            grace: s.grace,
-            stopping: None,
-            killed: false,
+            schedule: crate::StopSchedule::new(spawned_at, s.timeout, s.grace),
             outcome: None,
             _sandbox: guard,
             refusals: s.refusals,
@@ -168,15 +162,14 @@ impl ProcessRun {
 
     /// SIGTERM to the group now, SIGKILL after the grace period.
     fn stop(&mut self, why: Ending) {
-        if self.stopping.is_none() && self.outcome.is_none() {
+        if self.outcome.is_none() && self.schedule.ask(why, Instant::now()) {
             let _ = killpg(self.pgid, Signal::SIGTERM);
-            self.stopping = Some((why, Instant::now() + self.grace));
         }
     }
 
     fn kill_group(&mut self) {
         let _ = killpg(self.pgid, Signal::SIGKILL);
-        self.killed = true;
+        self.schedule.mark_killed();
     }
 
     fn finish(&mut self, status: std::io::Result<ExitStatus>) -> Result<Outcome, ExecError> {
@@ -202,10 +195,7 @@ impl ProcessRun {
             .map_err(|_| ExecError::Failed("output capture panicked".into()))?
             .finish_output();
         Ok(Outcome {
-            ending: self
-                .stopping
-                .as_ref()
-                .map_or(Ending::Exited, |(why, _)| why.clone()),
+            ending: self.schedule.ending(),
             exit_code: status.code(),
             signal: status.signal(),
             stdout,
@@ -223,11 +213,6 @@ impl ProcessRun {
                 .collect(),
         })
     }
-}
-
-/// A deadline that never comes (a century away), for services.
-fn far_future(now: Instant) -> Instant {
-    now + Duration::from_secs(100 * 365 * 24 * 3600)
 }
 
 fn spawn_reader(
@@ -267,12 +252,7 @@ impl RunHandle for ProcessRun {
         let until = Instant::now() + timeout;
         loop {
             let now = Instant::now();
-            let next_step = match self.stopping {
-                None => self.deadline,
-                Some((_, kill_at)) if !self.killed => kill_at,
-                Some(_) => until,
-            };
-            let wake = until.min(next_step);
+            let wake = self.schedule.next_look(until, None);
             match self.heard.recv_timeout(wake.saturating_duration_since(now)) {
                 Ok(Heard::Woken) => return Ok(None),
                 Ok(Heard::Exited(status)) => {
@@ -282,10 +262,10 @@ impl RunHandle for ProcessRun {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     let now = Instant::now();
-                    match self.stopping {
-                        None if now >= self.deadline => self.stop(Ending::TimedOut),
-                        Some((_, kill_at)) if !self.killed && now >= kill_at => self.kill_group(),
-                        _ => {}
+                    match self.schedule.due(now, false) {
+                        Some(StopStep::Deadline | StopStep::Limit) => self.stop(Ending::TimedOut),
+                        Some(StopStep::Kill) => self.kill_group(),
+                        None => {}
                     }
                     if now >= until {
                         return Ok(None);

@@ -102,8 +102,10 @@ pub struct OutputChunk {
     pub bytes: Vec<u8>,
 }
 
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How a run that started ended: [`RunStatus`] without `failed`. A run that never started has
+/// no [`Outcome`], only an [`ExecError`], so an executor cannot report a failure as an ending;
+/// [`RunStatus::from`] gives the status `run.result` carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
     /// It exited (any code) or was ended by a signal it did not get from us.
     Exited,
@@ -139,7 +141,13 @@ pub struct Outcome {
 impl Outcome {
     /// The run's status as `run.result` reports it.
     pub fn status(&self) -> RunStatus {
-        match self.ending {
+        RunStatus::from(self.ending)
+    }
+}
+
+impl From<Ending> for RunStatus {
+    fn from(ending: Ending) -> Self {
+        match ending {
             Ending::Exited => RunStatus::Exited,
             Ending::TimedOut => RunStatus::TimedOut,
             Ending::Cancelled => RunStatus::Cancelled,
