@@ -6,12 +6,14 @@
 //! Counted, not timed: the context switches of every thread of the real `outpost daemon`
 //! process (`/proc/PID/task/*/status`) over a window, on the tokio and the blocking host.
 //! Before this was made event-driven an idle daemon made about 108 a second; the heartbeat
-//! (15 s here) needs a handful per beat.
+//! (15 s here) needs a handful per beat. Then it is woken by what it waits for, well before
+//! its next heartbeat: an edit of the owner's policy file, and SIGTERM.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::{Daemon, Server, temp_dir, wait_for_explained};
 
@@ -78,7 +80,49 @@ fn idle_daemon_sleeps(host: &str) {
     server.wait_context("idle", "the daemon to be online still", |c| {
         c["online"] == true
     });
+    // Asleep, yet woken by what it waits for, well before its next heartbeat would wake it:
+    // the owner's policy edited in place of the CLI (a new file renamed over the old one)...
+    let home = dir.join("home");
+    let file = home.join("config/policy.json");
+    let mut policy: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("policy.json")).expect("JSON");
+    policy["commandsEnabled"] = true.into();
+    let edited = Instant::now();
+    std::fs::write(home.join("config/policy.json.new"), policy.to_string()).expect("write");
+    std::fs::rename(home.join("config/policy.json.new"), &file).expect("rename");
+    wait_for_explained(
+        "the daemon to notice the owner's policy edit",
+        || {
+            daemon
+                .log_text()
+                .contains("the owner turned host commands on")
+                .then_some(())
+        },
+        || daemon.log_tail(20),
+    );
+    assert!(
+        edited.elapsed() < WOKEN_WITHIN,
+        "the policy edit was noticed after {:?}, not at once",
+        edited.elapsed()
+    );
+    // ...and a stop (SIGTERM drains: nothing runs, so it ends at once, exit 0).
+    let mut daemon = daemon;
+    let stopped = Instant::now();
+    let signal = Command::new("kill")
+        .args(["-TERM", &daemon.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(signal.success());
+    assert_eq!(daemon.wait_exit(), 0, "{}", daemon.log_tail(20));
+    assert!(
+        stopped.elapsed() < WOKEN_WITHIN,
+        "SIGTERM was acted on after {:?}, not at once",
+        stopped.elapsed()
+    );
 }
+
+/// Well under the 15 s heartbeat: what is noticed this soon woke the daemon itself.
+const WOKEN_WITHIN: Duration = Duration::from_secs(10);
 
 #[test]
 fn an_idle_daemon_on_tokio_sleeps_between_heartbeats() {

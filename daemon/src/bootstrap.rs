@@ -152,18 +152,23 @@ pub(crate) fn join(
 
 /// Opens the outbox and restores the core from it: the key set it keeps (never older than
 /// the stored one), undelivered results, interrupted runs and the condition waits.
+/// `keys` is the set fetched now, `roots` the pinned root, `new_join` whether this start
+/// joined (see [`Joined`]).
 pub(crate) fn restore(
     options: &DaemonOptions,
     home: &Home,
-    joined: Joined,
+    keys: KeySet,
+    roots: &PinnedRoots,
+    new_join: bool,
+    environments: &[Environment],
     clock: &Clock,
 ) -> Result<Restored, DaemonError> {
     let (mut store, snapshot) = DaemonStore::open(&home.store_path())?;
-    if joined.new_join {
+    if new_join {
         // A new join pins a new root: no key set of an earlier server binds this one.
         store.save_key_set(None)?;
     }
-    let keys = keys_at_start(joined.keys, store.key_set()?, &joined.roots);
+    let keys = keys_at_start(keys, store.key_set()?, roots);
     if let Some(document) = keys.document()
         && store.key_set()?.map(|(v, _)| v) != Some(keys.version())
     {
@@ -186,7 +191,7 @@ pub(crate) fn restore(
     let config = DaemonConfig {
         max_concurrent: options.max_concurrent,
         features: options.features.clone(),
-        environments: joined.environments.clone(),
+        environments: environments.to_vec(),
         seed,
         ..DaemonConfig::default()
     };

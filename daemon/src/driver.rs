@@ -137,19 +137,30 @@ pub(super) fn run(
     let Some(joined) = bootstrap::join(&options, home, &registry, &stop)? else {
         return Ok(DaemonExit::Interrupted);
     };
-    let (url, client, roots, tls, environments) = (
-        joined.url.clone(),
-        joined.client.clone(),
-        joined.roots.clone(),
-        joined.trust.client_config(),
-        joined.environments.clone(),
-    );
+    let bootstrap::Joined {
+        url,
+        client,
+        roots,
+        trust,
+        keys,
+        environments,
+        new_join,
+    } = joined;
+    let tls = trust.client_config();
     let bootstrap::Restored {
         store,
         daemon,
         keys_version,
         seed,
-    } = bootstrap::restore(&options, home, joined, &clock)?;
+    } = bootstrap::restore(
+        &options,
+        home,
+        keys,
+        &roots,
+        new_join,
+        &environments,
+        &clock,
+    )?;
     let context_id = home.server()?.map(|s| s.context_id).unwrap_or_default();
     let denylist = home
         .folders
@@ -243,7 +254,7 @@ pub(super) fn run(
         stop,
         state_dir: home.folders.state.clone(),
         updates: Schedule::new(auto_update, seed),
-        features: Features::new(&options.features, policy_watch.is_some()),
+        features: Features::new(&options.features),
         policy_watch,
         commands,
         commands_opted_in: options.local.commands_enabled,
@@ -345,16 +356,12 @@ impl Driver {
     /// How long until [`Driver::tick`] has something to do: the next feature look, the
     /// update timetable's next moment, and — only while background host commands run — their
     /// reaping every [`REAP_EVERY`].
-    fn own_timer(&mut self) -> Duration {
+    fn own_timer(&self) -> Duration {
         let now = StdInstant::now();
-        if !self
-            .policy_watch
-            .as_ref()
-            .is_some_and(watch::Watch::is_alive)
-        {
-            self.features.unwatched();
-        }
-        let mut next = self.features.next_look;
+        let mut next = self
+            .features
+            .next_look(self.policy_watched())
+            .unwrap_or(now);
         if let Some(due) = self.updates.next_due() {
             next = next.min(due);
         }
@@ -364,11 +371,20 @@ impl Driver {
         next.saturating_duration_since(now)
     }
 
+    /// Whether edits of the policy file reach the driver as events (else it looks on a short
+    /// timer).
+    fn policy_watched(&self) -> bool {
+        self.policy_watch
+            .as_ref()
+            .is_some_and(watch::Watch::is_alive)
+    }
+
     /// The driver's own timers (returns whether it fed the core): announces a changed `fs` feature, marks this version proven
     /// once it ran its trial minute, starts a due update check on a blocking thread.
     fn tick(&mut self) -> Result<bool, DaemonError> {
         self.fed = false;
-        if let Some(features) = self.features.look(&self.runner) {
+        let watched = self.policy_watched();
+        if let Some(features) = self.features.look(&self.runner, watched) {
             tracing::info!(
                 ?features,
                 "the folders this machine can mount changed; announcing it"
@@ -577,7 +593,7 @@ impl Driver {
                 self.commands.set_granted(grant.commands.enabled);
                 let _ = self.tx.send(Event::CommandsAudit);
                 self.features.granted = grant.fs.clone();
-                self.features.next_look = StdInstant::now();
+                self.features.look_now();
                 tracing::info!(
                     version,
                     folders = grant.fs.len(),
@@ -890,9 +906,8 @@ struct Features {
     granted: Vec<outpost_core::wire::FolderGrant>,
     fs: bool,
     confinement: Option<String>,
-    /// Between looks.
-    every: Duration,
-    next_look: StdInstant,
+    /// When it looked last; `None`: look at the next tick (a grant came, the policy changed).
+    looked: Option<StdInstant>,
 }
 
 /// How the owner's sandbox rule is announced (`confinement:required`, …).
@@ -910,7 +925,7 @@ const FEATURE_LOOK_UNWATCHED: Duration = Duration::from_secs(1);
 const REAP_EVERY: Duration = Duration::from_millis(100);
 
 impl Features {
-    fn new(announced: &[String], watched: bool) -> Self {
+    fn new(announced: &[String]) -> Self {
         Self {
             base: announced
                 .iter()
@@ -923,37 +938,34 @@ impl Features {
                 .iter()
                 .find(|f| f.starts_with(CONFINEMENT_FEATURE))
                 .cloned(),
-            every: if watched {
-                FEATURE_LOOK
-            } else {
-                FEATURE_LOOK_UNWATCHED
-            },
-            next_look: StdInstant::now() + FEATURE_LOOK_UNWATCHED,
+            looked: Some(StdInstant::now()),
         }
     }
 
-    /// Looks on the short timer from now on: the policy file is not (or no longer) watched.
-    fn unwatched(&mut self) {
-        if self.every != FEATURE_LOOK_UNWATCHED {
-            self.every = FEATURE_LOOK_UNWATCHED;
-            self.next_look = self
-                .next_look
-                .min(StdInstant::now() + FEATURE_LOOK_UNWATCHED);
-        }
+    /// When the next look is due: [`FEATURE_LOOK`] after the last while the policy file is
+    /// `watched`, [`FEATURE_LOOK_UNWATCHED`] after it while not.
+    /// `None`: at once.
+    fn next_look(&self, watched: bool) -> Option<StdInstant> {
+        let every = if watched {
+            FEATURE_LOOK
+        } else {
+            FEATURE_LOOK_UNWATCHED
+        };
+        self.looked.map(|at| at + every)
     }
 
-    /// Looks at the next [`Driver::tick`] (the policy file changed).
+    /// Looks at the next [`Driver::tick`] (a grant came, the policy file changed).
     fn look_now(&mut self) {
-        self.next_look = StdInstant::now();
+        self.looked = None;
     }
 
     /// The features to announce, when they changed since the last look.
-    fn look(&mut self, runner: &Runner) -> Option<Vec<String>> {
+    fn look(&mut self, runner: &Runner, watched: bool) -> Option<Vec<String>> {
         let now = StdInstant::now();
-        if now < self.next_look {
+        if self.next_look(watched).is_some_and(|at| now < at) {
             return None;
         }
-        self.next_look = now + self.every;
+        self.looked = Some(now);
         let fs = runner.mounts_any(&self.granted);
         let confinement = Some(format!(
             "{CONFINEMENT_FEATURE}{}",
