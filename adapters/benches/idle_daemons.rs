@@ -447,9 +447,9 @@ impl Machine {
         let request = RegisterRequest {
             name: format!("idle-{}", self.index),
             public_key: self.client.public_key_b64(),
-            max_concurrent: 2,
-            environments: vec!["shell".into()],
-            daemon_version: env!("CARGO_PKG_VERSION").into(),
+            max_concurrent: Some(2),
+            environments: Some(vec![outpost_core::wire::Environment::Shell]),
+            daemon_version: Some(env!("CARGO_PKG_VERSION").into()),
         };
         let body = serde_json::to_vec(&request).expect("the request serialises");
         let answer = self.call(ctx, REGISTER, &body, true).await;

@@ -12,6 +12,12 @@
 
 use std::time::Duration;
 
+pub use outpost_core::api::answers::{
+    CommandAuthorized, CommandsSwitched, ConnectTicket, ErrorAnswer, JobAuthorized, Registered,
+};
+pub use outpost_core::api::requests::{
+    CommandAuthorize, CommandsSwitch, JobAuthorize, JobOp, RegisterRequest,
+};
 use outpost_core::httpsig::{
     ALG_ED25519, DigestAlgorithm, HttpRequest, OUTPOST_LABEL, SignatureParams, content_digest,
     sign_request,
@@ -19,7 +25,7 @@ use outpost_core::httpsig::{
 use outpost_core::join::machine_key_id;
 use outpost_core::keyset::{KeySet, PinnedRoots};
 use outpost_core::sign::Ed25519Signer;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::tls::{ServerUrl, Trust};
 
@@ -104,62 +110,6 @@ impl HttpError {
             HttpError::Api { status, .. } | HttpError::BadAnswer { status, .. } => Some(*status),
             _ => None,
         }
-    }
-}
-
-/// The body of `POST /v1/execution-contexts`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RegisterRequest {
-    /// The machine's name (`[a-z0-9-]`, 1–64).
-    pub name: String,
-    /// The machine's public key, base64url.
-    pub public_key: String,
-    /// Runs held at once.
-    pub max_concurrent: u32,
-    /// Environments available now.
-    pub environments: Vec<String>,
-    /// This build's version.
-    pub daemon_version: String,
-}
-
-/// The answer to a registration (201 new, 200 already registered).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Registered {
-    /// The context id (`ec_…`).
-    pub context_id: String,
-    /// The machine's name.
-    pub name: String,
-    /// The operator (the join token's owner).
-    #[serde(default)]
-    pub operator: String,
-    /// The machine key id.
-    pub key_id: String,
-    /// The grant's version.
-    #[serde(default)]
-    pub grant_version: u64,
-}
-
-/// A connect ticket (a bearer secret: never logged, `Debug` redacts it).
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Ticket {
-    /// The ticket text (`otk_…`).
-    pub ticket: String,
-    /// The session id every server frame of that connection carries.
-    pub session_id: String,
-    /// When the ticket expires, Unix seconds.
-    pub expires_at: u64,
-}
-
-impl std::fmt::Debug for Ticket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ticket")
-            .field("ticket", &"otk_[redacted]")
-            .field("session_id", &self.session_id)
-            .field("expires_at", &self.expires_at)
-            .finish()
     }
 }
 
@@ -352,7 +302,7 @@ impl SignedClient {
     }
 
     /// `POST /v1/execution-contexts/connect-ticket` (empty body): a single-use ticket.
-    pub fn connect_ticket(&self) -> Result<Ticket, HttpError> {
+    pub fn connect_ticket(&self) -> Result<ConnectTicket, HttpError> {
         let path = "/v1/execution-contexts/connect-ticket";
         let answer = self.call("POST", path, &[], None, true, MAX_ANSWER_LEN)?;
         Self::json(&format!("POST {path}"), answer)
@@ -407,16 +357,11 @@ impl SignedClient {
     /// `POST /v1/execution-contexts/commands` (signed): turns this machine's host commands on
     /// or off on the server (only this route turns them on). Returns the grant's new version.
     pub fn set_commands(&self, enabled: bool) -> Result<u64, HttpError> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Switched {
-            grant_version: u64,
-        }
         let path = "/v1/execution-contexts/commands";
-        let body = serde_json::to_vec(&serde_json::json!({ "enabled": enabled }))
+        let body = serde_json::to_vec(&CommandsSwitch { enabled })
             .map_err(|e| HttpError::Sign(e.to_string()))?;
         let answer = self.call("POST", path, &body, None, true, MAX_ANSWER_LEN)?;
-        Self::json::<Switched>(&format!("POST {path}"), answer).map(|s| s.grant_version)
+        Self::json::<CommandsSwitched>(&format!("POST {path}"), answer).map(|s| s.grant_version)
     }
 
     /// `POST /v1/execution-contexts/commands/authorize` (signed): the hop before every host
@@ -446,71 +391,12 @@ impl SignedClient {
     }
 
     /// The WebSocket URL of a ticket (`…/connect?ticket=otk_…`; never log it).
-    pub fn connect_url(&self, ticket: &Ticket) -> String {
+    pub fn connect_url(&self, ticket: &ConnectTicket) -> String {
         self.server.ws_url(&format!(
             "/v1/execution-contexts/connect?ticket={}",
             ticket.ticket
         ))
     }
-}
-
-/// The body of the authorize hop for one host command.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CommandAuthorize {
-    /// The run asking.
-    pub run_id: String,
-    /// The command line (argv joined by spaces), at most 1,000 characters.
-    pub command: String,
-    /// Its working directory, when the run named one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
-    /// The names of the variables it sets (never their values).
-    pub env_keys: Vec<String>,
-    /// Whether it is a background job (`start`) rather than a waited-for `run`.
-    pub background: bool,
-}
-
-/// The server's yes to a host command.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CommandAuthorized {
-    /// The id the server audited its start under (`cmd_…`).
-    pub command_id: String,
-    /// The run's requester: the job's owner.
-    pub requester: String,
-}
-
-/// The body of the hop before a `poll` or `kill` of a background job.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobAuthorize {
-    /// The run asking.
-    pub run_id: String,
-    /// `poll` or `kill`.
-    pub op: &'static str,
-    /// The job's number on this machine.
-    pub job_id: u64,
-}
-
-/// The server's yes to a `poll` or `kill`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobAuthorized {
-    /// The run's requester now: only their jobs may be touched.
-    pub requester: String,
-}
-
-#[derive(Deserialize)]
-struct ErrorAnswer {
-    error: ErrorBody,
-}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    code: String,
-    #[serde(default)]
-    message: String,
 }
 
 fn api_error(route: String, status: u16, body: &[u8]) -> HttpError {

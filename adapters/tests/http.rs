@@ -66,7 +66,7 @@ const SEED: [u8; 32] = [7; 32];
 
 #[test]
 fn every_request_verifies_with_a_digest_and_a_fresh_nonce() {
-    let registered = r#"{"contextId":"ec_1","name":"box","operator":"admin","keyId":"mk_x","grant":{},"grantVersion":1}"#;
+    let registered = r#"{"contextId":"ec_1","name":"box","operator":"admin","keyId":"mk_x","grant":{"egress":{"mode":"none"},"limits":{"maxConcurrent":2}},"grantVersion":1}"#;
     let ticket = r#"{"ticket":"otk_secret","sessionId":"sess_1","expiresAt":1767225660}"#;
     let (base, rx) = server(vec![(201, registered.into()), (200, ticket.into())]);
     let client = SignedClient::new(ServerUrl::parse(&base).unwrap(), SEED, &Trust::public());
@@ -78,9 +78,9 @@ fn every_request_verifies_with_a_digest_and_a_fresh_nonce() {
             &RegisterRequest {
                 name: "box".into(),
                 public_key: client.public_key_b64(),
-                max_concurrent: 2,
-                environments: vec!["shell".into()],
-                daemon_version: "0.1.0".into(),
+                max_concurrent: Some(2),
+                environments: Some(vec![outpost_core::wire::Environment::Shell]),
+                daemon_version: Some("0.1.0".into()),
             },
         )
         .unwrap();

@@ -18,6 +18,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use outpost_adapters::tls::{ServerUrl, Trust};
+use outpost_core::api::requests::TerminalOpen;
+use outpost_core::api::{TerminalOpened, TerminalTicket};
+use outpost_core::terminal::ViewerControl;
 use serde_json::{Value, json};
 use tungstenite::Message;
 
@@ -54,13 +57,17 @@ pub fn attach(args: &AttachArgs<'_>) -> anyhow::Result<ExitCode> {
     let (cols, rows) = if tty { window_size() } else { (80, 24) };
     let (terminal, ticket) = match args.terminal {
         Some(id) => {
-            let t = api.post(&format!("/v1/terminals/{id}/tickets"), &json!({}))?;
-            (id.to_owned(), field(&t, "ticket")?)
+            let t: TerminalTicket = api.post(&format!("/v1/terminals/{id}/tickets"), &json!({}))?;
+            (id.to_owned(), t.ticket)
         }
         None => {
             let path = format!("/v1/execution-contexts/{}/terminals", args.context);
-            let t = api.post(&path, &json!({"cols": cols, "rows": rows}))?;
-            (field(&t, "terminalId")?, field(&t, "ticket")?)
+            let size = TerminalOpen {
+                cols: Some(cols),
+                rows: Some(rows),
+            };
+            let t: TerminalOpened = api.post(&path, &size)?;
+            (t.terminal_id.into_string(), t.ticket)
         }
     };
     let url = ServerUrl::parse(api.base()).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -86,9 +93,7 @@ pub fn attach(args: &AttachArgs<'_>) -> anyhow::Result<ExitCode> {
             let message = match local {
                 Local::Keys(keys) => Message::Binary(keys.into()),
                 Local::Size(cols, rows) => Message::Text(
-                    json!({"type": "resize", "cols": cols, "rows": rows})
-                        .to_string()
-                        .into(),
+                    serde_json::to_string(&ViewerControl::Resize { cols, rows })?.into(),
                 ),
                 Local::Detach => {
                     let _ = socket.close(None);
@@ -169,13 +174,6 @@ fn send(
         sent = socket.flush();
     }
     sent.context("sending to the terminal")
-}
-
-fn field(v: &Value, name: &str) -> anyhow::Result<String> {
-    v[name]
-        .as_str()
-        .map(str::to_owned)
-        .with_context(|| format!("the server's answer has no {name}: {v}"))
 }
 
 /// `ctrl-]`, `ctrl-a`, …: the byte the key sends.

@@ -10,8 +10,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use outpost_core::api::requests::{ChainRequest, ExecuteRequest};
+use outpost_core::api::{ChainShown, Context, Execution};
 use outpost_core::grant::LocalPolicy;
 use outpost_core::join::Join;
+use outpost_core::routing::RanOnKind;
 use outpost_core::server::ExecutionStatus;
 use outpost_core::wire::Environment;
 use outpost_daemon::{DaemonOptions, HostKind, OwnedHost, ServerChoice, StopSignal, run_daemon};
@@ -45,7 +48,7 @@ struct Row {
     capability: &'static str,
     environment: Environment,
     /// The execution as the server answered, or why the step was skipped.
-    outcome: Result<Value, String>,
+    outcome: Result<Execution, String>,
     total: Duration,
 }
 
@@ -66,17 +69,19 @@ fn capability(root: &Path, name: &str, files: &[(&str, &str)]) -> anyhow::Result
     Ok(dir)
 }
 
-fn inline(dir: &Path) -> anyhow::Result<Value> {
+/// A request to run the folder `dir` inline, on `context` or the caller's chain.
+fn request(dir: &Path, context: Option<&str>) -> anyhow::Result<ExecuteRequest> {
     let (source, _) = outpost_host::pack_capability(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(serde_json::to_value(source)?)
+    let mut request = ExecuteRequest::new(source);
+    request.context = context.map(str::to_owned);
+    Ok(request)
 }
 
-/// Runs `dir` with `extra` request members and waits for its end.
-fn execute(api: &Api, dir: &Path, extra: Value) -> anyhow::Result<(Value, Duration)> {
-    let mut body = json!({"capability": inline(dir)?, "wait": true, "waitSecs": 120});
-    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
-        body.extend(extra.clone());
-    }
+/// Runs `dir` on `context` (the chain when none) and waits for its end.
+fn execute(api: &Api, dir: &Path, context: Option<&str>) -> anyhow::Result<(Execution, Duration)> {
+    let mut body = request(dir, context)?;
+    body.wait = Some(true);
+    body.wait_secs = Some(120);
     let started = Instant::now();
     let execution = api.post("/v1/executions", &body)?;
     Ok((execution, started.elapsed()))
@@ -195,8 +200,8 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
     };
     let started = Instant::now();
     loop {
-        match api.get(&format!("/v1/execution-contexts/{MACHINE}")) {
-            Ok(ctx) if ctx["online"] == true => break,
+        match api.get::<Context>(&format!("/v1/execution-contexts/{MACHINE}")) {
+            Ok(ctx) if ctx.online => break,
             _ if daemon.is_finished() => {
                 let outcome = daemon
                     .join()
@@ -225,7 +230,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
             ("run.sh", "echo \"hello from $(uname -n), pid $$\"\n"),
         ],
     )?;
-    let (execution, total) = execute(&api, &dir, json!({"context": MACHINE}))?;
+    let (execution, total) = execute(&api, &dir, Some(MACHINE))?;
     rows.push(Row {
         capability: "hello-shell",
         environment: Environment::Shell,
@@ -245,7 +250,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
             ("module.wat", HELLO_WAT),
         ],
     )?;
-    let (execution, total) = execute(&api, &dir, json!({"context": MACHINE}))?;
+    let (execution, total) = execute(&api, &dir, Some(MACHINE))?;
     rows.push(Row {
         capability: "hello-wasm",
         environment: Environment::Wasm,
@@ -260,7 +265,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
                 "name: hello-container\nenvironment: docker\nlifecycle: oneshot\ndocker_image: {IMAGE}\nentry: sh\nargs: [\"-c\", \"echo hello from a container\"]\n"
             );
             let dir = capability(&caps, "hello-container", &[("manifest.yaml", &manifest)])?;
-            let (execution, total) = execute(&api, &dir, json!({"context": MACHINE}))?;
+            let (execution, total) = execute(&api, &dir, Some(MACHINE))?;
             rows.push(Row {
                 capability: "hello-container",
                 environment: Environment::Docker,
@@ -288,7 +293,8 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
         6,
         &format!("{MACHINE} busy: its chain {MACHINE},cloud falls back to cloud"),
     );
-    api.put("/v1/chain", &json!({"chain": [MACHINE, "cloud"]}))?;
+    let chain = vec![MACHINE.to_owned(), "cloud".to_owned()];
+    let _: ChainShown = api.put("/v1/chain", &ChainRequest { chain })?;
     let release = root.join("release");
     let blocker = capability(
         &caps,
@@ -307,13 +313,14 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
             ),
         ],
     )?;
-    let held = api.post(
-        "/v1/executions",
-        &json!({"capability": inline(&blocker)?, "context": MACHINE}),
-    )?;
-    let held_id = held["executionId"].as_str().unwrap_or_default().to_owned();
+    let held: Execution = api.post("/v1/executions", &request(&blocker, Some(MACHINE))?)?;
+    let held_id = held.execution_id;
     let started = Instant::now();
-    while api.get(&format!("/v1/execution-contexts/{MACHINE}"))?["slotsUsed"] != 1 {
+    while api
+        .get::<Context>(&format!("/v1/execution-contexts/{MACHINE}"))?
+        .slots_used
+        != 1
+    {
         anyhow::ensure!(
             started.elapsed() < Duration::from_secs(30),
             "{MACHINE} never became busy"
@@ -321,7 +328,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
         std::thread::sleep(Duration::from_millis(20));
     }
     let dir = caps.join("hello-wasm");
-    let (execution, total) = execute(&api, &dir, json!({}))?;
+    let (execution, total) = execute(&api, &dir, None)?;
     rows.push(Row {
         capability: "hello-wasm (chain)",
         environment: Environment::Wasm,
@@ -329,7 +336,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
         total,
     });
     std::fs::write(&release, b"")?;
-    let _ = api.get(&format!("/v1/executions/{held_id}?waitSecs=30"));
+    let _ = api.get::<Execution>(&format!("/v1/executions/{held_id}?waitSecs=30"));
 
     stop.raise();
     let stopped = daemon
@@ -361,7 +368,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
 /// Prints the table (or JSON); whether every run that was not skipped exited 0.
 fn print(rows: &[Row], json: bool) -> anyhow::Result<bool> {
     let ok = rows.iter().all(|r| match &r.outcome {
-        Ok(e) => e["status"] == ExecutionStatus::Exited.as_str() && e["exitCode"] == 0,
+        Ok(e) => e.status == ExecutionStatus::Exited && e.exit_code == Some(0),
         Err(_) => true,
     });
     let mut out = std::io::stdout().lock();
@@ -372,12 +379,12 @@ fn print(rows: &[Row], json: bool) -> anyhow::Result<bool> {
                 Ok(e) => json!({
                     "capability": r.capability,
                     "environment": r.environment.as_str(),
-                    "status": e["status"],
-                    "exitCode": e["exitCode"],
-                    "stdout": e["stdout"],
-                    "ranOn": e["ranOn"],
-                    "ranOnText": e["ranOnText"],
-                    "timing": e["timing"],
+                    "status": e.status,
+                    "exitCode": e.exit_code,
+                    "stdout": e.stdout,
+                    "ranOn": e.ran_on,
+                    "ranOnText": e.ran_on_text,
+                    "timing": e.timing,
                     "totalMs": r.total.as_millis() as u64,
                 }),
                 Err(reason) => json!({
@@ -400,15 +407,13 @@ fn print(rows: &[Row], json: bool) -> anyhow::Result<bool> {
     for r in rows {
         match &r.outcome {
             Ok(e) => {
-                let ran_on = match e["ranOn"]["kind"].as_str() {
-                    Some("cloud") if e["ranOn"]["fellBackToCloud"] == true => {
+                let ran_on = match &e.ran_on {
+                    Some(r) if r.kind == RanOnKind::Cloud && r.fell_back_to_cloud => {
                         "cloud (fell back)".to_owned()
                     }
-                    Some("cloud") => "cloud".to_owned(),
-                    _ => format!(
-                        "{} (your machine)",
-                        e["ranOn"]["name"].as_str().unwrap_or("?")
-                    ),
+                    Some(r) if r.kind == RanOnKind::Cloud => "cloud".to_owned(),
+                    Some(r) => format!("{} (your machine)", r.name),
+                    None => "? (your machine)".to_owned(),
                 };
                 writeln!(
                     out,
@@ -416,10 +421,10 @@ fn print(rows: &[Row], json: bool) -> anyhow::Result<bool> {
                     r.capability,
                     r.environment.as_str(),
                     ran_on,
-                    e["status"].as_str().unwrap_or("?"),
-                    e["timing"]["executeMs"].as_u64().unwrap_or(0),
+                    e.status.as_str(),
+                    e.timing.as_ref().map_or(0, |t| t.execute_ms),
                     r.total.as_millis(),
-                    e["stdout"].as_str().unwrap_or("").trim_end(),
+                    e.stdout.as_deref().unwrap_or("").trim_end(),
                 )?;
             }
             Err(reason) => writeln!(

@@ -155,7 +155,7 @@ pub fn run(
         &granted, &local, &denylist,
     ));
     let launch = Launch {
-        run_id: format!("local-{}", std::process::id()),
+        run_id: format!("local-{}", std::process::id()).into(),
         dir,
         entry_bytes: None,
         manifest,

@@ -12,6 +12,8 @@
 //! - `outpost-core` depends on no other crate of the workspace.
 //! - No import circle between the modules of a crate: a module may use its ancestors (the
 //!   interface it lives under) and its descendants, and siblings only one way.
+//! - The HTTP API's bodies are the core's types (`outpost_core::api`): the CLI's client reads
+//!   no answer by indexing JSON, and the daemon's signed client defines no body of its own.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -655,4 +657,73 @@ fn the_circle_finder_finds_siblings_that_use_each_other_and_nothing_else() {
     let mut members = found[0].clone();
     members.sort();
     assert_eq!(members, vec![vec!["a".to_owned()], vec!["b".to_owned()]]);
+}
+
+/// Whether `line` indexes a JSON value by name (`value["name"]`, `v["a"]["b"]`): a `["`
+/// right after an expression, not an array literal.
+fn indexes_json(line: &str) -> bool {
+    line.match_indices("[\"").any(|(at, _)| {
+        line[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | ')' | ']'))
+    })
+}
+
+/// The lines of the files under `dir` (recursively) that contain any of `needles` (or, with
+/// `indexing`, index a JSON value by name), outside their tests.
+fn lines_with(dir: &Path, needles: &[&str], indexing: bool) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for (n, line) in code.lines().enumerate() {
+                if needles.iter().any(|needle| line.contains(needle))
+                    || (indexing && indexes_json(line))
+                {
+                    found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn request_and_answer_bodies_are_the_core_s_types() {
+    assert!(indexes_json(r#"let x = v["a"];"#) && indexes_json(r#"f()["b"]"#));
+    assert!(!indexes_json(r#"for f in ["a", "b"] {"#));
+    let root = root();
+    // A request body is a core type (`&json!({})`, an empty one, is the only literal left).
+    let indexing = lines_with(
+        &root.join("cli/src/client"),
+        &["&json!({\"", "&json!({ \""],
+        true,
+    );
+    assert!(
+        indexing.is_empty(),
+        "the CLI's client builds or reads a body by hand instead of with outpost_core::api:\n{}",
+        indexing.join("\n")
+    );
+    let own_bodies = lines_with(
+        &root.join("adapters/src"),
+        &[
+            "struct RegisterRequest",
+            "struct Registered",
+            "struct CommandAuthorize",
+        ],
+        false,
+    );
+    assert!(
+        own_bodies.is_empty(),
+        "the signed client defines a body the core already has:\n{}",
+        own_bodies.join("\n")
+    );
 }

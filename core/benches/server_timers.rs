@@ -60,7 +60,7 @@ fn connected(machines: usize) -> Server {
     for i in 0..machines {
         let id = format!("ec_{i:06}");
         let record = ContextRecord {
-            id: id.clone(),
+            id: id.as_str().into(),
             name: id.clone(),
             operator: "u_operator".into(),
             operator_is_member: true,
@@ -77,7 +77,7 @@ fn connected(machines: usize) -> Server {
         let ticket = server.issue_ticket(&id, random).expect("ticket");
         let conn = i as u64;
         let connect = Input::Connect {
-            context_id: id.clone(),
+            context_id: id.as_str().into(),
             conn,
             ticket: ticket.ticket.expose_secret(),
         };

@@ -27,7 +27,7 @@ fn keys() -> KeySet {
 
 fn commit(i: usize) -> ServerFrame {
     ServerFrame::RunCommit {
-        run_id: format!("run_01JD8Z3Q4W7{i:08}"),
+        run_id: format!("run_01JD8Z3Q4W7{i:08}").into(),
     }
 }
 

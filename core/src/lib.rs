@@ -10,6 +10,8 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`api`] | the HTTP API's request and answer bodies, shared by the server, the daemon and the CLI |
+//! | [`ids`] | the typed ids (`RunId`, `ExecutionId`, `ContextId`, `WaitId`, `TerminalId`): plain strings on the wire |
 //! | [`json`] | the strict JSON reader (duplicate keys, floats, depth, lone surrogates refused) and RFC 8785 canonical output |
 //! | [`b64`] | strict base64url without padding, the encoding of every key and signature |
 //! | [`wire`] | typed frames for both directions and the length-prefixed stream codec |
@@ -40,12 +42,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod api;
 pub mod b64;
 pub mod daemon;
 pub mod executor;
 pub mod gate;
 pub mod grant;
 pub mod httpsig;
+pub mod ids;
 pub mod join;
 pub mod json;
 pub mod manifest;

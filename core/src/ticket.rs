@@ -1,11 +1,14 @@
-//! Connect tickets: single-use bearer secrets that open a daemon's WebSocket.
+//! Tickets: single-use bearer secrets that open a WebSocket — a daemon's (`otk_`, the
+//! connect ticket) and a terminal viewer's (`vtk_`, because a browser cannot put a bearer
+//! token on a WebSocket). One store serves both; what a ticket was issued for (its subject)
+//! is the store's type parameter.
 //!
-//! A ticket is `otk_` followed by 64 base64url characters: a 16-byte id and a 32-byte secret.
-//! The server keeps, per id, only the SHA-256 of the secret, its expiry and whom it was issued
-//! to. Presenting a ticket consumes it whatever the outcome; the secret is compared in
+//! A ticket is its prefix followed by 64 base64url characters: a 16-byte id and a 32-byte
+//! secret. The store keeps, per id, only the SHA-256 of the secret, its expiry and its
+//! subject. Presenting a ticket consumes it whatever the outcome; the secret is compared in
 //! constant time. Tickets never print: `Debug` and `Display` show a redacted form.
 //!
-//! This module owns issuing and consuming; randomness and time are passed in.
+//! This module owns issuing, looking and consuming; randomness and time are passed in.
 
 use core::fmt;
 use std::collections::HashMap;
@@ -16,15 +19,18 @@ use subtle::ConstantTimeEq as _;
 use crate::b64;
 use crate::time::UnixTime;
 
-/// The text prefix of a ticket.
+/// The text prefix of a daemon's connect ticket.
 pub const TICKET_PREFIX: &str = "otk_";
+/// The text prefix of a terminal viewer's ticket.
+pub const VIEWER_TICKET_PREFIX: &str = "vtk_";
 
 const ID_LEN: usize = 16;
 const SECRET_LEN: usize = 32;
 
-/// A ticket as issued: hand its text to the daemon, never log it.
+/// A ticket as issued: hand its text to the one who opens the WebSocket, never log it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ConnectTicket {
+    prefix: &'static str,
     id: [u8; ID_LEN],
     secret: [u8; SECRET_LEN],
     /// When it stops being accepted.
@@ -37,7 +43,7 @@ impl ConnectTicket {
         let mut raw = [0u8; ID_LEN + SECRET_LEN];
         raw[..ID_LEN].copy_from_slice(&self.id);
         raw[ID_LEN..].copy_from_slice(&self.secret);
-        format!("{TICKET_PREFIX}{}", b64::encode(&raw))
+        format!("{}{}", self.prefix, b64::encode(&raw))
     }
 }
 
@@ -45,15 +51,15 @@ impl fmt::Debug for ConnectTicket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "ConnectTicket({TICKET_PREFIX}[redacted], expires_at: {})",
-            self.expires_at
+            "ConnectTicket({}[redacted], expires_at: {})",
+            self.prefix, self.expires_at
         )
     }
 }
 
 impl fmt::Display for ConnectTicket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{TICKET_PREFIX}[redacted]")
+        write!(f, "{}[redacted]", self.prefix)
     }
 }
 
@@ -87,24 +93,34 @@ impl TicketError {
 }
 
 #[derive(Debug, Clone)]
-struct Outstanding {
+struct Outstanding<S> {
     secret_hash: [u8; 32],
     expires_at: UnixTime,
-    subject: String,
+    subject: S,
 }
 
-/// The server's outstanding tickets.
+/// Outstanding tickets of one kind, each for a subject `S` (a connect ticket's session id, a
+/// viewer ticket's terminal, user and role).
 #[derive(Debug, Clone)]
-pub struct TicketStore {
+pub struct TicketStore<S = String> {
+    prefix: &'static str,
     ttl_secs: u64,
     capacity: usize,
-    outstanding: HashMap<[u8; ID_LEN], Outstanding>,
+    outstanding: HashMap<[u8; ID_LEN], Outstanding<S>>,
 }
 
-impl TicketStore {
-    /// A store whose tickets live `ttl_secs` and that holds at most `capacity` at once.
+impl<S> TicketStore<S> {
+    /// A store of connect tickets (`otk_`) that live `ttl_secs` and of which it holds at most
+    /// `capacity` at once.
     pub fn new(ttl_secs: u64, capacity: usize) -> Self {
+        Self::with_prefix(TICKET_PREFIX, ttl_secs, capacity)
+    }
+
+    /// A store whose tickets start with `prefix` (`vtk_` for viewers), live `ttl_secs`, and of
+    /// which it holds at most `capacity` at once.
+    pub fn with_prefix(prefix: &'static str, ttl_secs: u64, capacity: usize) -> Self {
         Self {
+            prefix,
             ttl_secs,
             capacity,
             outstanding: HashMap::new(),
@@ -121,12 +137,12 @@ impl TicketStore {
         self.outstanding.is_empty()
     }
 
-    /// Issues a ticket for `subject` (a context or session id) from 48 fresh random bytes
-    /// supplied by the host.
+    /// Issues a ticket for `subject` from 48 fresh random bytes supplied by the host; the
+    /// expired ones go first, and a full store refuses (`ticket_store_full`).
     pub fn issue(
         &mut self,
         random: [u8; ID_LEN + SECRET_LEN],
-        subject: &str,
+        subject: impl Into<S>,
         now: UnixTime,
     ) -> Result<ConnectTicket, TicketError> {
         self.outstanding.retain(|_, t| t.expires_at > now);
@@ -138,6 +154,7 @@ impl TicketStore {
         let mut secret = [0u8; SECRET_LEN];
         secret.copy_from_slice(&random[ID_LEN..]);
         let ticket = ConnectTicket {
+            prefix: self.prefix,
             id,
             secret,
             expires_at: now.plus_secs(self.ttl_secs),
@@ -147,24 +164,35 @@ impl TicketStore {
             Outstanding {
                 secret_hash: Sha256::digest(secret).into(),
                 expires_at: ticket.expires_at,
-                subject: subject.to_owned(),
+                subject: subject.into(),
             },
         );
         Ok(ticket)
     }
 
+    /// The subject `text` was issued for, without spending it: what a host checks before it
+    /// opens the WebSocket the ticket is for. A wrong secret is `ticket_unknown`, as in
+    /// [`TicketStore::consume`], and spends nothing either.
+    pub fn peek(&self, text: &str, now: UnixTime) -> Result<&S, TicketError> {
+        let (id, secret) = self.split(text)?;
+        let entry = self.outstanding.get(&id).ok_or(TicketError::Unknown)?;
+        let presented: [u8; 32] = Sha256::digest(secret).into();
+        if !bool::from(presented.ct_eq(&entry.secret_hash)) {
+            return Err(TicketError::Unknown);
+        }
+        if now >= entry.expires_at {
+            return Err(TicketError::Expired(entry.expires_at));
+        }
+        Ok(&entry.subject)
+    }
+
     /// Consumes a presented ticket and returns the subject it was issued for.
     ///
     /// Whatever the outcome, a ticket with this id can never be used again.
-    pub fn consume(&mut self, text: &str, now: UnixTime) -> Result<String, TicketError> {
-        let raw = text
-            .strip_prefix(TICKET_PREFIX)
-            .and_then(|b| b64::decode_array::<{ ID_LEN + SECRET_LEN }>(b).ok())
-            .ok_or(TicketError::Malformed)?;
-        let mut id = [0u8; ID_LEN];
-        id.copy_from_slice(&raw[..ID_LEN]);
+    pub fn consume(&mut self, text: &str, now: UnixTime) -> Result<S, TicketError> {
+        let (id, secret) = self.split(text)?;
         let entry = self.outstanding.remove(&id).ok_or(TicketError::Unknown)?;
-        let presented: [u8; 32] = Sha256::digest(&raw[ID_LEN..]).into();
+        let presented: [u8; 32] = Sha256::digest(secret).into();
         if !bool::from(presented.ct_eq(&entry.secret_hash)) {
             return Err(TicketError::Unknown);
         }
@@ -172,6 +200,20 @@ impl TicketStore {
             return Err(TicketError::Expired(entry.expires_at));
         }
         Ok(entry.subject)
+    }
+
+    /// A ticket's id and secret (`ticket_malformed` when `text` is not this store's prefix and
+    /// 64 base64url characters).
+    fn split(&self, text: &str) -> Result<([u8; ID_LEN], [u8; SECRET_LEN]), TicketError> {
+        let raw = text
+            .strip_prefix(self.prefix)
+            .and_then(|b| b64::decode_array::<{ ID_LEN + SECRET_LEN }>(b).ok())
+            .ok_or(TicketError::Malformed)?;
+        let mut id = [0u8; ID_LEN];
+        id.copy_from_slice(&raw[..ID_LEN]);
+        let mut secret = [0u8; SECRET_LEN];
+        secret.copy_from_slice(&raw[ID_LEN..]);
+        Ok((id, secret))
     }
 }
 
@@ -213,7 +255,7 @@ mod tests {
 
     #[test]
     fn a_ticket_opens_once() {
-        let mut store = TicketStore::new(60, 10);
+        let mut store: TicketStore = TicketStore::new(60, 10);
         let t = store.issue(random(1), "ctx-1", UnixTime(100)).unwrap();
         let text = t.expose_secret();
         assert!(text.starts_with("otk_") && text.len() == 4 + 64);
@@ -226,7 +268,7 @@ mod tests {
 
     #[test]
     fn expiry_wrong_secret_and_garbage() {
-        let mut store = TicketStore::new(60, 10);
+        let mut store: TicketStore = TicketStore::new(60, 10);
         let t = store.issue(random(2), "ctx", UnixTime(100)).unwrap();
         assert_eq!(
             store
@@ -269,8 +311,38 @@ mod tests {
     }
 
     #[test]
+    fn a_look_spends_nothing_and_a_store_reads_only_its_own_prefix() {
+        let mut viewers: TicketStore<(String, u8)> =
+            TicketStore::with_prefix(VIEWER_TICKET_PREFIX, 30, 10);
+        let t = viewers
+            .issue(random(8), ("run_1".to_owned(), 1), UnixTime(100))
+            .unwrap();
+        let text = t.expose_secret();
+        assert!(text.starts_with("vtk_"), "{text}");
+        assert_eq!(viewers.peek(&text, UnixTime(110)).unwrap().0, "run_1");
+        assert_eq!(viewers.peek(&text, UnixTime(110)).unwrap().1, 1);
+        assert_eq!(
+            viewers.peek(&text, UnixTime(130)).unwrap_err().code(),
+            "ticket_expired"
+        );
+        let as_connect = text.replacen("vtk_", "otk_", 1);
+        assert_eq!(
+            viewers
+                .consume(&as_connect, UnixTime(110))
+                .unwrap_err()
+                .code(),
+            "ticket_malformed"
+        );
+        assert_eq!(viewers.consume(&text, UnixTime(110)).unwrap().0, "run_1");
+        assert_eq!(
+            viewers.peek(&text, UnixTime(110)).unwrap_err().code(),
+            "ticket_unknown"
+        );
+    }
+
+    #[test]
     fn bounded_and_self_cleaning() {
-        let mut store = TicketStore::new(60, 2);
+        let mut store: TicketStore = TicketStore::new(60, 2);
         store.issue(random(4), "a", UnixTime(0)).unwrap();
         store.issue(random(5), "b", UnixTime(0)).unwrap();
         assert_eq!(
@@ -283,7 +355,7 @@ mod tests {
 
     #[test]
     fn tickets_never_print() {
-        let mut store = TicketStore::new(60, 2);
+        let mut store: TicketStore = TicketStore::new(60, 2);
         let t = store.issue(random(7), "a", UnixTime(0)).unwrap();
         let secret_part = &t.expose_secret()[4..];
         for shown in [format!("{t}"), format!("{t:?}"), format!("{t:#?}")] {

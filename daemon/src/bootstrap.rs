@@ -121,9 +121,9 @@ pub(crate) fn join(
         let request = RegisterRequest {
             name: options.name.clone(),
             public_key: client.public_key_b64(),
-            max_concurrent: options.max_concurrent,
-            environments: environments.iter().map(|e| e.as_str().to_owned()).collect(),
-            daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
+            max_concurrent: Some(options.max_concurrent),
+            environments: Some(environments.clone()),
+            daemon_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
         };
         let registered = match patiently("registering", Unreachable::Fails, stop, || {
             client.register(&token, &request)
@@ -223,7 +223,7 @@ fn save_registration(
         url: url.to_owned(),
         root_id: root.id.clone(),
         root_public_key: outpost_core::b64::encode(root.public_key.as_bytes()),
-        context_id: registered.context_id.clone(),
+        context_id: registered.context_id.to_string(),
         name: registered.name.clone(),
         key_id: registered.key_id.clone(),
     })?;

@@ -38,7 +38,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Event;
-use outpost_adapters::http::{CommandAuthorize, JobAuthorize, SignedClient};
+use outpost_adapters::http::{CommandAuthorize, JobAuthorize, JobOp, SignedClient};
 
 /// The socket's file name inside the run's folder.
 pub const SOCKET_NAME: &str = ".outpost-commands.sock";
@@ -281,7 +281,7 @@ impl RunSide {
                     .shared
                     .client
                     .authorize_command(&CommandAuthorize {
-                        run_id: self.run_id.clone(),
+                        run_id: self.run_id.clone().into(),
                         command: request.argv.join(" ").chars().take(COMMAND_CHARS).collect(),
                         cwd: Some(cwd.display().to_string()),
                         env_keys: request.env.keys().cloned().collect(),
@@ -320,18 +320,22 @@ impl RunSide {
                 if !commands.is_on() {
                     return Err(CommandError::CommandsOff.into());
                 }
-                let op = if request.op == "kill" { "kill" } else { "poll" };
+                let op = if request.op == "kill" {
+                    JobOp::Kill
+                } else {
+                    JobOp::Poll
+                };
                 let requester = self
                     .shared
                     .client
                     .authorize_job(&JobAuthorize {
-                        run_id: self.run_id.clone(),
+                        run_id: self.run_id.clone().into(),
                         op,
                         job_id: job,
                     })
                     .map_err(|e| Refused::new(e.code(), e.to_string()))?
                     .requester;
-                if op == "kill" {
+                if op == JobOp::Kill {
                     let outcome = commands.kill(&requester, job)?;
                     let mut value = finished(&outcome);
                     value["jobId"] = json!(job);

@@ -1,7 +1,7 @@
 //! The daemon's condition checks: each [`Command::CheckWait`] evaluates a wait's condition
 //! once in the sandboxed engine (`outpost-condition`) on a thread of its own, with a
 //! [`Ctx`] answering its `ctx` calls, and its outcome comes back to the driver as
-//! [`Event::WaitChecked`]. [`Command::StopCheck`] sets the check's cancel: the engine joins
+//! [`Input::WaitChecked`] (as an [`Event::Input`]). [`Command::StopCheck`] sets the check's cancel: the engine joins
 //! its calls before it returns, so the outcome arrives only once the check has stopped, its
 //! cleanup included.
 //!
@@ -18,6 +18,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use outpost_condition::{Cancel, Identity, Limits, Verdict};
+use outpost_core::daemon::Input;
 use outpost_core::wait::{CheckError, CheckOutcome};
 use serde_json::json;
 
@@ -62,7 +63,7 @@ impl Checks {
         &self.shared.seen
     }
 
-    /// Starts check `check` of `wait_id`; [`Event::WaitChecked`] brings its outcome.
+    /// Starts check `check` of `wait_id`; [`Input::WaitChecked`] (as an [`Event::Input`]) brings its outcome.
     pub(crate) fn start(
         &mut self,
         wait_id: String,
@@ -97,24 +98,24 @@ impl Checks {
                 let verdict =
                     outpost_condition::check(&source, &identity, now, ctx.clone(), &limits, &stop);
                 let outcome = outcome_of(verdict, &ctx);
-                let _ = events.send(Event::WaitChecked {
-                    wait_id: id,
+                let _ = events.send(Event::Input(Input::WaitChecked {
+                    wait_id: id.into(),
                     check,
                     outcome,
-                });
+                }));
             });
         let thread = match spawned {
             Ok(thread) => Some(thread),
             Err(e) => {
-                let _ = self.events.send(Event::WaitChecked {
-                    wait_id: wait_id.clone(),
+                let _ = self.events.send(Event::Input(Input::WaitChecked {
+                    wait_id: wait_id.as_str().into(),
                     check,
                     outcome: CheckOutcome::Failed(CheckError {
                         code: "check_unstartable".into(),
                         message: format!("no thread for the check: {e}"),
                         at_ms: now_ms(),
                     }),
-                });
+                }));
                 None
             }
         };

@@ -10,8 +10,9 @@
 //! sandbox an operator's run gets (its working folder inside the mounts), and stopped when
 //! the check is. Each call and its answer are kept as the check's evidence.
 //!
-//! This module owns those answers and the machine's observations ([`Seen`]) the driver keeps
-//! up to date; it never schedules a check and never writes the store.
+//! This module owns those answers and the machine's observations ([`Seen`]), a projection of
+//! what the core is fed and outputs (the driver shows it each input and output, nothing else
+//! feeds it); it never schedules a check and never writes the store.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Read as _;
@@ -23,7 +24,7 @@ use outpost_condition::{
     CallError, Cancel, ExecOutput, ExecRequest, FetchMethod, FetchRequest, FetchResponse,
     Observation, ReadRequest,
 };
-use outpost_core::daemon::Execute;
+use outpost_core::daemon::{Command, Execute, Input, Output};
 use outpost_core::grant::{Access, CredentialDenylist, check_egress, check_path};
 use outpost_core::manifest::{Lifecycle, Manifest};
 use outpost_core::wire::{CapabilitySource, Grant, RunResult};
@@ -104,12 +105,31 @@ impl Seen {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Takes what conditions read from one output of the core, as it is carried out: a run
+    /// handed to an executor, the grant applied, a wait's history dropped once the server has
+    /// its end. The driver shows it every output; nothing else feeds these.
+    pub(crate) fn observe(&self, output: &Output) {
+        match output {
+            Output::Command(Command::Execute(execute)) => self.run_started(execute),
+            Output::Command(Command::ApplyGrant { grant, .. }) => self.set_grant(grant),
+            Output::ForgetWait { wait_id } => self.forget_wait(wait_id),
+            _ => {}
+        }
+    }
+
+    /// Takes what conditions read from one input the core is fed: a run's end.
+    pub(crate) fn observe_input(&self, input: &Input) {
+        if let Input::RunFinished { run_id, result } = input {
+            self.run_ended(run_id, result);
+        }
+    }
+
     /// A run was handed to an executor.
-    pub(crate) fn run_started(&self, execute: &Execute) {
+    fn run_started(&self, execute: &Execute) {
         let (name, lifecycle) = manifest_of(&execute.capability)
             .map_or((String::new(), None), |m| (m.name, Some(m.lifecycle)));
         self.lock().runs.insert(
-            execute.run_id.clone(),
+            execute.run_id.to_string(),
             RunSeen {
                 requester: execute.requester.clone(),
                 environment: execute.environment.as_str(),
@@ -122,7 +142,7 @@ impl Seen {
     }
 
     /// A run ended with `result`.
-    pub(crate) fn run_ended(&self, run_id: &str, result: &RunResult) {
+    fn run_ended(&self, run_id: &str, result: &RunResult) {
         let mut s = self.lock();
         let Some(run) = s.runs.get_mut(run_id) else {
             return;
@@ -140,7 +160,7 @@ impl Seen {
     }
 
     /// The grant now in force.
-    pub(crate) fn set_grant(&self, grant: &Grant) {
+    fn set_grant(&self, grant: &Grant) {
         self.lock().grant = Some(grant.clone());
     }
 
@@ -194,7 +214,7 @@ impl Seen {
     }
 
     /// The wait ended and the server has it: its history goes.
-    pub(crate) fn forget_wait(&self, wait_id: &str) {
+    fn forget_wait(&self, wait_id: &str) {
         let mut s = self.lock();
         s.events.remove(wait_id);
         s.unsaved.retain(|e| e.wait_id != wait_id);
@@ -582,7 +602,7 @@ impl Ctx {
         }
         Ok(Some(CommandSandbox {
             bounds: outpost_host::sandbox::Bounds {
-                run_id: format!("{}.check{}", self.wait_id, self.check),
+                run_id: format!("{}.check{}", self.wait_id, self.check).into(),
                 dir: None,
                 mounts,
                 egress: grant.egress,

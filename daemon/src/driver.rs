@@ -448,7 +448,7 @@ impl Driver {
                 tracing::info!(command = %command_id, run = %run_id, %reason, "host command finished");
                 self.input(Input::CommandFinished {
                     command_id,
-                    run_id,
+                    run_id: run_id.into(),
                     exit_code,
                     signal,
                     duration_ms,
@@ -461,6 +461,7 @@ impl Driver {
 
     fn input(&mut self, input: Input) -> Result<(), DaemonError> {
         self.fed = true;
+        self.checks.seen().observe_input(&input);
         let now = self.clock.now();
         self.daemon.handle_input(now, input)?;
         Ok(())
@@ -514,11 +515,10 @@ impl Driver {
         // The events of this batch's checks are committed with its rows.
         self.store.write_waits(&writes)?;
         for output in &polled.waits {
-            if let Output::ForgetWait { wait_id } = output {
-                self.checks.seen().forget_wait(wait_id);
-            }
+            self.checks.seen().observe(output);
         }
         for output in polled.outputs {
+            self.checks.seen().observe(&output);
             match output {
                 Output::Persist(_)
                 | Output::SaveWait { .. }
@@ -555,11 +555,7 @@ impl Driver {
     /// not change which connection frames belong to.
     fn joins_batch(&self, event: &Event) -> bool {
         match event {
-            Event::RunDone { .. }
-            | Event::Fetched { .. }
-            | Event::TerminalOutput { .. }
-            | Event::TerminalExit { .. }
-            | Event::WaitChecked { .. } => true,
+            Event::Input(_) | Event::TerminalOutput { .. } => true,
             Event::Link {
                 conn,
                 event: LinkEvent::Message(_) | LinkEvent::Alive,
@@ -580,7 +576,6 @@ impl Driver {
             Command::Connect => self.connect(),
             Command::Execute(execute) => {
                 tracing::info!(run = %execute.run_id, environment = execute.environment.as_str(), "run started");
-                self.checks.seen().run_started(&execute);
                 self.runner.start(*execute);
             }
             Command::Cancel { run_id, reason } => {
@@ -588,7 +583,6 @@ impl Driver {
                 self.runner.cancel(&run_id);
             }
             Command::ApplyGrant { version, grant } => {
-                self.checks.seen().set_grant(&grant);
                 // Off kills every job; the driver reports them on its next wake.
                 self.commands.set_granted(grant.commands.enabled);
                 let _ = self.tx.send(Event::CommandsAudit);
@@ -620,8 +614,18 @@ impl Driver {
                 let client = self.client.clone();
                 let tx = self.tx.clone();
                 self.host.spawn_blocking(Box::new(move || {
-                    let bundle = fetch_patiently(&client, &sha256);
-                    let _ = tx.send(Event::Fetched { run_id, bundle });
+                    let input = match fetch_patiently(&client, &sha256) {
+                        Ok(bundle) => Input::CapabilityFetched { run_id, bundle },
+                        Err(e) => {
+                            tracing::warn!(run = %run_id, "cannot fetch the run's bundle: {e}");
+                            let error = outpost_core::wire::ErrorBody {
+                                code: "bundle_unavailable".into(),
+                                message: format!("the daemon could not fetch the bundle: {e}"),
+                            };
+                            Input::CapabilityFetchFailed { run_id, error }
+                        }
+                    };
+                    let _ = tx.send(Event::Input(input));
                 }));
             }
             Command::PtyInput { pty_id, data } => self.runner.terminals().input(&pty_id, data),
@@ -642,7 +646,7 @@ impl Driver {
             } => {
                 tracing::debug!(wait = %wait_id, check, "checking a condition");
                 self.checks
-                    .start(wait_id, check, requester, operator, source);
+                    .start(wait_id.into_string(), check, requester, operator, source);
             }
             Command::StopCheck { wait_id, check } => {
                 tracing::info!(wait = %wait_id, check, "stopping a condition check");
@@ -690,48 +694,36 @@ impl Driver {
                 }
             }
             Event::CommandsAudit => self.report_commands(),
-            Event::WaitChecked {
-                wait_id,
-                check,
-                outcome,
-            } => {
-                self.checks.finished(&wait_id, check, &outcome);
-                if let outpost_core::wait::CheckOutcome::Failed(e) = &outcome {
-                    tracing::info!(wait = %wait_id, check, code = %e.code, "a condition check failed: {}", e.message);
+            Event::Input(input) => {
+                match &input {
+                    Input::WaitChecked {
+                        wait_id,
+                        check,
+                        outcome,
+                    } => {
+                        self.checks.finished(wait_id, *check, outcome);
+                        if let outpost_core::wait::CheckOutcome::Failed(e) = outcome {
+                            tracing::info!(wait = %wait_id, check, code = %e.code, "a condition check failed: {}", e.message);
+                        }
+                    }
+                    Input::RunFinished { run_id, result } => {
+                        self.runner.finished(run_id);
+                        tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
+                    }
+                    _ => {}
                 }
-                self.input(Input::WaitChecked {
-                    wait_id,
-                    check,
-                    outcome,
-                })
-            }
-            Event::RunDone { run_id, result } => {
-                self.runner.finished(&run_id);
-                self.checks.seen().run_ended(&run_id, &result);
-                tracing::info!(run = %run_id, status = ?result.status, exit_code = ?result.exit_code, "run finished");
-                self.input(Input::RunFinished { run_id, result })
+                self.input(input)
             }
             Event::TerminalOutput { run_id, pending } => {
                 let data = pending.take();
                 if data.is_empty() {
                     return Ok(());
                 }
-                self.input(Input::TerminalOutput { run_id, data })
+                self.input(Input::TerminalOutput {
+                    run_id: run_id.into(),
+                    data,
+                })
             }
-            Event::TerminalExit { run_id, exit_code } => {
-                self.input(Input::TerminalExit { run_id, exit_code })
-            }
-            Event::Fetched { run_id, bundle } => match bundle {
-                Ok(bundle) => self.input(Input::CapabilityFetched { run_id, bundle }),
-                Err(e) => {
-                    tracing::warn!(run = %run_id, "cannot fetch the run's bundle: {e}");
-                    let error = outpost_core::wire::ErrorBody {
-                        code: "bundle_unavailable".into(),
-                        message: format!("the daemon could not fetch the bundle: {e}"),
-                    };
-                    self.input(Input::CapabilityFetchFailed { run_id, error })
-                }
-            },
             Event::Ticket { conn, .. } if conn != self.conn => Ok(()),
             Event::Ticket { keys, ticket, .. } => {
                 match keys {
@@ -860,7 +852,7 @@ impl Driver {
         while self.runner.running() > 0 {
             let left = deadline.saturating_duration_since(StdInstant::now());
             match self.rx.recv_timeout(left) {
-                Ok(Event::RunDone { run_id, result }) => {
+                Ok(Event::Input(Input::RunFinished { run_id, result })) => {
                     self.runner.finished(&run_id);
                     if record {
                         self.input(Input::RunFinished { run_id, result })?;

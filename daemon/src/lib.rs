@@ -68,7 +68,6 @@ use outpost_core::executor::Registry;
 use outpost_core::grant::LocalPolicy;
 use outpost_core::join::{Join, JoinError};
 use outpost_core::keyset::RootKey;
-use outpost_core::wire::RunResult;
 use outpost_host::OwnerFolders;
 
 use outpost_adapters::http::HttpError;
@@ -403,22 +402,13 @@ pub(crate) enum Event {
         /// The key set, or why it was not fetched.
         keys: Result<outpost_core::keyset::KeySet, HttpError>,
         /// The ticket.
-        ticket: Result<outpost_adapters::http::Ticket, HttpError>,
+        ticket: Result<outpost_adapters::http::ConnectTicket, HttpError>,
     },
-    /// A bundle a run names by digest, or why it could not be fetched.
-    Fetched {
-        /// The run.
-        run_id: String,
-        /// The bytes (the core checks their digest).
-        bundle: Result<Vec<u8>, HttpError>,
-    },
-    /// A run's thread finished.
-    RunDone {
-        /// The run.
-        run_id: String,
-        /// How it went.
-        result: RunResult,
-    },
+    /// An input for the core, from a thread the driver started: a run's end
+    /// (`RunFinished`), a terminal run's exit (`TerminalExit`), a bundle fetched or not
+    /// (`CapabilityFetched`, `CapabilityFetchFailed`), a condition check's outcome
+    /// (`WaitChecked`). The driver keeps its own books from the input, then feeds it.
+    Input(outpost_core::daemon::Input),
     /// A host command was asked for, ended or was refused: the driver drains the audit
     /// events and reports each finished command with `command.finished`.
     CommandsAudit,
@@ -432,26 +422,10 @@ pub(crate) enum Event {
         /// Where the bytes wait.
         pending: std::sync::Arc<terminals::Pending>,
     },
-    /// A terminal run's program ended and its output is all read.
-    TerminalExit {
-        /// The run.
-        run_id: String,
-        /// Its exit code, if it exited.
-        exit_code: Option<i32>,
-    },
     /// The [`StopSignal`] was raised.
     Stop,
     /// The owner's policy file changed (or its folder did).
     PolicyChanged,
-    /// A condition check ended (or stopped after a cancel).
-    WaitChecked {
-        /// The wait.
-        wait_id: String,
-        /// The check's number.
-        check: u64,
-        /// What it came to.
-        outcome: outpost_core::wait::CheckOutcome,
-    },
 }
 
 /// The longest a drain waits for runs in flight and host commands before it stops at once

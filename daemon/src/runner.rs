@@ -1,7 +1,7 @@
 //! Runs the daemon's [`Execute`] commands on the machine: each on a blocking thread of the
 //! host, through [`launch_from_execute`] and [`run_capability`], waiting in short slices so a
 //! [`Command::Cancel`](outpost_core::daemon::Command::Cancel) stops it promptly; the result
-//! comes back to the driver as [`Event::RunDone`].
+//! comes back to the driver as [`Input::RunFinished`] (as an [`Event::Input`]).
 //!
 //! While a run lives, the process it started is recorded next to its folder
 //! (`runs/<run id>.service`), so that a daemon killed mid-run can reap it after a restart
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::Instant as StdInstant;
 
-use outpost_core::daemon::Execute;
+use outpost_core::daemon::{Execute, Input};
 use outpost_core::executor::{Allowlists, Registry, Scope, run_capability};
 use outpost_core::grant::{CredentialDenylist, LocalPolicy};
 use outpost_core::manifest::Permission;
@@ -110,12 +110,13 @@ impl Runner {
         &self.terminals
     }
 
-    /// Starts `execute` on a blocking thread; [`Event::RunDone`] reports its end.
+    /// Starts `execute` on a blocking thread; [`Input::RunFinished`] (as an [`Event::Input`]) reports its end.
     pub(crate) fn start(&mut self, execute: Execute) {
         let execute_is_pty = execute.environment == Environment::Pty;
         let run_id_for_terminal = execute.run_id.clone();
         let cancel = Cancel::new();
-        self.cancels.insert(execute.run_id.clone(), cancel.clone());
+        self.cancels
+            .insert(execute.run_id.to_string(), cancel.clone());
         let job = Job {
             execute,
             context: self.context.clone(),
@@ -134,7 +135,7 @@ impl Runner {
         self.host.spawn_blocking(Box::new(move || {
             let run_id = job.execute.run_id.clone();
             let result = job.run();
-            let _ = events.send(Event::RunDone { run_id, result });
+            let _ = events.send(Event::Input(Input::RunFinished { run_id, result }));
         }));
     }
 
@@ -191,7 +192,7 @@ impl Job {
         // The daemon's share of the time: from the command to the result, setup included.
         result.timing.daemon_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let _ = std::fs::remove_file(service_path(&self.runs_dir, &run_id));
-        let _ = std::fs::remove_dir_all(self.runs_dir.join(&run_id));
+        let _ = std::fs::remove_dir_all(self.runs_dir.join(run_id.as_str()));
         result
     }
 
@@ -273,10 +274,10 @@ impl Job {
                 if let Some(attached) = attached.take() {
                     // Every byte goes out before `pty.exit`, and that before the result.
                     attached.finish();
-                    let _ = self.events.send(Event::TerminalExit {
+                    let _ = self.events.send(Event::Input(Input::TerminalExit {
                         run_id: run_id.clone(),
                         exit_code: outcome.exit_code,
-                    });
+                    }));
                 }
                 RunResult::from(outcome)
             }

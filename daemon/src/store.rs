@@ -167,7 +167,7 @@ impl DaemonStore {
         let rows = stmt
             .query_map([], |r| {
                 Ok(SeenRow {
-                    run_id: r.get(0)?,
+                    run_id: r.get::<_, String>(0)?.into(),
                     until_ms: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
                 })
             })
@@ -193,7 +193,7 @@ impl DaemonStore {
                 .map_err(&sql)?;
             for row in snapshot.seen.rows() {
                 insert
-                    .execute(params![row.run_id, sql_int(row.until_ms)])
+                    .execute(params![row.run_id.as_str(), sql_int(row.until_ms)])
                     .map_err(&sql)?;
             }
         }
@@ -309,7 +309,7 @@ impl DaemonStore {
             for write in writes {
                 match write {
                     WaitWrite::Save { row, written_ms } => save
-                        .execute(params![row.spec.wait_id, row.encode(*written_ms)])
+                        .execute(params![row.spec.wait_id.as_str(), row.encode(*written_ms)])
                         .map_err(&sql)?,
                     WaitWrite::Forget(wait_id) => {
                         forget_events.execute(params![wait_id]).map_err(&sql)?;

@@ -92,7 +92,7 @@ fn an_outbox_survives_reopening_and_acknowledged_results_do_not() {
         let pending: Vec<String> = daemon
             .pending_results()
             .into_iter()
-            .map(|p| p.run_id)
+            .map(|p| p.run_id.into_string())
             .collect();
         assert_eq!(pending, ["r1"]);
         let mut reaped = Vec::new();
@@ -100,7 +100,7 @@ fn an_outbox_survives_reopening_and_acknowledged_results_do_not() {
             match daemon.poll_output() {
                 Output::Wait { .. } => break,
                 Output::Command(Command::Cancel { run_id, reason }) => {
-                    reaped.push((run_id, reason))
+                    reaped.push((run_id.into_string(), reason))
                 }
                 _ => {}
             }
@@ -257,7 +257,7 @@ mod waits {
         outputs
             .iter()
             .filter_map(|o| match o {
-                Output::Check { wait_id, .. } => Some(wait_id.clone()),
+                Output::Check { wait_id, .. } => Some(wait_id.to_string()),
                 _ => None,
             })
             .collect()
@@ -362,7 +362,7 @@ mod waits {
             .waits()
             .unwrap()
             .into_iter()
-            .map(|(_, r)| r.spec.wait_id)
+            .map(|(_, r)| r.spec.wait_id.into_string())
             .collect();
         assert_eq!(
             left,

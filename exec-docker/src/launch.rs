@@ -137,7 +137,7 @@ impl DockerExecutor {
         };
         self.runtime.spawn(driver.drive(output, report));
         Ok(DockerRun {
-            run_id: launch.run_id,
+            run_id: launch.run_id.into_string(),
             container_id: id,
             streams,
             finished,

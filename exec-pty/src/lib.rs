@@ -191,7 +191,7 @@ impl PtyExecutor {
         command.cwd(&cwd);
         let service = manifest.lifecycle == Lifecycle::Persistent;
         PtyRun::spawn(run::Spawn {
-            run_id: launch.run_id.clone(),
+            run_id: launch.run_id.to_string(),
             sandbox: guard,
             refusals,
             pair,

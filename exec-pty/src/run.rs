@@ -4,7 +4,7 @@ use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,14 @@ pub(crate) struct Spawn {
     pub started: Instant,
 }
 
+/// What the waiter of a terminal run hears.
+enum Heard {
+    /// The program exited (and its session is gone), or waiting for it failed.
+    Exited(std::io::Result<ExitStatus>),
+    /// [`RunHandle::wait_waker`]'s waker was called.
+    Woken,
+}
+
 /// A running terminal. Dropping it kills its session and whatever holds the terminal.
 pub struct PtyRun {
     run_id: String,
@@ -47,7 +55,11 @@ pub struct PtyRun {
     master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
     writer: Arc<Mutex<Box<dyn Write + Send>>>,
     taken: bool,
-    exited: Receiver<std::io::Result<ExitStatus>>,
+    /// The waiter thread's word that the program and its session are gone, and the wakes of
+    /// [`RunHandle::wait_waker`] (a cancel), which end a wait in progress early.
+    heard: Receiver<Heard>,
+    /// The sending end `wait_waker` hands out.
+    tell: Sender<Heard>,
     spawned_at: Instant,
     setup: Duration,
     idle: Option<Duration>,
@@ -89,7 +101,8 @@ impl PtyRun {
         };
         let shared = Shared::new(s.output_cap);
         spawn_drain(reader, shared.clone());
-        let (exit_tx, exited) = mpsc::channel();
+        let (tell, heard) = mpsc::channel();
+        let exit_tx = tell.clone();
         {
             let shared = shared.clone();
             let tty = tty.clone();
@@ -101,7 +114,7 @@ impl PtyRun {
                 shared.wait_eof(drain);
                 session::kill_remains(sid, tty.as_deref());
                 shared.wait_eof(EOF_BOUND);
-                let _ = exit_tx.send(status);
+                let _ = exit_tx.send(Heard::Exited(status));
             });
         }
         Ok(Self {
@@ -112,7 +125,8 @@ impl PtyRun {
             master: Arc::new(Mutex::new(master)),
             writer: Arc::new(Mutex::new(writer)),
             taken: false,
-            exited,
+            heard,
+            tell,
             spawned_at,
             setup: spawned_at.saturating_duration_since(s.started),
             idle: s.idle,
@@ -205,15 +219,14 @@ impl RunHandle for PtyRun {
         loop {
             let now = Instant::now();
             let wake = self.schedule.next_look(until, self.idle_deadline());
-            match self
-                .exited
-                .recv_timeout(wake.saturating_duration_since(now))
-            {
-                Ok(status) => {
+            match self.heard.recv_timeout(wake.saturating_duration_since(now)) {
+                Ok(Heard::Exited(status)) => {
                     let outcome = self.finish(status)?;
                     self.outcome = Some(outcome.clone());
                     return Ok(Some(outcome));
                 }
+                // A cancel was raised: its caller acts on it and waits again.
+                Ok(Heard::Woken) => return Ok(None),
                 Err(RecvTimeoutError::Timeout) => {
                     let now = Instant::now();
                     let idle_passed = self.idle_deadline().is_some_and(|at| now >= at);
@@ -240,6 +253,13 @@ impl RunHandle for PtyRun {
     fn cancel(&mut self) -> Result<(), ExecError> {
         self.stop(Ending::Cancelled);
         Ok(())
+    }
+
+    fn wait_waker(&self) -> Option<outpost_core::executor::WaitWaker> {
+        let tell = self.tell.clone();
+        Some(Arc::new(move || {
+            let _ = tell.send(Heard::Woken);
+        }))
     }
 
     fn read_output(&mut self) -> Vec<OutputChunk> {

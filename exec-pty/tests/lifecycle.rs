@@ -132,6 +132,30 @@ fn cancel_kills_every_job_of_the_session() {
     assert!(screen.closes_within(PATIENCE));
 }
 
+/// A cancel raised while the run's waiter waits is acted on at once: the waker ends the wait
+/// in progress (a wait of minutes would otherwise outlast the test's patience).
+#[test]
+fn a_raised_cancel_wakes_the_waiter_and_ends_the_run() {
+    let mut run = start("sh", &["-c", "echo ready; exec sleep 300"], "");
+    let mut screen = Screen::of(run.as_mut());
+    screen.expect("ready\r\n");
+    assert!(run.wait_waker().is_some(), "a terminal run can be woken");
+    let cancel = outpost_host::Cancel::new();
+    let raiser = {
+        let cancel = cancel.clone();
+        std::thread::spawn(move || cancel.raise())
+    };
+    let started = std::time::Instant::now();
+    let outcome = outpost_host::run_to_end(run.as_mut(), &cancel).unwrap();
+    raiser.join().unwrap();
+    assert_eq!(outcome.ending, Ending::Cancelled);
+    assert!(
+        started.elapsed() < PATIENCE,
+        "the cancel ended the wait early: {:?}",
+        started.elapsed()
+    );
+}
+
 #[test]
 fn dropping_a_run_kills_it() {
     let mut run = start(

@@ -296,7 +296,7 @@ impl WasmExecutor {
             })
         };
         Ok(WasmRun {
-            run_id: launch.run_id,
+            run_id: launch.run_id.into_string(),
             module_name,
             cancelled,
             deadline,

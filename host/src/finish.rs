@@ -3,9 +3,9 @@
 //! how it ended.
 //!
 //! A raise wakes the waiter at once where the run's handle can be woken
-//! ([`RunHandle::wait_waker`]: the process runs of the shell executor); elsewhere the waiter
-//! looks at the cancel every [`SLICE`]. This module owns that loop; it never decides whether
-//! a run may start or what its result means.
+//! ([`RunHandle::wait_waker`]: the shell executor's process runs, the pty's terminals);
+//! elsewhere (wasm, docker) the waiter looks at the cancel every [`SLICE`]. This module owns
+//! that loop; it never decides whether a run may start or what its result means.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

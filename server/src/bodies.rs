@@ -18,40 +18,17 @@ use outpost_core::b64;
 use outpost_core::json::Value;
 use outpost_core::manifest::{Manifest, check_relative_path};
 use outpost_core::wire::{Environment, Grant};
-use schemars::JsonSchema;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 
-/// The most slots a daemon may offer (the protocol's limit, defined in the core).
-pub const MAX_SLOTS: u32 = outpost_core::wire::MAX_CONCURRENT_LIMIT;
-/// The slots a daemon offers when it names none (the protocol's default, defined in the
-/// core).
-pub const DEFAULT_SLOTS: u32 = outpost_core::wire::DEFAULT_MAX_CONCURRENT;
-/// The longest an execution request may wait for its end, in seconds.
-pub const MAX_WAIT_SECS: u64 = 300;
-/// How long an execution request waits when it names no `waitSecs`.
-pub const DEFAULT_WAIT_SECS: u64 = 60;
-
-/// A context's or user's name: 1–64 characters of `[a-z0-9-]`, starting with a letter or
-/// digit (see [`valid_name`]).
-pub const NAME_PATTERN: &str = "^[a-z0-9][a-z0-9-]{0,63}$";
-/// A bundle's name: its SHA-256 as 64 lowercase hex digits (see [`check_digest`]).
-pub const DIGEST_PATTERN: &str = "^[0-9a-f]{64}$";
-/// An Ed25519 public key: 32 bytes of base64url without padding (43 characters, the last one
-/// carrying two bits).
-pub const KEY_PATTERN: &str = "^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$";
-/// The most entries a chain holds.
-pub const MAX_CHAIN: usize = outpost_core::routing::Chain::MAX_CONTEXTS;
-
-/// Every scope a token may hold (§11.2).
-pub const SCOPES: [&str; 6] = [
-    "execution_context:create",
-    "execution_context:read",
-    "execution_context:execute",
-    "execution_context:delete",
-    "execution_context:command",
-    "admin",
-];
+pub use outpost_core::api::requests::{
+    ChainRequest, CommandAuthorize, CommandsSwitch, JobAuthorize, JobOp, RegisterRequest,
+    ShareRequest, TerminalOpen, UserRequest,
+};
+pub use outpost_core::api::{
+    DEFAULT_SLOTS, DEFAULT_WAIT_SECS, DIGEST_PATTERN, KEY_PATTERN, MAX_CHAIN, MAX_SLOTS,
+    MAX_WAIT_SECS, NAME_PATTERN, SCOPES, valid_name,
+};
 
 /// Why a body was refused: a §10/§11 code and what was wrong. Every one is answered 400.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -99,44 +76,9 @@ pub struct Registration {
     pub daemon_version: String,
 }
 
-/// `PUT /v1/chain`: the caller's chain, as given (names or ids, not yet resolved).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[schemars(rename = "Chain")]
-pub struct ChainRequest {
-    /// The entries, in order: context names or ids, and `cloud` (last when present).
-    #[schemars(length(max = MAX_CHAIN))]
-    pub chain: Vec<String>,
-}
-
-/// `POST /v1/users`: a new user.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UserRequest {
-    /// The user's name, checked like a context name.
-    pub name: String,
-    /// Its scopes, each one of [`SCOPES`]; `None` for every scope but `admin`.
-    pub scopes: Option<Vec<String>>,
-}
-
-/// `POST /v1/execution-contexts/{context}/share`: whether every member may use the machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ShareRequest {
-    /// On: every member may opt in to run on it; off: nobody but its operator (and every
-    /// opt-in is dropped).
-    pub all_members: bool,
-}
-
 /// Decodes a share body (`allMembers` is required, nothing else is allowed).
 pub fn decode_share(bytes: &[u8]) -> Result<ShareRequest, BodyError> {
     parse(bytes)
-}
-
-/// `POST /v1/execution-contexts/commands`: the machine's own host-commands switch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CommandsSwitch {
-    /// On or off.
-    pub enabled: bool,
 }
 
 /// Decodes a commands switch (`enabled` is required, nothing else is allowed).
@@ -144,50 +86,9 @@ pub fn decode_commands_switch(bytes: &[u8]) -> Result<CommandsSwitch, BodyError>
     parse(bytes)
 }
 
-/// `POST /v1/execution-contexts/commands/authorize`: the hop before one host command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CommandAuthorize {
-    /// The run asking.
-    pub run_id: String,
-    /// The command line (the server cuts it to 1,000 characters again).
-    pub command: String,
-    /// Its working directory.
-    #[serde(default)]
-    pub cwd: Option<String>,
-    /// The names (never the values) of the variables it adds.
-    #[serde(default)]
-    pub env_keys: Vec<String>,
-    /// Whether it is a background job.
-    pub background: bool,
-}
-
 /// Decodes an authorize body.
 pub fn decode_command_authorize(bytes: &[u8]) -> Result<CommandAuthorize, BodyError> {
     parse(bytes)
-}
-
-/// What a run asks to do with one of its requester's background jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum JobOp {
-    /// Read its state and output so far.
-    Poll,
-    /// Kill its process group.
-    Kill,
-}
-
-/// `POST /v1/execution-contexts/commands/jobs/authorize`: the hop before a `poll` or `kill`
-/// of a background job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct JobAuthorize {
-    /// The run asking.
-    pub run_id: String,
-    /// `poll` or `kill`.
-    pub op: JobOp,
-    /// The job's number on the machine (as `start` answered it).
-    pub job_id: u64,
 }
 
 /// Decodes a job authorize body (every member is required, nothing else is allowed).
@@ -195,33 +96,9 @@ pub fn decode_job_authorize(bytes: &[u8]) -> Result<JobAuthorize, BodyError> {
     parse(bytes)
 }
 
-/// `POST /v1/execution-contexts`: a machine registering its key, as sent (checked by
-/// `decode_registration`).
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(rename = "RegisterRequest")]
-pub struct RegisterBody {
-    /// The context's name (`invalid_name`).
-    #[schemars(regex(pattern = NAME_PATTERN))]
-    pub name: String,
-    /// The machine's Ed25519 public key, base64url (a small-order key is refused too).
-    #[schemars(regex(pattern = KEY_PATTERN))]
-    pub public_key: String,
-    /// The slots the machine offers (default 2).
-    #[serde(default)]
-    #[schemars(range(min = 1, max = MAX_SLOTS))]
-    pub max_concurrent: Option<u32>,
-    /// The environments the machine offers.
-    #[serde(default)]
-    pub environments: Option<Vec<Environment>>,
-    /// The daemon's version.
-    #[serde(default)]
-    pub daemon_version: Option<String>,
-}
-
 /// Decodes a registration body.
 pub fn decode_registration(bytes: &[u8]) -> Result<Registration, BodyError> {
-    let raw: RegisterBody = parse(bytes)?;
+    let raw: RegisterRequest = parse(bytes)?;
     let key = b64::decode_array::<32>(&raw.public_key)
         .map_err(|e| BodyError::invalid(format!("publicKey is not 32 bytes of base64url: {e}")))?;
     let public_key = VerifyingKey::from_bytes(&key)
@@ -267,22 +144,9 @@ pub fn decode_chain(bytes: &[u8]) -> Result<ChainRequest, BodyError> {
     Ok(chain)
 }
 
-/// `POST /v1/users`: a new user, as sent (checked by `decode_user`).
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[schemars(rename = "UserRequest")]
-pub struct UserBody {
-    /// The user's name (`invalid_name`).
-    #[schemars(regex(pattern = NAME_PATTERN))]
-    pub name: String,
-    /// Its scopes (`unknown_scope`); every scope but `admin` when absent.
-    #[serde(default)]
-    #[schemars(extend("items" = {"enum": SCOPES}))]
-    pub scopes: Option<Vec<String>>,
-}
-
 /// Decodes a new user (`POST /v1/users`).
 pub fn decode_user(bytes: &[u8]) -> Result<UserRequest, BodyError> {
-    let raw: UserBody = parse(bytes)?;
+    let raw: UserRequest = parse(bytes)?;
     check_name(&raw.name)?;
     if let Some(bad) = raw
         .scopes
@@ -295,10 +159,7 @@ pub fn decode_user(bytes: &[u8]) -> Result<UserRequest, BodyError> {
             format!("{bad:?} is not a scope"),
         ));
     }
-    Ok(UserRequest {
-        name: raw.name,
-        scopes: raw.scopes,
-    })
+    Ok(raw)
 }
 
 /// Writes into the generated schemas what a body's types cannot say because the core's
@@ -312,16 +173,6 @@ pub(crate) fn constrain(schemas: &mut serde_json::Map<String, serde_json::Value>
         slots["minimum"] = 1.into();
         slots["maximum"] = MAX_SLOTS.into();
     }
-}
-
-/// Whether `name` is 1–64 characters of `[a-z0-9-]`, starting with a letter or digit (the
-/// names of contexts and users).
-pub fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-        && !name.starts_with('-')
 }
 
 fn check_name(name: &str) -> Result<(), BodyError> {
@@ -366,20 +217,6 @@ pub fn check_inline(
         })?;
     }
     Ok(parsed)
-}
-
-/// `POST /v1/execution-contexts/{context}/terminals`: the size a terminal opens with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TerminalOpen {
-    /// Columns, 1–1000 (default 80).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 1000))]
-    pub cols: Option<u16>,
-    /// Rows, 1–1000 (default 24).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 1000))]
-    pub rows: Option<u16>,
 }
 
 /// Decodes a terminal's opening size; an empty body opens 80 × 24.
@@ -460,9 +297,9 @@ mod tests;
 mod waits;
 
 pub use bundle::{CheckedBundle, check_bundle};
-pub use execute::{ExecuteBody, ExecutionRequest, OfflineMode, decode_execution_request};
+pub use execute::{ExecuteRequest, ExecutionRequest, OfflineMode, decode_execution_request};
 
 pub use waits::{
     DEFAULT_INTERVAL_MS, MAX_CONDITION_BYTES, MAX_INTERVAL_MS, MAX_REASON_CHARS, MIN_INTERVAL_MS,
-    WaitBody, WaitRequest, decode_wait_request,
+    WaitRegistration, WaitRequest, decode_wait_request,
 };

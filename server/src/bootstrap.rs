@@ -122,7 +122,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         None => None,
     };
     let store = Arc::new(Store::open(&dir.join("outpost.db"))?);
-    let clock = Clock::start();
+    let clock = Clock::start()?;
     let (keys, _) = state::load_keys(&dir, wall_now())?;
     let (admin_token, join_token) = tokens(&config, &store)?;
 
@@ -148,7 +148,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     let (terminals, terminals_rx) = crate::dispatch::terminals::Terminals::channel();
     let shared = Arc::new(Shared {
         store: store.clone(),
-        clock,
+        clock: clock.clone(),
         metrics: Metrics::default(),
         ends: Ends::default(),
         terminals,

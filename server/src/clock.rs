@@ -1,57 +1,43 @@
-//! The process's clock: one monotonic origin taken at start, mapped both ways between the
-//! core's [`Instant`] (time since that origin) and tokio's, plus the wall clock in seconds.
+//! The process's clock: the adapters' suspend-aware clock (`CLOCK_BOOTTIME`, so a lease or
+//! a deadline counts the time the machine slept), mapped to tokio's instants for
+//! `sleep_until`, and the wall clock the rest of the server stamps records with.
 //!
-//! It owns the only `Instant::now()` and `SystemTime::now()` the dispatcher sees; it never
-//! sleeps and never decides anything.
+//! It owns the dispatcher's only reading of the monotonic clock; it never sleeps and never
+//! decides anything. The wall clock is the adapters' (`wall_now`, `wall_now_ms`), the one
+//! every part of outpost reads.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
-use outpost_core::time::{Instant, Now, UnixTime};
+pub(crate) use outpost_adapters::clock::{ClockError, wall_now, wall_now_ms};
+use outpost_core::time::{Instant, Now};
 
-/// The origin of the process's monotonic time.
-#[derive(Debug, Clone, Copy)]
+/// The process's monotonic origin, shared by every task that reads the time.
+#[derive(Debug, Clone)]
 pub(crate) struct Clock {
-    origin: tokio::time::Instant,
+    inner: Arc<outpost_adapters::clock::Clock>,
 }
 
 impl Clock {
-    /// A clock whose origin is now.
-    pub(crate) fn start() -> Self {
-        Self {
-            origin: tokio::time::Instant::now(),
-        }
+    /// A clock whose origin is now; refused when the system has no `CLOCK_BOOTTIME`.
+    pub(crate) fn start() -> Result<Self, ClockError> {
+        Ok(Self {
+            inner: Arc::new(outpost_adapters::clock::Clock::new()?),
+        })
     }
 
-    /// The core's `Now`: monotonic since the origin, and wall seconds.
+    /// The core's `Now`: monotonic since the origin (never backwards), and wall seconds.
     pub(crate) fn now(&self) -> Now {
-        Now {
-            instant: Instant::from_origin(self.origin.elapsed()),
-            wall: wall_now(),
-        }
+        self.inner.now()
     }
 
-    /// The tokio instant of a core instant, for `sleep_until`.
-    pub(crate) fn to_tokio(self, at: Instant) -> tokio::time::Instant {
-        self.origin
-            .checked_add(at.since_origin())
-            .unwrap_or_else(|| self.origin + Duration::from_secs(365 * 24 * 3600))
+    /// The tokio instant of a core instant, for `sleep_until`: now plus what is left until
+    /// it (a deadline past is now).
+    pub(crate) fn to_tokio(&self, at: Instant) -> tokio::time::Instant {
+        let left = self
+            .inner
+            .until(at)
+            .min(Duration::from_secs(365 * 24 * 3600));
+        tokio::time::Instant::now() + left
     }
-}
-
-/// Wall-clock seconds since the Unix epoch.
-pub(crate) fn wall_now() -> UnixTime {
-    UnixTime(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-    )
-}
-
-/// Wall-clock milliseconds since the Unix epoch (zero before 1970): what wait rows and their
-/// events are stamped with.
-pub(crate) fn wall_now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

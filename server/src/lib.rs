@@ -119,6 +119,9 @@ pub enum ServeError {
     /// The async runtime of a [`BlockingServer`] cannot start.
     #[error("the server's runtime cannot start: {0}")]
     Runtime(String),
+    /// The system has no suspend-aware monotonic clock (`CLOCK_BOOTTIME`).
+    #[error("the server's clock cannot be read: {0}")]
+    Clock(#[from] outpost_adapters::clock::ClockError),
 }
 
 /// A server that is running.

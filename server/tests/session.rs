@@ -308,7 +308,7 @@ fn a_second_runner_for_a_terminal_is_refused_naming_the_holder() {
     assert_eq!(state(&server), "starting");
 
     let intruder = DaemonFrame::PtyOutput {
-        pty_id: run_id.clone(),
+        pty_id: run_id.clone().into(),
         data: outpost_core::b64::encode(b"not yours\r\n"),
     };
     for _ in 0..3 {
@@ -360,7 +360,7 @@ fn a_second_runner_for_a_terminal_is_refused_naming_the_holder() {
     );
 
     holder.send_raw(&DaemonFrame::PtyOutput {
-        pty_id: run_id,
+        pty_id: run_id.into(),
         data: outpost_core::b64::encode(b"$ "),
     });
     let deadline = StdInstant::now() + Duration::from_secs(30);

@@ -478,7 +478,13 @@ fn daemon_runs(c: &DaemonRunsCase) -> CaseResult {
                     egress_denied: Vec::new(),
                 };
                 let run_id = step.run_id.clone().unwrap_or_default();
-                answer(&feed(&mut daemon, Input::RunFinished { run_id, result })?)
+                answer(&feed(
+                    &mut daemon,
+                    Input::RunFinished {
+                        run_id: run_id.into(),
+                        result,
+                    },
+                )?)
             }
             other => return Err(format!("{}: step {i}: unknown input {other:?}", c.name)),
         };

@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use outpost_core::api::ErrorAnswer;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// An error answer of the API: its status and the `{error:{code,message}}` body.
@@ -140,44 +143,60 @@ impl Api {
         self.ca_file.as_deref()
     }
 
-    /// `GET path`.
-    pub fn get(&self, path: &str) -> Result<Value, ApiError> {
-        self.call("GET", path, None)
+    /// `GET path`, its answer read as `T` (a type of [`outpost_core::api`], or `Value`).
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ApiError> {
+        typed(self.call_raw("GET", path, None, JSON)?)
     }
 
     /// `POST path` with a JSON body.
-    pub fn post(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
-        self.call("POST", path, Some(body))
+    pub fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ApiError> {
+        self.send("POST", path, body)
     }
 
     /// `PUT path` with a JSON body.
-    pub fn put(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
-        self.call("PUT", path, Some(body))
+    pub fn put<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ApiError> {
+        self.send("PUT", path, body)
     }
 
     /// `PATCH path` with a JSON body.
-    pub fn patch(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
-        self.call("PATCH", path, Some(body))
+    pub fn patch<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ApiError> {
+        self.send("PATCH", path, body)
     }
 
     /// `DELETE path`.
-    pub fn delete(&self, path: &str) -> Result<Value, ApiError> {
-        self.call("DELETE", path, None)
+    pub fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, ApiError> {
+        typed(self.call_raw("DELETE", path, None, JSON)?)
     }
 
     /// `PUT path` with raw bytes (a bundle).
-    pub fn put_bytes(&self, path: &str, bytes: &[u8]) -> Result<Value, ApiError> {
-        self.call_raw("PUT", path, Some(bytes), "application/octet-stream")
+    pub fn put_bytes<T: DeserializeOwned>(&self, path: &str, bytes: &[u8]) -> Result<T, ApiError> {
+        typed(self.call_raw("PUT", path, Some(bytes), "application/octet-stream")?)
     }
 
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, ApiError> {
-        let text = body.map(Value::to_string);
-        self.call_raw(
-            method,
-            path,
-            text.as_deref().map(str::as_bytes),
-            "application/json",
-        )
+    fn send<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ApiError> {
+        let text = serde_json::to_vec(body).map_err(|e| ApiError {
+            status: 0,
+            code: "bad_request".into(),
+            message: format!("the request body does not serialise: {e}"),
+        })?;
+        typed(self.call_raw(method, path, Some(&text), JSON)?)
     }
 
     fn call_raw(
@@ -233,14 +252,34 @@ impl Api {
         if (200..300).contains(&status) {
             return Ok(value);
         }
-        let error = &value["error"];
-        Err(ApiError {
-            status,
-            code: error["code"].as_str().unwrap_or("http_error").to_owned(),
-            message: error["message"]
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("HTTP {status}")),
+        Err(match serde_json::from_value::<ErrorAnswer>(value) {
+            Ok(ErrorAnswer { error }) => ApiError {
+                status,
+                code: error.code,
+                message: if error.message.is_empty() {
+                    format!("HTTP {status}")
+                } else {
+                    error.message
+                },
+            },
+            Err(_) => ApiError {
+                status,
+                code: "http_error".into(),
+                message: format!("HTTP {status}"),
+            },
         })
     }
+}
+
+/// The body requests carry.
+const JSON: &str = "application/json";
+
+/// A successful answer read as `T`: `bad_answer` when it does not have `T`'s shape (a server
+/// of another version, or not an outpost server).
+fn typed<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    serde_json::from_value(value).map_err(|e| ApiError {
+        status: 0,
+        code: "bad_answer".into(),
+        message: format!("the server's answer does not have the expected members: {e}"),
+    })
 }

@@ -10,9 +10,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context as _;
+use outpost_core::api::requests::{ExecuteRequest, OfflineMode};
+use outpost_core::api::{Bundle, Execution, MAX_WAIT_SECS};
+use outpost_core::routing::{Fallback, Requirement};
 use outpost_core::server::ExecutionStatus;
 use outpost_core::wire::CapabilitySource;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::api::Api;
 
@@ -67,46 +70,45 @@ pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(anyhow::anyhow!("{e} ({})", e.code())).with_context(packing),
     };
-    let mut body = json!({ "capability": capability, "wait": true, "waitSecs": 300 });
-    if let Some(context) = a.context {
-        body["context"] = json!(context);
-    }
+    let mut body = ExecuteRequest::new(capability);
+    body.wait = Some(true);
+    body.wait_secs = Some(MAX_WAIT_SECS);
+    body.context = a.context.map(str::to_owned);
     if a.fallback_chain {
-        body["fallback"] = json!("chain");
+        body.fallback = Some(Fallback::Chain);
     }
     if !a.requires.is_empty() {
-        body["requires"] = json!(a.requires);
+        let requires = a.requires.iter().map(|r| {
+            Requirement::parse(r).with_context(|| format!("--requires {r}: give fs or lan"))
+        });
+        body.requires = Some(requires.collect::<anyhow::Result<_>>()?);
     }
     if a.queue {
-        body["whenOffline"] = json!("queue");
-        if let Some(minutes) = a.queue_minutes {
-            body["queueMinutes"] = json!(minutes);
-        }
+        body.when_offline = Some(OfflineMode::Queue);
+        body.queue_minutes = a.queue_minutes;
     }
     let started = Instant::now();
-    let mut execution = api.post("/v1/executions", &body)?;
-    while !is_final(&execution) {
-        let id = execution["executionId"]
-            .as_str()
-            .context("the server's answer has no executionId")?
-            .to_owned();
+    let mut execution: Execution = api.post("/v1/executions", &body)?;
+    while !execution.status.is_final() {
+        let id = execution.execution_id;
         if !a.json {
             eprintln!(
                 "outpost: {id} is {} after {}s…",
-                execution["status"].as_str().unwrap_or("pending"),
+                execution.status.as_str(),
                 started.elapsed().as_secs()
             );
         }
-        execution = api.get(&format!("/v1/executions/{id}?waitSecs=300"))?;
+        execution = api.get(&format!("/v1/executions/{id}?waitSecs={MAX_WAIT_SECS}"))?;
     }
     if a.json {
         // The fields scripts read are always there: null when the run has none.
-        if let Some(object) = execution.as_object_mut() {
+        let mut shown = serde_json::to_value(&execution)?;
+        if let Some(object) = shown.as_object_mut() {
             for field in ["exitCode", "signal", "error"] {
                 object.entry(field).or_insert(Value::Null);
             }
         }
-        println!("{}", serde_json::to_string_pretty(&execution)?);
+        println!("{}", serde_json::to_string_pretty(&shown)?);
     } else {
         print_streams(&execution)?;
     }
@@ -124,7 +126,7 @@ fn upload_bundle(api: &Api, dir: &Path, json: bool) -> anyhow::Result<Capability
             &sha256[..12]
         );
     }
-    api.put_bytes(&format!("/v1/bundles/{sha256}"), &bytes)?;
+    let _: Bundle = api.put_bytes(&format!("/v1/bundles/{sha256}"), &bytes)?;
     Ok(CapabilitySource::Digest {
         sha256,
         size: bytes.len() as u64,
@@ -157,50 +159,29 @@ fn with_args(capability: &mut CapabilitySource, args: &[String]) -> anyhow::Resu
     Ok(())
 }
 
-/// The execution's status; none when the answer has none or one this CLI does not know.
-fn status(execution: &Value) -> Option<ExecutionStatus> {
-    execution["status"]
-        .as_str()
-        .and_then(ExecutionStatus::parse)
-}
-
-/// Whether the execution has ended: an end status, or one this CLI does not know (a newer
-/// server's, which it cannot wait on).
-fn is_final(execution: &Value) -> bool {
-    match execution["status"].as_str() {
-        None => false,
-        Some(_) => status(execution).is_none_or(ExecutionStatus::is_final),
-    }
-}
-
-fn print_streams(execution: &Value) -> anyhow::Result<()> {
+fn print_streams(execution: &Execution) -> anyhow::Result<()> {
     let mut out = crate::stdout::lock();
-    out.write_all(execution["stdout"].as_str().unwrap_or("").as_bytes())?;
+    out.write_all(execution.stdout.as_deref().unwrap_or("").as_bytes())?;
     out.flush()?;
     drop(out);
     let mut err = std::io::stderr();
-    err.write_all(execution["stderr"].as_str().unwrap_or("").as_bytes())?;
-    if execution["truncated"].as_bool() == Some(true) {
+    err.write_all(execution.stderr.as_deref().unwrap_or("").as_bytes())?;
+    if execution.truncated == Some(true) {
         writeln!(err, "outpost: the output was cut at the capability's limit")?;
     }
-    if let Some(e) = execution["error"].as_object() {
-        writeln!(
-            err,
-            "outpost: {} ({})",
-            e.get("message").and_then(Value::as_str).unwrap_or(""),
-            e.get("code").and_then(Value::as_str).unwrap_or("")
-        )?;
+    if let Some(e) = &execution.error {
+        writeln!(err, "outpost: {} ({})", e.message, e.code)?;
     }
-    match status(execution) {
-        Some(ExecutionStatus::TimedOut) => writeln!(err, "outpost: the run timed out")?,
-        Some(ExecutionStatus::Cancelled) => writeln!(err, "outpost: the run was cancelled")?,
-        Some(ExecutionStatus::Lost) => writeln!(
+    match execution.status {
+        ExecutionStatus::TimedOut => writeln!(err, "outpost: the run timed out")?,
+        ExecutionStatus::Cancelled => writeln!(err, "outpost: the run was cancelled")?,
+        ExecutionStatus::Lost => writeln!(
             err,
             "outpost: the machine stopped answering after the run started; it was not run again"
         )?,
         _ => {}
     }
-    if let Some(line) = execution["ranOnText"].as_str() {
+    if let Some(line) = &execution.ran_on_text {
         writeln!(err, "{line}")?;
     }
     Ok(())
@@ -208,20 +189,16 @@ fn print_streams(execution: &Value) -> anyhow::Result<()> {
 
 /// The capability's exit code; 124 timed out, 130 cancelled, 75 lost, 70 failed, the
 /// signal number + 128 for a run a signal ended.
-fn exit_code(execution: &Value) -> ExitCode {
-    let code = match status(execution) {
-        Some(ExecutionStatus::Exited) => execution["exitCode"]
-            .as_i64()
+fn exit_code(execution: &Execution) -> ExitCode {
+    let code = match execution.status {
+        ExecutionStatus::Exited => execution
+            .exit_code
             .map(|c| c.clamp(0, 255) as u8)
-            .or_else(|| {
-                execution["signal"]
-                    .as_i64()
-                    .map(|s| (128 + s).clamp(0, 255) as u8)
-            })
+            .or_else(|| execution.signal.map(|s| (128 + s).clamp(0, 255) as u8))
             .unwrap_or(EXIT_FAILED),
-        Some(ExecutionStatus::TimedOut) => EXIT_TIMED_OUT,
-        Some(ExecutionStatus::Cancelled) => EXIT_CANCELLED,
-        Some(ExecutionStatus::Lost) => EXIT_LOST,
+        ExecutionStatus::TimedOut => EXIT_TIMED_OUT,
+        ExecutionStatus::Cancelled => EXIT_CANCELLED,
+        ExecutionStatus::Lost => EXIT_LOST,
         _ => EXIT_FAILED,
     };
     ExitCode::from(code)

@@ -6,11 +6,19 @@
 
 use std::process::ExitCode;
 
+use outpost_core::api::requests::{ChainRequest, ShareRequest, UserRequest};
+use outpost_core::api::{Audit, ChainShown, Context, Contexts, Runs, SandboxView, User};
+use outpost_core::wire::{CommandsGrant, Egress, FolderGrant, FolderMode, Grant, GrantLimits};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::api::Api;
 
-fn print(value: &Value, json_out: bool, table: impl FnOnce(&Value)) -> anyhow::Result<ExitCode> {
+fn print<T: Serialize>(
+    value: &T,
+    json_out: bool,
+    table: impl FnOnce(&T),
+) -> anyhow::Result<ExitCode> {
     if json_out {
         println!("{}", serde_json::to_string_pretty(value)?);
     } else {
@@ -22,38 +30,38 @@ fn print(value: &Value, json_out: bool, table: impl FnOnce(&Value)) -> anyhow::R
 /// Who may use a context: `own` (nobody else), `all` (every member may opt in), `all,in`
 /// (and someone opted in: the caller, for a member; anyone, for its operator), `left` (its
 /// operator left the organization: nobody).
-fn sharing(c: &Value) -> &'static str {
-    if c["operatorIsMember"].as_bool() == Some(false) {
+fn sharing(c: &Context) -> &'static str {
+    if !c.operator_is_member {
         "left"
-    } else if c["sharedWithAllMembers"].as_bool() != Some(true) {
+    } else if !c.shared_with_all_members {
         "own"
-    } else if c["optedIn"].as_array().is_some_and(|a| !a.is_empty()) {
+    } else if !c.opted_in.is_empty() {
         "all,in"
     } else {
         "all"
     }
 }
 
-fn context_line(c: &Value) -> String {
+fn context_line(c: &Context) -> String {
     format!(
         "{:<20} {:<22} {:<8} {:>5} {:<10} {:<7} {}",
-        c["name"].as_str().unwrap_or("?"),
-        c["id"].as_str().unwrap_or("?"),
-        if c["revoked"].as_bool() == Some(true) {
+        c.name,
+        c.id,
+        if c.revoked {
             "revoked"
-        } else if c["online"].as_bool() == Some(true) {
+        } else if c.online {
             "online"
         } else {
             "offline"
         },
-        format!(
-            "{}/{}",
-            c["slotsUsed"].as_u64().unwrap_or(0),
-            c["slotsTotal"].as_u64().unwrap_or(0)
-        ),
-        c["operator"].as_str().unwrap_or("?"),
+        format!("{}/{}", c.slots_used, c.slots_total),
+        c.operator,
         sharing(c),
-        c["daemonVersion"].as_str().unwrap_or("-"),
+        if c.daemon_version.is_empty() {
+            "-"
+        } else {
+            &c.daemon_version
+        },
     )
 }
 
@@ -62,10 +70,10 @@ const CONTEXT_HEADER: &str =
 
 /// `outpost context list`.
 pub fn context_list(api: &Api, json_out: bool) -> anyhow::Result<ExitCode> {
-    let value = api.get("/v1/execution-contexts")?;
+    let value: Contexts = api.get("/v1/execution-contexts")?;
     print(&value, json_out, |v| {
         println!("{CONTEXT_HEADER}");
-        for c in v["contexts"].as_array().into_iter().flatten() {
+        for c in &v.contexts {
             println!("{}", context_line(c));
         }
     })
@@ -73,62 +81,54 @@ pub fn context_list(api: &Api, json_out: bool) -> anyhow::Result<ExitCode> {
 
 /// `outpost context show NAME`.
 pub fn context_show(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    let value = api.get(&format!("/v1/execution-contexts/{name}"))?;
+    let value: Context = api.get(&format!("/v1/execution-contexts/{name}"))?;
     print(&value, json_out, |c| {
         println!("{CONTEXT_HEADER}");
         println!("{}", context_line(c));
-        println!("grant (version {}): {}", c["grantVersion"], c["grant"]);
+        println!(
+            "grant (version {}): {}",
+            c.grant_version,
+            serde_json::to_string(&c.grant).unwrap_or_default()
+        );
         println!("{}", sharing_text(c));
-        println!("{}", sandbox_text(&c["sandbox"]));
+        println!("{}", sandbox_text(c.sandbox.as_ref()));
     })
 }
 
 /// One sentence on the machine's sandbox, as its daemon announced it.
-fn sandbox_text(s: &Value) -> String {
-    if s.is_null() {
+fn sandbox_text(s: Option<&SandboxView>) -> String {
+    let Some(s) = s else {
         return "sandbox: unknown (the machine is offline, or its daemon does not say)".into();
-    }
-    let rule = match s["confinement"].as_str() {
-        Some("operator-may-opt-out") => {
+    };
+    let rule = match s.confinement.as_str() {
+        "operator-may-opt-out" => {
             "every run sandboxed, but the operator's own `confine: false` runs"
         }
         _ => "every shell and terminal run sandboxed",
     };
-    let yes = |key: &str| {
-        if s[key].as_bool() == Some(true) {
-            "yes"
-        } else {
-            "no"
-        }
-    };
+    let yes = |on: bool| if on { "yes" } else { "no" };
     format!(
         "sandbox: {rule} (Landlock {}, namespaces {}, signal scoping {})",
-        yes("landlock"),
-        yes("namespaces"),
-        yes("scopes")
+        yes(s.landlock),
+        yes(s.namespaces),
+        yes(s.scopes)
     )
 }
 
 /// One sentence on who may run on a context.
-fn sharing_text(c: &Value) -> String {
-    if c["operatorIsMember"].as_bool() == Some(false) {
+fn sharing_text(c: &Context) -> String {
+    if !c.operator_is_member {
         return "its operator left the organization: it takes nobody's runs".into();
     }
-    if c["sharedWithAllMembers"].as_bool() != Some(true) {
+    if !c.shared_with_all_members {
         return "not shared: only its operator runs here".into();
     }
-    let opted: Vec<&str> = c["optedIn"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    if opted.is_empty() {
+    if c.opted_in.is_empty() {
         "shared with every member; nobody you can see opted in".into()
     } else {
         format!(
             "shared with every member; opted in: {} (shared runs get no folders and no commands)",
-            opted.join(", ")
+            c.opted_in.join(", ")
         )
     }
 }
@@ -158,16 +158,19 @@ pub fn folder_grant(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// The Egress JSON for `--egress`.
-fn egress_json(text: &str) -> Value {
+/// The egress `--egress` says: `none`, `all`, or an allowlist of `HOST[:PORT],…`.
+fn egress(text: &str) -> Egress {
     match text {
-        "none" => json!({"mode": "none"}),
-        "all" => json!({"mode": "all"}),
-        hosts => json!({"mode": "allowlist", "hosts": hosts
-            .split(',')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-            .collect::<Vec<_>>()}),
+        "none" => Egress::None,
+        "all" => Egress::All,
+        hosts => Egress::Allowlist {
+            hosts: hosts
+                .split(',')
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        },
     }
 }
 
@@ -179,61 +182,58 @@ pub fn context_grant(
     change: &GrantChange,
     json_out: bool,
 ) -> anyhow::Result<ExitCode> {
-    let current = api.get(&format!("/v1/execution-contexts/{name}"))?;
-    let mut grant = current["grant"].clone();
+    let current: Context = api.get(&format!("/v1/execution-contexts/{name}"))?;
+    let mut grant = current.grant;
     if let Some(fs) = &change.fs {
-        grant["fs"] = fs
+        grant.fs = fs
             .iter()
-            .map(|(path, mode)| json!({"path": path, "mode": mode}))
+            .map(|(path, mode)| FolderGrant {
+                path: path.clone(),
+                mode: if mode == "rw" {
+                    FolderMode::Rw
+                } else {
+                    FolderMode::Ro
+                },
+            })
             .collect();
     }
-    if let Some(egress) = &change.egress {
-        grant["egress"] = egress_json(egress);
+    if let Some(text) = &change.egress {
+        grant.egress = egress(text);
     }
     if change.commands_off {
-        grant["commands"] = json!({"enabled": false});
+        grant.commands = CommandsGrant { enabled: false };
     }
     if let Some(n) = change.max_concurrent {
-        grant["limits"] = json!({"maxConcurrent": n});
+        grant.limits = GrantLimits { max_concurrent: n };
     }
-    let value = api.patch(&format!("/v1/execution-contexts/{name}/grant"), &grant)?;
+    let value: Context = api.patch(&format!("/v1/execution-contexts/{name}/grant"), &grant)?;
     print(&value, json_out, |c| {
         println!(
             "{} grant version {}: {}",
-            c["name"].as_str().unwrap_or(name),
-            c["grantVersion"],
-            grant_text(&c["grant"])
+            c.name,
+            c.grant_version,
+            grant_text(&c.grant)
         );
     })
 }
 
 /// A grant in words: folders, egress, commands, slots.
-fn grant_text(grant: &Value) -> String {
-    let folders: Vec<String> = grant["fs"]
-        .as_array()
-        .into_iter()
-        .flatten()
+fn grant_text(grant: &Grant) -> String {
+    let folders: Vec<String> = grant
+        .fs
+        .iter()
         .map(|f| {
-            format!(
-                "{} ({})",
-                f["path"].as_str().unwrap_or("?"),
-                f["mode"].as_str().unwrap_or("?")
-            )
+            let mode = match f.mode {
+                FolderMode::Ro => "ro",
+                FolderMode::Rw => "rw",
+            };
+            format!("{} ({mode})", f.path)
         })
         .collect();
-    let egress = match grant["egress"]["mode"].as_str() {
-        Some("allowlist") => format!(
-            "only {}",
-            grant["egress"]["hosts"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Some(mode) => mode.to_owned(),
-        None => "?".to_owned(),
+    let egress = match &grant.egress {
+        Egress::Allowlist { hosts } => format!("only {}", hosts.join(", ")),
+        Egress::None => "none".to_owned(),
+        Egress::All => "all".to_owned(),
     };
     format!(
         "folders {}; network {egress}; host commands {}; at most {} runs at once",
@@ -242,23 +242,19 @@ fn grant_text(grant: &Value) -> String {
         } else {
             folders.join(", ")
         },
-        if grant["commands"]["enabled"].as_bool() == Some(true) {
-            "on"
-        } else {
-            "off"
-        },
-        grant["limits"]["maxConcurrent"]
+        if grant.commands.enabled { "on" } else { "off" },
+        grant.limits.max_concurrent
     )
 }
 
 /// `outpost context share NAME --all-members on|off`.
 pub fn context_share(api: &Api, name: &str, on: bool, json_out: bool) -> anyhow::Result<ExitCode> {
-    let value = api.post(
+    let value: Context = api.post(
         &format!("/v1/execution-contexts/{name}/share"),
-        &json!({ "allMembers": on }),
+        &ShareRequest { all_members: on },
     )?;
     print(&value, json_out, |c| {
-        let name = c["name"].as_str().unwrap_or(name);
+        let name = &c.name;
         if on {
             println!(
                 "{name} is shared with every member; each opts in with `outpost context opt-in {name}` (shared runs get no folders and no commands)"
@@ -279,13 +275,13 @@ pub fn context_opt_in(
     json_out: bool,
 ) -> anyhow::Result<ExitCode> {
     let path = format!("/v1/execution-contexts/{name}/opt-in");
-    let value = if opt_in {
+    let value: Context = if opt_in {
         api.post(&path, &json!({}))?
     } else {
         api.delete(&path)?
     };
     print(&value, json_out, |c| {
-        let name = c["name"].as_str().unwrap_or(name);
+        let name = &c.name;
         if opt_in {
             println!(
                 "opted in to {name}: your runs may go there (without folders or host commands); while one is active the machine can use your credentials and read the responses"
@@ -298,18 +294,18 @@ pub fn context_opt_in(
 
 /// `outpost context revoke NAME`.
 pub fn context_revoke(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    let value = api.post(&format!("/v1/execution-contexts/{name}/revoke"), &json!({}))?;
+    let value: Context = api.post(&format!("/v1/execution-contexts/{name}/revoke"), &json!({}))?;
     print(&value, json_out, |c| {
         println!(
             "revoked {}: its runs were cancelled and its daemon stops for good",
-            c["name"].as_str().unwrap_or(name)
+            c.name
         );
     })
 }
 
 /// `outpost context delete NAME`.
 pub fn context_delete(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    api.delete(&format!("/v1/execution-contexts/{name}"))?;
+    let _: Value = api.delete(&format!("/v1/execution-contexts/{name}"))?;
     let value = json!({ "deleted": name });
     print(&value, json_out, |_| {
         println!("deleted {name}; its run records keep its name");
@@ -318,28 +314,35 @@ pub fn context_delete(api: &Api, name: &str, json_out: bool) -> anyhow::Result<E
 
 /// `outpost chain set A,B,cloud`.
 pub fn chain_set(api: &Api, chain: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    let entries: Vec<&str> = chain
+    let chain = chain
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
+        .map(str::to_owned)
         .collect();
-    let value = api.put("/v1/chain", &json!({ "chain": entries }))?;
+    let value: ChainShown = api.put("/v1/chain", &ChainRequest { chain })?;
     print(&value, json_out, |v| println!("chain: {}", chain_text(v)))
 }
 
 /// `outpost chain show`.
 pub fn chain_show(api: &Api, json_out: bool) -> anyhow::Result<ExitCode> {
-    let value = api.get("/v1/chain")?;
+    let value: ChainShown = api.get("/v1/chain")?;
     print(&value, json_out, |v| println!("chain: {}", chain_text(v)))
 }
 
 /// The chain by the names a person typed (`entries[].name`), an entry's id where the server
 /// gave no name.
-fn chain_text(v: &Value) -> String {
-    let ids = v["chain"].as_array().into_iter().flatten();
-    let entries: Vec<&str> = ids
+fn chain_text(v: &ChainShown) -> String {
+    let entries: Vec<&str> = v
+        .chain
+        .iter()
         .enumerate()
-        .filter_map(|(i, id)| v["entries"][i]["name"].as_str().or(id.as_str()))
+        .map(|(i, id)| {
+            v.entries
+                .get(i)
+                .and_then(|e| e.name.as_deref())
+                .unwrap_or(id)
+        })
         .collect();
     if entries.is_empty() {
         "(none: executes need --context)".into()
@@ -354,27 +357,22 @@ pub fn runs_list(api: &Api, context: Option<&str>, json_out: bool) -> anyhow::Re
         Some(name) => format!("/v1/runs?context={name}"),
         None => "/v1/runs".to_owned(),
     };
-    let value = api.get(&path)?;
+    let value: Runs = api.get(&path)?;
     print(&value, json_out, |v| {
         println!(
             "{:<24} {:<10} {:>5} {:>8}  RAN ON",
             "EXECUTION", "STATUS", "EXIT", "MS"
         );
-        for r in v["runs"].as_array().into_iter().flatten() {
-            let ms = r["timing"]["serverMs"]
-                .as_u64()
-                .map(|m| m.to_string())
-                .unwrap_or_else(|| "-".into());
+        let dash = || "-".to_owned();
+        for r in &v.runs {
+            let ms = r.timing.as_ref().and_then(|t| t.server_ms);
             println!(
                 "{:<24} {:<10} {:>5} {:>8}  {}",
-                r["executionId"].as_str().unwrap_or("?"),
-                r["status"].as_str().unwrap_or("?"),
-                r["exitCode"]
-                    .as_i64()
-                    .map(|c| c.to_string())
-                    .unwrap_or_else(|| "-".into()),
-                ms,
-                r["ranOnText"].as_str().unwrap_or("")
+                r.execution_id,
+                r.status.as_str(),
+                r.exit_code.map(|c| c.to_string()).unwrap_or_else(dash),
+                ms.map(|m| m.to_string()).unwrap_or_else(dash),
+                r.ran_on_text.as_deref().unwrap_or("")
             );
         }
     })
@@ -382,16 +380,20 @@ pub fn runs_list(api: &Api, context: Option<&str>, json_out: bool) -> anyhow::Re
 
 /// `outpost user add NAME`.
 pub fn user_add(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    let value = api.post("/v1/users", &json!({ "name": name }))?;
+    let request = UserRequest {
+        name: name.to_owned(),
+        scopes: None,
+    };
+    let value: User = api.post("/v1/users", &request)?;
     print(&value, json_out, |v| {
-        println!("{}", v["token"].as_str().unwrap_or(""));
+        println!("{}", v.token);
         eprintln!("outpost: the token of {name} is shown once; give it to them as OUTPOST_TOKEN");
     })
 }
 
 /// `outpost user remove NAME`.
 pub fn user_remove(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    api.delete(&format!("/v1/users/{name}"))?;
+    let _: Value = api.delete(&format!("/v1/users/{name}"))?;
     let value = json!({ "removed": name });
     print(&value, json_out, |_| {
         println!(
@@ -402,25 +404,20 @@ pub fn user_remove(api: &Api, name: &str, json_out: bool) -> anyhow::Result<Exit
 
 /// `outpost audit`: the server's audit events, newest first.
 pub fn audit(api: &Api, limit: u32, json_out: bool) -> anyhow::Result<ExitCode> {
-    let value = api.get(&format!("/v1/audit?limit={limit}"))?;
+    let value: Audit = api.get(&format!("/v1/audit?limit={limit}"))?;
     print(&value, json_out, |v| {
         println!(
             "{:<12} {:<22} {:<12} {:<22} DETAIL",
             "AT", "KIND", "ACTOR", "CONTEXT"
         );
-        for e in v["events"].as_array().into_iter().flatten() {
-            let detail = match &e["detail"] {
-                Value::Null => String::new(),
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
+        for e in &v.events {
             println!(
                 "{:<12} {:<22} {:<12} {:<22} {}",
-                e["at"].to_string().trim_matches('"'),
-                e["kind"].as_str().unwrap_or("?"),
-                e["actor"].as_str().unwrap_or("-"),
-                e["contextId"].as_str().unwrap_or("-"),
-                detail
+                e.at,
+                e.kind,
+                e.actor,
+                e.context_id.as_deref().unwrap_or("-"),
+                e.detail
             );
         }
     })

@@ -10,6 +10,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use outpost_core::api::requests::{ExecuteRequest, WaitRequest};
+use outpost_core::api::{Wait, Waits};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::api::Api;
@@ -148,7 +151,11 @@ pub fn format_ms(ms: u64) -> String {
     )
 }
 
-fn print(value: &Value, json_out: bool, human: impl FnOnce(&Value)) -> anyhow::Result<ExitCode> {
+fn print<T: Serialize>(
+    value: &T,
+    json_out: bool,
+    human: impl FnOnce(&T),
+) -> anyhow::Result<ExitCode> {
     if json_out {
         println!("{}", serde_json::to_string_pretty(value)?);
     } else {
@@ -161,32 +168,41 @@ fn print(value: &Value, json_out: bool, human: impl FnOnce(&Value)) -> anyhow::R
 pub fn register(api: &Api, a: &RegisterArgs<'_>) -> anyhow::Result<ExitCode> {
     let condition = std::fs::read_to_string(a.file)
         .with_context(|| format!("reading the condition {}", a.file.display()))?;
-    let mut body = json!({ "context": a.context, "condition": condition });
-    if let Some(interval) = a.interval {
-        body["intervalMs"] = json!(parse_duration_ms(interval).context("--interval")?);
-    }
-    if let Some(at) = a.expires_at {
-        body["expiresAtMs"] = json!(parse_time_ms(at, now_ms()).context("--expires-at")?);
-    }
-    if let Some(reason) = a.reason {
-        body["reason"] = json!(reason);
-    }
-    if let Some(dir) = a.then {
-        let packing = || format!("packing the continuation in {}", dir.display());
-        let capability = match outpost_host::pack_capability(dir) {
-            Ok((capability, _)) => capability,
-            Err(outpost_host::PackError::TooLarge { .. }) => anyhow::bail!(
-                "{}: too large for a continuation, which travels inline (outpost-wait.json is added to its files)",
-                dir.display()
-            ),
-            Err(e) => return Err(anyhow::anyhow!("{e} ({})", e.code())).with_context(packing),
-        };
-        body["then"] = json!({ "capability": capability });
-    }
-    let wait = api.post("/v1/waits", &body)?;
+    let interval_ms = a
+        .interval
+        .map(|i| parse_duration_ms(i).context("--interval"))
+        .transpose()?;
+    let expires_at_ms = a
+        .expires_at
+        .map(|at| parse_time_ms(at, now_ms()).context("--expires-at"))
+        .transpose()?;
+    let then = match a.then {
+        None => None,
+        Some(dir) => {
+            let packing = || format!("packing the continuation in {}", dir.display());
+            let capability = match outpost_host::pack_capability(dir) {
+                Ok((capability, _)) => capability,
+                Err(outpost_host::PackError::TooLarge { .. }) => anyhow::bail!(
+                    "{}: too large for a continuation, which travels inline (outpost-wait.json is added to its files)",
+                    dir.display()
+                ),
+                Err(e) => return Err(anyhow::anyhow!("{e} ({})", e.code())).with_context(packing),
+            };
+            Some(ExecuteRequest::new(capability))
+        }
+    };
+    let body = WaitRequest {
+        context: a.context.to_owned(),
+        condition,
+        interval_ms,
+        expires_at_ms,
+        reason: a.reason.map(str::to_owned),
+        then,
+    };
+    let wait: Wait = api.post("/v1/waits", &body)?;
     print(&wait, a.json, |w| {
-        let id = w["waitId"].as_str().unwrap_or("?");
-        if w["deduplicated"].as_bool() == Some(true) {
+        let id = &w.wait_id;
+        if w.deduplicated == Some(true) {
             println!("{id}: an identical wait is already active on {}", a.context);
         } else {
             println!("{id}: waiting on {}", a.context);
@@ -196,65 +212,65 @@ pub fn register(api: &Api, a: &RegisterArgs<'_>) -> anyhow::Result<ExitCode> {
 
 /// `outpost wait list`.
 pub fn list(api: &Api, json_out: bool) -> anyhow::Result<ExitCode> {
-    let value = api.get("/v1/waits")?;
+    let value: Waits = api.get("/v1/waits")?;
     print(&value, json_out, |v| {
         println!(
             "{:<28} {:<10} {:<16} {:>6} {:<21} {:<12} REASON",
             "WAIT", "STATE", "CONTEXT", "CHECKS", "NEXT / ENDED", "THEN"
         );
-        for w in v["waits"].as_array().into_iter().flatten() {
+        for w in &v.waits {
             println!("{}", line(w));
         }
     })
 }
 
-fn time_of(value: &Value) -> Option<String> {
-    value.as_u64().map(format_ms)
-}
-
-fn state_text(w: &Value) -> String {
-    match (w["state"].as_str(), w["failReason"].as_str()) {
-        (Some("failed"), Some(reason)) => reason.to_owned(),
-        (state, _) => state.unwrap_or("?").to_owned(),
+fn state_text(w: &Wait) -> String {
+    match (w.state.as_str(), &w.fail_reason) {
+        ("failed", Some(reason)) => reason.clone(),
+        (state, _) => state.to_owned(),
     }
 }
 
-fn line(w: &Value) -> String {
-    let when = time_of(&w["endedAtMs"])
-        .or_else(|| time_of(&w["nextCheckAtMs"]))
+fn line(w: &Wait) -> String {
+    let when = w
+        .ended_at_ms
+        .or(w.next_check_at_ms)
+        .map(format_ms)
         .unwrap_or_else(|| "-".into());
     format!(
         "{:<28} {:<10} {:<16} {:>6} {:<21} {:<12} {}",
-        w["waitId"].as_str().unwrap_or("?"),
+        w.wait_id,
         state_text(w),
-        w["context"].as_str().unwrap_or("?"),
-        w["checks"].as_u64().unwrap_or(0),
+        w.context,
+        w.checks,
         when,
-        w["continuation"]["state"].as_str().unwrap_or("none"),
-        w["reason"].as_str().unwrap_or(""),
+        w.continuation.state,
+        w.reason.as_deref().unwrap_or(""),
     )
 }
 
 /// `outpost wait show ID`.
 pub fn show(api: &Api, id: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    let value = api.get(&format!("/v1/waits/{id}"))?;
+    let value: Wait = api.get(&format!("/v1/waits/{id}"))?;
     print(&value, json_out, |w| print!("{}", block(w)))
 }
 
 /// `outpost wait cancel ID`.
 pub fn cancel(api: &Api, id: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    let value = api.post(&format!("/v1/waits/{id}/cancel"), &json!({}))?;
-    print(&value, json_out, |w| match w["state"].as_str() {
-        Some("cancelling") => {
+    let value: Wait = api.post(&format!("/v1/waits/{id}/cancel"), &json!({}))?;
+    print(&value, json_out, |w| match w.state.as_str() {
+        "cancelling" => {
             println!("{id}: cancelling; its machine confirms when it next answers")
         }
-        Some("failed") if w["failReason"] == "cancelled" => println!("{id}: cancelled"),
+        "failed" if w.fail_reason.as_deref() == Some("cancelled") => {
+            println!("{id}: cancelled")
+        }
         _ => println!("{id} had already ended: {}", state_text(w)),
     })
 }
 
 /// The readable block `show` prints.
-fn block(w: &Value) -> String {
+fn block(w: &Wait) -> String {
     let mut out = String::new();
     let mut row = |name: &str, value: String| out.push_str(&format!("{name:<14} {value}\n"));
     let text = |v: &Value| match v {
@@ -262,64 +278,48 @@ fn block(w: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    row("wait", text(&w["waitId"]));
+    row("wait", w.wait_id.to_string());
     row("state", state_text(w));
-    row(
-        "context",
-        format!("{} ({})", text(&w["context"]), text(&w["contextId"])),
-    );
-    row("requester", text(&w["requester"]));
-    if !w["reason"].is_null() {
-        row("reason", text(&w["reason"]));
+    row("context", format!("{} ({})", w.context, w.context_id));
+    row("requester", w.requester.clone());
+    if let Some(reason) = &w.reason {
+        row("reason", reason.clone());
     }
-    row(
-        "interval",
-        format!("{} ms", w["intervalMs"].as_u64().unwrap_or(0)),
-    );
+    row("interval", format!("{} ms", w.interval_ms));
     row(
         "expires",
-        time_of(&w["expiresAtMs"]).unwrap_or_else(|| "never".into()),
+        w.expires_at_ms
+            .map(format_ms)
+            .unwrap_or_else(|| "never".into()),
     );
-    row("created", time_of(&w["createdAtMs"]).unwrap_or_default());
+    row("created", format_ms(w.created_at_ms));
     row(
         "checks",
-        format!(
-            "{} ({} failed in a row)",
-            w["checks"].as_u64().unwrap_or(0),
-            w["consecutiveErrors"].as_u64().unwrap_or(0)
-        ),
+        format!("{} ({} failed in a row)", w.checks, w.consecutive_errors),
     );
-    if let Some(next) = time_of(&w["nextCheckAtMs"]) {
-        row("next check", next);
+    if let Some(next) = w.next_check_at_ms {
+        row("next check", format_ms(next));
     }
-    if let Some(e) = w["lastError"].as_object() {
+    if let Some(e) = &w.last_error {
         row(
             "last error",
-            format!(
-                "{} ({}){}",
-                e.get("message").map(text).unwrap_or_default(),
-                e.get("code").map(text).unwrap_or_default(),
-                e.get("atMs")
-                    .and_then(time_of)
-                    .map(|t| format!(" at {t}"))
-                    .unwrap_or_default()
-            ),
+            format!("{} ({}) at {}", e.message, e.code, format_ms(e.at_ms)),
         );
     }
-    if let Some(ended) = time_of(&w["endedAtMs"]) {
-        row("ended", ended);
+    if let Some(ended) = w.ended_at_ms {
+        row("ended", format_ms(ended));
     }
-    if !w["resumeText"].is_null() {
-        row("resume", text(&w["resumeText"]));
-        row("payload", text(&w["payload"]));
+    if let Some(resume) = &w.resume_text {
+        row("resume", resume.clone());
+        row("payload", text(&w.payload));
     }
-    let c = &w["continuation"];
-    let mut then = text(&c["state"]);
-    if !c["executionId"].is_null() {
-        then.push_str(&format!(": execution {}", text(&c["executionId"])));
+    let c = &w.continuation;
+    let mut then = c.state.clone();
+    if let Some(execution) = &c.execution_id {
+        then.push_str(&format!(": execution {execution}"));
     }
-    if !c["error"].is_null() {
-        then.push_str(&format!(" ({})", text(&c["error"])));
+    if let Some(error) = &c.error {
+        then.push_str(&format!(" ({error})"));
     }
     row("continuation", then);
     out
@@ -366,14 +366,17 @@ mod tests {
 
     #[test]
     fn show_and_list_read_a_matched_wait() {
-        let w = json!({"waitId": "wait_a", "state": "matched", "context": "box",
+        let w: Wait = serde_json::from_value(
+            json!({"waitId": "wait_a", "state": "matched", "context": "box",
             "contextId": "ec_1", "requester": "ana", "reason": "deploy", "intervalMs": 1000,
             "expiresAtMs": null, "createdAtMs": 0, "checks": 3, "consecutiveErrors": 0,
             "lastError": {"code": "fetch_failed", "message": "no route", "atMs": 1000},
             "nextCheckAtMs": null, "resumeText": "green", "payload": {"n": 1},
             "failReason": null, "endedAtMs": 2000,
             "continuation": {"id": "wait_a.then", "state": "started",
-                             "executionId": "ex_wait_a.then", "error": null}});
+                             "executionId": "ex_wait_a.then", "error": null}}),
+        )
+        .expect("a Wait");
         let shown = block(&w);
         for part in [
             "state          matched",

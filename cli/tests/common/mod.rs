@@ -498,5 +498,9 @@ pub fn outbox(home: &Path) -> Vec<String> {
             }
         }
     }
-    snapshot.outbox.into_iter().map(|row| row.run_id).collect()
+    snapshot
+        .outbox
+        .into_iter()
+        .map(|row| row.run_id.into_string())
+        .collect()
 }

@@ -1,5 +1,6 @@
 //! The daemon's handling of verified server frames.
 
+use crate::ids::RunId;
 use std::time::Duration;
 
 use super::runs::{Run, RunState};
@@ -165,7 +166,7 @@ impl Daemon {
         true
     }
 
-    fn reject(&mut self, run_id: String, refusal: Refusal, message: String) {
+    fn reject(&mut self, run_id: RunId, refusal: Refusal, message: String) {
         self.transmit(&DaemonFrame::RunReject {
             run_id: run_id.clone(),
             code: refusal.code().into(),
@@ -176,7 +177,7 @@ impl Daemon {
 
     fn on_request(
         &mut self,
-        run_id: String,
+        run_id: RunId,
         environment: Environment,
         capability: CapabilitySource,
         timeout_ms: u64,
@@ -261,7 +262,7 @@ impl Daemon {
         self.transmit(&DaemonFrame::RunAccept { run_id });
     }
 
-    fn on_commit(&mut self, run_id: String) {
+    fn on_commit(&mut self, run_id: RunId) {
         let now = self.now.instant;
         let Some(run) = self.runs.get_mut(&run_id) else {
             return; // Never accepted, or already gone: nothing to start.
@@ -284,7 +285,7 @@ impl Daemon {
         }
     }
 
-    fn on_cancel(&mut self, run_id: String, reason: String) {
+    fn on_cancel(&mut self, run_id: RunId, reason: String) {
         let Some(run) = self.runs.get_mut(&run_id) else {
             return;
         };

@@ -1,5 +1,6 @@
 //! The daemon's public API, timers and connection lifecycle.
 
+use crate::ids::RunId;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -79,7 +80,7 @@ impl Daemon {
     }
 
     /// Ids of committed runs handed to an executor and not yet finished.
-    pub fn executing(&self) -> Vec<String> {
+    pub fn executing(&self) -> Vec<RunId> {
         self.runs
             .iter()
             .filter(|(_, r)| matches!(r.state, RunState::Executing { .. }))
@@ -302,7 +303,7 @@ impl Daemon {
             _ => {}
         }
         let grace = self.config.deadline_grace;
-        let overdue: Vec<String> = self
+        let overdue: Vec<RunId> = self
             .runs
             .iter_mut()
             .filter_map(|(id, run)| match &mut run.state {
@@ -461,7 +462,7 @@ impl Daemon {
     }
 
     pub(super) fn cancel_all(&mut self, reason: &str) {
-        let ids: Vec<String> = self.runs.keys().cloned().collect();
+        let ids: Vec<RunId> = self.runs.keys().cloned().collect();
         for run_id in ids {
             if let Some(run) = self.runs.remove(&run_id)
                 && matches!(run.state, RunState::Executing { .. })
@@ -474,7 +475,7 @@ impl Daemon {
         }
     }
 
-    fn on_fetch_failed(&mut self, run_id: String, error: ErrorBody) {
+    fn on_fetch_failed(&mut self, run_id: RunId, error: ErrorBody) {
         let Some(run) = self.runs.get(&run_id) else {
             return;
         };
@@ -486,7 +487,7 @@ impl Daemon {
         self.finish(run_id, result);
     }
 
-    fn on_fetched(&mut self, run_id: String, bundle: Vec<u8>) {
+    fn on_fetched(&mut self, run_id: RunId, bundle: Vec<u8>) {
         let Some(run) = self.runs.get(&run_id) else {
             return;
         };
@@ -518,7 +519,7 @@ impl Daemon {
     }
 
     /// Hands a committed run to an executor.
-    pub(super) fn start(&mut self, run_id: String, committed_at: Instant, capability: Capability) {
+    pub(super) fn start(&mut self, run_id: RunId, committed_at: Instant, capability: Capability) {
         let now = self.now.instant;
         // Runs only arrive after `welcome`, which carries the grant; without one, nothing is
         // allowed.
@@ -548,7 +549,7 @@ impl Daemon {
         self.command(Command::Execute(Box::new(execute)));
     }
 
-    fn on_finished(&mut self, run_id: String, result: RunResult) {
+    fn on_finished(&mut self, run_id: RunId, result: RunResult) {
         if !matches!(
             self.runs.get(&run_id).map(|r| &r.state),
             Some(RunState::Executing { .. })
@@ -559,7 +560,7 @@ impl Daemon {
     }
 
     /// Records a committed run's result, sends it, and frees its slot.
-    fn finish(&mut self, run_id: String, mut result: RunResult) {
+    fn finish(&mut self, run_id: RunId, mut result: RunResult) {
         let Some(run) = self.runs.remove(&run_id) else {
             return;
         };
@@ -649,7 +650,7 @@ fn ms_between(earlier: Instant, later: Instant) -> u64 {
 fn result_frame(run_id: &str, mut result: RunResult) -> Vec<u8> {
     loop {
         let frame = DaemonFrame::RunResult {
-            run_id: run_id.to_owned(),
+            run_id: run_id.into(),
             result: result.clone(),
         }
         .to_json();

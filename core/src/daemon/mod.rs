@@ -49,6 +49,7 @@ mod waits;
 #[cfg(test)]
 mod tests;
 
+use crate::ids::{RunId, WaitId};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -140,7 +141,7 @@ pub enum Input {
     /// The bundle asked for by [`Command::FetchCapability`] arrived.
     CapabilityFetched {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// The bundle's bytes.
         bundle: Vec<u8>,
     },
@@ -148,7 +149,7 @@ pub enum Input {
     /// refused, the connection failed): the run ends `failed` with `error`, nothing ran.
     CapabilityFetchFailed {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Why, as the run's error (`code` stable, `message` for people).
         error: crate::wire::ErrorBody,
     },
@@ -157,7 +158,7 @@ pub enum Input {
     /// the rest of the timing (`From<executor::Outcome>` does both).
     RunFinished {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// How it went.
         result: RunResult,
     },
@@ -184,7 +185,7 @@ pub enum Input {
         /// The id the server gave the command in the authorize hop.
         command_id: String,
         /// The run that asked for it.
-        run_id: String,
+        run_id: RunId,
         /// Its exit code, if it exited.
         exit_code: Option<i32>,
         /// The signal that ended it, if one did.
@@ -199,7 +200,7 @@ pub enum Input {
     /// once the window of [`crate::wire::PTY_WINDOW`] bytes is spent, so little is lost).
     TerminalOutput {
         /// The run (the terminal's `ptyId`).
-        run_id: String,
+        run_id: RunId,
         /// The bytes.
         data: Vec<u8>,
     },
@@ -207,7 +208,7 @@ pub enum Input {
     /// the run's [`Input::RunFinished`], which still carries the result).
     TerminalExit {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Its exit code, if it exited.
         exit_code: Option<i32>,
     },
@@ -215,7 +216,7 @@ pub enum Input {
     /// [`Command::StopCheck`] and its cleanup is done).
     WaitChecked {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
         /// The number the command gave the check.
         check: u64,
         /// What it came to.
@@ -244,7 +245,7 @@ pub enum Output {
     /// Delete this wait's row: the server recorded its ending.
     ForgetWait {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
     },
     /// Send this frame (JSON text) on the socket.
     Transmit(Vec<u8>),
@@ -287,7 +288,7 @@ pub enum Capability {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Execute {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// Its environment.
     pub environment: Environment,
     /// What to run.
@@ -311,7 +312,7 @@ pub enum Command {
     /// Fetch a capability bundle with a signed request; report [`Input::CapabilityFetched`].
     FetchCapability {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// The expected SHA-256, lowercase hex.
         sha256: String,
         /// The expected size.
@@ -322,7 +323,7 @@ pub enum Command {
     /// Stop a run and clean up; then report [`Input::RunFinished`].
     Cancel {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Why (`requested`, `deadline`, `revoked`, `access_lost`, …).
         reason: String,
     },
@@ -342,14 +343,14 @@ pub enum Command {
     /// terminal; a host without one ignores this.
     PtyInput {
         /// The terminal.
-        pty_id: String,
+        pty_id: RunId,
         /// The bytes, decoded from the frame's base64url.
         data: Vec<u8>,
     },
     /// Resize a terminal (a verified `pty.resize`).
     PtyResize {
         /// The terminal.
-        pty_id: String,
+        pty_id: RunId,
         /// Columns.
         cols: u16,
         /// Rows.
@@ -358,13 +359,13 @@ pub enum Command {
     /// Close a terminal and end its process (a verified `pty.close`).
     PtyClose {
         /// The terminal.
-        pty_id: String,
+        pty_id: RunId,
     },
     /// The server has room for `bytes` more of the terminal's output (a verified
     /// `pty.credit`): the host may read that much more from the terminal.
     PtyCredit {
         /// The terminal.
-        pty_id: String,
+        pty_id: RunId,
         /// Bytes of output.
         bytes: u64,
     },
@@ -372,7 +373,7 @@ pub enum Command {
     /// `requester`; then report [`Input::WaitChecked`] with the same `check`.
     CheckWait {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
         /// The check's number.
         check: u64,
         /// Whose access the `ctx` calls have.
@@ -386,7 +387,7 @@ pub enum Command {
     /// (any outcome: the schedule drops it).
     StopCheck {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
         /// The check.
         check: u64,
     },
@@ -410,14 +411,14 @@ pub enum Event {
     /// A run was declined (`run.reject` was sent with the refusal's code).
     RunRejected {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Why.
         refusal: Refusal,
     },
     /// The server acknowledged a result.
     ResultDelivered {
         /// The run.
-        run_id: String,
+        run_id: RunId,
     },
     /// A fetched key set had a lower version than the one in force and was refused: the
     /// daemon keeps its set (PROTOCOL §7). Reported once per version offered.
@@ -456,7 +457,7 @@ pub enum DaemonError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingResult {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The `run.result` frame's JSON.
     pub frame: Vec<u8>,
 }
@@ -495,8 +496,8 @@ pub struct Daemon {
     /// Background host commands running, as the host last said ([`Input::HostJobs`]).
     host_jobs: usize,
     grant: Option<(u64, Grant)>,
-    runs: BTreeMap<String, Run>,
-    pending: BTreeMap<String, Vec<u8>>,
+    runs: BTreeMap<RunId, Run>,
+    pending: BTreeMap<RunId, Vec<u8>>,
     /// Run ids finished with (acknowledged or dropped), refused with `run_seen` for a while.
     seen: SeenRuns,
     /// The lower key-set version last refused, so a refusal is reported once.

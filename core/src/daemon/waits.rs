@@ -8,6 +8,7 @@
 //! unacknowledged report again on the next one). It never decides anything about a wait.
 
 use super::*;
+use crate::ids::WaitId;
 use crate::wait::{self, WaitRow};
 use crate::wire::DaemonFrame;
 
@@ -35,7 +36,7 @@ impl Daemon {
 
     /// A check ended: the schedule hears it, and the server hears the wait's progress
     /// (`wait.status`) while the wait goes on.
-    pub(super) fn on_checked(&mut self, wait_id: String, check: u64, outcome: wait::CheckOutcome) {
+    pub(super) fn on_checked(&mut self, wait_id: WaitId, check: u64, outcome: wait::CheckOutcome) {
         self.feed_waits(wait::Input::Checked {
             wait_id: wait_id.clone(),
             check,

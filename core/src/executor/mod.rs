@@ -19,6 +19,7 @@ pub use output::{CappedBuffer, CapturedOutput, FinishedOutput, TRUNCATION_MARKER
 pub use registry::{Allowlists, Registry, RunRefused, Scope, TrustCeiling, run_capability};
 pub use terminal::{Terminal, TerminalInput, TerminalOutput, TerminalSize};
 
+use crate::ids::RunId;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -47,7 +48,7 @@ pub enum Probe {
 #[derive(Debug, Clone)]
 pub struct Launch {
     /// The run's id (for logs and the service table).
-    pub run_id: String,
+    pub run_id: RunId,
     /// The capability folder, canonical. It does not exist when [`Launch::entry_bytes`] is
     /// set.
     pub dir: PathBuf,

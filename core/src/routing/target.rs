@@ -30,6 +30,13 @@ impl Requirement {
             Requirement::Lan => "lan",
         }
     }
+
+    /// The requirement a request spells `text` (`fs`, `lan`); none for any other text.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Requirement::Fs, Requirement::Lan]
+            .into_iter()
+            .find(|r| r.as_str() == text)
+    }
 }
 
 /// Whether a run that names a context may fall through to the caller's chain.

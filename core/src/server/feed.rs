@@ -45,7 +45,7 @@ impl Server {
 
     pub(super) fn report(&mut self, context_id: &str, error: SessionError) {
         self.outputs.push_back(Output::Event(Event::SessionError {
-            context_id: context_id.to_owned(),
+            context_id: context_id.into(),
             error,
         }));
     }
@@ -118,7 +118,7 @@ impl Server {
                     self.outputs.push_back(Output::Event(Event::RunStarted {
                         exec_id,
                         run_id: run_id.clone(),
-                        context_id: context_id.to_owned(),
+                        context_id: context_id.into(),
                     }));
                 }
             }
@@ -161,7 +161,7 @@ impl Server {
             _ => {}
         }
         self.outputs.push_back(Output::Event(Event::Session {
-            context_id: context_id.to_owned(),
+            context_id: context_id.into(),
             event,
         }));
     }

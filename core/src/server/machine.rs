@@ -1,6 +1,7 @@
 //! The dispatcher's API and its walk from candidate to candidate. It decides where an
 //! execution goes next; it never runs anything, and never offers a started run elsewhere.
 
+use crate::ids::{ContextId, ExecutionId};
 use std::time::Duration;
 
 use super::*;
@@ -122,6 +123,25 @@ impl Server {
         machine.session.issue_ticket(random)
     }
 
+    /// The context whose session issued the connect ticket `ticket`, without spending it:
+    /// what the host checks before it opens the WebSocket (the session spends the ticket on
+    /// [`Input::Connect`]). `ticket_malformed`, `ticket_unknown` (never issued, used, wrong,
+    /// or its machine revoked) or `ticket_expired`. It asks every session in turn: one hash
+    /// lookup each, and the route that calls it is rate-limited per address.
+    pub fn ticket_context(&self, ticket: &str) -> Result<&str, TicketError> {
+        let mut refusal = TicketError::Unknown;
+        for slot in 0..self.machines.len() {
+            let machine = self.machines.at(slot);
+            match machine.session.holds_ticket(ticket) {
+                Ok(()) => return Ok(machine.session.context_id()),
+                Err(TicketError::Malformed) => return Err(TicketError::Malformed),
+                Err(e @ TicketError::Expired(_)) => refusal = e,
+                Err(_) => {}
+            }
+        }
+        Err(refusal)
+    }
+
     /// Feeds one input at time `now`. The records it produces ([`Output::Persist`]) are
     /// queued ahead of its other outputs.
     ///
@@ -165,9 +185,9 @@ impl Server {
                     m.record = record;
                 } else {
                     let mut config = self.session_template.clone();
-                    config.context_id = id.clone();
+                    config.context_id = id.as_str().into();
                     let session = Session::new(config, grant, self.signer.clone(), self.now);
-                    self.add_machine(id, Machine { record, session });
+                    self.add_machine(id.into_string(), Machine { record, session });
                 }
             }
             Input::Connect {
@@ -327,7 +347,7 @@ impl Server {
                 };
                 let features = m.session.features().to_vec();
                 ContextView {
-                    id: m.record.id.clone(),
+                    id: m.record.id.to_string(),
                     name: m.record.name.clone(),
                     operator: m.record.operator.clone(),
                     online,
@@ -377,11 +397,11 @@ impl Server {
                         _ => until,
                     };
                     e.place = Place::Queued {
-                        context_id: q.id,
+                        context_id: q.id.into(),
                         until,
                     };
                     self.queue_wakes
-                        .set(&exec_id.to_owned(), Some((until, "queue")));
+                        .set(&ExecutionId::new(exec_id), Some((until, "queue")));
                 }
             }
             // A queued execution whose machine came back with every slot taken keeps its
@@ -401,7 +421,7 @@ impl Server {
         let Some(e) = self.executions.get_mut(exec_id) else {
             return;
         };
-        self.queue_wakes.set(&exec_id.to_owned(), None);
+        self.queue_wakes.set(&ExecutionId::new(exec_id), None);
         match route.current().clone() {
             Candidate::Cloud => {
                 e.route = Some(route);
@@ -418,7 +438,7 @@ impl Server {
                     return;
                 };
                 e.hops = hops;
-                let run_id = format!("{exec_id}.{}", e.hops);
+                let run_id = RunId::new(format!("{exec_id}.{}", e.hops));
                 let spec = RunSpec {
                     run_id: run_id.clone(),
                     environment: e.request.environment,
@@ -429,11 +449,11 @@ impl Server {
                 };
                 e.route = Some(route);
                 e.place = Place::OnContext {
-                    context_id: id.clone(),
+                    context_id: id.as_str().into(),
                     run_id: run_id.clone(),
                     started: false,
                 };
-                self.runs.insert(run_id.clone(), exec_id.to_owned());
+                self.runs.insert(run_id.clone(), exec_id.into());
                 if let Err(error) = self.feed_session(&id, session::Input::Submit(spec)) {
                     // Not offered at all (a run id the session already saw): try the next one.
                     self.runs.remove(&run_id);
@@ -481,7 +501,7 @@ impl Server {
         let Some(e) = self.executions.remove(exec_id) else {
             return;
         };
-        self.queue_wakes.set(&exec_id.to_owned(), None);
+        self.queue_wakes.set(&ExecutionId::new(exec_id), None);
         if let Place::OnContext { run_id, .. } = &e.place {
             self.runs.remove(run_id);
             self.restored_commits.remove(run_id);
@@ -498,7 +518,7 @@ impl Server {
             .execution_ended(exec_id, &outcome, ran_on.as_ref(), &line);
         self.outputs
             .push_back(Output::Event(Event::ExecutionFinished {
-                exec_id: exec_id.to_owned(),
+                exec_id: exec_id.into(),
                 outcome,
                 ran_on,
                 line,
@@ -531,7 +551,7 @@ impl Server {
             Place::OnCloud => {
                 self.outputs
                     .push_back(Output::Command(Command::CancelCloud {
-                        exec_id: exec_id.to_owned(),
+                        exec_id: exec_id.into(),
                     }));
                 self.finish(
                     exec_id,
@@ -545,7 +565,7 @@ impl Server {
 
     /// Runs on `context_id` whose requester lost access end with `access_lost`.
     fn recheck_access(&mut self, context_id: &str) {
-        let on_it: Vec<String> = self
+        let on_it: Vec<ExecutionId> = self
             .executions
             .iter()
             .filter(|(_, e)| matches!(&e.place, Place::OnContext { context_id: c, .. } if c == context_id))
@@ -566,7 +586,7 @@ impl Server {
     }
 
     pub(super) fn replan_queued(&mut self, context_id: &str) {
-        let waiting: Vec<String> = self
+        let waiting: Vec<ExecutionId> = self
             .executions
             .iter()
             .filter(
@@ -585,7 +605,7 @@ impl Server {
             // The grace is over: what it parked is routed as usual now.
             self.replan_parked();
         }
-        let expired: Vec<(String, String)> = self
+        let expired: Vec<(ExecutionId, ContextId)> = self
             .queue_wakes
             .due(now)
             .into_iter()
@@ -600,7 +620,7 @@ impl Server {
             let name = self
                 .machines
                 .get(&context_id)
-                .map_or(context_id.clone(), |m| m.record.name.clone());
+                .map_or(context_id.to_string(), |m| m.record.name.clone());
             self.fail(
                 &exec_id,
                 "execution_context_queue_expired",

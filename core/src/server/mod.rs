@@ -30,6 +30,7 @@ mod timers;
 #[cfg(test)]
 mod tests;
 
+use crate::ids::{ContextId, ExecutionId, RunId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -52,7 +53,7 @@ pub use status::ExecutionStatus;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextRecord {
     /// The context id.
-    pub id: String,
+    pub id: ContextId,
     /// Its friendly name.
     pub name: String,
     /// The user who runs the daemon.
@@ -69,9 +70,9 @@ pub struct ContextRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveRun {
     /// The execution it belongs to.
-    pub exec_id: String,
+    pub exec_id: ExecutionId,
     /// The machine it was committed on.
-    pub context_id: String,
+    pub context_id: ContextId,
     /// Who asked for it.
     pub requester: String,
     /// Whether the requester is the machine's operator and still a member of the org, as
@@ -83,7 +84,7 @@ pub struct LiveRun {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecuteRequest {
     /// Unique per server.
-    pub exec_id: String,
+    pub exec_id: ExecutionId,
     /// Who asks.
     pub requester: Requester,
     /// Where it may run.
@@ -111,7 +112,7 @@ pub enum Input {
     /// A WebSocket for `context_id` presented a ticket.
     Connect {
         /// The machine.
-        context_id: String,
+        context_id: ContextId,
         /// The host's id for the connection.
         conn: ConnId,
         /// The ticket.
@@ -134,14 +135,14 @@ pub enum Input {
     /// The server's own executor finished an execution.
     CloudFinished {
         /// The execution.
-        exec_id: String,
+        exec_id: ExecutionId,
         /// How it went.
         result: Box<RunResult>,
     },
     /// Stop an execution.
     Cancel {
         /// The execution.
-        exec_id: String,
+        exec_id: ExecutionId,
     },
     /// Set a user's chain.
     SetChain {
@@ -155,20 +156,20 @@ pub enum Input {
     /// A machine's grant changed.
     UpdateGrant {
         /// The machine.
-        context_id: String,
+        context_id: ContextId,
         /// The new grant.
         grant: Grant,
     },
     /// Revoke a machine.
     Revoke {
         /// The machine.
-        context_id: String,
+        context_id: ContextId,
     },
     /// Something for an execution's terminal, from the host's relay; ignored unless the
     /// execution is committed on a machine.
     Terminal {
         /// The execution (the terminal's id at the server).
-        exec_id: String,
+        exec_id: ExecutionId,
         /// What to send.
         action: crate::session::TerminalAction,
     },
@@ -179,7 +180,7 @@ pub enum Input {
     /// [`crate::session::Event::WaitEnded`] before it acknowledges them.
     Wait {
         /// The machine.
-        context_id: String,
+        context_id: ContextId,
         /// What to send.
         order: crate::session::WaitOrder,
     },
@@ -216,7 +217,7 @@ pub enum Command {
     /// Stop a cloud execution (it was cancelled).
     CancelCloud {
         /// The execution.
-        exec_id: String,
+        exec_id: ExecutionId,
     },
 }
 
@@ -226,7 +227,7 @@ pub enum Event {
     /// An execution ended (exactly once).
     ExecutionFinished {
         /// The execution.
-        exec_id: String,
+        exec_id: ExecutionId,
         /// How.
         outcome: ExecutionOutcome,
         /// Where it ran and what was tried (absent when it never got a place).
@@ -237,30 +238,30 @@ pub enum Event {
     /// A run was committed on a machine.
     RunStarted {
         /// The execution.
-        exec_id: String,
+        exec_id: ExecutionId,
         /// The run id the machine sees.
-        run_id: String,
+        run_id: RunId,
         /// The machine.
-        context_id: String,
+        context_id: ContextId,
     },
     /// An execution's terminal wrote bytes (its machine's `pty.output`, decoded).
     TerminalOutput {
         /// The execution.
-        exec_id: String,
+        exec_id: ExecutionId,
         /// The bytes, untouched.
         data: Vec<u8>,
     },
     /// An execution's terminal program ended (`pty.exit`); the execution's end follows.
     TerminalExit {
         /// The execution.
-        exec_id: String,
+        exec_id: ExecutionId,
         /// Its exit code, if it exited.
         exit_code: Option<i32>,
     },
     /// Something from a session (connections, violations).
     Session {
         /// The machine.
-        context_id: String,
+        context_id: ContextId,
         /// What happened.
         event: crate::session::Event,
     },
@@ -276,7 +277,7 @@ pub enum Event {
     /// the next candidate.
     SessionError {
         /// The machine.
-        context_id: String,
+        context_id: ContextId,
         /// What the session said.
         error: crate::session::SessionError,
     },
@@ -321,10 +322,10 @@ pub enum Output {
 pub enum ServerError {
     /// An execution id was used twice.
     #[error("execution {0:?} already exists")]
-    DuplicateExecution(String),
+    DuplicateExecution(ExecutionId),
     /// The machine is not registered.
     #[error("no registered context {0:?}")]
-    UnknownContext(String),
+    UnknownContext(ContextId),
     /// The host did not drain outputs.
     #[error(
         "more than {} outputs are waiting: drain poll_output first",
@@ -344,12 +345,15 @@ enum Place {
     Unplaced,
     /// Offered (or committed) on a machine as `run_id`.
     OnContext {
-        context_id: String,
-        run_id: String,
+        context_id: ContextId,
+        run_id: RunId,
         started: bool,
     },
     /// Waiting for `context_id` to come back until `until`.
-    Queued { context_id: String, until: Instant },
+    Queued {
+        context_id: ContextId,
+        until: Instant,
+    },
     /// On the server's own executor.
     OnCloud,
 }
@@ -377,15 +381,15 @@ pub struct Server {
     /// never walked).
     conns: HashMap<ConnId, usize, timers::FixedHasher>,
     chains: BTreeMap<String, Chain>,
-    executions: BTreeMap<String, Execution>,
-    runs: BTreeMap<String, String>,
+    executions: BTreeMap<ExecutionId, Execution>,
+    runs: BTreeMap<RunId, ExecutionId>,
     /// When each run restored from the records was committed, as they say: a new process's
     /// clock cannot hold an instant from before its start, so the row keeps the written time.
-    restored_commits: BTreeMap<String, u64>,
+    restored_commits: BTreeMap<RunId, u64>,
     /// Each machine's next session timer, by position (ties ordered like the context ids).
     session_wakes: SessionWakes,
     /// Each queued execution's deadline, by execution id.
-    queue_wakes: WakeTable<String>,
+    queue_wakes: WakeTable<ExecutionId>,
     outputs: VecDeque<Output>,
     journal: record::ServerJournal,
     now: Now,

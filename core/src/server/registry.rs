@@ -129,7 +129,7 @@ mod tests {
             environments: None,
         };
         let record = ContextRecord {
-            id: id.to_owned(),
+            id: id.into(),
             name: id.to_owned(),
             operator: "u".into(),
             operator_is_member: true,

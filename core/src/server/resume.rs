@@ -6,6 +6,7 @@
 //! [`Server::place`] to plan again) and never reads a clock (pauses are seen as inputs that
 //! arrive later than the wake-up the host was asked for).
 
+use crate::ids::ExecutionId;
 use std::time::Duration;
 
 use super::{Event, Output, Place, Server};
@@ -64,11 +65,11 @@ impl Server {
         e.route = None;
         self.journal.touch_execution(exec_id);
         self.queue_wakes
-            .set(&exec_id.to_owned(), Some((until, "restart grace")));
+            .set(&ExecutionId::new(exec_id), Some((until, "restart grace")));
     }
 
     /// The executions the grace parked (the only ones left unplaced between inputs).
-    fn parked(&self) -> Vec<String> {
+    fn parked(&self) -> Vec<ExecutionId> {
         self.executions
             .iter()
             .filter(|(_, e)| matches!(e.place, Place::Unplaced))
@@ -110,7 +111,7 @@ impl Server {
             let wake = m.session.poll_timeout();
             self.session_wakes.set(slot, wake);
         }
-        let moved: Vec<(String, Option<Instant>)> = self
+        let moved: Vec<(ExecutionId, Option<Instant>)> = self
             .executions
             .iter_mut()
             .filter_map(|(id, e)| match &mut e.place {

@@ -11,6 +11,7 @@ use crate::wire::RunStatus;
 /// An execution's status: `pending` until a machine accepts it, `running` until it ends,
 /// then how it ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionStatus {
     /// Waiting for a machine (or a free slot) to accept it.

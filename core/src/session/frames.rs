@@ -1,6 +1,7 @@
 //! The session's handling of daemon frames: hello and its reconciliation, accepts, rejects,
 //! results, status.
 
+use crate::ids::RunId;
 use std::time::Duration;
 
 use super::runs::RunState;
@@ -25,7 +26,7 @@ impl Session {
                     Violation::UnexpectedFrame.code(),
                     "pty.output before hello".into(),
                 ),
-                Ok(f) => self.on_pty_output(f.pty_id.to_owned(), f.data.to_vec()),
+                Ok(f) => self.on_pty_output(f.pty_id.into(), f.data.to_vec()),
             };
         }
         let frame = match DaemonFrame::from_json(bytes) {
@@ -140,8 +141,8 @@ impl Session {
         announced: u32,
         environments: Vec<Environment>,
         features: Vec<String>,
-        held: &[String],
-        pending: &[String],
+        held: &[RunId],
+        pending: &[RunId],
     ) {
         let max_concurrent = announced.min(self.cold.grant.limits.max_concurrent);
         if let Some(c) = self.conn.as_mut() {
@@ -174,7 +175,7 @@ impl Session {
             .push_back(Output::Event(Event::Ready { max_concurrent }));
     }
 
-    pub(super) fn on_accept(&mut self, conn: ConnId, run_id: String) {
+    pub(super) fn on_accept(&mut self, conn: ConnId, run_id: RunId) {
         let Some(run) = self.runs.get_mut(&run_id) else {
             return; // Cancelled meanwhile: the daemon got the cancel.
         };
@@ -194,7 +195,7 @@ impl Session {
             .push_back(Output::Event(Event::RunStarted { run_id }));
     }
 
-    pub(super) fn on_result(&mut self, run_id: String, mut result: RunResult) {
+    pub(super) fn on_result(&mut self, run_id: RunId, mut result: RunResult) {
         let committed_at = match self.runs.get(&run_id).map(|r| &r.state) {
             Some(RunState::Committed { committed_at, .. }) => Some(*committed_at),
             _ => None,

@@ -1,5 +1,6 @@
 //! The session's API, connection handling, dispatch and leases.
 
+use crate::ids::RunId;
 use sha2::{Digest as _, Sha256};
 
 use super::runs::RunState;
@@ -149,7 +150,7 @@ impl Session {
     }
 
     /// Ids of committed runs (their leases are running).
-    pub fn committed_runs(&self) -> Vec<String> {
+    pub fn committed_runs(&self) -> Vec<RunId> {
         self.runs
             .iter()
             .filter(|(_, r)| matches!(r.state, RunState::Committed { .. }))
@@ -169,6 +170,15 @@ impl Session {
             .tickets
             .issue(random, &session_id, self.now.wall)?;
         Ok(IssuedTicket { ticket, session_id })
+    }
+
+    /// Whether `ticket` is one of this session's outstanding connect tickets, usable at the
+    /// session's latest time, without spending it (the session spends it on `Connect`).
+    pub fn holds_ticket(&self, ticket: &str) -> Result<(), TicketError> {
+        if self.revoked {
+            return Err(TicketError::Unknown);
+        }
+        self.cold.tickets.peek(ticket, self.now.wall).map(|_| ())
     }
 
     /// Feeds one input at time `now`.
@@ -280,7 +290,7 @@ impl Session {
 
     fn on_timeout(&mut self) {
         let now = self.now.instant;
-        let lost: Vec<String> = self
+        let lost: Vec<RunId> = self
             .runs
             .iter()
             .filter(
@@ -296,7 +306,7 @@ impl Session {
             });
             self.end(&run_id, RunOutcome::Lost);
         }
-        let unanswered: Vec<String> = self
+        let unanswered: Vec<RunId> = self
             .runs
             .iter()
             .filter(
@@ -378,7 +388,7 @@ impl Session {
         if self.conn.take().is_none() {
             return;
         }
-        let unstarted: Vec<String> = self
+        let unstarted: Vec<RunId> = self
             .runs
             .iter()
             .filter(|(_, r)| matches!(r.state, RunState::Dispatched { .. }))
@@ -455,7 +465,7 @@ impl Session {
     }
 
     /// A run that never entered the table ends at once.
-    fn end_unstarted(&mut self, run_id: String, outcome: RunOutcome) {
+    fn end_unstarted(&mut self, run_id: RunId, outcome: RunOutcome) {
         self.cold.ended.insert(run_id.clone());
         self.outputs
             .push_back(Output::Event(Event::RunEnded { run_id, outcome }));
@@ -466,9 +476,9 @@ impl Session {
         if self.runs.remove(run_id).is_none() {
             return;
         }
-        self.cold.ended.insert(run_id.to_owned());
+        self.cold.ended.insert(run_id.into());
         self.outputs.push_back(Output::Event(Event::RunEnded {
-            run_id: run_id.to_owned(),
+            run_id: run_id.into(),
             outcome,
         }));
     }
@@ -478,7 +488,7 @@ impl Session {
             return;
         }
         self.send(ServerFrame::RunCancel {
-            run_id: run_id.to_owned(),
+            run_id: run_id.into(),
             reason: reason.clone(),
         });
         self.end(run_id, RunOutcome::Cancelled { reason });
@@ -492,7 +502,7 @@ impl Session {
         self.send(ServerFrame::Revoked {
             reason: "the machine's key was revoked".into(),
         });
-        let ids: Vec<String> = self.runs.keys().cloned().collect();
+        let ids: Vec<RunId> = self.runs.keys().cloned().collect();
         for run_id in ids {
             self.end(
                 &run_id,

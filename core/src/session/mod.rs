@@ -27,6 +27,7 @@ mod waits;
 #[cfg(test)]
 mod tests;
 
+use crate::ids::{ContextId, RunId};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,7 +63,7 @@ pub const OFFER_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
     /// The context this session serves.
-    pub context_id: String,
+    pub context_id: ContextId,
     /// How often the daemon sends `status`.
     pub heartbeat_secs: u32,
     /// A committed run with no result ends `lost` this long after its deadline.
@@ -80,7 +81,7 @@ pub struct SessionConfig {
 
 impl SessionConfig {
     /// The defaults for `context_id`: 15 s heartbeats, 30 s lease grace, 45 s silence limit.
-    pub fn new(context_id: impl Into<String>) -> Self {
+    pub fn new(context_id: impl Into<ContextId>) -> Self {
         Self {
             context_id: context_id.into(),
             heartbeat_secs: DEFAULT_HEARTBEAT_SECS,
@@ -97,7 +98,7 @@ impl SessionConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunSpec {
     /// Unique per server.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The capability's environment.
     pub environment: Environment,
     /// The capability.
@@ -139,7 +140,7 @@ pub enum Input {
     /// Stop a run.
     Cancel {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Why (`requested`, `access_lost`, …).
         reason: String,
     },
@@ -151,7 +152,7 @@ pub enum Input {
     /// not committed here (it ended, or never was).
     Terminal {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// What to send.
         action: TerminalAction,
     },
@@ -244,12 +245,12 @@ pub enum Event {
     /// A run was committed: its lease started.
     RunStarted {
         /// The run.
-        run_id: String,
+        run_id: RunId,
     },
     /// A run offered to this machine ended (exactly once per run).
     RunEnded {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// How.
         outcome: RunOutcome,
     },
@@ -277,14 +278,14 @@ pub enum Event {
     /// A committed terminal run's program wrote bytes (a `pty.output`, decoded).
     TerminalOutput {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// The bytes, untouched.
         data: Vec<u8>,
     },
     /// A committed terminal run's program ended (`pty.exit`); its `run.result` follows.
     TerminalExit {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Its exit code, if it exited.
         exit_code: Option<i32>,
     },
@@ -292,7 +293,7 @@ pub enum Event {
     /// dropped: the run ended (`ended`) or was never committed here (`not_held_here`).
     TerminalRefused {
         /// The terminal named.
-        pty_id: String,
+        pty_id: RunId,
         /// `ended` or `not_held_here`.
         reason: &'static str,
     },
@@ -307,7 +308,7 @@ pub enum Event {
     /// recorded.
     UnknownResult {
         /// The run it named.
-        run_id: String,
+        run_id: RunId,
     },
     /// The connection was closed (1001) because the daemon sent nothing for the silence limit.
     Silent {
@@ -327,7 +328,7 @@ pub enum SessionError {
     TimeWentBackwards,
     /// A run id was submitted twice.
     #[error("run {0:?} was already submitted")]
-    DuplicateRun(String),
+    DuplicateRun(RunId),
 }
 
 enum ConnState {
@@ -361,7 +362,7 @@ pub struct Session {
     now: Now,
     outputs: VecDeque<Output>,
     conn: Option<Connection>,
-    runs: BTreeMap<String, ServerRun>,
+    runs: BTreeMap<RunId, ServerRun>,
     /// `config.silence_limit`, read on every timer check.
     silence_limit: Duration,
     revoked: bool,

@@ -1,5 +1,6 @@
 //! The session's runs in flight, and the memory of runs that ended.
 
+use crate::ids::RunId;
 use std::collections::{HashSet, VecDeque};
 
 use super::{ConnId, RunSpec};
@@ -30,8 +31,8 @@ pub(super) struct ServerRun {
 #[derive(Debug, Clone)]
 pub struct RecentlyEnded {
     capacity: usize,
-    order: VecDeque<String>,
-    set: HashSet<String>,
+    order: VecDeque<RunId>,
+    set: HashSet<RunId>,
 }
 
 impl RecentlyEnded {
@@ -50,7 +51,7 @@ impl RecentlyEnded {
     }
 
     /// Records that `run_id` ended.
-    pub fn insert(&mut self, run_id: String) {
+    pub fn insert(&mut self, run_id: RunId) {
         if self.capacity == 0 || !self.set.insert(run_id.clone()) {
             return;
         }

@@ -9,6 +9,7 @@
 use super::runs::RunState;
 use super::*;
 use crate::b64;
+use crate::ids::RunId;
 use crate::wire::{ServerFrame, WireError};
 
 /// What the host's relay asks of a terminal run.
@@ -38,7 +39,7 @@ impl Session {
     }
 
     /// A terminal's output in its JSON form: base64url data, read only for a live terminal.
-    pub(super) fn on_pty_output_text(&mut self, conn: ConnId, pty_id: String, data: &str) {
+    pub(super) fn on_pty_output_text(&mut self, conn: ConnId, pty_id: RunId, data: &str) {
         if !self.terminal_live(&pty_id) {
             return self.terminal_refused(pty_id);
         }
@@ -52,7 +53,7 @@ impl Session {
     }
 
     /// A terminal's output, from either form of `pty.output`.
-    pub(super) fn on_pty_output(&mut self, pty_id: String, data: Vec<u8>) {
+    pub(super) fn on_pty_output(&mut self, pty_id: RunId, data: Vec<u8>) {
         if !self.terminal_live(&pty_id) {
             return self.terminal_refused(pty_id);
         }
@@ -62,7 +63,7 @@ impl Session {
         }));
     }
 
-    pub(super) fn on_pty_exit(&mut self, pty_id: String, exit_code: Option<i32>) {
+    pub(super) fn on_pty_exit(&mut self, pty_id: RunId, exit_code: Option<i32>) {
         if !self.terminal_live(&pty_id) {
             return self.terminal_refused(pty_id);
         }
@@ -72,7 +73,7 @@ impl Session {
         }));
     }
 
-    fn terminal_refused(&mut self, pty_id: String) {
+    fn terminal_refused(&mut self, pty_id: RunId) {
         let reason = if self.cold.ended.contains(&pty_id) {
             "ended"
         } else {
@@ -82,7 +83,7 @@ impl Session {
             .push_back(Output::Event(Event::TerminalRefused { pty_id, reason }));
     }
 
-    pub(super) fn on_terminal(&mut self, run_id: String, action: TerminalAction) {
+    pub(super) fn on_terminal(&mut self, run_id: RunId, action: TerminalAction) {
         if !self.terminal_live(&run_id) {
             return;
         }

@@ -1,6 +1,7 @@
 //! The session machine on its own: a test plays the daemon by writing its frames, and reads
 //! every output.
 
+use crate::ids::RunId;
 use std::time::Duration;
 
 use super::*;
@@ -37,8 +38,8 @@ fn hello(max_concurrent: u32, held: &[&str], pending: &[&str]) -> DaemonFrame {
         protocol: PROTOCOL_VERSION,
         features: Vec::new(),
         max_concurrent,
-        held_runs: held.iter().map(|s| s.to_string()).collect(),
-        pending_results: pending.iter().map(|s| s.to_string()).collect(),
+        held_runs: held.iter().map(|s| RunId::new(*s)).collect(),
+        pending_results: pending.iter().map(|s| RunId::new(*s)).collect(),
         environments: vec![Environment::Shell],
     }
 }
@@ -159,7 +160,7 @@ fn ended(outputs: &[Output]) -> Vec<(String, RunOutcome)> {
         .iter()
         .filter_map(|o| match o {
             Output::Event(Event::RunEnded { run_id, outcome }) => {
-                Some((run_id.clone(), outcome.clone()))
+                Some((run_id.to_string(), outcome.clone()))
             }
             _ => None,
         })

@@ -8,6 +8,7 @@
 //! never decides whether a requester may wait on the machine.
 
 use super::*;
+use crate::ids::WaitId;
 use crate::wait::{Report, WaitSpec};
 use crate::wire::{DaemonFrame, ServerFrame};
 
@@ -19,12 +20,12 @@ pub enum WaitOrder {
     /// `wait.cancel`.
     Cancel {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
     },
     /// `wait.ack`: the host recorded the wait's ending.
     Ack {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
     },
 }
 

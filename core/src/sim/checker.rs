@@ -217,7 +217,7 @@ impl Checker {
     }
 
     /// After the liveness phase: everything that started ended, every execution finished.
-    pub fn final_check(&mut self, submitted: &[String]) {
+    pub fn final_check(&mut self, submitted: &[crate::ids::ExecutionId]) {
         let open: Vec<&String> = self
             .committed
             .iter()
@@ -227,7 +227,10 @@ impl Checker {
         if let Some(run) = open.first() {
             self.fail(format!("liveness: run {run} started but never ended"));
         }
-        if let Some(e) = submitted.iter().find(|e| !self.finished.contains(*e)) {
+        if let Some(e) = submitted
+            .iter()
+            .find(|e| !self.finished.contains(e.as_str()))
+        {
             self.fail(format!("liveness: execution {e} never finished"));
         }
     }

@@ -1,5 +1,6 @@
 //! A fake executor: remembers what it was asked to run and finishes runs when told.
 
+use crate::ids::RunId;
 use std::collections::BTreeMap;
 
 use crate::daemon::Execute;
@@ -10,11 +11,11 @@ use crate::wire::{RunResult, RunStatus, Timing};
 #[derive(Debug, Default, Clone)]
 pub struct FakeExecutor {
     /// Runs executing now, with their deadline.
-    pub running: BTreeMap<String, Instant>,
+    pub running: BTreeMap<RunId, Instant>,
     /// Every run ever started, in order (a run appearing twice is a bug).
-    pub started: Vec<String>,
+    pub started: Vec<RunId>,
     /// Runs cancelled, in order.
-    pub cancelled: Vec<String>,
+    pub cancelled: Vec<RunId>,
 }
 
 impl FakeExecutor {
@@ -28,7 +29,7 @@ impl FakeExecutor {
     /// Stops a run; returns the result to give back if it was running.
     pub fn cancel(&mut self, run_id: &str) -> Option<RunResult> {
         self.running.remove(run_id)?;
-        self.cancelled.push(run_id.to_owned());
+        self.cancelled.push(run_id.into());
         Some(report(RunStatus::Cancelled, None))
     }
 

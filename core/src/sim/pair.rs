@@ -199,7 +199,7 @@ impl Pair {
     pub fn finish(&mut self, run_id: &str, exit_code: i32) -> Result<(), PairError> {
         if let Some(result) = self.executor.finish(run_id, exit_code) {
             let input = daemon::Input::RunFinished {
-                run_id: run_id.to_owned(),
+                run_id: run_id.into(),
                 result,
             };
             self.daemon.handle_input(now_at(self.elapsed), input)?;

@@ -1,5 +1,6 @@
 //! The simulated world's machines, users, chains and execute requests, drawn from the seed.
 
+use crate::ids::ExecutionId;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -30,9 +31,9 @@ pub(super) struct Workload {
     /// Requests not yet submitted, by time.
     pub pending: VecDeque<(Duration, ExecuteRequest)>,
     /// Ids submitted so far.
-    pub submitted: Vec<String>,
+    pub submitted: Vec<ExecutionId>,
     /// Every request, by id.
-    pub requests: BTreeMap<String, ExecuteRequest>,
+    pub requests: BTreeMap<ExecutionId, ExecuteRequest>,
     /// Whether a machine was revoked (at most one per seed).
     pub revoked_any: bool,
 }
@@ -79,7 +80,7 @@ impl Workload {
                 ..DaemonConfig::default()
             };
             let record = ContextRecord {
-                id,
+                id: id.into(),
                 name: format!("box-{i}"),
                 operator,
                 operator_is_member: true,
@@ -88,7 +89,7 @@ impl Workload {
             };
             machines.push((record, grant, daemon));
         }
-        let ids: Vec<String> = machines.iter().map(|(r, _, _)| r.id.clone()).collect();
+        let ids: Vec<String> = machines.iter().map(|(r, _, _)| r.id.to_string()).collect();
         let chain_of = |picks: &[usize], cloud: bool| {
             let mut entries: Vec<ChainEntry> = picks
                 .iter()
@@ -190,7 +191,7 @@ fn random_request(n: usize, ids: &[String], rng: &mut SplitMix64) -> ExecuteRequ
         Environment::Shell
     };
     ExecuteRequest {
-        exec_id: format!("x{n:03}"),
+        exec_id: format!("x{n:03}").into(),
         requester,
         target,
         environment,

@@ -1,6 +1,7 @@
 //! What a relay says: messages to viewers (with their JSON text form), messages to the runner,
 //! reasons and audit events.
 
+use crate::ids::TerminalId;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -20,8 +21,10 @@ pub mod viewer_close {
     pub const TERMINAL_ENDED: u16 = 4003;
 }
 
-/// What a viewer may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What a viewer may do (`operator` or `watcher` in JSON, as `Role::code` spells it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Types, resizes and may close the terminal.
     Operator,
@@ -90,7 +93,7 @@ pub enum ViewerMessage {
     /// The first message: who the viewer is and the terminal's size.
     Ready {
         /// The terminal.
-        terminal_id: String,
+        terminal_id: TerminalId,
         /// What the viewer may do.
         role: Role,
         /// Columns.
@@ -317,7 +320,7 @@ mod tests {
 
 /// What a viewer's text message asks (PROTOCOL §11.5): `{"type":"resize","cols":N,"rows":N}`
 /// or `{"type":"close"}`. Keystrokes are binary messages and never pass through here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase", deny_unknown_fields)]
 pub enum ViewerControl {
     /// A new size (each side clamped to 1–1000 by the relay).

@@ -27,6 +27,7 @@
 //!
 //! It never interprets live bytes, reads no clock and holds no socket.
 
+use crate::ids::TerminalId;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -65,7 +66,7 @@ impl Viewer {
 #[derive(Debug)]
 pub struct Relay {
     config: RelayConfig,
-    terminal_id: String,
+    terminal_id: TerminalId,
     now: Now,
     size: TerminalSize,
     ring: Ring,
@@ -90,7 +91,7 @@ impl Relay {
     /// from `now`).
     pub fn new(
         config: RelayConfig,
-        terminal_id: impl Into<String>,
+        terminal_id: impl Into<TerminalId>,
         size: TerminalSize,
         now: Now,
     ) -> Self {

@@ -51,6 +51,7 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
+use crate::ids::WaitId;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -93,7 +94,7 @@ impl Default for ScheduleConfig {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WaitSpec {
     /// The wait's id, unique per server; a registration with a known id is the same wait.
-    pub wait_id: String,
+    pub wait_id: WaitId,
     /// Who registered it: the only user whose runs and grants its checks may see.
     pub requester: String,
     /// The condition's JavaScript source.
@@ -211,7 +212,7 @@ impl FailReason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
     /// The wait.
-    pub wait_id: String,
+    pub wait_id: WaitId,
     /// Checks that ran to an outcome.
     pub checks: u64,
     /// The last failed check's error, if any.
@@ -232,12 +233,12 @@ pub enum Input {
     /// server's cancel always completes.
     Cancel {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
     },
     /// A check the schedule started ended.
     Checked {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
         /// The number [`Output::Check`] gave it; another number is stale and ignored.
         check: u64,
         /// What it came to.
@@ -246,7 +247,7 @@ pub enum Input {
     /// The server recorded the wait's ending (`wait.ack`): its row may go.
     Acked {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
     },
     /// A connection to the server is up: every unacknowledged report is sent again.
     Connected,
@@ -263,12 +264,12 @@ pub enum Output {
     /// Delete the wait's row: the server has its ending.
     Forget {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
     },
     /// Start check number `check` of a wait.
     Check {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
         /// Its number (1 for the first check of the wait).
         check: u64,
         /// The requester, for the `ctx` calls' access checks.
@@ -282,7 +283,7 @@ pub enum Output {
     /// [`Input::Checked`].
     Stop {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
         /// The check.
         check: u64,
     },

@@ -1,6 +1,7 @@
 //! The schedule itself: every wait's phase, the due and expiry queues, the running count.
 //! See the module docs of [`crate::wait`] for the run loop and the promises.
 
+use crate::ids::WaitId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::{
@@ -59,9 +60,9 @@ pub struct Schedule {
     config: ScheduleConfig,
     now: Now,
     anchor: WallAnchor,
-    waits: BTreeMap<String, Wait>,
-    due: BTreeSet<(Instant, String)>,
-    expiries: BTreeSet<(Instant, String)>,
+    waits: BTreeMap<WaitId, Wait>,
+    due: BTreeSet<(Instant, WaitId)>,
+    expiries: BTreeSet<(Instant, WaitId)>,
     running: usize,
     connected: bool,
     outputs: VecDeque<Output>,
@@ -171,7 +172,7 @@ impl Schedule {
 
     /// The ids of every wait held, in order.
     pub fn wait_ids(&self) -> impl Iterator<Item = &str> {
-        self.waits.keys().map(String::as_str)
+        self.waits.keys().map(WaitId::as_str)
     }
 
     // ---- handle
@@ -205,7 +206,7 @@ impl Schedule {
             }
             Input::Connected => {
                 self.connected = true;
-                let ended: Vec<String> = self
+                let ended: Vec<WaitId> = self
                     .waits
                     .iter()
                     .filter(|(_, w)| matches!(w.phase, Phase::Ended(_)))
@@ -265,7 +266,7 @@ impl Schedule {
         self.save(&id);
     }
 
-    fn on_cancel(&mut self, wait_id: String) {
+    fn on_cancel(&mut self, wait_id: WaitId) {
         let Some(w) = self.waits.get_mut(&wait_id) else {
             if self.connected {
                 let at_ms = self.wall_ms();
@@ -362,7 +363,7 @@ impl Schedule {
             CheckOutcome::Stopped => w.phase = Phase::Idle { due },
         }
         if let Phase::Idle { due } = w.phase {
-            self.due.insert((due, wait_id.to_owned()));
+            self.due.insert((due, wait_id.into()));
         }
         self.save(wait_id);
     }
@@ -449,12 +450,12 @@ impl Schedule {
     fn index(&mut self, id: &str, w: &Wait) {
         match w.phase {
             Phase::Idle { due } => {
-                self.due.insert((due, id.to_owned()));
+                self.due.insert((due, id.into()));
             }
             Phase::Running { .. } | Phase::Ended(_) => return,
         }
         if let Some(at) = w.expires_at {
-            self.expiries.insert((at, id.to_owned()));
+            self.expiries.insert((at, id.into()));
         }
     }
 
@@ -495,7 +496,7 @@ impl Schedule {
             return;
         };
         self.outputs.push_back(Output::Send(Report {
-            wait_id: wait_id.to_owned(),
+            wait_id: wait_id.into(),
             checks: w.checks,
             last_error: w.last_error.clone(),
             ending: ending.clone(),

@@ -2,6 +2,7 @@
 //! back) and restarts that rebuild the schedule from it; then arbitrary operations with
 //! crashes, checked against the promises.
 
+use crate::ids::WaitId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -20,12 +21,12 @@ struct H {
     wall_ms: u64,
     /// Where this process's monotonic clock started, in wall ms since `WALL0`.
     origin_ms: u64,
-    store: BTreeMap<String, Vec<u8>>,
+    store: BTreeMap<WaitId, Vec<u8>>,
     /// Reports the server was sent, in order.
     sent: Vec<Report>,
     /// Checks started: (wait, check number).
-    checks: Vec<(String, u64)>,
-    stops: Vec<(String, u64)>,
+    checks: Vec<(WaitId, u64)>,
+    stops: Vec<(WaitId, u64)>,
 }
 
 impl H {
@@ -182,7 +183,7 @@ fn a_wait_is_checked_at_once_then_after_its_interval_and_a_match_ends_it_for_goo
     h.register("w1", 5_000, None);
     assert_eq!(
         h.checks,
-        vec![("w1".to_owned(), 1)],
+        vec![(WaitId::new("w1"), 1)],
         "checks begin at registration"
     );
     h.advance(1_000);
@@ -284,7 +285,7 @@ fn an_expired_wait_never_matches_even_from_the_check_running_when_it_expired() {
     );
     assert_eq!(
         h.stops,
-        vec![("busy".to_owned(), 1)],
+        vec![(WaitId::new("busy"), 1)],
         "the running check is stopped"
     );
     assert!(
@@ -320,7 +321,7 @@ fn cancel_stops_a_running_check_and_reports_only_once_it_stopped() {
     h.feed(Input::Cancel {
         wait_id: "w".into(),
     });
-    assert_eq!(h.stops, vec![("w".to_owned(), 1)]);
+    assert_eq!(h.stops, vec![(WaitId::new("w"), 1)]);
     assert!(
         h.sent.is_empty(),
         "the cancel completes after the check's cleanup"
@@ -374,7 +375,7 @@ fn checks_run_at_most_max_running_at_once_earliest_due_first() {
     h.checked("w1", CheckOutcome::NotYet);
     assert_eq!(
         h.checks.last(),
-        Some(&("w3".to_owned(), 1)),
+        Some(&(WaitId::new("w3"), 1)),
         "the next due starts"
     );
     assert_eq!(h.schedule.running(), 3);
@@ -520,18 +521,18 @@ proptest! {
     ) {
         let mut h = H::new(2);
         // What the server recorded per wait id: the first ending it received.
-        let mut recorded: BTreeMap<String, Ending> = BTreeMap::new();
+        let mut recorded: BTreeMap<WaitId, Ending> = BTreeMap::new();
         // Registrations the server made (a registered id is never reused after its ack).
-        let mut acked: BTreeSet<String> = BTreeSet::new();
-        let mut cancelled: BTreeSet<String> = BTreeSet::new();
+        let mut acked: BTreeSet<WaitId> = BTreeSet::new();
+        let mut cancelled: BTreeSet<WaitId> = BTreeSet::new();
         // Checks running in this process.
-        let mut running: Vec<(String, u64)> = Vec::new();
+        let mut running: Vec<(WaitId, u64)> = Vec::new();
         let mut seen_sent = 0;
         for op in ops {
             let before_checks = h.checks.len();
             match op {
                 Op::Register { wait, interval, expires } => {
-                    let id = format!("w{wait}");
+                    let id = WaitId::new(format!("w{wait}"));
                     // The server never registers an id again once it cancelled or
                     // acknowledged it.
                     if acked.contains(&id) || cancelled.contains(&id) {
@@ -540,7 +541,7 @@ proptest! {
                     h.register(&id, u64::from(interval), expires.map(u64::from));
                 }
                 Op::Cancel { wait } => {
-                    let id = format!("w{wait}");
+                    let id = WaitId::new(format!("w{wait}"));
                     // The server never cancels a wait whose ending it recorded.
                     if recorded.contains_key(&id) {
                         continue;
@@ -562,7 +563,7 @@ proptest! {
                     h.feed(Input::Checked { wait_id: id, check, outcome });
                 }
                 Op::Ack { wait } => {
-                    let id = format!("w{wait}");
+                    let id = WaitId::new(format!("w{wait}"));
                     if recorded.contains_key(&id) {
                         acked.insert(id.clone());
                         h.feed(Input::Acked { wait_id: id });
@@ -618,7 +619,7 @@ proptest! {
         h.feed(Input::Disconnected);
         let before = h.sent.len();
         h.feed(Input::Connected);
-        let resent: BTreeSet<String> =
+        let resent: BTreeSet<WaitId> =
             h.sent[before..].iter().map(|r| r.wait_id.clone()).collect();
         for id in recorded.keys().filter(|id| !acked.contains(*id)) {
             if h.store.contains_key(id) {

@@ -7,6 +7,7 @@
 //! Rules for readers: unknown members are ignored (so peers can add optional fields);
 //! an unknown `type` is a protocol error ([`WireError::UnknownFrameType`]).
 
+use crate::ids::{ContextId, RunId, WaitId};
 use serde::{Deserialize, Serialize};
 
 use super::WireError;
@@ -21,7 +22,7 @@ pub enum ServerFrame {
     #[serde(rename = "welcome", rename_all = "camelCase")]
     Welcome {
         /// The execution context this machine is registered as.
-        context_id: String,
+        context_id: ContextId,
         /// The protocol version the server speaks.
         protocol: u32,
         /// The grant in force, and its version.
@@ -35,7 +36,7 @@ pub enum ServerFrame {
     #[serde(rename = "run.request", rename_all = "camelCase")]
     RunRequest {
         /// The run's id, unique per server.
-        run_id: String,
+        run_id: RunId,
         /// The environment the capability declares.
         environment: Environment,
         /// The capability, inline or by digest.
@@ -53,13 +54,13 @@ pub enum ServerFrame {
     #[serde(rename = "run.commit", rename_all = "camelCase")]
     RunCommit {
         /// The run.
-        run_id: String,
+        run_id: RunId,
     },
     /// Stop a run.
     #[serde(rename = "run.cancel", rename_all = "camelCase")]
     RunCancel {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Why, as a stable code (`requested`, `access_lost`, `revoked`, …).
         reason: String,
     },
@@ -67,7 +68,7 @@ pub enum ServerFrame {
     #[serde(rename = "run.ack", rename_all = "camelCase")]
     RunAck {
         /// The run.
-        run_id: String,
+        run_id: RunId,
     },
     /// A new grant, applied at once.
     #[serde(rename = "grant.update", rename_all = "camelCase")]
@@ -87,7 +88,7 @@ pub enum ServerFrame {
     #[serde(rename = "pty.input", rename_all = "camelCase")]
     PtyInput {
         /// The terminal.
-        pty_id: String,
+        pty_id: RunId,
         /// The bytes, base64url without padding.
         data: String,
     },
@@ -95,7 +96,7 @@ pub enum ServerFrame {
     #[serde(rename = "pty.resize", rename_all = "camelCase")]
     PtyResize {
         /// The terminal.
-        pty_id: String,
+        pty_id: RunId,
         /// Columns.
         cols: u16,
         /// Rows.
@@ -105,7 +106,7 @@ pub enum ServerFrame {
     #[serde(rename = "pty.close", rename_all = "camelCase")]
     PtyClose {
         /// The terminal.
-        pty_id: String,
+        pty_id: RunId,
     },
     /// Room for more terminal output: the daemon may send `bytes` more bytes of `pty.output`
     /// data for this terminal (on top of what it may still send). A daemon starts each
@@ -113,7 +114,7 @@ pub enum ServerFrame {
     #[serde(rename = "pty.credit", rename_all = "camelCase")]
     PtyCredit {
         /// The terminal.
-        pty_id: String,
+        pty_id: RunId,
         /// Bytes of decoded output data.
         bytes: u64,
     },
@@ -123,7 +124,7 @@ pub enum ServerFrame {
     #[serde(rename = "wait.register", rename_all = "camelCase")]
     WaitRegister {
         /// The wait's id, unique per server.
-        wait_id: String,
+        wait_id: WaitId,
         /// The user who registered it: the only one whose runs its checks may read.
         requester: String,
         /// The condition: JavaScript, `async ({ ctx }) => false | { resumeText, payload? }`.
@@ -144,14 +145,14 @@ pub enum ServerFrame {
     #[serde(rename = "wait.cancel", rename_all = "camelCase")]
     WaitCancel {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
     },
     /// The server recorded a wait's ending (`wait.matched` or `wait.failed`); the daemon may
     /// forget the wait.
     #[serde(rename = "wait.ack", rename_all = "camelCase")]
     WaitAck {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
     },
 }
 
@@ -193,9 +194,9 @@ pub enum DaemonFrame {
         /// Runs it will hold at once (default 2, at most 8, capped by the grant).
         max_concurrent: u32,
         /// Committed runs it still holds from before a reconnect.
-        held_runs: Vec<String>,
+        held_runs: Vec<RunId>,
         /// Runs whose results it holds but the server has not acknowledged.
-        pending_results: Vec<String>,
+        pending_results: Vec<RunId>,
         /// Environments whose executors are available (absent: none announced yet).
         #[serde(default)]
         environments: Vec<Environment>,
@@ -204,13 +205,13 @@ pub enum DaemonFrame {
     #[serde(rename = "run.accept", rename_all = "camelCase")]
     RunAccept {
         /// The run.
-        run_id: String,
+        run_id: RunId,
     },
     /// Declines an offered run.
     #[serde(rename = "run.reject", rename_all = "camelCase")]
     RunReject {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Why, as a stable code (`busy`, `environment_unavailable`, `draining`, …).
         code: String,
         /// What a person should read.
@@ -220,7 +221,7 @@ pub enum DaemonFrame {
     #[serde(rename = "run.result", rename_all = "camelCase")]
     RunResult {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// How it ended; its members sit next to `runId` on the wire.
         #[serde(flatten)]
         result: RunResult,
@@ -251,7 +252,7 @@ pub enum DaemonFrame {
         /// The command's id.
         command_id: String,
         /// The run that started it.
-        run_id: String,
+        run_id: RunId,
         /// Its exit code, if it exited.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
@@ -267,7 +268,7 @@ pub enum DaemonFrame {
     #[serde(rename = "pty.output", rename_all = "camelCase")]
     PtyOutput {
         /// The terminal.
-        pty_id: String,
+        pty_id: RunId,
         /// The bytes, base64url without padding.
         data: String,
     },
@@ -275,7 +276,7 @@ pub enum DaemonFrame {
     #[serde(rename = "pty.exit", rename_all = "camelCase")]
     PtyExit {
         /// The terminal.
-        pty_id: String,
+        pty_id: RunId,
         /// Its exit code, if it exited.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
@@ -285,7 +286,7 @@ pub enum DaemonFrame {
     #[serde(rename = "wait.matched", rename_all = "camelCase")]
     WaitMatched {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
         /// Checks that ran to an outcome, the matching one included.
         checks: u64,
         /// The condition's `resumeText`, for the requester.
@@ -310,7 +311,7 @@ pub enum DaemonFrame {
     #[serde(rename = "wait.status", rename_all = "camelCase")]
     WaitStatus {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
         /// Checks that ran to an outcome.
         checks: u64,
         /// Failed checks in a row (five fail the wait).
@@ -326,7 +327,7 @@ pub enum DaemonFrame {
     #[serde(rename = "wait.failed", rename_all = "camelCase")]
     WaitFailed {
         /// The wait.
-        wait_id: String,
+        wait_id: WaitId,
         /// Checks that ran to an outcome.
         checks: u64,
         /// `check_errors` (five in a row), `expired` or `cancelled`.

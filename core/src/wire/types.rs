@@ -222,6 +222,7 @@ impl RunStatus {
 
 /// A coded error with a human message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ErrorBody {
     /// A stable `snake_case` code.
     pub code: String,

@@ -355,11 +355,17 @@ fn runs_show_only_the_requester_s_and_services_their_state() {
         shared_run: false,
         requester: requester.into(),
     };
-    shared.seen.run_started(&execute("r1", "ada", "oneshot"));
-    shared.seen.run_started(&execute("r2", "bob", "oneshot"));
+    // The core's outputs are all the mirror is fed.
+    let started = |e| Output::Command(Command::Execute(Box::new(e)));
     shared
         .seen
-        .run_started(&execute("svc", "bob", "persistent"));
+        .observe(&started(execute("r1", "ada", "oneshot")));
+    shared
+        .seen
+        .observe(&started(execute("r2", "bob", "oneshot")));
+    shared
+        .seen
+        .observe(&started(execute("svc", "bob", "persistent")));
     let ctx = ctx(&shared, false);
     let runs = ctx.read(ReadRequest::Runs, &Cancel::new()).unwrap().value;
     assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
@@ -370,13 +376,13 @@ fn runs_show_only_the_requester_s_and_services_their_state() {
         .value;
     assert_eq!(services[0]["name"], "health-check");
     assert_eq!(services[0]["state"], "running");
-    shared.seen.run_ended(
-        "svc",
-        &RunResult::failed(outpost_core::wire::ErrorBody {
+    shared.seen.observe_input(&Input::RunFinished {
+        run_id: "svc".into(),
+        result: RunResult::failed(outpost_core::wire::ErrorBody {
             code: "x".into(),
             message: "y".into(),
         }),
-    );
+    });
     let services = ctx
         .read(ReadRequest::Services, &Cancel::new())
         .unwrap()
@@ -433,6 +439,8 @@ fn a_restarted_daemon_s_events_read_as_before_and_numbering_goes_on() {
     assert_eq!(events[1]["detail"]["outcome"], "not_yet");
     assert_eq!(events[2]["kind"], "check_started");
     // A forgotten wait's unsaved events never reach the store.
-    after.seen.forget_wait("wait_t");
+    after.seen.observe(&Output::ForgetWait {
+        wait_id: "wait_t".into(),
+    });
     assert!(after.seen.take_unsaved().is_empty());
 }

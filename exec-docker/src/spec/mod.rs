@@ -107,7 +107,7 @@ pub(crate) fn container_spec(
     let memory = i64::try_from(limits.memory_mb.saturating_mul(1 << 20)).unwrap_or(i64::MAX);
     let labels = HashMap::from([
         (LABEL_MANAGED.to_owned(), "true".to_owned()),
-        (LABEL_RUN.to_owned(), launch.run_id.clone()),
+        (LABEL_RUN.to_owned(), launch.run_id.to_string()),
         (LABEL_CAPABILITY.to_owned(), manifest.name.clone()),
         (LABEL_OWNER.to_owned(), crate::cleanup::owner()),
     ]);

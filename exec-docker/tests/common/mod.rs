@@ -77,7 +77,7 @@ pub fn run_id(tag: &str) -> String {
 pub fn launch(dir: &Path, tag: &str, manifest: &str) -> Launch {
     let manifest = Manifest::parse(manifest).expect("a valid manifest");
     Launch {
-        run_id: run_id(tag),
+        run_id: run_id(tag).into(),
         dir: dir.to_path_buf(),
         entry_bytes: None,
         timeout: Duration::from_millis(manifest.limits.timeout_ms),

@@ -290,7 +290,7 @@ pub fn prepare(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bounds {
     /// Names its private folder.
-    pub run_id: String,
+    pub run_id: outpost_core::ids::RunId,
     /// Its own folder (read-only), if it has one: a capability's.
     pub dir: Option<PathBuf>,
     /// The folders it may use (grant ∩ local policy, credential paths to hide).

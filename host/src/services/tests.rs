@@ -147,7 +147,7 @@ fn launch(name: &str) -> Launch {
     ))
     .unwrap();
     Launch {
-        run_id: format!("run-{name}"),
+        run_id: format!("run-{name}").into(),
         dir: std::env::temp_dir(),
         entry_bytes: None,
         manifest,

@@ -3,13 +3,10 @@
 //! `queueMinutes`. Which context a name means and whether a digest's bundle is stored are the
 //! route's to check. The body of a wait's `then` is read here too.
 
+pub use outpost_core::api::requests::{ExecuteRequest, OfflineMode};
 use outpost_core::manifest::Manifest;
-use outpost_core::routing::{
-    DEFAULT_QUEUE_MINUTES, Fallback, MAX_QUEUE_MINUTES, Requirement, WhenOffline,
-};
+use outpost_core::routing::{DEFAULT_QUEUE_MINUTES, Fallback, Requirement, WhenOffline};
 use outpost_core::wire::CapabilitySource;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use super::{BodyError, DEFAULT_WAIT_SECS, MAX_WAIT_SECS, check_digest, check_inline, parse};
 
@@ -37,60 +34,9 @@ pub struct ExecutionRequest {
     pub wait_secs: u64,
 }
 
-/// What a run does when its context is offline, as a body says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum OfflineMode {
-    /// Fail (the default).
-    Fail,
-    /// Wait `queueMinutes` for it to come back.
-    Queue,
-}
-
-/// `POST /v1/executions`: a capability to run, and where, as sent (checked by
-/// `decode_execution_request`).
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(rename = "ExecuteRequest")]
-#[schemars(extend(
-    "if" = {"properties": {"whenOffline": {"const": "queue"}}, "required": ["whenOffline"]},
-    "then" = {"properties": {"queueMinutes": {"minimum": 1, "maximum": MAX_QUEUE_MINUTES}}}
-))]
-pub struct ExecuteBody {
-    /// The capability: inline (a manifest that validates, files with safe paths) or a stored
-    /// bundle's digest.
-    pub capability: CapabilitySource,
-    /// A context name or id, or `cloud`; without it the caller's chain.
-    #[serde(default)]
-    pub context: Option<String>,
-    /// Whether a named context may fall through to the chain (default `none`).
-    #[serde(default)]
-    pub fallback: Option<Fallback>,
-    /// What the run needs of where it runs.
-    #[serde(default)]
-    pub requires: Option<Vec<Requirement>>,
-    /// What to do when the context is offline (default `fail`).
-    #[serde(default)]
-    pub when_offline: Option<OfflineMode>,
-    /// How long a `queue` waits, in minutes (default 60; `queue_minutes_out_of_range`); read
-    /// only with `whenOffline: queue`.
-    #[serde(default)]
-    pub queue_minutes: Option<u32>,
-    /// Whether the run wants host commands.
-    #[serde(default)]
-    pub wants_commands: Option<bool>,
-    /// Whether the answer waits for the end.
-    #[serde(default)]
-    pub wait: Option<bool>,
-    /// How long it waits at most, in seconds (default 60).
-    #[serde(default)]
-    #[schemars(range(max = MAX_WAIT_SECS))]
-    pub wait_secs: Option<u64>,
-}
-
 /// Decodes an execution request body.
 pub fn decode_execution_request(bytes: &[u8]) -> Result<ExecutionRequest, BodyError> {
-    let raw: ExecuteBody = parse(bytes)?;
+    let raw: ExecuteRequest = parse(bytes)?;
     let manifest = check_capability(&raw.capability)?;
     let wait_secs = raw.wait_secs.unwrap_or(DEFAULT_WAIT_SECS);
     if wait_secs > MAX_WAIT_SECS {

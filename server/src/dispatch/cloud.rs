@@ -73,7 +73,8 @@ impl Cloud {
     /// Starts `request` on a blocking thread.
     pub(crate) fn start(&mut self, request: ExecuteRequest) {
         let cancel = Cancel::new();
-        self.cancels.insert(request.exec_id.clone(), cancel.clone());
+        self.cancels
+            .insert(request.exec_id.to_string(), cancel.clone());
         let registry = self.registry.clone();
         let allowlists = self.allowlists.clone();
         let (runs_dir, bundles_dir) = (self.runs_dir.clone(), self.bundles_dir.clone());
@@ -93,8 +94,8 @@ impl Cloud {
             };
             result.timing.daemon_ms =
                 u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            let _ = std::fs::remove_dir_all(runs_dir.join(&request.exec_id));
-            let _ = tx.send((request.exec_id, result));
+            let _ = std::fs::remove_dir_all(runs_dir.join(request.exec_id.as_str()));
+            let _ = tx.send((request.exec_id.into_string(), result));
         });
     }
 
@@ -159,7 +160,7 @@ fn run(
     };
     let timeout = Duration::from_millis(manifest.limits.timeout_ms.min(request.timeout_ms));
     let launch = Launch {
-        run_id: request.exec_id.clone(),
+        run_id: request.exec_id.as_str().into(),
         dir,
         entry_bytes,
         manifest,

@@ -86,6 +86,11 @@ pub(crate) enum Msg {
         secret: [u8; 48],
         reply: oneshot::Sender<Result<IssuedTicket, TicketError>>,
     },
+    /// Which context issued a connect ticket (the ticket is not spent: `Connect` spends it).
+    TicketContext {
+        ticket: String,
+        reply: oneshot::Sender<Result<String, TicketError>>,
+    },
     /// A WebSocket presented a ticket: attach its queue, then feed `Connect`.
     Connect {
         context_id: String,
@@ -188,7 +193,7 @@ impl Dispatcher {
                     },
                 },
                 Some((exec_id, result)) = self.cloud.finished() => {
-                    self.feed(Input::CloudFinished { exec_id, result: Box::new(result) })
+                    self.feed(Input::CloudFinished { exec_id: exec_id.into(), result: Box::new(result) })
                 }
                 () = tokio::time::sleep_until(wake) => self.feed(Input::Timeout),
             };
@@ -253,7 +258,7 @@ impl Dispatcher {
                 } => {
                     self.conns.insert(conn, handle);
                     let _ = self.apply(Input::Connect {
-                        context_id,
+                        context_id: context_id.into(),
                         conn,
                         ticket,
                     });
@@ -281,7 +286,7 @@ impl Dispatcher {
         let mut counted = None;
         if let Input::Execute(request) = &input {
             self.received
-                .insert(request.exec_id.clone(), self.shared.clock.now().instant);
+                .insert(request.exec_id.to_string(), self.shared.clock.now().instant);
             if self.pending.add(request) {
                 counted = Some(request.exec_id.clone());
             }
@@ -331,6 +336,11 @@ impl Dispatcher {
                 let drained = self.drain();
                 let _ = reply.send(issued);
                 drained
+            }
+            Msg::TicketContext { ticket, reply } => {
+                let found = self.server.ticket_context(&ticket).map(str::to_owned);
+                let _ = reply.send(found);
+                Ok(())
             }
             Msg::Live { ids, reply } => {
                 let live = ids
@@ -483,7 +493,7 @@ impl Dispatcher {
                 at,
                 kind: "command_finished".into(),
                 actor: "daemon".into(),
-                context_id: Some(context_id.clone()),
+                context_id: Some(context_id.to_string()),
                 detail: String::from_utf8_lossy(&frame.to_json()).into_owned(),
             }),
             Event::Session {
@@ -527,7 +537,7 @@ impl Dispatcher {
             .and_then(session::Session::connection);
         let held_by = match holder_conn {
             Some(conn) => format!("{} on connection {conn}", holder.context_id),
-            None => holder.context_id.clone(),
+            None => holder.context_id.to_string(),
         };
         tracing::warn!(
             terminal = %holder.exec_id,
@@ -539,7 +549,7 @@ impl Dispatcher {
             at,
             kind: "terminal.runner_refused".into(),
             actor: "daemon".into(),
-            context_id: Some(holder.context_id),
+            context_id: Some(holder.context_id.into_string()),
             detail: format!("{} from {sender}: held by {held_by}", holder.exec_id),
         })
     }
@@ -557,13 +567,13 @@ impl Dispatcher {
                     let context = ran_on.as_ref().map_or("", |r| r.name.as_str());
                     tracing::info!(%exec_id, %context, "a run ended lost: its machine did not deliver a result before its lease ended, or reconnected without it");
                 }
-                self.received.remove(&exec_id);
+                self.received.remove(exec_id.as_str());
                 self.pending.ended(&exec_id);
                 self.shared.metrics.run_finished(outcome.status().as_str());
                 self.shared
                     .terminals
                     .send(crate::dispatch::terminals::finished(
-                        exec_id.clone(),
+                        exec_id.to_string(),
                         &outcome,
                     ));
                 // Its end (and audit row) is committed: wake who waits on it.
@@ -572,7 +582,7 @@ impl Dispatcher {
             Event::RunStarted {
                 exec_id, run_id, ..
             } => {
-                if let Some(received) = self.received.get(&exec_id) {
+                if let Some(received) = self.received.get(exec_id.as_str()) {
                     let latency = at.instant.saturating_duration_since(*received);
                     self.shared.metrics.dispatched(latency);
                 }
@@ -580,7 +590,9 @@ impl Dispatcher {
                 // A terminal's keys typed while it started go out now.
                 self.shared
                     .terminals
-                    .send(crate::dispatch::terminals::TermMsg::Started { exec_id });
+                    .send(crate::dispatch::terminals::TermMsg::Started {
+                        exec_id: exec_id.into_string(),
+                    });
             }
             Event::Session { context_id, event } => match event {
                 session::Event::Ready { .. } => {
@@ -616,12 +628,18 @@ impl Dispatcher {
             Event::TerminalOutput { exec_id, data } => {
                 self.shared
                     .terminals
-                    .send(crate::dispatch::terminals::TermMsg::Output { exec_id, data });
+                    .send(crate::dispatch::terminals::TermMsg::Output {
+                        exec_id: exec_id.into_string(),
+                        data,
+                    });
             }
             Event::TerminalExit { exec_id, exit_code } => {
                 self.shared
                     .terminals
-                    .send(crate::dispatch::terminals::TermMsg::Exited { exec_id, exit_code });
+                    .send(crate::dispatch::terminals::TermMsg::Exited {
+                        exec_id: exec_id.into_string(),
+                        exit_code,
+                    });
             }
             Event::SessionError { context_id, error } => {
                 tracing::warn!(%context_id, error = %error, "a session refused an input");

@@ -74,7 +74,7 @@ impl Pending {
         };
         for row in snapshot.map(|s| s.executions.as_slice()).unwrap_or(&[]) {
             let held = Held::new(&row.requester.user_id, &row.target, &row.capability);
-            pending.hold(row.exec_id.clone(), held);
+            pending.hold(row.exec_id.to_string(), held);
         }
         pending
     }
@@ -128,7 +128,7 @@ impl Pending {
             &request.target,
             &request.capability,
         );
-        self.hold(request.exec_id.clone(), held)
+        self.hold(request.exec_id.to_string(), held)
     }
 
     fn hold(&mut self, exec_id: String, held: Held) -> bool {

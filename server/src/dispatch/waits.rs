@@ -76,7 +76,7 @@ pub(crate) fn may_execute(entry: &ContextEntry, user: &str) -> Result<(), Refuse
 pub(crate) fn spec(wait: &WaitEntry, operator: &str) -> WaitSpec {
     WaitSpec {
         operator: wait.requester == operator,
-        wait_id: wait.id.clone(),
+        wait_id: wait.id.as_str().into(),
         requester: wait.requester.clone(),
         source: wait.source.clone(),
         interval_ms: wait.interval_ms,
@@ -94,7 +94,7 @@ impl Dispatcher {
     fn order(&mut self, context_id: &str, order: WaitOrder) {
         let now = self.shared.clock.now();
         let input = Input::Wait {
-            context_id: context_id.to_owned(),
+            context_id: context_id.into(),
             order,
         };
         if let Err(e) = self.server.handle_input(now, input) {
@@ -116,7 +116,9 @@ impl Dispatcher {
         for wait in open {
             let order = match wait.state.as_str() {
                 ACTIVE => WaitOrder::Register(spec(&wait, &operator)),
-                CANCELLING => WaitOrder::Cancel { wait_id: wait.id },
+                CANCELLING => WaitOrder::Cancel {
+                    wait_id: wait.id.into(),
+                },
                 _ => continue,
             };
             self.order(context_id, order);
@@ -317,7 +319,7 @@ fn continuation_request(wait: &WaitEntry, exec_id: &str) -> Result<ExecuteReques
     };
     target.validate().map_err(|e| e.to_string())?;
     Ok(ExecuteRequest {
-        exec_id: exec_id.to_owned(),
+        exec_id: exec_id.into(),
         requester: Requester {
             user_id: wait.requester.clone(),
         },

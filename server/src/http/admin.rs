@@ -22,7 +22,7 @@ pub(super) fn routes() -> Vec<Route> {
         route(
             api("POST", "/v1/users", "Create a user and its token (admin)")
                 .auth(Auth::Bearer(ADMIN))
-                .request::<bodies::UserBody>()
+                .request::<bodies::UserRequest>()
                 .answer::<views::User>(201)
                 .errors(&[
                     (409, "user_exists"),

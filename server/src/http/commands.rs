@@ -192,7 +192,7 @@ async fn switch(
     if grant.commands.enabled != body.enabled {
         grant.commands.enabled = body.enabled;
         app.call(Input::UpdateGrant {
-            context_id: context_id.clone(),
+            context_id: context_id.as_str().into(),
             grant,
         })
         .await?;

@@ -201,7 +201,7 @@ async fn grant(State(app): State<App>, PathParam(given): PathParam, req: Request
     super::commands::refuse_turning_on(&entry.grant_json, &grant)?;
     let detail = String::from_utf8_lossy(&bytes).into_owned();
     app.call(Input::UpdateGrant {
-        context_id: entry.id.clone(),
+        context_id: entry.id.as_str().into(),
         grant,
     })
     .await?;
@@ -220,7 +220,7 @@ async fn revoke(State(app): State<App>, PathParam(given): PathParam, req: Reques
     let entry = find(&app, &caller, &given)?;
     if !entry.revoked {
         app.call(Input::Revoke {
-            context_id: entry.id.clone(),
+            context_id: entry.id.as_str().into(),
         })
         .await?;
         // Its daemon stops for good: nothing will check or report its waits any more.

@@ -30,7 +30,7 @@ pub(super) fn routes() -> Vec<Route> {
         route(
             api("POST", "/v1/executions", "Run a capability")
                 .auth(Auth::Bearer(EXECUTE))
-                .request::<bodies::ExecuteBody>()
+                .request::<bodies::ExecuteRequest>()
                 .answer::<views::Execution>(201)
                 .errors(&[
                     (400, "invalid_manifest"),
@@ -165,7 +165,7 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         ..ExecutionEntry::default()
     };
     let request = ExecuteRequest {
-        exec_id: entry.id.clone(),
+        exec_id: entry.id.as_str().into(),
         requester: Requester {
             user_id: caller.user.clone(),
         },
@@ -262,7 +262,7 @@ async fn cancel(State(app): State<App>, PathParam(id): PathParam, req: Request) 
         // An execution that ended meanwhile is not an error: the answer shows its end.
         let _ = app
             .call(Input::Cancel {
-                exec_id: id.clone(),
+                exec_id: id.as_str().into(),
             })
             .await;
     }

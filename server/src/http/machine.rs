@@ -16,7 +16,7 @@ use outpost_core::b64;
 use outpost_core::httpsig::VerifiedRequest;
 use outpost_core::join::machine_key_id;
 use outpost_core::server::{ContextRecord, Input};
-use outpost_core::ticket::TICKET_PREFIX;
+use outpost_core::ticket::{TICKET_PREFIX, TicketError};
 use outpost_core::wire::{CommandsGrant, Egress, Grant, GrantLimits};
 use tokio::sync::oneshot;
 
@@ -30,9 +30,6 @@ use crate::dispatch::Msg;
 use crate::secrets;
 use crate::store::ContextEntry;
 
-/// Tickets kept before expired ones are swept.
-const TICKET_SWEEP: usize = 1024;
-
 pub(super) fn routes() -> Vec<Route> {
     vec![
         route(
@@ -42,7 +39,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "Register a machine (signed by the new key)",
             )
             .auth(Auth::SignedBearer(CREATE))
-            .request::<bodies::RegisterBody>()
+            .request::<bodies::RegisterRequest>()
             .answer_when::<views::Registered>(201, "registered")
             .answer_when::<views::Registered>(
                 200,
@@ -112,11 +109,12 @@ pub(super) struct TicketQuery {
 
 fn registered(entry: &ContextEntry) -> views::Registered {
     views::Registered {
-        context_id: entry.id.clone(),
+        context_id: entry.id.as_str().into(),
         name: entry.name.clone(),
         operator: entry.operator.clone(),
         key_id: entry.key_id.clone(),
-        grant: serde_json::from_str(&entry.grant_json).unwrap_or_default(),
+        grant: serde_json::from_str(&entry.grant_json)
+            .unwrap_or_else(|_| outpost_core::wire::Grant::nothing()),
         grant_version: entry.grant_version,
     }
 }
@@ -299,7 +297,7 @@ async fn register(
     };
     store.insert_context(&entry, public.as_bytes())?;
     let record = ContextRecord {
-        id: entry.id.clone(),
+        id: entry.id.as_str().into(),
         name: entry.name.clone(),
         operator: entry.operator.clone(),
         operator_is_member: true,
@@ -342,17 +340,6 @@ async fn connect_ticket(
     })?;
     let text = issued.ticket.expose_secret();
     let expires_at = issued.ticket.expires_at.0;
-    {
-        let mut tickets = app
-            .tickets
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if tickets.len() >= TICKET_SWEEP {
-            let now = wall_now().0;
-            tickets.retain(|_, (_, exp)| *exp > now);
-        }
-        tickets.insert(secrets::hash(&text), (context_id, expires_at));
-    }
     Ok(axum::Json(views::ConnectTicket {
         ticket: text,
         session_id: issued.session_id,
@@ -396,23 +383,28 @@ async fn connect(
             "this route only opens a WebSocket",
         )
     })?;
-    let found = app
-        .tickets
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .remove(&secrets::hash(&ticket));
-    let (context_id, expires_at) = found.ok_or_else(|| {
-        ticket_error(
-            "ticket_unknown",
-            "the ticket was never issued, was used, or is wrong",
-        )
-    })?;
-    if wall_now().0 >= expires_at {
-        return Err(ticket_error(
-            "ticket_expired",
-            "the ticket expired; ask for a new one",
-        ));
-    }
+    let (reply, answer) = oneshot::channel();
+    let ask = Msg::TicketContext {
+        ticket: ticket.clone(),
+        reply,
+    };
+    app.tx.send(ask).await.map_err(|_| App::gone())?;
+    let context_id = answer
+        .await
+        .map_err(|_| App::gone())?
+        .map_err(|e| match e {
+            TicketError::Expired(_) => {
+                ticket_error(e.code(), "the ticket expired; ask for a new one")
+            }
+            TicketError::Malformed => ticket_error(
+                e.code(),
+                "the ticket is not otk_ and 64 base64url characters",
+            ),
+            _ => ticket_error(
+                "ticket_unknown",
+                "the ticket was never issued, was used, or is wrong",
+            ),
+        })?;
     auth::limit_context(&app, &context_id)?;
     let conn = app.next_conn.fetch_add(1, Ordering::Relaxed);
     // A small read buffer (it grows for a large message): an idle connection then holds a

@@ -53,8 +53,6 @@ pub(crate) struct AppInner {
     pub(crate) replay: Mutex<ReplayGuard>,
     pub(crate) by_address: Limiter,
     pub(crate) by_context: Limiter,
-    /// Outstanding connect tickets: SHA-256 of the ticket text → (context id, expiry).
-    pub(crate) tickets: Mutex<HashMap<[u8; 32], (String, u64)>>,
     pub(crate) next_conn: AtomicU64,
     /// Held by a registration from its checks until it is stored.
     pub(crate) registering: tokio::sync::Mutex<()>,
@@ -118,7 +116,6 @@ impl App {
             replay: Mutex::new(replay),
             by_address: Limiter::new(limits.per_address),
             by_context: Limiter::new(limits.per_context),
-            tickets: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             registering: tokio::sync::Mutex::new(()),
             access: tokio::sync::Mutex::new(()),

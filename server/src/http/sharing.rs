@@ -107,7 +107,7 @@ pub(crate) fn access_record(entry: &ContextEntry, removed: &HashSet<String>) -> 
         Vec::new()
     };
     ContextRecord {
-        id: entry.id.clone(),
+        id: entry.id.as_str().into(),
         name: entry.name.clone(),
         operator: entry.operator.clone(),
         operator_is_member: !removed.contains(&entry.operator),

@@ -81,6 +81,7 @@ pub(super) fn routes() -> Vec<Route> {
             .query::<super::machine::TicketQuery>()
             .answer_raw(101, "switching to the WebSocket", Carries::Nothing)
             .errors(&[
+                (401, "ticket_malformed"),
                 (401, "ticket_invalid"),
                 (401, "ticket_expired"),
                 (400, "websocket_required"),
@@ -166,7 +167,7 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
         ..ExecutionEntry::default()
     };
     let request = ExecuteRequest {
-        exec_id: exec_id.clone(),
+        exec_id: exec_id.as_str().into(),
         requester: Requester {
             user_id: caller.user.clone(),
         },
@@ -192,11 +193,11 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
     Ok((
         StatusCode::CREATED,
         axum::Json(views::TerminalOpened {
-            terminal_id: exec_id,
+            terminal_id: exec_id.into(),
             context: entry.name,
-            context_id: entry.id,
+            context_id: entry.id.into(),
             ticket,
-            role: role.code(),
+            role,
             expires_in_ms: crate::dispatch::terminals::TICKET_LIFETIME_MS,
             cols: size.cols,
             rows: size.rows,
@@ -246,9 +247,9 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
     let terminals = open
         .into_iter()
         .map(|t| views::TerminalRow {
-            terminal_id: t.terminal_id,
+            terminal_id: t.terminal_id.into(),
             context: t.context_name,
-            context_id: t.context_id,
+            context_id: t.context_id.into(),
             state: t.state,
             viewers: t.viewers,
             cols: t.size.cols,
@@ -267,7 +268,7 @@ async fn ticket(State(app): State<App>, PathParam(id): PathParam, req: Request) 
         StatusCode::CREATED,
         axum::Json(views::TerminalTicket {
             ticket,
-            role: role.code(),
+            role,
             expires_in_ms: crate::dispatch::terminals::TICKET_LIFETIME_MS,
         }),
     )

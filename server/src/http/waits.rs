@@ -38,7 +38,7 @@ pub(super) fn routes() -> Vec<Route> {
                 "Register a condition wait on a context",
             )
             .auth(Auth::Bearer(EXECUTE))
-            .request::<crate::bodies::WaitBody>()
+            .request::<crate::bodies::WaitRequest>()
             .answer_when::<Wait>(201, "a new wait (deduplicated: false)")
             .answer_when::<Wait>(
                 200,
@@ -171,7 +171,7 @@ async fn register(State(app): State<App>, req: Request) -> ApiResult {
 /// waits for the machine's next connection.
 async fn send(app: &App, context_id: &str, order: WaitOrder) {
     let input = Input::Wait {
-        context_id: context_id.to_owned(),
+        context_id: context_id.into(),
         order,
     };
     if let Err(e) = app.call(input).await {
@@ -225,7 +225,7 @@ async fn cancel(State(app): State<App>, PathParam(id): PathParam, req: Request) 
     let wait = app.shared.store.ask_cancel(&id)?.unwrap_or(wait);
     if wait.state == CANCELLING {
         let order = WaitOrder::Cancel {
-            wait_id: wait.id.clone(),
+            wait_id: wait.id.as_str().into(),
         };
         send(&app, &wait.context_id, order).await;
     }

@@ -96,7 +96,7 @@ fn write_records(
                         row.shared_with_all_members,
                         json(&row.opted_in)?,
                         row.operator_is_member,
-                        row.id
+                        row.id.as_str()
                     ],
                 )
                 .doing("updating a context's grant and access")?;
@@ -104,11 +104,11 @@ fn write_records(
                     exec(
                         tx,
                         "UPDATE machine_keys SET revoked = 1 WHERE context_id = ?1",
-                        [&row.id],
+                        [row.id.as_str()],
                     )
                     .doing("revoking a machine key")?;
                 }
-                ("context", row.id.clone())
+                ("context", row.id.to_string())
             }
             ServerChange::Chain(row) => ("chain", row.user_id.clone()),
             ServerChange::Execution(row) => {
@@ -121,11 +121,11 @@ fn write_records(
                     exec(
                         tx,
                         "UPDATE executions SET status = 'running', context_id = ?1 WHERE id = ?2 AND status = 'pending'",
-                        params![context_id, row.exec_id],
+                        params![context_id, row.exec_id.as_str()],
                     )
                     .doing("marking an execution running")?;
                 }
-                ("execution", row.exec_id.clone())
+                ("execution", row.exec_id.to_string())
             }
             ServerChange::ExecutionEnded(row) => {
                 // The record's time is anchored to whole wall seconds at start: it can
@@ -133,7 +133,7 @@ fn write_records(
                 exec(
                     tx,
                     "DELETE FROM records WHERE kind = 'execution' AND key = ?1",
-                    [&row.exec_id],
+                    [row.exec_id.as_str()],
                 )
                 .doing("removing an ended execution's row")?;
                 let ran_on = row.ran_on.as_ref().map(json).transpose()?;
@@ -151,11 +151,11 @@ fn write_records(
                         row.line,
                         row.ran_on.as_ref().map(|r| r.id.clone()),
                         row.ran_on.as_ref().map(|r| r.name.clone()),
-                        row.exec_id
+                        row.exec_id.as_str()
                     ],
                 )
                 .doing("recording an execution's end")?;
-                ("ended", row.exec_id.clone())
+                ("ended", row.exec_id.to_string())
             }
         };
         exec(

@@ -346,7 +346,7 @@ impl Store {
                         evidence,
                         ms(*matched_at_ms),
                         continuation,
-                        report.wait_id
+                        report.wait_id.as_str()
                     ],
                 )
                 .doing("recording a wait's match")?;
@@ -362,7 +362,7 @@ impl Store {
                         last_error,
                         reason.code(),
                         ms(*at_ms),
-                        report.wait_id
+                        report.wait_id.as_str()
                     ],
                 )
                 .doing("recording a wait's failure")?;

@@ -119,7 +119,7 @@ impl Driver {
             egress_denied: Vec::new(),
         };
         self.input(daemon::Input::RunFinished {
-            run_id: run_id.to_owned(),
+            run_id: run_id.into(),
             result,
         });
     }
@@ -147,7 +147,7 @@ impl Driver {
                     self.input(daemon::Input::Connected { session_id });
                 }
                 daemon::Output::Command(daemon::Command::Execute(execute)) => {
-                    self.executed.push(execute.run_id.clone());
+                    self.executed.push(execute.run_id.to_string());
                     if !self.hold {
                         self.finish(&execute.run_id);
                     }

@@ -17,6 +17,7 @@ mod seen;
 #[cfg(test)]
 mod tests;
 
+use crate::ids::RunId;
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
@@ -65,26 +66,26 @@ pub enum DaemonChange {
     /// A committed run is handed to an executor (before [`Command::Execute`]).
     RunStarted {
         /// The run.
-        run_id: String,
+        run_id: RunId,
     },
     /// A started run ended without a result (cancelled on revoke, or reaped after a restart
     /// once the server has heard the daemon's `hello`).
     RunDropped {
         /// The run.
-        run_id: String,
+        run_id: RunId,
     },
     /// A result entered the outbox (before its `run.result` is sent); the run is no longer
     /// *started*.
     ResultPending {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// The `run.result` frame's JSON text, sent again on every reconnect until acknowledged.
         frame: String,
     },
     /// A result left the outbox (`run.ack`, or the machine was revoked).
     ResultRemoved {
         /// The run.
-        run_id: String,
+        run_id: RunId,
     },
 }
 
@@ -161,7 +162,7 @@ pub struct GrantRow {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OutboxRow {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The `run.result` frame's JSON text.
     pub frame: String,
 }
@@ -176,7 +177,7 @@ pub struct DaemonSnapshot {
     /// The grant in force, if a `welcome` ever brought one.
     pub grant: Option<GrantRow>,
     /// Runs handed to an executor with no result yet, sorted.
-    pub started: Vec<String>,
+    pub started: Vec<RunId>,
     /// Results not yet acknowledged, sorted by run id.
     pub outbox: Vec<OutboxRow>,
     /// Run ids finished with and still refused (`run_seen`). Not in the snapshot document: a
@@ -277,11 +278,11 @@ fn check_result_frame(run_id: &str, frame: &str) -> Result<(), RecordError> {
 pub(super) struct DaemonJournal {
     anchor: WallAnchor,
     grant_version: Option<u64>,
-    started: BTreeSet<String>,
-    outbox: BTreeSet<String>,
+    started: BTreeSet<RunId>,
+    outbox: BTreeSet<RunId>,
     /// Started before the restart: never accepted again; forgotten once the server heard
     /// `hello` (it ends them `lost`).
-    abandoned: BTreeSet<String>,
+    abandoned: BTreeSet<RunId>,
 }
 
 impl DaemonJournal {
@@ -291,7 +292,7 @@ impl DaemonJournal {
     }
 
     /// A journal for a process whose clocks read `now`, whose outbox already holds `pending`.
-    pub(super) fn new<'a>(now: Now, pending: impl IntoIterator<Item = &'a String>) -> Self {
+    pub(super) fn new<'a>(now: Now, pending: impl IntoIterator<Item = &'a RunId>) -> Self {
         Self {
             anchor: WallAnchor::new(now),
             grant_version: None,
@@ -330,7 +331,7 @@ impl Daemon {
             .collect();
         let mut daemon = Daemon::with_pending_results(config, keys, now, pending);
         daemon.seen = snapshot.seen.clone();
-        let abandoned: BTreeSet<String> = snapshot.started.iter().cloned().collect();
+        let abandoned: BTreeSet<RunId> = snapshot.started.iter().cloned().collect();
         daemon.journal.started = abandoned.clone();
         daemon.journal.abandoned = abandoned.clone();
         if let Some(row) = &snapshot.grant {
@@ -372,7 +373,7 @@ impl Daemon {
         }
     }
 
-    fn started_now(&self) -> BTreeSet<String> {
+    fn started_now(&self) -> BTreeSet<RunId> {
         let mut started = self.journal.abandoned.clone();
         started.extend(
             self.runs

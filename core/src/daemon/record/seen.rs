@@ -16,6 +16,7 @@
 //! [`SEEN_RUNS_KEPT`] ids the ones that run out first go (ties: the lowest run id). This
 //! module never reads a clock.
 
+use crate::ids::RunId;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How long a finished run id is refused after its result was acknowledged (or the run
@@ -34,7 +35,7 @@ pub const SEEN_RUNS_KEPT: usize = 65_536;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeenRow {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// Until when (wall-clock milliseconds) a request for it is refused.
     pub until_ms: u64,
 }
@@ -43,8 +44,8 @@ pub struct SeenRow {
 /// [`SeenRow`]s (sorted by run id) and reads it back with `SeenRuns::try_from`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SeenRuns {
-    by_id: BTreeMap<String, u64>,
-    by_time: BTreeSet<(u64, String)>,
+    by_id: BTreeMap<RunId, u64>,
+    by_time: BTreeSet<(u64, RunId)>,
 }
 
 impl SeenRuns {
@@ -68,10 +69,7 @@ impl SeenRuns {
     /// out at `written_ms` and what is beyond [`SEEN_RUNS_KEPT`].
     pub fn apply(&mut self, finished: Option<&str>, written_ms: u64) {
         if let Some(run_id) = finished {
-            self.insert(
-                run_id.to_owned(),
-                written_ms.saturating_add(SEEN_RETENTION_MS),
-            );
+            self.insert(run_id.into(), written_ms.saturating_add(SEEN_RETENTION_MS));
         }
         while let Some((until, _)) = self.by_time.first()
             && (*until <= written_ms || self.by_time.len() > SEEN_RUNS_KEPT)
@@ -82,7 +80,7 @@ impl SeenRuns {
         }
     }
 
-    fn insert(&mut self, run_id: String, until_ms: u64) {
+    fn insert(&mut self, run_id: RunId, until_ms: u64) {
         if let Some(old) = self.by_id.insert(run_id.clone(), until_ms) {
             self.by_time.remove(&(old, run_id.clone()));
         }

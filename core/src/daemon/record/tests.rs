@@ -1,5 +1,6 @@
 //! The daemon's records: the fold, the strict reader, and a restore that never re-runs.
 
+use crate::ids::RunId;
 use std::time::Duration;
 
 use super::*;
@@ -143,12 +144,12 @@ fn a_restored_daemon_reaps_and_never_reruns_what_it_had_started_and_resends_its_
         reason: RESTARTED_REASON.into(),
     }));
     assert!(daemon.journal.started_before_restart("b.1"));
-    let pending: Vec<String> = daemon
+    let pending: Vec<RunId> = daemon
         .pending_results()
         .into_iter()
         .map(|p| p.run_id)
         .collect();
-    assert_eq!(pending, vec!["a.1".to_owned()]);
+    assert_eq!(pending, vec![RunId::new("a.1")]);
     let mut snapshot = daemon.snapshot();
     snapshot.written_ms = state.written_ms;
     assert_eq!(snapshot, state, "a restored daemon's state is what it read");

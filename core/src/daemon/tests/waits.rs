@@ -19,7 +19,7 @@ fn checks(outputs: &[Output]) -> Vec<(String, u64)> {
         .iter()
         .filter_map(|o| match o {
             Output::Command(Command::CheckWait { wait_id, check, .. }) => {
-                Some((wait_id.clone(), *check))
+                Some((wait_id.to_string(), *check))
             }
             _ => None,
         })

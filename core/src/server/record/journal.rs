@@ -9,6 +9,8 @@
 use std::collections::BTreeSet;
 use std::mem::take;
 
+use crate::ids::{ContextId, ExecutionId};
+
 use super::{
     ContextRow, EndedRow, ExecutionRow, PlaceRow, ServerChange, ServerRecord, ServerSnapshot,
 };
@@ -19,9 +21,9 @@ use crate::time::{Now, WallAnchor};
 /// The rows touched since the last flush, and this process's wall-clock anchor.
 pub(in crate::server) struct ServerJournal {
     anchor: WallAnchor,
-    contexts: BTreeSet<String>,
+    contexts: BTreeSet<ContextId>,
     chains: BTreeSet<String>,
-    executions: BTreeSet<String>,
+    executions: BTreeSet<ExecutionId>,
     ended: Vec<EndedRow>,
 }
 
@@ -41,7 +43,7 @@ impl ServerJournal {
     pub(in crate::server) fn touch_input(&mut self, input: &Input) {
         match input {
             Input::Register { record, .. } | Input::UpdateAccess(record) => {
-                self.contexts.insert(record.id.clone());
+                self.contexts.insert(record.id.as_str().into());
             }
             Input::UpdateGrant { context_id, .. } | Input::Revoke { context_id } => {
                 self.contexts.insert(context_id.clone());
@@ -67,7 +69,7 @@ impl ServerJournal {
     /// Marks an execution whose place, route or hops changed.
     pub(in crate::server) fn touch_execution(&mut self, exec_id: &str) {
         if !self.executions.contains(exec_id) {
-            self.executions.insert(exec_id.to_owned());
+            self.executions.insert(exec_id.into());
         }
     }
 
@@ -80,7 +82,7 @@ impl ServerJournal {
         line: &str,
     ) {
         self.ended.push(EndedRow {
-            exec_id: exec_id.to_owned(),
+            exec_id: exec_id.into(),
             outcome: outcome.clone(),
             ran_on: ran_on.cloned(),
             line: line.to_owned(),

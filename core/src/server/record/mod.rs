@@ -131,7 +131,7 @@ impl ServerSnapshot {
 }
 
 /// Replaces the row with `row`'s key, or inserts it in order.
-fn upsert<T>(rows: &mut Vec<T>, row: T, key: impl Fn(&T) -> &String) {
+fn upsert<T, K: Ord + ?Sized>(rows: &mut Vec<T>, row: T, key: impl Fn(&T) -> &K) {
     match rows.binary_search_by(|r| key(r).cmp(key(&row))) {
         Ok(at) => rows[at] = row,
         Err(at) => rows.insert(at, row),
@@ -139,7 +139,10 @@ fn upsert<T>(rows: &mut Vec<T>, row: T, key: impl Fn(&T) -> &String) {
 }
 
 /// A snapshot's rows are sorted by id, each id once: anything else was not written by us.
-fn sorted_and_unique<T>(rows: &[T], key: impl Fn(&T) -> &String) -> Result<(), RecordError> {
+fn sorted_and_unique<T, K: Ord + std::fmt::Debug + ?Sized>(
+    rows: &[T],
+    key: impl Fn(&T) -> &K,
+) -> Result<(), RecordError> {
     match rows.windows(2).find(|w| key(&w[0]) >= key(&w[1])) {
         Some(w) => Err(RecordError::Shape(format!(
             "rows out of order or repeated at {:?}",

@@ -34,7 +34,7 @@ impl Server {
         let mut server = Server::new(signer, session_template, now);
         for row in &snapshot.contexts {
             let mut config = server.session_template.clone();
-            config.context_id = row.id.clone();
+            config.context_id = row.id.as_str().into();
             let session = Session::restore(
                 config,
                 row.grant.clone(),
@@ -47,7 +47,7 @@ impl Server {
                 record: row.record(),
                 session,
             };
-            server.add_machine(row.id.clone(), machine);
+            server.add_machine(row.id.to_string(), machine);
         }
         for row in &snapshot.chains {
             server.chains.insert(row.user_id.clone(), row.chain.clone());

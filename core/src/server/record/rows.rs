@@ -2,6 +2,7 @@
 //! hold wall-clock milliseconds, never an [`Instant`](crate::time::Instant), and no
 //! connection or ticket state: those die with the process.
 
+use crate::ids::{ContextId, ExecutionId, RunId};
 use serde::{Deserialize, Serialize};
 
 use crate::routing::{Chain, ExecuteTarget, RanOn, Requester, Route};
@@ -13,7 +14,7 @@ use crate::wire::{CapabilitySource, Environment, Grant};
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContextRow {
     /// The context id.
-    pub id: String,
+    pub id: ContextId,
     /// Its friendly name.
     pub name: String,
     /// The user who runs the daemon.
@@ -75,7 +76,7 @@ pub struct ChainRow {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecutionRow {
     /// Unique per server.
-    pub exec_id: String,
+    pub exec_id: ExecutionId,
     /// Who asked.
     pub requester: Requester,
     /// Where it may run.
@@ -143,17 +144,17 @@ pub enum PlaceRow {
     /// offer is gone with its connection and the execution moves on to its next candidate.
     Offered {
         /// The context.
-        context_id: String,
+        context_id: ContextId,
         /// The run id the context was offered.
-        run_id: String,
+        run_id: RunId,
     },
     /// Committed on a context: it may be running there. Never offered anywhere else; it ends
     /// with its result, `lost` at `lost_at_ms`, or `lost` when the daemon says hello without it.
     Committed {
         /// The context.
-        context_id: String,
+        context_id: ContextId,
         /// The run id.
-        run_id: String,
+        run_id: RunId,
         /// When the server committed it.
         committed_at_ms: u64,
         /// When its lease ends (deadline + grace).
@@ -162,7 +163,7 @@ pub enum PlaceRow {
     /// Waiting for an offline context to come back.
     Queued {
         /// The context waited for.
-        context_id: String,
+        context_id: ContextId,
         /// When it fails with `execution_context_queue_expired`.
         until_ms: u64,
     },
@@ -176,7 +177,7 @@ pub enum PlaceRow {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndedRow {
     /// The execution.
-    pub exec_id: String,
+    pub exec_id: ExecutionId,
     /// How it ended: the dispatcher's own outcome, tagged by `outcome`.
     pub outcome: ExecutionOutcome,
     /// Where it ran and what was tried (absent when it never got a place).

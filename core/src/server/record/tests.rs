@@ -146,7 +146,7 @@ impl Harness {
                     Output::Command(_) => {}
                     Output::Event(server::Event::ExecutionFinished {
                         exec_id, outcome, ..
-                    }) => self.finished.push((exec_id, outcome)),
+                    }) => self.finished.push((exec_id.into_string(), outcome)),
                     Output::Event(_) => {}
                 }
                 busy = true;
@@ -168,7 +168,7 @@ impl Harness {
                     daemon::Output::Close { .. } => self.conn = None,
                     daemon::Output::Command(daemon::Command::Connect) => self.connect(),
                     daemon::Output::Command(daemon::Command::Execute(e)) => {
-                        self.executed.push(e.run_id.clone());
+                        self.executed.push(e.run_id.to_string());
                         self.executor.start(&e);
                     }
                     daemon::Output::Command(_)
@@ -453,7 +453,10 @@ fn queued_executions_keep_their_deadline_and_cloud_executions_end_lost_after_res
         }
     }
     let (until, _) = server.next_deadline().expect("the queue's deadline");
-    assert_eq!(lost, vec![("c1".to_owned(), ExecutionOutcome::Lost)]);
+    assert_eq!(
+        lost,
+        vec![(crate::ids::ExecutionId::new("c1"), ExecutionOutcome::Lost)]
+    );
     assert_eq!(
         until.since_origin(),
         origin + Duration::from_secs(240),

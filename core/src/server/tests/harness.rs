@@ -33,7 +33,7 @@ pub(super) fn grant() -> Grant {
 
 pub(super) fn record(id: &str, operator: &str, opted_in: &[&str]) -> ContextRecord {
     ContextRecord {
-        id: id.to_owned(),
+        id: id.into(),
         name: format!("box {id}"),
         operator: operator.to_owned(),
         operator_is_member: true,
@@ -44,7 +44,7 @@ pub(super) fn record(id: &str, operator: &str, opted_in: &[&str]) -> ContextReco
 
 pub(super) fn request(exec_id: &str, user: &str, target: ExecuteTarget) -> ExecuteRequest {
     ExecuteRequest {
-        exec_id: exec_id.to_owned(),
+        exec_id: exec_id.into(),
         requester: Requester {
             user_id: user.to_owned(),
         },
@@ -125,7 +125,7 @@ impl Harness {
             .issue_ticket(id, [conn as u8; 48])
             .expect("ticket");
         self.input(Input::Connect {
-            context_id: id.to_owned(),
+            context_id: id.into(),
             conn,
             ticket: issued.ticket.expose_secret(),
         });
@@ -224,7 +224,7 @@ impl Harness {
                     exec_id: e,
                     context_id,
                     ..
-                }) if e == exec_id => Some(context_id.clone()),
+                }) if e == exec_id => Some(context_id.to_string()),
                 _ => None,
             })
             .collect()
@@ -234,7 +234,7 @@ impl Harness {
         self.daemon_says(
             id,
             DaemonFrame::RunResult {
-                run_id: run_id.to_owned(),
+                run_id: run_id.into(),
                 result: RunResult {
                     status: RunStatus::Exited,
                     exit_code: Some(0),

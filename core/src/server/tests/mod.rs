@@ -228,7 +228,7 @@ fn queued_runs_beyond_the_machine_s_slots_wait_for_a_free_slot_instead_of_failin
         h.daemon_says(
             "a",
             DaemonFrame::RunAccept {
-                run_id: run.clone(),
+                run_id: run.clone().into(),
             },
         );
         h.result("a", &run);

@@ -64,7 +64,10 @@ impl World {
                 let grant = self.workload.change_egress(i, &mut self.rng);
                 let context_id = self.machines[i].context_id.clone();
                 self.note(format!("fault: grant of {context_id} changed"));
-                self.feed_server(server::Input::UpdateGrant { context_id, grant });
+                self.feed_server(server::Input::UpdateGrant {
+                    context_id: context_id.into(),
+                    grant,
+                });
             }
             85..=86 if !self.workload.revoked_any && !self.server_paused() => {
                 self.workload.revoked_any = true;
@@ -72,7 +75,9 @@ impl World {
                 self.note(format!("fault: revoke {context_id}"));
                 self.checker.revoked(i, now);
                 self.revoked_machine = Some(i);
-                self.feed_server(server::Input::Revoke { context_id });
+                self.feed_server(server::Input::Revoke {
+                    context_id: context_id.into(),
+                });
                 self.end_waits_of(i);
             }
             87..=90 if self.server_crash.is_none() && !self.server_paused() => {

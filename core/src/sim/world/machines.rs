@@ -1,5 +1,6 @@
 //! The simulated machines: daemons, their fake executors, and what their hosts do for them.
 
+use crate::ids::RunId;
 use std::time::Duration;
 
 use super::World;
@@ -29,7 +30,7 @@ impl World {
         if self.machines[i].suspended_until.is_some() {
             return;
         }
-        let due: Vec<(String, bool)> = self.machines[i]
+        let due: Vec<(RunId, bool)> = self.machines[i]
             .running
             .iter()
             .filter(|(_, (at, _))| *at <= now)
@@ -199,7 +200,7 @@ impl World {
         self.conns.insert(conn, i);
         self.machines[i].conn = Some(conn);
         self.feed_server(server::Input::Connect {
-            context_id,
+            context_id: context_id.into(),
             conn,
             ticket: issued.ticket.expose_secret(),
         });

@@ -1,5 +1,6 @@
 //! The seeded simulation: one server, several daemons, a faulty network, fake executors.
 
+use crate::ids::{ExecutionId, RunId, WaitId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,9 +122,9 @@ struct Machine {
     config: DaemonConfig,
     daemon: Option<Daemon>,
     /// Runs on the fake executor: finish time and whether it was cancelled.
-    running: BTreeMap<String, (Duration, bool)>,
+    running: BTreeMap<RunId, (Duration, bool)>,
     /// Checks on the fake condition engine, by wait.
-    checks: BTreeMap<String, RunningCheck>,
+    checks: BTreeMap<WaitId, RunningCheck>,
     conn: Option<ConnId>,
     down_until: Option<Duration>,
     suspended_until: Option<Duration>,
@@ -149,9 +150,9 @@ struct World {
     /// A crash waiting for its point in the server's output stream.
     server_crash: Option<PendingCrash>,
     /// Executions the server's disk knows (an execute answered to its client).
-    durable_execs: BTreeSet<String>,
+    durable_execs: BTreeSet<ExecutionId>,
     /// Runs whose commit the server's disk holds, by execution: the run and its machine.
-    commits: BTreeMap<String, (String, usize)>,
+    commits: BTreeMap<ExecutionId, (RunId, usize)>,
     /// The machine revoked, if one was.
     revoked_machine: Option<usize>,
     machines: Vec<Machine>,
@@ -159,7 +160,7 @@ struct World {
     next_conn: ConnId,
     net: BTreeMap<(Duration, u64), Msg>,
     net_seq: u64,
-    cloud: BTreeMap<String, Duration>,
+    cloud: BTreeMap<ExecutionId, Duration>,
     workload: Workload,
     /// The server's table of condition waits, and those still to be registered.
     waits: HostWaits,
@@ -172,7 +173,7 @@ struct World {
     paused_inputs: Vec<server::Input>,
     /// Per machine, the last runs it finished (the server recorded their end): what a faulty
     /// server could send again.
-    finished_runs: BTreeMap<usize, Vec<String>>,
+    finished_runs: BTreeMap<usize, Vec<RunId>>,
     /// Rogue frames sent so far (their run ids).
     rogue: u64,
     faults: usize,
@@ -207,7 +208,7 @@ impl World {
             let mut daemon_config = daemon_config.clone();
             daemon_config.seed = config.seed.wrapping_add(i as u64);
             machines.push(Machine {
-                context_id: record.id.clone(),
+                context_id: record.id.to_string(),
                 daemon: Some(Daemon::new(daemon_config.clone(), test_keys(), now)),
                 config: daemon_config,
                 running: BTreeMap::new(),
@@ -459,7 +460,7 @@ impl World {
                 self.deliver(msg);
             }
         }
-        let finished: Vec<String> = self
+        let finished: Vec<ExecutionId> = self
             .cloud
             .iter()
             .filter(|(_, at)| **at <= now)
@@ -488,7 +489,7 @@ fn server_signer() -> Arc<dyn crate::sign::Signer + Send + Sync> {
 
 fn view_of(record: &ContextRecord, grant: &Grant, features: Vec<String>) -> ContextView {
     ContextView {
-        id: record.id.clone(),
+        id: record.id.to_string(),
         name: record.name.clone(),
         operator: record.operator.clone(),
         online: true,

@@ -140,7 +140,7 @@ fn key_set(version: u64, extra: Option<&Ed25519Signer>) -> KeySet {
 /// A run a faulty server offers as `run_id`.
 fn rogue_spec(run_id: &str) -> RunSpec {
     RunSpec {
-        run_id: run_id.to_owned(),
+        run_id: run_id.into(),
         environment: Environment::Shell,
         capability: CapabilitySource::Inline {
             manifest: "name: rogue\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n".into(),

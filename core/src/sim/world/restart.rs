@@ -1,6 +1,7 @@
 //! Crashes and restarts that go through the records: each role's host writes what the role
 //! hands it to its disk, and a restarted role is restored from those bytes alone.
 
+use crate::ids::ExecutionId;
 use std::time::Duration;
 
 use super::disk::PendingCrash;
@@ -126,7 +127,7 @@ impl World {
             if row.grant != grant {
                 self.note(format!("grant of {} sent again", record.id));
                 let input = server::Input::UpdateGrant {
-                    context_id: record.id.clone(),
+                    context_id: record.id.as_str().into(),
                     grant: grant.clone(),
                 };
                 self.feed_server(input);
@@ -134,13 +135,13 @@ impl World {
             if self.revoked_machine == Some(i) && !row.revoked {
                 self.note(format!("revoke of {} sent again", record.id));
                 let input = server::Input::Revoke {
-                    context_id: record.id.clone(),
+                    context_id: record.id.as_str().into(),
                 };
                 self.feed_server(input);
             }
         }
         // A client whose execute was never answered (its record never written) sends it again.
-        let unanswered: Vec<String> = self
+        let unanswered: Vec<ExecutionId> = self
             .workload
             .submitted
             .iter()

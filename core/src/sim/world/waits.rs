@@ -7,6 +7,7 @@
 //! Like the rest of the world it only carries out what the roles ask; every decision about a
 //! wait is the daemon's schedule's.
 
+use crate::ids::WaitId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -38,7 +39,7 @@ pub(super) struct HostWaits {
     /// Registrations still to come: when, and the wait.
     pending: Vec<(Duration, HostWait)>,
     /// The table, by wait id.
-    table: BTreeMap<String, HostWait>,
+    table: BTreeMap<WaitId, HostWait>,
 }
 
 impl HostWaits {
@@ -58,7 +59,7 @@ impl HostWaits {
                 .chance(1, 4)
                 .then(|| at + Duration::from_millis(rng.below(60_000)));
             let spec = WaitSpec {
-                wait_id: format!("w{n:02}"),
+                wait_id: format!("w{n:02}").into(),
                 requester: "ada".into(),
                 source: "async (ctx) => false".into(),
                 interval_ms: 1_000 + rng.below(9_000),
@@ -126,7 +127,7 @@ impl World {
             self.waits.table.insert(id.clone(), wait);
             self.order_wait(&id, false);
         }
-        let cancels: Vec<String> = self
+        let cancels: Vec<WaitId> = self
             .waits
             .table
             .iter()
@@ -154,12 +155,15 @@ impl World {
         }
         if w.cancel_asked {
             orders.push(WaitOrder::Cancel {
-                wait_id: wait_id.to_owned(),
+                wait_id: wait_id.into(),
             });
         }
         for order in orders {
             let context_id = context_id.clone();
-            self.feed_server(server::Input::Wait { context_id, order });
+            self.feed_server(server::Input::Wait {
+                context_id: context_id.into(),
+                order,
+            });
         }
     }
 
@@ -172,7 +176,7 @@ impl World {
         else {
             return;
         };
-        let open: Vec<String> = self
+        let open: Vec<WaitId> = self
             .waits
             .table
             .iter()
@@ -217,7 +221,10 @@ impl World {
         }
         let order = WaitOrder::Ack { wait_id: id };
         let context_id = context_id.to_owned();
-        self.feed_server(server::Input::Wait { context_id, order });
+        self.feed_server(server::Input::Wait {
+            context_id: context_id.into(),
+            order,
+        });
     }
 
     /// The host's own ending of a wait whose machine was revoked (as the server's revoke
@@ -234,7 +241,7 @@ impl World {
 
     /// Machine `i` was revoked: its waits end at the server (its daemon stops for good).
     pub(super) fn end_waits_of(&mut self, i: usize) {
-        let ids: Vec<String> = self
+        let ids: Vec<WaitId> = self
             .waits
             .table
             .iter()
@@ -258,7 +265,7 @@ impl World {
         self.machines[i]
             .disk
             .waits
-            .insert(id, row.encode(written_ms));
+            .insert(id.into_string(), row.encode(written_ms));
     }
 
     /// Machine `i`'s host deletes a wait row.
@@ -268,7 +275,7 @@ impl World {
     }
 
     /// Machine `i` starts a check: it ends after 20 ms to 3 s.
-    pub(super) fn start_check(&mut self, i: usize, wait_id: String, check: u64) {
+    pub(super) fn start_check(&mut self, i: usize, wait_id: WaitId, check: u64) {
         self.checker.check_started(&wait_id, check, i);
         let at = self.elapsed + Duration::from_millis(20 + self.rng.below(3_000));
         let running = RunningCheck {
@@ -297,7 +304,7 @@ impl World {
         if self.machines[i].suspended_until.is_some() {
             return;
         }
-        let due: Vec<(String, RunningCheck)> = self.machines[i]
+        let due: Vec<(WaitId, RunningCheck)> = self.machines[i]
             .checks
             .iter()
             .filter(|(_, c)| c.at <= now)

@@ -13,6 +13,7 @@ pub(crate) mod viewer;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use outpost_core::api::TerminalState;
 use outpost_core::executor::TerminalSize;
 use outpost_core::server::Input as ServerInput;
 use outpost_core::session::TerminalAction;
@@ -25,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) use tickets::TicketRefused;
 
 /// How long a viewer ticket may wait to be used, in milliseconds (for the answers).
-pub(crate) const TICKET_LIFETIME_MS: u128 = tickets::TICKET_LIFETIME.as_millis();
+pub(crate) const TICKET_LIFETIME_MS: u64 = tickets::TICKET_LIFETIME.as_millis() as u64;
 use tickets::Tickets;
 pub(crate) use tickets::ViewerTicket;
 
@@ -67,7 +68,7 @@ pub(crate) struct TerminalView {
     pub(crate) context_name: String,
     pub(crate) opened_by: String,
     pub(crate) opened_at: u64,
-    pub(crate) state: &'static str,
+    pub(crate) state: TerminalState,
     pub(crate) viewers: usize,
     pub(crate) size: TerminalSize,
 }
@@ -277,7 +278,7 @@ impl Actor {
                     _ => None,
                 };
                 let issued = role.and_then(|role| {
-                    let now = self.clock.now().instant;
+                    let now = self.clock.now().wall;
                     self.tickets
                         .issue(now, exec_id, user, role)
                         .map(|t| (t, role))
@@ -289,7 +290,7 @@ impl Actor {
                 ticket,
                 reply,
             } => {
-                let now = self.clock.now().instant;
+                let now = self.clock.now().wall;
                 let _ = reply.send(self.tickets.redeem(now, &terminal_id, &ticket));
             }
             TermMsg::Join { ticket, out, reply } => {
@@ -389,11 +390,11 @@ impl Actor {
                         opened_by: t.opened_by.clone(),
                         opened_at: t.opened_at,
                         state: if t.relay.ended().is_some() {
-                            "closed"
+                            TerminalState::Closed
                         } else if t.relay.ring().pushed() > 0 {
-                            "open"
+                            TerminalState::Open
                         } else {
-                            "starting"
+                            TerminalState::Starting
                         },
                         viewers: t.relay.viewer_count(),
                         size: t.relay.size(),
@@ -463,7 +464,7 @@ impl Actor {
             };
             let msg = Msg::Input {
                 input: ServerInput::Terminal {
-                    exec_id: exec_id.to_owned(),
+                    exec_id: exec_id.into(),
                     action,
                 },
                 reply: None,

@@ -2,33 +2,42 @@
 //! cannot put an `Authorization` header on a WebSocket, so the bearer token buys a ticket
 //! over HTTP and the socket presents the ticket; the token never appears in a URL.
 //!
-//! Only SHA-256 digests of tickets are kept, and tickets die with the process.
+//! The tickets are the core's ([`outpost_core::ticket::TicketStore`], the store connect
+//! tickets use, with the `vtk_` prefix): only digests of their secrets are kept, and they die
+//! with the process. This file adds what is a viewer's own: a ticket opens only the terminal
+//! it was issued for, and the route's documented codes.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use outpost_core::terminal::Role;
-use outpost_core::time::Instant;
+use outpost_core::ticket::{TicketError, TicketStore, VIEWER_TICKET_PREFIX};
+use outpost_core::time::UnixTime;
 
 use crate::secrets;
 
 /// How long a ticket may wait to be used.
 pub(crate) const TICKET_LIFETIME: Duration = Duration::from_secs(30);
 
-/// The most tickets outstanding at once; the oldest expired ones go first.
+/// The most tickets outstanding at once; the expired ones go first.
 const MAX_TICKETS: usize = 10_000;
 
 /// What a redeemed ticket lets its socket do.
 #[derive(Debug, Clone)]
 pub(crate) struct ViewerTicket {
+    /// The terminal (its run's id) the ticket opens, and no other.
     pub(crate) exec_id: String,
+    /// The user it was issued to, who the viewer acts as.
     pub(crate) user: String,
+    /// Whether the viewer may type or only watch.
     pub(crate) role: Role,
 }
 
 /// Why a ticket was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum TicketRefused {
+    /// Not a viewer ticket's text at all.
+    #[error("the ticket is not vtk_ and 64 base64url characters")]
+    Malformed,
     /// Never issued, already used, or for another terminal.
     #[error("the ticket was never issued, was used, or is for another terminal")]
     Unknown,
@@ -38,66 +47,74 @@ pub(crate) enum TicketRefused {
 }
 
 impl TicketRefused {
-    /// The stable code (401).
+    /// The stable code (401): the terminal route's documented `ticket_invalid` and
+    /// `ticket_expired`, and the connect tickets' `ticket_malformed`.
     pub(crate) fn code(self) -> &'static str {
         match self {
+            TicketRefused::Malformed => "ticket_malformed",
             TicketRefused::Unknown => "ticket_invalid",
             TicketRefused::Expired => "ticket_expired",
         }
     }
 }
 
-#[derive(Default)]
+impl From<TicketError> for TicketRefused {
+    fn from(e: TicketError) -> Self {
+        match e {
+            TicketError::Malformed => TicketRefused::Malformed,
+            TicketError::Expired(_) => TicketRefused::Expired,
+            TicketError::Unknown | TicketError::StoreFull => TicketRefused::Unknown,
+        }
+    }
+}
+
+/// The terminal relay's outstanding viewer tickets.
 pub(super) struct Tickets {
-    by_digest: HashMap<[u8; 32], (ViewerTicket, Instant)>,
+    store: TicketStore<ViewerTicket>,
+}
+
+impl Default for Tickets {
+    fn default() -> Self {
+        Self {
+            store: TicketStore::with_prefix(
+                VIEWER_TICKET_PREFIX,
+                TICKET_LIFETIME.as_secs(),
+                MAX_TICKETS,
+            ),
+        }
+    }
 }
 
 impl Tickets {
-    /// A new ticket's text; `None` when the random source failed.
+    /// A new ticket's text; `None` when the random source failed or too many are outstanding.
     pub(super) fn issue(
         &mut self,
-        now: Instant,
+        now: UnixTime,
         exec_id: String,
         user: String,
         role: Role,
     ) -> Option<String> {
-        self.by_digest
-            .retain(|_, (_, issued)| now.saturating_duration_since(*issued) < TICKET_LIFETIME);
-        if self.by_digest.len() >= MAX_TICKETS {
-            return None;
-        }
-        let text = secrets::new_token().ok()?.replacen("opt_", "vtk_", 1);
+        let random = secrets::random::<48>().ok()?;
         let ticket = ViewerTicket {
             exec_id,
             user,
             role,
         };
-        self.by_digest.insert(secrets::hash(&text), (ticket, now));
-        Some(text)
+        let issued = self.store.issue(random, ticket, now).ok()?;
+        Some(issued.expose_secret())
     }
 
-    /// Spends `text` for `terminal_id`.
+    /// Spends `text` for `terminal_id`; a ticket for another terminal is refused and kept.
     pub(super) fn redeem(
         &mut self,
-        now: Instant,
+        now: UnixTime,
         terminal_id: &str,
         text: &str,
     ) -> Result<ViewerTicket, TicketRefused> {
-        let digest = secrets::hash(text);
-        match self.by_digest.get(&digest) {
-            Some((ticket, _)) if ticket.exec_id != terminal_id => Err(TicketRefused::Unknown),
-            None => Err(TicketRefused::Unknown),
-            Some(_) => {
-                let (ticket, issued) = self
-                    .by_digest
-                    .remove(&digest)
-                    .ok_or(TicketRefused::Unknown)?;
-                if now.saturating_duration_since(issued) >= TICKET_LIFETIME {
-                    Err(TicketRefused::Expired)
-                } else {
-                    Ok(ticket)
-                }
-            }
+        let opens = self.store.peek(text, now)?;
+        if opens.exec_id != terminal_id {
+            return Err(TicketRefused::Unknown);
         }
+        Ok(self.store.consume(text, now)?)
     }
 }

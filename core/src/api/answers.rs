@@ -1,0 +1,486 @@
+//! What the server answers (PROTOCOL §11): each body as it travels. A member that may be
+//! absent is skipped (`Option` with `skip_serializing_if`); one that is always there but may
+//! be empty is `null` (a plain `Option`); the schemas say which. Readers take these types as
+//! they are: nothing here computes or decides.
+
+use crate::ids::{ContextId, ExecutionId, TerminalId, WaitId};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[cfg(feature = "schema")]
+use super::DIGEST_PATTERN;
+use crate::routing::RanOn;
+use crate::server::ExecutionStatus;
+use crate::terminal::Role;
+use crate::wire::{CheckError, ErrorBody, Grant, Timing};
+
+/// Every error answer: `{"error":{"code","message"}}` with a 4xx or 5xx status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ErrorAnswer {
+    /// What went wrong.
+    pub error: ErrorBody,
+}
+
+/// How an execution failed, was cancelled or lost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ExecutionError {
+    /// The error code (`cancelled`, `lost`, an executor or access code, …).
+    pub code: String,
+    /// What a person should read.
+    pub message: String,
+    /// Why it was cancelled (`requested`, `access_lost`, `revoked`, …): on `cancelled` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// An Execution (§11.4). Members are absent until known.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Execution {
+    /// `ex_…`.
+    pub execution_id: ExecutionId,
+    /// Where it is in its life; `pending` and `running` are the only ones that change.
+    pub status: ExecutionStatus,
+    /// The capability's exit code, once it exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// What it printed, capped (see `truncated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    /// What it printed to stderr, capped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// Whether either stream was cut at its cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    /// Why it failed, was cancelled or lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ExecutionError>,
+    /// Where it ran (a routing record), once placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran_on: Option<RanOn>,
+    /// One line for a person: "Ran on build-box (your machine)."
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran_on_text: Option<String>,
+    /// The machine's timings of the run, once it ended there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<Timing>,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<u64>,
+}
+
+/// `GET /v1/runs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Runs {
+    /// Newest first.
+    pub runs: Vec<Execution>,
+}
+
+/// A Context (§11.4), as one caller may see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Context {
+    /// `ec_…`.
+    pub id: ContextId,
+    /// The machine's name, unique on the server.
+    pub name: String,
+    /// The user who joined it.
+    pub operator: String,
+    /// Whether its daemon is connected now.
+    pub online: bool,
+    /// Runs it holds now.
+    pub slots_used: usize,
+    /// Runs it holds at most (what its daemon offers while online, what it registered with
+    /// otherwise).
+    pub slots_total: u32,
+    /// What the server allows runs on it.
+    pub grant: Grant,
+    /// Bumped on every change of the grant.
+    pub grant_version: u64,
+    /// Whether its key was revoked (it can never connect again).
+    pub revoked: bool,
+    /// Its daemon's version, as registered.
+    pub daemon_version: String,
+    /// The environments it registered with (`shell`, `wasm`, …).
+    pub environments: Vec<String>,
+    /// Unix seconds.
+    pub registered_at: u64,
+    /// Whether every member may opt in to run on it.
+    pub shared_with_all_members: bool,
+    /// Its operator and admins see every opt-in, anyone else only their own.
+    pub opted_in: Vec<String>,
+    /// Whether its operator is still a member.
+    pub operator_is_member: bool,
+    /// What the machine's sandbox enforces, as its daemon announced it; `null` while it is
+    /// offline or when its daemon does not say.
+    pub sandbox: Option<SandboxView>,
+}
+
+/// A machine's sandbox, from its daemon's `sandbox:*` and `confinement:*` features.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxView {
+    /// The owner's rule: `required` or `operator-may-opt-out`.
+    pub confinement: String,
+    /// Landlock's file rules are enforced (every sandboxed run needs them).
+    pub landlock: bool,
+    /// User, mount, PID and network namespaces are available (egress `none`, allowlists).
+    pub namespaces: bool,
+    /// Landlock's signal and abstract-socket scoping is enforced.
+    pub scopes: bool,
+}
+
+impl SandboxView {
+    /// The view of a daemon's announced `features`, when they say anything of the sandbox.
+    pub fn of(features: &[String]) -> Option<Self> {
+        let confinement = features
+            .iter()
+            .find_map(|f| f.strip_prefix("confinement:"))?
+            .to_owned();
+        let has = |name: &str| features.iter().any(|f| f == name);
+        Some(SandboxView {
+            confinement,
+            landlock: has("sandbox:landlock"),
+            namespaces: has("sandbox:namespaces"),
+            scopes: has("sandbox:scopes"),
+        })
+    }
+}
+
+/// `GET /v1/execution-contexts`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Contexts {
+    /// The contexts the caller may see.
+    pub contexts: Vec<Context>,
+}
+
+/// One entry of a chain: its id (or `cloud`) and the name a person knows it by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ChainEntryView {
+    /// `ec_…`, or `cloud`.
+    pub id: String,
+    /// `null` when the context is gone.
+    pub name: Option<String>,
+}
+
+/// `GET` and `PUT /v1/chain`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "ChainShown"))]
+pub struct ChainShown {
+    /// The entries' ids, in order (`cloud` for the server).
+    pub chain: Vec<String>,
+    /// The same entries with their names.
+    pub entries: Vec<ChainEntryView>,
+}
+
+/// `POST /v1/execution-contexts` (201 new, 200 already registered).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Registered {
+    /// The context id (`ec_…`).
+    pub context_id: ContextId,
+    /// The machine's name.
+    pub name: String,
+    /// The operator (the join token's owner).
+    pub operator: String,
+    /// The machine key id (`mk_…`, from the public key).
+    pub key_id: String,
+    /// What the server allows runs on it now.
+    pub grant: Grant,
+    /// The grant's version.
+    pub grant_version: u64,
+}
+
+/// `POST /v1/execution-contexts/connect-ticket`: a bearer secret (`Debug` redacts it).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectTicket {
+    /// `otk_…`, single-use.
+    pub ticket: String,
+    /// The session id every server frame of that connection carries.
+    pub session_id: String,
+    /// Unix seconds.
+    pub expires_at: u64,
+}
+
+impl std::fmt::Debug for ConnectTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectTicket")
+            .field("ticket", &"otk_[redacted]")
+            .field("session_id", &self.session_id)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
+}
+
+/// `PUT /v1/bundles/{sha256}` (201 stored, 200 already stored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Bundle {
+    /// The bundle's name: its SHA-256.
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = DIGEST_PATTERN)))]
+    pub sha256: String,
+    /// Bytes.
+    pub size: u64,
+}
+
+/// `POST /v1/execution-contexts/commands`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct CommandsSwitched {
+    /// The switch as it now stands.
+    pub enabled: bool,
+    /// The grant's version after the switch.
+    pub grant_version: u64,
+}
+
+/// `POST /v1/execution-contexts/commands/authorize`: the server's yes to a host command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct CommandAuthorized {
+    /// `cmd_…`: the id the server audited its start under.
+    pub command_id: String,
+    /// The run's requester: a background job's owner.
+    pub requester: String,
+}
+
+/// `POST /v1/execution-contexts/commands/jobs/authorize`: the server's yes to a `poll` or
+/// `kill`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct JobAuthorized {
+    /// The run's requester now: only their jobs may be touched.
+    pub requester: String,
+}
+
+/// `POST /v1/users`: the token is shown once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct User {
+    /// The user's name.
+    pub user: String,
+    /// Its bearer token (`otu_…`); the server keeps only its hash.
+    pub token: String,
+    /// What it may do.
+    pub scopes: Vec<String>,
+}
+
+/// One audit event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    /// Unix seconds.
+    pub at: u64,
+    /// `context_registered`, `grant_changed`, `host_command`, …
+    pub kind: String,
+    /// Who did it (a user, or a context's machine).
+    pub actor: String,
+    /// `null` for an event about no context (a user added, …).
+    pub context_id: Option<String>,
+    /// What happened, for a person.
+    pub detail: String,
+}
+
+/// `GET /v1/audit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Audit {
+    /// Newest first.
+    pub events: Vec<AuditEvent>,
+}
+
+/// `POST /v1/execution-contexts/{context}/terminals`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalOpened {
+    /// The terminal's id (its run's id).
+    pub terminal_id: TerminalId,
+    /// The context's name.
+    pub context: String,
+    /// `ec_…`.
+    pub context_id: ContextId,
+    /// The single-use viewer ticket for `GET /v1/terminals/{terminal}/ws`.
+    pub ticket: String,
+    /// What the ticket's holder may do.
+    pub role: Role,
+    /// How long the ticket stays usable.
+    pub expires_in_ms: u64,
+    /// Columns it opens with.
+    pub cols: u16,
+    /// Rows it opens with.
+    pub rows: u16,
+}
+
+/// `POST /v1/terminals/{terminal}/tickets`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalTicket {
+    /// The single-use viewer ticket.
+    pub ticket: String,
+    /// What the ticket's holder may do.
+    pub role: Role,
+    /// How long the ticket stays usable.
+    pub expires_in_ms: u64,
+}
+
+/// Where a terminal is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum TerminalState {
+    /// Opened; its machine has not sent output yet.
+    Starting,
+    /// Its machine has sent output.
+    Open,
+    /// It ended (its relay keeps the end for late viewers a while).
+    Closed,
+}
+
+/// One open terminal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalRow {
+    /// The terminal's id.
+    pub terminal_id: TerminalId,
+    /// The context's name.
+    pub context: String,
+    /// `ec_…`.
+    pub context_id: ContextId,
+    /// Where it is in its life.
+    pub state: TerminalState,
+    /// Viewers attached now.
+    pub viewers: usize,
+    /// Columns now.
+    pub cols: u16,
+    /// Rows now.
+    pub rows: u16,
+    /// Unix seconds.
+    pub opened_at: u64,
+    /// The user who opened it.
+    pub opened_by: String,
+}
+
+/// `GET /v1/terminals`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Terminals {
+    /// The terminals the caller may see.
+    pub terminals: Vec<TerminalRow>,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Health {
+    /// Always `true`: the server answers.
+    pub ok: bool,
+}
+
+/// What a wait's match started, or why it started nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Continuation {
+    /// `WAIT.then`; `null` for a wait without `then`.
+    pub id: Option<String>,
+    /// Where the continuation is.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("enum" = ["none", "pending", "started", "access_lost", "cancelled", "expired", "refused"]))
+    )]
+    pub state: String,
+    /// The execution it started (`ex_` + the continuation id).
+    pub execution_id: Option<String>,
+    /// Why nothing started (`not_opted_in`, …).
+    pub error: Option<String>,
+}
+
+/// A Wait (§11.7): every member is always there, `null` when it has no value yet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Wait {
+    /// `wt_…`.
+    pub wait_id: WaitId,
+    /// The context's name when the wait was registered.
+    pub context: String,
+    /// `ec_…`.
+    pub context_id: ContextId,
+    /// Who registered it.
+    pub requester: String,
+    /// Where it is in its life.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("enum" = ["active", "cancelling", "matched", "failed"]))
+    )]
+    pub state: String,
+    /// Why the requester waits, for people.
+    pub reason: Option<String>,
+    /// Milliseconds between checks.
+    pub interval_ms: u64,
+    /// Unix ms.
+    pub expires_at_ms: Option<u64>,
+    /// Unix ms.
+    pub created_at_ms: u64,
+    /// Checks the machine reported.
+    pub checks: u64,
+    /// Failed checks in a row.
+    pub consecutive_errors: u32,
+    /// The last failed check's error, as the daemon reported it.
+    pub last_error: Option<CheckError>,
+    /// Unix ms.
+    pub next_check_at_ms: Option<u64>,
+    /// The line the match resumes with, for people.
+    pub resume_text: Option<String>,
+    /// What the condition returned with its match (any JSON).
+    #[serde(default)]
+    pub payload: Value,
+    /// What the condition observed (any JSON).
+    #[serde(default)]
+    pub evidence: Value,
+    /// Why it failed.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("enum" = ["check_errors", "expired", "cancelled", "context_revoked", null]))
+    )]
+    pub fail_reason: Option<String>,
+    /// Unix ms.
+    pub ended_at_ms: Option<u64>,
+    /// What its match started.
+    pub continuation: Continuation,
+    /// On a registration: whether an identical active wait was answered (200) instead of a
+    /// new one (201). Absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deduplicated: Option<bool>,
+}
+
+/// `GET /v1/waits`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Waits {
+    /// Newest first.
+    pub waits: Vec<Wait>,
+}
