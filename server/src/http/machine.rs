@@ -1,5 +1,7 @@
 //! Machine routes (§11.3): register, connect-ticket, server-keys, and the WebSocket upgrade
-//! (whose ticket is checked before upgrading; the socket itself is driven by `ws`).
+//! (whose ticket is looked at in the core before upgrading — which context issued it, without
+//! spending it — and spent by that context's session once the socket is open; the socket
+//! itself is driven by `ws`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
