@@ -160,3 +160,75 @@ fn a_server_killed_mid_run_gets_the_result_exactly_once_and_keeps_queued_executi
     daemon.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `outpost execute` prints its execution's id at once and follows it across a kill -9 and
+/// restart of the server, ending with the run's real outcome (its output and exit code),
+/// the run started once.
+#[test]
+fn execute_follows_its_execution_across_a_server_restart() {
+    use std::io::BufRead as _;
+
+    let dir = temp_dir("execute-restart");
+    let server = Server::start(&dir.join("server"), 0);
+    let home = dir.join("home");
+    let mut daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    online(&server, "box");
+    let cap = dir.join("cap");
+    std::fs::create_dir_all(&cap).expect("capability folder");
+    std::fs::write(
+        cap.join("manifest.yaml"),
+        "name: waits\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: false\nlimits:\n  timeout_ms: 120000\n",
+    )
+    .expect("manifest");
+    std::fs::write(
+        cap.join("run.sh"),
+        format!("{}exit 5\n", waiting_script(&dir)),
+    )
+    .expect("script");
+    let mut execute = std::process::Command::new(common::binary())
+        .args(["execute", cap.to_str().expect("utf-8"), "--context", "box"])
+        .args(["--server", &server.url])
+        .env("OUTPOST_TOKEN", &server.admin)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("outpost execute runs");
+    // The id comes first, before the run has done anything.
+    let mut stderr = std::io::BufReader::new(execute.stderr.take().expect("stderr"));
+    let mut first = String::new();
+    stderr.read_line(&mut first).expect("a line");
+    let id = first
+        .trim()
+        .strip_prefix("outpost: execution ")
+        .unwrap_or_else(|| panic!("the id first, not {first:?}"))
+        .to_owned();
+    assert!(id.starts_with("ex_"), "{first}");
+    let rest = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).map(|_| text)
+    });
+    wait_for("the run to start", || {
+        lines(&dir.join("pids")).first().cloned()
+    });
+
+    let server = server.restart();
+    std::fs::write(dir.join("go"), b"").expect("go");
+    let out = common::finish(execute, "outpost execute");
+    let said = rest.join().expect("stderr reader").expect("stderr");
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "the run's own exit code: {said}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "finished\n", "{said}");
+    assert!(
+        said.contains("asking again"),
+        "it said it lost the server: {said}"
+    );
+    assert!(said.contains("Ran on box"), "{said}");
+    let execution = server.wait_status(&id, "exited");
+    assert_eq!(execution["exitCode"], 5, "{execution}");
+    assert_eq!(lines(&dir.join("count")).len(), 1, "started once");
+    daemon.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,17 +1,23 @@
 //! `outpost execute DIR …`: pack a capability, have the server run it where the routing says,
 //! print its output and where it ran, and exit with its exit code.
 //!
+//! The execution's id is printed on stderr as soon as the server has it (`outpost: execution
+//! ex_…`), and the command then follows the execution to its end, asking again with a growing
+//! pause when the server cannot be reached (it restarts, the network drops), so a restart
+//! mid-run still ends with the run's real outcome.
+//!
 //! This module owns the command's exit codes and its two outputs (the capability's streams
 //! with one `Ran on …` line, or `--json`). It never runs anything locally.
 
 use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use outpost_core::api::requests::{ExecuteRequest, OfflineMode};
 use outpost_core::api::{Bundle, Execution, MAX_WAIT_SECS};
+use outpost_core::ids::ExecutionId;
 use outpost_core::routing::{Fallback, Requirement};
 use outpost_core::server::ExecutionStatus;
 use outpost_core::wire::CapabilitySource;
@@ -70,9 +76,8 @@ pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(anyhow::anyhow!("{e} ({})", e.code())).with_context(packing),
     };
+    // Answered at once (202): the execution's id is known before anything runs.
     let mut body = ExecuteRequest::new(capability);
-    body.wait = Some(true);
-    body.wait_secs = Some(MAX_WAIT_SECS);
     body.context = a.context.map(str::to_owned);
     if a.fallback_chain {
         body.fallback = Some(Fallback::Chain);
@@ -89,16 +94,19 @@ pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
     }
     let started = Instant::now();
     let mut execution: Execution = api.post("/v1/executions", &body)?;
+    let id = execution.execution_id.clone();
+    eprintln!("outpost: execution {id}");
+    let mut reported = false;
     while !execution.status.is_final() {
-        let id = execution.execution_id;
-        if !a.json {
+        if reported && !a.json {
             eprintln!(
                 "outpost: {id} is {} after {}s…",
                 execution.status.as_str(),
                 started.elapsed().as_secs()
             );
         }
-        execution = api.get(&format!("/v1/executions/{id}?waitSecs={MAX_WAIT_SECS}"))?;
+        reported = true;
+        execution = follow(&api, &id)?;
     }
     if a.json {
         // The fields scripts read are always there: null when the run has none.
@@ -113,6 +121,38 @@ pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
         print_streams(&execution)?;
     }
     Ok(exit_code(&execution))
+}
+
+/// How many times in a row the server may be unreachable while an execution is followed.
+const FOLLOW_ATTEMPTS: u32 = 12;
+/// The first pause after the server was unreachable; each next one doubles, up to 5 s.
+const FOLLOW_FIRST_PAUSE: Duration = Duration::from_millis(250);
+
+/// The execution `id` once it ends or `waitSecs` pass: a server that cannot be reached (it
+/// restarts, the network drops) is asked again, with a growing pause, [`FOLLOW_ATTEMPTS`]
+/// times before the execution is given up on (it goes on where it runs; its id was printed).
+fn follow(api: &Api, id: &ExecutionId) -> anyhow::Result<Execution> {
+    let path = format!("/v1/executions/{id}?waitSecs={MAX_WAIT_SECS}");
+    let mut pause = FOLLOW_FIRST_PAUSE;
+    let mut attempt = 1;
+    loop {
+        match api.get(&path) {
+            Err(e) if e.status == 0 && attempt < FOLLOW_ATTEMPTS => {
+                eprintln!(
+                    "outpost: {e}; asking again in {} ms ({attempt}/{FOLLOW_ATTEMPTS})…",
+                    pause.as_millis()
+                );
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(5));
+                attempt += 1;
+            }
+            answer => {
+                return answer.with_context(|| {
+                    format!("following {id} (it may still run: `outpost runs list` shows it)")
+                });
+            }
+        }
+    }
 }
 
 /// Uploads the folder as a bundle by digest (PROTOCOL §11.4) and names it.
