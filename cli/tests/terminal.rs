@@ -317,9 +317,30 @@ fn a_login_shell_through_the_relay_answers_resizes_replays_and_exits() {
         server.port
     );
     match tungstenite::connect(url) {
-        Err(tungstenite::Error::Http(response)) => assert_eq!(response.status(), 401),
+        Err(tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 401);
+            let body = String::from_utf8_lossy(response.body().as_deref().unwrap_or_default());
+            assert!(body.contains("ticket_invalid"), "{body}");
+        }
         other => panic!(
             "a spent ticket must be refused, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    // Text that is no viewer ticket at all (a daemon's, here) says so.
+    let url = format!(
+        "ws://127.0.0.1:{}/v1/terminals/{terminal}/connect?ticket=otk_{}",
+        server.port,
+        "A".repeat(64)
+    );
+    match tungstenite::connect(url) {
+        Err(tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 401);
+            let body = String::from_utf8_lossy(response.body().as_deref().unwrap_or_default());
+            assert!(body.contains("ticket_malformed"), "{body}");
+        }
+        other => panic!(
+            "a daemon's ticket opens no viewer, got {:?}",
             other.map(|_| ())
         ),
     }

@@ -124,15 +124,19 @@ impl Server {
     }
 
     /// The context whose session issued the connect ticket `ticket`, without spending it:
-    /// what the host checks before it opens the WebSocket (the session spends the ticket on
-    /// [`Input::Connect`]). `ticket_malformed`, `ticket_unknown` (never issued, used, wrong,
-    /// or its machine revoked) or `ticket_expired`. It asks every session in turn: one hash
-    /// lookup each, and the route that calls it is rate-limited per address.
-    pub fn ticket_context(&self, ticket: &str) -> Result<&str, TicketError> {
+    /// what the host checks at `now` (its wall clock) before it opens the WebSocket (the
+    /// session spends the ticket on [`Input::Connect`]). `ticket_malformed`, `ticket_unknown`
+    /// (never issued, used or wrong) or `ticket_expired`. It asks every session in turn: one
+    /// hash lookup each, and the route that calls it is rate-limited per address.
+    pub fn ticket_context(
+        &self,
+        ticket: &str,
+        now: crate::time::UnixTime,
+    ) -> Result<&str, TicketError> {
         let mut refusal = TicketError::Unknown;
         for slot in 0..self.machines.len() {
             let machine = self.machines.at(slot);
-            match machine.session.holds_ticket(ticket) {
+            match machine.session.holds_ticket(ticket, now) {
                 Ok(()) => return Ok(machine.session.context_id()),
                 Err(TicketError::Malformed) => return Err(TicketError::Malformed),
                 Err(e @ TicketError::Expired(_)) => refusal = e,

@@ -172,13 +172,15 @@ impl Session {
         Ok(IssuedTicket { ticket, session_id })
     }
 
-    /// Whether `ticket` is one of this session's outstanding connect tickets, usable at the
-    /// session's latest time, without spending it (the session spends it on `Connect`).
-    pub fn holds_ticket(&self, ticket: &str) -> Result<(), TicketError> {
-        if self.revoked {
-            return Err(TicketError::Unknown);
-        }
-        self.cold.tickets.peek(ticket, self.now.wall).map(|_| ())
+    /// Whether `ticket` is one of this session's outstanding connect tickets, usable at
+    /// `now`, without spending it (the session spends it on `Connect`, where a revoked
+    /// machine is refused with its close code, as before the look).
+    pub fn holds_ticket(
+        &self,
+        ticket: &str,
+        now: crate::time::UnixTime,
+    ) -> Result<(), TicketError> {
+        self.cold.tickets.peek(ticket, now).map(|_| ())
     }
 
     /// Feeds one input at time `now`.

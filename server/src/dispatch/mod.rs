@@ -338,7 +338,8 @@ impl Dispatcher {
                 drained
             }
             Msg::TicketContext { ticket, reply } => {
-                let found = self.server.ticket_context(&ticket).map(str::to_owned);
+                let now = self.shared.clock.now().wall;
+                let found = self.server.ticket_context(&ticket, now).map(str::to_owned);
                 let _ = reply.send(found);
                 Ok(())
             }
