@@ -351,11 +351,44 @@ enum ChainAction {
 
 #[derive(Subcommand)]
 enum RunsAction {
-    /// List executions.
+    /// List executions, newest first: capability, requester, where it ran, status, when it
+    /// started (local time), how long it took.
     List {
-        /// Only those on this context.
+        /// Only those that asked for, or ran on, this context (a name or an id).
         #[arg(long)]
         context: Option<String>,
+        /// Only those with this status (pending, running, exited, timed_out, cancelled,
+        /// failed, lost).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only your own (an admin sees every user's otherwise).
+        #[arg(long)]
+        mine: bool,
+        /// Only those started since: a time ago (90s, 30m, 2h, 7d) or RFC 3339.
+        #[arg(long)]
+        since: Option<String>,
+        /// How many to show (default 50; more than 500 are fetched page by page).
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// One execution: its capability, requester, where and when it ran, how it ended and
+    /// what it printed.
+    Show {
+        /// The execution's id (`ex_…`).
+        id: String,
+    },
+    /// What an execution printed; with -f, as it prints it, until it ends.
+    Logs {
+        /// The execution's id (`ex_…`).
+        id: String,
+        /// Follow the output until the execution ends.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
+    /// Cancel an execution (a run that started is stopped; it keeps what it printed).
+    Cancel {
+        /// The execution's id (`ex_…`).
+        id: String,
     },
 }
 
@@ -571,12 +604,33 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Runs {
-            action: RunsAction::List { context },
+            action,
             server,
             json,
         } => {
             let api = client::api::Api::from_env(server.as_deref())?;
-            client::manage::runs_list(&api, context.as_deref(), json)
+            match action {
+                RunsAction::List {
+                    context,
+                    status,
+                    mine,
+                    since,
+                    limit,
+                } => client::runs::list(
+                    &api,
+                    &client::runs::ListArgs {
+                        context: context.as_deref(),
+                        status: status.as_deref(),
+                        mine,
+                        since: since.as_deref(),
+                        limit,
+                        json,
+                    },
+                ),
+                RunsAction::Show { id } => client::runs::show(&api, &id, json),
+                RunsAction::Logs { id, follow } => client::runs::logs(&api, &id, follow, json),
+                RunsAction::Cancel { id } => client::runs::cancel(&api, &id, json),
+            }
         }
         Command::Wait {
             action,

@@ -269,7 +269,30 @@ impl Job {
                     }
                 }
             });
-        match outpost_host::run_to_end(&mut *handle, &self.cancel) {
+        // A terminal's output goes out as `pty.output`; any other run's as `run.output`.
+        let mut text = outpost_core::executor::OutputText::new();
+        let events = self.events.clone();
+        let send = |pieces: Vec<outpost_core::executor::OutputPiece>| {
+            if !pieces.is_empty() {
+                let _ = events.send(Event::Input(Input::RunOutput {
+                    run_id: run_id.clone(),
+                    pieces,
+                }));
+            }
+        };
+        let ended = if attached.is_some() {
+            outpost_host::run_to_end(&mut *handle, &self.cancel)
+        } else {
+            let streamed =
+                outpost_host::run_to_end_streaming(&mut *handle, &self.cancel, &mut |chunks| {
+                    for chunk in chunks {
+                        send(text.push(chunk.stream, &chunk.bytes));
+                    }
+                });
+            send(text.finish());
+            streamed
+        };
+        match ended {
             Ok(outcome) => {
                 if let Some(attached) = attached.take() {
                     // Every byte goes out before `pty.exit`, and that before the result.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outpost_core::executor::{ExecError, Outcome, RunHandle, WaitWaker};
+use outpost_core::executor::{ExecError, Outcome, OutputChunk, RunHandle, WaitWaker};
 
 /// How often a waiter whose run cannot be woken looks at its cancel.
 const SLICE: Duration = Duration::from_millis(200);
@@ -73,11 +73,38 @@ impl Cancel {
 /// Waits for `handle`'s run to end, cancelling it (once) when `cancel` is raised, and returns
 /// how it ended: cancelled, timed out (the handle enforces its deadline) or on its own.
 pub fn run_to_end(handle: &mut dyn RunHandle, cancel: &Cancel) -> Result<Outcome, ExecError> {
+    drive(handle, cancel, None)
+}
+
+/// [`run_to_end`], handing the run's output to `on_output` as it arrives (within the caps,
+/// the last of it before this returns). A handle that can wake its waiter on output (the
+/// shell executor's processes) is waited on until it has some; any other is looked at every
+/// [`STREAM_SLICE`].
+pub fn run_to_end_streaming(
+    handle: &mut dyn RunHandle,
+    cancel: &Cancel,
+    on_output: &mut dyn FnMut(Vec<OutputChunk>),
+) -> Result<Outcome, ExecError> {
+    drive(handle, cancel, Some(on_output))
+}
+
+/// How often a streamed run whose output cannot wake its waiter is looked at.
+pub const STREAM_SLICE: Duration = Duration::from_millis(50);
+
+fn drive(
+    handle: &mut dyn RunHandle,
+    cancel: &Cancel,
+    mut on_output: Option<&mut dyn FnMut(Vec<OutputChunk>)>,
+) -> Result<Outcome, ExecError> {
     let slice = match handle.wait_waker() {
         Some(waker) => {
-            cancel.wake_with(waker);
-            WOKEN_WAIT
+            cancel.wake_with(waker.clone());
+            match on_output {
+                Some(_) if !handle.notify_output(waker) => STREAM_SLICE,
+                _ => WOKEN_WAIT,
+            }
         }
+        None if on_output.is_some() => STREAM_SLICE,
         None => SLICE,
     };
     let mut cancelled = false;
@@ -88,8 +115,23 @@ pub fn run_to_end(handle: &mut dyn RunHandle, cancel: &Cancel) -> Result<Outcome
             cancelled = true;
             handle.cancel()?;
         }
+        // Read before every wait too: what came before the output could wake anyone (the
+        // notifier is set after the run started) is not left until the run's end.
+        if let Some(sink) = on_output.as_mut() {
+            pass_on(handle, sink);
+        }
         if let Some(outcome) = handle.wait(slice)? {
+            if let Some(sink) = on_output.as_mut() {
+                pass_on(handle, sink);
+            }
             return Ok(outcome);
         }
+    }
+}
+
+fn pass_on(handle: &mut dyn RunHandle, sink: &mut &mut dyn FnMut(Vec<OutputChunk>)) {
+    let fresh = handle.read_output();
+    if !fresh.is_empty() {
+        sink(fresh);
     }
 }

@@ -294,6 +294,16 @@ impl RunHandle for ProcessRun {
         }))
     }
 
+    fn notify_output(&mut self, waker: outpost_core::executor::WaitWaker) -> bool {
+        match self.captured.lock() {
+            Ok(mut c) => {
+                c.notify_with(waker);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     fn read_output(&mut self) -> Vec<OutputChunk> {
         match self.captured.lock() {
             Ok(mut c) => c.take_fresh(),

@@ -151,6 +151,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         clock: clock.clone(),
         metrics: Metrics::default(),
         ends: Ends::default(),
+        outputs: Default::default(),
         terminals,
         limits: config.limits.clone(),
         inflight: crate::inflight::Inflight::new(config.limits.clone()),

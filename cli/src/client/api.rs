@@ -53,6 +53,7 @@ pub fn default_state_dir() -> anyhow::Result<PathBuf> {
 }
 
 /// A client of one server, authenticated by one bearer token.
+#[derive(Clone)]
 pub struct Api {
     base: String,
     token: String,
@@ -183,6 +184,54 @@ impl Api {
     /// `PUT path` with raw bytes (a bundle).
     pub fn put_bytes<T: DeserializeOwned>(&self, path: &str, bytes: &[u8]) -> Result<T, ApiError> {
         typed(self.call_raw("PUT", path, Some(bytes), "application/octet-stream")?)
+    }
+
+    /// `GET path` as a stream (Server-Sent Events): the body to read as it comes, with no
+    /// deadline on the whole (the caller bounds each wait). `last_event_id` resumes it.
+    pub fn open_stream(
+        &self,
+        path: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<ureq::BodyReader<'static>, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self
+            .agent
+            .get(&url)
+            .config()
+            .timeout_global(None)
+            .build()
+            .header("authorization", &format!("Bearer {}", self.token))
+            .header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = request.call().map_err(|e| ApiError {
+            status: 0,
+            code: "server_unreachable".into(),
+            message: format!("cannot reach the server at {}: {e}", self.base),
+        })?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response.into_body().into_reader());
+        }
+        let text = response
+            .into_body()
+            .with_config()
+            .limit(1024 * 1024)
+            .read_to_string()
+            .unwrap_or_default();
+        Err(match serde_json::from_str::<ErrorAnswer>(&text) {
+            Ok(ErrorAnswer { error }) => ApiError {
+                status,
+                code: error.code,
+                message: error.message,
+            },
+            Err(_) => ApiError {
+                status,
+                code: "http_error".into(),
+                message: format!("HTTP {status}"),
+            },
+        })
     }
 
     fn send<B: Serialize + ?Sized, T: DeserializeOwned>(

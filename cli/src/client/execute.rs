@@ -2,9 +2,11 @@
 //! print its output and where it ran, and exit with its exit code.
 //!
 //! The execution's id is printed on stderr as soon as the server has it (`outpost: execution
-//! ex_…`), and the command then follows the execution to its end, asking again with a growing
-//! pause when the server cannot be reached (it restarts, the network drops), so a restart
-//! mid-run still ends with the run's real outcome.
+//! ex_…`), and the command then follows the execution's output as the run writes it
+//! ([`super::follow`]), asking again from where it stood when the server cannot be reached
+//! (it restarts, the network drops), so a restart mid-run still ends with the run's real
+//! output and outcome. The first Ctrl-C cancels the execution; a second leaves it running
+//! and says how to follow it again.
 //!
 //! This module owns the command's exit codes and its two outputs (the capability's streams
 //! with one `Ran on …` line, or `--json`). It never runs anything locally.
@@ -12,18 +14,18 @@
 use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use outpost_core::api::requests::{ExecuteRequest, OfflineMode};
-use outpost_core::api::{Bundle, Execution, MAX_WAIT_SECS};
+use outpost_core::api::{Bundle, Execution, OutputEvent};
 use outpost_core::ids::ExecutionId;
 use outpost_core::routing::{Fallback, Requirement};
 use outpost_core::server::ExecutionStatus;
-use outpost_core::wire::CapabilitySource;
+use outpost_core::wire::{CapabilitySource, OutputStream};
 use serde_json::Value;
 
 use super::api::Api;
+use super::follow::{self, FOLLOW_ATTEMPTS, Followed, Seen, Step};
 
 /// Exit status of a run stopped at its deadline (as `timeout(1)` reports it).
 pub const EXIT_TIMED_OUT: u8 = 124;
@@ -92,22 +94,23 @@ pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
         body.when_offline = Some(OfflineMode::Queue);
         body.queue_minutes = a.queue_minutes;
     }
-    let started = Instant::now();
-    let mut execution: Execution = api.post("/v1/executions", &body)?;
+    let execution: Execution = api.post("/v1/executions", &body)?;
     let id = execution.execution_id.clone();
     eprintln!("outpost: execution {id}");
-    let mut reported = false;
-    while !execution.status.is_final() {
-        if reported && !a.json {
-            eprintln!(
-                "outpost: {id} is {} after {}s…",
-                execution.status.as_str(),
-                started.elapsed().as_secs()
-            );
+    let streamed = !execution.status.is_final();
+    let execution = if !streamed {
+        execution
+    } else {
+        match watch(&api, &id, a.json)? {
+            Some(execution) => execution,
+            None => {
+                eprintln!(
+                    "outpost: left {id} running; follow it with `outpost runs logs {id} -f`, stop it with `outpost runs cancel {id}`"
+                );
+                return Ok(ExitCode::from(EXIT_CANCELLED));
+            }
         }
-        reported = true;
-        execution = follow(&api, &id)?;
-    }
+    };
     if a.json {
         // The fields scripts read are always there: null when the run has none.
         let mut shown = serde_json::to_value(&execution)?;
@@ -118,39 +121,92 @@ pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
         }
         println!("{}", serde_json::to_string_pretty(&shown)?);
     } else {
-        print_streams(&execution)?;
+        if !streamed {
+            for (stream, text) in [
+                (OutputStream::Stdout, &execution.stdout),
+                (OutputStream::Stderr, &execution.stderr),
+            ] {
+                let text = text.clone().unwrap_or_default();
+                write_part(&OutputEvent {
+                    stream,
+                    offset: 0,
+                    text,
+                })?;
+            }
+        }
+        print_ending(&execution)?;
     }
     Ok(exit_code(&execution))
 }
 
-/// How many times in a row the server may be unreachable while an execution is followed.
-const FOLLOW_ATTEMPTS: u32 = 12;
-/// The first pause after the server was unreachable; each next one doubles, up to 5 s.
-const FOLLOW_FIRST_PAUSE: Duration = Duration::from_millis(250);
-
-/// The execution `id` once it ends or `waitSecs` pass: a server that cannot be reached (it
-/// restarts, the network drops) is asked again, with a growing pause, [`FOLLOW_ATTEMPTS`]
-/// times before the execution is given up on (it goes on where it runs; its id was printed).
-fn follow(api: &Api, id: &ExecutionId) -> anyhow::Result<Execution> {
-    let path = format!("/v1/executions/{id}?waitSecs={MAX_WAIT_SECS}");
-    let mut pause = FOLLOW_FIRST_PAUSE;
-    let mut attempt = 1;
-    loop {
-        match api.get(&path) {
-            Err(e) if e.status == 0 && attempt < FOLLOW_ATTEMPTS => {
-                eprintln!(
-                    "outpost: {e}; asking again in {} ms ({attempt}/{FOLLOW_ATTEMPTS})…",
-                    pause.as_millis()
+/// Follows `id` to its end, printing its output as it comes (not with `--json`, which prints
+/// the whole execution at the end). The first Ctrl-C cancels the execution; a second leaves
+/// it running and returns `None`.
+fn watch(api: &Api, id: &ExecutionId, json: bool) -> anyhow::Result<Option<Execution>> {
+    let mut cancelling = false;
+    let mut status_shown = None;
+    let mut on = |seen: Seen<'_>| -> anyhow::Result<Step> {
+        match seen {
+            Seen::Output(part) if !json => write_part(part)?,
+            Seen::Output(_) => {}
+            Seen::Status(status) => {
+                if let Some(message) = &status.message
+                    && status_shown.as_ref() != Some(message)
+                {
+                    eprintln!("outpost: {message}");
+                    status_shown = Some(message.clone());
+                }
+            }
+            Seen::Retrying {
+                error,
+                pause,
+                attempt,
+            } => eprintln!(
+                "outpost: {error}; asking again in {} ms ({attempt}/{FOLLOW_ATTEMPTS})…",
+                pause.as_millis()
+            ),
+            Seen::Interrupt if cancelling => return Ok(Step::Stop),
+            Seen::Interrupt => {
+                cancelling = true;
+                eprintln!("outpost: cancelling {id}… press Ctrl-C again to leave it running");
+                let cancelled: Result<Execution, _> = api.post(
+                    &format!("/v1/executions/{id}/cancel"),
+                    &serde_json::json!({}),
                 );
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_secs(5));
-                attempt += 1;
+                if let Err(e) = cancelled {
+                    eprintln!("outpost: cannot cancel {id}: {e}");
+                }
             }
-            answer => {
-                return answer.with_context(|| {
-                    format!("following {id} (it may still run: `outpost runs list` shows it)")
-                });
-            }
+        }
+        Ok(Step::Go)
+    };
+    let followed = follow::follow(api, id, true, true, &mut on).with_context(|| {
+        format!("following {id} (it may still run: `outpost runs show {id}` shows it)")
+    })?;
+    match followed {
+        Followed::Ended(_) | Followed::Caught => {
+            // The end as stored, streams included (the events carried them to the screen).
+            let path = format!("/v1/executions/{id}");
+            Ok(Some(
+                api.get(&path).with_context(|| format!("reading {id}"))?,
+            ))
+        }
+        Followed::Stopped => Ok(None),
+    }
+}
+
+/// One part of the run's output, on the stream it was written to.
+pub(crate) fn write_part(part: &OutputEvent) -> std::io::Result<()> {
+    match part.stream {
+        OutputStream::Stdout => {
+            let mut out = crate::stdout::lock();
+            out.write_all(part.text.as_bytes())?;
+            out.flush()
+        }
+        OutputStream::Stderr => {
+            let mut err = std::io::stderr();
+            err.write_all(part.text.as_bytes())?;
+            err.flush()
         }
     }
 }
@@ -199,29 +255,30 @@ fn with_args(capability: &mut CapabilitySource, args: &[String]) -> anyhow::Resu
     Ok(())
 }
 
-fn print_streams(execution: &Execution) -> anyhow::Result<()> {
-    let mut out = crate::stdout::lock();
-    out.write_all(execution.stdout.as_deref().unwrap_or("").as_bytes())?;
-    out.flush()?;
-    drop(out);
+/// What a person reads after the run's own output: a cut, an error, how it ended, where.
+fn print_ending(execution: &Execution) -> anyhow::Result<()> {
     let mut err = std::io::stderr();
-    err.write_all(execution.stderr.as_deref().unwrap_or("").as_bytes())?;
     if execution.truncated == Some(true) {
         writeln!(err, "outpost: the output was cut at the capability's limit")?;
     }
-    if let Some(e) = &execution.error {
-        writeln!(err, "outpost: {} ({})", e.message, e.code)?;
-    }
-    match execution.status {
-        ExecutionStatus::TimedOut => writeln!(err, "outpost: the run timed out")?,
-        ExecutionStatus::Cancelled => writeln!(err, "outpost: the run was cancelled")?,
-        ExecutionStatus::Lost => writeln!(
+    let reason = execution.error.as_ref().and_then(|e| e.reason.as_deref());
+    match (execution.status, &execution.error) {
+        (ExecutionStatus::TimedOut, _) => writeln!(err, "outpost: the run timed out")?,
+        (ExecutionStatus::Cancelled, _) => match reason {
+            Some(why) => writeln!(err, "outpost: the run was cancelled ({why})")?,
+            None => writeln!(err, "outpost: the run was cancelled")?,
+        },
+        (ExecutionStatus::Lost, _) => writeln!(
             err,
             "outpost: the machine stopped answering after the run started; it was not run again"
         )?,
-        _ => {}
+        (_, Some(e)) => writeln!(err, "outpost: {} ({})", e.message, e.code)?,
+        (_, None) => {}
     }
-    if let Some(line) = &execution.ran_on_text {
+    // Where it ran, only if it got there: a run refused before any machine took it did not
+    // run anywhere.
+    let ran = execution.timing.is_some() || execution.status != ExecutionStatus::Failed;
+    if let Some(line) = execution.ran_on_text.as_ref().filter(|_| ran) {
         writeln!(err, "{line}")?;
     }
     Ok(())

@@ -1,4 +1,4 @@
-//! `outpost context …` (sharing and opt-ins too), `outpost chain …`, `outpost runs list`,
+//! `outpost context …` (sharing and opt-ins too), `outpost chain …`,
 //! `outpost user add|remove`, `outpost audit`: the management commands over the user routes
 //! (PROTOCOL §11.4), each with a table for a person and `--json` for a script.
 //!
@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use outpost_core::api::requests::{ChainRequest, ShareRequest, UserRequest};
-use outpost_core::api::{Audit, ChainShown, Context, Contexts, Runs, SandboxView, User};
+use outpost_core::api::{Audit, ChainShown, Context, Contexts, SandboxView, User};
 use outpost_core::wire::{CommandsGrant, Egress, FolderGrant, FolderMode, Grant, GrantLimits};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -349,33 +349,6 @@ fn chain_text(v: &ChainShown) -> String {
     } else {
         entries.join(" → ")
     }
-}
-
-/// `outpost runs list [--context NAME]`.
-pub fn runs_list(api: &Api, context: Option<&str>, json_out: bool) -> anyhow::Result<ExitCode> {
-    let path = match context {
-        Some(name) => format!("/v1/runs?context={name}"),
-        None => "/v1/runs".to_owned(),
-    };
-    let value: Runs = api.get(&path)?;
-    print(&value, json_out, |v| {
-        println!(
-            "{:<24} {:<10} {:>5} {:>8}  RAN ON",
-            "EXECUTION", "STATUS", "EXIT", "MS"
-        );
-        let dash = || "-".to_owned();
-        for r in &v.runs {
-            let ms = r.timing.as_ref().and_then(|t| t.server_ms);
-            println!(
-                "{:<24} {:<10} {:>5} {:>8}  {}",
-                r.execution_id,
-                r.status.as_str(),
-                r.exit_code.map(|c| c.to_string()).unwrap_or_else(dash),
-                ms.map(|m| m.to_string()).unwrap_or_else(dash),
-                r.ran_on_text.as_deref().unwrap_or("")
-            );
-        }
-    })
 }
 
 /// `outpost user add NAME`.

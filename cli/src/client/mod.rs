@@ -3,5 +3,7 @@
 
 pub mod api;
 pub mod execute;
+pub mod follow;
 pub mod manage;
+pub mod runs;
 pub mod waits;

@@ -12,7 +12,7 @@ use super::DIGEST_PATTERN;
 use crate::routing::RanOn;
 use crate::server::ExecutionStatus;
 use crate::terminal::Role;
-use crate::wire::{CheckError, ErrorBody, Grant, Timing};
+use crate::wire::{CheckError, ErrorBody, Grant, OutputStream, Timing};
 
 /// Every error answer: `{"error":{"code","message"}}` with a 4xx or 5xx status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,13 +44,27 @@ pub struct Execution {
     pub execution_id: ExecutionId,
     /// Where it is in its life; `pending` and `running` are the only ones that change.
     pub status: ExecutionStatus,
+    /// Its capability's manifest `name` (absent for a terminal, and for executions stored
+    /// by an older server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<String>,
+    /// Its capability's manifest `version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability_version: Option<u32>,
+    /// The user who asked for it (their id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester: Option<String>,
+    /// The context the request named, as given (absent: routing chose).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_context: Option<String>,
     /// The capability's exit code, once it exited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     /// The signal that ended it, when one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
-    /// What it printed, capped (see `truncated`).
+    /// What it printed, capped (see `truncated`); for a run cancelled or lost, what its
+    /// live output held when it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
     /// What it printed to stderr, capped.
@@ -78,12 +92,43 @@ pub struct Execution {
     pub finished_at: Option<u64>,
 }
 
+/// An `output` event of `GET /v1/executions/{id}/output`: the next part of one stream of the
+/// run's output. Its SSE `id` is `<stdout bytes>.<stderr bytes>` the follower then has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct OutputEvent {
+    /// Which stream.
+    pub stream: OutputStream,
+    /// Bytes of that stream's UTF-8 text before `text` (the text `stdout`/`stderr` of the
+    /// execution carries once it ended).
+    pub offset: u64,
+    /// The next part of the stream.
+    pub text: String,
+}
+
+/// A `status` event of `GET /v1/executions/{id}/output`: where an execution that has not
+/// started stands, and why, in a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct OutputStatus {
+    /// `pending` or `running`.
+    pub status: ExecutionStatus,
+    /// What a person should read ("waiting for build-box to come online…").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
 /// `GET /v1/runs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Runs {
     /// Newest first.
     pub runs: Vec<Execution>,
+    /// The next page: pass it as `before` (absent on the last page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<ExecutionId>,
 }
 
 /// A Context (§11.4), as one caller may see it.

@@ -8,8 +8,8 @@ use super::*;
 use crate::b64;
 use crate::sign::VerifiedFrame;
 use crate::wire::{
-    DaemonFrame, INLINE_CAPABILITY_LIMIT, PROTOCOL_VERSION, ServerFrame, Violation, WireError,
-    close_code,
+    DaemonFrame, FEATURE_RUN_OUTPUT, INLINE_CAPABILITY_LIMIT, PROTOCOL_VERSION, ServerFrame,
+    Violation, WireError, close_code,
 };
 
 impl Daemon {
@@ -29,6 +29,7 @@ impl Daemon {
                             grant_version,
                             grant,
                             heartbeat_secs,
+                            features,
                             ..
                         },
                     ..
@@ -43,7 +44,8 @@ impl Daemon {
                     }
                     self.apply_grant(grant_version, grant);
                     let heartbeat = Duration::from_secs(u64::from(heartbeat_secs.max(1)));
-                    self.become_ready(verifier, heartbeat);
+                    let live_output = features.iter().any(|f| f == FEATURE_RUN_OUTPUT);
+                    self.become_ready(verifier, heartbeat, live_output);
                 }
                 Ok(other) => {
                     self.link = Link::AwaitingWelcome { verifier, deadline };
@@ -59,6 +61,7 @@ impl Daemon {
             },
             Link::Ready {
                 mut verifier,
+                live_output,
                 heartbeat,
                 next_heartbeat,
                 silent_at,
@@ -66,6 +69,7 @@ impl Daemon {
                 let verified = verifier.verify(bytes, wall);
                 self.link = Link::Ready {
                     verifier,
+                    live_output,
                     heartbeat,
                     next_heartbeat,
                     silent_at,

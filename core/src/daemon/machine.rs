@@ -211,6 +211,25 @@ impl Daemon {
                     }
                 }
             }
+            Input::RunOutput { run_id, pieces } => {
+                let live = matches!(
+                    self.link,
+                    Link::Ready {
+                        live_output: true,
+                        ..
+                    }
+                );
+                if live && self.holds(&run_id) {
+                    for piece in pieces {
+                        self.transmit(&DaemonFrame::RunOutput {
+                            run_id: run_id.clone(),
+                            stream: piece.stream,
+                            offset: piece.offset,
+                            text: piece.text,
+                        });
+                    }
+                }
+            }
             Input::TerminalExit { run_id, exit_code } => {
                 if self.is_ready() && self.holds(&run_id) {
                     self.transmit(&DaemonFrame::PtyExit {
@@ -420,11 +439,17 @@ impl Daemon {
     }
 
     /// Welcome verified: say hello, resend undelivered results, start heartbeats.
-    pub(super) fn become_ready(&mut self, verifier: FrameVerifier, heartbeat: Duration) {
+    pub(super) fn become_ready(
+        &mut self,
+        verifier: FrameVerifier,
+        heartbeat: Duration,
+        live_output: bool,
+    ) {
         self.failures = 0;
         let session_id = verifier.session_id().to_owned();
         self.link = Link::Ready {
             verifier,
+            live_output,
             heartbeat,
             next_heartbeat: self.now.instant.saturating_add(heartbeat),
             silent_at: self

@@ -195,6 +195,16 @@ pub enum Input {
         /// `exited`, `timed_out`, `killed`, `commands_off`, `revoked` or `shutdown`.
         reason: String,
     },
+    /// A committed run wrote output (pieces of [`crate::executor::OutputText`]): sent as
+    /// `run.output` when connected, ready and the server's `welcome` listed
+    /// [`crate::wire::FEATURE_RUN_OUTPUT`], else dropped — a live view; the run's result
+    /// carries the output whole.
+    RunOutput {
+        /// The run.
+        run_id: RunId,
+        /// The pieces, in order.
+        pieces: Vec<crate::executor::OutputPiece>,
+    },
     /// A terminal run's program wrote bytes: sent as `pty.output` when connected and ready,
     /// else dropped (a terminal's output is a live view, not a result; the host stops reading
     /// once the window of [`crate::wire::PTY_WINDOW`] bytes is spent, so little is lost).
@@ -475,6 +485,8 @@ enum Link {
     /// Runs flow.
     Ready {
         verifier: FrameVerifier,
+        /// The `welcome` listed [`crate::wire::FEATURE_RUN_OUTPUT`].
+        live_output: bool,
         heartbeat: Duration,
         next_heartbeat: Instant,
         /// When the server will have been silent for [`SILENT_HEARTBEATS`] heartbeats: no

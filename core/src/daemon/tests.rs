@@ -61,6 +61,15 @@ fn exited(code: i32, setup_ms: u64) -> RunResult {
 impl Server {
     /// A daemon holding `slots` runs, connected and past `welcome`.
     fn ready(slots: u32) -> Self {
+        Self::ready_with(slots, vec![crate::wire::FEATURE_RUN_OUTPUT.into()])
+    }
+
+    /// Ready with a server whose `welcome` lists no features.
+    fn ready_without_live_output() -> Self {
+        Self::ready_with(2, Vec::new())
+    }
+
+    fn ready_with(slots: u32, features: Vec<String>) -> Self {
         let config = DaemonConfig {
             max_concurrent: slots,
             ..DaemonConfig::default()
@@ -82,6 +91,7 @@ impl Server {
             grant_version: 1,
             grant: grant(8),
             heartbeat_secs: 15,
+            features,
         });
         assert!(s.daemon.is_ready());
         s
@@ -647,3 +657,59 @@ mod keys;
 mod seen;
 mod silence;
 mod waits;
+
+#[test]
+fn a_committed_run_s_output_goes_out_as_run_output_only_where_the_server_takes_it() {
+    use crate::executor::OutputPiece;
+    use crate::wire::OutputStream;
+    let piece = |offset: u64, text: &str| OutputPiece {
+        stream: OutputStream::Stdout,
+        offset,
+        text: text.into(),
+    };
+    let mut s = Server::ready(2);
+    let output = |s: &mut Server, pieces: Vec<OutputPiece>| {
+        s.input(Input::RunOutput {
+            run_id: "r1".into(),
+            pieces,
+        })
+    };
+    assert_eq!(output(&mut s, vec![piece(0, "early")]), [], "no run r1");
+    s.request("r1");
+    s.send(ServerFrame::RunCommit {
+        run_id: "r1".into(),
+    });
+    let out = output(&mut s, vec![piece(0, "hé"), piece(3, "llo\n")]);
+    use crate::wire::DaemonFrame;
+    let frames: Vec<DaemonFrame> = out
+        .iter()
+        .map(|o| match o {
+            Output::Transmit(bytes) => DaemonFrame::from_json(bytes).unwrap(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        frames,
+        [
+            DaemonFrame::RunOutput {
+                run_id: "r1".into(),
+                stream: OutputStream::Stdout,
+                offset: 0,
+                text: "hé".into(),
+            },
+            DaemonFrame::RunOutput {
+                run_id: "r1".into(),
+                stream: OutputStream::Stdout,
+                offset: 3,
+                text: "llo\n".into(),
+            },
+        ]
+    );
+    // A server whose welcome did not list the feature never gets the frame.
+    let mut plain = Server::ready_without_live_output();
+    plain.request("r1");
+    plain.send(ServerFrame::RunCommit {
+        run_id: "r1".into(),
+    });
+    assert_eq!(output(&mut plain, vec![piece(0, "x")]), []);
+}

@@ -14,10 +14,12 @@
 mod output;
 mod registry;
 mod terminal;
+mod text;
 
 pub use output::{CappedBuffer, CapturedOutput, FinishedOutput, TRUNCATION_MARKER};
 pub use registry::{Allowlists, Registry, RunRefused, Scope, TrustCeiling, run_capability};
 pub use terminal::{Terminal, TerminalInput, TerminalOutput, TerminalSize};
+pub use text::{OutputPiece, OutputText};
 
 use crate::ids::RunId;
 use std::path::PathBuf;
@@ -85,14 +87,8 @@ pub struct Launch {
     pub context: String,
 }
 
-/// Which output stream a chunk came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
+/// Which output stream a chunk came from (the wire's `stdout` / `stderr`).
+pub use crate::wire::OutputStream as Stream;
 
 /// Output as it arrives, within the caps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,6 +217,15 @@ pub trait RunHandle: Send {
     /// `None` where a wait cannot be woken: its waiter then waits in short slices.
     fn wait_waker(&self) -> Option<WaitWaker> {
         None
+    }
+
+    /// From now on, call `waker` whenever output arrives (so [`RunHandle::read_output`] has
+    /// some), which ends a [`RunHandle::wait`] in progress when `waker` is this handle's
+    /// [`RunHandle::wait_waker`]. Returns false where output cannot wake anyone: whoever
+    /// streams it then reads it in short slices.
+    fn notify_output(&mut self, waker: WaitWaker) -> bool {
+        let _ = waker;
+        false
     }
 
     /// A terminal run's keystroke and output halves, the first time it is asked; `None` for

@@ -1,7 +1,7 @@
 //! Output caps: every executor keeps at most `output_max_bytes` per stream and says when it
 //! cut, and hands out what it kept as it arrives.
 
-use super::{OutputChunk, Stream};
+use super::{OutputChunk, Stream, WaitWaker};
 
 /// Appended to a stream that was cut at its cap.
 pub const TRUNCATION_MARKER: &str = "\n[outpost: output truncated]\n";
@@ -57,7 +57,31 @@ pub struct CapturedOutput {
     stdout: CappedBuffer,
     stderr: CappedBuffer,
     fresh: Vec<OutputChunk>,
+    notify: Notify,
 }
+
+/// Called when a push kept something (see [`CapturedOutput::notify_with`]).
+#[derive(Clone, Default)]
+struct Notify(Option<WaitWaker>);
+
+impl std::fmt::Debug for Notify {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Notify(set)"
+        } else {
+            "Notify(none)"
+        })
+    }
+}
+
+/// Two captures are equal by what they hold; who is told of new output does not count.
+impl PartialEq for Notify {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Notify {}
 
 /// What a finished capture gives: both streams, each with [`TRUNCATION_MARKER`] appended if
 /// it was cut, and whether either was.
@@ -78,7 +102,14 @@ impl CapturedOutput {
             stdout: CappedBuffer::new(cap),
             stderr: CappedBuffer::new(cap),
             fresh: Vec::new(),
+            notify: Notify::default(),
         }
+    }
+
+    /// From now on, `waker` is called after every push that kept something, so whoever
+    /// streams the output can sleep until there is some (a run's waiter, woken by it).
+    pub fn notify_with(&mut self, waker: WaitWaker) {
+        self.notify = Notify(Some(waker));
     }
 
     /// Keeps what fits of `bytes` on `stream`, and queues that part to be handed out.
@@ -93,6 +124,9 @@ impl CapturedOutput {
                 stream,
                 bytes: kept.to_vec(),
             });
+            if let Some(wake) = &self.notify.0 {
+                wake();
+            }
         }
     }
 

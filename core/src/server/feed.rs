@@ -91,6 +91,23 @@ impl Server {
                 }
                 return;
             }
+            session::Event::RunOutput {
+                run_id,
+                stream,
+                offset,
+                text,
+            } => {
+                if let Some(exec_id) = self.runs.get(&run_id) {
+                    let exec_id = exec_id.clone();
+                    self.outputs.push_back(Output::Event(Event::RunOutput {
+                        exec_id,
+                        stream,
+                        offset,
+                        text,
+                    }));
+                }
+                return;
+            }
             session::Event::TerminalExit { run_id, exit_code } => {
                 if let Some(exec_id) = self.runs.get(&run_id) {
                     let exec_id = exec_id.clone();

@@ -244,6 +244,18 @@ pub enum Event {
         /// The machine.
         context_id: ContextId,
     },
+    /// An execution's run wrote output (its machine's `run.output`): a live view for the
+    /// execution's followers; the result stays the record.
+    RunOutput {
+        /// The execution.
+        exec_id: ExecutionId,
+        /// Which stream.
+        stream: crate::wire::OutputStream,
+        /// Bytes of that stream's text before `text`.
+        offset: u64,
+        /// The text.
+        text: String,
+    },
     /// An execution's terminal wrote bytes (its machine's `pty.output`, decoded).
     TerminalOutput {
         /// The execution.

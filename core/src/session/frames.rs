@@ -8,7 +8,7 @@ use super::runs::RunState;
 use super::*;
 use crate::wire::{
     DaemonFrame, MAX_CONCURRENT_LIMIT, PROTOCOL_VERSION, PtyOutputFrame, Refusal, ServerFrame,
-    Violation, close_code,
+    Violation, WireError, close_code,
 };
 
 impl Session {
@@ -125,6 +125,12 @@ impl Session {
                 self.outputs
                     .push_back(Output::Event(Event::CommandFinished { frame: Box::new(f) }));
             }
+            DaemonFrame::RunOutput {
+                run_id,
+                stream,
+                offset,
+                text,
+            } => self.on_run_output(conn, run_id, stream, offset, text),
             DaemonFrame::PtyOutput { pty_id, data } => self.on_pty_output_text(conn, pty_id, &data),
             DaemonFrame::PtyExit { pty_id, exit_code } => self.on_pty_exit(pty_id, exit_code),
             f @ (DaemonFrame::WaitMatched { .. } | DaemonFrame::WaitFailed { .. }) => {
@@ -221,6 +227,39 @@ impl Session {
         result.timing.server_ms = Some(server_ms);
         result.timing.transit_ms = Some(server_ms.saturating_sub(result.timing.daemon_ms));
         self.end(&run_id, RunOutcome::Completed(Box::new(result)));
+    }
+
+    /// A run's live output: passed on for a run committed here; a piece for any other run
+    /// (ended meanwhile, never held) is dropped, since the result is the record. Empty or
+    /// oversized text is a peer error.
+    fn on_run_output(
+        &mut self,
+        conn: ConnId,
+        run_id: RunId,
+        stream: crate::wire::OutputStream,
+        offset: u64,
+        text: String,
+    ) {
+        if text.is_empty() || text.len() > crate::wire::MAX_RUN_OUTPUT_TEXT {
+            let bad = WireError::InvalidFrame(format!(
+                "run.output text of {} bytes (1 to {} allowed)",
+                text.len(),
+                crate::wire::MAX_RUN_OUTPUT_TEXT
+            ));
+            return self.violation(conn, bad.code(), bad.to_string());
+        }
+        let committed = self
+            .runs
+            .get(&run_id)
+            .is_some_and(|r| matches!(r.state, RunState::Committed { .. }));
+        if committed {
+            self.outputs.push_back(Output::Event(Event::RunOutput {
+                run_id,
+                stream,
+                offset,
+                text,
+            }));
+        }
     }
 
     pub(super) fn violation(&mut self, conn: ConnId, code: &'static str, detail: String) {

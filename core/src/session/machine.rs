@@ -375,6 +375,7 @@ impl Session {
             grant_version: self.grant_version,
             grant: self.cold.grant.clone(),
             heartbeat_secs: self.cold.config.heartbeat_secs,
+            features: vec![crate::wire::FEATURE_RUN_OUTPUT.to_owned()],
         };
         self.send(welcome);
     }

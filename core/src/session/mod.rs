@@ -275,6 +275,18 @@ pub enum Event {
         /// The frame, as received.
         frame: Box<crate::wire::DaemonFrame>,
     },
+    /// A committed run wrote output (a `run.output`, checked: its run is committed here and
+    /// its text within [`crate::wire::MAX_RUN_OUTPUT_TEXT`]).
+    RunOutput {
+        /// The run.
+        run_id: RunId,
+        /// Which stream.
+        stream: crate::wire::OutputStream,
+        /// Bytes of that stream's text before `text`.
+        offset: u64,
+        /// The text.
+        text: String,
+    },
     /// A committed terminal run's program wrote bytes (a `pty.output`, decoded).
     TerminalOutput {
         /// The run.

@@ -606,3 +606,43 @@ fn a_result_for_a_run_never_held_is_acknowledged_counted_and_not_recorded() {
             .any(|o| matches!(o, Output::Event(Event::UnknownResult { .. })))
     );
 }
+
+#[test]
+fn a_committed_run_s_output_is_passed_on_and_bad_output_is_a_violation() {
+    use crate::wire::OutputStream;
+    let mut d = Daemon::ready(2);
+    let output = |d: &mut Daemon, text: String| {
+        d.frame(DaemonFrame::RunOutput {
+            run_id: "r1".into(),
+            stream: OutputStream::Stderr,
+            offset: 7,
+            text,
+        })
+    };
+    assert!(
+        output(&mut d, "early".into()).is_empty(),
+        "a run not held here: dropped, the result is the record"
+    );
+    d.submit("r1");
+    d.accept("r1");
+    assert_eq!(
+        output(&mut d, "warn: x\n".into()),
+        [Output::Event(Event::RunOutput {
+            run_id: "r1".into(),
+            stream: OutputStream::Stderr,
+            offset: 7,
+            text: "warn: x\n".into(),
+        })]
+    );
+    let too_big = output(&mut d, "x".repeat(crate::wire::MAX_RUN_OUTPUT_TEXT + 1));
+    assert!(
+        too_big.iter().any(|o| matches!(
+            o,
+            Output::Event(Event::ProtocolViolation {
+                code: "invalid_frame",
+                ..
+            })
+        )),
+        "{too_big:?}"
+    );
+}

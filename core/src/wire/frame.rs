@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::WireError;
 use super::result::RunResult;
-use super::types::{CapabilitySource, Environment, Grant};
+use super::types::{CapabilitySource, Environment, Grant, OutputStream};
 
 /// A frame the server sends to a daemon. Always signed on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +31,10 @@ pub enum ServerFrame {
         grant: Grant,
         /// How often the daemon sends `status`, in seconds.
         heartbeat_secs: u32,
+        /// Optional behaviours the server takes (absent: none): [`FEATURE_RUN_OUTPUT`] says
+        /// a daemon may send `run.output` on this connection.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        features: Vec<String>,
     },
     /// Offers a run; the daemon answers `run.accept` or `run.reject`.
     #[serde(rename = "run.request", rename_all = "camelCase")]
@@ -226,6 +230,21 @@ pub enum DaemonFrame {
         #[serde(flatten)]
         result: RunResult,
     },
+    /// Output a committed run wrote, as it writes it (only where the `welcome` listed
+    /// [`FEATURE_RUN_OUTPUT`]). Not acknowledged and not sent again: a live view, while the
+    /// `run.result` stays the run's one record.
+    #[serde(rename = "run.output", rename_all = "camelCase")]
+    RunOutput {
+        /// The run.
+        run_id: RunId,
+        /// Which of its streams.
+        stream: OutputStream,
+        /// Where `text` starts in that stream: bytes of the stream's UTF-8 text (the text the
+        /// result's `stdout`/`stderr` carries) before it.
+        offset: u64,
+        /// The next part of the stream, at most [`MAX_RUN_OUTPUT_TEXT`] bytes, never empty.
+        text: String,
+    },
     /// Slots in use; also the heartbeat.
     #[serde(rename = "status", rename_all = "camelCase")]
     Status {
@@ -346,6 +365,7 @@ pub const DAEMON_FRAME_TYPES: &[&str] = &[
     "run.accept",
     "run.reject",
     "run.result",
+    "run.output",
     "status",
     "capabilities.update",
     "command.finished",
@@ -355,6 +375,12 @@ pub const DAEMON_FRAME_TYPES: &[&str] = &[
     "wait.status",
     "wait.failed",
 ];
+
+/// The `welcome` feature that lets a daemon send `run.output` frames.
+pub const FEATURE_RUN_OUTPUT: &str = "run.output";
+
+/// The most text one `run.output` frame carries, in bytes (64 KiB, as `pty.output`).
+pub const MAX_RUN_OUTPUT_TEXT: usize = 64 * 1024;
 
 impl ServerFrame {
     /// The frame's `type` name.
@@ -386,6 +412,7 @@ impl DaemonFrame {
             DaemonFrame::RunAccept { .. } => "run.accept",
             DaemonFrame::RunReject { .. } => "run.reject",
             DaemonFrame::RunResult { .. } => "run.result",
+            DaemonFrame::RunOutput { .. } => "run.output",
             DaemonFrame::Status { .. } => "status",
             DaemonFrame::CapabilitiesUpdate { .. } => "capabilities.update",
             DaemonFrame::CommandFinished { .. } => "command.finished",

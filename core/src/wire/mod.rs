@@ -26,11 +26,14 @@ pub use codes::{
     close_code,
 };
 pub(crate) use frame::server_frame_from_value;
-pub use frame::{DAEMON_FRAME_TYPES, DaemonFrame, PTY_WINDOW, SERVER_FRAME_TYPES, ServerFrame};
+pub use frame::{
+    DAEMON_FRAME_TYPES, DaemonFrame, FEATURE_RUN_OUTPUT, MAX_RUN_OUTPUT_TEXT, PTY_WINDOW,
+    SERVER_FRAME_TYPES, ServerFrame,
+};
 pub use result::RunResult;
 pub use types::{
     CapabilitySource, CheckError, CommandsGrant, Egress, Environment, ErrorBody, FolderGrant,
-    FolderMode, Grant, GrantLimits, InlineFile, PROTOCOL_VERSION, RunStatus, Timing,
+    FolderMode, Grant, GrantLimits, InlineFile, OutputStream, PROTOCOL_VERSION, RunStatus, Timing,
 };
 
 use crate::json::JsonError;

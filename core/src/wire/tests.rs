@@ -117,7 +117,7 @@ fn server_frames_read_from_strict_values() {
 #[test]
 fn type_name_lists_match_the_enums() {
     assert_eq!(SERVER_FRAME_TYPES.len(), 14);
-    assert_eq!(DAEMON_FRAME_TYPES.len(), 12);
+    assert_eq!(DAEMON_FRAME_TYPES.len(), 13);
     let f = ServerFrame::Revoked { reason: "x".into() };
     assert!(SERVER_FRAME_TYPES.contains(&f.type_name()));
     let f = ServerFrame::WaitAck {
@@ -208,4 +208,25 @@ fn a_run_result_s_members_sit_next_to_its_run_id() {
         DaemonFrame::from_json(missing_status).unwrap_err().code(),
         "invalid_frame"
     );
+}
+
+#[test]
+fn run_output_reads_its_stream_offset_and_text() {
+    let frame = DaemonFrame::from_json(
+        br#"{"type":"run.output","runId":"r1","stream":"stdout","offset":12,"text":"h\u00e9\n"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        frame,
+        DaemonFrame::RunOutput {
+            run_id: "r1".into(),
+            stream: crate::wire::OutputStream::Stdout,
+            offset: 12,
+            text: "hé\n".into(),
+        }
+    );
+    let bad = DaemonFrame::from_json(
+        br#"{"type":"run.output","runId":"r1","stream":"stdin","offset":0,"text":"x"}"#,
+    );
+    assert_eq!(bad.unwrap_err().code(), "invalid_frame");
 }

@@ -15,6 +15,7 @@
 mod cloud;
 mod conns;
 mod ends;
+mod outputs;
 mod pending;
 pub(crate) mod terminals;
 mod waits;
@@ -31,6 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) use cloud::Cloud;
 pub(crate) use conns::{ConnHandle, ToConn, queue as conns_queue};
 pub(crate) use ends::{EndWatch, Ends};
+pub(crate) use outputs::{Cursor, LiveOutputs};
 pub(crate) use pending::{Pending, QueueFull};
 pub(crate) use waits::{Refused, may_execute, spec as wait_spec};
 
@@ -121,6 +123,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
     /// Wakes the routes waiting on an execution once its end is committed.
     pub(crate) ends: Ends,
+    /// The output of running executions, for their followers.
+    pub(crate) outputs: LiveOutputs,
     /// The terminals actor: terminal output, exits and ends go there.
     pub(crate) terminals: crate::dispatch::terminals::Terminals,
     /// What the server holds for its callers at most.
@@ -395,6 +399,9 @@ impl Dispatcher {
                     output => {
                         if let Output::Event(event) = &output {
                             batch.audit.extend(self.audit_rows(event));
+                            if let Some(kept) = self.kept_output(event) {
+                                batch.kept.push(kept);
+                            }
                         }
                         outputs.push(output);
                     }
@@ -481,6 +488,26 @@ impl Dispatcher {
             return rows;
         }
         self.audit_row(event).into_iter().collect()
+    }
+
+    /// What an execution that ends without a result (cancelled, lost) printed, kept with its
+    /// end: its live view is all there is of it.
+    fn kept_output(&self, event: &Event) -> Option<(String, crate::store::KeptOutput)> {
+        use outpost_core::server::ExecutionOutcome;
+        let Event::ExecutionFinished {
+            exec_id, outcome, ..
+        } = event
+        else {
+            return None;
+        };
+        if !matches!(
+            outcome,
+            ExecutionOutcome::Cancelled { .. } | ExecutionOutcome::Lost
+        ) {
+            return None;
+        }
+        let kept = self.shared.outputs.kept(exec_id)?;
+        Some((exec_id.to_string(), kept))
     }
 
     /// The audit event any other `event` is worth.
@@ -578,6 +605,7 @@ impl Dispatcher {
                         &outcome,
                     ));
                 // Its end (and audit row) is committed: wake who waits on it.
+                self.shared.outputs.ended(&exec_id);
                 self.shared.ends.ended(&exec_id);
             }
             Event::RunStarted {
@@ -622,10 +650,17 @@ impl Dispatcher {
                 }
                 session::Event::CommandFinished { .. }
                 | session::Event::TerminalOutput { .. }
+                | session::Event::RunOutput { .. }
                 | session::Event::TerminalExit { .. }
                 | session::Event::RunStarted { .. }
                 | session::Event::RunEnded { .. } => {}
             },
+            Event::RunOutput {
+                exec_id,
+                stream,
+                offset,
+                text,
+            } => self.shared.outputs.append(&exec_id, stream, offset, &text),
             Event::TerminalOutput { exec_id, data } => {
                 self.shared
                     .terminals

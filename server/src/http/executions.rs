@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use outpost_core::routing::{CLOUD_ID, ExecuteTarget, Requester};
-use outpost_core::server::{ExecuteRequest, Input};
+use outpost_core::server::{ExecuteRequest, ExecutionStatus, Input};
 use outpost_core::wire::CapabilitySource;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -23,7 +23,7 @@ use crate::bodies::{self, MAX_WAIT_SECS};
 use crate::clock::wall_now;
 use crate::dispatch::EndWatch;
 use crate::secrets;
-use crate::store::ExecutionEntry;
+use crate::store::{ExecutionEntry, RunsFilter};
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -162,6 +162,8 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
             CapabilitySource::Digest { sha256, .. } => Some(sha256.clone()),
             CapabilitySource::Inline { .. } => None,
         },
+        capability: Some(manifest.name.clone()),
+        capability_version: Some(manifest.version),
         ..ExecutionEntry::default()
     };
     let request = ExecuteRequest {
@@ -222,7 +224,8 @@ async fn wait_for_end(
     }
 }
 
-fn visible(app: &App, caller: &Caller, id: &str) -> Result<ExecutionEntry, ApiError> {
+/// The execution `id` if `caller` may see it (its requester, or an admin).
+pub(super) fn visible(app: &App, caller: &Caller, id: &str) -> Result<ExecutionEntry, ApiError> {
     app.shared
         .store
         .execution(id)?
@@ -273,8 +276,17 @@ async fn cancel(State(app): State<App>, PathParam(id): PathParam, req: Request) 
 /// `GET /v1/runs`'s query.
 #[derive(Deserialize, JsonSchema)]
 struct RunsQuery {
-    /// Only the runs that asked for this context (a name or an id, as asked).
+    /// Only the runs that asked for, or ran on, this context (a name or an id).
     context: Option<String>,
+    /// Only the runs with this status (`pending`, `running`, `exited`, `failed`, …).
+    status: Option<ExecutionStatus>,
+    /// Only the caller's own runs (an admin sees every user's otherwise; anyone else only
+    /// ever sees their own).
+    mine: Option<bool>,
+    /// Only the runs created at or after this Unix second.
+    since: Option<u64>,
+    /// The page after this one: a `next` of a previous answer.
+    before: Option<String>,
     /// How many, newest first (default 50).
     #[schemars(range(min = 1, max = 500))]
     limit: Option<u32>,
@@ -287,10 +299,19 @@ async fn runs(State(app): State<App>, req: Request) -> ApiResult {
     if !(1..=500).contains(&limit) {
         return Err(ApiError::new(400, "invalid_query", "limit is 1 to 500"));
     }
-    let runs = app
-        .shared
-        .store
-        .executions(Some(&caller.user), query.context.as_deref(), limit)?;
+    let everyone = caller.is_admin() && !query.mine.unwrap_or(false);
+    let filter = RunsFilter {
+        user: (!everyone).then_some(caller.user.as_str()),
+        context: query.context.as_deref(),
+        status: query.status.map(ExecutionStatus::as_str),
+        since: query.since,
+        before: query.before.as_deref(),
+        limit,
+    };
+    let runs = app.shared.store.executions(&filter)?;
+    let next = (runs.len() == limit as usize)
+        .then(|| runs.last().map(|r| r.id.as_str().into()))
+        .flatten();
     let runs = runs.iter().map(views::execution).collect();
-    Ok(axum::Json(views::Runs { runs }).into_response())
+    Ok(axum::Json(views::Runs { runs, next }).into_response())
 }

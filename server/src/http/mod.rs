@@ -16,6 +16,7 @@ mod executions;
 mod extract;
 mod machine;
 mod openapi;
+mod output;
 mod ratelimit;
 mod releases;
 mod sharing;
@@ -207,6 +208,7 @@ pub(crate) fn routes() -> Vec<Route> {
     let mut all = Vec::new();
     all.extend(machine::routes());
     all.extend(executions::routes());
+    all.extend(output::routes());
     all.extend(waits::routes());
     all.extend(bundles::routes());
     all.extend(releases::routes());

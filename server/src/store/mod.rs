@@ -26,7 +26,7 @@ use rusqlite::Connection;
 pub(crate) use access::{ContextEntry, Removal};
 pub(crate) use bundles::{NewBundle, Stored};
 pub(crate) use records::Batch;
-pub(crate) use runs::{AuditRow, ExecutionEntry};
+pub(crate) use runs::{AuditRow, ExecutionEntry, KeptOutput, RunsFilter};
 pub(crate) use waits::{Recorded, WaitEntry};
 /// The states of a wait and of its continuation.
 pub(crate) mod wait_states {

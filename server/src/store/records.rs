@@ -27,6 +27,8 @@ pub(crate) struct Batch {
     /// Wait continuations submitted with this batch's executions: (wait id, execution id),
     /// moved from `pending` to `started` in the same transaction as the execution's rows.
     pub(crate) continuations: Vec<(String, String)>,
+    /// Output kept for executions that ended without a result (cancelled, lost), by id.
+    pub(crate) kept: Vec<(String, super::runs::KeptOutput)>,
 }
 
 impl Batch {
@@ -36,6 +38,7 @@ impl Batch {
             && self.records.is_empty()
             && self.audit.is_empty()
             && self.continuations.is_empty()
+            && self.kept.is_empty()
     }
 }
 
@@ -62,6 +65,15 @@ impl Store {
                 Some(exec_id),
                 None,
             )?;
+        }
+        for (exec_id, kept) in &batch.kept {
+            exec(
+                &tx,
+                "UPDATE executions SET kept_stdout = ?1, kept_stderr = ?2, kept_cut = ?3 \
+                 WHERE id = ?4",
+                params![kept.stdout, kept.stderr, kept.cut, exec_id],
+            )
+            .doing("keeping a cancelled run's output")?;
         }
         tx.commit().doing("committing records")
     }

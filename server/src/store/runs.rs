@@ -27,10 +27,45 @@ pub(crate) struct ExecutionEntry {
     /// The bundle its capability names by digest, if it does (kept from the sweep while the
     /// execution has not ended).
     pub(crate) bundle: Option<String>,
+    /// Its capability's manifest `name` (absent for executions older than the column).
+    pub(crate) capability: Option<String>,
+    /// Its capability's manifest `version`.
+    pub(crate) capability_version: Option<u32>,
+    /// What a run printed before it was cancelled or lost, from its live view.
+    pub(crate) kept: Option<KeptOutput>,
+}
+
+/// The output a run that has no result printed (cancelled, lost), as its live view held it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct KeptOutput {
+    /// Standard output's text.
+    pub(crate) stdout: String,
+    /// Standard error's text.
+    pub(crate) stderr: String,
+    /// Part of it was not held (over the live caps, or missed across a server restart).
+    pub(crate) cut: bool,
+}
+
+/// Which executions a list shows (`GET /v1/runs`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunsFilter<'a> {
+    /// Only this user's (every user's when `None`).
+    pub(crate) user: Option<&'a str>,
+    /// Only those that asked for, or ran on, this context (a name or an id).
+    pub(crate) context: Option<&'a str>,
+    /// Only those with this status.
+    pub(crate) status: Option<&'a str>,
+    /// Only those created at or after this Unix second.
+    pub(crate) since: Option<u64>,
+    /// Only those older than this execution (the page before it).
+    pub(crate) before: Option<&'a str>,
+    /// At most this many.
+    pub(crate) limit: u32,
 }
 
 const COLUMNS: &str = "id, user, requested, status, created_at, finished_at, context_id, \
-     context_name, outcome_json, ran_on_json, line";
+     context_name, outcome_json, ran_on_json, line, capability, capability_version, \
+     kept_stdout, kept_stderr, kept_cut";
 
 fn execution_row(r: &Row<'_>) -> rusqlite::Result<ExecutionEntry> {
     Ok(ExecutionEntry {
@@ -46,6 +81,19 @@ fn execution_row(r: &Row<'_>) -> rusqlite::Result<ExecutionEntry> {
         ran_on_json: r.get(9)?,
         line: r.get(10)?,
         bundle: None,
+        capability: r.get(11)?,
+        capability_version: r.get::<_, Option<i64>>(12)?.map(|v| v as u32),
+        kept: match (
+            r.get::<_, Option<String>>(13)?,
+            r.get::<_, Option<String>>(14)?,
+        ) {
+            (None, None) => None,
+            (stdout, stderr) => Some(KeptOutput {
+                stdout: stdout.unwrap_or_default(),
+                stderr: stderr.unwrap_or_default(),
+                cut: r.get::<_, Option<bool>>(15)?.unwrap_or(false),
+            }),
+        },
     })
 }
 
@@ -77,7 +125,9 @@ pub(super) fn insert_execution(
 ) -> Result<(), StoreError> {
     exec(
         conn,
-        &format!("INSERT INTO executions ({COLUMNS}, bundle) VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6, ?7, NULL, NULL, NULL, ?8)"),
+        "INSERT INTO executions (id, user, requested, status, created_at, context_id, \
+         context_name, bundle, capability, capability_version) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             entry.id,
             entry.user,
@@ -86,7 +136,9 @@ pub(super) fn insert_execution(
             entry.created_at as i64,
             entry.context_id,
             entry.context_name,
-            entry.bundle
+            entry.bundle,
+            entry.capability,
+            entry.capability_version.map(i64::from)
         ],
     )
     .doing("recording an execution")?;
@@ -119,25 +171,37 @@ impl Store {
             .doing("reading an execution")
     }
 
-    /// Executions, newest first: of `user` (every user's when `None`), of the context
-    /// named `context` (by the name it had) when given.
-    pub fn executions(
+    /// Executions, newest first, as `filter` says (a context by the name it had, its id, or
+    /// the name the request gave).
+    pub(crate) fn executions(
         &self,
-        user: Option<&str>,
-        context: Option<&str>,
-        limit: u32,
+        filter: &RunsFilter<'_>,
     ) -> Result<Vec<ExecutionEntry>, StoreError> {
         let conn = self.read();
         let mut stmt = conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM executions
                  WHERE (?1 IS NULL OR user = ?1)
                    AND (?2 IS NULL OR context_name = ?2 OR context_id = ?2 OR requested = ?2)
-                 ORDER BY created_at DESC, rowid DESC LIMIT ?3"
+                   AND (?3 IS NULL OR status = ?3)
+                   AND (?4 IS NULL OR created_at >= ?4)
+                   AND (?5 IS NULL OR (created_at, rowid) <
+                        (SELECT created_at, rowid FROM executions WHERE id = ?5))
+                 ORDER BY created_at DESC, rowid DESC LIMIT ?6"
             ))
             .doing("listing executions")?;
         let rows = stmt
-            .query_map(params![user, context, limit], execution_row)
+            .query_map(
+                params![
+                    filter.user,
+                    filter.context,
+                    filter.status,
+                    filter.since.map(|s| s as i64),
+                    filter.before,
+                    filter.limit
+                ],
+                execution_row,
+            )
             .doing("listing executions")?;
         rows.collect::<Result<_, _>>().doing("listing executions")
     }

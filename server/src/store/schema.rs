@@ -145,6 +145,17 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE executions ADD COLUMN bundle TEXT;
     CREATE INDEX executions_by_bundle ON executions (bundle, status) WHERE bundle IS NOT NULL;
     ",
+    // 8: what an execution ran (its capability's name and version, for lists and `runs
+    // show`), and the output a run printed before it was cancelled or lost (it has no result
+    // to carry it), kept from its live view.
+    "
+    ALTER TABLE executions ADD COLUMN capability TEXT;
+    ALTER TABLE executions ADD COLUMN capability_version INTEGER;
+    ALTER TABLE executions ADD COLUMN kept_stdout TEXT;
+    ALTER TABLE executions ADD COLUMN kept_stderr TEXT;
+    ALTER TABLE executions ADD COLUMN kept_cut INTEGER;
+    CREATE INDEX executions_by_time ON executions (created_at);
+    ",
 ];
 
 /// The version recorded, 0 for an empty database.

@@ -51,6 +51,7 @@ fn welcome() -> ServerFrame {
             environments: None,
         },
         heartbeat_secs: 15,
+        features: Vec::new(),
     }
 }
 

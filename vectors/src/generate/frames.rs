@@ -193,6 +193,7 @@ pub(super) fn file() -> VectorFile<SignedFrameCase> {
         grant_version: 7,
         grant: grant(),
         heartbeat_secs: 15,
+        features: Vec::new(),
     };
     let request = ServerFrame::RunRequest {
         run_id: "run_1".into(),

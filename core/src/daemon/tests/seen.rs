@@ -171,6 +171,7 @@ fn seen_run_ids_survive_a_restart_through_the_records() {
         grant_version: 1,
         grant: grant(8),
         heartbeat_secs: 15,
+        features: Vec::new(),
     });
     assert!(t.daemon.is_ready());
     let out = t.request("r1");

@@ -80,6 +80,7 @@ impl Server {
                     grant_version: 1,
                     grant: grant(8),
                     heartbeat_secs: 15,
+                    features: Vec::new(),
                 });
             }
         }
@@ -287,6 +288,7 @@ fn a_restored_daemon_checks_its_active_waits_at_once_and_reports_its_ended_ones(
         grant_version: 1,
         grant: grant(8),
         heartbeat_secs: 15,
+        features: Vec::new(),
     });
     let matched = frame_json(&out, "wait.matched");
     assert_eq!(matched.len(), 1, "{out:?}");

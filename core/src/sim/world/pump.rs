@@ -122,7 +122,9 @@ impl World {
                 self.note(format!("the server noticed its pause of {paused_for:?}"));
             }
             // Runs end for the checker when their execution's end is written.
-            server::Event::TerminalOutput { .. } | server::Event::TerminalExit { .. } => {}
+            server::Event::TerminalOutput { .. }
+            | server::Event::TerminalExit { .. }
+            | server::Event::RunOutput { .. } => {}
         }
     }
 

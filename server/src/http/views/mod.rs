@@ -26,6 +26,10 @@ pub(crate) fn execution(entry: &ExecutionEntry) -> Execution {
         execution_id: entry.id.as_str().into(),
         // A row this server cannot read (a newer server's status) shows as `failed`.
         status: ExecutionStatus::parse(&entry.status).unwrap_or(ExecutionStatus::Failed),
+        capability: entry.capability.clone(),
+        capability_version: entry.capability_version,
+        requester: Some(entry.user.clone()).filter(|u| !u.is_empty()),
+        requested_context: entry.requested.clone(),
         exit_code: None,
         signal: None,
         stdout: None,
@@ -74,6 +78,14 @@ pub(crate) fn execution(entry: &ExecutionEntry) -> Execution {
             out.error = Some(error("lost", message, None));
         }
         None => {}
+    }
+    // A run with no result (cancelled, lost) shows what its live output held.
+    if let Some(kept) = &entry.kept
+        && out.stdout.is_none()
+    {
+        out.stdout = Some(kept.stdout.clone());
+        out.stderr = Some(kept.stderr.clone());
+        out.truncated = Some(kept.cut);
     }
     out
 }
