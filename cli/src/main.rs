@@ -135,6 +135,10 @@ enum Command {
         /// What to do when the context is offline (`queue`: wait for it).
         #[arg(long, value_parser = ["queue"])]
         when_offline: Option<String>,
+        /// What to do when the context has every slot taken (`queue`: wait for a free one,
+        /// first come first served).
+        #[arg(long, value_parser = ["queue"])]
+        when_busy: Option<String>,
         /// How long a queued run waits for its context (1–1440, default 60).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1440))]
         queue_minutes: Option<u32>,
@@ -517,6 +521,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             fallback,
             requires,
             when_offline,
+            when_busy,
             queue_minutes,
             json,
             args,
@@ -527,6 +532,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             fallback_chain: fallback.is_some(),
             requires: &requires,
             queue: when_offline.is_some(),
+            queue_when_busy: when_busy.is_some(),
             queue_minutes,
             json,
             args: &args,

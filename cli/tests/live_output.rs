@@ -411,3 +411,82 @@ fn runs_list_filters_and_pages() {
     daemon.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_busy_context_queues_the_run_says_where_it_stands_and_then_runs_it() {
+    let dir = temp_dir("live-busy");
+    let (server, mut daemon) = server_with_daemon(&dir, "box");
+    // Both of the machine's slots are taken until `go` exists.
+    let holders: Vec<String> = (0..2)
+        .map(|n| {
+            server.submit(
+                &shell_capability(&format!("hold{n}"), &gated_script(&dir)),
+                "box",
+            )
+        })
+        .collect();
+    for id in &holders {
+        server.wait_status(id, "running");
+    }
+    let cap = dir.join("quick");
+    std::fs::create_dir_all(&cap).expect("capability folder");
+    std::fs::write(
+        cap.join("manifest.yaml"),
+        "name: quick\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\nconfine: false\n",
+    )
+    .expect("manifest");
+    std::fs::write(cap.join("run.sh"), "echo ran after the queue\n").expect("script");
+    // Without --when-busy, a busy machine refuses at once.
+    let refused = common::outpost_as(
+        &server,
+        &server.admin,
+        &["execute", cap.to_str().expect("utf-8"), "--context", "box"],
+    );
+    assert_eq!(refused.status.code(), Some(70), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("execution_context_busy"),
+        "{refused:?}"
+    );
+    let mut execute = spawn(
+        &server,
+        &[
+            "execute",
+            cap.to_str().expect("utf-8"),
+            "--context",
+            "box",
+            "--when-busy",
+            "queue",
+            "--queue-minutes",
+            "5",
+        ],
+    );
+    let out = line_feed(stdout_of(&mut execute));
+    let err = line_feed(execute.stderr.take().expect("stderr"));
+    let id = id_from_stderr(&err);
+    assert_eq!(
+        next_line(&err, "where it stands"),
+        "outpost: waiting for box: every slot is taken (next in its queue, 5 min left)"
+    );
+    let (_, shown) = server.api("GET", &format!("/v1/executions/{id}"), None);
+    assert_eq!(shown["status"], "pending", "{shown}");
+    assert_eq!(shown["queue"]["position"], 1, "{shown}");
+    assert_eq!(shown["queue"]["reason"], "busy", "{shown}");
+    let show = common::outpost_as(&server, &server.admin, &["runs", "show", &id]);
+    assert!(
+        String::from_utf8_lossy(&show.stdout)
+            .contains("queued:      waiting for box: every slot is taken"),
+        "{show:?}"
+    );
+    std::fs::write(dir.join("go"), b"").expect("go");
+    assert_eq!(
+        next_line(&out, "the queued run's output"),
+        "ran after the queue"
+    );
+    let done = common::finish(execute, "outpost execute");
+    assert_eq!(done.status.code(), Some(0));
+    for id in &holders {
+        server.wait_status(id, "exited");
+    }
+    daemon.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -135,6 +135,7 @@ fn operations_routes_answer_and_openapi_lists_every_route_with_its_schemas() {
         ("get", "/v1/waits"),
         ("get", "/v1/waits/{id}"),
         ("post", "/v1/waits/{id}/cancel"),
+        ("get", "/v1/executions/{id}/output"),
     ];
     let count: usize = paths
         .values()

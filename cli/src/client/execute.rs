@@ -50,6 +50,8 @@ pub struct ExecuteArgs<'a> {
     pub requires: &'a [String],
     /// `--when-offline queue`.
     pub queue: bool,
+    /// `--when-busy queue`.
+    pub queue_when_busy: bool,
     /// `--queue-minutes N`.
     pub queue_minutes: Option<u32>,
     /// `--json`.
@@ -92,8 +94,11 @@ pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
     }
     if a.queue {
         body.when_offline = Some(OfflineMode::Queue);
-        body.queue_minutes = a.queue_minutes;
     }
+    if a.queue_when_busy {
+        body.when_busy = Some(OfflineMode::Queue);
+    }
+    body.queue_minutes = a.queue_minutes;
     let execution: Execution = api.post("/v1/executions", &body)?;
     let id = execution.execution_id.clone();
     eprintln!("outpost: execution {id}");

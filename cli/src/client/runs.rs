@@ -127,6 +127,9 @@ pub fn show(api: &Api, id: &str, json: bool) -> anyhow::Result<ExitCode> {
     if let Some(line) = &e.ran_on_text {
         field("ran on", line.clone());
     }
+    if let Some(queue) = &e.queue {
+        field("queued", queue.sentence());
+    }
     field("started", local_time(e.created_at));
     if let Some(end) = e.finished_at {
         field("ended", format!("{} ({})", local_time(end), duration(&e)));

@@ -76,6 +76,10 @@ pub struct Execution {
     /// Why it failed, was cancelled or lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ExecutionError>,
+    /// Where it waits, while it waits in a machine's queue (`whenOffline` / `whenBusy`
+    /// `queue`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueView>,
     /// Where it ran (a routing record), once placed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ran_on: Option<RanOn>,
@@ -90,6 +94,42 @@ pub struct Execution {
     /// Unix seconds, once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<u64>,
+}
+
+/// Where a queued execution waits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct QueueView {
+    /// The machine it waits for, by name.
+    pub context: String,
+    /// Its place in that machine's queue: 1 is next.
+    pub position: u32,
+    /// `busy` (the machine is online with every slot taken) or `offline`.
+    pub reason: String,
+    /// Seconds it may still wait before it fails `execution_context_queue_expired`.
+    pub left_secs: u64,
+}
+
+impl QueueView {
+    /// One sentence for a person: "waiting for build-box: every slot is taken (next in its
+    /// queue, 4 min left)".
+    pub fn sentence(&self) -> String {
+        let why = if self.reason == "busy" {
+            "every slot is taken"
+        } else {
+            "it is offline"
+        };
+        let place = match self.position {
+            1 => "next in its queue".to_owned(),
+            n => format!("{n} in its queue"),
+        };
+        let left = match self.left_secs {
+            0..60 => format!("{} s left", self.left_secs),
+            secs => format!("{} min left", secs.div_ceil(60)),
+        };
+        format!("waiting for {}: {why} ({place}, {left})", self.context)
+    }
 }
 
 /// An `output` event of `GET /v1/executions/{id}/output`: the next part of one stream of the

@@ -19,8 +19,8 @@ pub mod requests;
 pub use answers::{
     Audit, AuditEvent, Bundle, ChainEntryView, ChainShown, CommandAuthorized, CommandsSwitched,
     ConnectTicket, Context, Contexts, Continuation, ErrorAnswer, Execution, ExecutionError, Health,
-    JobAuthorized, OutputEvent, OutputStatus, Registered, Runs, SandboxView, TerminalOpened,
-    TerminalRow, TerminalState, TerminalTicket, Terminals, User, Wait, Waits,
+    JobAuthorized, OutputEvent, OutputStatus, QueueView, Registered, Runs, SandboxView,
+    TerminalOpened, TerminalRow, TerminalState, TerminalTicket, Terminals, User, Wait, Waits,
 };
 pub use requests::{
     ChainRequest, CommandAuthorize, CommandsSwitch, ExecuteRequest, JobAuthorize, JobOp,

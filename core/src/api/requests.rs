@@ -55,7 +55,10 @@ pub enum OfflineMode {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schema", schemars(extend(
-    "if" = {"properties": {"whenOffline": {"const": "queue"}}, "required": ["whenOffline"]},
+    "if" = {"anyOf": [
+        {"properties": {"whenOffline": {"const": "queue"}}, "required": ["whenOffline"]},
+        {"properties": {"whenBusy": {"const": "queue"}}, "required": ["whenBusy"]}
+    ]},
     "then" = {"properties": {"queueMinutes": {"minimum": 1, "maximum": MAX_QUEUE_MINUTES}}}
 )))]
 pub struct ExecuteRequest {
@@ -74,8 +77,12 @@ pub struct ExecuteRequest {
     /// What to do when the context is offline (default `fail`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when_offline: Option<OfflineMode>,
+    /// What to do when the context is online with every slot taken (default `fail`):
+    /// `queue` waits for a free slot, first come first served, `queueMinutes` at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_busy: Option<OfflineMode>,
     /// How long a `queue` waits, in minutes (default 60; `queue_minutes_out_of_range`); read
-    /// only with `whenOffline: queue`.
+    /// only with `whenOffline: queue` or `whenBusy: queue`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_minutes: Option<u32>,
     /// Whether the run wants host commands (only the operator's own runs may have them).
@@ -100,6 +107,7 @@ impl ExecuteRequest {
             fallback: None,
             requires: None,
             when_offline: None,
+            when_busy: None,
             queue_minutes: None,
             wants_commands: None,
             wait: None,

@@ -187,6 +187,22 @@ pub fn plan(
             minutes,
         }));
     }
+    // A named machine online with every slot taken: wait in its queue for a free one.
+    if let (Some(id), WhenOffline::Queue { minutes }) =
+        (target.context.as_deref(), target.when_busy)
+        && let Some(ctx) = find(contexts, id)
+        && ctx.online
+        && ctx.busy
+        && !ctx.draining
+        && ctx.unusable.is_none()
+        && check_access(requester, ctx, target).is_ok()
+    {
+        return Ok(Plan::Queue(QueuedRun {
+            id: ctx.id.clone(),
+            name: ctx.name.clone(),
+            minutes,
+        }));
+    }
     let strict_named = target.context.as_deref().is_some_and(|id| id != CLOUD_ID)
         && target.fallback == Fallback::None;
     let start = Route {

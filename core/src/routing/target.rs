@@ -51,7 +51,8 @@ pub enum Fallback {
     Chain,
 }
 
-/// What happens when the named context is offline.
+/// What happens when the named context is offline (`whenOffline`), or online with every slot
+/// taken (`whenBusy`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "camelCase", try_from = "WhenOfflineWire")]
 pub enum WhenOffline {
@@ -73,6 +74,11 @@ impl WhenOffline {
         } else {
             Err(TargetError::QueueMinutesOutOfRange { minutes })
         }
+    }
+
+    /// Whether this is [`WhenOffline::Fail`].
+    pub fn is_fail(&self) -> bool {
+        *self == WhenOffline::Fail
     }
 
     /// Queue for [`DEFAULT_QUEUE_MINUTES`].
@@ -147,6 +153,10 @@ pub struct ExecuteTarget {
     /// What to do when the named context is offline.
     #[serde(default)]
     pub when_offline: WhenOffline,
+    /// What to do when the named context is online with every slot taken: fail (and fall
+    /// through, with `fallback`), or wait for a free slot, in order of arrival.
+    #[serde(default, skip_serializing_if = "WhenOffline::is_fail")]
+    pub when_busy: WhenOffline,
     /// Whether the run wants host commands.
     #[serde(default)]
     pub wants_commands: bool,
@@ -173,10 +183,12 @@ impl ExecuteTarget {
 
     /// Checks what the types cannot (queue minutes built without [`WhenOffline::queue`]).
     pub fn validate(&self) -> Result<(), TargetError> {
-        match self.when_offline {
-            WhenOffline::Fail => Ok(()),
-            WhenOffline::Queue { minutes } => WhenOffline::queue(minutes).map(|_| ()),
+        for mode in [self.when_offline, self.when_busy] {
+            if let WhenOffline::Queue { minutes } = mode {
+                WhenOffline::queue(minutes)?;
+            }
         }
+        Ok(())
     }
 }
 

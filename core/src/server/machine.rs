@@ -28,6 +28,7 @@ impl Server {
             conns: HashMap::default(),
             chains: BTreeMap::new(),
             executions: BTreeMap::new(),
+            next_arrival: 0,
             runs: BTreeMap::new(),
             restored_commits: BTreeMap::new(),
             session_wakes: SessionWakes::default(),
@@ -224,6 +225,7 @@ impl Server {
                 if self.executions.contains_key(&exec_id) {
                     return Err(ServerError::DuplicateExecution(exec_id));
                 }
+                self.next_arrival += 1;
                 self.executions.insert(
                     exec_id.clone(),
                     Execution {
@@ -231,6 +233,7 @@ impl Server {
                         route: None,
                         place: Place::Unplaced,
                         hops: 0,
+                        arrival: self.next_arrival,
                     },
                 );
                 self.place(&exec_id);
@@ -589,18 +592,46 @@ impl Server {
         }
     }
 
+    /// Plans again what waits in `context_id`'s queue, first come first: the first takes a
+    /// free slot, and those after it keep their place (and deadline) when none is left.
     pub(super) fn replan_queued(&mut self, context_id: &str) {
-        let waiting: Vec<ExecutionId> = self
+        let mut waiting: Vec<(u64, ExecutionId)> = self
             .executions
             .iter()
             .filter(
                 |(_, e)| matches!(&e.place, Place::Queued { context_id: c, .. } if c == context_id),
             )
-            .map(|(id, _)| id.clone())
+            .map(|(id, e)| (e.arrival, id.clone()))
             .collect();
-        for exec_id in waiting {
+        waiting.sort_unstable();
+        for (_, exec_id) in waiting {
             self.place(&exec_id);
         }
+    }
+
+    /// Where a queued execution stands: its machine, its place in that machine's queue (1:
+    /// next) and how long it may still wait. `None` when it is not queued.
+    pub fn queue_place(&self, exec_id: &str) -> Option<QueuePlace> {
+        let e = self.executions.get(exec_id)?;
+        let Place::Queued { context_id, until } = &e.place else {
+            return None;
+        };
+        let ahead = self
+            .executions
+            .values()
+            .filter(|other| {
+                matches!(&other.place, Place::Queued { context_id: c, .. } if c == context_id)
+                    && other.arrival < e.arrival
+            })
+            .count();
+        let machine = self.machines.get(context_id);
+        Some(QueuePlace {
+            context_id: context_id.clone(),
+            name: machine.map_or_else(|| context_id.to_string(), |m| m.record.name.clone()),
+            position: ahead + 1,
+            online: machine.is_some_and(|m| m.session.is_ready()),
+            left: until.saturating_duration_since(self.now.instant),
+        })
     }
 
     fn expire_queues(&mut self) {
@@ -625,11 +656,16 @@ impl Server {
                 .machines
                 .get(&context_id)
                 .map_or(context_id.to_string(), |m| m.record.name.clone());
-            self.fail(
-                &exec_id,
-                "execution_context_queue_expired",
-                format!("{name} did not come back online in time; the run was not started"),
-            );
+            let online = self
+                .machines
+                .get(&context_id)
+                .is_some_and(|m| m.session.is_ready());
+            let why = if online {
+                format!("{name} had no free slot in time; the run was not started")
+            } else {
+                format!("{name} did not come back online in time; the run was not started")
+            };
+            self.fail(&exec_id, "execution_context_queue_expired", why);
         }
     }
 }

@@ -80,6 +80,21 @@ pub struct LiveRun {
     pub operator_now: bool,
 }
 
+/// Where a queued execution stands ([`Server::queue_place`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuePlace {
+    /// The machine it waits for.
+    pub context_id: ContextId,
+    /// That machine's name.
+    pub name: String,
+    /// Its place in that machine's queue: 1 is next.
+    pub position: usize,
+    /// Whether the machine is online (waiting for a free slot) or not (for it to come back).
+    pub online: bool,
+    /// How long it may still wait before it fails `execution_context_queue_expired`.
+    pub left: std::time::Duration,
+}
+
 /// An execute request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecuteRequest {
@@ -375,6 +390,9 @@ struct Execution {
     route: Option<Route>,
     place: Place,
     hops: u32,
+    /// When it arrived, in this process's order: a machine's queue is served by it (an
+    /// execution restored from the records is ordered by its queue deadline).
+    arrival: u64,
 }
 
 struct Machine {
@@ -394,6 +412,8 @@ pub struct Server {
     conns: HashMap<ConnId, usize, timers::FixedHasher>,
     chains: BTreeMap<String, Chain>,
     executions: BTreeMap<ExecutionId, Execution>,
+    /// The next [`Execution::arrival`].
+    next_arrival: u64,
     runs: BTreeMap<RunId, ExecutionId>,
     /// When each run restored from the records was committed, as they say: a new process's
     /// clock cannot hold an instant from before its start, so the row keeps the written time.

@@ -26,6 +26,8 @@ pub struct ExecutionRequest {
     pub requires: Vec<Requirement>,
     /// What to do when the context is offline (queue minutes checked).
     pub when_offline: WhenOffline,
+    /// What to do when the context has every slot taken (queue minutes checked).
+    pub when_busy: WhenOffline,
     /// Whether the run wants host commands (only the operator's own runs may).
     pub wants_commands: bool,
     /// Whether the answer waits for the end.
@@ -44,13 +46,15 @@ pub fn decode_execution_request(bytes: &[u8]) -> Result<ExecutionRequest, BodyEr
             "waitSecs is at most {MAX_WAIT_SECS}"
         )));
     }
-    let when_offline = match raw.when_offline {
-        None | Some(OfflineMode::Fail) => WhenOffline::Fail,
+    let mode = |asked: Option<OfflineMode>| match asked {
+        None | Some(OfflineMode::Fail) => Ok(WhenOffline::Fail),
         Some(OfflineMode::Queue) => {
             WhenOffline::queue(raw.queue_minutes.unwrap_or(DEFAULT_QUEUE_MINUTES))
-                .map_err(|e| BodyError::new(e.code(), e.to_string()))?
+                .map_err(|e| BodyError::new(e.code(), e.to_string()))
         }
     };
+    let when_offline = mode(raw.when_offline)?;
+    let when_busy = mode(raw.when_busy)?;
     Ok(ExecutionRequest {
         capability: raw.capability,
         manifest,
@@ -58,6 +62,7 @@ pub fn decode_execution_request(bytes: &[u8]) -> Result<ExecutionRequest, BodyEr
         fallback: raw.fallback.unwrap_or_default(),
         requires: raw.requires.unwrap_or_default(),
         when_offline,
+        when_busy,
         wants_commands: raw.wants_commands.unwrap_or(false),
         wait: raw.wait.unwrap_or(false),
         wait_secs,

@@ -112,6 +112,11 @@ pub(crate) enum Msg {
         run_id: String,
         reply: oneshot::Sender<Option<core_server::LiveRun>>,
     },
+    /// Where a queued execution stands, if it is queued.
+    QueuePlace {
+        exec_id: String,
+        reply: oneshot::Sender<Option<core_server::QueuePlace>>,
+    },
     /// Stop.
     Shutdown,
 }
@@ -365,6 +370,10 @@ impl Dispatcher {
             }
             Msg::LiveRun { run_id, reply } => {
                 let _ = reply.send(self.server.live_run(&run_id));
+                Ok(())
+            }
+            Msg::QueuePlace { exec_id, reply } => {
+                let _ = reply.send(self.server.queue_place(&exec_id));
                 Ok(())
             }
             // Taken by `on_batch` itself.

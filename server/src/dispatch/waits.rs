@@ -315,6 +315,7 @@ fn continuation_request(wait: &WaitEntry, exec_id: &str) -> Result<ExecuteReques
         fallback: decoded.fallback,
         requires: decoded.requires,
         when_offline: decoded.when_offline,
+        when_busy: decoded.when_busy,
         wants_commands: decoded.wants_commands,
     };
     target.validate().map_err(|e| e.to_string())?;

@@ -134,6 +134,7 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         fallback: body.fallback,
         requires: body.requires,
         when_offline: body.when_offline,
+        when_busy: body.when_busy,
         wants_commands: body.wants_commands,
     };
     target
@@ -255,7 +256,11 @@ async fn show(State(app): State<App>, PathParam(id): PathParam, req: Request) ->
         let secs = secs.min(MAX_WAIT_SECS);
         entry = wait_for_end(&app, &id, Duration::from_secs(secs), None).await?;
     }
-    Ok(axum::Json(views::execution(&entry)).into_response())
+    let mut shown = views::execution(&entry);
+    if shown.status == ExecutionStatus::Pending {
+        shown.queue = app.queue_place(&id).await?.as_ref().map(views::queue);
+    }
+    Ok(axum::Json(shown).into_response())
 }
 
 async fn cancel(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {

@@ -193,6 +193,24 @@ impl App {
     }
 }
 
+impl App {
+    /// Where the execution `exec_id` stands in a machine's queue, if it waits in one.
+    pub(crate) async fn queue_place(
+        &self,
+        exec_id: &str,
+    ) -> Result<Option<outpost_core::server::QueuePlace>, ApiError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::QueuePlace {
+                exec_id: exec_id.to_owned(),
+                reply,
+            })
+            .await
+            .map_err(|_| Self::gone())?;
+        rx.await.map_err(|_| Self::gone())
+    }
+}
+
 /// One route: its documentation and its handler.
 pub(crate) struct Route {
     pub(crate) doc: RouteDoc,

@@ -38,6 +38,10 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How long an execution may stay pending before its followers are told where it stands.
 const STATUS_AFTER: Duration = Duration::from_secs(1);
 
+/// How often a follower of a pending execution is told again where it stands (only when the
+/// sentence changed: its place in the queue, the minutes left).
+const STATUS_EVERY: Duration = Duration::from_secs(15);
+
 /// Events a follower's stream holds before its task waits for the follower to read.
 const BUFFERED_EVENTS: usize = 16;
 
@@ -155,6 +159,7 @@ async fn feed(
     // is still pending a moment later.
     let mut status_due = (entry.status == ExecutionStatus::Pending.as_str())
         .then(|| tokio::time::Instant::now() + STATUS_AFTER);
+    let mut said: Option<String> = None;
     loop {
         let read = log.read(&mut cursor);
         for (stream, offset, text) in read.pieces {
@@ -177,10 +182,17 @@ async fn feed(
             () = tokio::time::sleep_until(due), if status_due.is_some() => {
                 status_due = None;
                 let now = stored(app, id)?;
-                if now.status == ExecutionStatus::Pending.as_str()
-                    && send(tx, status_event(&now)).await.is_err()
-                {
-                    return Ok(());
+                if now.status == ExecutionStatus::Pending.as_str() {
+                    // Said again while it waits: its place and time left change.
+                    status_due = Some(tokio::time::Instant::now() + STATUS_EVERY);
+                    let place = app.queue_place(id).await?;
+                    let event = status_event(&now, place.as_ref());
+                    if said.as_deref() != Some(event.0.as_str()) {
+                        if send(tx, event.1).await.is_err() {
+                            return Ok(());
+                        }
+                        said = Some(event.0);
+                    }
                 }
             }
             () = end.signalled() => {
@@ -259,21 +271,25 @@ fn output_event(stream: OutputStream, offset: u64, text: String, cursor: &Cursor
         .data(serde_json::to_string(&body).unwrap_or_default())
 }
 
-fn status_event(entry: &ExecutionEntry) -> Event {
-    let status = ExecutionStatus::parse(&entry.status).unwrap_or(ExecutionStatus::Pending);
-    let message = match status {
-        ExecutionStatus::Pending => Some(match &entry.requested {
-            Some(context) => {
-                format!("waiting for {context} to take the run (it is offline or busy)")
-            }
-            None => "waiting for a machine to take the run".to_owned(),
-        }),
-        _ => None,
+/// The `status` event for a pending execution, and its message (to say it only when it
+/// changed).
+fn status_event(
+    entry: &ExecutionEntry,
+    place: Option<&outpost_core::server::QueuePlace>,
+) -> (String, Event) {
+    let message = match (place, &entry.requested) {
+        (Some(place), _) => views::queue(place).sentence(),
+        (None, Some(context)) => format!("waiting for {context} to take the run"),
+        (None, None) => "waiting for a machine to take the run".to_owned(),
     };
-    let body = OutputStatus { status, message };
-    Event::default()
+    let body = OutputStatus {
+        status: ExecutionStatus::Pending,
+        message: Some(message.clone()),
+    };
+    let event = Event::default()
         .event("status")
-        .data(serde_json::to_string(&body).unwrap_or_default())
+        .data(serde_json::to_string(&body).unwrap_or_default());
+    (message, event)
 }
 
 fn end_event(execution: &Execution) -> Event {

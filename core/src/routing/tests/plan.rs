@@ -307,3 +307,39 @@ fn busy_message_of(view: ContextView) -> String {
     .unwrap_err()
     .to_string()
 }
+
+#[test]
+fn a_busy_named_context_can_be_queued_for_and_only_when_busy() {
+    let target = ExecuteTarget {
+        when_busy: WhenOffline::queue(7).unwrap(),
+        ..ExecuteTarget::named("ec_build-box")
+    };
+    let queued = plan(&user(ANA), &target, &Chain::default(), &[busy("build-box")]).unwrap();
+    assert_eq!(
+        queued,
+        Plan::Queue(QueuedRun {
+            id: "ec_build-box".into(),
+            name: "build-box".into(),
+            minutes: 7
+        })
+    );
+    // A free slot: it runs at once; offline: whenBusy does not wait for that.
+    let route = dispatch(plan(
+        &user(ANA),
+        &target,
+        &Chain::default(),
+        &[view("build-box")],
+    ));
+    assert_eq!(route.current().id(), "ec_build-box");
+    let err = plan(
+        &user(ANA),
+        &target,
+        &Chain::default(),
+        &[offline("build-box")],
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "execution_context_offline");
+    // A requester who may not use it is refused, not queued.
+    let err = plan(&user(BO), &target, &Chain::default(), &[busy("build-box")]).unwrap_err();
+    assert_eq!(err.code(), "not_opted_in");
+}

@@ -101,6 +101,7 @@ fn target() -> impl Strategy<Value = ExecuteTarget> {
                 } else {
                     WhenOffline::Fail
                 },
+                when_busy: WhenOffline::Fail,
                 wants_commands,
             },
         )

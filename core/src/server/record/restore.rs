@@ -5,11 +5,12 @@
 use std::sync::Arc;
 
 use super::{PlaceRow, ServerSnapshot};
+use crate::ids::ExecutionId;
 use crate::routing::{AttemptOutcome, Candidate, RunKind};
 use crate::server::{Execution, ExecutionOutcome, Machine, Place, Server};
 use crate::session::{self, RunSpec, Session, SessionConfig};
 use crate::sign::Signer;
-use crate::time::{Now, rebase};
+use crate::time::{Instant, Now, rebase};
 
 impl Server {
     /// A dispatcher rebuilt in a new process from `snapshot` (a stored snapshot with the
@@ -133,8 +134,25 @@ impl Server {
                 route: row.route.clone(),
                 place,
                 hops: row.hops,
+                arrival: 0,
             };
             server.executions.insert(exec_id, execution);
+        }
+        // A new process knows no arrival order: the queues are served by their deadlines.
+        let mut order: Vec<(Option<Instant>, ExecutionId)> = server
+            .executions
+            .iter()
+            .map(|(id, e)| match e.place {
+                Place::Queued { until, .. } => (Some(until), id.clone()),
+                _ => (None, id.clone()),
+            })
+            .collect();
+        order.sort();
+        for (_, id) in order {
+            server.next_arrival += 1;
+            if let Some(e) = server.executions.get_mut(&id) {
+                e.arrival = server.next_arrival;
+            }
         }
         // What the restart decides is journaled like an input's changes.
         let mark = server.outputs.len();

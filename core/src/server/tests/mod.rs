@@ -566,3 +566,89 @@ fn a_lease_that_ends_as_a_ticket_is_issued_is_journaled_before_it_is_reported() 
         "the end is written before it is reported: {after:?}"
     );
 }
+
+#[test]
+fn a_busy_machine_s_queue_is_served_in_order_of_arrival_and_says_where_each_stands() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    let a = h.connect("a", 1);
+    let queued = ExecuteTarget {
+        when_busy: WhenOffline::queue(5).expect("5 minutes"),
+        ..ExecuteTarget::named("a")
+    };
+    // x0 takes the one slot; z3, m2, b1 (ids out of order on purpose) queue behind it.
+    h.input(Input::Execute(Box::new(request(
+        "x0",
+        "ada",
+        ExecuteTarget::named("a"),
+    ))));
+    for id in ["z3", "m2", "b1"] {
+        h.input(Input::Execute(Box::new(request(id, "ada", queued.clone()))));
+        assert!(h.finished(id).is_empty(), "{id} waits, not failed busy");
+    }
+    let place = h.server.queue_place("m2").expect("m2 is queued");
+    assert_eq!((place.position, place.online), (2, true));
+    assert_eq!(place.left, Duration::from_secs(300));
+    assert!(h.server.queue_place("x0").is_none(), "x0 is not queued");
+    // Without whenBusy, a busy machine still fails the run at once.
+    h.input(Input::Execute(Box::new(request(
+        "late",
+        "ada",
+        ExecuteTarget::named("a"),
+    ))));
+    assert!(matches!(
+        h.finished("late")[..],
+        [ExecutionOutcome::Failed { .. }]
+    ));
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let run = h.requests(a).last().expect("an offer").clone();
+        order.push(run.split('.').next().unwrap_or_default().to_owned());
+        h.daemon_says(
+            "a",
+            DaemonFrame::RunAccept {
+                run_id: run.clone().into(),
+            },
+        );
+        h.result("a", &run);
+    }
+    assert_eq!(order, ["x0", "z3", "m2", "b1"], "first come, first served");
+}
+
+#[test]
+fn a_run_queued_for_a_busy_machine_fails_saying_no_slot_came_free() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    let a = h.connect("a", 1);
+    // x0 holds the one slot past the queue's minute.
+    let long = ExecuteRequest {
+        timeout_ms: 600_000,
+        ..request("x0", "ada", ExecuteTarget::named("a"))
+    };
+    h.input(Input::Execute(Box::new(long)));
+    let run = h.requests(a).last().expect("x0's offer").clone();
+    h.daemon_says("a", DaemonFrame::RunAccept { run_id: run.into() });
+    let queued = ExecuteTarget {
+        when_busy: WhenOffline::queue(1).expect("1 minute"),
+        ..ExecuteTarget::named("a")
+    };
+    h.input(Input::Execute(Box::new(request("x1", "ada", queued))));
+    // The machine stays connected and busy (its heartbeats keep it), x0 within its lease.
+    for _ in 0..6 {
+        h.advance(Duration::from_secs(10));
+        h.daemon_says(
+            "a",
+            DaemonFrame::Status {
+                slots_used: 1,
+                slots_total: 1,
+                draining: false,
+            },
+        );
+    }
+    let finished = h.finished("x1");
+    assert!(
+        matches!(&finished[..], [ExecutionOutcome::Failed { code, message }]
+            if code == "execution_context_queue_expired" && message.contains("no free slot")),
+        "{finished:?}"
+    );
+}

@@ -36,6 +36,7 @@ pub(crate) fn execution(entry: &ExecutionEntry) -> Execution {
         stderr: None,
         truncated: None,
         error: None,
+        queue: None,
         ran_on: entry
             .ran_on_json
             .as_deref()
@@ -88,6 +89,16 @@ pub(crate) fn execution(entry: &ExecutionEntry) -> Execution {
         out.truncated = Some(kept.cut);
     }
     out
+}
+
+/// The view of a queued execution's place, as the dispatcher says it now.
+pub(crate) fn queue(place: &outpost_core::server::QueuePlace) -> outpost_core::api::QueueView {
+    outpost_core::api::QueueView {
+        context: place.name.clone(),
+        position: u32::try_from(place.position).unwrap_or(u32::MAX),
+        reason: if place.online { "busy" } else { "offline" }.to_owned(),
+        left_secs: place.left.as_secs(),
+    }
 }
 
 /// Whether a status is an end (a status this server does not know counts as one: it never
