@@ -137,31 +137,15 @@ struct Answer {
 }
 
 impl SignedClient {
-    /// A client for `server`, signing with the machine key `seed`. With an extra CA in
-    /// `trust`, HTTPS trusts that CA (ureq takes one root list: the extra CA replaces the
-    /// public roots for HTTP; the WebSocket trusts both).
+    /// A client for `server`, signing with the machine key `seed`, trusting what `trust`
+    /// trusts (the WebSocket's configuration, [`crate::https`]).
     pub fn new(server: ServerUrl, seed: [u8; 32], trust: &Trust) -> Self {
-        let roots = if trust.extra.is_empty() {
-            ureq::tls::RootCerts::WebPki
-        } else {
-            let certs: Vec<ureq::tls::Certificate<'static>> = trust
-                .extra
-                .iter()
-                .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
-                .collect();
-            ureq::tls::RootCerts::new_with_certs(&certs)
-        };
-        let tls = ureq::tls::TlsConfig::builder()
-            .provider(ureq::tls::TlsProvider::Rustls)
-            .root_certs(roots)
-            .build();
-        let agent = ureq::Agent::config_builder()
-            .tls_config(tls)
+        let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
             .timeout_global(Some(REQUEST_TIMEOUT))
-            .build()
-            .new_agent();
+            .build();
+        let agent = crate::https::agent(config, trust);
         let probe = Ed25519Signer::from_seed("machine", seed);
         let key_id = machine_key_id(&probe.verifying_key());
         Self {
@@ -249,9 +233,12 @@ impl SignedClient {
                 body: body.to_vec(),
             }
         };
-        let transport = |e: ureq::Error| HttpError::Transport {
-            route: route.clone(),
-            reason: e.to_string(),
+        let transport = |e: ureq::Error| {
+            let text = e.to_string();
+            HttpError::Transport {
+                route: route.clone(),
+                reason: crate::tls::explain_certificate_error(&text).unwrap_or(text),
+            }
         };
         let mut builder = ureq::http::Request::builder().method(method).uri(&req.url);
         for (name, value) in &req.headers {

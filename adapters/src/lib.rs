@@ -18,5 +18,6 @@
 
 pub mod clock;
 pub mod http;
+pub mod https;
 pub mod runtime;
 pub mod tls;

@@ -1,7 +1,13 @@
 //! TLS for every client connection, with rustls on ring: the public web roots
 //! (`webpki-roots`) plus, optionally, one extra CA from a PEM file (`--ca`, or the
 //! `OUTPOST_CA_FILE` variable), so a private server or a test's self-signed certificate can be
-//! trusted; and the server URL rules (plain `http://` only to a loopback host).
+//! trusted, plus the one certificate a join pins (its SHA-256), so a server's self-signed
+//! certificate just works for whoever holds its join; and the server URL rules (plain
+//! `http://` only to a loopback host).
+//!
+//! A pinned certificate is trusted as an SSH host key is: the exact certificate (so the exact
+//! key, which the handshake's signature proves the server holds), whatever its issuer, names,
+//! dates or CA flag; any other certificate must pass the usual checks against the roots.
 //!
 //! This module owns which certificates a client trusts. It never disables verification.
 
@@ -9,9 +15,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use outpost_core::join::{JoinError, check_server_url};
-use rustls::RootCertStore;
-use rustls::pki_types::CertificateDer;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use sha2::{Digest as _, Sha256};
 
 /// The variable naming an extra CA PEM file when `--ca` is not given.
 pub const CA_FILE_VAR: &str = "OUTPOST_CA_FILE";
@@ -42,11 +51,14 @@ impl TlsError {
     }
 }
 
-/// What a client trusts: the public roots, plus the certificates of an extra CA file.
+/// What a client trusts: the public roots, plus the certificates of an extra CA file, plus
+/// one pinned certificate.
 #[derive(Debug, Clone, Default)]
 pub struct Trust {
     /// The extra CA's certificates (DER), empty when none was given.
     pub extra: Vec<CertificateDer<'static>>,
+    /// The SHA-256 of a server certificate (its DER) trusted as it is, from a join.
+    pub pinned: Option<[u8; 32]>,
 }
 
 impl Trust {
@@ -73,7 +85,17 @@ impl Trust {
         if extra.is_empty() {
             return Err("it holds no certificate".into());
         }
-        Ok(Self { extra })
+        Ok(Self {
+            extra,
+            pinned: None,
+        })
+    }
+
+    /// This trust, plus the certificate whose SHA-256 is `hex` (a join's `tlsSha256`; a
+    /// malformed one pins nothing: [`outpost_core::join::Join::parse`] refused it already).
+    pub fn pinning(mut self, hex: Option<&str>) -> Self {
+        self.pinned = hex.and_then(parse_pin);
+        self
     }
 
     /// `explicit` when given, else the file `OUTPOST_CA_FILE` names, else the public roots.
@@ -97,11 +119,122 @@ impl Trust {
             let _ = roots.add(cert.clone());
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map(|b| b.with_root_certificates(roots).with_no_client_auth());
-        // The ring provider supports the default protocol versions.
-        Arc::new(config.unwrap_or_else(|_| unreachable!("ring supports TLS 1.2 and 1.3")))
+            // The ring provider supports the default protocol versions.
+            .unwrap_or_else(|_| unreachable!("ring supports TLS 1.2 and 1.3"));
+        let config = match self.pinned {
+            None => builder.with_root_certificates(roots).with_no_client_auth(),
+            Some(pin) => {
+                let by_roots =
+                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                        .build()
+                        // The roots are never empty: the public ones are always there.
+                        .unwrap_or_else(|_| unreachable!("the web roots are not empty"));
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(PinnedOrRoots { pin, by_roots }))
+                    .with_no_client_auth()
+            }
+        };
+        Arc::new(config)
+    }
+}
+
+/// A sentence for a TLS failure that `text` (an error's message) reports about the server's
+/// certificate, with what to do; `None` when it is not about the certificate.
+pub fn explain_certificate_error(text: &str) -> Option<String> {
+    const JOIN: &str = "use the server's join (it pins the certificate; a daemon joined with it and the CLI beside the server use it by themselves), or pass --ca FILE with the certificate or its CA";
+    const REMAKE: &str = "use the server's join (it pins the certificate as it is), or make the server a certificate that is not a CA, for its address: openssl req -x509 … -addext basicConstraints=critical,CA:FALSE -addext subjectAltName=IP:ADDRESS";
+    let (what, todo) = [
+        ("UnknownIssuer", "signed by no CA this client trusts", JOIN),
+        (
+            "CaUsedAsEndEntity",
+            "a CA certificate (CA:TRUE) serving as the server's own",
+            REMAKE,
+        ),
+        (
+            "NotValidForName",
+            "not made for this host name or address",
+            REMAKE,
+        ),
+        ("Expired", "expired", JOIN),
+        ("NotValidYet", "not valid yet", JOIN),
+        ("BadSignature", "badly signed", JOIN),
+        (
+            "UnknownRevocationStatus",
+            "of unknown revocation status",
+            JOIN,
+        ),
+        ("Revoked", "revoked", JOIN),
+    ]
+    .into_iter()
+    .find(|(name, _, _)| text.contains(name))
+    .map(|(_, what, todo)| (what, todo))
+    .or_else(|| {
+        text.contains("invalid peer certificate")
+            .then_some(("not one this client trusts", JOIN))
+    })?;
+    Some(format!("the server's TLS certificate is {what}: {todo}"))
+}
+
+/// A 64-digit lowercase hex SHA-256.
+fn parse_pin(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut pin = [0u8; 32];
+    for (i, byte) in pin.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(pin)
+}
+
+/// Trusts the pinned certificate as it is, and any other one the roots vouch for.
+#[derive(Debug)]
+struct PinnedOrRoots {
+    pin: [u8; 32],
+    by_roots: Arc<WebPkiServerVerifier>,
+}
+
+impl ServerCertVerifier for PinnedOrRoots {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if <[u8; 32]>::from(Sha256::digest(end_entity.as_ref())) == self.pin {
+            return Ok(ServerCertVerified::assertion());
+        }
+        self.by_roots
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    // The handshake's signature is checked whatever vouched for the certificate: it proves
+    // the server holds the certificate's key.
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.by_roots.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.by_roots.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.by_roots.supported_verify_schemes()
     }
 }
 

@@ -71,7 +71,7 @@ pub fn attach(args: &AttachArgs<'_>) -> anyhow::Result<ExitCode> {
         }
     };
     let url = ServerUrl::parse(api.base()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let trust = Trust::from_option(api.ca_file()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let trust = api.trust()?;
     let ws_url = url.ws_url(&format!("/v1/terminals/{terminal}/connect?ticket={ticket}"));
     let (tcp, stream) = connect(&url, &trust)?;
     let (mut socket, _) = tungstenite::client::client(ws_url.as_str(), stream)

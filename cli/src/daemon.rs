@@ -56,8 +56,9 @@ pub struct DaemonArgs {
     /// (base64url's 63rd digit): it is still read as the key.
     #[arg(long, allow_hyphen_values = true)]
     pub root: Option<String>,
-    /// An extra CA certificate (PEM) to trust for the server (default: OUTPOST_CA_FILE).
-    #[arg(long)]
+    /// An extra CA certificate (PEM) to trust for the server: the global `--ca` (default:
+    /// OUTPOST_CA_FILE).
+    #[arg(skip)]
     pub ca: Option<PathBuf>,
     /// The host the daemon runs on: tokio, smol, or blocking (std threads only).
     #[arg(long, default_value = "tokio", value_parser = host_kind)]

@@ -68,6 +68,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// An extra CA certificate (PEM) to trust for the server's TLS certificate (default:
+    /// OUTPOST_CA_FILE). Not needed for a server whose join pins its certificate: the local
+    /// server's join, or the one a daemon joined with.
+    #[arg(long, global = true, value_name = "FILE")]
+    ca: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -487,6 +492,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    client::api::set_ca_file(cli.ca.clone());
     match cli.command {
         Command::Run {
             dir,
@@ -510,8 +516,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             init_logs();
             serve::serve(args)
         }
-        Command::Daemon(args) => {
+        Command::Daemon(mut args) => {
             init_logs();
+            args.ca = cli.ca;
             daemon::daemon(args)
         }
         Command::Execute {

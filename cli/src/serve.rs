@@ -31,7 +31,10 @@ pub struct ServeArgs {
     /// shell). Shell gives runs the server's own machine: only with reason.
     #[arg(long, value_delimiter = ',', default_value = "wasm", value_parser = cloud_environment)]
     pub cloud: Vec<Environment>,
-    /// The base URL daemons should use (behind a proxy); default the address bound.
+    /// The base URL other machines use (a name, or a proxy in front), carried by the join.
+    /// Default: the address listened on; for 0.0.0.0 or ::, this machine's address on its
+    /// default route (the server refuses to start when it has none, rather than print a
+    /// join that points at loopback).
     #[arg(long)]
     pub public_url: Option<String>,
     /// Print one JSON line (url, join, rootKey, stateDir) instead of the text lines.

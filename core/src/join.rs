@@ -24,6 +24,10 @@ pub struct Join {
     pub root: RootKey,
     /// A bearer token with the `execution_context:create` scope.
     pub token: String,
+    /// The SHA-256 of the server's TLS certificate (its leaf, DER), lowercase hex, when the
+    /// server serves HTTPS: a client that holds the join trusts that certificate even where
+    /// no CA it knows signed it (a self-signed one), as it pins the root key.
+    pub tls_sha256: Option<String>,
 }
 
 impl std::fmt::Debug for Join {
@@ -32,6 +36,7 @@ impl std::fmt::Debug for Join {
             .field("url", &self.url)
             .field("root", &self.root.id)
             .field("token", &"[redacted]")
+            .field("tls_sha256", &self.tls_sha256)
             .finish()
     }
 }
@@ -71,6 +76,8 @@ struct JoinJson {
     url: String,
     root: RootJson,
     token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tls_sha256: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -90,6 +97,7 @@ impl Join {
                 public_key: b64::encode(self.root.public_key.as_bytes()),
             },
             token: self.token.clone(),
+            tls_sha256: self.tls_sha256.clone(),
         };
         let text = serde_json::to_string(&json).unwrap_or_default();
         format!("{JOIN_PREFIX}{}", b64::encode(text.as_bytes()))
@@ -115,6 +123,13 @@ impl Join {
             return Err(JoinError::Malformed("token is empty".into()));
         }
         check_server_url(&json.url)?;
+        if let Some(pin) = &json.tls_sha256
+            && !(pin.len() == 64 && pin.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        {
+            return Err(JoinError::Malformed(
+                "tlsSha256 is not 64 lowercase hex digits".into(),
+            ));
+        }
         Ok(Join {
             url: json.url.trim_end_matches('/').to_owned(),
             root: RootKey {
@@ -122,6 +137,7 @@ impl Join {
                 public_key,
             },
             token: json.token,
+            tls_sha256: json.tls_sha256,
         })
     }
 }
@@ -163,6 +179,7 @@ mod tests {
             url: url.into(),
             root: crate::keyset::test_root::root_key(),
             token: "opt_abc".into(),
+            tls_sha256: None,
         }
     }
 
@@ -172,6 +189,22 @@ mod tests {
         let back = Join::parse(&format!("  {}\n", j.encode())).unwrap();
         assert_eq!(back, j);
         assert!(!format!("{back:?}").contains("opt_abc"));
+    }
+
+    #[test]
+    fn a_join_carries_the_tls_pin_and_refuses_a_malformed_one() {
+        let pinned = Join {
+            tls_sha256: Some("ab".repeat(32)),
+            ..join("https://10.0.0.5:8440")
+        };
+        assert_eq!(Join::parse(&pinned.encode()).unwrap(), pinned);
+        let bad = Join {
+            tls_sha256: Some("AB".repeat(32)),
+            ..join("https://10.0.0.5:8440")
+        };
+        let err = Join::parse(&bad.encode()).unwrap_err();
+        assert_eq!(err.code(), "join_malformed");
+        assert!(err.to_string().contains("tlsSha256"), "{err}");
     }
 
     #[test]

@@ -63,11 +63,12 @@ pub(crate) fn join(
 ) -> Result<Option<Joined>, DaemonError> {
     let seed = crate::key::machine_seed(&home.folders.config, options.passphrase.as_deref())?;
     let saved = home.server()?;
-    let (url, root, token) = match &options.server {
+    let (url, root, token, pin) = match &options.server {
         ServerChoice::Join(join) => (
             join.url.clone(),
             join.root.clone(),
             Some(join.token.clone()),
+            join.tls_sha256.clone(),
         ),
         ServerChoice::Explicit { url, root, token } => {
             check_server_url(url)?;
@@ -75,6 +76,7 @@ pub(crate) fn join(
                 url.trim_end_matches('/').to_owned(),
                 root.clone(),
                 Some(token.clone()),
+                None,
             )
         }
         ServerChoice::Saved => {
@@ -83,9 +85,12 @@ pub(crate) fn join(
                 path: home.folders.config.join(SERVER_FILE),
                 reason,
             })?;
-            (saved.url.clone(), root, None)
+            (saved.url.clone(), root, None, None)
         }
     };
+    // The certificate the join pinned, as the first start saved it (a join given again
+    // names the same server, checked below; its pin is the one it carries).
+    let pin = pin.or_else(|| saved.as_ref().and_then(|s| s.tls_sha256.clone()));
     if let Some(saved) = &saved
         && (saved.url != url || saved.root_id != root.id)
     {
@@ -94,7 +99,7 @@ pub(crate) fn join(
             given: url,
         });
     }
-    let trust = Trust::from_option(options.ca_file.as_deref())?;
+    let trust = Trust::from_option(options.ca_file.as_deref())?.pinning(pin.as_deref());
     let server = ServerUrl::parse(&url)?;
     let client = Arc::new(SignedClient::new(server, seed, &trust));
     let roots = Arc::new(PinnedRoots::new(vec![root.clone()]));
@@ -137,7 +142,7 @@ pub(crate) fn join(
                 });
             }
         };
-        save_registration(home, &url, &root, &registered)?;
+        save_registration(home, &url, &root, pin.as_deref(), &registered)?;
     }
     Ok(Some(Joined {
         url,
@@ -217,6 +222,7 @@ fn save_registration(
     home: &Home,
     url: &str,
     root: &RootKey,
+    tls_sha256: Option<&str>,
     registered: &Registered,
 ) -> Result<(), DaemonError> {
     home.save_server(&ServerFile {
@@ -226,6 +232,7 @@ fn save_registration(
         context_id: registered.context_id.to_string(),
         name: registered.name.clone(),
         key_id: registered.key_id.clone(),
+        tls_sha256: tls_sha256.map(str::to_owned),
     })?;
     tracing::info!(context = %registered.context_id, name = %registered.name, key = %registered.key_id, "registered");
     Ok(())

@@ -60,6 +60,10 @@ pub struct ServerFile {
     pub name: String,
     /// The machine key id (`mk_…`).
     pub key_id: String,
+    /// The SHA-256 of the server's TLS certificate the join pinned (lowercase hex), trusted
+    /// on every later start as on the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_sha256: Option<String>,
 }
 
 impl ServerFile {

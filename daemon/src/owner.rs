@@ -28,7 +28,7 @@ pub fn machine_client(
         Err(e) => return Err(DaemonError::home(&path, e)),
     };
     let seed = super::key::machine_seed(&folders.config, passphrase)?;
-    let trust = Trust::from_option(ca_file)?;
+    let trust = Trust::from_option(ca_file)?.pinning(saved.tls_sha256.as_deref());
     Ok(SignedClient::new(
         ServerUrl::parse(&saved.url)?,
         seed,

@@ -79,26 +79,6 @@ fn join_token(text: &str) -> Option<String> {
     value.get("token")?.as_str().map(str::to_owned)
 }
 
-fn base_url(config: &ServeConfig, bound: std::net::SocketAddr) -> String {
-    if let Some(url) = &config.public_url {
-        return url.trim_end_matches('/').to_owned();
-    }
-    let scheme = if config.tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    let mut addr = bound;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(if addr.is_ipv4() {
-            std::net::Ipv4Addr::LOCALHOST.into()
-        } else {
-            std::net::Ipv6Addr::LOCALHOST.into()
-        });
-    }
-    format!("{scheme}://{addr}")
-}
-
 fn replay_guard(store: &Store, now: UnixTime) -> Result<ReplayGuard, ServeError> {
     let mut guard = ReplayGuard::new(ReplayPolicy::default());
     for (key_id, nonce, created, expires) in store.live_nonces(now.0)? {
@@ -136,11 +116,12 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         addr: config.listen,
         source,
     })?;
-    let url = base_url(&config, bound);
+    let url = crate::public_url::base_url(&config, bound)?;
     let join = Join {
         url: url.clone(),
         root: keys.root.clone(),
         token: join_token,
+        tls_sha256: tls.as_ref().map(|(_, pin)| pin.clone()),
     }
     .encode();
     state::write_secret(&dir.join("join"), format!("{join}\n").as_bytes())?;
@@ -225,7 +206,13 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         stop_rx.clone(),
     ));
     let task = tokio::spawn(async move {
-        serve::accept_loop(listener, tls, serving, stop_rx).await;
+        serve::accept_loop(
+            listener,
+            tls.map(|(acceptor, _)| acceptor),
+            serving,
+            stop_rx,
+        )
+        .await;
         let _ = tx.send(crate::dispatch::Msg::Shutdown).await;
         let _ = dispatch_task.await;
     });

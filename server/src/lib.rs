@@ -24,6 +24,7 @@ mod inflight;
 mod limits;
 mod metrics;
 mod parking;
+mod public_url;
 pub mod releases;
 mod secrets;
 mod serve;
@@ -119,6 +120,24 @@ pub enum ServeError {
     /// The async runtime of a [`BlockingServer`] cannot start.
     #[error("the server's runtime cannot start: {0}")]
     Runtime(String),
+    /// The server listens on every address but has none another machine could reach it by,
+    /// so it cannot print a join that works anywhere but here.
+    #[error(
+        "listening on {listen}, but this machine has no address other machines can reach it by (no default route, no interface up): pass --public-url URL, the URL daemons will use (or listen on 127.0.0.1 for this machine only)"
+    )]
+    NoPublicAddress {
+        /// The address listened on.
+        listen: SocketAddr,
+    },
+    /// The server listens on every address over plain http, which no other machine's daemon
+    /// accepts (plain http only to loopback).
+    #[error(
+        "listening on {listen} over plain http, which other machines' daemons refuse (plain http is for loopback only): pass --tls-cert and --tls-key (a self-signed certificate works: the join pins it), or --public-url https://… for a proxy in front, or listen on 127.0.0.1"
+    )]
+    PlainHttpForOthers {
+        /// The address listened on.
+        listen: SocketAddr,
+    },
     /// The system has no suspend-aware monotonic clock (`CLOCK_BOOTTIME`).
     #[error("the server's clock cannot be read: {0}")]
     Clock(#[from] outpost_adapters::clock::ClockError),

@@ -8,6 +8,7 @@
 //! source address with too many bodies in progress is answered 429 `rate_limited` before any
 //! of the new one is read.
 
+use sha2::Digest as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -36,7 +37,9 @@ const DRAIN: Duration = Duration::from_secs(10);
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// A TLS acceptor from PEM files.
-pub(crate) fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, ServeError> {
+/// The acceptor for `cert` and `key`, and the SHA-256 (lowercase hex) of the leaf
+/// certificate, which the join pins.
+pub(crate) fn tls_acceptor(cert: &Path, key: &Path) -> Result<(TlsAcceptor, String), ServeError> {
     let tls = |what: &str, e: &dyn std::fmt::Display| ServeError::Tls(format!("{what}: {e}"));
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .map_err(|e| tls(&format!("reading {}", cert.display()), &e))?
@@ -48,6 +51,7 @@ pub(crate) fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, Serve
             cert.display()
         )));
     }
+    let pin = hex::encode(sha2::Sha256::digest(certs[0].as_ref()));
     let key = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| tls(&format!("reading {}", key.display()), &e))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -57,7 +61,7 @@ pub(crate) fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, Serve
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| tls("certificate and key", &e))?;
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    Ok((TlsAcceptor::from(Arc::new(config)), pin))
 }
 
 /// What every connection is served with.

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use outpost_adapters::tls::Trust;
 use outpost_core::api::ErrorAnswer;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -52,6 +53,14 @@ pub fn default_state_dir() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/share/outpost/server"))
 }
 
+/// The `--ca` of the command line, for every client this process makes.
+static CA_FILE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+
+/// Sets the command line's `--ca` (once, before any client is made).
+pub fn set_ca_file(path: Option<PathBuf>) {
+    let _ = CA_FILE.set(path);
+}
+
 /// A client of one server, authenticated by one bearer token.
 #[derive(Clone)]
 pub struct Api {
@@ -59,36 +68,35 @@ pub struct Api {
     token: String,
     agent: ureq::Agent,
     ca_file: Option<PathBuf>,
+    /// The certificate the local join pins, when this client talks to that server.
+    pin: Option<String>,
 }
 
 impl Api {
-    /// A client of `base` (an `http(s)://host:port` URL) with `token`.
-    pub fn new(base: &str, token: &str, ca_file: Option<&Path>) -> anyhow::Result<Self> {
+    /// A client of `base` (an `http(s)://host:port` URL) with `token`, trusting the public
+    /// roots, the CA in `ca_file` and the certificate `pin` names (a join's `tlsSha256`).
+    pub fn new(
+        base: &str,
+        token: &str,
+        ca_file: Option<&Path>,
+        pin: Option<&str>,
+    ) -> anyhow::Result<Self> {
         outpost_core::join::check_server_url(base).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut tls = ureq::tls::TlsConfig::builder();
-        if let Some(path) = ca_file {
-            let pem = std::fs::read(path)
-                .with_context(|| format!("reading the CA certificate {}", path.display()))?;
-            let certs: Vec<_> = ureq::tls::parse_pem(&pem)
-                .filter_map(|item| match item {
-                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-                    _ => None,
-                })
-                .collect();
-            anyhow::ensure!(!certs.is_empty(), "{} holds no certificate", path.display());
-            tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(&certs));
+        let trust = match ca_file {
+            Some(path) => Trust::with_ca_file(path).map_err(|e| anyhow::anyhow!("{e}"))?,
+            None => Trust::public(),
         }
-        let agent = ureq::Agent::config_builder()
+        .pinning(pin);
+        let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(330)))
-            .tls_config(tls.build())
-            .build()
-            .new_agent();
+            .build();
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
-            agent,
+            agent: outpost_adapters::https::agent(config, &trust),
             ca_file: ca_file.map(Path::to_path_buf),
+            pin: pin.map(str::to_owned),
         })
     }
 
@@ -96,10 +104,15 @@ impl Api {
     /// the local server's `join`; the token from `OUTPOST_TOKEN` or the local `admin.token`.
     pub fn from_env(server: Option<&str>) -> anyhow::Result<Self> {
         let state = default_state_dir().ok();
-        let server = match server
+        // The local server's join: its URL when none is given, and the certificate it pins.
+        let local = state
+            .as_deref()
+            .and_then(|dir| std::fs::read_to_string(dir.join("join")).ok())
+            .and_then(|text| outpost_core::join::Join::parse(&text).ok());
+        let given = server
             .map(str::to_owned)
-            .or_else(|| std::env::var("OUTPOST_SERVER").ok())
-        {
+            .or_else(|| std::env::var("OUTPOST_SERVER").ok());
+        let server = match given {
             Some(url) => url,
             None => {
                 let dir = state.as_deref().context("no server: pass --server URL")?;
@@ -114,6 +127,9 @@ impl Api {
                     .url
             }
         };
+        let pin = local
+            .filter(|j| j.url == server.trim_end_matches('/'))
+            .and_then(|j| j.tls_sha256);
         let token = match std::env::var("OUTPOST_TOKEN") {
             Ok(token) => token,
             Err(_) => {
@@ -130,8 +146,12 @@ impl Api {
                     .to_owned()
             }
         };
-        let ca = std::env::var_os("OUTPOST_CA_FILE").map(PathBuf::from);
-        Self::new(&server, &token, ca.as_deref())
+        let ca = CA_FILE
+            .get()
+            .cloned()
+            .flatten()
+            .or_else(|| std::env::var_os("OUTPOST_CA_FILE").map(PathBuf::from));
+        Self::new(&server, &token, ca.as_deref(), pin.as_deref())
     }
 
     /// The server's base URL, without a trailing `/`.
@@ -139,9 +159,13 @@ impl Api {
         &self.base
     }
 
-    /// The CA certificate file this client trusts instead of the public roots, if any.
-    pub fn ca_file(&self) -> Option<&Path> {
-        self.ca_file.as_deref()
+    /// What this client trusts, for a connection it makes itself (a terminal's WebSocket).
+    pub fn trust(&self) -> anyhow::Result<Trust> {
+        let trust = match &self.ca_file {
+            Some(path) => Trust::with_ca_file(path).map_err(|e| anyhow::anyhow!("{e}"))?,
+            None => Trust::public(),
+        };
+        Ok(trust.pinning(self.pin.as_deref()))
     }
 
     /// `GET path`, its answer read as `T` (a type of [`outpost_core::api`], or `Value`).
@@ -205,11 +229,7 @@ impl Api {
         if let Some(id) = last_event_id {
             request = request.header("last-event-id", id);
         }
-        let response = request.call().map_err(|e| ApiError {
-            status: 0,
-            code: "server_unreachable".into(),
-            message: format!("cannot reach the server at {}: {e}", self.base),
-        })?;
+        let response = request.call().map_err(|e| unreachable(&self.base, &e))?;
         let status = response.status().as_u16();
         if (200..300).contains(&status) {
             return Ok(response.into_body().into_reader());
@@ -257,11 +277,7 @@ impl Api {
     ) -> Result<Value, ApiError> {
         let url = format!("{}{path}", self.base);
         let auth = format!("Bearer {}", self.token);
-        let unreachable = |e: ureq::Error| ApiError {
-            status: 0,
-            code: "server_unreachable".into(),
-            message: format!("cannot reach the server at {}: {e}", self.base),
-        };
+        let unreachable = |e: ureq::Error| unreachable(&self.base, &e);
         let response = match (method, body) {
             ("GET", _) => self.agent.get(&url).header("authorization", &auth).call(),
             ("DELETE", _) => self
@@ -317,6 +333,21 @@ impl Api {
                 message: format!("HTTP {status}"),
             },
         })
+    }
+}
+
+/// A request that got no answer: why, in a sentence (a certificate this client does not
+/// trust says what to do instead of rustls's name for it).
+fn unreachable(base: &str, e: &ureq::Error) -> ApiError {
+    let text = e.to_string();
+    let (code, why) = match outpost_adapters::tls::explain_certificate_error(&text) {
+        Some(sentence) => ("server_certificate_untrusted", sentence),
+        None => ("server_unreachable", text),
+    };
+    ApiError {
+        status: 0,
+        code: code.into(),
+        message: format!("cannot reach the server at {base}: {why}"),
     }
 }
 

@@ -160,7 +160,11 @@ pub fn follow(
                 }
             }
             Heard::Closed(_, None) if !follow => return Ok(Followed::Caught),
-            Heard::Closed(_, Some(e)) if e.status != 0 => return Err(e.into()),
+            Heard::Closed(_, Some(e))
+                if e.status != 0 || e.code == "server_certificate_untrusted" =>
+            {
+                return Err(e.into());
+            }
             Heard::Closed(_, error) => {
                 failures += 1;
                 let error = error.unwrap_or_else(|| ApiError {

@@ -106,8 +106,19 @@ impl Server {
 
     /// [`Server::start`] with `extra` arguments to `outpost serve`.
     pub fn start_with(state: &Path, port: u16, extra: &[&std::ffi::OsStr]) -> Server {
+        Server::start_at(state, &format!("127.0.0.1:{port}"), extra)
+    }
+
+    /// A server listening on `listen` (`0.0.0.0:0`: every address, a free port), with
+    /// `extra` arguments.
+    #[allow(dead_code)]
+    pub fn start_with_listen(state: &Path, listen: &str, extra: &[&std::ffi::OsStr]) -> Server {
+        Server::start_at(state, listen, extra)
+    }
+
+    fn start_at(state: &Path, listen: &str, extra: &[&std::ffi::OsStr]) -> Server {
         let mut child = Command::new(binary())
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--state"])
+            .args(["serve", "--listen", listen, "--state"])
             .arg(state)
             .args(["--cloud", "shell"])
             .args(extra)

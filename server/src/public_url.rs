@@ -1,0 +1,140 @@
+//! The URL other machines reach this server by, as the join it prints carries it: the one
+//! `--public-url` gives; else, for a server listening on one address, that address; for one
+//! listening on every address (`0.0.0.0`, `::`), this machine's own address on its default
+//! route (or, with no default route, its first address that is up and not loopback). A join
+//! that points at loopback for a listener that takes other machines is never printed: with
+//! no address to give, the server refuses to start and says to pass `--public-url`.
+//!
+//! This module owns that choice. It never listens and never resolves names.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+
+use crate::{ServeConfig, ServeError};
+
+/// The base URL the join carries, without a trailing `/`.
+pub(crate) fn base_url(config: &ServeConfig, bound: SocketAddr) -> Result<String, ServeError> {
+    if let Some(url) = &config.public_url {
+        return Ok(url.trim_end_matches('/').to_owned());
+    }
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let mut addr = bound;
+    if addr.ip().is_unspecified() {
+        // Other machines' daemons refuse plain http to anything but loopback: a join for
+        // them needs TLS (or a URL in front of this server that has it).
+        if config.tls.is_none() {
+            return Err(ServeError::PlainHttpForOthers { listen: bound });
+        }
+        let ip =
+            routable_ip(addr.is_ipv6()).ok_or(ServeError::NoPublicAddress { listen: bound })?;
+        addr.set_ip(ip);
+    }
+    Ok(format!("{scheme}://{addr}"))
+}
+
+/// This machine's address on its default route, else its first address that is up and not
+/// loopback (of the family asked for).
+pub(crate) fn routable_ip(v6: bool) -> Option<IpAddr> {
+    on_default_route(v6).or_else(|| first_interface_address(v6))
+}
+
+/// The source address the kernel picks for a datagram to a documentation address (RFC 5737,
+/// RFC 3849): connecting a UDP socket sends nothing.
+fn on_default_route(v6: bool) -> Option<IpAddr> {
+    let (local, far): (SocketAddr, SocketAddr) = if v6 {
+        (
+            (Ipv6Addr::UNSPECIFIED, 0).into(),
+            (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1), 9).into(),
+        )
+    } else {
+        (
+            (Ipv4Addr::UNSPECIFIED, 0).into(),
+            (Ipv4Addr::new(203, 0, 113, 1), 9).into(),
+        )
+    };
+    let socket = UdpSocket::bind(local).ok()?;
+    socket.connect(far).ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    usable(ip).then_some(ip)
+}
+
+fn first_interface_address(v6: bool) -> Option<IpAddr> {
+    use nix::net::if_::InterfaceFlags;
+    nix::ifaddrs::getifaddrs().ok()?.find_map(|ifa| {
+        let up = ifa.flags.contains(InterfaceFlags::IFF_UP)
+            && !ifa.flags.contains(InterfaceFlags::IFF_LOOPBACK);
+        let address = ifa.address?;
+        let ip: IpAddr = match (v6, address.as_sockaddr_in(), address.as_sockaddr_in6()) {
+            (false, Some(v4), _) => IpAddr::V4(v4.ip()),
+            (true, _, Some(v6)) => IpAddr::V6(v6.ip()),
+            _ => return None,
+        };
+        (up && usable(ip)).then_some(ip)
+    })
+}
+
+/// An address another machine could use: not loopback, not unspecified, not link-local.
+fn usable(ip: IpAddr) -> bool {
+    let link_local = match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+    };
+    !ip.is_loopback() && !ip.is_unspecified() && !link_local
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_on_every_address_gets_a_routable_one_never_loopback() {
+        let plain = base_url(&test_config(), "0.0.0.0:8440".parse().unwrap()).unwrap_err();
+        assert!(
+            plain.to_string().contains("--tls-cert"),
+            "plain http for other machines is refused with what to do: {plain}"
+        );
+        let config = crate::ServeConfig {
+            listen: "0.0.0.0:0".parse().unwrap(),
+            tls: Some(crate::TlsFiles {
+                cert: "cert.pem".into(),
+                key: "key.pem".into(),
+            }),
+            ..test_config()
+        };
+        let url = base_url(&config, "0.0.0.0:8440".parse().unwrap()).unwrap();
+        let host = url.trim_start_matches("https://");
+        let addr: SocketAddr = host.parse().unwrap();
+        assert!(usable(addr.ip()), "{url}");
+        assert_eq!(addr.port(), 8440);
+        let given = crate::ServeConfig {
+            public_url: Some("https://outpost.example:8440/".into()),
+            ..test_config()
+        };
+        assert_eq!(
+            base_url(&given, "0.0.0.0:8440".parse().unwrap()).unwrap(),
+            "https://outpost.example:8440"
+        );
+        let one = base_url(&test_config(), "127.0.0.1:9".parse().unwrap()).unwrap();
+        assert_eq!(
+            one, "http://127.0.0.1:9",
+            "a loopback listener keeps its address"
+        );
+    }
+
+    fn test_config() -> crate::ServeConfig {
+        crate::ServeConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            state_dir: std::env::temp_dir(),
+            tls: None,
+            cloud: Vec::new(),
+            public_url: None,
+            rate_limits: Default::default(),
+            terminal_idle: crate::ServeConfig::DEFAULT_TERMINAL_IDLE,
+            heartbeat: crate::ServeConfig::DEFAULT_HEARTBEAT,
+            limits: Default::default(),
+        }
+    }
+}
