@@ -64,7 +64,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// outpost: run code on machines you do not own, safely.
 #[derive(Parser)]
-#[command(name = "outpost", version, about)]
+#[command(
+    name = "outpost",
+    version,
+    about,
+    after_help = "Environment of the client commands (execute, runs, context, chain, user, audit, wait, attach):\n  OUTPOST_SERVER   the server's URL (or --server URL)\n  OUTPOST_TOKEN    your bearer token (default: the local server's admin.token)\n  OUTPOST_STATE    the local server's state folder, as `outpost serve --state DIR` was given\n                   (default: $XDG_DATA_HOME/outpost/server, else ~/.local/share/outpost/server);\n                   its join gives the server's URL and the certificate it pins\n  OUTPOST_CA_FILE  an extra CA certificate to trust (or --ca FILE)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -125,7 +130,8 @@ enum Command {
     Execute {
         /// The capability folder (holding manifest.yaml).
         dir: PathBuf,
-        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        /// The server (default: OUTPOST_SERVER, else the join in the local server's state folder:
+        /// OUTPOST_STATE, else ~/.local/share/outpost/server).
         #[arg(long)]
         server: Option<String>,
         /// Run on this context (name or id; `cloud` for the server itself).
@@ -170,7 +176,8 @@ enum Command {
         /// The key that detaches.
         #[arg(long, default_value = "ctrl-]")]
         detach_key: String,
-        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        /// The server (default: OUTPOST_SERVER, else the join in the local server's state folder:
+        /// OUTPOST_STATE, else ~/.local/share/outpost/server).
         #[arg(long)]
         server: Option<String>,
     },
@@ -178,7 +185,8 @@ enum Command {
     Context {
         #[command(subcommand)]
         action: ContextAction,
-        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        /// The server (default: OUTPOST_SERVER, else the join in the local server's state folder:
+        /// OUTPOST_STATE, else ~/.local/share/outpost/server).
         #[arg(long, global = true)]
         server: Option<String>,
         /// Print JSON.
@@ -189,7 +197,8 @@ enum Command {
     Chain {
         #[command(subcommand)]
         action: ChainAction,
-        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        /// The server (default: OUTPOST_SERVER, else the join in the local server's state folder:
+        /// OUTPOST_STATE, else ~/.local/share/outpost/server).
         #[arg(long, global = true)]
         server: Option<String>,
         /// Print JSON.
@@ -200,7 +209,8 @@ enum Command {
     Runs {
         #[command(subcommand)]
         action: RunsAction,
-        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        /// The server (default: OUTPOST_SERVER, else the join in the local server's state folder:
+        /// OUTPOST_STATE, else ~/.local/share/outpost/server).
         #[arg(long, global = true)]
         server: Option<String>,
         /// Print JSON.
@@ -212,7 +222,8 @@ enum Command {
     Wait {
         #[command(subcommand)]
         action: WaitAction,
-        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        /// The server (default: OUTPOST_SERVER, else the join in the local server's state folder:
+        /// OUTPOST_STATE, else ~/.local/share/outpost/server).
         #[arg(long, global = true)]
         server: Option<String>,
         /// Print JSON.
@@ -223,7 +234,8 @@ enum Command {
     User {
         #[command(subcommand)]
         action: UserAction,
-        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        /// The server (default: OUTPOST_SERVER, else the join in the local server's state folder:
+        /// OUTPOST_STATE, else ~/.local/share/outpost/server).
         #[arg(long, global = true)]
         server: Option<String>,
         /// Print JSON.
@@ -235,7 +247,8 @@ enum Command {
         /// At most this many events.
         #[arg(long, default_value_t = 100)]
         limit: u32,
-        /// The server (default: OUTPOST_SERVER, else the local server's join).
+        /// The server (default: OUTPOST_SERVER, else the join in the local server's state folder:
+        /// OUTPOST_STATE, else ~/.local/share/outpost/server).
         #[arg(long)]
         server: Option<String>,
         /// Print JSON.

@@ -249,18 +249,18 @@ fn print_json(
     total: Duration,
 ) -> anyhow::Result<()> {
     let value = serde_json::json!({
-        "exit_code": o.exit_code,
+        "exitCode": o.exit_code,
         "signal": o.signal,
         "stdout": String::from_utf8_lossy(&o.stdout),
         "stderr": String::from_utf8_lossy(&o.stderr),
         "truncated": o.truncated,
-        "timed_out": o.ending == Ending::TimedOut,
+        "timedOut": o.ending == Ending::TimedOut,
         "environment": environment,
         "lifecycle": lifecycle,
         "timing": {
-            "setup_ms": o.setup.as_millis() as u64,
-            "execute_ms": o.execute.as_millis() as u64,
-            "total_ms": total.as_millis() as u64,
+            "setupMs": o.setup.as_millis() as u64,
+            "executeMs": o.execute.as_millis() as u64,
+            "totalMs": total.as_millis() as u64,
         },
     });
     println!("{}", serde_json::to_string(&value)?);

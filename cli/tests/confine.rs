@@ -327,8 +327,8 @@ fn outpost_run_confines_with_its_own_binary() {
         stderr.contains("secret.txt: No such file or directory"),
         "{stderr}"
     );
-    assert_ne!(v["exit_code"], 0);
-    assert_eq!(out.status.code(), v["exit_code"].as_i64().map(|c| c as i32));
+    assert_ne!(v["exitCode"], 0);
+    assert_eq!(out.status.code(), v["exitCode"].as_i64().map(|c| c as i32));
 }
 
 /// `outpost run --fs DIR:ro` shows the sandboxed run that folder, read-only, and nothing else.

@@ -443,9 +443,16 @@ fn a_busy_context_queues_the_run_says_where_it_stands_and_then_runs_it() {
         &["execute", cap.to_str().expect("utf-8"), "--context", "box"],
     );
     assert_eq!(refused.status.code(), Some(70), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("execution_context_busy"), "{said}");
     assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("execution_context_busy"),
-        "{refused:?}"
+        said.contains("`--when-busy queue`") && said.contains("`--fallback chain`"),
+        "the command line's words, not the API's: {said}"
+    );
+    assert_eq!(
+        said.matches("execution_context_busy").count(),
+        1,
+        "the refusal is printed once: {said}"
     );
     let mut execute = spawn(
         &server,

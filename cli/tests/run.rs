@@ -76,14 +76,14 @@ fn json_reports_the_result_and_the_exit_code_passes_through() {
         "echo hi; echo oops >&2; exit 3\n",
     );
     let v = run_json(&dir, &[], 3);
-    assert_eq!(v["exit_code"], 3);
+    assert_eq!(v["exitCode"], 3);
     assert_eq!(v["signal"], serde_json::Value::Null);
     assert_eq!(v["stdout"], "hi\n");
     assert_eq!(v["stderr"], "oops\n");
     assert_eq!(v["truncated"], false);
     assert_eq!(v["environment"], "shell");
     assert_eq!(v["lifecycle"], "oneshot");
-    assert!(v["timing"]["execute_ms"].is_u64());
+    assert!(v["timing"]["executeMs"].is_u64());
 }
 
 #[test]

@@ -118,7 +118,7 @@ impl Api {
                 let dir = state.as_deref().context("no server: pass --server URL")?;
                 let join = std::fs::read_to_string(dir.join("join")).with_context(|| {
                     format!(
-                        "no server given and no local server's join in {}: pass --server URL (or set OUTPOST_SERVER)",
+                        "no server given and no local server's join in {}: pass --server URL (or set OUTPOST_SERVER), or set OUTPOST_STATE=DIR for a server started with --state DIR",
                         dir.display()
                     )
                 })?;
@@ -138,7 +138,7 @@ impl Api {
                 std::fs::read_to_string(&path)
                     .with_context(|| {
                         format!(
-                            "no OUTPOST_TOKEN and no local admin token at {}: set OUTPOST_TOKEN",
+                            "no OUTPOST_TOKEN and no local admin token at {}: set OUTPOST_TOKEN (or OUTPOST_STATE=DIR for a server started with --state DIR)",
                             path.display()
                         )
                     })?
@@ -324,7 +324,7 @@ impl Api {
                 message: if error.message.is_empty() {
                     format!("HTTP {status}")
                 } else {
-                    error.message
+                    in_cli_words(&error.message)
                 },
             },
             Err(_) => ApiError {
@@ -334,6 +334,21 @@ impl Api {
             },
         })
     }
+}
+
+/// The server's words for a request's members, as this command line spells them: a person
+/// who typed `--fallback chain` reads `--fallback chain`, not the API's `fallback: "chain"`.
+pub fn in_cli_words(message: &str) -> String {
+    [
+        ("`fallback: \"chain\"`", "`--fallback chain`"),
+        ("`whenOffline: queue`", "`--when-offline queue`"),
+        ("`whenBusy: queue`", "`--when-busy queue`"),
+        ("`queueMinutes`", "`--queue-minutes`"),
+    ]
+    .iter()
+    .fold(message.to_owned(), |text, (api, cli)| {
+        text.replace(api, cli)
+    })
 }
 
 /// A request that got no answer: why, in a sentence (a certificate this client does not

@@ -277,7 +277,12 @@ fn print_ending(execution: &Execution) -> anyhow::Result<()> {
             err,
             "outpost: the machine stopped answering after the run started; it was not run again"
         )?,
-        (_, Some(e)) => writeln!(err, "outpost: {} ({})", e.message, e.code)?,
+        (_, Some(e)) => writeln!(
+            err,
+            "outpost: {} ({})",
+            super::api::in_cli_words(&e.message),
+            e.code
+        )?,
         (_, None) => {}
     }
     // Where it ran, only if it got there: a run refused before any machine took it did not

@@ -87,7 +87,7 @@ pub enum RoutingError {
     },
     /// The one named context is busy, or draining (no fallback asked for).
     #[error(
-        "{name} {}; try again later, or pass `fallback: \"chain\"` to fall through to your chain",
+        "{name} {}; try again later, pass `whenBusy: queue` to wait for a free slot, or `fallback: \"chain\"` to fall through to your chain",
         busy_why(.attempts)
     )]
     Busy {
