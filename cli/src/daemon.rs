@@ -37,9 +37,13 @@ pub struct DaemonArgs {
     /// Run the daemon as a service instead (none: run it here, in this terminal).
     #[command(subcommand)]
     pub action: Option<ServiceAction>,
-    /// The join string `outpost serve` printed (first start only).
+    /// The join string `outpost serve` printed (first start only). It holds a credential:
+    /// prefer --join-file or OUTPOST_JOIN, which keep it out of the process list.
     #[arg(long)]
     pub join: Option<String>,
+    /// A file holding the join string (`-`: read it from standard input).
+    #[arg(long, value_name = "FILE", conflicts_with = "join")]
+    pub join_file: Option<PathBuf>,
     /// This machine's name on the server (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
@@ -105,10 +109,35 @@ fn root_key(text: &str) -> anyhow::Result<RootKey> {
     })
 }
 
+/// The join string, from --join, --join-file (`-`: standard input) or `OUTPOST_JOIN`, and
+/// where it came from (for errors).
+fn join_text(args: &DaemonArgs) -> anyhow::Result<Option<(String, &'static str)>> {
+    if let Some(join) = &args.join {
+        return Ok(Some((join.clone(), "--join")));
+    }
+    if let Some(path) = &args.join_file {
+        let text = if path.as_os_str() == "-" {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| anyhow::anyhow!("--join-file -: reading standard input: {e}"))?;
+            text
+        } else {
+            std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("--join-file {}: {e}", path.display()))?
+        };
+        return Ok(Some((text, "--join-file")));
+    }
+    Ok(std::env::var("OUTPOST_JOIN")
+        .ok()
+        .filter(|j| !j.trim().is_empty())
+        .map(|j| (j, "OUTPOST_JOIN")))
+}
+
 fn server_choice(args: &DaemonArgs) -> anyhow::Result<ServerChoice> {
-    match (&args.join, &args.server, &args.root) {
-        (Some(join), None, None) => Ok(ServerChoice::Join(
-            Join::parse(join).map_err(|e| anyhow::anyhow!("--join: {e}"))?,
+    let join = join_text(args)?;
+    match (&join, &args.server, &args.root) {
+        (Some((join, from)), None, None) => Ok(ServerChoice::Join(
+            Join::parse(join).map_err(|e| anyhow::anyhow!("{from}: {e}"))?,
         )),
         (None, Some(url), Some(root)) => Ok(ServerChoice::Explicit {
             url: url.clone(),

@@ -436,6 +436,17 @@ fn a_busy_context_queues_the_run_says_where_it_stands_and_then_runs_it() {
     )
     .expect("manifest");
     std::fs::write(cap.join("run.sh"), "echo ran after the queue\n").expect("script");
+    // A name that is not one: the refusal lists the names the caller can use.
+    let typo = common::outpost_as(
+        &server,
+        &server.admin,
+        &["execute", cap.to_str().expect("utf-8"), "--context", "bxo"],
+    );
+    assert!(
+        String::from_utf8_lossy(&typo.stderr)
+            .contains(r#"no context is named "bxo"; yours to use: box, or cloud"#),
+        "{typo:?}"
+    );
     // Without --when-busy, a busy machine refuses at once.
     let refused = common::outpost_as(
         &server,

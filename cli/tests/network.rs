@@ -272,3 +272,40 @@ fn a_plain_http_server_on_every_address_is_refused_with_what_to_do() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_join_read_from_standard_input_stays_out_of_the_process_list() {
+    use std::io::Write as _;
+    let dir = temp_dir("network-join-stdin");
+    let server = Server::start(&dir.join("server"), 0);
+    let home = dir.join("home");
+    common::let_operator_opt_out(&home);
+    let mut daemon = Command::new(common::binary())
+        .args(["daemon", "--name", "quiet", "--join-file", "-", "--home"])
+        .arg(&home)
+        .env("OUTPOST_KEYRING", "off")
+        .env_remove("OUTPOST_JOIN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the daemon starts");
+    let mut stdin = daemon.stdin.take().expect("stdin");
+    writeln!(stdin, "{}", server.join).expect("the join goes in");
+    drop(stdin);
+    server.wait_context("quiet", "the daemon to come online", |c| {
+        c["online"] == true
+    });
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", daemon.id())).expect("cmdline");
+    let token = outpost_core::join::Join::parse(&server.join)
+        .expect("a join")
+        .token;
+    let argv = String::from_utf8_lossy(&cmdline);
+    assert!(
+        !argv.contains(&token) && !argv.contains("outpost-join-v1"),
+        "the process list shows no credential: {argv:?}"
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

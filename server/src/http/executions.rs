@@ -93,13 +93,35 @@ pub(crate) fn resolve_context(app: &App, caller: &Caller, given: &str) -> Result
     if found.is_none() {
         found = store.live_context_named(given, None, false)?;
     }
-    found.map(|c| c.id).ok_or_else(|| {
-        ApiError::new(
-            404,
-            "context_unknown",
-            format!("no context is named {given:?}"),
-        )
-    })
+    if let Some(found) = found {
+        return Ok(found.id);
+    }
+    // Not found: say which names the caller can use (their own, those shared with every
+    // member, those they opted in to), so a typo is one look away.
+    let mut usable: Vec<String> = store
+        .contexts()?
+        .into_iter()
+        .filter(|c| !c.revoked)
+        .filter(|c| {
+            caller.is_admin()
+                || c.operator == caller.user
+                || c.shared_with_all_members
+                || c.opted_in.contains(&caller.user)
+        })
+        .map(|c| c.name)
+        .collect();
+    usable.sort();
+    usable.dedup();
+    let names = if usable.is_empty() {
+        "you can use none yet (a daemon joins with `outpost daemon --join …`)".to_owned()
+    } else {
+        format!("yours to use: {}, or cloud", usable.join(", "))
+    };
+    Err(ApiError::new(
+        404,
+        "context_unknown",
+        format!("no context is named {given:?}; {names}"),
+    ))
 }
 
 async fn execute(State(app): State<App>, req: Request) -> ApiResult {
