@@ -242,6 +242,19 @@ enum Command {
         #[arg(long, global = true)]
         json: bool,
     },
+    /// Join tokens (admin): the credentials join strings carry — make one bounded in time,
+    /// uses and names, list them, revoke one (the first start's is `jt_first`).
+    Join {
+        #[command(subcommand)]
+        action: JoinAction,
+        /// The server (default: OUTPOST_SERVER, else the join in the local server's state folder:
+        /// OUTPOST_STATE, else ~/.local/share/outpost/server).
+        #[arg(long, global = true)]
+        server: Option<String>,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// The server's audit log, newest first: registrations, revokes, grant edits, commands.
     Audit {
         /// At most this many events.
@@ -449,6 +462,29 @@ enum WaitAction {
     /// Cancel a wait (its machine confirms).
     Cancel {
         /// Its id.
+        id: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum JoinAction {
+    /// Make a join token and print its join string (shown once).
+    Create {
+        /// How long it is good for: 90s, 30m, 1h, 7d (default: until revoked).
+        #[arg(long)]
+        ttl: Option<String>,
+        /// How many machines may register with it (default: any number).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        uses: Option<u32>,
+        /// Machines registering with it must have a name that starts with this.
+        #[arg(long)]
+        name_prefix: Option<String>,
+    },
+    /// The join tokens: bounds, uses, whether revoked (never their secrets).
+    List,
+    /// Revoke a join token: it registers no more machines (those it registered stay).
+    Revoke {
+        /// Its id (`jt_…`).
         id: String,
     },
 }
@@ -699,6 +735,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             match action {
                 UserAction::Add { name } => client::manage::user_add(&api, &name, json),
                 UserAction::Remove { name } => client::manage::user_remove(&api, &name, json),
+            }
+        }
+        Command::Join {
+            action,
+            server,
+            json,
+        } => {
+            let api = client::api::Api::from_env(server.as_deref())?;
+            match action {
+                JoinAction::Create {
+                    ttl,
+                    uses,
+                    name_prefix,
+                } => client::joins::create(&api, ttl.as_deref(), uses, name_prefix, json),
+                JoinAction::List => client::joins::list(&api, json),
+                JoinAction::Revoke { id } => client::joins::revoke(&api, &id, json),
             }
         }
         Command::Audit {

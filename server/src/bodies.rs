@@ -144,6 +144,23 @@ pub fn decode_chain(bytes: &[u8]) -> Result<ChainRequest, BodyError> {
     Ok(chain)
 }
 
+/// Decodes a new join token (`POST /v1/join-tokens`): a name prefix that a name could start
+/// with (the characters of a name, at most 63), positive bounds.
+pub fn decode_join_token(bytes: &[u8]) -> Result<outpost_core::api::JoinTokenRequest, BodyError> {
+    let raw: outpost_core::api::JoinTokenRequest = parse(bytes)?;
+    if let Some(prefix) = &raw.name_prefix
+        && (prefix.is_empty() || !outpost_core::api::valid_name(&format!("{prefix}x")))
+    {
+        return Err(BodyError::invalid(format!(
+            "namePrefix {prefix:?} is not the start of a name (lowercase letters, digits and `-`, not starting with `-`; at most 63)"
+        )));
+    }
+    if raw.ttl_secs == Some(0) || raw.uses == Some(0) {
+        return Err(BodyError::invalid("ttlSecs and uses are at least 1"));
+    }
+    Ok(raw)
+}
+
 /// Decodes a new user (`POST /v1/users`).
 pub fn decode_user(bytes: &[u8]) -> Result<UserRequest, BodyError> {
     let raw: UserRequest = parse(bytes)?;

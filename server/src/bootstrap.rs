@@ -117,13 +117,20 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         source,
     })?;
     let url = crate::public_url::base_url(&config, bound)?;
-    let join = Join {
+    // The first start's join token is `jt_first` among the join tokens (listed, revocable).
+    store.adopt_join_token(
+        "jt_first",
+        &secrets::hash(&join_token),
+        ADMIN_USER,
+        wall_now().0,
+    )?;
+    let join_template = Join {
         url: url.clone(),
         root: keys.root.clone(),
         token: join_token,
         tls_sha256: tls.as_ref().map(|(_, pin)| pin.clone()),
-    }
-    .encode();
+    };
+    let join = join_template.encode();
     state::write_secret(&dir.join("join"), format!("{join}\n").as_bytes())?;
 
     let (terminals, terminals_rx) = crate::dispatch::terminals::Terminals::channel();
@@ -185,6 +192,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
             releases: crate::releases::releases_dir(&dir),
             limits: config.rate_limits,
             ping_every: Duration::from_secs(u64::from(heartbeat_secs)),
+            join: join_template,
         },
     );
     // A user removal a crash cut short is finished before anything is served.

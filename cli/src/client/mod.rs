@@ -4,6 +4,7 @@
 pub mod api;
 pub mod execute;
 pub mod follow;
+pub mod joins;
 pub mod manage;
 pub mod runs;
 pub mod waits;

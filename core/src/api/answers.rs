@@ -369,6 +369,45 @@ pub struct User {
     pub scopes: Vec<String>,
 }
 
+/// A join token, as `GET /v1/join-tokens` lists it (its secret never: only `POST` shows the
+/// join string, once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct JoinToken {
+    /// `jt_…` (`jt_first`: the one the server made at its first start).
+    pub id: String,
+    /// Who made it.
+    pub created_by: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds it stops being good at (absent: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+    /// Registrations it may still make (absent: any number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses_left: Option<u32>,
+    /// Registrations made with it.
+    pub used: u32,
+    /// The name prefix a machine registering with it must have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_prefix: Option<String>,
+    /// Revoked: it registers nothing more.
+    pub revoked: bool,
+    /// The join string: in the answer to `POST` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<String>,
+}
+
+/// `GET /v1/join-tokens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct JoinTokens {
+    /// Newest first.
+    pub join_tokens: Vec<JoinToken>,
+}
+
 /// One audit event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -19,12 +19,14 @@ pub mod requests;
 pub use answers::{
     Audit, AuditEvent, Bundle, ChainEntryView, ChainShown, CommandAuthorized, CommandsSwitched,
     ConnectTicket, Context, Contexts, Continuation, ErrorAnswer, Execution, ExecutionError, Health,
-    JobAuthorized, OutputEvent, OutputStatus, QueueView, Registered, Runs, SandboxView,
-    TerminalOpened, TerminalRow, TerminalState, TerminalTicket, Terminals, User, Wait, Waits,
+    JobAuthorized, JoinToken, JoinTokens, OutputEvent, OutputStatus, QueueView, Registered, Runs,
+    SandboxView, TerminalOpened, TerminalRow, TerminalState, TerminalTicket, Terminals, User, Wait,
+    Waits,
 };
 pub use requests::{
     ChainRequest, CommandAuthorize, CommandsSwitch, ExecuteRequest, JobAuthorize, JobOp,
-    OfflineMode, RegisterRequest, ShareRequest, TerminalOpen, UserRequest, WaitRequest,
+    JoinTokenRequest, OfflineMode, RegisterRequest, ShareRequest, TerminalOpen, UserRequest,
+    WaitRequest,
 };
 
 /// The most slots a daemon may offer over HTTP (the protocol's limit).
@@ -41,6 +43,9 @@ pub const MAX_CHAIN: usize = crate::routing::Chain::MAX_CONTEXTS;
 /// A context's or user's name: 1–64 characters of `[a-z0-9-]`, starting with a letter or
 /// digit (see [`valid_name`]).
 pub const NAME_PATTERN: &str = "^[a-z0-9][a-z0-9-]{0,63}$";
+/// What a join token's `namePrefix` must match: the start of a name, leaving room for one
+/// more character.
+pub const NAME_PREFIX_PATTERN: &str = "^[a-z0-9][a-z0-9-]{0,62}$";
 /// A bundle's name: its SHA-256 as 64 lowercase hex digits.
 pub const DIGEST_PATTERN: &str = "^[0-9a-f]{64}$";
 /// An Ed25519 public key: 32 bytes of base64url without padding (43 characters, the last one

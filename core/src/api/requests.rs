@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "schema")]
 use super::{
     KEY_PATTERN, MAX_CHAIN, MAX_CONDITION_BYTES, MAX_INTERVAL_MS, MAX_REASON_CHARS, MAX_SLOTS,
-    MAX_WAIT_SECS, MIN_INTERVAL_MS, NAME_PATTERN, SCOPES,
+    MAX_WAIT_SECS, MIN_INTERVAL_MS, NAME_PATTERN, NAME_PREFIX_PATTERN, SCOPES,
 };
 #[cfg(feature = "schema")]
 use crate::routing::MAX_QUEUE_MINUTES;
@@ -253,4 +253,24 @@ pub struct TerminalOpen {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1000)))]
     pub rows: Option<u16>,
+}
+
+/// `POST /v1/join-tokens` (admin): a join string for machines to register with, bounded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinTokenRequest {
+    /// How long it is good for, in seconds (absent: until revoked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1)))]
+    pub ttl_secs: Option<u64>,
+    /// How many machines may register with it (absent: any number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1)))]
+    pub uses: Option<u32>,
+    /// A machine registering with it must have a name that starts with this: the start of a
+    /// name, at most 63 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = NAME_PREFIX_PATTERN)))]
+    pub name_prefix: Option<String>,
 }

@@ -117,6 +117,12 @@ pub(crate) fn bearer(app: &App, headers: &HeaderMap, scope: &str) -> Result<Call
     Ok(caller)
 }
 
+/// The hash of the bearer token a request carries, if it carries one.
+pub(crate) fn bearer_hash(headers: &HeaderMap) -> Option<[u8; 32]> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    Some(secrets::hash(bearer_credentials(value)?.trim()))
+}
+
 /// The credentials of an `Authorization` value whose scheme is `Bearer`, in any case
 /// (RFC 9110 §11.1: a scheme is case-insensitive), after one or more spaces.
 fn bearer_credentials(value: &str) -> Option<&str> {

@@ -52,6 +52,8 @@ pub(super) fn routes() -> Vec<Route> {
                 (400, "invalid_name"),
                 (403, "context_revoked"),
                 (409, "context_name_taken"),
+                (401, "join_token_used_up"),
+                (403, "join_name_refused"),
                 (503, "random_unavailable"),
             ]),
             post(register),
@@ -258,6 +260,36 @@ async fn register(
         }
         return Ok((StatusCode::OK, axum::Json(registered(&existing))).into_response());
     }
+    // A join token's bounds: registrations left, a name prefix (its expiry and revocation
+    // are its token's, checked with the token).
+    let join_token = match auth::bearer_hash(&parts.headers) {
+        Some(hash) => store.join_token_by_hash(&hash)?,
+        None => None,
+    };
+    if let Some(jt) = &join_token {
+        if jt.uses_left == Some(0) {
+            return Err(ApiError::new(
+                401,
+                "join_token_used_up",
+                format!(
+                    "join token {} has registered as many machines as it may ({}): ask the server's admin for another (`outpost join create`)",
+                    jt.id, jt.used
+                ),
+            ));
+        }
+        if let Some(prefix) = &jt.name_prefix
+            && !reg.name.starts_with(prefix.as_str())
+        {
+            return Err(ApiError::new(
+                403,
+                "join_name_refused",
+                format!(
+                    "join token {} registers only machines whose name starts with {prefix:?}; {:?} does not: pass --name {prefix}…",
+                    jt.id, reg.name
+                ),
+            ));
+        }
+    }
     if store.live_name_taken(&caller.user, &reg.name)? {
         return Err(ApiError::new(
             409,
@@ -298,6 +330,9 @@ async fn register(
         operator_is_member: true,
     };
     store.insert_context(&entry, public.as_bytes())?;
+    if let Some(jt) = &join_token {
+        store.join_token_used(&jt.id, &entry.id)?;
+    }
     let record = ContextRecord {
         id: entry.id.as_str().into(),
         name: entry.name.clone(),
@@ -307,12 +342,17 @@ async fn register(
         opted_in: Vec::new(),
     };
     app.call(Input::Register { record, grant }).await?;
+    // Which token registered it, beside its name.
+    let detail = match &join_token {
+        Some(jt) => format!("{} (join token {})", entry.name, jt.id),
+        None => entry.name.clone(),
+    };
     store.audit(
         wall_now().0,
         "context_registered",
         &caller.user,
         Some(&entry.id),
-        &entry.name,
+        &detail,
     )?;
     let entry = store.context(&entry.id)?.unwrap_or(entry);
     Ok((StatusCode::CREATED, axum::Json(registered(&entry))).into_response())

@@ -14,6 +14,7 @@ mod contexts;
 mod error;
 mod executions;
 mod extract;
+mod joins;
 mod machine;
 mod openapi;
 mod output;
@@ -67,6 +68,8 @@ pub(crate) struct AppInner {
     pub(crate) releases: std::path::PathBuf,
     /// How often each daemon connection is pinged (the sessions' heartbeat).
     pub(crate) ping_every: std::time::Duration,
+    /// The server's first join: new join tokens take its URL, root and pinned certificate.
+    pub(crate) join: outpost_core::join::Join,
     /// Bundle uploads under way (at most `Limits::concurrent_uploads`).
     pub(crate) uploads: Arc<tokio::sync::Semaphore>,
     /// Bundle checks under way: one at a time.
@@ -94,6 +97,8 @@ pub(crate) struct AppSettings {
     pub(crate) limits: RateLimits,
     /// How often each daemon connection is pinged.
     pub(crate) ping_every: std::time::Duration,
+    /// The server's join with its first token: new join tokens take its URL, root and pin.
+    pub(crate) join: outpost_core::join::Join,
 }
 
 impl App {
@@ -110,6 +115,7 @@ impl App {
             releases,
             limits,
             ping_every,
+            join,
         } = settings;
         Self(Arc::new(AppInner {
             tx,
@@ -124,6 +130,7 @@ impl App {
             openapi: openapi::document(&routes()),
             releases,
             ping_every,
+            join,
             uploads: Arc::new(tokio::sync::Semaphore::new(
                 shared.limits.concurrent_uploads,
             )),
@@ -233,6 +240,7 @@ pub(crate) fn routes() -> Vec<Route> {
     all.extend(commands::routes());
     all.extend(contexts::routes());
     all.extend(sharing::routes());
+    all.extend(joins::routes());
     all.extend(terminals::routes());
     all.extend(admin::routes());
     all

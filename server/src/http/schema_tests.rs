@@ -33,7 +33,8 @@ fn decoders() -> Vec<(&'static str, Decode, Vec<Value>)> {
     let inline = json!({"kind": "inline", "manifest": manifest,
         "files": [{"path": "bin/run.sh", "contentB64": "ZWNobyBoaQ"}]});
     let execute = json!({"capability": inline, "context": "build-box", "fallback": "chain",
-        "requires": ["fs"], "whenOffline": "queue", "queueMinutes": 60, "wantsCommands": true,
+        "requires": ["fs"], "whenOffline": "queue", "whenBusy": "queue", "queueMinutes": 60,
+        "wantsCommands": true,
         "wait": true, "waitSecs": 60});
     vec![
         (
@@ -69,6 +70,11 @@ fn decoders() -> Vec<(&'static str, Decode, Vec<Value>)> {
             "UserRequest",
             |b| code(bodies::decode_user(b)),
             vec![json!({"name": "ada", "scopes": ["execution_context:read", "admin"]})],
+        ),
+        (
+            "JoinTokenRequest",
+            |b| code(bodies::decode_join_token(b)),
+            vec![json!({"ttlSecs": 3600, "uses": 3, "namePrefix": "ci-"})],
         ),
         (
             "ShareRequest",

@@ -373,7 +373,7 @@ impl Store {
     }
 }
 
-fn insert_token(
+pub(super) fn insert_token(
     conn: &rusqlite::Connection,
     user: &str,
     hash: &[u8; 32],

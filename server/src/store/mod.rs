@@ -13,6 +13,7 @@
 
 mod access;
 mod bundles;
+mod joins;
 mod records;
 mod runs;
 mod schema;
@@ -25,6 +26,7 @@ use rusqlite::Connection;
 
 pub(crate) use access::{ContextEntry, Removal};
 pub(crate) use bundles::{NewBundle, Stored};
+pub(crate) use joins::JoinTokenEntry;
 pub(crate) use records::Batch;
 pub(crate) use runs::{AuditRow, ExecutionEntry, KeptOutput, RunsFilter};
 pub(crate) use waits::{Recorded, WaitEntry};

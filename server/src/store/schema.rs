@@ -156,6 +156,20 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE executions ADD COLUMN kept_cut INTEGER;
     CREATE INDEX executions_by_time ON executions (created_at);
     ",
+    // 9: join tokens: a join's token with its bounds (uses, a name prefix; the expiry and the
+    // revocation are its token's), and which one registered each context.
+    "
+    CREATE TABLE join_tokens (
+        id TEXT PRIMARY KEY,
+        hash BLOB NOT NULL UNIQUE REFERENCES tokens(hash),
+        created_by TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        uses_left INTEGER,
+        used INTEGER NOT NULL DEFAULT 0,
+        name_prefix TEXT
+    );
+    ALTER TABLE contexts ADD COLUMN join_token TEXT;
+    ",
 ];
 
 /// The version recorded, 0 for an empty database.
