@@ -78,6 +78,27 @@ fn id_from_stderr(feed: &mpsc::Receiver<String>) -> String {
         .to_owned()
 }
 
+/// `outpost execute CAP --context box` against `server`: the process, its stdout and stderr
+/// lines as they come, and the execution id it printed first.
+fn execute_gated(
+    server: &Server,
+    cap: &Path,
+) -> (
+    Child,
+    mpsc::Receiver<String>,
+    mpsc::Receiver<String>,
+    String,
+) {
+    let mut execute = spawn(
+        server,
+        &["execute", cap.to_str().expect("utf-8"), "--context", "box"],
+    );
+    let out = line_feed(stdout_of(&mut execute));
+    let err = line_feed(execute.stderr.take().expect("stderr"));
+    let id = id_from_stderr(&err);
+    (execute, out, err, id)
+}
+
 fn interrupt(child: &Child) {
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -91,13 +112,7 @@ fn execute_and_followers_read_the_output_while_the_run_is_still_going() {
     let dir = temp_dir("live-output");
     let (server, mut daemon) = server_with_daemon(&dir, "box");
     let cap = gated_capability(&dir);
-    let mut execute = spawn(
-        &server,
-        &["execute", cap.to_str().expect("utf-8"), "--context", "box"],
-    );
-    let out = line_feed(stdout_of(&mut execute));
-    let err = line_feed(execute.stderr.take().expect("stderr"));
-    let id = id_from_stderr(&err);
+    let (execute, out, err, id) = execute_gated(&server, &cap);
     assert_eq!(next_line(&out, "execute's first line"), "first");
     assert_eq!(next_line(&err, "execute's stderr"), "oops");
     // Still running: it waits for `go`, which nobody has written.
@@ -174,8 +189,8 @@ fn the_output_route_resumes_from_an_offset_and_refuses_a_bad_one() {
         "box",
     );
     server.wait_status(&id, "exited");
-    let sse = |query: &str, last: Option<&str>| {
-        let mut request = ureq::get(&format!("{}/v1/executions/{id}/output{query}", server.url))
+    let get = |path: &str, last: Option<&str>| {
+        let mut request = ureq::get(&format!("{}{path}", server.url))
             .header("authorization", &format!("Bearer {}", server.admin));
         if let Some(last) = last {
             request = request.header("last-event-id", last);
@@ -192,6 +207,8 @@ fn the_output_route_resumes_from_an_offset_and_refuses_a_bad_one() {
             response.into_body().read_to_string().unwrap_or_default(),
         )
     };
+    let sse =
+        |query: &str, last: Option<&str>| get(&format!("/v1/executions/{id}/output{query}"), last);
     let (status, all) = sse("", None);
     assert_eq!(status, 200);
     assert!(all.contains(r#""text":"hello world\n""#), "{all}");
@@ -209,20 +226,7 @@ fn the_output_route_resumes_from_an_offset_and_refuses_a_bad_one() {
     let (status, whole) = sse("", Some("0.0"));
     assert_eq!(status, 200, "{whole}");
     assert!(whole.contains("hello world"), "{whole}");
-    let (status, missing) = {
-        let response = ureq::get(&format!("{}/v1/executions/ex_nope/output", server.url))
-            .header("authorization", &format!("Bearer {}", server.admin))
-            .config()
-            .http_status_as_error(false)
-            .build()
-            .call()
-            .expect("answered");
-        let status = response.status().as_u16();
-        (
-            status,
-            response.into_body().read_to_string().unwrap_or_default(),
-        )
-    };
+    let (status, missing) = get("/v1/executions/ex_nope/output", None);
     assert_eq!(status, 404, "{missing}");
     assert!(missing.contains("execution_unknown"), "{missing}");
     daemon.kill();
@@ -234,13 +238,7 @@ fn ctrl_c_cancels_the_run_and_the_run_keeps_what_it_printed() {
     let dir = temp_dir("live-cancel");
     let (server, mut daemon) = server_with_daemon(&dir, "box");
     let cap = gated_capability(&dir);
-    let mut execute = spawn(
-        &server,
-        &["execute", cap.to_str().expect("utf-8"), "--context", "box"],
-    );
-    let out = line_feed(stdout_of(&mut execute));
-    let err = line_feed(execute.stderr.take().expect("stderr"));
-    let id = id_from_stderr(&err);
+    let (execute, out, err, id) = execute_gated(&server, &cap);
     assert_eq!(next_line(&out, "the first line"), "first");
     let pid: i32 = wait_for("the run's pid", || {
         lines(&dir.join("pids")).first()?.parse().ok()
@@ -278,13 +276,7 @@ fn a_second_ctrl_c_leaves_the_run_going_and_runs_cancel_stops_it() {
     let mut daemon = Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
     server.wait_context("box", "the daemon to come online", |c| c["online"] == true);
     let cap = gated_capability(&dir);
-    let mut execute = spawn(
-        &server,
-        &["execute", cap.to_str().expect("utf-8"), "--context", "box"],
-    );
-    let out = line_feed(stdout_of(&mut execute));
-    let err = line_feed(execute.stderr.take().expect("stderr"));
-    let id = id_from_stderr(&err);
+    let (execute, out, err, id) = execute_gated(&server, &cap);
     let first = out.recv_timeout(Duration::from_secs(30));
     assert_eq!(
         first.as_deref(),

@@ -25,7 +25,7 @@ use outpost_core::wire::{CapabilitySource, OutputStream};
 use serde_json::Value;
 
 use super::api::Api;
-use super::follow::{self, FOLLOW_ATTEMPTS, Followed, Seen, Step};
+use super::follow::{self, Followed, Seen, Step};
 
 /// Exit status of a run stopped at its deadline (as `timeout(1)` reports it).
 pub const EXIT_TIMED_OUT: u8 = 124;
@@ -166,10 +166,7 @@ fn watch(api: &Api, id: &ExecutionId, json: bool) -> anyhow::Result<Option<Execu
                 error,
                 pause,
                 attempt,
-            } => eprintln!(
-                "outpost: {error}; asking again in {} ms ({attempt}/{FOLLOW_ATTEMPTS})…",
-                pause.as_millis()
-            ),
+            } => eprintln!("{}", follow::retry_line(error, pause, attempt)),
             Seen::Interrupt if cancelling => return Ok(Step::Stop),
             Seen::Interrupt => {
                 cancelling = true;

@@ -23,6 +23,14 @@ const FIRST_PAUSE: Duration = Duration::from_millis(250);
 /// A stream silent this long (the server comments every 15 s) is taken as dropped.
 const SILENCE: Duration = Duration::from_secs(45);
 
+/// The line a person reads when the server could not be reached and is asked again.
+pub fn retry_line(error: &ApiError, pause: Duration, attempt: u32) -> String {
+    format!(
+        "outpost: {error}; asking again in {} ms ({attempt}/{FOLLOW_ATTEMPTS})…",
+        pause.as_millis()
+    )
+}
+
 /// What the follower's caller is shown.
 #[derive(Debug)]
 pub enum Seen<'a> {

@@ -12,7 +12,7 @@ use outpost_core::server::ExecutionStatus;
 
 use super::api::Api;
 use super::execute::write_part;
-use super::follow::{self, FOLLOW_ATTEMPTS, Followed, Seen, Step};
+use super::follow::{self, Followed, Seen, Step};
 
 /// What `outpost runs list` asks for.
 #[derive(Debug, Default)]
@@ -191,10 +191,7 @@ pub fn logs(api: &Api, id: &str, follow_it: bool, json: bool) -> anyhow::Result<
                 error,
                 pause,
                 attempt,
-            } => eprintln!(
-                "outpost: {error}; asking again in {} ms ({attempt}/{FOLLOW_ATTEMPTS})…",
-                pause.as_millis()
-            ),
+            } => eprintln!("{}", follow::retry_line(error, pause, attempt)),
             Seen::Interrupt => return Ok(Step::Stop),
         }
         Ok(Step::Go)
