@@ -354,6 +354,31 @@ fn every_answer_of_a_session_fits_the_served_document() {
         204
     );
 
+    let (status, token) = call(
+        &mut c,
+        "POST",
+        "/v1/join-tokens",
+        "/v1/join-tokens",
+        json!({"ttlSecs": 600, "uses": 2, "namePrefix": "ci-"}),
+    );
+    assert_eq!(status, 201, "{token}");
+    assert_eq!(
+        call(
+            &mut c,
+            "GET",
+            "/v1/join-tokens",
+            "/v1/join-tokens",
+            Value::Null
+        )
+        .0,
+        200
+    );
+    let path = format!("/v1/join-tokens/{}", token["id"].as_str().expect("an id"));
+    assert_eq!(
+        call(&mut c, "DELETE", "/v1/join-tokens/{id}", &path, Value::Null).0,
+        200
+    );
+
     // What a session without a daemon cannot reach: the answers of a live run's hops, of an
     // open terminal's tickets and of a published release.
     let unreachable = [
