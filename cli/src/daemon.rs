@@ -215,6 +215,19 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
     };
     let server = server_choice(&args)?;
     let folders = folders(args.home.as_deref())?;
+    // A daemon in a terminal keeps its own log for `outpost daemon logs` (a service's log
+    // is the journal's, or the file launchd writes its stderr to).
+    if launcher == Launcher::Terminal {
+        let path = folders.state.join(service::LOG_FILE);
+        if let Err(e) =
+            std::fs::create_dir_all(&folders.state).and_then(|()| crate::log_file::keep(&path))
+        {
+            eprintln!(
+                "outpost: cannot keep the log in {}: {e}; logging to stderr only",
+                path.display()
+            );
+        }
+    }
     // An older binary runs the newest proven update instead (a staged one on its trial).
     if let update::AtStart::HandOver(binary) = update::at_start(&folders.state) {
         let e = update::hand_over(&binary);
@@ -270,7 +283,7 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
     outpost_host::sandbox::retire_warm_helpers();
     match ended {
         Ok(exit) => {
-            eprintln!(
+            let said = format!(
                 "outpost: {}",
                 match exit {
                     DaemonExit::Drained => "stopped; every result was delivered",
@@ -284,6 +297,8 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
                         "every result was delivered; handing over to the verified update",
                 }
             );
+            eprintln!("{said}");
+            crate::log_file::line(&said);
             if matches!(exit, DaemonExit::Replaced | DaemonExit::Revoked) {
                 service::disable_after_stop(launcher, &folders);
             }
@@ -297,7 +312,9 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(exit.code()))
         }
         Err(e) => {
-            eprintln!("outpost: {e} [{}]", e.code());
+            let said = format!("outpost: {e} [{}]", e.code());
+            eprintln!("{said}");
+            crate::log_file::line(&said);
             if matches!(
                 e,
                 DaemonError::Unregistered { .. } | DaemonError::StoppedForGood { .. }

@@ -43,6 +43,7 @@ mod daemon;
 mod demo;
 mod executors;
 mod host_command;
+mod log_file;
 mod policy;
 mod run;
 mod sandbox_view;
@@ -514,15 +515,25 @@ enum VectorsAction {
     },
 }
 
-/// Logs to stderr, filtered by `OUTPOST_LOG` (default `info`).
+/// Logs to stderr, filtered by `OUTPOST_LOG` (default `info`), and to the file
+/// [`log_file::keep`] names once it is called (the daemon's own log).
 fn init_logs() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("OUTPOST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
+        .with_target(false);
+    let file = tracing_subscriber::fmt::layer()
+        .with_writer(log_file::FileWriter)
+        .with_ansi(false)
+        .with_target(false);
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(stderr)
+        .with(file)
         .try_init();
 }
 

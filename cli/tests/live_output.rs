@@ -500,3 +500,38 @@ fn a_busy_context_queues_the_run_says_where_it_stands_and_then_runs_it() {
     daemon.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_persistent_service_started_by_execute_says_how_to_stop_it_and_runs_cancel_does() {
+    let dir = temp_dir("live-service");
+    let (server, mut daemon) = server_with_daemon(&dir, "box");
+    let cap = dir.join("service");
+    std::fs::create_dir_all(&cap).expect("capability folder");
+    std::fs::write(
+        cap.join("manifest.yaml"),
+        "name: ticker\nenvironment: shell\nlifecycle: persistent\nentry: run.sh\nconfine: false\n",
+    )
+    .expect("manifest");
+    std::fs::write(
+        cap.join("run.sh"),
+        "echo up\nwhile true; do sleep 0.2; done\n",
+    )
+    .expect("script");
+    let (execute, out, err, id) = execute_gated(&server, &cap);
+    assert_eq!(
+        next_line(&err, "how to stop it"),
+        format!(
+            "outpost: {id} is a persistent service: it runs until stopped (Ctrl-C here, or `outpost runs cancel {id}` from anywhere)"
+        )
+    );
+    assert_eq!(next_line(&out, "the service's first line"), "up");
+    let cancel = common::outpost_as(&server, &server.admin, &["runs", "cancel", &id]);
+    assert!(cancel.status.success(), "{cancel:?}");
+    let done = common::finish(execute, "outpost execute");
+    let said: Vec<String> = err.try_iter().collect();
+    assert_eq!(done.status.code(), Some(130), "{said:?}");
+    let execution = server.wait_status(&id, "cancelled");
+    assert_eq!(execution["stdout"], "up\n", "{execution}");
+    daemon.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -152,7 +152,7 @@ fn a_shared_machine_runs_opted_in_members_without_folders_or_commands_and_fails_
         err.contains("not_shared") && err.contains("--all-members on"),
         "{err}"
     );
-    assert_eq!(refused(&server, &bo, json!({})), "not_opted_in");
+    assert_eq!(refused(&server, &bo, json!({})), "not_shared");
     let out = outpost(
         &server,
         &bo,
@@ -220,7 +220,7 @@ fn a_shared_machine_runs_opted_in_members_without_folders_or_commands_and_fails_
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(cancel_reason(&server, &long), "access_lost");
-    assert_eq!(refused(&server, &bo, json!({})), "not_opted_in");
+    assert_eq!(refused(&server, &bo, json!({})), "not_shared");
 
     // Opting out ends a run too.
     json_of(&outpost(

@@ -170,8 +170,15 @@ fn runs_and_audit_tabs_show_a_run_made_with_outpost_execute() {
         .iter()
         .find(|r| r[1] == "run" && r[4].starts_with(&id))
         .unwrap_or_else(|| panic!("the run's audit row in {rows:?}"));
-    assert_eq!(row[4], format!("{id} exited"));
-    assert_eq!(row[3], ctx["id"].as_str().expect("an id"));
+    assert_eq!(row[4], format!("{id} exited on build-box"));
+    assert_eq!(
+        row[3],
+        format!("build-box ({})", ctx["id"].as_str().expect("an id"))
+    );
+    assert_eq!(
+        row[2], "admin",
+        "the requester, not the dispatcher: {row:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

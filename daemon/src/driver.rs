@@ -29,6 +29,7 @@ use super::ctx::{CtxShared, Seen};
 use super::home::{Home, SERVER_FILE};
 use super::policy::PolicySource;
 use super::runner::Runner;
+use super::standing::Standing;
 use super::update::{self, Schedule};
 use super::{DaemonError, DaemonExit, DaemonOptions, Event, StopSignal, bootstrap, watch};
 use crate::store::{DaemonStore, WaitWrite};
@@ -94,6 +95,8 @@ struct Driver {
     /// Tells the driver when the policy file changes (none: the features are looked at on
     /// a short timer instead).
     policy_watch: Option<watch::Watch>,
+    /// What `state/connection.json` says.
+    standing: Standing,
 }
 
 /// Outputs polled from the core and not yet carried out.
@@ -218,6 +221,7 @@ pub(super) fn run(
             events: tx.clone(),
         },
     );
+    let standing = Standing::new(home.folders.state.clone(), &url, options.max_concurrent);
     tracing::info!(server = %url, host = host.name(), environments = ?environments.iter().map(|e| e.as_str()).collect::<Vec<_>>(), "daemon starting");
     let auto_update = update::enabled(options.local.auto_update);
     if auto_update {
@@ -263,6 +267,7 @@ pub(super) fn run(
         deferred: None,
         checks,
         fed: false,
+        standing,
     };
     driver.serve()
 }
@@ -297,6 +302,11 @@ impl Driver {
         let mut drain_asked = false;
         loop {
             let until = self.carry_out()?;
+            self.standing.update(
+                self.daemon.is_ready(),
+                self.daemon.slots_used(),
+                self.stop.count() > 0 || self.updates.handing_over(),
+            );
             if let Some(exit) = self.exit {
                 let exit = self.finish(exit);
                 if let Some(code) = self.final_refusal.take()
@@ -544,6 +554,7 @@ impl Driver {
                         self.runner.terminals().reset_windows();
                         self.updates.connected();
                     }
+                    self.note(&event);
                     log_event(&event);
                 }
             }
@@ -770,6 +781,8 @@ impl Driver {
                             self.final_refusal = Some(e.code().to_owned());
                         }
                         tracing::warn!("cannot get a connect ticket: {e}");
+                        self.standing
+                            .error(format!("cannot get a connect ticket: {e}"));
                         self.input(Input::ConnectFailed {
                             stop_forever,
                             reason: e.to_string(),
@@ -793,6 +806,7 @@ impl Driver {
                 }
                 LinkEvent::Failed(reason) => {
                     tracing::warn!("cannot connect: {reason}");
+                    self.standing.error(format!("cannot connect: {reason}"));
                     self.input(Input::ConnectFailed {
                         stop_forever: false,
                         reason,
@@ -802,6 +816,12 @@ impl Driver {
                 LinkEvent::Alive => self.input(Input::ServerAlive),
                 LinkEvent::Closed { code } => {
                     self.link = None;
+                    if self.stop.count() == 0 {
+                        self.standing.error(match code {
+                            Some(code) => format!("the server closed the connection ({code})"),
+                            None => "the connection dropped".to_owned(),
+                        });
+                    }
                     self.last_close = code;
                     self.input(Input::Disconnected { code })
                 }
@@ -864,6 +884,23 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// What a core event changes in `connection.json`.
+    fn note(&mut self, event: &CoreEvent) {
+        match event {
+            CoreEvent::ProtocolViolation { code, detail } => self.standing.error(format!(
+                "the server sent a frame that does not verify ({code}: {detail})"
+            )),
+            CoreEvent::ServerSilent { silent_for } => self.standing.error(format!(
+                "the server sent nothing for {} s",
+                silent_for.as_secs()
+            )),
+            CoreEvent::Disconnected { retry_at } => {
+                self.standing.retry_in(self.clock.until(*retry_at));
+            }
+            _ => {}
+        }
     }
 
     fn finish(&mut self, exit: DaemonExit) -> DaemonExit {

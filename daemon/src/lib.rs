@@ -51,6 +51,7 @@ mod patience;
 mod policy;
 mod runner;
 pub mod service;
+mod standing;
 pub mod store;
 mod terminals;
 pub mod update;

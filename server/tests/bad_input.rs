@@ -82,7 +82,12 @@ fn fingerprint(state: &Path) -> BTreeMap<&'static str, String> {
             "executions",
             "SELECT count(*) || ':' || coalesce(group_concat(id || '/' || status), '') FROM executions",
         ),
-        ("audit", "SELECT count(*) || '' FROM audit"),
+        // A refused call is audited (`sign_in_failed`, `call_refused`): that is its record,
+        // not a change of state.
+        (
+            "audit",
+            "SELECT count(*) || '' FROM audit WHERE kind NOT IN ('sign_in_failed', 'call_refused', 'refusals_suppressed')",
+        ),
         (
             "waits",
             "SELECT count(*) || ':' || coalesce(group_concat(id || '/' || state), '') FROM waits",
@@ -124,7 +129,17 @@ fn views(addr: SocketAddr, admin: &str) -> Value {
     json!({
         "contexts": contexts,
         "runs": get("/v1/runs?limit=500")["runs"].as_array().map(Vec::len),
-        "audit": get("/v1/audit?limit=1000")["events"].as_array().map(Vec::len),
+        "audit": get("/v1/audit?limit=1000")["events"].as_array().map(|events| {
+            events
+                .iter()
+                .filter(|e| {
+                    !matches!(
+                        e["kind"].as_str(),
+                        Some("sign_in_failed" | "call_refused" | "refusals_suppressed")
+                    )
+                })
+                .count()
+        }),
         "chain": get("/v1/chain"),
     })
 }

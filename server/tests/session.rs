@@ -185,6 +185,22 @@ fn revoke_closes_with_4001_refuses_the_key_and_delete_removes_the_context() {
         (again.status, again.code().as_str()),
         (403, "context_revoked")
     );
+    // A run asked of it is refused saying it was revoked, not that no such context exists.
+    let body = json!({"capability": inline("echo hi\n"), "context": "gone-box"}).to_string();
+    let refused = http(addr, "POST", "/v1/executions", &auth, body.as_bytes());
+    assert_eq!(
+        (refused.status, refused.code().as_str()),
+        (409, "context_revoked"),
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    assert!(
+        refused.json()["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("gone-box was revoked")),
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
     let deleted = http(
         addr,
         "DELETE",

@@ -143,9 +143,10 @@ fn an_operator_shares_members_opt_in_and_the_refusals_name_their_code() {
         json!({"allMembers": true}),
     );
     assert_eq!((share.status, share.code().as_str()), (403, "not_yours"));
+    // Not told to opt in to what is not shared with them.
     assert_eq!(
         refusal(&server, &u.bo, json!({})).as_deref(),
-        Some("not_opted_in")
+        Some("not_shared")
     );
 
     // Bad share bodies are refused with a code.
@@ -287,7 +288,7 @@ fn an_operator_shares_members_opt_in_and_the_refusals_name_their_code() {
     assert_eq!(off.json()["optedIn"], json!([]));
     assert_eq!(
         refusal(&server, &u.bo, json!({})).as_deref(),
-        Some("not_opted_in")
+        Some("not_shared")
     );
     assert!(listed(&server, &u.bo).is_empty());
     // Sharing again asks for a fresh opt-in.
@@ -315,6 +316,8 @@ fn an_operator_shares_members_opt_in_and_the_refusals_name_their_code() {
         "context_unshared",
         "opted_in",
         "opted_out",
+        // bo's 403s (`not_yours`, `not_shared`) are refused calls.
+        "call_refused",
     ] {
         assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
     }
@@ -323,6 +326,34 @@ fn an_operator_shares_members_opt_in_and_the_refusals_name_their_code() {
         1,
         "{kinds:?}"
     );
+    let events = audit["events"].as_array().expect("events");
+    // Each run's end names its requester, never the dispatcher.
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "run" && e["actor"] == "bo"),
+        "{audit}"
+    );
+    assert!(
+        !events.iter().any(|e| e["actor"] == "dispatcher"),
+        "{audit}"
+    );
+    let refused = events
+        .iter()
+        .find(|e| e["kind"] == "call_refused" && e["actor"] == "bo")
+        .expect("bo's refused call");
+    let detail = refused["detail"].as_str().unwrap_or("");
+    assert!(
+        detail.starts_with("POST /v1/execution-contexts/{context}/")
+            && detail.contains(" from 127.0.0.1"),
+        "{refused}"
+    );
+    // Events about a context carry its name beside its id.
+    let opted = events
+        .iter()
+        .find(|e| e["kind"] == "opted_in")
+        .expect("opted_in");
+    assert_eq!(opted["contextName"], "box", "{opted}");
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

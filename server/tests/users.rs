@@ -71,6 +71,64 @@ fn tokens_are_checked_with_codes() {
         br#"{"name":"ada"}"#,
     );
     assert_eq!((twice.status, twice.code().as_str()), (409, "user_exists"));
+
+    // Each refusal is audited: who (when known), the route's pattern, the code, the address
+    // — never the token.
+    let chain = http(
+        addr,
+        "PUT",
+        "/v1/chain",
+        &[("authorization", &ada)],
+        br#"{"chain":["cloud"]}"#,
+    );
+    assert_eq!(
+        chain.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&chain.body)
+    );
+    let audit = http(
+        addr,
+        "GET",
+        "/v1/audit?limit=100",
+        &[("authorization", &admin)],
+        b"",
+    )
+    .json();
+    let events = audit["events"].as_array().expect("events");
+    let of = |kind: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["kind"] == kind)
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e["actor"].as_str().unwrap_or(""),
+                    e["detail"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    };
+    let failed = of("sign_in_failed");
+    assert_eq!(failed.len(), 4, "{failed:?}");
+    assert!(
+        failed.contains(
+            &"unknown GET /v1/execution-contexts: token_missing from 127.0.0.1".to_owned()
+        ),
+        "{failed:?}"
+    );
+    assert!(
+        failed
+            .iter()
+            .all(|f| !f.contains(&forged) && !f.contains("opt_short")),
+        "{failed:?}"
+    );
+    let refused = of("call_refused");
+    assert!(
+        refused.contains(&"ada POST /v1/users: scope_missing from 127.0.0.1".to_owned()),
+        "{refused:?}"
+    );
+    assert_eq!(of("chain_updated"), ["ada chain: cloud"]);
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -440,7 +440,7 @@ fn identical_active_waits_deduplicate_and_another_user_sees_none_of_them() {
     let refused = register(&server, &eve, &body);
     assert_eq!(
         (refused.status, refused.code().as_str()),
-        (403, "not_opted_in")
+        (403, "not_shared")
     );
     // The waits survive a restart.
     let server = server.restart();

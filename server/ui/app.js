@@ -148,7 +148,7 @@
         cell(row, when(e.at));
         cell(row, e.kind);
         cell(row, e.actor);
-        cell(row, e.contextId || "");
+        cell(row, e.contextName ? e.contextName + " (" + e.contextId + ")" : e.contextId || "");
         cell(row, e.detail || "");
       }, "Nothing audited yet.");
     });

@@ -64,6 +64,11 @@ pub struct ExecuteArgs<'a> {
 pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
     let api = Api::from_env(a.server)?;
     let packing = || format!("packing the capability in {}", a.dir.display());
+    // A persistent service runs until it is stopped: say how, once it has an id.
+    let persistent = std::fs::read_to_string(a.dir.join(outpost_core::manifest::MANIFEST_FILE))
+        .ok()
+        .and_then(|text| outpost_core::manifest::Manifest::parse(&text).ok())
+        .is_some_and(|m| m.lifecycle == outpost_core::manifest::Lifecycle::Persistent);
     let capability = match outpost_host::pack_capability(a.dir) {
         Ok((mut capability, _)) => {
             if !a.args.is_empty() {
@@ -102,6 +107,11 @@ pub fn execute(a: &ExecuteArgs<'_>) -> anyhow::Result<ExitCode> {
     let execution: Execution = api.post("/v1/executions", &body)?;
     let id = execution.execution_id.clone();
     eprintln!("outpost: execution {id}");
+    if persistent && !execution.status.is_final() {
+        eprintln!(
+            "outpost: {id} is a persistent service: it runs until stopped (Ctrl-C here, or `outpost runs cancel {id}` from anywhere)"
+        );
+    }
     let streamed = !execution.status.is_final();
     let execution = if !streamed {
         execution

@@ -380,16 +380,21 @@ pub fn audit(api: &Api, limit: u32, json_out: bool) -> anyhow::Result<ExitCode> 
     let value: Audit = api.get(&format!("/v1/audit?limit={limit}"))?;
     print(&value, json_out, |v| {
         println!(
-            "{:<12} {:<22} {:<12} {:<22} DETAIL",
+            "{:<25} {:<20} {:<16} {:<24} DETAIL",
             "AT", "KIND", "ACTOR", "CONTEXT"
         );
         for e in &v.events {
+            let context = match (&e.context_name, &e.context_id) {
+                (Some(name), _) => name.clone(),
+                (None, Some(id)) => id.clone(),
+                (None, None) => "-".to_owned(),
+            };
             println!(
-                "{:<12} {:<22} {:<12} {:<22} {}",
-                e.at,
+                "{:<25} {:<20} {:<16} {:<24} {}",
+                super::runs::rfc3339_local(e.at),
                 e.kind,
                 e.actor,
-                e.context_id.as_deref().unwrap_or("-"),
+                context,
                 e.detail
             );
         }

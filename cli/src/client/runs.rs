@@ -271,6 +271,16 @@ pub(crate) fn local_time(unix: u64) -> String {
         .to_string()
 }
 
+/// Unix seconds as RFC 3339 in the machine's time zone: `2026-12-04T22:31:07+01:00`.
+pub(crate) fn rfc3339_local(unix: u64) -> String {
+    let Ok(at) = jiff::Timestamp::from_second(unix as i64) else {
+        return unix.to_string();
+    };
+    at.to_zoned(jiff::tz::TimeZone::system())
+        .strftime("%Y-%m-%dT%H:%M:%S%:z")
+        .to_string()
+}
+
 /// `--since`: `90s`, `30m`, `2h`, `7d` ago, or an RFC 3339 time.
 fn since_secs(text: &str) -> anyhow::Result<u64> {
     let now = jiff::Timestamp::now().as_second();

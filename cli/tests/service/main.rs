@@ -12,11 +12,14 @@
 //!   service waits for it, a killed daemon's lock is taken over); a revoked daemon writes
 //!   `stopped.json`, exits 0 and does not start again; SIGTERM mid-run drains: the run
 //!   finishes and the server has its result before the daemon exits.
+//! - `standing`: `status` says connected or not, to which server, since when, the last error,
+//!   the next retry and the slots in use; `logs` reads the log a terminal daemon keeps.
 
 #[path = "../common/mod.rs"]
 mod common;
 mod manager;
 mod runner;
+mod standing;
 mod unit;
 
 use std::path::Path;

@@ -421,6 +421,10 @@ pub struct AuditEvent {
     pub actor: String,
     /// `null` for an event about no context (a user added, …).
     pub context_id: Option<String>,
+    /// The context's name now; absent for an event about no context, or once the context
+    /// is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_name: Option<String>,
     /// What happened, for a person.
     pub detail: String,
 }

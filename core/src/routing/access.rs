@@ -72,6 +72,11 @@ pub enum AccessDenied {
         "this machine's operator is no longer a member of the organization, so it takes no runs here"
     )]
     OperatorLeft,
+    /// A run by someone else on a machine its operator has not shared.
+    #[error(
+        "this machine is not shared with you: only its operator runs there, unless they share it with every member"
+    )]
+    NotShared,
     /// A shared run by someone who has not opted in.
     #[error(
         "you have not opted in to run on this shared machine; opt in first (while your run is active the machine can use your credentials and read the responses)"
@@ -111,8 +116,9 @@ pub enum AccessDenied {
 
 impl AccessDenied {
     /// Every refusal, for finding one by its code.
-    pub const ALL: [AccessDenied; 8] = [
+    pub const ALL: [AccessDenied; 9] = [
         AccessDenied::OperatorLeft,
+        AccessDenied::NotShared,
         AccessDenied::NotOptedIn,
         AccessDenied::FsOperatorOnly,
         AccessDenied::NoFs,
@@ -131,6 +137,7 @@ impl AccessDenied {
     pub fn code(&self) -> &'static str {
         match self {
             AccessDenied::OperatorLeft => "operator_left",
+            AccessDenied::NotShared => "not_shared",
             AccessDenied::NotOptedIn => "not_opted_in",
             AccessDenied::FsOperatorOnly => "fs_operator_only",
             AccessDenied::NoFs => "no_fs",
@@ -145,10 +152,12 @@ impl AccessDenied {
 /// Decides whether `requester` may run `target` on `ctx`, and whose run it is.
 ///
 /// Checks, in order: the operator is still a member (else everyone, the operator included,
-/// is refused: a view saying the operator left the run's org fails closed); a shared run's
-/// requester opted in (`shared_with_all_members` grants Use, never the opt-in); shared runs
-/// neither require folders nor want commands; a shared run never lands on a daemon that would
-/// mount its folders for it; then that folders and commands are actually available.
+/// is refused: a view saying the operator left the run's org fails closed); someone else's
+/// run is on a machine shared with every member (`not_shared`: nobody is told to opt in to
+/// what they cannot use), and its requester opted in (`shared_with_all_members` grants Use,
+/// never the opt-in); shared runs neither require folders nor want commands; a shared run
+/// never lands on a daemon that would mount its folders for it; then that folders and
+/// commands are actually available.
 pub fn check_access(
     requester: &Requester,
     ctx: &ContextView,
@@ -164,6 +173,9 @@ pub fn check_access(
     };
     let wants_fs = target.requires(Requirement::Fs);
     if kind == RunKind::Shared {
+        if !ctx.shared_with_all_members {
+            return Err(AccessDenied::NotShared);
+        }
         if !ctx.opted_in.contains(&requester.user_id) {
             return Err(AccessDenied::NotOptedIn);
         }

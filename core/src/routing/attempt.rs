@@ -108,7 +108,8 @@ pub enum RoutingError {
     },
     /// The one named context cannot take runs (no fallback asked for).
     #[error(
-        "{name} cannot take runs ({reason}); pass `fallback: \"chain\"` to fall through to your chain"
+        "{name} {} ({reason}); pass `fallback: \"chain\"` to fall through to your chain",
+        unusable_why(.reason)
     )]
     Unusable {
         /// Its friendly name.
@@ -143,6 +144,23 @@ fn busy_why(attempts: &[Attempt]) -> &'static str {
             "is draining (its daemon is stopping and takes no new runs)"
         }
         _ => "is busy (every slot is taken)",
+    }
+}
+
+/// Why a context cannot take the run, in words, from its unusable reason code.
+fn unusable_why(reason: &str) -> &'static str {
+    match reason {
+        "revoked" => "was revoked by its operator and takes no runs (its machine must join again)",
+        "environment_not_granted" => {
+            "may not run this capability's environment: its grant does not allow it (its operator can grant it)"
+        }
+        "environment_unavailable" => {
+            "cannot run this capability's environment now: its daemon has no working executor for it"
+        }
+        "requires_fs" => "cannot give the run the host folders it requires",
+        "requires_lan" => "cannot give the run the local network it requires",
+        "unknown_context" => "no longer exists",
+        _ => "cannot take runs",
     }
 }
 

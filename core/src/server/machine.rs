@@ -418,8 +418,44 @@ impl Server {
                     self.executions.get(exec_id).map(|e| &e.place),
                     Some(Place::Queued { .. })
                 ) => {}
-            Err(err) => self.fail(exec_id, err.code(), err.to_string()),
+            Err(err) => self.routing_failed(exec_id, &err),
         }
+    }
+
+    /// Ends an execution routing could not place, with the error's code and sentence; an
+    /// environment a machine cannot run now is named, with the ones it can.
+    fn routing_failed(&mut self, exec_id: &str, err: &RoutingError) {
+        let mut message = err.to_string();
+        if let RoutingError::Unusable {
+            name,
+            reason,
+            attempts,
+        } = err
+            && reason == Refusal::EnvironmentUnavailable.code()
+            && let Some(e) = self.executions.get(exec_id)
+            && let Some(m) = attempts.last().and_then(|a| self.machines.get(&a.id))
+        {
+            let environment = e.request.environment;
+            let others: Vec<&str> = m
+                .session
+                .environments()
+                .into_iter()
+                .filter(|other| *other != environment)
+                .map(Environment::as_str)
+                .collect();
+            let works = match others.as_slice() {
+                [] => "it runs no other environment now".to_owned(),
+                [one] => format!("its {one} capabilities still run"),
+                [rest @ .., last] => {
+                    format!("its {} and {last} capabilities still run", rest.join(", "))
+                }
+            };
+            message = format!(
+                "{name} cannot run {env} capabilities now: its daemon has no working {env} executor ({reason}); {works}; pass `fallback: \"chain\"` to fall through to your chain",
+                env = environment.as_str()
+            );
+        }
+        self.fail(exec_id, err.code(), message);
     }
 
     /// Offers the execution to the route's current candidate.
@@ -489,7 +525,7 @@ impl Server {
         let views = self.views(environment);
         match route.next_after(outcome, reason, &requester, &target, &views) {
             Ok(route) => self.dispatch(exec_id, route),
-            Err(err) => self.fail(exec_id, err.code(), err.to_string()),
+            Err(err) => self.routing_failed(exec_id, &err),
         }
     }
 
@@ -529,6 +565,7 @@ impl Server {
                 outcome,
                 ran_on,
                 line,
+                requester: e.request.requester.user_id.clone(),
             }));
     }
 

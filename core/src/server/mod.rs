@@ -249,6 +249,8 @@ pub enum Event {
         ran_on: Option<RanOn>,
         /// One friendly sentence.
         line: String,
+        /// Who asked for it (the user's name; the audit's actor for its end).
+        requester: String,
     },
     /// A run was committed on a machine.
     RunStarted {

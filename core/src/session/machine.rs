@@ -112,7 +112,18 @@ impl Session {
         }
     }
 
-    /// Whether the connected daemon has an executor for `environment`.
+    /// The environments the connected daemon announced it runs (none while not connected).
+    pub fn environments(&self) -> Vec<Environment> {
+        match &self.conn {
+            Some(Connection {
+                state: ConnState::Ready { environments, .. },
+                ..
+            }) => environments.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether the connected daemon runs `environment` (false while not connected).
     pub fn supports(&self, environment: Environment) -> bool {
         match &self.conn {
             Some(Connection {

@@ -84,7 +84,8 @@ impl Workload {
                 name: format!("box-{i}"),
                 operator,
                 operator_is_member: true,
-                shared_with_all_members: false,
+                // Shared with every member: the opt-ins decide (faults flip them).
+                shared_with_all_members: true,
                 opted_in,
             };
             machines.push((record, grant, daemon));

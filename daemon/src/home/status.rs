@@ -3,11 +3,14 @@
 //! ```text
 //! state/daemon.json    while it runs: pid, version, manager, startedAt, binary, contextId
 //!                      (written once the lock is taken, removed on a clean exit)
+//! state/connection.json while it runs: how it stands with its server (connected since
+//!                      when, the last error, the next retry, slots in use), rewritten
+//!                      whenever that changes (not synced: a crash loses nothing of worth)
 //! state/stopped.json   after it was stopped for good: reason (revoked, replaced,
 //!                      unregistered), at, contextId; while it is there no daemon starts
 //! ```
 //!
-//! This module owns those two files' formats. It never decides when a daemon stops, and it
+//! This module owns those files' formats. It never decides when a daemon stops, and it
 //! never removes `stopped.json`: only the owner does (see [`Stopped::advice`]).
 
 use std::path::{Path, PathBuf};
@@ -20,6 +23,8 @@ use crate::DaemonError;
 
 /// The running daemon's file name in the state folder.
 pub const RUNNING_FILE: &str = "daemon.json";
+/// The connection file name in the state folder.
+pub const CONNECTION_FILE: &str = "connection.json";
 /// The stopped-for-good file name in the state folder.
 pub const STOPPED_FILE: &str = "stopped.json";
 
@@ -39,6 +44,32 @@ pub struct Running {
     pub binary: Option<String>,
     /// The context it serves, when it had joined before this start.
     pub context_id: Option<String>,
+}
+
+/// `state/connection.json`: how the running daemon stands with its server now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Connection {
+    /// The daemon that wrote it (a file whose process is gone says nothing).
+    pub pid: u32,
+    /// The server's URL.
+    pub server: String,
+    /// Whether the server's welcome was verified on the current connection.
+    pub connected: bool,
+    /// When `connected` last changed (RFC 3339, UTC): connected since, or disconnected since.
+    pub since: String,
+    /// The last thing that went wrong with the connection, in a sentence.
+    pub last_error: Option<String>,
+    /// When it went wrong (RFC 3339, UTC).
+    pub last_error_at: Option<String>,
+    /// When the next connection attempt starts, while disconnected (RFC 3339, UTC).
+    pub next_retry_at: Option<String>,
+    /// Runs held now.
+    pub slots_in_use: u32,
+    /// Runs it holds at most (`--max-concurrent`).
+    pub slots: u32,
+    /// It is stopping: it takes no new runs and waits for the runs in flight.
+    pub draining: bool,
 }
 
 /// Why a daemon stopped for good.
@@ -141,6 +172,31 @@ pub(crate) fn write_running(state: &Path, running: &Running) -> Result<(), Daemo
 
 pub(crate) fn remove_running(state: &Path) {
     let _ = std::fs::remove_file(state.join(RUNNING_FILE));
+    let _ = std::fs::remove_file(state.join(CONNECTION_FILE));
+}
+
+/// `connection.json` of the state folder `state`, if there is one.
+pub fn read_connection(state: &Path) -> Result<Option<Connection>, DaemonError> {
+    read_json(state.join(CONNECTION_FILE))
+}
+
+/// Replaces `connection.json` through a rename (a reader sees the old file or the new one),
+/// without syncing: it is rewritten on every change and worth nothing after a crash.
+pub(crate) fn write_connection(state: &Path, connection: &Connection) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = state.join(CONNECTION_FILE);
+    let tmp = path.with_extension("json.tmp");
+    let mut text = serde_json::to_vec_pretty(connection).unwrap_or_default();
+    text.push(b'\n');
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)?
+        .write_all(&text)?;
+    std::fs::rename(&tmp, &path)
 }
 
 pub(crate) fn write_stopped(state: &Path, stopped: &Stopped) -> Result<(), DaemonError> {
@@ -153,7 +209,7 @@ pub fn now_rfc3339() -> String {
 }
 
 /// `secs` after the Unix epoch, RFC 3339 in UTC.
-fn rfc3339(secs: u64) -> String {
+pub fn rfc3339(secs: u64) -> String {
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let (year, month, day) = civil_from_days(days);
     format!(

@@ -36,6 +36,7 @@ use crate::{DaemonError, Launcher};
 use outpost_host::{HOME_VAR, OwnerFolders};
 
 pub use install::InstallArgs;
+pub use launchd::LOG_FILE;
 
 /// Exit status when the files were written or removed but no service manager answered:
 /// nothing was started or stopped.
@@ -58,14 +59,17 @@ pub enum ServiceAction {
     /// Re-run it to repair the unit. The home must have joined a server
     /// (`outpost daemon --join …`) first.
     Install(InstallArgs),
-    /// Whether the daemon of this home runs: pid, version, who started it, and whether it
-    /// runs an older binary than this one. Exits 0 when it runs, 3 when not.
+    /// Whether the daemon of this home runs: pid, version, who started it, whether it is
+    /// connected to its server (since when, the last error, the next retry), its slots in
+    /// use, and whether it runs an older binary than this one. Exits 0 when it runs, 3 when
+    /// not.
     Status {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
     },
-    /// The service's log: the user journal (systemd), or state/daemon.log (launchd).
+    /// The daemon's log: state/daemon.log for a daemon started in a terminal (it keeps that
+    /// file, 8 MiB and one older file) or by launchd; the user journal for a systemd unit.
     Logs {
         /// How many lines from the end.
         #[arg(long, short = 'n', default_value_t = 100)]

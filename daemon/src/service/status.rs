@@ -1,11 +1,14 @@
 //! `outpost daemon status` and `outpost daemon logs`.
 //!
 //! `status` reads `state/daemon.json` and probes `state/daemon.lock` (a daemon holds it for
-//! its whole life): running or stopped, pid, version, who started it, the service's unit,
+//! its whole life): running or stopped, pid, version, who started it, how it stands with its
+//! server (`state/connection.json`: connected since when, the last error, the next retry,
+//! slots in use), the service's unit,
 //! `stopped.json` when there is one, and whether the running daemon is older than this
 //! binary — its version is lower, or its binary was replaced on disk since it started
 //! (Linux: `/proc/PID/exe` reads `… (deleted)`). `logs` reads the user journal for a systemd
-//! unit, and `state/daemon.log` (which the LaunchAgent writes) otherwise. Neither ever
+//! unit, and `state/daemon.log` otherwise (which a daemon started in a terminal keeps, and
+//! the LaunchAgent writes). Neither ever
 //! writes a file or signals the daemon.
 
 use std::io::{Read as _, Seek as _, SeekFrom, Write};
@@ -13,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::lock::{Holder, Launcher, LockState, probe};
-use crate::status::{Running, Stopped, read_running, read_stopped};
+use crate::status::{Connection, Running, Stopped, read_connection, read_running, read_stopped};
 use serde::Serialize;
 
 use super::{EXIT_NOT_RUNNING, Manager, ServiceError, Target, launchd, systemd};
@@ -40,6 +43,8 @@ struct Report {
     outdated: bool,
     outdated_why: Option<String>,
     context_id: Option<String>,
+    /// How the running daemon stands with its server.
+    connection: Option<Connection>,
     state_dir: PathBuf,
     /// The holder line of a daemon that ended without cleaning up (killed, crashed).
     left_behind: Option<Holder>,
@@ -91,6 +96,15 @@ fn report(target: &Target) -> Result<Report, ServiceError> {
     // daemon.json speaks for the holder when it names the same process.
     let file = file.filter(|f| running && holder.as_ref().is_none_or(|h| h.pid == f.pid));
     let why = file.as_ref().and_then(outdated);
+    let pid = file
+        .as_ref()
+        .map(|f| f.pid)
+        .or(holder.as_ref().map(|h| h.pid));
+    // Only the running daemon's own file speaks for it.
+    let connection = read_connection(state)
+        .ok()
+        .flatten()
+        .filter(|c| running && Some(c.pid) == pid);
     let service = context_id.as_ref().and_then(|id| {
         let manager = Manager::native();
         let path = manager.service_path(id).ok()?;
@@ -103,10 +117,7 @@ fn report(target: &Target) -> Result<Report, ServiceError> {
     });
     Ok(Report {
         running,
-        pid: file
-            .as_ref()
-            .map(|f| f.pid)
-            .or(holder.as_ref().map(|h| h.pid)),
+        pid,
         version: file
             .as_ref()
             .map(|f| f.version.clone())
@@ -121,6 +132,7 @@ fn report(target: &Target) -> Result<Report, ServiceError> {
         outdated: why.is_some(),
         outdated_why: why,
         context_id,
+        connection,
         state_dir: state.clone(),
         left_behind,
         stopped_advice: stopped
@@ -165,6 +177,9 @@ fn print(r: &Report, out: &mut dyn Write) {
             "the last daemon ({left}) ended without cleaning up (killed or crashed)"
         );
     }
+    if let Some(c) = &r.connection {
+        print_connection(c, out);
+    }
     if let Some(id) = &r.context_id {
         say!(out, "context: {id}");
     }
@@ -198,6 +213,38 @@ fn print(r: &Report, out: &mut dyn Write) {
     }
 }
 
+fn print_connection(c: &Connection, out: &mut dyn Write) {
+    if c.connected {
+        say!(out, "connected to {} since {}", c.server, c.since);
+    } else {
+        let retry = c
+            .next_retry_at
+            .as_deref()
+            .map(|at| format!("; next try at {at}"))
+            .unwrap_or_default();
+        say!(
+            out,
+            "not connected to {} (since {}){retry}",
+            c.server,
+            c.since
+        );
+    }
+    if let (Some(error), Some(at)) = (&c.last_error, &c.last_error_at) {
+        say!(out, "last error at {at}: {error}");
+    }
+    say!(
+        out,
+        "slots: {} of {} in use{}",
+        c.slots_in_use,
+        c.slots,
+        if c.draining {
+            " (stopping: no new runs)"
+        } else {
+            ""
+        }
+    );
+}
+
 /// `outpost daemon logs`.
 pub fn logs(
     home: Option<&Path>,
@@ -207,8 +254,22 @@ pub fn logs(
 ) -> Result<u8, ServiceError> {
     let target = Target::resolve(home)?;
     let file = target.folders.state.join(launchd::LOG_FILE);
-    if Manager::native() == Manager::Systemd {
-        let context_id = target.joined()?.context_id;
+    // A systemd unit logs to the journal; a daemon started in a terminal keeps its own file
+    // (and launchd writes the LaunchAgent's there).
+    let started_by = read_running(&target.folders.state)
+        .ok()
+        .flatten()
+        .map(|r| r.manager);
+    let unit = (Manager::native() == Manager::Systemd)
+        .then(|| target.joined().ok())
+        .flatten()
+        .map(|joined| joined.context_id)
+        .filter(|id| match started_by {
+            Some(launcher) => launcher == Launcher::Systemd,
+            // None runs: the installed unit's journal is where the service logs.
+            None => Manager::Systemd.service_path(id).is_ok_and(|p| p.exists()),
+        });
+    if let Some(context_id) = unit {
         let name = systemd::unit_name(&context_id);
         if let Some(code) = systemd::journal(&name, lines, follow) {
             return Ok(u8::try_from(code).unwrap_or(1));

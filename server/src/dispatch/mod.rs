@@ -474,16 +474,21 @@ impl Dispatcher {
             exec_id,
             outcome,
             ran_on,
+            requester,
             ..
         } = event
         {
             let context_id = ran_on.as_ref().map(|r| r.id.clone());
+            let place = ran_on
+                .as_ref()
+                .map(|r| format!(" on {}", r.name))
+                .unwrap_or_default();
             let mut rows = vec![AuditRow {
                 at,
                 kind: "run".into(),
-                actor: "dispatcher".into(),
+                actor: requester.clone(),
                 context_id: context_id.clone(),
-                detail: format!("{exec_id} {}", outcome.status()),
+                detail: format!("{exec_id} {}{place}", outcome.status()),
             }];
             if let outpost_core::server::ExecutionOutcome::Completed(result) = outcome {
                 rows.extend(result.egress_denied.iter().map(|destination| AuditRow {

@@ -125,6 +125,7 @@ async fn audit(State(app): State<App>, req: Request) -> ApiResult {
             kind: e.kind,
             actor: e.actor,
             context_id: e.context_id,
+            context_name: e.context_name,
             detail: e.detail,
         })
         .collect();

@@ -113,6 +113,7 @@ pub(crate) fn bearer(app: &App, headers: &HeaderMap, scope: &str) -> Result<Call
         user: entry.user,
         scopes: entry.scopes,
     };
+    super::access::note_caller(&caller.user);
     caller.require(scope)?;
     Ok(caller)
 }
@@ -187,6 +188,7 @@ pub(crate) fn verify(
 /// Checks freshness and spends the nonce of a verified request (§8 step 7), in memory and
 /// in the store, so a replay is refused after a restart too.
 pub(crate) fn spend_nonce(app: &App, verified: &VerifiedRequest) -> Result<(), ApiError> {
+    super::access::note_caller(&format!("machine {}", verified.keyid));
     let now = crate::clock::wall_now();
     {
         let mut guard = app

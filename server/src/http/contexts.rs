@@ -98,7 +98,11 @@ pub(super) fn routes() -> Vec<Route> {
                 .auth(Auth::Bearer(EXECUTE))
                 .request::<bodies::ChainRequest>()
                 .answer::<views::ChainShown>(200)
-                .errors(&[(400, "invalid_chain"), (404, "context_unknown")]),
+                .errors(&[
+                    (400, "invalid_chain"),
+                    (404, "context_unknown"),
+                    (409, "context_revoked"),
+                ]),
             axum::routing::put(put_chain),
         ),
     ]
@@ -325,5 +329,18 @@ async fn put_chain(State(app): State<App>, req: Request) -> ApiResult {
         chain: chain.clone(),
     })
     .await?;
-    Ok(axum::Json(chain_body(&app, &chain)?).into_response())
+    let shown = chain_body(&app, &chain)?;
+    let names: Vec<String> = shown
+        .entries
+        .iter()
+        .map(|e| e.name.clone().unwrap_or_else(|| e.id.clone()))
+        .collect();
+    app.shared.store.audit(
+        wall_now().0,
+        "chain_updated",
+        &caller.user,
+        None,
+        &format!("chain: {}", names.join(" → ")),
+    )?;
+    Ok(axum::Json(shown).into_response())
 }

@@ -85,6 +85,7 @@ struct ErrorDetail {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let body_code = self.code.clone();
         let body = ErrorAnswer {
             error: ErrorDetail {
                 code: self.code,
@@ -92,6 +93,9 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status, axum::Json(body)).into_response();
+        response
+            .extensions_mut()
+            .insert(super::access::AnswerCode(body_code));
         if let Some(secs) = self.retry_after
             && let Ok(value) = HeaderValue::from_str(&secs.to_string())
         {

@@ -35,6 +35,7 @@ pub(super) fn routes() -> Vec<Route> {
                 .errors(&[
                     (400, "invalid_manifest"),
                     (404, "context_unknown"),
+                    (409, "context_revoked"),
                     (400, "queue_minutes_out_of_range"),
                     (413, "capability_too_large"),
                     (404, "bundle_unknown"),
@@ -93,8 +94,24 @@ pub(crate) fn resolve_context(app: &App, caller: &Caller, given: &str) -> Result
     if found.is_none() {
         found = store.live_context_named(given, None, false)?;
     }
-    if let Some(found) = found {
-        return Ok(found.id);
+    // A revoked context (named by its id, or by its name) is not a typo: say so.
+    let revoked = match found {
+        Some(found) if !found.revoked => return Ok(found.id),
+        Some(found) => Some(found),
+        None => store
+            .contexts()?
+            .into_iter()
+            .find(|c| c.revoked && c.name == given),
+    };
+    if let Some(revoked) = revoked {
+        return Err(ApiError::new(
+            409,
+            "context_revoked",
+            format!(
+                "{} was revoked and takes no runs; for its machine to serve again, its owner joins it anew (`outpost daemon --home NEW_DIR --join …`)",
+                revoked.name
+            ),
+        ));
     }
     // Not found: say which names the caller can use (their own, those shared with every
     // member, those they opted in to), so a typo is one look away.

@@ -5,6 +5,7 @@
 //! answer; they never touch the core's state machines directly and never log a ticket or a
 //! token.
 
+mod access;
 mod admin;
 mod auth;
 mod body;
@@ -74,6 +75,8 @@ pub(crate) struct AppInner {
     pub(crate) uploads: Arc<tokio::sync::Semaphore>,
     /// Bundle checks under way: one at a time.
     pub(crate) checks: tokio::sync::Semaphore,
+    /// How many refused calls the audit took this minute ([`access`]).
+    pub(crate) refusals: Mutex<access::RefusalBudget>,
 }
 
 /// The handlers' state.
@@ -135,6 +138,7 @@ impl App {
                 shared.limits.concurrent_uploads,
             )),
             checks: tokio::sync::Semaphore::new(1),
+            refusals: access::budget(),
             shared,
         }))
     }
@@ -265,6 +269,10 @@ pub(crate) fn router(app: App) -> Router {
                 "this route does not take that method",
             )
         })
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            access::account,
+        ))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(app)
 }

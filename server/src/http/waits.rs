@@ -54,6 +54,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (400, "queue_minutes_out_of_range"),
                 (404, "context_unknown"),
                 (409, "context_revoked"),
+                (403, "not_shared"),
                 (403, "not_opted_in"),
                 (403, "operator_left"),
                 (503, "random_unavailable"),
@@ -162,6 +163,22 @@ async fn register(State(app): State<App>, req: Request) -> ApiResult {
     // Offered now; a daemon that is not ready gets it when it next comes up.
     let order = WaitOrder::Register(wait_spec(&wait, &context.operator));
     send(&app, &wait.context_id, order).await;
+    app.shared.store.audit(
+        now / 1000,
+        "wait_registered",
+        &caller.user,
+        Some(&wait.context_id),
+        &format!(
+            "{} on {}{}",
+            wait.id,
+            wait.context_name,
+            if wait.then_json.is_some() {
+                ", with a continuation"
+            } else {
+                ""
+            }
+        ),
+    )?;
     let mut view = view(&wait);
     view.deduplicated = Some(false);
     Ok((StatusCode::CREATED, axum::Json(view)).into_response())
@@ -223,6 +240,13 @@ async fn cancel(State(app): State<App>, PathParam(id): PathParam, req: Request) 
         return Ok(axum::Json(view(&wait)).into_response());
     }
     let wait = app.shared.store.ask_cancel(&id)?.unwrap_or(wait);
+    app.shared.store.audit(
+        crate::clock::wall_now().0,
+        "wait_cancelled",
+        &caller.user,
+        Some(&wait.context_id),
+        &format!("{} on {}", wait.id, wait.context_name),
+    )?;
     if wait.state == CANCELLING {
         let order = WaitOrder::Cancel {
             wait_id: wait.id.as_str().into(),

@@ -104,6 +104,8 @@ pub(crate) struct AuditEntry {
     pub(crate) kind: String,
     pub(crate) actor: String,
     pub(crate) context_id: Option<String>,
+    /// The context's name now (none once it is deleted).
+    pub(crate) context_name: Option<String>,
     pub(crate) detail: String,
 }
 
@@ -234,10 +236,11 @@ impl Store {
         let conn = self.read();
         let mut stmt = conn
             .prepare(
-                "SELECT at, kind, actor, context_id, detail FROM audit
-                 WHERE ?1 IS NULL OR actor = ?1
-                    OR context_id IN (SELECT id FROM contexts WHERE operator = ?1)
-                 ORDER BY seq DESC LIMIT ?2",
+                "SELECT a.at, a.kind, a.actor, a.context_id, a.detail, c.name FROM audit a
+                 LEFT JOIN contexts c ON c.id = a.context_id
+                 WHERE ?1 IS NULL OR a.actor = ?1
+                    OR a.context_id IN (SELECT id FROM contexts WHERE operator = ?1)
+                 ORDER BY a.seq DESC LIMIT ?2",
             )
             .doing("reading the audit log")?;
         let rows = stmt
@@ -248,6 +251,7 @@ impl Store {
                     actor: r.get(2)?,
                     context_id: r.get(3)?,
                     detail: r.get(4)?,
+                    context_name: r.get(5)?,
                 })
             })
             .doing("reading the audit log")?;

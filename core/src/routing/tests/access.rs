@@ -45,6 +45,19 @@ fn the_operator_runs_as_operator_and_an_opted_in_member_as_shared() {
 
 #[test]
 fn only_the_operator_and_opted_in_members_can_run() {
+    // Not shared: nobody but the operator, and nobody is told to opt in.
+    let not_shared = ContextView {
+        shared_with_all_members: false,
+        ..view("box")
+    };
+    assert_eq!(
+        code(BO, &not_shared, &ExecuteTarget::chain()),
+        Err("not_shared")
+    );
+    assert_eq!(
+        code(ANA, &not_shared, &ExecuteTarget::chain()),
+        Ok(RunKind::Operator)
+    );
     assert_eq!(
         code(BO, &view("box"), &ExecuteTarget::chain()),
         Err("not_opted_in")

@@ -29,7 +29,7 @@ pub(super) fn view(name: &str) -> ContextView {
         grant_has_fs: false,
         local_fs_available: false,
         commands_enabled: false,
-        shared_with_all_members: false,
+        shared_with_all_members: true,
         opted_in: Vec::new(),
         operator_is_member: true,
     }

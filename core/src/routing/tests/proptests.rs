@@ -44,7 +44,8 @@ fn context(id: &'static str) -> impl Strategy<Value = ContextView> {
                     grant_has_fs: fs,
                     local_fs_available: fs && local_fs,
                     commands_enabled: commands,
-                    shared_with_all_members: false,
+                    // Opt-ins count only while the machine is shared (as the server keeps them).
+                    shared_with_all_members: !opted_in.is_empty(),
                     opted_in: opted_in.into_iter().map(Into::into).collect(),
                     operator_is_member: member,
                 }

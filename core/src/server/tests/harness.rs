@@ -37,7 +37,8 @@ pub(super) fn record(id: &str, operator: &str, opted_in: &[&str]) -> ContextReco
         name: format!("box {id}"),
         operator: operator.to_owned(),
         operator_is_member: true,
-        shared_with_all_members: false,
+        // Opt-ins count only while the machine is shared (as the server keeps them).
+        shared_with_all_members: !opted_in.is_empty(),
         opted_in: opted_in.iter().map(|u| (*u).to_owned()).collect(),
     }
 }

@@ -652,3 +652,33 @@ fn a_run_queued_for_a_busy_machine_fails_saying_no_slot_came_free() {
         "{finished:?}"
     );
 }
+
+#[test]
+fn a_machine_without_the_environment_names_it_and_the_ones_that_still_run() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    h.connect("a", 1);
+    let mut docker = request("x1", "ada", ExecuteTarget::named("a"));
+    docker.environment = crate::wire::Environment::Docker;
+    h.input(Input::Execute(Box::new(docker)));
+    let (code, message, requester) = h
+        .seen
+        .iter()
+        .find_map(|o| match o {
+            Output::Event(Event::ExecutionFinished {
+                outcome: ExecutionOutcome::Failed { code, message },
+                requester,
+                ..
+            }) => Some((code.clone(), message.clone(), requester.clone())),
+            _ => None,
+        })
+        .expect("the run failed to be placed");
+    assert_eq!(code, "execution_context_unusable");
+    assert!(
+        message.starts_with(
+            "box a cannot run docker capabilities now: its daemon has no working docker executor (environment_unavailable); its shell capabilities still run;"
+        ),
+        "{message}"
+    );
+    assert_eq!(requester, "ada", "the end names who asked");
+}
