@@ -212,7 +212,10 @@ fn closing_a_tab_ends_its_session_in_the_audit() {
         .unwrap_or_else(|| panic!("terminal.session.ended in {rows:?}"));
     assert_eq!(ended[2], "admin");
     let (_, ctx) = server.api("GET", "/v1/execution-contexts/build-box", None);
-    assert_eq!(ended[3], ctx["id"].as_str().expect("an id"));
+    assert_eq!(
+        ended[3],
+        format!("build-box ({})", ctx["id"].as_str().expect("an id"))
+    );
     // The first viewer is still on.
     let (_, list) = server.api("GET", "/v1/terminals", None);
     assert_eq!(list["terminals"][0]["viewers"], 1, "{list}");
