@@ -77,12 +77,14 @@ fn execute(world: &World, script: &str, held: Held) -> String {
 }
 
 /// The medians of `rounds` rounds of `script`, one run held each way per round, in an order
-/// that rotates, `gap` apart (untimed).
+/// that rotates, each run `gap` after the one before (untimed): with no gap, a warm helper
+/// made after a run competes with the runs that follow it; 20 ms apart, it is made in the
+/// idle time between runs, as a daemon that is not saturated makes it.
 fn interleaved(world: &World, script: &str, rounds: usize, gap: Duration) -> [Duration; 3] {
     let mut times: [Vec<Duration>; 3] = Default::default();
     for round in 0..rounds {
-        std::thread::sleep(gap);
         for k in 0..3 {
+            std::thread::sleep(gap);
             let i = (round + k) % 3;
             let started = Instant::now();
             execute(world, script, Held::ALL[i]);

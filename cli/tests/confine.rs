@@ -133,7 +133,7 @@ fn a_warm_helper_holds_its_run_as_a_cold_one_does() {
          cat {outside}/secret.txt || echo read-refused\n\
          echo x > {rw}/w.txt && echo wrote\n\
          echo x > $HOME/h && echo home-writable\n\
-         read line || echo stdin-empty\n",
+         read line || echo stdin-empty\n         echo shadow=$(cat /etc/shadow 2>/dev/null | wc -c)\n",
         outside = outside.display(),
         rw = rw.display()
     );
@@ -156,7 +156,7 @@ fn a_warm_helper_holds_its_run_as_a_cold_one_does() {
             &script,
             vec![mount(&rw, FolderMode::Rw)],
             &tag,
-            egress,
+            egress.clone(),
         );
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -173,6 +173,10 @@ fn a_warm_helper_holds_its_run_as_a_cold_one_does() {
             "{out} / {err}"
         );
         assert!(out.contains("stdin-empty"), "{out}");
+        assert!(
+            out.contains("shadow=0"),
+            "the system's secrets are hidden: {out}"
+        );
         let home = out
             .split_whitespace()
             .find_map(|w| w.strip_prefix("home="))
@@ -182,6 +186,15 @@ fn a_warm_helper_holds_its_run_as_a_cold_one_does() {
             !Path::new(&home).exists(),
             "the run's private folder {home} outlived it"
         );
+        // How the run ended, as its PID 1 reports it: an exit code, or a fatal signal.
+        for (script, code, signal) in [("exit 7\n", Some(7), None), ("kill -9 $$\n", None, Some(9))]
+        {
+            common::wait_for("a warm helper", || {
+                outpost_host::sandbox::warm_helper_ready(&helper, &egress).then_some(())
+            });
+            let (o, _) = run_on(&warm, script, Vec::new(), &tag, egress.clone());
+            assert_eq!((o.exit_code, o.signal), (code, signal), "{script}");
+        }
     }
     outpost_host::sandbox::retire_warm_helpers();
 }

@@ -316,6 +316,15 @@ fn a_second_ctrl_c_leaves_the_run_going_and_runs_cancel_stops_it() {
         format!("cancelled {id} (it was running)\n")
     );
     server.wait_status(&id, "cancelled");
+    // The daemon stops the run's process (before it is killed itself, which would leave the
+    // run to its next start).
+    let pid: i32 = lines(&dir.join("pids"))
+        .first()
+        .and_then(|p| p.parse().ok())
+        .expect("the run's pid");
+    wait_for("the run's process to be stopped", || {
+        common::process_gone(pid).then_some(())
+    });
     let again = common::outpost_as(&server, &server.admin, &["runs", "cancel", &id, "--json"]);
     let value: serde_json::Value = serde_json::from_slice(&again.stdout).expect("JSON");
     assert_eq!(value["status"], "cancelled");
@@ -514,7 +523,10 @@ fn a_persistent_service_started_by_execute_says_how_to_stop_it_and_runs_cancel_d
     .expect("manifest");
     std::fs::write(
         cap.join("run.sh"),
-        "echo up\nwhile true; do sleep 0.2; done\n",
+        format!(
+            "echo $$ >> {}\necho up\nwhile true; do sleep 0.2; done\n",
+            dir.join("pids").display()
+        ),
     )
     .expect("script");
     let (execute, out, err, id) = execute_gated(&server, &cap);
@@ -532,6 +544,13 @@ fn a_persistent_service_started_by_execute_says_how_to_stop_it_and_runs_cancel_d
     assert_eq!(done.status.code(), Some(130), "{said:?}");
     let execution = server.wait_status(&id, "cancelled");
     assert_eq!(execution["stdout"], "up\n", "{execution}");
+    let pid: i32 = lines(&dir.join("pids"))
+        .first()
+        .and_then(|p| p.parse().ok())
+        .expect("the service's pid");
+    wait_for("the service's process to be stopped", || {
+        common::process_gone(pid).then_some(())
+    });
     daemon.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }

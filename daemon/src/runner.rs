@@ -134,8 +134,11 @@ impl Runner {
         let events = self.events.clone();
         self.host.spawn_blocking(Box::new(move || {
             let run_id = job.execute.run_id.clone();
-            let result = job.run();
+            let (result, leftovers) = job.run();
             let _ = events.send(Event::Input(Input::RunFinished { run_id, result }));
+            // The result is on its way: now the run's leftovers go (its process group, its
+            // sandbox's folders — and the next warm sandbox is made —, its bridge, its folder).
+            drop(leftovers);
         }));
     }
 
@@ -184,19 +187,43 @@ impl Runner {
     }
 }
 
+/// What an ended run leaves to clean up once its result is sent: dropping it ends the run's
+/// process group (and its sandbox: private folders removed, the next warm sandbox made),
+/// stops its host-command bridge, and removes its folder and its service file.
+struct Leftovers {
+    handle: Option<Box<dyn outpost_core::executor::RunHandle>>,
+    bridge: Option<Bridge>,
+    run_dir: PathBuf,
+    service_file: PathBuf,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        drop(self.handle.take());
+        drop(self.bridge.take());
+        let _ = std::fs::remove_file(&self.service_file);
+        let _ = std::fs::remove_dir_all(&self.run_dir);
+    }
+}
+
 impl Job {
-    fn run(mut self) -> RunResult {
+    /// Runs the execute to its end: its result, and what is left to clean up after it is sent.
+    fn run(mut self) -> (RunResult, Leftovers) {
         let started = StdInstant::now();
         let run_id = self.execute.run_id.clone();
-        let mut result = self.execute_once();
+        let mut leftovers = Leftovers {
+            handle: None,
+            bridge: None,
+            run_dir: self.runs_dir.join(run_id.as_str()),
+            service_file: service_path(&self.runs_dir, &run_id),
+        };
+        let mut result = self.execute_once(&mut leftovers);
         // The daemon's share of the time: from the command to the result, setup included.
         result.timing.daemon_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let _ = std::fs::remove_file(service_path(&self.runs_dir, &run_id));
-        let _ = std::fs::remove_dir_all(self.runs_dir.join(run_id.as_str()));
-        result
+        (result, leftovers)
     }
 
-    fn execute_once(&mut self) -> RunResult {
+    fn execute_once(&mut self, leftovers: &mut Leftovers) -> RunResult {
         let cx = LaunchContext {
             runs_dir: &self.runs_dir,
             local: &self.local,
@@ -229,7 +256,7 @@ impl Job {
             self.execute.environment,
             Environment::Shell | Environment::Pty
         );
-        let _bridge = if self.execute.shared_run || !can_call {
+        leftovers.bridge = if self.execute.shared_run || !can_call {
             None
         } else {
             match Bridge::serve(
@@ -292,7 +319,7 @@ impl Job {
             send(text.finish());
             streamed
         };
-        match ended {
+        let result = match ended {
             Ok(outcome) => {
                 if let Some(attached) = attached.take() {
                     // Every byte goes out before `pty.exit`, and that before the result.
@@ -305,7 +332,9 @@ impl Job {
                 RunResult::from(outcome)
             }
             Err(e) => RunResult::from(&e),
-        }
+        };
+        leftovers.handle = Some(handle);
+        result
     }
 }
 

@@ -89,6 +89,9 @@ pub struct ProcessRun {
     outcome: Option<Outcome>,
     /// Dropped with the run: its private `HOME` and `TMPDIR` go, its gate stops.
     _sandbox: Option<crate::sandbox::SandboxGuard>,
+    /// The sandbox's report FIFO, whose reader waits on a thread of its own: written to when
+    /// the run is dropped, so a reader the helper never answered ends too.
+    report: Option<std::fs::File>,
     refusals: Arc<Mutex<Vec<crate::GateEvent>>>,
 }
 
@@ -96,7 +99,7 @@ impl ProcessRun {
     /// Starts `s.program` in a process group of its own (in the sandbox when `s.sandbox` says
     /// so), its stdin empty and its output captured.
     pub fn spawn(s: Spawn) -> Result<Self, ExecError> {
-        let (mut child, guard) = match s.sandbox {
+        let (mut child, mut guard) = match s.sandbox {
             Some(b) => {
                 let (child, guard) = crate::sandbox::spawn_piped(
                     &b.bounds, s.program, s.args, &s.cwd, s.env, &b.config, b.report,
@@ -130,6 +133,23 @@ impl ProcessRun {
         }
         let (tell, heard) = mpsc::channel();
         let exit_tx = tell.clone();
+        // A sandboxed run's end comes first from its PID 1's report; the helper's own exit,
+        // which relays the same end, still comes (and is reaped) when that report never does.
+        let report = guard
+            .as_mut()
+            .and_then(crate::sandbox::SandboxGuard::take_report);
+        let waker = match report.as_ref().map(std::fs::File::try_clone) {
+            Some(Ok(mut reader)) => {
+                let report_tx = tell.clone();
+                std::thread::spawn(move || {
+                    if let Some(status) = read_report(&mut reader) {
+                        let _ = report_tx.send(Heard::Exited(Ok(status)));
+                    }
+                });
+                report
+            }
+            _ => None,
+        };
         std::thread::spawn(move || {
             let _ = exit_tx.send(Heard::Exited(child.wait()));
         });
@@ -145,6 +165,7 @@ impl ProcessRun {
             schedule: crate::StopSchedule::new(spawned_at, s.timeout, s.grace),
             outcome: None,
             _sandbox: guard,
+            report: waker,
             refusals: s.refusals,
         })
     }
@@ -317,5 +338,25 @@ impl Drop for ProcessRun {
         if self.outcome.is_none() {
             self.kill_group();
         }
+        if let Some(mut report) = self.report.take() {
+            use std::io::Write as _;
+            // Not a report (the first byte is neither 0 nor 1): the reader ends, sending nothing.
+            let _ = report.write_all(&[WAKE_READER, 0]);
+        }
+    }
+}
+
+/// What [`ProcessRun`]'s drop writes to the report FIFO to end a reader still waiting.
+const WAKE_READER: u8 = 0xff;
+
+/// How a sandboxed run ended, from its PID 1's report: `0, CODE` an exit, `1, SIGNAL` a fatal
+/// signal; none for anything else (the reader was woken, or the FIFO failed).
+fn read_report(reader: &mut impl Read) -> Option<ExitStatus> {
+    let mut ended = [0u8; 2];
+    reader.read_exact(&mut ended).ok()?;
+    match ended {
+        [0, code] => Some(ExitStatus::from_raw(i32::from(code) << 8)),
+        [1, signal] => Some(ExitStatus::from_raw(i32::from(signal))),
+        _ => None,
     }
 }

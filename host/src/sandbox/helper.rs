@@ -11,8 +11,16 @@
 //! outpost confine --probe
 //! outpost confine [--ro DIR]… [--rw DIR]… [--hide PATH]… [--root DIR]
 //!                 [--net host|loopback|gate=SOCKET] [--publish PORT] -- PROGRAM [ARGS…]
-//! outpost confine --warm --root DIR --net host|loopback
+//! outpost confine --warm --root DIR --net host|loopback [--report FIFO]
 //! ```
+//!
+//! With `--report FIFO` (a FIFO the caller holds open), PID 1 writes how the run ended there
+//! as two bytes — `0, CODE` for an exit (its own refusals included), `1, SIGNAL` for a fatal
+//! signal — as soon as it knows, and neither helper process keeps the run's stdout or stderr
+//! open once the program is started: the caller has the run's end one process exit earlier
+//! than the first process's own, and that process's exit and the namespaces' teardown happen
+//! after it. The FIFO is opened before the run's root is made and closed on exec: the
+//! program never holds it.
 //!
 //! A **warm** helper makes everything that does not depend on its run ahead of time (the
 //! namespaces, PID 1, the root with the system folders and `/proc`, loopback), then reads its
@@ -68,6 +76,8 @@ struct Args {
     cwd: Option<PathBuf>,
     /// `--init FD`: this is PID 1 inside; FD (or `-`) takes the program's fatal signal.
     init: Option<Option<i32>>,
+    /// `--report FIFO`: where PID 1 writes how the run ended (see the module doc).
+    report: Option<PathBuf>,
     program: Option<OsString>,
     rest: Vec<OsString>,
 }
@@ -86,7 +96,7 @@ fn parse(args: &mut impl Iterator<Item = OsString>) -> Result<Args, String> {
             }
             Some(
                 flag @ ("--ro" | "--rw" | "--hide" | "--root" | "--net" | "--init" | "--publish"
-                | "--relay" | "--env" | "--cwd"),
+                | "--relay" | "--env" | "--cwd" | "--report"),
             ) => {
                 let Some(value) = args.next().filter(|value| value != "--") else {
                     let what = match flag {
@@ -103,6 +113,7 @@ fn parse(args: &mut impl Iterator<Item = OsString>) -> Result<Args, String> {
                     "--rw" => out.rw.push(value.into()),
                     "--hide" => out.hide.push(value.into()),
                     "--root" => out.root = Some(value.into()),
+                    "--report" => out.report = Some(value.into()),
                     "--cwd" => out.cwd = Some(value.into()),
                     "--env" => out.env.push(value),
                     "--net" => out.net = Some(net(&value)?),
@@ -224,6 +235,10 @@ fn outer(args: &Args) -> ExitCode {
         Forked::Parent { child, read } => (child, read),
         Forked::Failed(why) => return not_confined(why),
     };
+    if args.report.is_some() {
+        // PID 1 reports the run's end; this process must not keep the run's output open.
+        let _ = let_go_of_output();
+    }
     // The relay is a process of its own: this one entered a new PID namespace and can start
     // no thread. Its stdin is the listener (a socket handed over as a standard stream).
     let _relay = match published {
@@ -339,9 +354,46 @@ fn stop_signals() -> SigSet {
     set
 }
 
+/// Points this process's stdout and stderr at `/dev/null`, so the caller's pipes close when
+/// the program's own copies do.
+fn let_go_of_output() -> nix::Result<()> {
+    let null = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0)))?;
+    nix::unistd::dup2_stdout(&null)?;
+    nix::unistd::dup2_stderr(&null)
+}
+
+/// PID 1 inside, with `--report`: [`init_run`], then how the run ended on the FIFO (opened
+/// first, before the run's root hides it; closed on exec).
+fn init(args: &Args, status: Option<std::fs::File>) -> u8 {
+    let mut report = args
+        .report
+        .as_ref()
+        .and_then(|fifo| std::fs::OpenOptions::new().write(true).open(fifo).ok());
+    let mut signal = None;
+    let code = init_run(args, status, report.is_some(), &mut signal);
+    if let Some(report) = report.as_mut() {
+        let ended = match signal {
+            Some(signal) => [1, signal],
+            None => [0, code],
+        };
+        let _ = report.write_all(&ended);
+    }
+    code
+}
+
 /// PID 1 inside: makes the rest of the sandbox, starts the program, reaps every process
-/// until the program ends (the kernel then kills whatever is left in the namespace).
-fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
+/// until the program ends (the kernel then kills whatever is left in the namespace). With
+/// `reporting`, it lets go of the run's output once the program is started; a fatal signal
+/// of the program is put in `signal`.
+fn init_run(
+    args: &Args,
+    mut status: Option<std::fs::File>,
+    reporting: bool,
+    signal_out: &mut Option<u8>,
+) -> u8 {
     // The first process blocks the stop signals to outlive the program; the mask is inherited
     // through exec, and the program must start with none blocked (as PID 1 this process
     // ignores them all the same).
@@ -379,6 +431,14 @@ fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
     {
         return refuse(why);
     }
+    // A warm helper makes the run's system rules ahead too, on the files its root shows.
+    let mut rules = None;
+    if args.warm {
+        rules = match kernel::Rules::system_in(root) {
+            Ok(rules) => Some(rules),
+            Err(why) => return refuse(why),
+        };
+    }
     let warm_run;
     let (run, shown_late, cwd) = if args.warm {
         // Everything that does not depend on the run is made: wait for it.
@@ -401,7 +461,11 @@ fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
         },
         _ => None,
     };
-    if let Err(why) = kernel::restrict(&run.ro, &run.rw) {
+    let restricted = match rules {
+        Some(rules) => rules.restrict(&run.ro, &run.rw),
+        None => kernel::restrict(&run.ro, &run.rw),
+    };
+    if let Err(why) = restricted {
         return refuse(why);
     }
     if let Some((listener, socket)) = listener
@@ -439,6 +503,10 @@ fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
         }
     };
     let main = nix::unistd::Pid::from_raw(child.id() as i32);
+    drop(child);
+    if reporting {
+        let _ = let_go_of_output();
+    }
     loop {
         match waitpid(None, None) {
             Ok(WaitStatus::Exited(pid, code)) if pid == main => {
@@ -448,6 +516,7 @@ fn init(args: &Args, mut status: Option<std::fs::File>) -> u8 {
                 if let Some(status) = status.as_mut() {
                     let _ = status.write_all(&[signal as u8]);
                 }
+                *signal_out = Some(signal as u8);
                 return 128 + signal as u8;
             }
             Err(nix::errno::Errno::ECHILD) => return EXIT_CANNOT_EXECUTE,
@@ -476,7 +545,7 @@ fn read_run(warm: &Args) -> Result<Args, String> {
         .split(|b| *b == 0)
         .map(|w| std::ffi::OsStr::from_bytes(w).to_os_string());
     let run = parse(&mut words)?;
-    if run.warm || run.probe || run.init.is_some() || run.relay.is_some() {
+    if run.warm || run.probe || run.init.is_some() || run.relay.is_some() || run.report.is_some() {
         return Err("a run cannot ask for a helper mode".into());
     }
     if run.publish.is_some() {

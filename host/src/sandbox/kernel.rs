@@ -37,44 +37,81 @@ pub(crate) fn restrict(
     read_only: &[PathBuf],
     read_write: &[PathBuf],
 ) -> Result<Restricted, String> {
-    let abi = REQUIRED_ABI;
-    let existing = |paths: &mut dyn Iterator<Item = PathBuf>| -> Vec<PathBuf> {
-        paths.filter(|p| p.exists()).collect()
-    };
-    let read_only = existing(
-        &mut SYSTEM_READ_ONLY
-            .iter()
-            .map(PathBuf::from)
-            .chain(read_only.iter().cloned()),
-    );
-    let read_write = existing(&mut read_write.iter().cloned());
-    let devices = existing(&mut WRITABLE_DEVICES.iter().map(PathBuf::from));
-    let create = |scoped: bool| {
-        let ruleset = Ruleset::default()
-            .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(AccessFs::from_all(abi))?;
-        let ruleset = if scoped {
-            ruleset.scope(Scope::from_all(SCOPE_ABI))?
-        } else {
-            ruleset
-        };
-        ruleset.create()
-    };
-    // The scopes where this kernel has them (ABI 6), the file rules in any case.
-    let (created, scoped) = match create(true) {
-        Ok(created) => (Ok(created), true),
-        Err(_) => (create(false), false),
-    };
-    let status = created
-        .and_then(|r| r.add_rules(path_beneath_rules(read_only, AccessFs::from_read(abi))))
-        .and_then(|r| r.add_rules(path_beneath_rules(read_write, AccessFs::from_all(abi))))
-        .and_then(|r| r.add_rules(path_beneath_rules(devices, AccessFs::from_file(abi))))
-        .and_then(|r| r.restrict_self())
-        .map_err(|e| format!("Landlock cannot be enforced: {e}"))?;
-    match status.ruleset {
-        RulesetStatus::FullyEnforced => Ok(Restricted { scoped }),
-        other => Err(format!("Landlock is only {other:?} on this kernel")),
+    Rules::system()?.restrict(read_only, read_write)
+}
+
+/// A Landlock ruleset holding the rules every run has (the system folders readable, a few
+/// devices writable), made before the run is known — a warm helper makes it ahead — and
+/// enforced with the run's own rules by [`Rules::restrict`]. Its descriptor is closed on exec.
+pub(crate) struct Rules {
+    ruleset: landlock::RulesetCreated,
+    scoped: bool,
+}
+
+impl Rules {
+    /// The ruleset with the system's rules, once the run's root is `/`; the scopes where this
+    /// kernel has them (ABI 6).
+    pub(crate) fn system() -> Result<Rules, String> {
+        Rules::system_in(Path::new("/"))
     }
+
+    /// [`Rules::system`] for a run whose root is `root` and not entered yet: each rule is
+    /// made on the file the run will see (Landlock rules hold to files, not to names), so
+    /// its `/proc` is the run's own.
+    pub(crate) fn system_in(root: &Path) -> Result<Rules, String> {
+        let abi = REQUIRED_ABI;
+        let inside = |p: &&str| root.join(p.trim_start_matches('/'));
+        let create = |scoped: bool| {
+            let ruleset = Ruleset::default()
+                .set_compatibility(CompatLevel::HardRequirement)
+                .handle_access(AccessFs::from_all(abi))?;
+            let ruleset = if scoped {
+                ruleset.scope(Scope::from_all(SCOPE_ABI))?
+            } else {
+                ruleset
+            };
+            ruleset.create()
+        };
+        let (created, scoped) = match create(true) {
+            Ok(created) => (Ok(created), true),
+            Err(_) => (create(false), false),
+        };
+        let read_only = existing(SYSTEM_READ_ONLY.iter().map(inside));
+        let devices = existing(WRITABLE_DEVICES.iter().map(inside));
+        let ruleset = created
+            .and_then(|r| r.add_rules(path_beneath_rules(read_only, AccessFs::from_read(abi))))
+            .and_then(|r| r.add_rules(path_beneath_rules(devices, AccessFs::from_file(abi))))
+            .map_err(|e| format!("Landlock cannot be enforced: {e}"))?;
+        Ok(Rules { ruleset, scoped })
+    }
+
+    /// Adds `read_only` readable and `read_write` writable and restricts the calling thread
+    /// (and what it starts) to the whole ruleset.
+    pub(crate) fn restrict(
+        self,
+        read_only: &[PathBuf],
+        read_write: &[PathBuf],
+    ) -> Result<Restricted, String> {
+        let abi = REQUIRED_ABI;
+        let read_only = existing(read_only.iter().cloned());
+        let read_write = existing(read_write.iter().cloned());
+        let status = Ok(self.ruleset)
+            .and_then(|r| r.add_rules(path_beneath_rules(read_only, AccessFs::from_read(abi))))
+            .and_then(|r| r.add_rules(path_beneath_rules(read_write, AccessFs::from_all(abi))))
+            .and_then(|r| r.restrict_self())
+            .map_err(|e: landlock::RulesetError| format!("Landlock cannot be enforced: {e}"))?;
+        match status.ruleset {
+            RulesetStatus::FullyEnforced => Ok(Restricted {
+                scoped: self.scoped,
+            }),
+            other => Err(format!("Landlock is only {other:?} on this kernel")),
+        }
+    }
+}
+
+/// The paths of `paths` that exist.
+fn existing(paths: impl Iterator<Item = PathBuf>) -> Vec<PathBuf> {
+    paths.filter(|p| p.exists()).collect()
 }
 
 /// Moves the calling (single-threaded) process into new user, mount and PID namespaces —
@@ -123,7 +160,7 @@ impl NewRoot {
     /// the machine's root — pivot_root moves every process of a namespace that stands at the
     /// old root — and can remove what it made once the run is over), mounts the tmpfs on
     /// `root` (an empty folder), shows `visible`, `/dev` and the name server's
-    /// configuration, and mounts the run's `/proc`.
+    /// configuration, hides the system's secrets they hold, and mounts the run's `/proc`.
     pub(crate) fn begin(root: &Path, visible: &[PathBuf]) -> Result<NewRoot, String> {
         let none: Option<&str> = None;
         unshare(CloneFlags::CLONE_NEWNS)
@@ -149,6 +186,9 @@ impl NewRoot {
             bound: Vec::new(),
         };
         made.show(paths)?;
+        // The system's secrets in what is shown now are hidden now (a warm helper's run does
+        // not wait for it); those under the run's own folders when they are shown.
+        made.hide_shown(system_secrets())?;
         // Mounted before the machine's root is let go: a user namespace may mount a `/proc`
         // only while a whole one is in view.
         let proc = root.join("proc");
@@ -159,9 +199,10 @@ impl NewRoot {
         Ok(made)
     }
 
-    /// Shows `visible` too, makes the root this process's (and its children's) only one,
-    /// hides each of `hide` (a credential path inside a granted folder) and the system's
-    /// secrets under an empty read-only folder or `/dev/null`, and enters `cwd` (the
+    /// Shows `visible` too (hiding the system's secrets under it, as [`NewRoot::begin`] hid
+    /// those it showed), makes the root this process's (and its children's) only one, hides
+    /// each of `hide` (a credential path inside a granted folder) under an empty read-only
+    /// folder or `/dev/null`, and enters `cwd` (the
     /// working folder, which must be inside what the run sees). A folder of `visible` that
     /// holds one shown already is refused: it would cover the run's `/proc` and system
     /// folders with the machine's.
@@ -171,7 +212,6 @@ impl NewRoot {
         hide: &[PathBuf],
         cwd: Option<&Path>,
     ) -> Result<(), String> {
-        let none: Option<&str> = None;
         if let Some(path) = visible
             .iter()
             .find(|p| self.bound.iter().any(|b| b.starts_with(p) && b != *p))
@@ -182,6 +222,8 @@ impl NewRoot {
             ));
         }
         self.show(visible.to_vec())?;
+        // A run's folder may hold a system secret (a granted `/etc/sudoers.d`): hidden again.
+        self.hide_shown(system_secrets().filter(|s| visible.iter().any(|v| s.starts_with(v))))?;
         let root = &self.root;
         let old = root.join(".old");
         std::fs::create_dir_all(&old).map_err(|e| format!("cannot make {}: {e}", old.display()))?;
@@ -191,27 +233,32 @@ impl NewRoot {
         nix::mount::umount2("/.old", nix::mount::MntFlags::MNT_DETACH)
             .map_err(|e| failed("leave the machine's root", e))?;
         let _ = std::fs::remove_dir("/.old");
-        for path in hide.iter().cloned().chain(system_secrets()) {
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+        for path in hide {
+            let Ok(meta) = std::fs::symlink_metadata(path) else {
                 continue;
             };
-            let done = if meta.is_dir() {
-                mount(
-                    Some("tmpfs"),
-                    &path,
-                    Some("tmpfs"),
-                    quiet() | MsFlags::MS_RDONLY,
-                    Some("size=4k,mode=0500"),
-                )
-            } else {
-                mount(Some("/dev/null"), &path, none, MsFlags::MS_BIND, none)
-            };
-            done.map_err(|e| format!("cannot hide {}: {e}", path.display()))?;
+            hide_at(path, path, meta.is_dir())?;
         }
         if let Some(cwd) = cwd {
             nix::unistd::chdir(cwd).map_err(|e| {
                 format!("the working folder {} is not the run's: {e}", cwd.display())
             })?;
+        }
+        Ok(())
+    }
+
+    /// Hides each of `paths` that the root shows (through a folder bound above it) at its
+    /// place inside the root, before the root is entered.
+    fn hide_shown(&self, paths: impl Iterator<Item = PathBuf>) -> Result<(), String> {
+        for path in paths {
+            if !self.bound.iter().any(|b| path.starts_with(b)) {
+                continue;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let inside = self.root.join(path.strip_prefix("/").unwrap_or(&path));
+            hide_at(&inside, &path, meta.is_dir())?;
         }
         Ok(())
     }
@@ -259,6 +306,24 @@ impl NewRoot {
         }
         Ok(())
     }
+}
+
+/// Covers `at` (the run's view of `path`) with an empty read-only folder, or `/dev/null` for
+/// a file.
+fn hide_at(at: &Path, path: &Path, is_dir: bool) -> Result<(), String> {
+    let none: Option<&str> = None;
+    let done = if is_dir {
+        mount(
+            Some("tmpfs"),
+            at,
+            Some("tmpfs"),
+            quiet() | MsFlags::MS_RDONLY,
+            Some("size=4k,mode=0500"),
+        )
+    } else {
+        mount(Some("/dev/null"), at, none, MsFlags::MS_BIND, none)
+    };
+    done.map_err(|e| format!("cannot hide {}: {e}", path.display()))
 }
 
 /// The flags of the mounts a run gets that hold nothing to execute or to escalate with.

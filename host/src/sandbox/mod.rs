@@ -257,6 +257,34 @@ pub struct SandboxGuard {
     /// The warm helper to make ready once this run is over (made then, not while the run
     /// starts, so its set-up never competes with the run for a core).
     then_warm: Option<(PathBuf, warm::Net)>,
+    /// The FIFO the helper's PID 1 reports the run's end on, held open for reading and
+    /// writing (see [`report_fifo`]); taken by whoever waits for the run.
+    report: Option<std::fs::File>,
+}
+
+impl SandboxGuard {
+    /// The FIFO on which the helper's PID 1 writes how the run ended, as soon as it knows:
+    /// two bytes, `0, CODE` for an exit, `1, SIGNAL` for a fatal signal. Reading it gives the
+    /// run's end one process exit earlier than waiting for the helper. The handle also
+    /// writes: write two other bytes to wake a reader that waits in vain (the helper ended
+    /// without reporting; its own exit says how).
+    pub fn take_report(&mut self) -> Option<std::fs::File> {
+        self.report.take()
+    }
+}
+
+/// Makes the FIFO `scratch/report` (0600) and opens it for reading and writing — so a
+/// helper's open for writing never waits, and a reader never sees an end of file — with its
+/// path; none when the folder refuses one (the run's end is then its helper's exit).
+fn report_fifo(scratch: &Path) -> Option<(PathBuf, std::fs::File)> {
+    let path = scratch.join("report");
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).ok()?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .ok()?;
+    Some((path, file))
 }
 
 impl Drop for SandboxGuard {
@@ -407,6 +435,7 @@ fn sandbox_in(
         scratch: scratch.clone(),
         gate: None,
         then_warm: None,
+        report: None,
     };
     let (home, tmp, root) = (
         scratch.join("home"),
@@ -532,6 +561,7 @@ pub fn spawn_piped(
         if let Some(Ok(())) = sent {
             let mut guard = boxed.guard;
             guard.then_warm = net.map(|net| (helper, net));
+            guard.report = warm.report.take();
             return Ok((warm.child, guard));
         }
         // The warm helper is gone (its set-up failed, or it was killed): start one as a
@@ -542,6 +572,14 @@ pub fn spawn_piped(
     let then_warm = net.map(|net| (helper.clone(), net));
     let mut boxed = sandbox_cold(bounds, program, args, helper, report)?;
     boxed.guard.then_warm = then_warm;
+    if let Some((path, file)) = report_fifo(&boxed.guard.scratch) {
+        // After the subcommand: `--report FIFO` is the helper's own, not the run's.
+        let at = 1.min(boxed.args.len());
+        boxed
+            .args
+            .splice(at..at, ["--report".into(), path.into_os_string()]);
+        boxed.guard.report = Some(file);
+    }
     let child = Command::new(&boxed.program)
         .args(&boxed.args)
         .current_dir(cwd)

@@ -50,6 +50,8 @@ impl Net {
 pub(crate) struct Warm {
     pub child: Child,
     pub scratch: PathBuf,
+    /// The FIFO its PID 1 reports the run's end on (see [`super::report_fifo`]).
+    pub report: Option<std::fs::File>,
 }
 
 type Key = (PathBuf, Net);
@@ -128,9 +130,15 @@ fn start(helper: &Path, net: Net) -> Result<Warm, String> {
             .create(scratch.join(dir))
             .map_err(|e| format!("the warm helper's {dir}: {e}"))?;
     }
-    let child = Command::new(helper)
+    let report = super::report_fifo(&scratch);
+    let mut command = Command::new(helper);
+    command
         .args([SUBCOMMAND, "--warm", "--net", net.arg(), "--root"])
-        .arg(scratch.join("root"))
+        .arg(scratch.join("root"));
+    if let Some((path, _)) = &report {
+        command.arg("--report").arg(path);
+    }
+    let child = command
         .current_dir("/")
         .env_clear()
         .stdin(Stdio::piped())
@@ -139,7 +147,11 @@ fn start(helper: &Path, net: Net) -> Result<Warm, String> {
         .process_group(0)
         .spawn();
     match child {
-        Ok(child) => Ok(Warm { child, scratch }),
+        Ok(child) => Ok(Warm {
+            child,
+            scratch,
+            report: report.map(|(_, file)| file),
+        }),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&scratch);
             Err(format!("cannot start {}: {e}", helper.display()))
