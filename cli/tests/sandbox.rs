@@ -250,8 +250,7 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
     assert_eq!(answers(&asked), ["read-ssh: no"], "{asked}");
     // Once a sandboxed run is over, the daemon keeps a warm sandbox ready for the next one,
     // and a daemon that stops takes it, and its private folder, with it.
-    let pid = daemon.pid();
-    let warm = || -> Vec<String> {
+    let warm_of = |pid: u32| -> Vec<String> {
         std::fs::read_dir(std::env::temp_dir())
             .unwrap()
             .filter_map(Result::ok)
@@ -259,6 +258,8 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
             .filter(|n| n.starts_with(&format!("outpost-run-warm-{pid}-")))
             .collect()
     };
+    let pid = daemon.pid();
+    let warm = || warm_of(pid);
     common::wait_for("the daemon's warm sandbox", || {
         (!warm().is_empty()).then_some(())
     });
@@ -269,6 +270,39 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
     .unwrap();
     assert_eq!(daemon.wait_exit(), 0, "{}", daemon.log_tail(20));
     assert!(warm().is_empty(), "{:?}", warm());
+
+    // A daemon killed outright leaves no warm sandbox running (its folder waits for the next
+    // start's sweep): the helper finds that no run will come, and ends.
+    let mut daemon = Daemon::start_sandboxed(
+        &home,
+        "box",
+        None,
+        "tokio",
+        &[("OUTPOST_KEYRING", "off"), ("HOME", &user_home_text)],
+    );
+    server.wait_context("box", "box online again", |c| c["online"] == true);
+    let asked = run(&server, &ana, capability(&read, ""));
+    assert_eq!(answers(&asked), ["read-ssh: no"], "{asked}");
+    let pid = daemon.pid();
+    common::wait_for("the restarted daemon's warm sandbox", || {
+        (!warm_of(pid).is_empty()).then_some(())
+    });
+    let marker = format!("outpost-run-warm-{pid}-");
+    let helpers = || -> usize {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(&marker))
+            .count()
+    };
+    common::wait_for("the warm sandbox's processes", || {
+        (helpers() > 0).then_some(())
+    });
+    daemon.kill();
+    common::wait_for("the warm sandbox's processes to end", || {
+        (helpers() == 0).then_some(())
+    });
 }
 
 #[test]

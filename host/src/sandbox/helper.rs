@@ -368,10 +368,16 @@ fn let_go_of_output() -> nix::Result<()> {
 /// PID 1 inside, with `--report`: [`init_run`], then how the run ended on the FIFO (opened
 /// first, before the run's root hides it; closed on exec).
 fn init(args: &Args, status: Option<std::fs::File>) -> u8 {
-    let mut report = args
-        .report
-        .as_ref()
-        .and_then(|fifo| std::fs::OpenOptions::new().write(true).open(fifo).ok());
+    // Without waiting: a FIFO nobody reads any more (the daemon that made it is gone) is no
+    // report, and this process goes on to find that no run comes.
+    let mut report = args.report.as_ref().and_then(|fifo| {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(fifo)
+            .ok()
+    });
     let mut signal = None;
     let code = init_run(args, status, report.is_some(), &mut signal);
     if let Some(report) = report.as_mut() {
@@ -414,10 +420,12 @@ fn init_run(
         }
         own
     };
-    // A warm helper shows the system folders now and the run's own once it comes; a cold
-    // one shows them all at once.
+    // A warm helper shows the system folders and the run's private home and temporary
+    // folder (its own, beside its root: every run it serves has them) now, the run's other
+    // folders once it comes; a cold one shows them all at once.
+    let private = private_folders(root);
     let visible: Vec<PathBuf> = if args.warm {
-        system
+        system.into_iter().chain(private.iter().cloned()).collect()
     } else {
         system.into_iter().chain(own(args)).collect()
     };
@@ -434,7 +442,7 @@ fn init_run(
     // A warm helper makes the run's system rules ahead too, on the files its root shows.
     let mut rules = None;
     if args.warm {
-        rules = match kernel::Rules::system_in(root) {
+        rules = match kernel::Rules::system_in(root, &private) {
             Ok(rules) => Some(rules),
             Err(why) => return refuse(why),
         };
@@ -525,6 +533,14 @@ fn init_run(
     }
 }
 
+/// The run's private `home` and `tmp`, beside its `root` in the folder the daemon made.
+fn private_folders(root: &std::path::Path) -> Vec<PathBuf> {
+    let Some(scratch) = root.parent() else {
+        return Vec::new();
+    };
+    vec![scratch.join("home"), scratch.join("tmp")]
+}
+
 /// A warm helper's run, read from stdin (see the module doc): its arguments as a cold
 /// helper's, with its environment and working folder. Refused when the input ends without a
 /// program, or asks for anything this helper was not made for: another network, another
@@ -574,6 +590,14 @@ fn read_run(warm: &Args) -> Result<Args, String> {
     }
     if run.program.is_none() {
         return Err("no program after `--`".into());
+    }
+    // What this helper shows already must be the run's own: its private folders writable.
+    let root = warm.root.as_deref().unwrap_or(std::path::Path::new("/"));
+    if let Some(missing) = private_folders(root).iter().find(|p| !run.rw.contains(p)) {
+        return Err(format!(
+            "the run does not take this helper's {} as its own",
+            missing.display()
+        ));
     }
     Ok(run)
 }

@@ -52,13 +52,14 @@ impl Rules {
     /// The ruleset with the system's rules, once the run's root is `/`; the scopes where this
     /// kernel has them (ABI 6).
     pub(crate) fn system() -> Result<Rules, String> {
-        Rules::system_in(Path::new("/"))
+        Rules::system_in(Path::new("/"), &[])
     }
 
     /// [`Rules::system`] for a run whose root is `root` and not entered yet: each rule is
     /// made on the file the run will see (Landlock rules hold to files, not to names), so
-    /// its `/proc` is the run's own.
-    pub(crate) fn system_in(root: &Path) -> Result<Rules, String> {
+    /// its `/proc` is the run's own; `writable` (the run's private folders, paths outside
+    /// the root, as they are shown inside it) too.
+    pub(crate) fn system_in(root: &Path, writable: &[PathBuf]) -> Result<Rules, String> {
         let abi = REQUIRED_ABI;
         let inside = |p: &&str| root.join(p.trim_start_matches('/'));
         let create = |scoped: bool| {
@@ -78,8 +79,10 @@ impl Rules {
         };
         let read_only = existing(SYSTEM_READ_ONLY.iter().map(inside));
         let devices = existing(WRITABLE_DEVICES.iter().map(inside));
+        let writable = existing(writable.iter().cloned());
         let ruleset = created
             .and_then(|r| r.add_rules(path_beneath_rules(read_only, AccessFs::from_read(abi))))
+            .and_then(|r| r.add_rules(path_beneath_rules(writable, AccessFs::from_all(abi))))
             .and_then(|r| r.add_rules(path_beneath_rules(devices, AccessFs::from_file(abi))))
             .map_err(|e| format!("Landlock cannot be enforced: {e}"))?;
         Ok(Rules { ruleset, scoped })

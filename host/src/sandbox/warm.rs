@@ -14,7 +14,8 @@ use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use super::SUBCOMMAND;
 
@@ -70,11 +71,33 @@ fn pool() -> &'static Mutex<Pool> {
     POOL.get_or_init(Default::default)
 }
 
-/// The warm helper of `helper` for `net`, if one is ready (the next is made ready by
-/// [`prime`] when the run it serves is over).
+/// Told whenever a helper being made is ready, or failed.
+fn filled() -> &'static Condvar {
+    static FILLED: OnceLock<Condvar> = OnceLock::new();
+    FILLED.get_or_init(Condvar::new)
+}
+
+/// How long a run waits for a warm helper that is being made, rather than start a cold one
+/// beside it (which would compete with it for the CPU, and be slower than the wait).
+const WAIT_FOR_FILLING: Duration = Duration::from_millis(50);
+
+/// The warm helper of `helper` for `net`, if one is ready or being made (then it waits for
+/// it, at most [`WAIT_FOR_FILLING`]); the next is made ready by [`prime`] when the run it
+/// serves is over.
 pub(crate) fn take(helper: &Path, net: Net) -> Option<Warm> {
     let key = (helper.to_path_buf(), net);
-    pool().lock().ok()?.ready.remove(&key)
+    let until = Instant::now() + WAIT_FOR_FILLING;
+    let mut pool = pool().lock().ok()?;
+    loop {
+        if let Some(warm) = pool.ready.remove(&key) {
+            return Some(warm);
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if !pool.filling.contains(&key) || left.is_zero() {
+            return None;
+        }
+        pool = filled().wait_timeout(pool, left).ok()?.0;
+    }
 }
 
 /// Whether a warm helper of `helper` for `net` is ready.
@@ -113,6 +136,7 @@ fn fill(key: Key) {
                 // what fails there.
                 Err(_) => {}
             }
+            filled().notify_all();
         });
     if started.is_err()
         && let Ok(mut pool) = pool().lock()
