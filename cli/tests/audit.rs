@@ -4,10 +4,9 @@
 
 mod common;
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use common::{Daemon, api, binary, shell_capability, temp_dir, wait_for};
+use common::{Daemon, Server, api, binary, shell_capability, temp_dir, wait_for};
 use serde_json::json;
 
 /// Whether `text` begins with an RFC 3339 time with an offset (`2026-12-05T01:02:03+01:00`).
@@ -28,31 +27,13 @@ fn starts_with_rfc3339(text: &str) -> bool {
 #[test]
 fn requests_are_logged_without_secrets_and_the_audit_says_who_did_what_where() {
     let dir = temp_dir("audit");
-    let state = dir.join("server");
     let log = dir.join("server.log");
-    let mut serve = Command::new(binary())
-        .args(["serve", "--listen", "127.0.0.1:0", "--state"])
-        .arg(&state)
-        .args(["--cloud", "shell"])
-        .env("OUTPOST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("outpost serve starts");
-    let (mut url, mut join) = (String::new(), String::new());
-    for line in BufReader::new(serve.stdout.take().expect("stdout")).lines() {
-        let line = line.expect("a line");
-        if let Some(rest) = line.strip_prefix("listening on ") {
-            url = rest.to_owned();
-        } else if let Some(rest) = line.strip_prefix("join: ") {
-            join = rest.to_owned();
-            break;
-        }
-    }
-    let admin = std::fs::read_to_string(state.join("admin.token"))
-        .expect("admin.token")
-        .trim()
-        .to_owned();
+    let mut server = Server::start_logging(&dir.join("server"), &log);
+    let (url, join, admin) = (
+        server.url.clone(),
+        server.join.clone(),
+        server.admin.clone(),
+    );
     let mut daemon = Daemon::start(&dir.join("home"), "build-box", Some(&join), "tokio");
     wait_for("the daemon to come online", || {
         let (_, ctx) = api(
@@ -112,8 +93,7 @@ fn requests_are_logged_without_secrets_and_the_audit_says_who_did_what_where() {
     );
 
     // The server's log: a line per request, with the route's pattern and the caller.
-    let _ = serve.kill();
-    let _ = serve.wait();
+    server.kill();
     daemon.kill();
     let logged = std::fs::read_to_string(&log).expect("the server's log");
     let lines: Vec<&str> = logged.lines().filter(|l| l.contains(" request ")).collect();

@@ -106,25 +106,43 @@ impl Server {
 
     /// [`Server::start`] with `extra` arguments to `outpost serve`.
     pub fn start_with(state: &Path, port: u16, extra: &[&std::ffi::OsStr]) -> Server {
-        Server::start_at(state, &format!("127.0.0.1:{port}"), extra)
+        Server::start_at(state, &format!("127.0.0.1:{port}"), extra, None)
     }
 
     /// A server listening on `listen` (`0.0.0.0:0`: every address, a free port), with
     /// `extra` arguments.
     #[allow(dead_code)]
     pub fn start_with_listen(state: &Path, listen: &str, extra: &[&std::ffi::OsStr]) -> Server {
-        Server::start_at(state, listen, extra)
+        Server::start_at(state, listen, extra, None)
     }
 
-    fn start_at(state: &Path, listen: &str, extra: &[&std::ffi::OsStr]) -> Server {
+    /// [`Server::start`] on a free port, logging at `info` to the file `log`.
+    #[allow(dead_code)]
+    pub fn start_logging(state: &Path, log: &Path) -> Server {
+        Server::start_at(state, "127.0.0.1:0", &[], Some(log))
+    }
+
+    fn start_at(
+        state: &Path,
+        listen: &str,
+        extra: &[&std::ffi::OsStr],
+        log: Option<&Path>,
+    ) -> Server {
+        let (level, stderr) = match log {
+            Some(log) => (
+                "info",
+                Stdio::from(std::fs::File::create(log).expect("log")),
+            ),
+            None => ("warn", Stdio::inherit()),
+        };
         let mut child = Command::new(binary())
             .args(["serve", "--listen", listen, "--state"])
             .arg(state)
             .args(["--cloud", "shell"])
             .args(extra)
-            .env("OUTPOST_LOG", "warn")
+            .env("OUTPOST_LOG", level)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("outpost serve starts");
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
