@@ -99,6 +99,16 @@ fn execute_gated(
     (execute, out, err, id)
 }
 
+/// Waits for `execute` to end with 130 (cancelled, or left running) having said a line that
+/// starts with `says` on stderr; what it said.
+fn ended_130(execute: Child, err: &mpsc::Receiver<String>, says: &str) -> Vec<String> {
+    let done = common::finish(execute, "outpost execute");
+    let said: Vec<String> = err.try_iter().collect();
+    assert_eq!(done.status.code(), Some(130), "{said:?}");
+    assert!(said.iter().any(|l| l.starts_with(says)), "{said:?}");
+    said
+}
+
 fn interrupt(child: &Child) {
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -244,14 +254,10 @@ fn ctrl_c_cancels_the_run_and_the_run_keeps_what_it_printed() {
         lines(&dir.join("pids")).first()?.parse().ok()
     });
     interrupt(&execute);
-    let done = common::finish(execute, "outpost execute");
-    let said: Vec<String> = err.try_iter().collect();
-    assert_eq!(done.status.code(), Some(130), "{said:?}");
-    assert!(
-        said.iter().any(|l| l.starts_with(&format!(
-            "outpost: cancelling {id}… press Ctrl-C again to leave it running"
-        ))),
-        "{said:?}"
+    let said = ended_130(
+        execute,
+        &err,
+        &format!("outpost: cancelling {id}… press Ctrl-C again to leave it running"),
     );
     assert!(
         said.iter()
@@ -297,14 +303,10 @@ fn a_second_ctrl_c_leaves_the_run_going_and_runs_cancel_stops_it() {
             .then_some(())
     });
     interrupt(&execute);
-    let done = common::finish(execute, "outpost execute");
-    let said: Vec<String> = err.try_iter().collect();
-    assert_eq!(done.status.code(), Some(130), "{said:?}");
-    assert!(
-        said.iter().any(|l| l.starts_with(&format!(
-            "outpost: left {id} running; follow it with `outpost runs logs {id} -f`"
-        ))),
-        "{said:?}"
+    ended_130(
+        execute,
+        &err,
+        &format!("outpost: left {id} running; follow it with `outpost runs logs {id} -f`"),
     );
     let server = Server::start(&state, port);
     let running = server.wait_status(&id, "running");
