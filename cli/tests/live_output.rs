@@ -109,6 +109,21 @@ fn ended_130(execute: Child, err: &mpsc::Receiver<String>, says: &str) -> Vec<St
     said
 }
 
+/// The pid the run wrote first to `dir/pids`, once it is there.
+fn run_pid(dir: &Path) -> i32 {
+    wait_for("the run's pid", || {
+        lines(&dir.join("pids")).first()?.parse().ok()
+    })
+}
+
+/// Waits until the daemon has stopped the run's process `pid` (a daemon killed before that
+/// would leave the run to its next start).
+fn stopped(pid: i32) {
+    wait_for("the run's process to be stopped", || {
+        common::process_gone(pid).then_some(())
+    });
+}
+
 fn interrupt(child: &Child) {
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -250,9 +265,7 @@ fn ctrl_c_cancels_the_run_and_the_run_keeps_what_it_printed() {
     let cap = gated_capability(&dir);
     let (execute, out, err, id) = execute_gated(&server, &cap);
     assert_eq!(next_line(&out, "the first line"), "first");
-    let pid: i32 = wait_for("the run's pid", || {
-        lines(&dir.join("pids")).first()?.parse().ok()
-    });
+    let pid = run_pid(&dir);
     interrupt(&execute);
     let said = ended_130(
         execute,
@@ -267,9 +280,7 @@ fn ctrl_c_cancels_the_run_and_the_run_keeps_what_it_printed() {
     let execution = server.wait_status(&id, "cancelled");
     assert_eq!(execution["stdout"], "first\n", "it keeps what it printed");
     assert_eq!(execution["stderr"], "oops\n");
-    wait_for("the run's process to be stopped", || {
-        common::process_gone(pid).then_some(())
-    });
+    stopped(pid);
     daemon.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -320,13 +331,7 @@ fn a_second_ctrl_c_leaves_the_run_going_and_runs_cancel_stops_it() {
     server.wait_status(&id, "cancelled");
     // The daemon stops the run's process (before it is killed itself, which would leave the
     // run to its next start).
-    let pid: i32 = lines(&dir.join("pids"))
-        .first()
-        .and_then(|p| p.parse().ok())
-        .expect("the run's pid");
-    wait_for("the run's process to be stopped", || {
-        common::process_gone(pid).then_some(())
-    });
+    stopped(run_pid(&dir));
     let again = common::outpost_as(&server, &server.admin, &["runs", "cancel", &id, "--json"]);
     let value: serde_json::Value = serde_json::from_slice(&again.stdout).expect("JSON");
     assert_eq!(value["status"], "cancelled");
@@ -546,13 +551,7 @@ fn a_persistent_service_started_by_execute_says_how_to_stop_it_and_runs_cancel_d
     assert_eq!(done.status.code(), Some(130), "{said:?}");
     let execution = server.wait_status(&id, "cancelled");
     assert_eq!(execution["stdout"], "up\n", "{execution}");
-    let pid: i32 = lines(&dir.join("pids"))
-        .first()
-        .and_then(|p| p.parse().ok())
-        .expect("the service's pid");
-    wait_for("the service's process to be stopped", || {
-        common::process_gone(pid).then_some(())
-    });
+    stopped(run_pid(&dir));
     daemon.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }

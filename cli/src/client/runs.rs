@@ -263,21 +263,21 @@ fn duration(r: &Execution) -> String {
 
 /// Unix seconds in the machine's time zone: `2026-12-04 22:31:07`.
 pub(crate) fn local_time(unix: u64) -> String {
-    let Ok(at) = jiff::Timestamp::from_second(unix as i64) else {
-        return unix.to_string();
-    };
-    at.to_zoned(jiff::tz::TimeZone::system())
-        .strftime("%Y-%m-%d %H:%M:%S")
-        .to_string()
+    in_local_zone(unix, "%Y-%m-%d %H:%M:%S")
 }
 
 /// Unix seconds as RFC 3339 in the machine's time zone: `2026-12-04T22:31:07+01:00`.
 pub(crate) fn rfc3339_local(unix: u64) -> String {
+    in_local_zone(unix, "%Y-%m-%dT%H:%M:%S%:z")
+}
+
+/// Unix seconds in the machine's time zone as `format` (strftime) writes it.
+fn in_local_zone(unix: u64, format: &str) -> String {
     let Ok(at) = jiff::Timestamp::from_second(unix as i64) else {
         return unix.to_string();
     };
     at.to_zoned(jiff::tz::TimeZone::system())
-        .strftime("%Y-%m-%dT%H:%M:%S%:z")
+        .strftime(format)
         .to_string()
 }
 

@@ -11,7 +11,6 @@
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::time::Instant;
 
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
@@ -153,11 +152,6 @@ fn audit_refusal(
     if let Err(e) = store.audit(now, kind, &actor, None, &detail) {
         tracing::warn!(error = %e, "cannot audit a refused call");
     }
-}
-
-/// The refusal budget every request shares.
-pub(crate) fn budget() -> Mutex<RefusalBudget> {
-    Mutex::new(RefusalBudget::default())
 }
 
 #[cfg(test)]

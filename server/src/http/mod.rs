@@ -138,7 +138,7 @@ impl App {
                 shared.limits.concurrent_uploads,
             )),
             checks: tokio::sync::Semaphore::new(1),
-            refusals: access::budget(),
+            refusals: Mutex::default(),
             shared,
         }))
     }
