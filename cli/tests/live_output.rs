@@ -99,11 +99,21 @@ fn execute_gated(
     (execute, out, err, id)
 }
 
+/// Every line `feed` still has, to the end of its stream (the reader may still hold the last
+/// ones when the process has exited).
+fn rest_of(feed: &mpsc::Receiver<String>) -> Vec<String> {
+    let mut lines = Vec::new();
+    while let Ok(line) = feed.recv_timeout(Duration::from_secs(30)) {
+        lines.push(line);
+    }
+    lines
+}
+
 /// Waits for `execute` to end with 130 (cancelled, or left running) having said a line that
-/// starts with `says` on stderr; what it said.
+/// starts with `says` on stderr; all it said.
 fn ended_130(execute: Child, err: &mpsc::Receiver<String>, says: &str) -> Vec<String> {
     let done = common::finish(execute, "outpost execute");
-    let said: Vec<String> = err.try_iter().collect();
+    let said = rest_of(err);
     assert_eq!(done.status.code(), Some(130), "{said:?}");
     assert!(said.iter().any(|l| l.starts_with(says)), "{said:?}");
     said
@@ -160,7 +170,7 @@ fn execute_and_followers_read_the_output_while_the_run_is_still_going() {
     assert_eq!(next_line(&out, "execute's second line"), "second");
     let done = common::finish(execute, "outpost execute");
     assert_eq!(done.status.code(), Some(0));
-    let said: Vec<String> = err.try_iter().collect();
+    let said = rest_of(&err);
     assert!(
         said.iter().any(|l| l == "Ran on box (your machine)."),
         "{said:?}"
@@ -547,7 +557,7 @@ fn a_persistent_service_started_by_execute_says_how_to_stop_it_and_runs_cancel_d
     let cancel = common::outpost_as(&server, &server.admin, &["runs", "cancel", &id]);
     assert!(cancel.status.success(), "{cancel:?}");
     let done = common::finish(execute, "outpost execute");
-    let said: Vec<String> = err.try_iter().collect();
+    let said = rest_of(&err);
     assert_eq!(done.status.code(), Some(130), "{said:?}");
     let execution = server.wait_status(&id, "cancelled");
     assert_eq!(execution["stdout"], "up\n", "{execution}");
