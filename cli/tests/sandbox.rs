@@ -205,18 +205,23 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
         0,
         "no connection reached the host"
     );
-    // A run's private home is gone with it.
-    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("outpost-run-"))
-        .filter(|e| {
-            std::fs::read_dir(e.path().join("home"))
-                .map(|mut d| d.any(|f| f.is_ok_and(|f| f.file_name() == "f")))
-                .unwrap_or(false)
-        })
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // A run's private home goes with it, once the server has its result.
+    let leftovers = || -> Vec<_> {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("outpost-run-"))
+            .filter(|e| {
+                std::fs::read_dir(e.path().join("home"))
+                    .map(|mut d| d.any(|f| f.is_ok_and(|f| f.file_name() == "f")))
+                    .unwrap_or(false)
+            })
+            .map(|e| e.path())
+            .collect()
+    };
+    common::wait_for("the runs' private homes to go", || {
+        leftovers().is_empty().then_some(())
+    });
 
     // The owner lets the operator opt out: ana's `confine: false` run sees the home; bo's,
     // with the same manifest on the same machine, still cannot.

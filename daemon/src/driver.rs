@@ -555,6 +555,9 @@ impl Driver {
                         self.updates.connected();
                     }
                     self.note(&event);
+                    if let CoreEvent::ResultDelivered { run_id } = &event {
+                        self.runner.delivered(run_id.as_str());
+                    }
                     log_event(&event);
                 }
             }

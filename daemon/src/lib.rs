@@ -45,6 +45,7 @@ mod ctx;
 mod driver;
 pub mod home;
 pub mod key;
+mod leftovers;
 mod os_keyring;
 pub mod owner;
 mod patience;
@@ -88,7 +89,7 @@ pub enum ServerChoice {
     Explicit {
         /// The server's base URL.
         url: String,
-        /// The root key.
+        /// The root key to pin: it must sign the server's key set, and `server.json` keeps it.
         root: RootKey,
         /// A token with `execution_context:create`.
         token: String,
@@ -159,7 +160,7 @@ pub enum DaemonError {
     /// A folder or file of the home cannot be used.
     #[error("the daemon's home: {}: {source}", .path.display())]
     Home {
-        /// The path.
+        /// The folder or file of the home that failed.
         path: PathBuf,
         /// What the OS said.
         source: std::io::Error,
@@ -167,7 +168,7 @@ pub enum DaemonError {
     /// Another daemon runs on this home.
     #[error("another outpost daemon is running with the state folder {} ({}); stop it first or pass another --home", .state.display(), .holder.as_ref().map_or_else(|| "it has not named itself yet".to_owned(), ToString::to_string))]
     HomeLocked {
-        /// The state folder.
+        /// The state folder whose `daemon.lock` another daemon holds.
         state: PathBuf,
         /// The daemon holding it, as its lock line names it.
         holder: Option<Holder>,
@@ -176,9 +177,9 @@ pub enum DaemonError {
     /// read.
     #[error("{} does not read: {reason}", .path.display())]
     BadStateFile {
-        /// The file.
+        /// The state file that does not read (`daemon.json` or `stopped.json`).
         path: PathBuf,
-        /// Why.
+        /// What the parser said is wrong with it.
         reason: String,
     },
     /// This home's daemon was stopped for good (revoked, replaced, unregistered): it does
@@ -193,7 +194,7 @@ pub enum DaemonError {
     /// The machine key file is readable by others.
     #[error("the machine key {} has mode {mode:o}: it must be 0600 (chmod 600 it, or remove it to make a new machine)", .path.display())]
     KeyExposed {
-        /// The key file.
+        /// The file key (`config/key.file`) whose mode lets others read it.
         path: PathBuf,
         /// Its mode.
         mode: u32,
@@ -204,17 +205,18 @@ pub enum DaemonError {
         .path.display()
     )]
     BadKey {
-        /// The key file.
+        /// The file that does not read: the sealed key (`key.enc`), its file key, or a clear key an
+        /// earlier build wrote.
         path: PathBuf,
-        /// Why.
+        /// What is wrong with it (cut, altered, not base64url, its file key missing, …).
         reason: String,
     },
     /// `server.json` does not read.
     #[error("{} does not read: {reason}", .path.display())]
     BadServerFile {
-        /// The file.
+        /// The `server.json` in the config folder.
         path: PathBuf,
-        /// Why.
+        /// What is wrong with it (not JSON, a root key that does not decode, …).
         reason: String,
     },
     /// The key is sealed with a passphrase and none was given.
@@ -262,17 +264,17 @@ pub enum DaemonError {
     /// Registering failed.
     #[error("registering with {server}: {source}")]
     Register {
-        /// The server.
+        /// The server's base URL, as joined or given.
         server: String,
-        /// What happened.
+        /// The HTTP failure: the server's refusal with its code, or a transport error.
         source: HttpError,
     },
     /// The server's key set cannot be fetched or does not verify against the pinned root.
     #[error("the server's key set ({server}/v1/execution-contexts/server-keys): {source}")]
     Keys {
-        /// The server.
+        /// The server's base URL, as joined or given.
         server: String,
-        /// What happened.
+        /// Why the fetch failed, or why the set did not verify against the pinned root.
         source: HttpError,
     },
     /// The server no longer knows this machine (its context was deleted).
@@ -308,7 +310,7 @@ impl DaemonError {
         }
     }
 
-    /// The stable code.
+    /// The stable `snake_case` code (`home_locked`, `not_joined`, …), or the wrapped error's code.
     pub fn code(&self) -> &str {
         match self {
             DaemonError::Home { .. } => "home_unusable",
@@ -393,7 +395,7 @@ pub(crate) enum Event {
     Link {
         /// Which connection attempt.
         conn: u64,
-        /// What happened.
+        /// Opened, a message, a sign of life, failed or closed, as the connection reported it.
         event: LinkEvent,
     },
     /// The signed requests before a connect: a fresh key set (if it verified) and a ticket.
@@ -402,7 +404,7 @@ pub(crate) enum Event {
         conn: u64,
         /// The key set, or why it was not fetched.
         keys: Result<outpost_core::keyset::KeySet, HttpError>,
-        /// The ticket.
+        /// The single-use ticket with its session id, or why the signed ticket request failed.
         ticket: Result<outpost_adapters::http::ConnectTicket, HttpError>,
     },
     /// An input for the core, from a thread the driver started: a run's end
@@ -418,7 +420,7 @@ pub(crate) enum Event {
     /// A terminal run's program wrote bytes: they wait in `pending`, with whatever it wrote
     /// before the driver takes them (one event for all of them).
     TerminalOutput {
-        /// The run.
+        /// The terminal run's id (its `ptyId`).
         run_id: String,
         /// Where the bytes wait.
         pending: std::sync::Arc<terminals::Pending>,

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Event;
 use super::bridge::{Bridge, CommandsShared};
+use super::leftovers::{Janitor, Leftovers};
 use super::policy::PolicySource;
 use super::terminals::{Reserved, Terminals};
 use outpost_adapters::clock::Clock;
@@ -58,6 +59,8 @@ pub(crate) struct Runner {
     events: Sender<Event>,
     commands: CommandsShared,
     terminals: Terminals,
+    /// Holds what ended runs left until their results are delivered.
+    janitor: Arc<Janitor>,
 }
 
 /// What a run needs on its thread.
@@ -102,7 +105,13 @@ impl Runner {
             events,
             commands,
             terminals: Terminals::default(),
+            janitor: Arc::new(Janitor::start()),
         }
+    }
+
+    /// The server has run `run_id`'s result: what the run left is cleaned up now.
+    pub(crate) fn delivered(&self, run_id: &str) {
+        self.janitor.delivered(run_id);
     }
 
     /// The live terminals of this daemon's runs, for the relay's keystrokes and credit.
@@ -132,13 +141,14 @@ impl Runner {
             events: self.events.clone(),
         };
         let events = self.events.clone();
+        let janitor = self.janitor.clone();
         self.host.spawn_blocking(Box::new(move || {
             let run_id = job.execute.run_id.clone();
             let (result, leftovers) = job.run();
+            // What the run left goes once its result is delivered (parked first: the
+            // delivery cannot come before).
+            janitor.park(run_id.as_str(), leftovers);
             let _ = events.send(Event::Input(Input::RunFinished { run_id, result }));
-            // The result is on its way: now the run's leftovers go (its process group, its
-            // sandbox's folders — and the next warm sandbox is made —, its bridge, its folder).
-            drop(leftovers);
         }));
     }
 
@@ -184,25 +194,6 @@ impl Runner {
         !outpost_host::grant_mounts(granted, &policy, &self.denylist)
             .0
             .is_empty()
-    }
-}
-
-/// What an ended run leaves to clean up once its result is sent: dropping it ends the run's
-/// process group (and its sandbox: private folders removed, the next warm sandbox made),
-/// stops its host-command bridge, and removes its folder and its service file.
-struct Leftovers {
-    handle: Option<Box<dyn outpost_core::executor::RunHandle>>,
-    bridge: Option<Bridge>,
-    run_dir: PathBuf,
-    service_file: PathBuf,
-}
-
-impl Drop for Leftovers {
-    fn drop(&mut self) {
-        drop(self.handle.take());
-        drop(self.bridge.take());
-        let _ = std::fs::remove_file(&self.service_file);
-        let _ = std::fs::remove_dir_all(&self.run_dir);
     }
 }
 

@@ -69,6 +69,8 @@ pub struct Spawn {
 enum Heard {
     /// The entry process ended.
     Exited(std::io::Result<ExitStatus>),
+    /// A sandboxed run's PID 1 reported how the program ended.
+    Reported(ExitStatus),
     /// [`RunHandle::wait_waker`] was called: the wait in progress returns early.
     Woken,
 }
@@ -93,6 +95,9 @@ pub struct ProcessRun {
     /// the run is dropped, so a reader the helper never answered ends too.
     report: Option<std::fs::File>,
     refusals: Arc<Mutex<Vec<crate::GateEvent>>>,
+    /// The sandbox holds itself until the run is dropped
+    /// ([`crate::sandbox::SandboxGuard::holds_until_dropped`]): its group is stopped then.
+    held: bool,
 }
 
 impl ProcessRun {
@@ -143,7 +148,7 @@ impl ProcessRun {
                 let report_tx = tell.clone();
                 std::thread::spawn(move || {
                     if let Some(status) = read_report(&mut reader) {
-                        let _ = report_tx.send(Heard::Exited(Ok(status)));
+                        let _ = report_tx.send(Heard::Reported(status));
                     }
                 });
                 report
@@ -153,6 +158,9 @@ impl ProcessRun {
         std::thread::spawn(move || {
             let _ = exit_tx.send(Heard::Exited(child.wait()));
         });
+        let held = guard
+            .as_ref()
+            .is_some_and(crate::sandbox::SandboxGuard::holds_until_dropped);
         Ok(Self {
             run_id: s.run_id,
             pgid,
@@ -165,6 +173,7 @@ impl ProcessRun {
             schedule: crate::StopSchedule::new(spawned_at, s.timeout, s.grace),
             outcome: None,
             _sandbox: guard,
+            held,
             report: waker,
             refusals: s.refusals,
         })
@@ -193,9 +202,22 @@ impl ProcessRun {
         self.schedule.mark_killed();
     }
 
-    fn finish(&mut self, status: std::io::Result<ExitStatus>) -> Result<Outcome, ExecError> {
-        // The entry is gone; whatever it left behind in its group goes with it.
-        self.kill_group();
+    fn finish(&mut self, heard: Heard) -> Result<Outcome, ExecError> {
+        let status = match heard {
+            // The sandbox's PID 1 ended what the run left and holds the sandbox until the
+            // run is dropped: its teardown waits for that.
+            Heard::Reported(status) if self.held => Ok(status),
+            Heard::Reported(status) => {
+                self.kill_group();
+                Ok(status)
+            }
+            // The entry is gone; whatever it left behind in its group goes with it.
+            Heard::Exited(status) => {
+                self.kill_group();
+                status
+            }
+            Heard::Woken => return Err(ExecError::Failed("no end to finish".into())),
+        };
         let execute = self.spawned_at.elapsed();
         let drain_until = Instant::now() + PIPE_DRAIN;
         for _ in 0..2 {
@@ -276,8 +298,8 @@ impl RunHandle for ProcessRun {
             let wake = self.schedule.next_look(until, None);
             match self.heard.recv_timeout(wake.saturating_duration_since(now)) {
                 Ok(Heard::Woken) => return Ok(None),
-                Ok(Heard::Exited(status)) => {
-                    let outcome = self.finish(status)?;
+                Ok(heard @ (Heard::Exited(_) | Heard::Reported(_))) => {
+                    let outcome = self.finish(heard)?;
                     self.outcome = Some(outcome.clone());
                     return Ok(Some(outcome));
                 }
@@ -335,7 +357,7 @@ impl RunHandle for ProcessRun {
 
 impl Drop for ProcessRun {
     fn drop(&mut self) {
-        if self.outcome.is_none() {
+        if self.outcome.is_none() || self.held {
             self.kill_group();
         }
         if let Some(mut report) = self.report.take() {

@@ -24,10 +24,13 @@
 //!
 //! A **warm** helper makes everything that does not depend on its run ahead of time (the
 //! namespaces, PID 1, the root with the system folders and `/proc`, loopback), then reads its
-//! run from stdin — the arguments above, then `--env KEY=VALUE`… and `--cwd DIR`, each ended
-//! by a NUL byte, until the end of the input — and finishes as a cold one would; the program's
-//! stdin is `/dev/null`. An input that ends early or asks for another network or root runs
-//! nothing.
+//! run from stdin — its length in bytes (4, little-endian), then the arguments above, then
+//! `--env KEY=VALUE`… and `--cwd DIR`, each ended by a NUL byte — and finishes as a cold one
+//! would; the program's stdin is `/dev/null`. An input that ends early or asks for another
+//! network or root runs nothing. When the program ends, its PID 1 kills every other process
+//! in the sandbox, reports the end, and then holds the sandbox until its stdin closes: the
+//! namespaces' teardown (work for the kernel) comes when the caller lets go, not while it
+//! hands on the run's end.
 //!
 //! This file owns the helper's processes and their exit statuses; what each rule allows is
 //! the caller's ([`super::prepare`]). It never runs a program before every rule holds.
@@ -379,7 +382,14 @@ fn init(args: &Args, status: Option<std::fs::File>) -> u8 {
             .ok()
     });
     let mut signal = None;
-    let code = init_run(args, status, report.is_some(), &mut signal);
+    let mut came = false;
+    let code = init_run(args, status, report.is_some(), &mut signal, &mut came);
+    let holding = args.warm && came;
+    if holding {
+        // Whatever the run left in the sandbox ends with the program, before its end is
+        // told (every process here but this one).
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-1), Signal::SIGKILL);
+    }
     if let Some(report) = report.as_mut() {
         let ended = match signal {
             Some(signal) => [1, signal],
@@ -387,7 +397,24 @@ fn init(args: &Args, status: Option<std::fs::File>) -> u8 {
         };
         let _ = report.write_all(&ended);
     }
+    if holding {
+        hold_until_let_go();
+    }
     code
+}
+
+/// A warm helper's PID 1 after its run: holds the sandbox — its namespaces, whose teardown
+/// is work for the kernel — until the caller closes the run pipe (or is gone), so that work
+/// is done when the caller is done with the run, not while it hands on the run's end.
+fn hold_until_let_go() {
+    let mut rest = [0u8; 64];
+    loop {
+        match std::io::stdin().read(&mut rest) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
 }
 
 /// PID 1 inside: makes the rest of the sandbox, starts the program, reaps every process
@@ -399,6 +426,7 @@ fn init_run(
     mut status: Option<std::fs::File>,
     reporting: bool,
     signal_out: &mut Option<u8>,
+    came: &mut bool,
 ) -> u8 {
     // The first process blocks the stop signals to outlive the program; the mask is inherited
     // through exec, and the program must start with none blocked (as PID 1 this process
@@ -454,6 +482,7 @@ fn init_run(
             Ok(run) => run,
             Err(why) => return refuse(why),
         };
+        *came = true;
         (&warm_run, own(&warm_run), warm_run.cwd.clone())
     } else {
         (args, Vec::new(), cwd)
@@ -541,21 +570,38 @@ fn private_folders(root: &std::path::Path) -> Vec<PathBuf> {
     vec![scratch.join("home"), scratch.join("tmp")]
 }
 
+/// The longest run a warm helper reads: the kernel's own limit on a program's arguments and
+/// environment together is far below it.
+const MAX_RUN_LEN: u32 = 16 << 20;
+
 /// A warm helper's run, read from stdin (see the module doc): its arguments as a cold
 /// helper's, with its environment and working folder. Refused when the input ends without a
 /// program, or asks for anything this helper was not made for: another network, another
 /// root, a published port, or a mode of its own.
 fn read_run(warm: &Args) -> Result<Args, String> {
-    let mut input = Vec::new();
-    std::io::stdin()
-        .lock()
-        .read_to_end(&mut input)
+    let mut stdin = std::io::stdin().lock();
+    let mut length = [0u8; 4];
+    stdin.read_exact(&mut length).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => {
+            "no run came (the daemon that started this helper is gone)".to_owned()
+        }
+        _ => format!("cannot read the run: {e}"),
+    })?;
+    let length = u32::from_le_bytes(length);
+    if length > MAX_RUN_LEN {
+        return Err(format!(
+            "the run is {length} bytes; a run is at most {MAX_RUN_LEN}"
+        ));
+    }
+    let mut input = vec![0u8; length as usize];
+    stdin
+        .read_exact(&mut input)
         .map_err(|e| format!("cannot read the run: {e}"))?;
     if input.last() == Some(&0) {
         input.pop();
     }
     if input.is_empty() {
-        return Err("no run came (the daemon that started this helper is gone)".into());
+        return Err("the run is empty".into());
     }
     let mut words = input
         .split(|b| *b == 0)

@@ -237,7 +237,8 @@ pub type EgressReport = Arc<dyn Fn(GateEvent) + Send + Sync>;
 /// A run, sandboxed: what to start instead of the program, and what must live as long as it.
 #[derive(Debug)]
 pub struct Sandboxed {
-    /// The helper.
+    /// The binary to start instead of the program ([`SandboxConfig::helper`], by default the
+    /// `outpost` binary), which runs its hidden `confine` subcommand.
     pub program: PathBuf,
     /// Its arguments, ending with `-- PROGRAM ARGS…`.
     pub args: Vec<OsString>,
@@ -260,9 +261,21 @@ pub struct SandboxGuard {
     /// The FIFO the helper's PID 1 reports the run's end on, held open for reading and
     /// writing (see [`report_fifo`]); taken by whoever waits for the run.
     report: Option<std::fs::File>,
+    /// A warm helper's run pipe, held open after the run was written: its PID 1, once the
+    /// program ended, has killed whatever the run left in the sandbox and holds the sandbox
+    /// (its namespaces, their teardown) until this closes.
+    hold: Option<std::process::ChildStdin>,
 }
 
 impl SandboxGuard {
+    /// Whether the helper's PID 1 ends the run's other processes itself when the program
+    /// ends, and then holds the sandbox until this guard is dropped: the caller need not
+    /// stop the run's process group when it hears the report, and the sandbox's teardown
+    /// happens when the caller drops the guard, not while it handles the run's end.
+    pub fn holds_until_dropped(&self) -> bool {
+        self.hold.is_some()
+    }
+
     /// The FIFO on which the helper's PID 1 writes how the run ended, as soon as it knows:
     /// two bytes, `0, CODE` for an exit, `1, SIGNAL` for a fatal signal. Reading it gives the
     /// run's end one process exit earlier than waiting for the helper. The handle also
@@ -289,6 +302,8 @@ fn report_fifo(scratch: &Path) -> Option<(PathBuf, std::fs::File)> {
 
 impl Drop for SandboxGuard {
     fn drop(&mut self) {
+        // A held sandbox's PID 1 ends now, and the kernel tears its namespaces down.
+        drop(self.hold.take());
         if let Some(gate) = self.gate.take() {
             gate.stop();
         }
@@ -436,6 +451,7 @@ fn sandbox_in(
         gate: None,
         then_warm: None,
         report: None,
+        hold: None,
     };
     let (home, tmp, root) = (
         scratch.join("home"),
@@ -553,15 +569,13 @@ pub fn spawn_piped(
             }
         };
         let run = warm_run(&boxed.args, &overlay(env.clone(), &boxed.env), cwd);
-        let sent = warm
-            .child
-            .stdin
-            .take()
-            .map(|mut stdin| stdin.write_all(&run));
+        let mut stdin = warm.child.stdin.take();
+        let sent = stdin.as_mut().map(|stdin| stdin.write_all(&run));
         if let Some(Ok(())) = sent {
             let mut guard = boxed.guard;
             guard.then_warm = net.map(|net| (helper, net));
             guard.report = warm.report.take();
+            guard.hold = stdin;
             return Ok((warm.child, guard));
         }
         // The warm helper is gone (its set-up failed, or it was killed): start one as a
@@ -640,7 +654,9 @@ fn warm_net(bounds: &Bounds) -> Option<warm::Net> {
 
 /// What a warm helper reads as its run: the helper's arguments (without the subcommand),
 /// `--env KEY=VALUE` for each of `env` and `--cwd`, before `--` and the program; each word
-/// ended by a NUL byte (no argument, variable or path can hold one).
+/// ended by a NUL byte (no argument, variable or path can hold one), the whole preceded by its
+/// length in bytes (4 bytes, little-endian). The pipe stays open after it: the helper's PID 1
+/// holds the run's sandbox until it closes (see the helper's module doc).
 fn warm_run(args: &[OsString], env: &[(OsString, OsString)], cwd: &Path) -> Vec<u8> {
     let args = args.get(1..).unwrap_or_default();
     let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
@@ -653,11 +669,16 @@ fn warm_run(args: &[OsString], env: &[(OsString, OsString)], cwd: &Path) -> Vec<
     }
     words.extend(["--cwd".into(), cwd.as_os_str().to_owned()]);
     words.extend(args[split..].iter().cloned());
-    let mut out = Vec::new();
+    let mut body = Vec::new();
     for word in words {
-        out.extend_from_slice(word.as_encoded_bytes());
-        out.push(0);
+        body.extend_from_slice(word.as_encoded_bytes());
+        body.push(0);
     }
+    let mut out = u32::try_from(body.len())
+        .unwrap_or(u32::MAX)
+        .to_le_bytes()
+        .to_vec();
+    out.extend(body);
     out
 }
 
