@@ -12,8 +12,12 @@
 //!
 //! This crate owns the transports and the runtimes a daemon runs on; it never reads a frame's
 //! meaning, keeps no file and holds no key (the daemon, `outpost-daemon`, does). Async
-//! runtimes appear here, in `outpost-server` (tokio: axum and hyper need it) and in
-//! `outpost-exec-docker` (tokio: bollard, the Docker client, needs it); nowhere else.
+//! runtimes appear here, in `outpost-server` (tokio: axum and hyper need it), in
+//! `outpost-exec-docker` (tokio: bollard, the Docker client, needs it) and, as a trait only, in
+//! `outpost-exec-wasm` (wasmtime-wasi's output streams are tokio's `AsyncWrite`; no runtime
+//! is started there); nowhere else — `cli/tests/layout.rs` checks it. The server's leases
+//! and deadlines run on this crate's clock; its HTTP handlers' own short timers (a wait's
+//! limit, a ping interval) are tokio's, which its `sleep_until` needs.
 #![forbid(unsafe_code)]
 
 pub mod clock;

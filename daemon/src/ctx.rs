@@ -27,7 +27,7 @@ use outpost_condition::{
 use outpost_core::daemon::{Command, Execute, Input, Output};
 use outpost_core::grant::{Access, CredentialDenylist, check_egress, check_path};
 use outpost_core::manifest::{Lifecycle, Manifest};
-use outpost_core::wire::{CapabilitySource, Grant, RunResult};
+use outpost_core::wire::{CapabilitySource, Grant, RunResult, RunStatus};
 use outpost_host::{CommandRequest, CommandSandbox, HostCommands, JobStatus};
 use serde_json::{Value, json};
 
@@ -66,7 +66,8 @@ struct RunSeen {
     name: String,
     lifecycle: Option<Lifecycle>,
     started_ms: u64,
-    ended: Option<(u64, &'static str, Option<i32>)>,
+    /// When (Unix ms) and how it ended, and its exit code; none while it runs.
+    ended: Option<(u64, RunStatus, Option<i32>)>,
 }
 
 /// One event of a wait's own history (`read('events')`).
@@ -150,7 +151,7 @@ impl Seen {
         if run.ended.is_some() {
             return;
         }
-        run.ended = Some((now_ms(), result.status.as_str(), result.exit_code));
+        run.ended = Some((now_ms(), result.status, result.exit_code));
         s.ended_order.push_back(run_id.to_owned());
         while s.ended_order.len() > ENDED_RUNS_KEPT {
             if let Some(old) = s.ended_order.pop_front() {
@@ -336,7 +337,13 @@ impl Ctx {
             .runs
             .iter()
             .filter(|(_, r)| !r.requester.is_empty() && r.requester == self.requester)
-            .map(|(id, r)| run_json(id, r, r.ended.map_or("running", |(_, status, _)| status)))
+            .map(|(id, r)| {
+                run_json(
+                    id,
+                    r,
+                    r.ended.map_or("running", |(_, status, _)| status.as_str()),
+                )
+            })
             .collect();
         Value::Array(runs)
     }
@@ -351,7 +358,7 @@ impl Ctx {
                 // A service that ended other than by exiting 0 failed.
                 let state = match r.ended {
                     None => "running",
-                    Some((_, "exited", Some(0))) => "exited",
+                    Some((_, RunStatus::Exited, Some(0))) => "exited",
                     Some(_) => "failed",
                 };
                 run_json(id, r, state)

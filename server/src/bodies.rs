@@ -9,7 +9,7 @@
 //! the route's to check.
 //!
 //! Each body is read into a type of this module (`…Body`, or the core's type) that also
-//! describes itself ([`JsonSchema`]): the OpenAPI document's request schemas are generated
+//! describes itself (`schemars::JsonSchema`): the OpenAPI document's request schemas are generated
 //! from these very types, with the patterns and ranges the decoders check written beside the
 //! members they check, from the same constants. A test holds each decoder to its schema.
 

@@ -19,8 +19,9 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use super::{EventFn, Runtime, redact, target_of};
 use outpost_core::wire::PtyOutputFrame;
 
-/// The largest WebSocket message either side accepts (PROTOCOL §2: 1 MiB; larger is 1009).
-pub const MAX_MESSAGE_LEN: usize = 1 << 20;
+/// The largest WebSocket message either side accepts (PROTOCOL §2: 1 MiB; larger is 1009):
+/// the core's largest frame.
+pub const MAX_MESSAGE_LEN: usize = outpost_core::wire::DEFAULT_MAX_FRAME_LEN;
 
 /// The most bytes of delivered messages a consumer may hold before the host stops reading (the
 /// bound is checked before each read, so at most this plus one message is held).

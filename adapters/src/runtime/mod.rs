@@ -4,7 +4,7 @@
 //!
 //! - [`Runtime`]: the few things an async runtime must do for us — spawn a future, run
 //!   blocking work off the runtime's threads, sleep, and open a TCP (optionally TLS) stream.
-//!   [`TokioRuntime`] (feature `tokio`) and [`SmolRuntime`] (feature `smol`) implement it.
+//!   `TokioRuntime` (feature `tokio`) and `SmolRuntime` (feature `smol`) implement it.
 //! - [`Host`]: what the driver needs — run blocking work, and open a WebSocket whose events
 //!   arrive through a callback. [`AsyncHost`] implements it over any [`Runtime`] (one
 //!   WebSocket layer: async-tungstenite's `client_async` over the runtime's stream);
@@ -53,7 +53,7 @@ pub type IoBox = Box<dyn AsyncIo>;
 pub struct Target {
     /// The host name or address.
     pub host: String,
-    /// The port.
+    /// The TCP port: the URL's, or 443 / 80 by scheme when it names none.
     pub port: u16,
     /// TLS, when the URL is `wss://` / `https://`; the server name is `host`.
     pub tls: Option<Arc<rustls::ClientConfig>>,
@@ -115,7 +115,7 @@ impl<R: Runtime> AsyncHost<R> {
         }
     }
 
-    /// The runtime.
+    /// The async runtime this host spawns its connections' readers and writers on.
     pub fn runtime(&self) -> &Arc<R> {
         &self.runtime
     }

@@ -10,11 +10,12 @@ use crate::wire::RunStatus;
 
 /// An execution's status: `pending` until a machine accepts it, `running` until it ends,
 /// then how it ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionStatus {
-    /// Waiting for a machine (or a free slot) to accept it.
+    /// Waiting for a machine (or a free slot) to accept it: every execution starts so.
+    #[default]
     Pending,
     /// Accepted and running.
     Running,

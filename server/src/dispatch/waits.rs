@@ -262,7 +262,7 @@ impl Dispatcher {
             id: exec_id.clone(),
             user: wait.requester.clone(),
             requested: Some(requested),
-            status: "pending".into(),
+            status: outpost_core::server::ExecutionStatus::Pending,
             created_at: crate::clock::wall_now().0,
             bundle,
             ..ExecutionEntry::default()

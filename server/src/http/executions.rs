@@ -194,9 +194,7 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         id: secrets::new_id("ex_")?,
         user: caller.user.clone(),
         requested: body.context.clone(),
-        status: outpost_core::server::ExecutionStatus::Pending
-            .as_str()
-            .into(),
+        status: outpost_core::server::ExecutionStatus::Pending,
         created_at: wall_now().0,
         bundle: match &capability {
             CapabilitySource::Digest { sha256, .. } => Some(sha256.clone()),
@@ -251,7 +249,7 @@ async fn wait_for_end(
                 // Watching before reading: an end committed after the read still wakes this.
                 let end = app.shared.ends.subscribe(id);
                 let entry = read()?;
-                if views::ended(&entry.status) {
+                if entry.status.is_final() {
                     return Ok(entry);
                 }
                 end
@@ -305,7 +303,7 @@ async fn show(State(app): State<App>, PathParam(id): PathParam, req: Request) ->
 async fn cancel(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), EXECUTE)?;
     let entry = visible(&app, &caller, &id)?;
-    if !views::ended(&entry.status) {
+    if !entry.status.is_final() {
         // An execution that ended meanwhile is not an error: the answer shows its end.
         let _ = app
             .call(Input::Cancel {
@@ -347,7 +345,7 @@ async fn runs(State(app): State<App>, req: Request) -> ApiResult {
     let filter = RunsFilter {
         user: (!everyone).then_some(caller.user.as_str()),
         context: query.context.as_deref(),
-        status: query.status.map(ExecutionStatus::as_str),
+        status: query.status,
         since: query.since,
         before: query.before.as_deref(),
         limit,

@@ -150,14 +150,14 @@ async fn feed(
     // Watching before reading: an end committed after the read still wakes this.
     let mut end = shared.ends.subscribe(id);
     let entry = stored(app, id)?;
-    if views::ended(&entry.status) {
+    if entry.status.is_final() {
         let _ = finish(app, id, &mut cursor, tx).await;
         return Ok(());
     }
     let mut log = shared.outputs.follow(id);
     // A run placed at once needs no word on where it stands: the status goes out only if it
     // is still pending a moment later.
-    let mut status_due = (entry.status == ExecutionStatus::Pending.as_str())
+    let mut status_due = (entry.status == ExecutionStatus::Pending)
         .then(|| tokio::time::Instant::now() + STATUS_AFTER);
     let mut said: Option<String> = None;
     loop {
@@ -182,7 +182,7 @@ async fn feed(
             () = tokio::time::sleep_until(due), if status_due.is_some() => {
                 status_due = None;
                 let now = stored(app, id)?;
-                if now.status == ExecutionStatus::Pending.as_str() {
+                if now.status == ExecutionStatus::Pending {
                     // Said again while it waits: its place and time left change.
                     status_due = Some(tokio::time::Instant::now() + STATUS_EVERY);
                     let place = app.queue_place(id).await?;

@@ -25,7 +25,7 @@ use super::openapi::{Auth, Carries, api};
 use super::{App, Route, body, route, views};
 use crate::clock::wall_now;
 use crate::dispatch::terminals::viewer::{self, VIEWER_MESSAGE_LIMIT};
-use crate::dispatch::terminals::{TermMsg, TicketRefused};
+use crate::dispatch::terminals::{IssueRefused, TermMsg, TicketRefused};
 use crate::secrets;
 use crate::store::ExecutionEntry;
 
@@ -51,6 +51,8 @@ pub(super) fn routes() -> Vec<Route> {
                 (409, "context_offline"),
                 (409, "environment_unavailable"),
                 (429, "queue_full"),
+                (503, "ticket_store_full"),
+                (503, "random_unavailable"),
             ]),
             post(open),
         ),
@@ -68,7 +70,11 @@ pub(super) fn routes() -> Vec<Route> {
             )
             .auth(Auth::Bearer(EXECUTE))
             .answer::<views::TerminalTicket>(201)
-            .errors(&[(404, "terminal_unknown")]),
+            .errors(&[
+                (404, "terminal_unknown"),
+                (503, "ticket_store_full"),
+                (503, "random_unavailable"),
+            ]),
             post(ticket),
         ),
         route(
@@ -160,9 +166,7 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
         id: exec_id.clone(),
         user: caller.user.clone(),
         requested: Some(entry.name.clone()),
-        status: outpost_core::server::ExecutionStatus::Pending
-            .as_str()
-            .into(),
+        status: outpost_core::server::ExecutionStatus::Pending,
         created_at: wall_now().0,
         ..ExecutionEntry::default()
     };
@@ -223,12 +227,18 @@ async fn issue(
         })
         .await
         .ok_or_else(App::gone)?;
-    issued.ok_or_else(|| {
-        ApiError::new(
+    issued.map_err(|refused| match refused {
+        IssueRefused::NoTerminal => ApiError::new(
             404,
             "terminal_unknown",
             format!("no open terminal {exec_id:?} of yours"),
-        )
+        ),
+        IssueRefused::StoreFull => ApiError::new(
+            503,
+            "ticket_store_full",
+            "too many outstanding viewer tickets; retry shortly",
+        ),
+        IssueRefused::NoRandom(e) => e.into(),
     })
 }
 

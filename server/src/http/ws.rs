@@ -31,6 +31,8 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Close code: frame over the size limit.
 const TOO_LARGE: u16 = outpost_core::wire::close_code::MESSAGE_TOO_BIG;
+/// The reason sent with [`TOO_LARGE`].
+const TOO_LARGE_REASON: &str = "frame too large";
 /// Close code: the server could not keep up with this connection.
 const QUEUE_FULL: u16 = outpost_core::wire::close_code::INTERNAL_ERROR;
 
@@ -125,13 +127,13 @@ pub(crate) async fn drive(
             Some(Err(e)) => {
                 // The socket refuses messages over READ_LIMIT itself.
                 if over_limit(e) {
-                    close(&handle, TOO_LARGE, "frame too large").await;
+                    close(&handle, TOO_LARGE, TOO_LARGE_REASON).await;
                 }
                 break;
             }
         };
         if bytes.len() > DEFAULT_MAX_FRAME_LEN {
-            close(&handle, TOO_LARGE, "frame too large").await;
+            close(&handle, TOO_LARGE, TOO_LARGE_REASON).await;
             break;
         }
         let input = Input::Frame { conn, bytes };

@@ -8,7 +8,7 @@ use super::{Doing as _, Store, StoreError};
 /// A token as stored: whose it is and what it may do.
 #[derive(Debug, Clone)]
 pub(crate) struct TokenEntry {
-    /// The user.
+    /// The user id the token acts as.
     pub(crate) user: String,
     /// Its scopes.
     pub(crate) scopes: Vec<String>,

@@ -13,6 +13,7 @@ use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
+use outpost_core::server::ExecutionStatus;
 use rusqlite::{OptionalExtension as _, params};
 
 use super::{Doing as _, Store, StoreError};
@@ -181,12 +182,19 @@ impl Store {
                 .prepare(
                     "DELETE FROM bundles WHERE used_at < ?1 AND NOT EXISTS (
                          SELECT 1 FROM executions e
-                         WHERE e.bundle = bundles.sha256 AND e.status IN ('pending', 'running'))
+                         WHERE e.bundle = bundles.sha256 AND e.status IN (?2, ?3))
                      RETURNING sha256",
                 )
                 .doing("sweeping bundles")?;
             let rows = stmt
-                .query_map([unused_since as i64], |r| r.get(0))
+                .query_map(
+                    rusqlite::params![
+                        unused_since as i64,
+                        ExecutionStatus::Pending.as_str(),
+                        ExecutionStatus::Running.as_str()
+                    ],
+                    |r| r.get(0),
+                )
                 .doing("sweeping bundles")?;
             rows.collect::<Result<_, _>>().doing("sweeping bundles")?
         };

@@ -2,7 +2,7 @@
 //! snapshot on start. The listing columns of `executions` and the grant and access columns
 //! of `contexts` follow the records in the same transaction, so they never disagree.
 
-use outpost_core::server::{PlaceRow, ServerChange, ServerRecord, ServerSnapshot};
+use outpost_core::server::{ExecutionStatus, PlaceRow, ServerChange, ServerRecord, ServerSnapshot};
 use rusqlite::{OptionalExtension as _, params};
 
 use super::runs::{AuditRow, ExecutionEntry};
@@ -132,8 +132,13 @@ fn write_records(
                 if let Some(context_id) = running {
                     exec(
                         tx,
-                        "UPDATE executions SET status = 'running', context_id = ?1 WHERE id = ?2 AND status = 'pending'",
-                        params![context_id, row.exec_id.as_str()],
+                        "UPDATE executions SET status = ?3, context_id = ?1 WHERE id = ?2 AND status = ?4",
+                        params![
+                            context_id,
+                            row.exec_id.as_str(),
+                            ExecutionStatus::Running.as_str(),
+                            ExecutionStatus::Pending.as_str()
+                        ],
                     )
                     .doing("marking an execution running")?;
                 }

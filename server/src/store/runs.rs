@@ -1,5 +1,6 @@
 //! Executions as the listing routes show them, and the audit log.
 
+use outpost_core::server::ExecutionStatus;
 use rusqlite::{OptionalExtension as _, Row, params};
 
 use super::exec;
@@ -12,8 +13,9 @@ pub(crate) struct ExecutionEntry {
     pub(crate) user: String,
     /// The context the request named, as given.
     pub(crate) requested: Option<String>,
-    /// `pending`, `running` or an end status.
-    pub(crate) status: String,
+    /// `pending`, `running` or how it ended. A row whose status this server cannot read (a
+    /// newer server's) reads as `failed`: an end, which never changes.
+    pub(crate) status: ExecutionStatus,
     pub(crate) created_at: u64,
     pub(crate) finished_at: Option<u64>,
     pub(crate) context_id: Option<String>,
@@ -54,7 +56,7 @@ pub(crate) struct RunsFilter<'a> {
     /// Only those that asked for, or ran on, this context (a name or an id).
     pub(crate) context: Option<&'a str>,
     /// Only those with this status.
-    pub(crate) status: Option<&'a str>,
+    pub(crate) status: Option<ExecutionStatus>,
     /// Only those created at or after this Unix second.
     pub(crate) since: Option<u64>,
     /// Only those older than this execution (the page before it).
@@ -67,12 +69,18 @@ const COLUMNS: &str = "id, user, requested, status, created_at, finished_at, con
      context_name, outcome_json, ran_on_json, line, capability, capability_version, \
      kept_stdout, kept_stderr, kept_cut";
 
+/// A stored status; one this server cannot read (a newer server's) is `failed`, an end: it
+/// never changes again, and nothing waits for it.
+fn read_status(text: &str) -> ExecutionStatus {
+    ExecutionStatus::parse(text).unwrap_or(ExecutionStatus::Failed)
+}
+
 fn execution_row(r: &Row<'_>) -> rusqlite::Result<ExecutionEntry> {
     Ok(ExecutionEntry {
         id: r.get(0)?,
         user: r.get(1)?,
         requested: r.get(2)?,
-        status: r.get(3)?,
+        status: read_status(&r.get::<_, String>(3)?),
         created_at: r.get::<_, i64>(4)? as u64,
         finished_at: r.get::<_, Option<i64>>(5)?.map(|t| t as u64),
         context_id: r.get(6)?,
@@ -134,7 +142,7 @@ pub(super) fn insert_execution(
             entry.id,
             entry.user,
             entry.requested,
-            entry.status,
+            entry.status.as_str(),
             entry.created_at as i64,
             entry.context_id,
             entry.context_name,
@@ -197,7 +205,7 @@ impl Store {
                 params![
                     filter.user,
                     filter.context,
-                    filter.status,
+                    filter.status.map(ExecutionStatus::as_str),
                     filter.since.map(|s| s as i64),
                     filter.before,
                     filter.limit
@@ -257,5 +265,20 @@ impl Store {
             .doing("reading the audit log")?;
         rows.collect::<Result<_, _>>()
             .doing("reading the audit log")
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_status_reads_back_and_one_from_a_newer_server_is_an_end() {
+        for status in ExecutionStatus::ALL {
+            assert_eq!(read_status(status.as_str()), status);
+        }
+        let newer = read_status("a status from a newer server");
+        assert_eq!(newer, ExecutionStatus::Failed);
+        assert!(newer.is_final());
     }
 }

@@ -23,7 +23,7 @@ use outpost_core::terminal::{
 use outpost_core::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
-pub(crate) use tickets::TicketRefused;
+pub(crate) use tickets::{IssueRefused, TicketRefused};
 
 /// How long a viewer ticket may wait to be used, in milliseconds (for the answers).
 pub(crate) const TICKET_LIFETIME_MS: u64 = tickets::TICKET_LIFETIME.as_millis() as u64;
@@ -89,7 +89,7 @@ pub(crate) enum TermMsg {
         exec_id: String,
         user: String,
         may_watch: bool,
-        reply: oneshot::Sender<Option<(String, Role)>>,
+        reply: oneshot::Sender<Result<(String, Role), tickets::IssueRefused>>,
     },
     /// A viewer presented a ticket (before the upgrade): spend it.
     Redeem {
@@ -277,12 +277,14 @@ impl Actor {
                     Some(t) if t.relay.ended().is_none() && may_watch => Some(Role::Watcher),
                     _ => None,
                 };
-                let issued = role.and_then(|role| {
-                    let now = self.clock.now().wall;
-                    self.tickets
-                        .issue(now, exec_id, user, role)
-                        .map(|t| (t, role))
-                });
+                let issued = role
+                    .ok_or(tickets::IssueRefused::NoTerminal)
+                    .and_then(|role| {
+                        let now = self.clock.now().wall;
+                        self.tickets
+                            .issue(now, exec_id, user, role)
+                            .map(|t| (t, role))
+                    });
                 let _ = reply.send(issued);
             }
             TermMsg::Redeem {

@@ -85,23 +85,37 @@ impl Default for Tickets {
     }
 }
 
+/// Why no viewer ticket was issued.
+#[derive(Debug, Clone)]
+pub(crate) enum IssueRefused {
+    /// No open terminal of the caller's by that id (404 `terminal_unknown`).
+    NoTerminal,
+    /// [`MAX_TICKETS`] are outstanding (503 `ticket_store_full`, as for connect tickets).
+    StoreFull,
+    /// The server could not draw the ticket's randomness (503 `random_unavailable`).
+    NoRandom(crate::secrets::RandomError),
+}
+
 impl Tickets {
-    /// A new ticket's text; `None` when the random source failed or too many are outstanding.
+    /// A new ticket's text.
     pub(super) fn issue(
         &mut self,
         now: UnixTime,
         exec_id: String,
         user: String,
         role: Role,
-    ) -> Option<String> {
-        let random = secrets::random::<48>().ok()?;
+    ) -> Result<String, IssueRefused> {
+        let random = secrets::random::<48>().map_err(IssueRefused::NoRandom)?;
         let ticket = ViewerTicket {
             exec_id,
             user,
             role,
         };
-        let issued = self.store.issue(random, ticket, now).ok()?;
-        Some(issued.expose_secret())
+        match self.store.issue(random, ticket, now) {
+            Ok(issued) => Ok(issued.expose_secret()),
+            // The store refuses nothing else when issuing.
+            Err(_) => Err(IssueRefused::StoreFull),
+        }
     }
 
     /// Spends `text` for `terminal_id`; a ticket for another terminal is refused and kept.
