@@ -18,7 +18,7 @@ use outpost_core::time::{Instant, Now, UnixTime};
 pub struct ClockError(#[from] nix::Error);
 
 impl ClockError {
-    /// The stable code.
+    /// The stable code, always `clock_unavailable`.
     pub fn code(&self) -> &'static str {
         "clock_unavailable"
     }

@@ -56,7 +56,7 @@ pub enum HttpError {
     /// The server could not be reached or the connection failed.
     #[error("cannot reach the server for {route}: {reason}")]
     Transport {
-        /// The route.
+        /// The method and path being called (`POST /v1/execution-contexts/connect-ticket`).
         route: String,
         /// What failed.
         reason: String,
@@ -64,7 +64,7 @@ pub enum HttpError {
     /// The answer is not what §11 says it is.
     #[error("the server's answer to {route} is not readable ({status}): {reason}")]
     BadAnswer {
-        /// The route.
+        /// The method and path that was called (`GET /v1/execution-contexts/server-keys`).
         route: String,
         /// The HTTP status.
         status: u16,
@@ -166,7 +166,7 @@ impl SignedClient {
         outpost_core::b64::encode(self.signer.verifying_key().as_bytes())
     }
 
-    /// The server.
+    /// The server's URL this client signs its requests for, as joined.
     pub fn server(&self) -> &ServerUrl {
         &self.server
     }

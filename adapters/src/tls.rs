@@ -31,7 +31,7 @@ pub enum TlsError {
     /// The extra CA file cannot be read or holds no certificate.
     #[error("the CA file {}: {reason}", .path.display())]
     BadCaFile {
-        /// The file.
+        /// The extra CA file, from `--ca` or [`CA_FILE_VAR`].
         path: PathBuf,
         /// What is wrong.
         reason: String,
@@ -42,7 +42,7 @@ pub enum TlsError {
 }
 
 impl TlsError {
-    /// The stable code.
+    /// The stable code: `bad_ca_file`, or the URL refusal's code.
     pub fn code(&self) -> &'static str {
         match self {
             TlsError::BadCaFile { .. } => "bad_ca_file",

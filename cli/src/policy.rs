@@ -34,7 +34,8 @@ pub enum PolicyAction {
     },
     /// Stop allowing FOLDER (as resolved when it was allowed).
     Remove {
-        /// The folder.
+        /// A folder the policy lists (resolved with realpath when it still exists, else as
+        /// written).
         folder: PathBuf,
     },
     /// Whether shell and terminal runs may ever run outside the sandbox: `required` (every

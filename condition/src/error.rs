@@ -38,7 +38,7 @@ pub enum CheckError {
     /// The program did not finish within [`Limits::deadline`](crate::Limits).
     #[error("the check did not finish within {limit:?}")]
     DeadlineExceeded {
-        /// The deadline.
+        /// The [`Limits::deadline`](crate::Limits) the check ran past.
         limit: Duration,
     },
     /// The daemon set the check's [`Cancel`](crate::Cancel).
@@ -47,14 +47,14 @@ pub enum CheckError {
     /// The program made more than [`Limits::max_calls`](crate::Limits) `ctx` calls.
     #[error("the condition made more than {limit} ctx calls in one check")]
     CallLimit {
-        /// The limit.
+        /// The most `ctx` calls one check may make ([`Limits::max_calls`](crate::Limits)).
         limit: u32,
     },
     /// The program made a `ctx` call while [`Limits::max_concurrent`](crate::Limits) were in
     /// flight.
     #[error("the condition made a ctx call while {limit} were already running")]
     ConcurrencyLimit {
-        /// The limit.
+        /// The most `ctx` calls in flight at once ([`Limits::max_concurrent`](crate::Limits)).
         limit: u32,
     },
     /// A `ctx` call's argument or result JSON is larger than

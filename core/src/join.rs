@@ -60,7 +60,8 @@ pub enum JoinError {
 }
 
 impl JoinError {
-    /// The stable code.
+    /// The stable `snake_case` code: `join_malformed`, `insecure_server_url` or
+    /// `invalid_server_url`.
     pub fn code(&self) -> &'static str {
         match self {
             JoinError::Malformed(_) => "join_malformed",
@@ -88,7 +89,8 @@ struct RootJson {
 }
 
 impl Join {
-    /// The join string.
+    /// The join string: [`JOIN_PREFIX`] followed by the base64url of its JSON (`url`, `root`,
+    /// `token`, and `tlsSha256` when pinned); [`Join::parse`] reads it back.
     pub fn encode(&self) -> String {
         let json = JoinJson {
             url: self.url.clone(),

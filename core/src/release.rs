@@ -94,7 +94,7 @@ pub enum ReleaseError {
     /// A member is missing or has the wrong type or form.
     #[error("release field `{field}` is invalid: {reason}")]
     InvalidField {
-        /// The member.
+        /// The JSON member at fault, by its name in the release document.
         field: &'static str,
         /// What is wrong with it.
         reason: String,

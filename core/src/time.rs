@@ -74,7 +74,7 @@ impl Instant {
 /// What the host says the time is: both clocks, read together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Now {
-    /// The monotonic instant.
+    /// The monotonic reading: leases, timers and backoff use it; it must count through suspend.
     pub instant: Instant,
     /// The wall-clock time.
     pub wall: UnixTime,

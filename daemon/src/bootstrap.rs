@@ -43,7 +43,7 @@ pub(crate) struct Joined {
 
 /// The core's daemon as the store left it.
 pub(crate) struct Restored {
-    /// The open outbox.
+    /// The store the snapshot was read from, left open for the loop's records.
     pub store: DaemonStore,
     /// The core, with the outbox's results, the interrupted runs and the waits.
     pub daemon: Daemon,

@@ -121,7 +121,7 @@ impl Home {
         Ok(Some(home))
     }
 
-    /// The outbox database.
+    /// The path of the daemon's SQLite store, `daemon.db` in the state folder.
     pub fn store_path(&self) -> PathBuf {
         self.folders.state.join(STORE_FILE)
     }

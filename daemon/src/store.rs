@@ -27,7 +27,7 @@ pub enum StoreError {
     /// SQLite failed.
     #[error("the daemon store {}: {source}", .path.display())]
     Sqlite {
-        /// The database file.
+        /// The store's SQLite file (`daemon.db` in the state folder).
         path: PathBuf,
         /// What SQLite said.
         source: rusqlite::Error,
@@ -35,7 +35,7 @@ pub enum StoreError {
     /// The database file could not be made private to its owner (mode 0600).
     #[error("the daemon store {}: {source}", .path.display())]
     Io {
-        /// The database file.
+        /// The store's SQLite file (`daemon.db` in the state folder).
         path: PathBuf,
         /// What the OS said.
         source: std::io::Error,
@@ -43,7 +43,7 @@ pub enum StoreError {
     /// A stored record or snapshot does not read (the message names it).
     #[error("the daemon store {} holds an unreadable {what}: {reason}", .path.display())]
     Corrupt {
-        /// The database file.
+        /// The store's SQLite file (`daemon.db` in the state folder).
         path: PathBuf,
         /// Which row.
         what: String,
@@ -53,7 +53,8 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The stable code.
+    /// The stable code: `store_failed` for SQLite or file errors, `store_corrupt` for an unreadable
+    /// row.
     pub fn code(&self) -> &'static str {
         match self {
             StoreError::Sqlite { .. } | StoreError::Io { .. } => "store_failed",
@@ -62,7 +63,8 @@ impl StoreError {
     }
 }
 
-/// The open store.
+/// The daemon's open SQLite store: its snapshot and record journal, the waits, the seen runs and
+/// the key set, written with `synchronous=FULL`.
 #[derive(Debug)]
 pub struct DaemonStore {
     conn: Connection,
@@ -392,7 +394,7 @@ fn sqlite_error(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
 pub enum WaitWrite<'a> {
     /// The wait's row, replacing its last one (`Output::Save`).
     Save {
-        /// The row.
+        /// The wait's whole row, replacing its last one.
         row: &'a WaitRow,
         /// When, wall-clock milliseconds (restore rebases the next check from it).
         written_ms: u64,
@@ -411,7 +413,7 @@ pub const WAIT_EVENTS_KEPT: usize = 100;
 pub struct WaitEventRow {
     /// Its number, increasing across the daemon's life (restarts included).
     pub seq: u64,
-    /// The wait.
+    /// The id of the wait the event belongs to (`wait_…`).
     pub wait_id: String,
     /// When, wall-clock milliseconds.
     pub at_ms: u64,

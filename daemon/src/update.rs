@@ -49,7 +49,7 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(4 * 3600);
 pub const CHECK_JITTER: Duration = Duration::from_secs(30 * 60);
 /// The first backoff after a failed check; it doubles up to [`MAX_BACKOFF`].
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(3600);
-/// The longest backoff.
+/// The cap on the doubling backoff after failed checks: a day.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
 /// The longest a hand-over waits for runs in flight and background host commands to finish;
 /// then they are stopped (results stay in the outbox, for the new version to deliver) and the
@@ -193,7 +193,7 @@ pub enum UpdateError {
 }
 
 impl UpdateError {
-    /// The stable code.
+    /// The stable code: the HTTP or release error's, or `update_not_proven` / `update_unwritable`.
     pub fn code(&self) -> &str {
         match self {
             UpdateError::Http(e) => e.code(),

@@ -99,7 +99,7 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 /// A client that has negotiated its API version with a live engine.
 #[derive(Clone)]
 pub struct Connected {
-    /// The client.
+    /// The bollard client, pinned to the API version negotiated with this engine.
     pub docker: Docker,
     /// `Docker Engine 20.10.24 (API 1.41) at unix:///var/run/docker.sock`.
     pub description: String,

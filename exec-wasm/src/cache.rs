@@ -35,7 +35,8 @@ pub enum CacheSource {
     },
 }
 
-/// The module cache.
+/// Compiled modules keyed by the SHA-256 of their wasm: in memory, and on disk per engine
+/// fingerprint when given a folder; a corrupted or foreign file is compiled again.
 pub struct ModuleCache {
     engine: Engine,
     dir: Option<PathBuf>,

@@ -51,7 +51,8 @@ pub const AUDIT_COMMAND_CHARS: usize = 1000;
 pub struct CommandRequest {
     /// Who asks (the run's requester).
     pub requester: String,
-    /// The run asking.
+    /// The id of the committed run whose program asked; its audit events and `command.finished`
+    /// name it.
     pub run_id: String,
     /// The id the server gave this command in the authorize hop (carried into
     /// [`AuditEvent::CommandFinished`] so the daemon can report `command.finished`).

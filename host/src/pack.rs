@@ -22,9 +22,9 @@ pub enum PackError {
     /// A file could not be read.
     #[error("{}: {source}", path.display())]
     Read {
-        /// The path.
+        /// The manifest or file inside the capability folder that could not be read.
         path: PathBuf,
-        /// The error.
+        /// What the OS said.
         source: std::io::Error,
     },
     /// The manifest does not validate.
@@ -38,13 +38,13 @@ pub enum PackError {
     /// A symlink, socket or device inside the folder.
     #[error("{} is not a regular file or folder; a capability packs only those (copy the file in instead of linking it)", path.display())]
     NotRegular {
-        /// The path.
+        /// The symlink, socket or device found inside the folder.
         path: PathBuf,
     },
     /// A path inside the folder is not UTF-8.
     #[error("{} is not a UTF-8 path; rename it", path.display())]
     NotUtf8 {
-        /// The path.
+        /// The path inside the folder whose name is not UTF-8, as the OS gave it.
         path: PathBuf,
     },
     /// The folder holds more than [`MAX_INLINE_BYTES`] (send it as a bundle,
@@ -64,7 +64,7 @@ pub enum PackError {
 }
 
 impl PackError {
-    /// The stable code.
+    /// The stable code (`capability_unreadable`, `invalid_manifest`, `capability_too_large`, …).
     pub fn code(&self) -> &'static str {
         match self {
             PackError::Read { .. } => "capability_unreadable",

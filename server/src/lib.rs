@@ -100,10 +100,10 @@ pub enum ServeError {
     /// The state folder or one of its files.
     #[error("state folder: {0}")]
     State(#[from] StateError),
-    /// The database.
+    /// The SQLite store (`outpost.db` in the state folder) could not be opened or read.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The listening socket.
+    /// The listening socket could not be bound, or its address read.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         /// The address asked for.
@@ -152,7 +152,7 @@ pub struct Running {
     pub join: String,
     /// The admin token (also in `state_dir/admin.token`).
     pub admin_token: String,
-    /// The state folder.
+    /// The state folder the server keeps its keys, database, join and token in.
     pub state_dir: PathBuf,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,

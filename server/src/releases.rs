@@ -34,7 +34,7 @@ pub enum PublishError {
     /// The binary cannot be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
-        /// The file.
+        /// The binary that could not be read, or the release folder that could not be written.
         path: PathBuf,
         /// What failed.
         source: std::io::Error,
@@ -45,7 +45,7 @@ pub enum PublishError {
         .path.display()
     )]
     NoVersion {
-        /// The binary.
+        /// The binary that was run with `version --json`.
         path: PathBuf,
         /// What went wrong.
         reason: String,
@@ -56,7 +56,7 @@ pub enum PublishError {
 }
 
 impl PublishError {
-    /// The stable code.
+    /// The stable code: `state_unreadable`, `binary_unreadable`, `no_version` or `signer_failed`.
     pub fn code(&self) -> &'static str {
         match self {
             PublishError::State(_) => "state_unreadable",

@@ -33,7 +33,7 @@ pub enum StateError {
     /// A file or folder could not be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
-        /// The path.
+        /// The file or folder of the state folder that failed.
         path: PathBuf,
         /// What the OS said.
         source: std::io::Error,
@@ -44,7 +44,7 @@ pub enum StateError {
     /// A file in the state folder does not hold what this server writes.
     #[error("{}: {reason}", .path.display())]
     Corrupt {
-        /// The path.
+        /// The state file that does not read as this server wrote it.
         path: PathBuf,
         /// What is wrong.
         reason: String,

@@ -48,7 +48,7 @@ impl HostKind {
 
 /// A [`Host`] with the runtime it runs on kept alive.
 pub struct OwnedHost {
-    /// The host.
+    /// The host to open connections and run blocking work with; valid while this value lives.
     pub host: Arc<dyn Host>,
     #[cfg(feature = "tokio")]
     _tokio: Option<tokio::runtime::Runtime>,

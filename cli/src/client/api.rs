@@ -20,7 +20,8 @@ use serde_json::Value;
 pub struct ApiError {
     /// The HTTP status (0 when the server could not be reached).
     pub status: u16,
-    /// The stable code.
+    /// The server's stable code from the body, or the client's own (`server_unreachable`,
+    /// `bad_answer`, `http_error`, …).
     pub code: String,
     /// What the server said.
     pub message: String,

@@ -38,7 +38,7 @@ pub const EXIT_FAILED: u8 = 70;
 
 /// Where and how to run.
 pub struct ExecuteArgs<'a> {
-    /// The capability folder.
+    /// The capability folder: sent inline, or uploaded as a bundle by digest when it is too large.
     pub dir: &'a Path,
     /// `--server`.
     pub server: Option<&'a str>,

@@ -200,7 +200,8 @@ pub struct CommandsSwitch {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CommandAuthorize {
-    /// The run asking.
+    /// The run asking: it must be committed on the signing machine, or the answer is
+    /// `run_not_live`.
     pub run_id: RunId,
     /// The command line, argv joined by spaces (the server cuts it to 1,000 characters).
     pub command: String,
@@ -231,7 +232,8 @@ pub enum JobOp {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobAuthorize {
-    /// The run asking.
+    /// The run asking: it must be committed on the signing machine, or the answer is
+    /// `run_not_live`.
     pub run_id: RunId,
     /// `poll` or `kill`.
     pub op: JobOp,

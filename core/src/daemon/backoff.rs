@@ -10,7 +10,7 @@ use crate::rng::SplitMix64;
 pub struct Backoff {
     /// The delay after the first failure.
     pub initial: Duration,
-    /// The longest delay.
+    /// The cap on `initial · 2^failures`, before jitter; jitter never makes a delay longer.
     pub max: Duration,
 }
 

@@ -125,7 +125,7 @@ pub enum Input {
     ConnectFailed {
         /// True when the server refused for good (`revoked`, `unknown_context`).
         stop_forever: bool,
-        /// What happened.
+        /// Why, for logs: the server's refusal or the connection error, as text.
         reason: String,
     },
     /// One message from the server.
@@ -133,14 +133,15 @@ pub enum Input {
     /// The connection showed the server alive without a frame: a WebSocket ping (the server
     /// sends one every `heartbeatSecs`) or pong arrived.
     ServerAlive,
-    /// The socket closed.
+    /// The socket closed, from either side or by failure; unless stopped, the daemon reconnects
+    /// with backoff.
     Disconnected {
         /// The close code, if the server sent one.
         code: Option<u16>,
     },
     /// The bundle asked for by [`Command::FetchCapability`] arrived.
     CapabilityFetched {
-        /// The run.
+        /// The run named in the [`Command::FetchCapability`] this answers.
         run_id: RunId,
         /// The bundle's bytes.
         bundle: Vec<u8>,
@@ -148,7 +149,7 @@ pub enum Input {
     /// The bundle asked for by [`Command::FetchCapability`] could not be fetched (the server
     /// refused, the connection failed): the run ends `failed` with `error`, nothing ran.
     CapabilityFetchFailed {
-        /// The run.
+        /// The run named in the [`Command::FetchCapability`] this answers.
         run_id: RunId,
         /// Why, as the run's error (`code` stable, `message` for people).
         error: crate::wire::ErrorBody,
@@ -157,9 +158,9 @@ pub enum Input {
     /// [`Command::Cancel`]). Fill `timing.setup_ms` and `timing.execute_ms`; the daemon sets
     /// the rest of the timing (`From<executor::Outcome>` does both).
     RunFinished {
-        /// The run.
+        /// The run named in the [`Command::Execute`] (or [`Command::Cancel`]) this answers.
         run_id: RunId,
-        /// How it went.
+        /// The run's result, to be sent as `run.result` and kept in the outbox until `run.ack`.
         result: RunResult,
     },
     /// SIGTERM: finish what is in flight, deliver results, stop.
@@ -200,7 +201,7 @@ pub enum Input {
     /// [`crate::wire::FEATURE_RUN_OUTPUT`], else dropped — a live view; the run's result
     /// carries the output whole.
     RunOutput {
-        /// The run.
+        /// The committed run that wrote the pieces, as its [`Command::Execute`] named it.
         run_id: RunId,
         /// The pieces, in order.
         pieces: Vec<crate::executor::OutputPiece>,
@@ -211,13 +212,13 @@ pub enum Input {
     TerminalOutput {
         /// The run (the terminal's `ptyId`).
         run_id: RunId,
-        /// The bytes.
+        /// The bytes as the program wrote them (not necessarily whole UTF-8 characters).
         data: Vec<u8>,
     },
     /// A terminal run's program ended and its output is all read: sent as `pty.exit` (before
     /// the run's [`Input::RunFinished`], which still carries the result).
     TerminalExit {
-        /// The run.
+        /// The terminal run whose program ended: the frame's `ptyId`.
         run_id: RunId,
         /// Its exit code, if it exited.
         exit_code: Option<i32>,
@@ -225,11 +226,11 @@ pub enum Input {
     /// A check started by [`Command::CheckWait`] ended (or was stopped by
     /// [`Command::StopCheck`] and its cleanup is done).
     WaitChecked {
-        /// The wait.
+        /// The wait named in the [`Command::CheckWait`] this answers.
         wait_id: WaitId,
         /// The number the command gave the check.
         check: u64,
-        /// What it came to.
+        /// Not yet, matched, failed, or stopped after [`Command::StopCheck`].
         outcome: crate::wait::CheckOutcome,
     },
 }
@@ -254,7 +255,7 @@ pub enum Output {
     },
     /// Delete this wait's row: the server recorded its ending.
     ForgetWait {
-        /// The wait.
+        /// The wait whose row to delete, as saved by an earlier [`Output::SaveWait`].
         wait_id: WaitId,
     },
     /// Send this frame (JSON text) on the socket.
@@ -267,7 +268,7 @@ pub enum Output {
         /// Why (a stable code).
         reason: String,
     },
-    /// Do this.
+    /// Work for the rest of the host (tickets, executors, grants, terminals, checks).
     Command(Command),
     /// Something worth logging happened.
     Event(Event),
@@ -297,7 +298,8 @@ pub enum Capability {
 /// A run the host must execute.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Execute {
-    /// The run.
+    /// The committed run, as the server named it in `run.request`; report it back in
+    /// [`Input::RunFinished`].
     pub run_id: RunId,
     /// Its environment.
     pub environment: Environment,
@@ -321,18 +323,20 @@ pub enum Command {
     Connect,
     /// Fetch a capability bundle with a signed request; report [`Input::CapabilityFetched`].
     FetchCapability {
-        /// The run.
+        /// The committed run that needs the bundle; echo it in [`Input::CapabilityFetched`] or
+        /// [`Input::CapabilityFetchFailed`].
         run_id: RunId,
         /// The expected SHA-256, lowercase hex.
         sha256: String,
-        /// The expected size.
+        /// The bundle's size in bytes, as the `run.request` announced it; only the digest is
+        /// checked.
         size: u64,
     },
     /// Start a run.
     Execute(Box<Execute>),
     /// Stop a run and clean up; then report [`Input::RunFinished`].
     Cancel {
-        /// The run.
+        /// The run to stop, started by an earlier [`Command::Execute`].
         run_id: RunId,
         /// Why (`requested`, `deadline`, `revoked`, `access_lost`, …).
         reason: String,
@@ -341,7 +345,7 @@ pub enum Command {
     ApplyGrant {
         /// Its version.
         version: u64,
-        /// The grant.
+        /// What runs may do from now on: folders, egress, the host-commands switch and the limits.
         grant: Grant,
     },
     /// Stop the daemon. With `forever`, record that it stopped and exit 0: never reconnect.
@@ -352,14 +356,14 @@ pub enum Command {
     /// Write keystrokes to a terminal (a verified `pty.input`). The PTY executor owns the
     /// terminal; a host without one ignores this.
     PtyInput {
-        /// The terminal.
+        /// The terminal: the id of the `pty` run whose program reads the bytes.
         pty_id: RunId,
         /// The bytes, decoded from the frame's base64url.
         data: Vec<u8>,
     },
     /// Resize a terminal (a verified `pty.resize`).
     PtyResize {
-        /// The terminal.
+        /// The terminal to resize: the id of its `pty` run.
         pty_id: RunId,
         /// Columns.
         cols: u16,
@@ -368,13 +372,13 @@ pub enum Command {
     },
     /// Close a terminal and end its process (a verified `pty.close`).
     PtyClose {
-        /// The terminal.
+        /// The terminal to close: the id of its `pty` run.
         pty_id: RunId,
     },
     /// The server has room for `bytes` more of the terminal's output (a verified
     /// `pty.credit`): the host may read that much more from the terminal.
     PtyCredit {
-        /// The terminal.
+        /// The terminal whose output window grows: the id of its `pty` run.
         pty_id: RunId,
         /// Bytes of output.
         bytes: u64,
@@ -382,7 +386,7 @@ pub enum Command {
     /// Evaluate a wait's condition once, in the sandbox, with `ctx` calls checked against
     /// `requester`; then report [`Input::WaitChecked`] with the same `check`.
     CheckWait {
-        /// The wait.
+        /// The wait whose condition to evaluate; echo it in [`Input::WaitChecked`].
         wait_id: WaitId,
         /// The check's number.
         check: u64,
@@ -396,9 +400,9 @@ pub enum Command {
     /// Interrupt a running check and, once it has stopped, report [`Input::WaitChecked`]
     /// (any outcome: the schedule drops it).
     StopCheck {
-        /// The wait.
+        /// The wait whose running check to interrupt.
         wait_id: WaitId,
-        /// The check.
+        /// The number of the check to interrupt, as its [`Command::CheckWait`] gave it.
         check: u64,
     },
 }
@@ -408,26 +412,28 @@ pub enum Command {
 pub enum Event {
     /// The server's `welcome` verified; runs may flow.
     Ready {
-        /// The session.
+        /// The session id from the connect ticket, which every server frame on this connection
+        /// carries.
         session_id: String,
     },
     /// The server sent something unacceptable; the connection is being closed.
     ProtocolViolation {
-        /// The error code.
+        /// The stable code, also the close reason: a frame error's (`bad_signature`,
+        /// `session_mismatch`, …) or a [`Violation`](crate::wire::Violation)'s.
         code: &'static str,
         /// What was wrong.
         detail: String,
     },
     /// A run was declined (`run.reject` was sent with the refusal's code).
     RunRejected {
-        /// The run.
+        /// The run whose `run.request` was declined.
         run_id: RunId,
-        /// Why.
+        /// The refusal, whose code the `run.reject` carried (`busy`, `draining`, `run_seen`, …).
         refusal: Refusal,
     },
     /// The server acknowledged a result.
     ResultDelivered {
-        /// The run.
+        /// The run whose `run.result` the server acknowledged (`run.ack`); it left the outbox.
         run_id: RunId,
     },
     /// A fetched key set had a lower version than the one in force and was refused: the
@@ -435,7 +441,7 @@ pub enum Event {
     KeySetRefused {
         /// The version in force.
         held: u64,
-        /// The version refused.
+        /// The fetched key set's version, lower than `held`.
         offered: u64,
     },
     /// The server sent nothing — no frame, no ping — for [`SILENT_HEARTBEATS`] heartbeats: the
@@ -466,7 +472,7 @@ pub enum DaemonError {
 /// daemon restart so a reconnect delivers them exactly once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingResult {
-    /// The run.
+    /// The run the result is for; at most one result is held per run.
     pub run_id: RunId,
     /// The `run.result` frame's JSON.
     pub frame: Vec<u8>,

@@ -39,7 +39,7 @@ pub enum Probe {
     },
     /// It cannot.
     Unavailable {
-        /// Why.
+        /// What is missing, for people (no Docker daemon answers, no pseudo-terminal opens, …).
         reason: String,
         /// How the machine's owner can fix it.
         remedy: String,
@@ -93,9 +93,9 @@ pub use crate::wire::OutputStream as Stream;
 /// Output as it arrives, within the caps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputChunk {
-    /// The stream.
+    /// Which stream the bytes come from: `stdout` or `stderr`.
     pub stream: Stream,
-    /// The bytes.
+    /// The bytes as the program wrote them; a chunk may end inside a UTF-8 character.
     pub bytes: Vec<u8>,
 }
 
@@ -263,9 +263,9 @@ pub enum ExecError {
         backend = backend_name(*.environment)
     )]
     Unavailable {
-        /// The environment.
+        /// The environment whose backend is missing; it names the backend in the message.
         environment: Environment,
-        /// Why.
+        /// What is missing, for people; the message follows it with `remedy`.
         reason: String,
         /// How to fix it.
         remedy: String,
@@ -276,7 +276,7 @@ pub enum ExecError {
     /// A path the run would use is not allowed.
     #[error("path {path} refused: {reason}")]
     PathRefused {
-        /// The path.
+        /// The refused path as the run gave it (a mount's host path or a working directory).
         path: String,
         /// Why (`outside the capability folder`, `credential denylist`, …).
         reason: String,

@@ -65,7 +65,8 @@ pub enum Scope {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{permission} can only be allowed for the session, never for the whole project")]
 pub struct TrustCeiling {
-    /// The permission.
+    /// The permission asked for the project, which only the session may allow
+    /// (`run_capability:shell` or `run_capability:pty`).
     pub permission: Permission,
 }
 
@@ -118,13 +119,14 @@ pub enum RunRefused {
     /// The allowlists do not hold the permission the environment needs.
     #[error("not permitted: {permission} is not allowed")]
     NotPermitted {
-        /// The missing permission.
+        /// The permission the environment needs (`run_capability:ENV`) that neither allowlist
+        /// holds.
         permission: Permission,
     },
     /// No executor is registered for the environment.
     #[error("{} capabilities cannot run here: no executor is installed", .environment.as_str())]
     NoExecutor {
-        /// The environment.
+        /// The capability's environment, which no registered executor serves.
         environment: Environment,
     },
     /// The executor's backend is missing or it refused to start the run.

@@ -11,7 +11,7 @@ use crate::wire::{MAX_RUN_OUTPUT_TEXT, OutputStream};
 /// One `run.output` piece: the next part of one stream's text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputPiece {
-    /// The stream.
+    /// Which stream the text comes from: `stdout` or `stderr`, each with its own offsets.
     pub stream: OutputStream,
     /// Bytes of this stream's text before `text`.
     pub offset: u64,

@@ -72,7 +72,7 @@ pub enum GateError {
 }
 
 impl GateError {
-    /// The stable code.
+    /// The stable code: `gate_malformed_request`, `gate_request_too_long` or `gate_unsupported`.
     pub fn code(&self) -> &'static str {
         match self {
             GateError::Malformed(_) => "gate_malformed_request",

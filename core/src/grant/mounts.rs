@@ -43,7 +43,8 @@ pub struct LocalPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Mount {
-    /// The mounted folder.
+    /// The folder's canonical host path: a granted folder or a local one, whichever lies inside the
+    /// other.
     pub path: CanonicalPath,
     /// Its mode.
     pub mode: FolderMode,

@@ -37,7 +37,7 @@ pub struct HttpRequest {
     pub url: String,
     /// Header fields in order, names in any case; repeated names are allowed.
     pub headers: Vec<(String, String)>,
-    /// The content.
+    /// The body bytes as sent, which `Content-Digest` covers; empty for a request without one.
     pub body: Vec<u8>,
 }
 
@@ -89,7 +89,7 @@ pub enum HttpSigError {
     /// A parameter has the wrong type or value.
     #[error("parameter {name:?} is invalid: {reason}")]
     InvalidParameter {
-        /// The parameter.
+        /// The `Signature-Input` parameter at fault (`created`, `expires`, `keyid`, `alg`, …).
         name: &'static str,
         /// What is wrong.
         reason: String,
@@ -106,7 +106,7 @@ pub enum HttpSigError {
     /// `Content-Digest` carries no digest of an algorithm we support.
     #[error("Content-Digest has no sha-256 or sha-512 digest")]
     NoSupportedDigest,
-    /// The signer failed.
+    /// The [`Signer`](crate::sign::Signer) returned an error while signing a request.
     #[error(transparent)]
     Signer(#[from] crate::sign::SignerError),
 }

@@ -122,7 +122,7 @@ pub enum JsonError {
     /// An object names the same member twice.
     #[error("duplicate object key {key:?} at byte {offset}")]
     DuplicateKey {
-        /// The repeated name.
+        /// The member name that appears twice, unescaped.
         key: String,
         /// Where the second occurrence starts.
         offset: usize,
@@ -130,7 +130,8 @@ pub enum JsonError {
     /// Arrays and objects nest deeper than allowed.
     #[error("nesting deeper than {limit} levels at byte {offset}")]
     TooDeep {
-        /// The limit.
+        /// The most arrays and objects allowed inside one another ([`MAX_DEPTH`] unless the caller
+        /// chose another).
         limit: usize,
         /// Where the limit was passed.
         offset: usize,

@@ -15,7 +15,7 @@ pub const HOST_OPERATOR_ONLY_FEATURE: &str = "host-operator-only";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextView {
-    /// The context id.
+    /// The machine's registered id (`ec_…`), as chains and execute targets name it.
     pub id: String,
     /// Its friendly name.
     pub name: String,

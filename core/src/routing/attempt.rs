@@ -54,7 +54,7 @@ pub struct Attempt {
     pub id: String,
     /// Its friendly name.
     pub name: String,
-    /// What happened.
+    /// How the candidate passed: busy, offline, unusable or denied (`reason` says more).
     pub outcome: AttemptOutcome,
     /// A `snake_case` reason code (`busy`, `offline`, an access code, an unusable reason).
     pub reason: String,
@@ -93,7 +93,7 @@ pub enum RoutingError {
     Busy {
         /// Its friendly name.
         name: String,
-        /// What was tried.
+        /// The named context's one attempt, as `ranOn` reports it.
         attempts: Vec<Attempt>,
     },
     /// The one named context is offline (no fallback, no queue asked for).
@@ -103,7 +103,7 @@ pub enum RoutingError {
     Offline {
         /// Its friendly name.
         name: String,
-        /// What was tried.
+        /// The named context's one attempt, as `ranOn` reports it.
         attempts: Vec<Attempt>,
     },
     /// The one named context cannot take runs (no fallback asked for).
@@ -116,7 +116,7 @@ pub enum RoutingError {
         name: String,
         /// The unusable reason code.
         reason: String,
-        /// What was tried.
+        /// The named context's one attempt, as `ranOn` reports it.
         attempts: Vec<Attempt>,
     },
     /// The requester may not run on the one named context (no fallback asked for).
@@ -126,7 +126,7 @@ pub enum RoutingError {
         name: String,
         /// Why, with its own code (`not_opted_in`, `operator_left`, …).
         denied: AccessDenied,
-        /// What was tried.
+        /// The named context's one attempt, as `ranOn` reports it.
         attempts: Vec<Attempt>,
     },
     /// Every candidate passed on the run.

@@ -52,7 +52,7 @@ pub enum ChainError {
     /// More than [`Chain::MAX_CONTEXTS`] contexts.
     #[error("a chain holds at most {max} contexts, not {len}", max = Chain::MAX_CONTEXTS)]
     TooLong {
-        /// The contexts given.
+        /// How many contexts the refused chain held, `cloud` not counted.
         len: usize,
     },
     /// `cloud` is not the last entry, or appears twice.

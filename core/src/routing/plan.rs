@@ -52,7 +52,7 @@ impl Candidate {
 /// the caller calls [`plan`] again with fresh views, which re-checks access.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedRun {
-    /// The context id.
+    /// The id of the offline machine to wait for (`ec_…`).
     pub id: String,
     /// Its friendly name.
     pub name: String,

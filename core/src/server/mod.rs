@@ -52,7 +52,7 @@ pub use status::ExecutionStatus;
 /// Who may use a machine, as the server's records say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextRecord {
-    /// The context id.
+    /// The machine's registered id (`ec_…`), the key of every per-machine table.
     pub id: ContextId,
     /// Its friendly name.
     pub name: String,
@@ -100,13 +100,13 @@ pub struct QueuePlace {
 pub struct ExecuteRequest {
     /// Unique per server.
     pub exec_id: ExecutionId,
-    /// Who asks.
+    /// The requesting user, whose access is checked again on every hop.
     pub requester: Requester,
     /// Where it may run.
     pub target: ExecuteTarget,
     /// The capability's environment.
     pub environment: Environment,
-    /// The capability.
+    /// What to run, inline or by digest, passed unchanged to the machine's `run.request`.
     pub capability: CapabilitySource,
     /// Its time budget once committed.
     pub timeout_ms: u64,
@@ -126,58 +126,63 @@ pub enum Input {
     },
     /// A WebSocket for `context_id` presented a ticket.
     Connect {
-        /// The machine.
+        /// The machine the ticket was issued for ([`Server::ticket_context`]); it must be
+        /// registered.
         context_id: ContextId,
         /// The host's id for the connection.
         conn: ConnId,
-        /// The ticket.
+        /// The connect ticket's text (`otk_…`), spent by this connect whatever the outcome.
         ticket: String,
     },
     /// A message on a connection.
     Frame {
-        /// The connection.
+        /// The connection it came on, as given in [`Input::Connect`]; an unknown one is ignored.
         conn: ConnId,
-        /// The bytes.
+        /// The message as received: a daemon frame's JSON text, or a binary `pty.output` frame.
         bytes: Vec<u8>,
     },
     /// A connection closed.
     Disconnected {
-        /// The connection.
+        /// The connection that closed, as given in [`Input::Connect`]; an unknown one is ignored.
         conn: ConnId,
     },
     /// Run something.
     Execute(Box<ExecuteRequest>),
     /// The server's own executor finished an execution.
     CloudFinished {
-        /// The execution.
+        /// The execution handed out with [`Command::RunOnCloud`]; ignored unless it still runs
+        /// there.
         exec_id: ExecutionId,
-        /// How it went.
+        /// The cloud run's result, which becomes the execution's `Completed` outcome.
         result: Box<RunResult>,
     },
     /// Stop an execution.
     Cancel {
-        /// The execution.
+        /// The execution to stop, with reason `requested`; an unknown or ended one is ignored.
         exec_id: ExecutionId,
     },
     /// Set a user's chain.
     SetChain {
-        /// The user.
+        /// The user id whose executes that name no machine follow the chain.
         user_id: String,
-        /// The chain.
+        /// The machines to try in order, then perhaps `cloud`; it replaces the user's previous
+        /// chain.
         chain: Chain,
     },
     /// A machine's access record changed (sharing, opt-ins, membership): re-check runs on it.
     UpdateAccess(ContextRecord),
     /// A machine's grant changed.
     UpdateGrant {
-        /// The machine.
+        /// The registered machine whose grant changed; an unknown one is
+        /// [`ServerError::UnknownContext`].
         context_id: ContextId,
-        /// The new grant.
+        /// The grant now in force: sent as `grant.update`, and runs on the machine re-checked
+        /// against it.
         grant: Grant,
     },
     /// Revoke a machine.
     Revoke {
-        /// The machine.
+        /// The registered machine to revoke; an unknown one is [`ServerError::UnknownContext`].
         context_id: ContextId,
     },
     /// Something for an execution's terminal, from the host's relay; ignored unless the
@@ -185,7 +190,7 @@ pub enum Input {
     Terminal {
         /// The execution (the terminal's id at the server).
         exec_id: ExecutionId,
-        /// What to send.
+        /// Keystrokes, a size, a hang-up or credit, sent as the matching signed `pty.*` frame.
         action: crate::session::TerminalAction,
     },
     /// A wait order for a machine (`wait.register`, `wait.cancel`, `wait.ack`): sent if the
@@ -194,9 +199,10 @@ pub enum Input {
     /// [`Event::Session`], and records `wait.matched` / `wait.failed` from
     /// [`crate::session::Event::WaitEnded`] before it acknowledges them.
     Wait {
-        /// The machine.
+        /// The registered machine the order is for; an unknown one is
+        /// [`ServerError::UnknownContext`].
         context_id: ContextId,
-        /// What to send.
+        /// The `wait.register`, `wait.cancel` or `wait.ack` to send.
         order: crate::session::WaitOrder,
     },
 }
@@ -231,19 +237,20 @@ pub enum Command {
     RunOnCloud(Box<ExecuteRequest>),
     /// Stop a cloud execution (it was cancelled).
     CancelCloud {
-        /// The execution.
+        /// The execution given in the [`Command::RunOnCloud`] to stop.
         exec_id: ExecutionId,
     },
 }
 
-/// What happened.
+/// What the dispatcher reports to the host: executions' starts, output and ends, and its sessions'
+/// events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// An execution ended (exactly once).
     ExecutionFinished {
-        /// The execution.
+        /// The execution that ended, as its [`ExecuteRequest`] named it.
         exec_id: ExecutionId,
-        /// How.
+        /// How it ended: completed with a result, lost, cancelled or failed with a code.
         outcome: ExecutionOutcome,
         /// Where it ran and what was tried (absent when it never got a place).
         ran_on: Option<RanOn>,
@@ -254,44 +261,45 @@ pub enum Event {
     },
     /// A run was committed on a machine.
     RunStarted {
-        /// The execution.
+        /// The execution whose run was committed.
         exec_id: ExecutionId,
         /// The run id the machine sees.
         run_id: RunId,
-        /// The machine.
+        /// The machine the run was committed on; the execution is never offered anywhere else now.
         context_id: ContextId,
     },
     /// An execution's run wrote output (its machine's `run.output`): a live view for the
     /// execution's followers; the result stays the record.
     RunOutput {
-        /// The execution.
+        /// The execution whose run wrote the text.
         exec_id: ExecutionId,
         /// Which stream.
         stream: crate::wire::OutputStream,
         /// Bytes of that stream's text before `text`.
         offset: u64,
-        /// The text.
+        /// The next part of the stream, as the `run.output` frame carried it (UTF-8, never empty).
         text: String,
     },
     /// An execution's terminal wrote bytes (its machine's `pty.output`, decoded).
     TerminalOutput {
-        /// The execution.
+        /// The execution whose terminal wrote the bytes (the terminal's id at the server).
         exec_id: ExecutionId,
         /// The bytes, untouched.
         data: Vec<u8>,
     },
     /// An execution's terminal program ended (`pty.exit`); the execution's end follows.
     TerminalExit {
-        /// The execution.
+        /// The execution whose terminal program ended (the terminal's id at the server).
         exec_id: ExecutionId,
         /// Its exit code, if it exited.
         exit_code: Option<i32>,
     },
     /// Something from a session (connections, violations).
     Session {
-        /// The machine.
+        /// The machine whose session reported the event.
         context_id: ContextId,
-        /// What happened.
+        /// The session's event, passed on after the dispatcher acted on it (`Ready`, `RunEnded`,
+        /// `ProtocolViolation`, …).
         event: crate::session::Event,
     },
     /// The dispatcher was not running for a while (its input came later than the wake-up it
@@ -305,7 +313,7 @@ pub enum Event {
     /// offer, a cancel). Nothing was done with that input; a refused offer falls through to
     /// the next candidate.
     SessionError {
-        /// The machine.
+        /// The machine whose session refused the input.
         context_id: ContextId,
         /// What the session said.
         error: crate::session::SessionError,
@@ -319,29 +327,30 @@ pub enum Output {
     Persist(ServerRecord),
     /// Send a frame on a connection.
     Transmit {
-        /// The connection.
+        /// The connection to send on, as given in [`Input::Connect`].
         conn: ConnId,
-        /// The frame.
+        /// The server frame's JSON text, already signed for the connection's session.
         bytes: Vec<u8>,
     },
     /// Close a connection.
     Close {
-        /// The connection.
+        /// The connection to close, as given in [`Input::Connect`]; its later frames are ignored.
         conn: ConnId,
-        /// The close code.
+        /// The WebSocket close code (see [`close_code`](crate::wire::close_code)).
         code: u16,
-        /// Why.
+        /// The close frame's reason: a stable code (`revoked`, `bad_signature`, …) or a short
+        /// phrase such as `silent for too long`.
         reason: String,
     },
-    /// Do this.
+    /// Work for the host beyond the sockets: run or stop a cloud execution.
     Command(Command),
-    /// Something happened.
+    /// Something for the host to record or pass on; see [`Event`].
     Event(Event),
     /// Nothing more until `until` or new input.
     Wait {
         /// When to call back.
         until: Instant,
-        /// Why.
+        /// Why that time, for logs and tests (a lease, an offer, a queue's end, `pause probe`, …).
         reason: &'static str,
     },
 }

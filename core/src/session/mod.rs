@@ -101,7 +101,7 @@ pub struct RunSpec {
     pub run_id: RunId,
     /// The capability's environment.
     pub environment: Environment,
-    /// The capability.
+    /// What to run, inline or by digest, sent as is in the `run.request`.
     pub capability: CapabilitySource,
     /// Time budget once committed.
     pub timeout_ms: u64,
@@ -125,21 +125,21 @@ pub enum Input {
     },
     /// One message from a connection.
     Frame {
-        /// The connection.
+        /// The connection it came on; a message from any but the current connection is ignored.
         conn: ConnId,
-        /// The bytes.
+        /// The message as received: a daemon frame's JSON text, or a binary `pty.output` frame.
         bytes: Vec<u8>,
     },
     /// A connection closed.
     Disconnected {
-        /// The connection.
+        /// The connection that closed; only the current one takes the machine offline.
         conn: ConnId,
     },
     /// Offer a run to the machine.
     Submit(RunSpec),
     /// Stop a run.
     Cancel {
-        /// The run.
+        /// The run to stop, as its [`RunSpec`] named it; an unknown or ended run is ignored.
         run_id: RunId,
         /// Why (`requested`, `access_lost`, …).
         reason: String,
@@ -151,9 +151,9 @@ pub enum Input {
     /// Something for a committed terminal run, from the host's relay; ignored when the run is
     /// not committed here (it ended, or never was).
     Terminal {
-        /// The run.
+        /// The terminal run the action is for (its id is the terminal's `ptyId`).
         run_id: RunId,
-        /// What to send.
+        /// Keystrokes, a size, a hang-up or credit, sent as the matching signed `pty.*` frame.
         action: TerminalAction,
     },
     /// A wait order for the machine: sent when a connection is ready, else dropped (send
@@ -173,9 +173,10 @@ pub enum RunOutcome {
     Unanswered,
     /// Not started: the daemon declined for another reason (`environment_unavailable`, …).
     Rejected {
-        /// The code.
+        /// The refusal's stable code: the `run.reject` code, or `revoked` or
+        /// `environment_unavailable` when the session declined the offer itself.
         code: String,
-        /// The message.
+        /// A sentence for people explaining the refusal.
         message: String,
     },
     /// Started and finished; here is the result.
@@ -184,7 +185,7 @@ pub enum RunOutcome {
     Lost,
     /// Started (or offered) and cancelled.
     Cancelled {
-        /// Why.
+        /// The cancel's reason as the host gave it (`requested`, `access_lost`, …), or `revoked`.
         reason: String,
     },
 }
@@ -207,32 +208,35 @@ impl RunOutcome {
 pub enum Output {
     /// Send a frame on a connection.
     Transmit {
-        /// The connection.
+        /// The connection to send on: the session's current one.
         conn: ConnId,
         /// The frame's JSON (signed).
         bytes: Vec<u8>,
     },
     /// Close a connection.
     Close {
-        /// The connection.
+        /// The connection to close; the session ignores what it sends from now on.
         conn: ConnId,
         /// The WebSocket close code.
         code: u16,
-        /// Why.
+        /// The close frame's reason: a stable code (`revoked`, `ticket_expired`, a violation's
+        /// code) or a short phrase such as `silent for too long`.
         reason: String,
     },
-    /// Something happened.
+    /// Something for the host to act on or log; see [`Event`].
     Event(Event),
     /// Nothing more until `until` or new input.
     Wait {
         /// When to call back with [`Input::Timeout`].
         until: Instant,
-        /// Why.
+        /// Which timer is next: `lease`, `offer`, `silence` or `hello timeout` (for logs and
+        /// tests).
         reason: &'static str,
     },
 }
 
-/// What happened.
+/// What a session reports to the host: its connection's state, runs' starts, output and ends, and
+/// waits' endings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// The daemon said hello: runs can be dispatched.
@@ -244,30 +248,32 @@ pub enum Event {
     Offline,
     /// A run was committed: its lease started.
     RunStarted {
-        /// The run.
+        /// The run committed, as its [`RunSpec`] named it.
         run_id: RunId,
     },
     /// A run offered to this machine ended (exactly once per run).
     RunEnded {
-        /// The run.
+        /// The run that ended, as its [`RunSpec`] named it; no event names it again.
         run_id: RunId,
-        /// How.
+        /// How it ended; [`RunOutcome::not_started`] says whether it may be tried elsewhere.
         outcome: RunOutcome,
     },
     /// The daemon sent something unacceptable; the connection was closed.
     ProtocolViolation {
-        /// The connection.
+        /// The connection that sent it, now being closed (1002).
         conn: ConnId,
-        /// The error code.
+        /// The stable code, also the close reason (`invalid_frame`, `unknown_frame_type`,
+        /// `unexpected_frame`, …).
         code: &'static str,
         /// What was wrong.
         detail: String,
     },
     /// A connect was refused (bad ticket, revoked).
     ConnectRefused {
-        /// The connection.
+        /// The connection whose connect was refused, now being closed.
         conn: ConnId,
-        /// The error code.
+        /// Why: `revoked`, or the ticket's error (`ticket_malformed`, `ticket_unknown`,
+        /// `ticket_expired`).
         code: &'static str,
     },
     /// A host command ended on the machine (for the audit log).
@@ -278,25 +284,25 @@ pub enum Event {
     /// A committed run wrote output (a `run.output`, checked: its run is committed here and
     /// its text within [`crate::wire::MAX_RUN_OUTPUT_TEXT`]).
     RunOutput {
-        /// The run.
+        /// The committed run that wrote the text.
         run_id: RunId,
         /// Which stream.
         stream: crate::wire::OutputStream,
         /// Bytes of that stream's text before `text`.
         offset: u64,
-        /// The text.
+        /// The next part of the stream, UTF-8, never empty.
         text: String,
     },
     /// A committed terminal run's program wrote bytes (a `pty.output`, decoded).
     TerminalOutput {
-        /// The run.
+        /// The committed terminal run whose program wrote the bytes (the frame's `ptyId`).
         run_id: RunId,
         /// The bytes, untouched.
         data: Vec<u8>,
     },
     /// A committed terminal run's program ended (`pty.exit`); its `run.result` follows.
     TerminalExit {
-        /// The run.
+        /// The committed terminal run whose program ended (the frame's `ptyId`).
         run_id: RunId,
         /// Its exit code, if it exited.
         exit_code: Option<i32>,
@@ -304,7 +310,7 @@ pub enum Event {
     /// A `pty.output` or `pty.exit` about a terminal this connection does not hold was
     /// dropped: the run ended (`ended`) or was never committed here (`not_held_here`).
     TerminalRefused {
-        /// The terminal named.
+        /// The `ptyId` the dropped frame named.
         pty_id: RunId,
         /// `ended` or `not_held_here`.
         reason: &'static str,
@@ -324,7 +330,7 @@ pub enum Event {
     },
     /// The connection was closed (1001) because the daemon sent nothing for the silence limit.
     Silent {
-        /// The connection.
+        /// The connection closed for silence; the machine goes offline with it.
         conn: ConnId,
     },
 }

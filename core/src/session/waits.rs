@@ -19,12 +19,13 @@ pub enum WaitOrder {
     Register(WaitSpec),
     /// `wait.cancel`.
     Cancel {
-        /// The wait.
+        /// The wait to end; the daemon answers `wait.failed` with reason `cancelled`.
         wait_id: WaitId,
     },
     /// `wait.ack`: the host recorded the wait's ending.
     Ack {
-        /// The wait.
+        /// The wait whose `wait.matched` or `wait.failed` the host stored; the daemon may forget
+        /// it.
         wait_id: WaitId,
     },
 }

@@ -38,7 +38,8 @@ impl Ed25519Signer {
         }
     }
 
-    /// The public half.
+    /// The public key the key set publishes for this signer's `kid`; frames it signs verify under
+    /// it.
     pub fn verifying_key(&self) -> VerifyingKey {
         self.key.verifying_key()
     }
@@ -69,7 +70,7 @@ impl Signer for Ed25519Signer {
 /// Why a frame could not be signed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignError {
-    /// The signer failed.
+    /// The [`Signer`] returned an error (a remote signing service down, say); nothing was sent.
     #[error(transparent)]
     Signer(#[from] SignerError),
     /// The frame does not fit the signed-JSON rules (a value too large, say).

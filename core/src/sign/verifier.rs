@@ -19,7 +19,8 @@ pub struct VerifiedFrame {
     pub seq: u64,
     /// The frame key that signed it.
     pub kid: String,
-    /// The typed frame.
+    /// The frame's body, read into its type once the envelope (`sid`, `seq`, `kid`, `sig`) checked
+    /// out.
     pub frame: ServerFrame,
 }
 
@@ -32,7 +33,7 @@ pub enum FrameError {
     /// An envelope member (`sid`, `seq`, `kid`, `sig`) is missing or mistyped.
     #[error("frame member `{field}` is missing or invalid: {reason}")]
     Envelope {
-        /// The member.
+        /// Which envelope member: `sid`, `seq`, `kid` or `sig`.
         field: &'static str,
         /// What is wrong.
         reason: &'static str,
@@ -65,7 +66,7 @@ pub enum FrameError {
     SequenceOutOfOrder {
         /// The frame's sequence number.
         seq: u64,
-        /// The last accepted.
+        /// The highest sequence number accepted so far on this session.
         last: u64,
     },
     /// Authentic, but not a frame this version understands.

@@ -52,21 +52,22 @@ pub enum Input {
     },
     /// A viewer's connection went away.
     ViewerLeft {
-        /// The viewer.
+        /// The connection that went away, as [`Input::ViewerJoined`] named it; an unknown one is
+        /// ignored.
         viewer: ViewerId,
-        /// How.
+        /// [`Left::Closed`] or [`Left::Dropped`], audited as the session's `why`.
         why: Left,
     },
     /// Keystrokes (a binary message).
     ViewerInput {
-        /// The viewer.
+        /// The connection that typed; only an operator's keys reach the runner.
         viewer: ViewerId,
-        /// The bytes.
+        /// The binary message's bytes, passed to the runner as they are (`pty.input`).
         bytes: Vec<u8>,
     },
     /// `{"type":"resize"}`.
     ViewerResize {
-        /// The viewer.
+        /// The connection that asked; only an operator's resize is taken.
         viewer: ViewerId,
         /// Columns (clamped to 1..=1000).
         cols: u16,
@@ -75,14 +76,14 @@ pub enum Input {
     },
     /// `{"type":"close"}`: an operator ends the terminal.
     ViewerClose {
-        /// The viewer.
+        /// The connection that asked; only an operator may close the terminal.
         viewer: ViewerId,
     },
     /// The host's socket wrote this many of the viewer's queued binary bytes.
     ViewerWritten {
-        /// The viewer.
+        /// The connection whose socket wrote the bytes; an unknown one is ignored.
         viewer: ViewerId,
-        /// How many.
+        /// Binary bytes written since the last report (not a running total).
         bytes: u64,
     },
     /// The runner holds the terminal's run (`run.commit` went out): what viewers typed and
@@ -95,7 +96,7 @@ pub enum Input {
     },
     /// The terminal ended for a reason outside it (`revoked`, `lost`).
     Ended {
-        /// Why.
+        /// [`Reason::Revoked`] or [`Reason::Lost`]; ignored once the terminal has ended.
         reason: Reason,
     },
 }
@@ -105,17 +106,18 @@ pub enum Input {
 pub enum Output {
     /// Queue a message on a viewer's connection.
     ToViewer {
-        /// The viewer.
+        /// The connection to queue the message on, as [`Input::ViewerJoined`] named it.
         viewer: ViewerId,
-        /// The message.
+        /// What to send: [`ViewerMessage::Bytes`] as a binary message, any other as its
+        /// [`ViewerMessage::to_text`].
         message: ViewerMessage,
     },
     /// Forget the viewer: send what is queued if the socket takes it, then close with
     /// `close_code`. The relay has already audited the end of its session.
     DropViewer {
-        /// The viewer.
+        /// The connection to close; the relay no longer knows it.
         viewer: ViewerId,
-        /// Why.
+        /// Why its session ended, as its last `closed` message and audit event said.
         reason: Reason,
         /// The WebSocket close code ([`viewer_close`](super::viewer_close)).
         close_code: u16,

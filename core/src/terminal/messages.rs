@@ -92,7 +92,7 @@ impl Reason {
 pub enum ViewerMessage {
     /// The first message: who the viewer is and the terminal's size.
     Ready {
-        /// The terminal.
+        /// The terminal's id, as the relay was made with: at the server, its execution's id.
         terminal_id: TerminalId,
         /// What the viewer may do.
         role: Role,
@@ -125,7 +125,8 @@ pub enum ViewerMessage {
     },
     /// The viewer's session ends for `reason`; the host closes next.
     Closed {
-        /// Why.
+        /// Why the session ends, sent as its [`Reason::code`] (`slow_viewer`, `idle`, `revoked`,
+        /// …).
         reason: Reason,
     },
     /// Something the viewer sent was refused; the connection stays open.
@@ -215,35 +216,37 @@ pub enum RunnerMessage {
 pub enum Audit {
     /// A viewer joined (`terminal.session.started`).
     SessionStarted {
-        /// The viewer.
+        /// The host's id for the viewer's connection, as given when it joined.
         viewer: ViewerId,
         /// Who (the ticket's user).
         user: String,
         /// With what role.
         role: Role,
-        /// When.
+        /// When it joined: the wall time of the input that joined it.
         at: UnixTime,
     },
     /// A viewer's session ended, however it ended (`terminal.session.ended`).
     SessionEnded {
-        /// The viewer.
+        /// The host's id for the viewer's connection, as in its `SessionStarted`.
         viewer: ViewerId,
-        /// Who.
+        /// The ticket's user, as in its `SessionStarted`.
         user: String,
         /// With what role.
         role: Role,
-        /// When it started.
+        /// When the viewer joined: the `at` of its `SessionStarted`.
         started_at: UnixTime,
-        /// When it ended.
+        /// When the session ended: the wall time of the input that ended it.
         at: UnixTime,
-        /// Why.
+        /// How it ended: the viewer left ([`Reason::Closed`], [`Reason::Dropped`]), was dropped as
+        /// [`Reason::SlowViewer`], or the whole terminal ended.
         why: Reason,
     },
     /// The terminal ended (`terminal.closed`): after every viewer's `SessionEnded`.
     TerminalClosed {
-        /// When.
+        /// When the terminal ended: the wall time of the input that ended it.
         at: UnixTime,
-        /// Why.
+        /// Why the terminal ended: [`Reason::Exited`], [`Reason::Closed`] by an operator,
+        /// [`Reason::Idle`], [`Reason::Revoked`] or [`Reason::Lost`].
         reason: Reason,
         /// The program's exit code, when it exited with one.
         exit_code: Option<i32>,

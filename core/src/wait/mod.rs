@@ -171,7 +171,7 @@ pub enum Ending {
     },
     /// The wait ended without a match (`wait.failed`).
     Failed {
-        /// Why.
+        /// Why it ended, sent as its code (`check_errors`, `expired`, `cancelled`).
         reason: FailReason,
         /// When, wall-clock milliseconds.
         at_ms: u64,
@@ -211,7 +211,7 @@ impl FailReason {
 /// A wait's ending for the server, sent until acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
-    /// The wait.
+    /// The wait that ended, as `wait.register` named it; sent as `wait.matched` or `wait.failed`.
     pub wait_id: WaitId,
     /// Checks that ran to an outcome.
     pub checks: u64,
@@ -232,21 +232,22 @@ pub enum Input {
     /// `wait.cancel`. An unknown id is answered with a cancelled report all the same, so the
     /// server's cancel always completes.
     Cancel {
-        /// The wait.
+        /// The wait to end; known or not, a `cancelled` report answers.
         wait_id: WaitId,
     },
     /// A check the schedule started ended.
     Checked {
-        /// The wait.
+        /// The wait named in the [`Output::Check`] this answers.
         wait_id: WaitId,
         /// The number [`Output::Check`] gave it; another number is stale and ignored.
         check: u64,
-        /// What it came to.
+        /// Not yet, matched, failed, or stopped after [`Output::Stop`].
         outcome: CheckOutcome,
     },
     /// The server recorded the wait's ending (`wait.ack`): its row may go.
     Acked {
-        /// The wait.
+        /// The wait whose ending the server stored; only an ended wait is forgotten
+        /// ([`Output::Forget`]).
         wait_id: WaitId,
     },
     /// A connection to the server is up: every unacknowledged report is sent again.
@@ -263,12 +264,12 @@ pub enum Output {
     Save(Box<WaitRow>),
     /// Delete the wait's row: the server has its ending.
     Forget {
-        /// The wait.
+        /// The ended wait whose row to delete, after its [`Input::Acked`].
         wait_id: WaitId,
     },
     /// Start check number `check` of a wait.
     Check {
-        /// The wait.
+        /// The wait whose condition to evaluate; report it back in [`Input::Checked`].
         wait_id: WaitId,
         /// Its number (1 for the first check of the wait).
         check: u64,
@@ -276,15 +277,15 @@ pub enum Output {
         requester: String,
         /// Whether the requester is the machine's operator ([`WaitSpec::operator`]).
         operator: bool,
-        /// The condition.
+        /// The condition's JavaScript source, as [`WaitSpec::source`] holds it.
         source: String,
     },
     /// Stop the running check `check` and, once its cleanup is done, report it with
     /// [`Input::Checked`].
     Stop {
-        /// The wait.
+        /// The wait whose running check to stop.
         wait_id: WaitId,
-        /// The check.
+        /// The number of the check to stop, as its [`Output::Check`] gave it.
         check: u64,
     },
     /// Send this report to the server.

@@ -16,7 +16,7 @@ const ROW_TYPE: &str = "wait.row";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WaitRow {
-    /// The registration.
+    /// The registration as `wait.register` carried it (id, requester, source, interval, expiry).
     pub spec: WaitSpec,
     /// Checks that ran to an outcome.
     pub checks: u64,

@@ -57,7 +57,7 @@ pub enum BundleError {
 }
 
 impl BundleError {
-    /// The stable code.
+    /// The stable code: `bundle_too_large`, or `invalid_bundle` for any other fault.
     pub fn code(&self) -> &'static str {
         match self {
             BundleError::TooLarge(_) => "bundle_too_large",

@@ -57,13 +57,13 @@ pub enum ServerFrame {
     /// The server holds the daemon to an accepted run: the lease starts.
     #[serde(rename = "run.commit", rename_all = "camelCase")]
     RunCommit {
-        /// The run.
+        /// The accepted run whose lease starts now; a daemon ignores an id it did not accept.
         run_id: RunId,
     },
     /// Stop a run.
     #[serde(rename = "run.cancel", rename_all = "camelCase")]
     RunCancel {
-        /// The run.
+        /// The offered or committed run to stop; a daemon ignores an id it does not hold.
         run_id: RunId,
         /// Why, as a stable code (`requested`, `access_lost`, `revoked`, …).
         reason: String,
@@ -71,7 +71,7 @@ pub enum ServerFrame {
     /// The server recorded a run's result; the daemon may forget it.
     #[serde(rename = "run.ack", rename_all = "camelCase")]
     RunAck {
-        /// The run.
+        /// The run whose `run.result` the server stored; the daemon drops it from its outbox.
         run_id: RunId,
     },
     /// A new grant, applied at once.
@@ -79,19 +79,20 @@ pub enum ServerFrame {
     GrantUpdate {
         /// Strictly greater than any version the daemon has applied.
         grant_version: u64,
-        /// The new grant.
+        /// The grant in force from now on; it replaces the previous one whole.
         grant: Grant,
     },
     /// The machine's key was revoked: stop for good.
     #[serde(rename = "revoked", rename_all = "camelCase")]
     Revoked {
-        /// Why.
+        /// A sentence for people (the daemon does not read it): the server sends "the machine's key
+        /// was revoked".
         reason: String,
     },
     /// Keystrokes for a terminal.
     #[serde(rename = "pty.input", rename_all = "camelCase")]
     PtyInput {
-        /// The terminal.
+        /// The terminal: the `runId` of the `pty` run whose program reads the keystrokes.
         pty_id: RunId,
         /// The bytes, base64url without padding.
         data: String,
@@ -99,7 +100,7 @@ pub enum ServerFrame {
     /// A terminal's new size.
     #[serde(rename = "pty.resize", rename_all = "camelCase")]
     PtyResize {
-        /// The terminal.
+        /// The terminal to resize: the `runId` of its `pty` run.
         pty_id: RunId,
         /// Columns.
         cols: u16,
@@ -109,7 +110,7 @@ pub enum ServerFrame {
     /// Close a terminal.
     #[serde(rename = "pty.close", rename_all = "camelCase")]
     PtyClose {
-        /// The terminal.
+        /// The terminal to close: the `runId` of its `pty` run; its program is ended.
         pty_id: RunId,
     },
     /// Room for more terminal output: the daemon may send `bytes` more bytes of `pty.output`
@@ -117,7 +118,7 @@ pub enum ServerFrame {
     /// terminal, and each new connection, with [`PTY_WINDOW`] bytes of room.
     #[serde(rename = "pty.credit", rename_all = "camelCase")]
     PtyCredit {
-        /// The terminal.
+        /// The terminal whose window grows: the `runId` of its `pty` run.
         pty_id: RunId,
         /// Bytes of decoded output data.
         bytes: u64,
@@ -148,14 +149,15 @@ pub enum ServerFrame {
     /// reason `cancelled` (also for an id it does not know), unless it had already matched.
     #[serde(rename = "wait.cancel", rename_all = "camelCase")]
     WaitCancel {
-        /// The wait.
+        /// The wait to end, as `wait.register` named it.
         wait_id: WaitId,
     },
     /// The server recorded a wait's ending (`wait.matched` or `wait.failed`); the daemon may
     /// forget the wait.
     #[serde(rename = "wait.ack", rename_all = "camelCase")]
     WaitAck {
-        /// The wait.
+        /// The wait whose `wait.matched` or `wait.failed` the server stored; the daemon deletes its
+        /// row.
         wait_id: WaitId,
     },
 }
@@ -208,13 +210,13 @@ pub enum DaemonFrame {
     /// Takes an offered run.
     #[serde(rename = "run.accept", rename_all = "camelCase")]
     RunAccept {
-        /// The run.
+        /// The `runId` of the `run.request` being taken; the run waits for `run.commit`.
         run_id: RunId,
     },
     /// Declines an offered run.
     #[serde(rename = "run.reject", rename_all = "camelCase")]
     RunReject {
-        /// The run.
+        /// The `runId` of the `run.request` being declined; the run never started here.
         run_id: RunId,
         /// Why, as a stable code (`busy`, `environment_unavailable`, `draining`, …).
         code: String,
@@ -224,7 +226,8 @@ pub enum DaemonFrame {
     /// A committed run ended.
     #[serde(rename = "run.result", rename_all = "camelCase")]
     RunResult {
-        /// The run.
+        /// The committed run that ended; the frame is sent again on each connection until
+        /// `run.ack`.
         run_id: RunId,
         /// How it ended; its members sit next to `runId` on the wire.
         #[serde(flatten)]
@@ -235,7 +238,7 @@ pub enum DaemonFrame {
     /// `run.result` stays the run's one record.
     #[serde(rename = "run.output", rename_all = "camelCase")]
     RunOutput {
-        /// The run.
+        /// The committed run that wrote the text.
         run_id: RunId,
         /// Which of its streams.
         stream: OutputStream,
@@ -286,7 +289,7 @@ pub enum DaemonFrame {
     /// Terminal output.
     #[serde(rename = "pty.output", rename_all = "camelCase")]
     PtyOutput {
-        /// The terminal.
+        /// The terminal that wrote the bytes: the `runId` of its `pty` run.
         pty_id: RunId,
         /// The bytes, base64url without padding.
         data: String,
@@ -294,7 +297,8 @@ pub enum DaemonFrame {
     /// A terminal's process ended.
     #[serde(rename = "pty.exit", rename_all = "camelCase")]
     PtyExit {
-        /// The terminal.
+        /// The terminal whose program ended: the `runId` of its `pty` run, whose `run.result`
+        /// follows.
         pty_id: RunId,
         /// Its exit code, if it exited.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -304,7 +308,7 @@ pub enum DaemonFrame {
     /// each time, with the same `continuationId`.
     #[serde(rename = "wait.matched", rename_all = "camelCase")]
     WaitMatched {
-        /// The wait.
+        /// The wait that matched, as `wait.register` named it.
         wait_id: WaitId,
         /// Checks that ran to an outcome, the matching one included.
         checks: u64,
@@ -329,7 +333,7 @@ pub enum DaemonFrame {
     /// replaced by the next.
     #[serde(rename = "wait.status", rename_all = "camelCase")]
     WaitStatus {
-        /// The wait.
+        /// The wait whose check ended, as `wait.register` named it.
         wait_id: WaitId,
         /// Checks that ran to an outcome.
         checks: u64,
@@ -345,7 +349,7 @@ pub enum DaemonFrame {
     /// A wait ended without a match: sent on every connection until `wait.ack`.
     #[serde(rename = "wait.failed", rename_all = "camelCase")]
     WaitFailed {
-        /// The wait.
+        /// The wait that ended, as `wait.register` named it.
         wait_id: WaitId,
         /// Checks that ran to an outcome.
         checks: u64,

@@ -44,9 +44,9 @@ pub enum WireError {
     /// The length prefix announces more than the limit.
     #[error("frame of {len} bytes exceeds the {max}-byte limit")]
     FrameTooLarge {
-        /// The announced length.
+        /// The length the prefix announced, in bytes.
         len: u64,
-        /// The limit.
+        /// The most bytes the reader takes in one frame.
         max: u64,
     },
     /// The length prefix announces an empty frame.

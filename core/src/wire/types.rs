@@ -83,7 +83,7 @@ pub enum Egress {
     None,
     /// Only these `host[:port]` entries; `*.` prefixes match subdomains.
     Allowlist {
-        /// The allowed destinations.
+        /// The `host[:port]` entries a run may reach; no port means any port.
         hosts: Vec<String>,
     },
     /// Anywhere.

@@ -99,7 +99,7 @@ impl StopReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Stopped {
-    /// Why.
+    /// Why it stopped for good: `revoked`, `replaced` or `unregistered`.
     pub reason: StopReason,
     /// When (RFC 3339, UTC).
     pub at: String,

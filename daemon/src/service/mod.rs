@@ -51,7 +51,8 @@ pub const EXIT_NOT_RUNNING: u8 = 3;
 /// release build ignores it, as it does the update tests' variables.
 pub const TEST_ALLOW_VAR: &str = "OUTPOST_SERVICE_TEST_ALLOW";
 
-/// The service commands.
+/// The commands that manage this home's daemon as a user service (systemd `--user` unit or macOS
+/// LaunchAgent).
 #[derive(clap::Subcommand)]
 pub enum ServiceAction {
     /// Install the daemon of this home as a service of your user's service manager (a
@@ -142,7 +143,7 @@ pub enum ServiceError {
         "{} is in {why}: the service would lose it; install outpost where it stays (cargo install, a package, /usr/local/bin) and run that binary's `outpost daemon install`", .path.display()
     )]
     BinaryVanishes {
-        /// The binary.
+        /// The running binary's canonical path, which sits in a folder that does not last.
         path: PathBuf,
         /// Which folder.
         why: String,
@@ -162,7 +163,7 @@ pub enum ServiceError {
         "{} services are installed only on {os}; `outpost daemon install --print --manager {}` shows the file here", .manager.as_str(), .manager.as_str()
     )]
     WrongOs {
-        /// The manager.
+        /// The manager asked for, whose OS this is not.
         manager: Manager,
         /// Its OS.
         os: &'static str,
@@ -179,7 +180,7 @@ pub enum ServiceError {
     /// The manager answered and refused.
     #[error("`{command}` failed: {why}")]
     Manager {
-        /// The command.
+        /// The manager command that failed, as run (`systemctl --user …`, `launchctl …`).
         command: String,
         /// What it said.
         why: String,
@@ -193,7 +194,7 @@ pub enum ServiceError {
     /// A file cannot be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
-        /// The file.
+        /// The file that could not be read or written.
         path: PathBuf,
         /// What the OS said.
         source: std::io::Error,
@@ -204,7 +205,7 @@ pub enum ServiceError {
 }
 
 impl ServiceError {
-    /// The stable code.
+    /// The stable `snake_case` code (`running_as_root`, `not_installed`, …), or the daemon error's.
     pub fn code(&self) -> &str {
         match self {
             ServiceError::Root => "running_as_root",
@@ -291,7 +292,7 @@ impl Target {
 
 /// What a generated unit runs: one daemon of one home.
 pub struct Plan {
-    /// The binary.
+    /// The absolute path of the `outpost` binary the unit starts: the one `install` ran as.
     pub binary: PathBuf,
     /// Its arguments (`daemon --home DIR …`).
     pub args: Vec<String>,

@@ -127,7 +127,7 @@ pub struct SkippedFolder {
 /// A launch ready for [`outpost_core::executor::run_capability`] or the service table.
 #[derive(Debug, Clone)]
 pub struct PreparedLaunch {
-    /// The launch.
+    /// What to hand the executor: mounts, egress, working directory and confinement decided.
     pub launch: Launch,
     /// Grant folders that could not be resolved here (worth a log line; never mounted).
     pub skipped: Vec<SkippedFolder>,
@@ -258,7 +258,8 @@ pub struct Materialized {
     /// The folder, canonical: `runs_dir/<run_id>`, which does not exist when `entry_bytes`
     /// is set.
     pub dir: PathBuf,
-    /// The validated manifest.
+    /// The capability's manifest file, parsed and validated: environment, entry, permissions,
+    /// limits.
     pub manifest: Manifest,
     /// The entry's bytes, for a capability whose executor reads nothing else of the folder
     /// (wasm without volumes): then nothing is written ([`Launch::entry_bytes`]).

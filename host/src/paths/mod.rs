@@ -34,7 +34,7 @@ pub enum HostPathError {
     /// The resolved path is not canonical as core requires (relative, `..`, a NUL byte).
     #[error("path {}: {source}", .path.display())]
     NotCanonical {
-        /// The resolved path.
+        /// The path as `realpath` returned it, which core refuses.
         path: PathBuf,
         /// Core's reason.
         source: PathError,

@@ -95,7 +95,7 @@ pub enum StopError {
     /// listed as running, so a later stop or shutdown tries again.
     #[error("service {name} did not end within {}s of being stopped", .waited.as_secs_f64())]
     DidNotEnd {
-        /// The service.
+        /// The capability's name, as the service table lists it.
         name: String,
         /// How long the stop waited after cancelling it.
         waited: Duration,

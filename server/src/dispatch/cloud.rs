@@ -23,7 +23,8 @@ use outpost_core::wire::{CapabilitySource, Egress, Environment, RunResult, bundl
 use outpost_host::Cancel;
 use tokio::sync::mpsc;
 
-/// The cloud executor.
+/// The server's own executor (`cloud` in a chain): it runs each execution on a blocking thread,
+/// with every environment it was given allowed.
 pub(crate) struct Cloud {
     registry: Arc<Registry>,
     allowlists: Arc<Allowlists>,

@@ -43,7 +43,7 @@ pub const RESTARTED_REASON: &str = "daemon_restarted";
 pub struct DaemonRecord {
     /// When it was written, wall-clock milliseconds.
     pub written_ms: u64,
-    /// The change.
+    /// What changed; [`DaemonRecord::durability`] says how far it must be written.
     pub change: DaemonChange,
 }
 
@@ -60,31 +60,31 @@ pub enum DaemonChange {
     Grant {
         /// Its version.
         version: u64,
-        /// The grant.
+        /// The grant in force from now on, as `welcome` or `grant.update` carried it.
         grant: Grant,
     },
     /// A committed run is handed to an executor (before [`Command::Execute`]).
     RunStarted {
-        /// The run.
+        /// The committed run being started; a restart after a crash reaps its processes.
         run_id: RunId,
     },
     /// A started run ended without a result (cancelled on revoke, or reaped after a restart
     /// once the server has heard the daemon's `hello`).
     RunDropped {
-        /// The run.
+        /// The started run dropped; its id is then remembered as seen ([`SeenRuns`]).
         run_id: RunId,
     },
     /// A result entered the outbox (before its `run.result` is sent); the run is no longer
     /// *started*.
     ResultPending {
-        /// The run.
+        /// The run whose result entered the outbox; it must match the `runId` inside `frame`.
         run_id: RunId,
         /// The `run.result` frame's JSON text, sent again on every reconnect until acknowledged.
         frame: String,
     },
     /// A result left the outbox (`run.ack`, or the machine was revoked).
     ResultRemoved {
-        /// The run.
+        /// The run whose result left the outbox; its id is then remembered as seen ([`SeenRuns`]).
         run_id: RunId,
     },
 }
@@ -153,7 +153,7 @@ impl DaemonRecord {
 pub struct GrantRow {
     /// Its version.
     pub version: u64,
-    /// The grant.
+    /// The grant as `welcome` or `grant.update` carried it.
     pub grant: Grant,
 }
 
@@ -161,7 +161,7 @@ pub struct GrantRow {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OutboxRow {
-    /// The run.
+    /// The run whose result waits for `run.ack`; one row per run.
     pub run_id: RunId,
     /// The `run.result` frame's JSON text.
     pub frame: String,

@@ -34,7 +34,7 @@ pub const SEEN_RUNS_KEPT: usize = 65_536;
 /// One remembered run id, as a store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeenRow {
-    /// The run.
+    /// The finished run's id (acknowledged or dropped), refused with `run_seen` if offered again.
     pub run_id: RunId,
     /// Until when (wall-clock milliseconds) a request for it is refused.
     pub until_ms: u64,

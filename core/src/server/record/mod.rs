@@ -40,7 +40,7 @@ const SNAPSHOT_TYPE: &str = "server.snapshot";
 pub struct ServerRecord {
     /// When it was written, wall-clock milliseconds: the times in `change` are rebased from it.
     pub written_ms: u64,
-    /// The row.
+    /// The row written, which replaces any earlier row with the same key, or the execution's end.
     pub change: ServerChange,
 }
 

@@ -13,7 +13,7 @@ use crate::wire::{CapabilitySource, Environment, Grant};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContextRow {
-    /// The context id.
+    /// The machine's registered id (`ec_…`): the row's key, replaced by any later row with it.
     pub id: ContextId,
     /// Its friendly name.
     pub name: String,
@@ -65,9 +65,9 @@ impl ContextRow {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ChainRow {
-    /// The user.
+    /// The user id the chain belongs to: the row's key.
     pub user_id: String,
-    /// The chain.
+    /// The machines to try in order, then perhaps `cloud`, when an execute names none.
     pub chain: Chain,
 }
 
@@ -77,13 +77,13 @@ pub struct ChainRow {
 pub struct ExecutionRow {
     /// Unique per server.
     pub exec_id: ExecutionId,
-    /// Who asked.
+    /// The requesting user, whose access is checked again on every hop.
     pub requester: Requester,
     /// Where it may run.
     pub target: ExecuteTarget,
     /// The capability's environment.
     pub environment: Environment,
-    /// The capability.
+    /// What to run, inline or by digest, kept so a restarted server can offer it again.
     pub capability: CapabilitySource,
     /// Its time budget once committed.
     pub timeout_ms: u64,
@@ -143,7 +143,7 @@ pub enum PlaceRow {
     /// Offered to a context as `run_id`, not committed: nothing runs. After a restart the
     /// offer is gone with its connection and the execution moves on to its next candidate.
     Offered {
-        /// The context.
+        /// The machine the run was offered to.
         context_id: ContextId,
         /// The run id the context was offered.
         run_id: RunId,
@@ -151,9 +151,9 @@ pub enum PlaceRow {
     /// Committed on a context: it may be running there. Never offered anywhere else; it ends
     /// with its result, `lost` at `lost_at_ms`, or `lost` when the daemon says hello without it.
     Committed {
-        /// The context.
+        /// The machine the run is committed on; the execution never leaves it.
         context_id: ContextId,
-        /// The run id.
+        /// The run id the machine holds (`{execId}.{hops}`), as its `hello` lists it.
         run_id: RunId,
         /// When the server committed it.
         committed_at_ms: u64,
@@ -176,7 +176,7 @@ pub enum PlaceRow {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndedRow {
-    /// The execution.
+    /// The execution that ended; its [`ExecutionRow`] goes with this row.
     pub exec_id: ExecutionId,
     /// How it ended: the dispatcher's own outcome, tagged by `outcome`.
     pub outcome: ExecutionOutcome,

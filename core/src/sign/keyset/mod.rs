@@ -112,7 +112,7 @@ pub enum KeyError {
     /// The key's window has not opened.
     #[error("frame key {kid:?} is not valid before {not_before}")]
     NotYetValid {
-        /// The key.
+        /// The `kid` the frame named.
         kid: String,
         /// When it becomes valid.
         not_before: UnixTime,
@@ -120,7 +120,7 @@ pub enum KeyError {
     /// The key's window has closed.
     #[error("frame key {kid:?} expired at {not_after}")]
     Expired {
-        /// The key.
+        /// The `kid` the frame named.
         kid: String,
         /// When it stopped being valid.
         not_after: UnixTime,

@@ -72,7 +72,7 @@ impl SimConfig {
 /// What a simulation found.
 #[derive(Debug, Clone)]
 pub struct SimReport {
-    /// The seed.
+    /// The seed the world ran with; the same seed and config replay the same transcript.
     pub seed: u64,
     /// The first violated invariant, if any.
     pub violation: Option<String>,
