@@ -14,12 +14,10 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use outpost_core::join::Join;
 use outpost_core::keyset::RootKey;
-use outpost_daemon::DRAIN_LIMIT;
-use outpost_daemon::lock::SERVICE_VAR;
-use outpost_daemon::service::{self, ServiceAction};
 use outpost_daemon::{
-    DaemonError, DaemonExit, DaemonOptions, HostKind, Launcher, OwnedHost, ServerChoice,
-    StopSignal, run_daemon, update,
+    DRAIN_LIMIT, DaemonError, DaemonExit, DaemonOptions, HostKind, LOG_FILE, Launcher, OwnedHost,
+    PASSPHRASE_VAR, SERVICE_VAR, ServerChoice, ServiceAction, StopSignal, after_stop,
+    hand_over_at_start, run_daemon, run_service_action,
 };
 use outpost_host::{HOME_VAR, OwnerFolders};
 
@@ -200,7 +198,7 @@ fn default_name() -> String {
 
 pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
     if let Some(action) = args.action.take() {
-        return Ok(service::run(
+        return Ok(run_service_action(
             action,
             args.home.as_deref(),
             &mut crate::stdout::lock(),
@@ -218,7 +216,7 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
     // A daemon in a terminal keeps its own log for `outpost daemon logs` (a service's log
     // is the journal's, or the file launchd writes its stderr to).
     if launcher == Launcher::Terminal {
-        let path = folders.state.join(service::LOG_FILE);
+        let path = folders.state.join(LOG_FILE);
         if let Err(e) =
             std::fs::create_dir_all(&folders.state).and_then(|()| crate::log_file::keep(&path))
         {
@@ -229,12 +227,8 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
         }
     }
     // An older binary runs the newest proven update instead (a staged one on its trial).
-    if let update::AtStart::HandOver(binary) = update::at_start(&folders.state) {
-        let e = update::hand_over(&binary);
-        eprintln!(
-            "outpost: cannot start the update {}: {e}; running this version",
-            binary.display()
-        );
+    if let Some(failed) = hand_over_at_start(&folders) {
+        eprintln!("outpost: {failed}");
     }
     let local = crate::policy::read(&folders.local_policy_file())?;
     let swept = outpost_host::sandbox::sweep_leftovers();
@@ -269,7 +263,7 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
         local,
         features,
         seed: 0,
-        passphrase: std::env::var(outpost_daemon::key::PASSPHRASE_VAR).ok(),
+        passphrase: std::env::var(PASSPHRASE_VAR).ok(),
         launcher,
     };
     let registry = executors::registry(
@@ -281,50 +275,40 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
     let stop = stop_on_signals()?;
     let ended = run_daemon(options, registry, host.host.clone(), stop);
     outpost_host::sandbox::retire_warm_helpers();
+    // Said before a hand-over replaces this process; acted on after what ended is said.
+    let said = ended_line(&ended);
+    eprintln!("{said}");
+    crate::log_file::line(&said);
+    if let Some(failed) = after_stop(&ended, launcher, &folders) {
+        eprintln!("outpost: {failed}");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::from(match &ended {
+        Ok(exit) => exit.code(),
+        // Stopped for good: exit 0, which no service manager restarts.
+        Err(DaemonError::Unregistered { .. } | DaemonError::StoppedForGood { .. }) => 0,
+        Err(e) => exit_status(e),
+    }))
+}
+
+/// What the daemon says when it stops, as `ended` says it stopped.
+fn ended_line(ended: &Result<DaemonExit, DaemonError>) -> String {
     match ended {
-        Ok(exit) => {
-            let said = format!(
-                "outpost: {}",
-                match exit {
-                    DaemonExit::Drained => "stopped; every result was delivered",
-                    DaemonExit::Interrupted =>
-                        "stopped at once; undelivered results stay in the outbox for the next start",
-                    DaemonExit::Replaced =>
-                        "replaced: another daemon connected with this machine's key; this one will not reconnect",
-                    DaemonExit::Revoked =>
-                        "revoked by the server's operator; this daemon will not reconnect",
-                    DaemonExit::Updated =>
-                        "every result was delivered; handing over to the verified update",
-                }
-            );
-            eprintln!("{said}");
-            crate::log_file::line(&said);
-            if matches!(exit, DaemonExit::Replaced | DaemonExit::Revoked) {
-                service::disable_after_stop(launcher, &folders);
+        Ok(exit) => format!(
+            "outpost: {}",
+            match exit {
+                DaemonExit::Drained => "stopped; every result was delivered",
+                DaemonExit::Interrupted =>
+                    "stopped at once; undelivered results stay in the outbox for the next start",
+                DaemonExit::Replaced =>
+                    "replaced: another daemon connected with this machine's key; this one will not reconnect",
+                DaemonExit::Revoked =>
+                    "revoked by the server's operator; this daemon will not reconnect",
+                DaemonExit::Updated =>
+                    "every result was delivered; handing over to the verified update",
             }
-            if exit == DaemonExit::Updated
-                && let update::AtStart::HandOver(binary) = update::at_start(&folders.state)
-            {
-                let e = update::hand_over(&binary);
-                eprintln!("outpost: cannot start the update {}: {e}", binary.display());
-                return Ok(ExitCode::from(1));
-            }
-            Ok(ExitCode::from(exit.code()))
-        }
-        Err(e) => {
-            let said = format!("outpost: {e} [{}]", e.code());
-            eprintln!("{said}");
-            crate::log_file::line(&said);
-            if matches!(
-                e,
-                DaemonError::Unregistered { .. } | DaemonError::StoppedForGood { .. }
-            ) {
-                // Stopped for good: exit 0, which no service manager restarts.
-                service::disable_after_stop(launcher, &folders);
-                return Ok(ExitCode::SUCCESS);
-            }
-            Ok(ExitCode::from(exit_status(&e)))
-        }
+        ),
+        Err(e) => format!("outpost: {e} [{}]", e.code()),
     }
 }
 

@@ -773,7 +773,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             client::manage::audit(&api, limit, json)
         }
         Command::Version { json } => {
-            let version = outpost_daemon::update::running_version();
+            let version = outpost_daemon::running_version();
             if json {
                 println!(
                     "{}",

@@ -71,9 +71,9 @@ pub fn commands(on: bool, folders: &OwnerFolders, json: bool) -> anyhow::Result<
     policy.commands_enabled = on;
     write(&path, &policy)?;
     let word = if on { "on" } else { "off" };
-    let server = outpost_daemon::owner::machine_client(
+    let server = outpost_daemon::machine_client(
         folders,
-        std::env::var(outpost_daemon::key::PASSPHRASE_VAR)
+        std::env::var(outpost_daemon::PASSPHRASE_VAR)
             .ok()
             .as_deref(),
         std::env::var_os("OUTPOST_CA_FILE")

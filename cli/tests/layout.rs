@@ -14,6 +14,8 @@
 //!   interface it lives under) and its descendants, and siblings only one way.
 //! - The HTTP API's bodies are the core's types (`outpost_core::api`): the CLI's client reads
 //!   no answer by indexing JSON, and the daemon's signed client defines no body of its own.
+//! - The CLI uses the daemon crate through its root (`outpost_daemon::run_daemon`, …), never
+//!   one of its modules.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -725,5 +727,41 @@ fn request_and_answer_bodies_are_the_core_s_types() {
         own_bodies.is_empty(),
         "the signed client defines a body the core already has:\n{}",
         own_bodies.join("\n")
+    );
+}
+
+/// Whether `line` names an item inside one of the daemon crate's modules
+/// (`outpost_daemon::module::item`) instead of its root.
+fn reaches_into_the_daemon(line: &str) -> bool {
+    line.match_indices("outpost_daemon::").any(|(at, needle)| {
+        let rest = &line[at + needle.len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        name.starts_with(|c: char| c.is_ascii_lowercase()) && rest[name.len()..].starts_with("::")
+    })
+}
+
+#[test]
+fn the_cli_uses_the_daemon_through_its_root_alone() {
+    assert!(reaches_into_the_daemon(
+        "outpost_daemon::update::running_version()"
+    ));
+    assert!(!reaches_into_the_daemon(
+        "outpost_daemon::running_version()"
+    ));
+    assert!(!reaches_into_the_daemon(
+        "use outpost_daemon::{DRAIN_LIMIT, run_daemon};"
+    ));
+    let root = root();
+    let reaching: Vec<String> = lines_with(&root.join("cli/src"), &["outpost_daemon::"], false)
+        .into_iter()
+        .filter(|line| reaches_into_the_daemon(line))
+        .collect();
+    assert!(
+        reaching.is_empty(),
+        "the CLI reaches into the daemon's modules instead of its root surface:\n{}",
+        reaching.join("\n")
     );
 }

@@ -27,8 +27,16 @@
 //! - [`service`]: the daemon as a service of the owner's service manager (`outpost daemon
 //!   install | status | logs | restart | uninstall`).
 //!
-//! The CLI calls [`run_daemon`] with [`DaemonOptions`], an executor [`Registry`] and an
-//! [`OwnedHost`]'s host, and [`service::run`] for the service commands.
+//! - `process`: the process around [`run_daemon`]: [`hand_over_at_start`] to a proven update,
+//!   and [`after_stop`] (a service stopped for good is disabled, a drained daemon hands over
+//!   to its update).
+//! - `leftovers`: what ended runs left, cleaned up once their results are delivered.
+//!
+//! The CLI uses only the crate's root: [`run_daemon`] with [`DaemonOptions`], an executor
+//! [`Registry`] and an [`OwnedHost`]'s host, [`hand_over_at_start`] and [`after_stop`] around
+//! it, [`run_service_action`] for the service commands, [`machine_client`] for the owner's
+//! commands, and the names it shares ([`PASSPHRASE_VAR`], [`SERVICE_VAR`], [`LOG_FILE`],
+//! [`COMMANDS_SOCKET`], [`DRAIN_LIMIT`], [`running_version`]).
 //!
 //! This crate owns the daemon's process lifecycle: start, reconnects, drain, exit, and every
 //! file in the owner's folders. It never decides what the protocol allows (the core does),
@@ -50,6 +58,7 @@ mod os_keyring;
 pub mod owner;
 mod patience;
 mod policy;
+mod process;
 mod runner;
 pub mod service;
 mod standing;
@@ -60,6 +69,13 @@ mod watch;
 
 pub use bridge::SOCKET_NAME as COMMANDS_SOCKET;
 pub use home::{lock, status};
+// The surface the CLI uses, at the crate's root.
+pub use key::PASSPHRASE_VAR;
+pub use lock::SERVICE_VAR;
+pub use owner::machine_client;
+pub use process::{after_stop, hand_over_at_start};
+pub use service::{LOG_FILE, ServiceAction, run as run_service_action};
+pub use update::running_version;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
