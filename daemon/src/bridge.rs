@@ -295,7 +295,7 @@ impl RunSide {
                     .min(self.budget);
                 let req = CommandRequest {
                     requester: authorized.requester,
-                    run_id: self.run_id.clone(),
+                    run_id: self.run_id.clone().into(),
                     command_id: authorized.command_id.clone(),
                     argv: request.argv,
                     cwd: Some(cwd),

@@ -646,7 +646,8 @@ impl Ctx {
             .or_else(|| sandbox.as_ref().map(|_| PathBuf::from("/")));
         let command = CommandRequest {
             requester: self.requester.clone(),
-            run_id: self.wait_id.clone(),
+            // A check's command is no run's: its audit names the wait it checks for.
+            run_id: self.wait_id.clone().into(),
             command_id: format!("{}.check{}", self.wait_id, self.check),
             argv,
             cwd,

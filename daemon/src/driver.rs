@@ -458,7 +458,7 @@ impl Driver {
                 tracing::info!(command = %command_id, run = %run_id, %reason, "host command finished");
                 self.input(Input::CommandFinished {
                     command_id,
-                    run_id: run_id.into(),
+                    run_id,
                     exit_code,
                     signal,
                     duration_ms,

@@ -151,7 +151,7 @@ impl ShellExecutor {
             }
         });
         ProcessRun::spawn(process::Spawn {
-            run_id: launch.run_id.to_string(),
+            run_id: launch.run_id.clone(),
             sandbox,
             refusals,
             program,

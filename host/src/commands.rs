@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use outpost_core::executor::{Ending, ExecError, Outcome, RunHandle};
 use outpost_core::grant::CredentialDenylist;
+use outpost_core::ids::RunId;
 
 use crate::process::{ProcessRun, Sandboxing, Spawn};
 
@@ -53,7 +54,7 @@ pub struct CommandRequest {
     pub requester: String,
     /// The id of the committed run whose program asked; its audit events and `command.finished`
     /// name it.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The id the server gave this command in the authorize hop (carried into
     /// [`AuditEvent::CommandFinished`] so the daemon can report `command.finished`).
     pub command_id: String,
@@ -95,7 +96,7 @@ pub enum AuditEvent {
         /// The names (never the values) of the extra variables.
         env_keys: Vec<String>,
         /// The run that asked.
-        run_id: String,
+        run_id: RunId,
         /// Whether it is a background job.
         background: bool,
     },
@@ -106,7 +107,7 @@ pub enum AuditEvent {
         /// The command line, cut.
         command: String,
         /// The run that asked.
-        run_id: String,
+        run_id: RunId,
         /// Whether it was a background job.
         background: bool,
         /// Its exit code.
@@ -162,7 +163,7 @@ pub enum JobStatus {
 struct Job {
     owner: String,
     command_id: String,
-    run_id: String,
+    run_id: RunId,
     command: String,
     started: Instant,
     run: ProcessRun,

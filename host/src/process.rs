@@ -41,7 +41,7 @@ pub struct Sandboxing {
 /// What [`ProcessRun::spawn`] starts.
 pub struct Spawn {
     /// The run this process belongs to (a host command: the run that asked for it).
-    pub run_id: String,
+    pub run_id: outpost_core::ids::RunId,
     /// Sandboxed so, or not at all.
     pub sandbox: Option<Sandboxing>,
     /// Where the refusals of the run's egress gate are kept (the caller's `report` pushes
@@ -77,7 +77,7 @@ enum Heard {
 
 /// A running process group. Dropping it kills the group.
 pub struct ProcessRun {
-    run_id: String,
+    run_id: outpost_core::ids::RunId,
     pgid: Pid,
     heard: Receiver<Heard>,
     /// Feeds `heard`: the exit waiter thread, and the waker.
