@@ -15,6 +15,7 @@ fn instants_never_go_back_and_follow_boottime() {
         assert!(now >= last, "{now:?} < {last:?}");
         last = now;
     }
+    // Time itself: the clock must advance by a known span before the next reading.
     std::thread::sleep(Duration::from_millis(30));
     let later = clock.instant();
     let after = boottime().unwrap();

@@ -67,6 +67,7 @@ fn idle_daemon_sleeps(host: &str) {
         || daemon.log_tail(20),
     );
     let before = switches(daemon.child.id());
+    // Time itself: the daemon is left idle for the window whose wake-ups are counted.
     std::thread::sleep(WINDOW);
     let made = made_between(&before, &switches(daemon.child.id()));
     let per_second = made as f64 / WINDOW.as_secs_f64();

@@ -74,7 +74,7 @@ fn a_server_stopped_past_a_run_s_lease_records_the_result_that_waited_for_it() {
         let run = format!("{id}.1");
         common::outbox(&daemon.home).contains(&run).then_some(())
     });
-    // Stopped for longer than the lease.
+    // Stopped for longer than the lease: time itself (a stopped server observes nothing).
     std::thread::sleep(Duration::from_secs(40).saturating_sub(stopped.elapsed()));
     signal(&server, "CONT");
     let e = wait_for("the execution to end", || {

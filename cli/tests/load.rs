@@ -74,6 +74,7 @@ fn a_thousand_executions_over_twenty_daemons_with_kills_lose_and_repeat_nothing(
         })
     };
     // Kill a random daemon with SIGKILL every 150 ms; restart it at once on the same home.
+    // Pacing, time itself: the kills fall all through the submissions.
     let mut rng = Rng(0x5eed);
     let mut in_outbox_at_kill: BTreeSet<String> = BTreeSet::new();
     for _ in 0..KILLS {

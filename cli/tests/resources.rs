@@ -76,7 +76,8 @@ fn slow_bodies(addr: SocketAddr) -> SlowEnds {
             s
         })
         .collect();
-    // 10 s for a body and a second for its declared length: trickle a little longer.
+    // 10 s for a body and a second for its declared length: trickle a little longer. Time
+    // itself: these clients must be slow, a byte a second.
     for _ in 0..13 {
         for s in &mut streams {
             let _ = s.write_all(b" ");
@@ -158,7 +159,8 @@ fn upload(addr: SocketAddr, admin: &str, fill: u8) -> u32 {
         let _ = s.read_to_end(&mut raw);
         match status_of(&raw) {
             201 => return tries,
-            // Busy (or the refusal lost to the reset of a body it did not read): again.
+            // Busy (or the refusal lost to the reset of a body it did not read): again, after
+            // a retry's pause (the next try is the check; a 503 names no event to wait on).
             503 | 0 => std::thread::sleep(Duration::from_millis(500)),
             other => panic!(
                 "an upload was answered {other}: {}",
@@ -244,6 +246,7 @@ fn the_servers_memory_stays_bounded_while_every_probe_runs_at_once() {
         std::thread::spawn(move || {
             while sampling.load(Ordering::Relaxed) {
                 peak.fetch_max(status_kib(pid, "VmRSS:"), Ordering::Relaxed);
+                // The sampling rate: time itself, the RSS is read every 20 ms.
                 std::thread::sleep(Duration::from_millis(20));
             }
         })

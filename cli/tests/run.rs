@@ -1,5 +1,7 @@
 //! `outpost run` end to end: the real binary on real capability folders.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -290,22 +292,19 @@ fn a_persistent_container_serves_its_port_until_sigterm() {
     stderr.read_line(&mut line).unwrap();
     assert!(line.contains(&format!("on port {port}")), "{line}");
     // The server inside starts listening a moment later; its answer is the only event.
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let body = loop {
-        let answer = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
+    let ask = || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
             s.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
             let mut body = String::new();
             s.read_to_string(&mut body)?;
             Ok(body)
-        });
-        match answer {
-            Ok(body) if !body.is_empty() => break body,
-            _ if std::time::Instant::now() < until => {
-                std::thread::sleep(std::time::Duration::from_millis(50))
-            }
-            other => panic!("the service never answered: {other:?}"),
-        }
+        })
     };
+    let body = common::wait_for_explained(
+        "the service to answer on its port",
+        || ask().ok().filter(|body| !body.is_empty()),
+        || format!("it answers: {:?}", ask()),
+    );
     assert!(body.contains("served by outpost"), "{body}");
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

@@ -34,6 +34,7 @@ fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
             return v;
         }
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        // The poll's pace: `check` is asked again at the top of the loop.
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -420,7 +421,8 @@ fn silent_server(kind: HostKind) {
     );
     world.online("box");
     let before = world.proxy.upgrades();
-    // Idle for five heartbeats: the pings are all the daemon hears, and enough.
+    // Idle for five heartbeats: the pings are all the daemon hears, and enough. Time itself:
+    // nothing may happen in this window.
     std::thread::sleep(HEARTBEAT * 5);
     assert_eq!(
         world.proxy.upgrades(),
@@ -491,7 +493,8 @@ fn slow_reader(kind: HostKind) {
     wait_for("the two offers the slots allow", || {
         (world.proxy.held() >= SLOTS * offer).then_some(())
     });
-    // However long the reader stays away, nothing more is pushed at it.
+    // However long the reader stays away, nothing more is pushed at it. Time itself: a
+    // window in which nothing may happen.
     std::thread::sleep(Duration::from_millis(500));
     let held = world.proxy.held();
     assert!(

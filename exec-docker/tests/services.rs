@@ -32,6 +32,7 @@ fn get(port: u16) -> String {
         });
         match answer {
             Ok(body) if !body.is_empty() => return body,
+            // The poll's pace: the service is asked again.
             _ if Instant::now() < until => std::thread::sleep(Duration::from_millis(50)),
             other => panic!("the service never answered on {port}: {other:?}"),
         }
@@ -135,6 +136,7 @@ fn a_crashed_service_is_marked_failed_and_not_restarted() {
         if state != ServiceState::Running || Instant::now() > until {
             break state;
         }
+        // The poll's pace: the table has no change signal, so its state is read again.
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(

@@ -32,6 +32,7 @@ fn foreground_sleep(sid: u32) -> i32 {
                 return pid;
             }
         }
+        // The poll's pace: /proc is the only word on the foreground group; read it again.
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!("no sleep in the foreground of session {sid}");

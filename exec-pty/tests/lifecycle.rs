@@ -335,6 +335,7 @@ fn output_read_before_the_terminal_is_taken_reaches_it_first_and_in_order() {
     let until = std::time::Instant::now() + PATIENCE;
     while run.bytes_read() < "early-one\r\nearly-two\r\n".len() as u64 {
         assert!(std::time::Instant::now() < until, "nothing was drained");
+        // The poll's pace: the count has no change signal; it is read again.
         std::thread::sleep(Duration::from_millis(10));
     }
     let mut screen = Screen::of(&mut run);

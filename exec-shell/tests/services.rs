@@ -70,6 +70,7 @@ fn wait_for_output(table: &ServiceTable, name: &str, needle: &str) -> String {
         for chunk in table.read_output(name) {
             seen.push_str(&String::from_utf8_lossy(&chunk.bytes));
         }
+        // The poll's pace: the table's output is read again.
         std::thread::sleep(Duration::from_millis(10));
     }
     seen
@@ -149,6 +150,7 @@ fn a_crashed_service_is_marked_failed_and_not_restarted() {
             break row;
         }
         assert!(Instant::now() < until, "the crash was never noticed");
+        // The poll's pace: the table has no change signal, so its state is read again.
         std::thread::sleep(Duration::from_millis(10));
     };
     assert_eq!(

@@ -385,6 +385,7 @@ fn persistent_modules_live_in_the_service_table_until_stopped_or_trapped() {
         if row.state != ServiceState::Running || std::time::Instant::now() > until {
             break row.state;
         }
+        // The poll's pace: the table has no change signal, so its state is read again.
         std::thread::sleep(Duration::from_millis(5));
     };
     assert_eq!(

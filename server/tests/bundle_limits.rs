@@ -79,6 +79,7 @@ fn until(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(15);
     while !check() {
         assert!(Instant::now() < deadline, "{what}: not within 15 s");
+        // The poll's pace: `check` is asked again.
         std::thread::sleep(Duration::from_millis(50));
     }
 }

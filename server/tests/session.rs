@@ -421,6 +421,7 @@ fn a_hand_written_daemon_meets_the_live_cap_the_offer_deadline_and_unknown_resul
     let deadline = StdInstant::now() + Duration::from_secs(20);
     while context()["online"] != true {
         assert!(StdInstant::now() < deadline, "never online");
+        // The poll's pace: the context is read again.
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(context()["slotsTotal"], 2);
@@ -476,6 +477,7 @@ fn a_hand_written_daemon_meets_the_live_cap_the_offer_deadline_and_unknown_resul
             break e;
         }
         assert!(StdInstant::now() < deadline, "{e}");
+        // The poll's pace: the execution is read again.
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(e["status"], "failed", "{e}");

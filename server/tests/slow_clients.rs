@@ -40,6 +40,7 @@ fn drip(stream: &TcpStream, byte: u8, every: Duration) -> (Arc<AtomicBool>, Join
             if stream.write_all(&[byte]).is_err() {
                 return;
             }
+            // Time itself: a slow client, a byte every `every`.
             std::thread::sleep(every);
         }
     });
@@ -80,6 +81,7 @@ fn await_bodies(server: &TestServer, n: u64) {
             Instant::now() < deadline,
             "{now} bodies in progress, not {n}"
         );
+        // The poll's pace: the gauge is read again.
         std::thread::sleep(Duration::from_millis(20));
     }
 }

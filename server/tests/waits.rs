@@ -702,6 +702,7 @@ fn unpended(server: &TestServer, admin: &str, id: &str) -> Value {
             return w;
         }
         assert!(StdInstant::now() < deadline, "still pending: {w}");
+        // The poll's pace: the wait is shown again.
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -91,6 +91,8 @@ fn echo(tcp: TcpStream, tls: Option<Arc<rustls::ServerConfig>>) {
                     continue;
                 }
                 if text.as_str() == "deaf" {
+                    // Time itself: a stopped peer stays silent for longer than any close
+                    // wait (reading would answer pings, so there is nothing to wait on).
                     std::thread::sleep(std::time::Duration::from_secs(60));
                     return;
                 }

@@ -129,6 +129,7 @@ impl Page {
                 self.try_eval("document.body.innerText"),
                 self.try_eval("window.outpostScreen ? window.outpostScreen().join('\\n') : null")
             );
+            // The poll's pace: the condition is checked again at the top of the loop.
             std::thread::sleep(Duration::from_millis(50));
         }
     }

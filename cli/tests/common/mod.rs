@@ -54,6 +54,7 @@ pub fn wait_for_explained<T>(
             "timed out waiting for {what}\n{}",
             explain()
         );
+        // The poll's pace: `check` is asked again at the top of the loop.
         std::thread::sleep(Duration::from_millis(50));
     }
 }

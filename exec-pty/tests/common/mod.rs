@@ -217,6 +217,7 @@ pub fn gone(pid: i32) -> bool {
         if !process_alive(pid) {
             return true;
         }
+        // The poll's pace: no event for the death of a process that is not our child.
         std::thread::sleep(Duration::from_millis(20));
     }
     false
