@@ -132,3 +132,43 @@ impl Tickets {
         Ok(self.store.consume(text, now)?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_store_refuses_as_full_and_a_ticket_opens_its_own_terminal_alone() {
+        let now = UnixTime(1_700_000_000);
+        let mut tickets = Tickets::default();
+        let issue = |t: &mut Tickets, n: usize| {
+            t.issue(now, format!("ex_{n}"), "ana".into(), Role::Operator)
+        };
+        let first = issue(&mut tickets, 0).expect("a ticket");
+        for n in 1..MAX_TICKETS {
+            issue(&mut tickets, n).expect("room for it");
+        }
+        assert!(matches!(
+            issue(&mut tickets, MAX_TICKETS),
+            Err(IssueRefused::StoreFull)
+        ));
+        // Another terminal's ticket is refused and kept; its own terminal spends it.
+        assert!(matches!(
+            tickets.redeem(now, "ex_1", &first),
+            Err(TicketRefused::Unknown)
+        ));
+        let opened = tickets
+            .redeem(now, "ex_0", &first)
+            .expect("its own terminal");
+        assert_eq!(
+            (opened.exec_id.as_str(), opened.user.as_str()),
+            ("ex_0", "ana")
+        );
+        assert!(matches!(
+            tickets.redeem(now, "ex_0", &first),
+            Err(TicketRefused::Unknown)
+        ));
+        // A ticket spent makes room for one more.
+        assert!(issue(&mut tickets, MAX_TICKETS).is_ok());
+    }
+}
