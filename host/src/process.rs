@@ -202,22 +202,17 @@ impl ProcessRun {
         self.schedule.mark_killed();
     }
 
-    fn finish(&mut self, heard: Heard) -> Result<Outcome, ExecError> {
-        let status = match heard {
-            // The sandbox's PID 1 ended what the run left and holds the sandbox until the
-            // run is dropped: its teardown waits for that.
-            Heard::Reported(status) if self.held => Ok(status),
-            Heard::Reported(status) => {
-                self.kill_group();
-                Ok(status)
-            }
-            // The entry is gone; whatever it left behind in its group goes with it.
-            Heard::Exited(status) => {
-                self.kill_group();
-                status
-            }
-            Heard::Woken => return Err(ExecError::Failed("no end to finish".into())),
-        };
+    /// How the run ended, from the entry's exit or (`reported`) its sandbox's PID 1. The
+    /// group is stopped now, unless the sandbox holds itself until the run is dropped (its
+    /// PID 1 ended what the run left): its teardown waits for that.
+    fn finish(
+        &mut self,
+        status: std::io::Result<ExitStatus>,
+        reported: bool,
+    ) -> Result<Outcome, ExecError> {
+        if !(reported && self.held) {
+            self.kill_group();
+        }
         let execute = self.spawned_at.elapsed();
         let drain_until = Instant::now() + PIPE_DRAIN;
         for _ in 0..2 {
@@ -297,9 +292,13 @@ impl RunHandle for ProcessRun {
             let now = Instant::now();
             let wake = self.schedule.next_look(until, None);
             match self.heard.recv_timeout(wake.saturating_duration_since(now)) {
-                Ok(Heard::Woken) => return Ok(None),
-                Ok(heard @ (Heard::Exited(_) | Heard::Reported(_))) => {
-                    let outcome = self.finish(heard)?;
+                Ok(heard) => {
+                    let (status, reported) = match heard {
+                        Heard::Woken => return Ok(None),
+                        Heard::Exited(status) => (status, false),
+                        Heard::Reported(status) => (Ok(status), true),
+                    };
+                    let outcome = self.finish(status, reported)?;
                     self.outcome = Some(outcome.clone());
                     return Ok(Some(outcome));
                 }
