@@ -295,7 +295,6 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
     );
     let chain = vec![MACHINE.to_owned(), "cloud".to_owned()];
     let _: ChainShown = api.put("/v1/chain", &ChainRequest { chain })?;
-    let release = root.join("release");
     let blocker = capability(
         &caps,
         "busy",
@@ -304,13 +303,9 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
                 "manifest.yaml",
                 "name: busy\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
             ),
-            (
-                "run.sh",
-                &format!(
-                    "while [ ! -e {} ]; do sleep 0.05; done\n",
-                    release.display()
-                ),
-            ),
+            // Busy until the demo cancels it: a sandboxed run sees none of the demo's folders,
+            // so it is told to end by a cancel, not a file.
+            ("run.sh", "while true; do sleep 0.05; done\n"),
         ],
     )?;
     let held: Execution = api.post("/v1/executions", &request(&blocker, Some(MACHINE))?)?;
@@ -335,7 +330,10 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
         outcome: Ok(execution),
         total,
     });
-    std::fs::write(&release, b"")?;
+    let _: Result<Execution, _> = api.post(
+        &format!("/v1/executions/{held_id}/cancel"),
+        &serde_json::json!({}),
+    );
     let _ = api.get::<Execution>(&format!("/v1/executions/{held_id}?waitSecs=30"));
 
     stop.raise();
