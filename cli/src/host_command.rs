@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use serde_json::{Value, json};
+use outpost_daemon::{BridgeAnswer, BridgeOp, BridgeRequest};
 
 /// The bridge's socket in the run's folder.
 const DEFAULT_SOCKET: &str = outpost_daemon::COMMANDS_SOCKET;
@@ -73,15 +73,16 @@ enum Op {
     },
 }
 
-fn spec_json(op: &str, spec: Spec) -> anyhow::Result<Value> {
-    let mut env = serde_json::Map::new();
+fn request(op: BridgeOp, spec: Spec) -> anyhow::Result<BridgeRequest> {
+    let mut request = BridgeRequest::command(op, spec.argv);
+    request.cwd = spec.cwd;
     for pair in spec.env {
         let (key, value) = pair
             .split_once('=')
             .with_context(|| format!("--env {pair:?} is not KEY=VALUE"))?;
-        env.insert(key.to_owned(), json!(value));
+        request.env.insert(key.to_owned(), value.to_owned());
     }
-    Ok(json!({"op": op, "argv": spec.argv, "cwd": spec.cwd, "env": env}))
+    Ok(request)
 }
 
 /// Sends one request and prints the answer.
@@ -89,16 +90,16 @@ pub fn command(args: CommandArgs) -> anyhow::Result<ExitCode> {
     let socket = args
         .socket
         .unwrap_or_else(|| PathBuf::from(".").join(DEFAULT_SOCKET));
-    let (op, request) = match args.op {
-        Op::Run { spec, timeout_ms } => {
-            let mut request = spec_json("run", spec)?;
-            request["timeoutMs"] = json!(timeout_ms);
-            ("run", request)
-        }
-        Op::Start { spec } => ("start", spec_json("start", spec)?),
-        Op::Poll { job } => ("poll", json!({"op": "poll", "jobId": job})),
-        Op::Kill { job } => ("kill", json!({"op": "kill", "jobId": job})),
+    let request = match args.op {
+        Op::Run { spec, timeout_ms } => BridgeRequest {
+            timeout_ms,
+            ..request(BridgeOp::Run, spec)?
+        },
+        Op::Start { spec } => request(BridgeOp::Start, spec)?,
+        Op::Poll { job } => BridgeRequest::job(BridgeOp::Poll, job),
+        Op::Kill { job } => BridgeRequest::job(BridgeOp::Kill, job),
     };
+    let op = request.op;
     let mut stream = UnixStream::connect(&socket).with_context(|| {
         format!(
             "no host-commands socket at {}: host commands are asked for from inside a machine operator's run",
@@ -109,52 +110,46 @@ pub fn command(args: CommandArgs) -> anyhow::Result<ExitCode> {
     line.push(b'\n');
     stream.write_all(&line)?;
     stream.shutdown(std::net::Shutdown::Write)?;
-    let mut answer = Vec::new();
+    let mut bytes = Vec::new();
     stream
-        .read_to_end(&mut answer)
+        .read_to_end(&mut bytes)
         .context("reading the daemon's answer")?;
-    let answer: Value = serde_json::from_slice(&answer)
-        .context("the daemon's answer is not JSON (did the run end?)")?;
+    let answer: BridgeAnswer = serde_json::from_slice(&bytes)
+        .context("the daemon's answer is not a bridge answer (did the run end?)")?;
     if args.json {
-        println!("{answer}");
+        println!("{}", String::from_utf8_lossy(&bytes).trim_end());
     }
-    if answer["ok"] != json!(true) {
+    if !answer.ok {
         if !args.json {
-            eprintln!(
-                "outpost: {}: {}",
-                answer["error"]["code"].as_str().unwrap_or("unknown"),
-                answer["error"]["message"].as_str().unwrap_or("")
-            );
+            let (code, message) = answer
+                .error
+                .as_ref()
+                .map_or(("unknown", ""), |e| (e.code.as_str(), e.message.as_str()));
+            eprintln!("outpost: {code}: {message}");
         }
         return Ok(ExitCode::FAILURE);
     }
     if args.json {
         return Ok(ExitCode::SUCCESS);
     }
-    let str_of = |key: &str| answer[key].as_str().unwrap_or("").to_owned();
-    match op {
-        "start" => println!("{}", answer["jobId"]),
-        _ => {
-            print!("{}", str_of("stdout"));
-            eprint!("{}", str_of("stderr"));
-            crate::stdout::lock().flush()?;
-            if answer["running"] == json!(true) {
-                eprintln!("running");
-                return Ok(ExitCode::SUCCESS);
-            }
-            if op != "run" {
-                eprintln!("{}", str_of("status"));
-            }
-            let code = match (answer["exitCode"].as_i64(), answer["signal"].as_i64()) {
-                _ if answer["status"] == "timed_out" => 124,
-                (Some(code), _) => code,
-                (None, Some(signal)) => 128 + signal,
-                (None, None) => 1,
-            };
-            if op == "run" {
-                return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
-            }
-        }
+    if op == BridgeOp::Start {
+        println!("{}", answer.job_id.unwrap_or_default());
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", answer.stdout.as_deref().unwrap_or(""));
+    eprint!("{}", answer.stderr.as_deref().unwrap_or(""));
+    crate::stdout::lock().flush()?;
+    if answer.running == Some(true) {
+        eprintln!("running");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if op == BridgeOp::Run {
+        return Ok(ExitCode::from(
+            u8::try_from(answer.exit_code()).unwrap_or(1),
+        ));
+    }
+    if let Some(ended) = &answer.ended {
+        eprintln!("{}", ended.status.as_str());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,10 +4,10 @@
 //! and the run's scripts ask for commands on it — `outpost command run|start|poll|kill` is the
 //! client. A shared run (not the operator's) gets no socket.
 //!
-//! The protocol is one JSON line each way per connection: a request
-//! `{"op": "run"|"start", "argv": [...], "cwd"?, "env"?, "timeoutMs"?}` or
-//! `{"op": "poll"|"kill", "jobId": N}`, answered with `{"ok": true, ...}` or
-//! `{"ok": false, "error": {"code", "message"}}`. Before every `run` and `start` the daemon
+//! The protocol is one JSON line each way per connection: a [`BridgeRequest`]
+//! (`{"op": "run"|"start", "argv": [...], "cwd"?, "env"?, "timeoutMs"?}` or
+//! `{"op": "poll"|"kill", "jobId": N}`), answered with a [`BridgeAnswer`] (`{"ok": true, ...}`
+//! or `{"ok": false, "error": {"code", "message"}}`). Before every `run` and `start` the daemon
 //! asks the server (the signed authorize hop) with the command cut to 1,000 characters, its
 //! cwd and its variables' names; before every `poll` and `kill` it asks the job hop. A
 //! refusal (`commands_off`, `commands_operator_only`, `run_not_live`, …) is the answer and
@@ -21,7 +21,6 @@
 //! decides whether commands are on — [`HostCommands`] holds both switches — and it never
 //! sends a frame: it tells the driver that audit events are waiting ([`Event::CommandsAudit`]).
 
-use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -32,13 +31,13 @@ use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use outpost_core::executor::{Ending, Outcome};
 use outpost_host::{CommandError, CommandRequest, HostCommands, JobStatus};
-use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::Event;
 use outpost_adapters::http::{CommandAuthorize, JobAuthorize, JobOp, SignedClient};
+pub use wire::{BridgeAnswer, BridgeEnded, BridgeEnding, BridgeOp, BridgeRequest};
+
+mod wire;
 
 /// The socket's file name inside the run's folder.
 pub const SOCKET_NAME: &str = ".outpost-commands.sock";
@@ -173,22 +172,6 @@ fn bind(path: &Path) -> std::io::Result<(UnixListener, Option<PathBuf>)> {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Request {
-    op: String,
-    #[serde(default)]
-    argv: Vec<String>,
-    #[serde(default)]
-    cwd: Option<PathBuf>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    #[serde(default)]
-    timeout_ms: Option<u64>,
-    #[serde(default)]
-    job_id: Option<u64>,
-}
-
 /// A refusal as the bridge answers it.
 struct Refused {
     code: String,
@@ -210,37 +193,12 @@ impl From<CommandError> for Refused {
     }
 }
 
-fn ending(outcome: &Outcome) -> &'static str {
-    match outcome.ending {
-        Ending::Exited => "exited",
-        Ending::TimedOut => "timed_out",
-        Ending::Cancelled => "killed",
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn finished(outcome: &Outcome) -> Value {
-    json!({
-        "ok": true,
-        "running": false,
-        "status": ending(outcome),
-        "exitCode": outcome.exit_code,
-        "signal": outcome.signal,
-        "stdout": text(&outcome.stdout),
-        "stderr": text(&outcome.stderr),
-        "truncated": outcome.truncated,
-    })
-}
-
 impl RunSide {
     fn answer(&self, stream: UnixStream) {
         let mut line = String::new();
         let read = BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line);
         let answer = match read {
-            Ok(_) => match serde_json::from_str::<Request>(&line) {
+            Ok(_) => match serde_json::from_str::<BridgeRequest>(&line) {
                 Ok(request) => self.carry_out(request),
                 Err(e) => Err(Refused::new(
                     "invalid_request",
@@ -249,20 +207,18 @@ impl RunSide {
             },
             Err(e) => Err(Refused::new("invalid_request", e.to_string())),
         };
-        let value = answer.unwrap_or_else(
-            |r| json!({"ok": false, "error": {"code": r.code, "message": r.message}}),
-        );
+        let value = answer.unwrap_or_else(|r| BridgeAnswer::refused(&r.code, r.message));
         let _ = self.shared.events.send(Event::CommandsAudit);
         let mut bytes = serde_json::to_vec(&value).unwrap_or_default();
         bytes.push(b'\n');
         let _ = (&stream).write_all(&bytes);
     }
 
-    fn carry_out(&self, request: Request) -> Result<Value, Refused> {
+    fn carry_out(&self, request: BridgeRequest) -> Result<BridgeAnswer, Refused> {
         let commands = &self.shared.commands;
-        match request.op.as_str() {
-            "run" | "start" => {
-                let background = request.op == "start";
+        match request.op {
+            BridgeOp::Run | BridgeOp::Start => {
+                let background = request.op == BridgeOp::Start;
                 if request.argv.is_empty() {
                     return Err(Refused::new(
                         "invalid_request",
@@ -305,22 +261,28 @@ impl RunSide {
                 };
                 if background {
                     let job = commands.start(&req)?;
-                    Ok(json!({"ok": true, "commandId": authorized.command_id, "jobId": job}))
+                    Ok(BridgeAnswer {
+                        ok: true,
+                        command_id: Some(authorized.command_id),
+                        job_id: Some(job),
+                        ..BridgeAnswer::default()
+                    })
                 } else {
                     let outcome = commands.run(&req)?;
-                    let mut value = finished(&outcome);
-                    value["commandId"] = json!(authorized.command_id);
-                    Ok(value)
+                    Ok(BridgeAnswer {
+                        command_id: Some(authorized.command_id),
+                        ..BridgeAnswer::finished(&outcome)
+                    })
                 }
             }
-            "poll" | "kill" => {
+            BridgeOp::Poll | BridgeOp::Kill => {
                 let Some(job) = request.job_id else {
                     return Err(Refused::new("invalid_request", "give the job's jobId"));
                 };
                 if !commands.is_on() {
                     return Err(CommandError::CommandsOff.into());
                 }
-                let op = if request.op == "kill" {
+                let op = if request.op == BridgeOp::Kill {
                     JobOp::Kill
                 } else {
                     JobOp::Poll
@@ -337,26 +299,21 @@ impl RunSide {
                     .requester;
                 if op == JobOp::Kill {
                     let outcome = commands.kill(&requester, job)?;
-                    let mut value = finished(&outcome);
-                    value["jobId"] = json!(job);
-                    return Ok(value);
+                    return Ok(BridgeAnswer {
+                        job_id: Some(job),
+                        ..BridgeAnswer::finished(&outcome)
+                    });
                 }
                 match commands.poll(&requester, job)? {
-                    JobStatus::Running { stdout, stderr } => Ok(json!({
-                        "ok": true, "jobId": job, "running": true,
-                        "stdout": text(&stdout), "stderr": text(&stderr),
-                    })),
-                    JobStatus::Finished(outcome) => {
-                        let mut value = finished(&outcome);
-                        value["jobId"] = json!(job);
-                        Ok(value)
+                    JobStatus::Running { stdout, stderr } => {
+                        Ok(BridgeAnswer::running(job, &stdout, &stderr))
                     }
+                    JobStatus::Finished(outcome) => Ok(BridgeAnswer {
+                        job_id: Some(job),
+                        ..BridgeAnswer::finished(&outcome)
+                    }),
                 }
             }
-            other => Err(Refused::new(
-                "invalid_request",
-                format!("unknown op {other:?}: run, start, poll or kill"),
-            )),
         }
     }
 }

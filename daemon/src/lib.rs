@@ -22,8 +22,9 @@
 //! - `patience`: start-up requests retried while the server is unreachable or busy.
 //! - `policy`: the owner's local policy, read again when its file changes.
 //! - `bridge`: host commands for a live operator's run, on a socket in its folder
-//!   ([`COMMANDS_SOCKET`]); the daemon keeps one `HostCommands` for its life, its local switch
-//!   from the policy's `commandsEnabled`, its server switch from the grant.
+//!   ([`COMMANDS_SOCKET`]), one [`BridgeRequest`] line and one [`BridgeAnswer`] line per
+//!   connection; the daemon keeps one `HostCommands` for its life, its local switch from the
+//!   policy's `commandsEnabled`, its server switch from the grant.
 //! - [`service`]: the daemon as a service of the owner's service manager (`outpost daemon
 //!   install | status | logs | restart | uninstall`).
 //!
@@ -36,7 +37,8 @@
 //! [`Registry`] and an [`OwnedHost`]'s host, [`hand_over_at_start`] and [`after_stop`] around
 //! it, [`run_service_action`] for the service commands, [`machine_client`] for the owner's
 //! commands, and the names it shares ([`PASSPHRASE_VAR`], [`SERVICE_VAR`], [`LOG_FILE`],
-//! [`COMMANDS_SOCKET`], [`DRAIN_LIMIT`], [`running_version`]).
+//! [`COMMANDS_SOCKET`] with its [`BridgeRequest`] and [`BridgeAnswer`], [`DRAIN_LIMIT`],
+//! [`running_version`]).
 //!
 //! This crate owns the daemon's process lifecycle: start, reconnects, drain, exit, and every
 //! file in the owner's folders. It never decides what the protocol allows (the core does),
@@ -68,6 +70,7 @@ pub mod update;
 mod watch;
 
 pub use bridge::SOCKET_NAME as COMMANDS_SOCKET;
+pub use bridge::{BridgeAnswer, BridgeEnded, BridgeEnding, BridgeOp, BridgeRequest};
 pub use home::{lock, status};
 // The surface the CLI uses, at the crate's root.
 pub use key::PASSPHRASE_VAR;

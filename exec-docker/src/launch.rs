@@ -141,7 +141,7 @@ impl DockerExecutor {
             container_id: id,
             streams,
             finished,
-            cancel,
+            cancel: Arc::new(cancel),
             outcome: None,
         })
     }

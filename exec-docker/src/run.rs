@@ -256,7 +256,7 @@ pub struct DockerRun {
     pub(crate) container_id: String,
     pub(crate) streams: Arc<Mutex<CapturedOutput>>,
     pub(crate) finished: mpsc::Receiver<Result<Outcome, ExecError>>,
-    pub(crate) cancel: watch::Sender<bool>,
+    pub(crate) cancel: Arc<watch::Sender<bool>>,
     pub(crate) outcome: Option<Result<Outcome, ExecError>>,
 }
 
@@ -292,6 +292,15 @@ impl RunHandle for DockerRun {
     fn cancel(&mut self) -> Result<(), ExecError> {
         self.cancel.send_replace(true);
         Ok(())
+    }
+
+    /// Tells the container's driver task to stop it, as a cancel does: the task's `select!`
+    /// wakes on it, so nobody polls.
+    fn canceller(&self) -> Option<outpost_core::executor::WaitWaker> {
+        let cancel = self.cancel.clone();
+        Some(Arc::new(move || {
+            cancel.send_replace(true);
+        }))
     }
 
     fn read_output(&mut self) -> Vec<OutputChunk> {

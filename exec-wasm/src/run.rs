@@ -150,6 +150,13 @@ impl RunHandle for WasmRun {
         Ok(())
     }
 
+    /// Raises the flag the store's epoch callback reads: the run stops at the next tick,
+    /// whichever thread runs it (the pool, or the waiter itself for a short run).
+    fn canceller(&self) -> Option<outpost_core::executor::WaitWaker> {
+        let flag = self.cancelled.clone();
+        Some(Arc::new(move || flag.store(true, Ordering::Relaxed)))
+    }
+
     fn read_output(&mut self) -> Vec<OutputChunk> {
         // Someone watches the output: the run must make progress on its own.
         self.start_on_pool();

@@ -2,10 +2,12 @@
 //! `cloud` executor): wait for the run, stop it once its [`Cancel`] is raised, and hand back
 //! how it ended.
 //!
-//! A raise wakes the waiter at once where the run's handle can be woken
-//! ([`RunHandle::wait_waker`]: the shell executor's process runs, the pty's terminals);
-//! elsewhere (wasm, docker) the waiter looks at the cancel every [`SLICE`]. This module owns
-//! that loop; it never decides whether a run may start or what its result means.
+//! A raise reaches the run at once: it cancels it directly where the run watches a flag
+//! ([`RunHandle::canceller`]: wasm stores, containers), or wakes the waiter, who cancels it,
+//! where the run's handle can be woken ([`RunHandle::wait_waker`]: the shell executor's
+//! process runs, the pty's terminals). Only a handle with neither is looked at every
+//! [`SLICE`]. This module owns that loop; it never decides whether a run may start or what
+//! its result means.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,10 +15,11 @@ use std::time::Duration;
 
 use outpost_core::executor::{ExecError, Outcome, OutputChunk, RunHandle, WaitWaker};
 
-/// How often a waiter whose run cannot be woken looks at its cancel.
+/// How often a waiter whose run can neither be woken nor cancelled from afar looks at its
+/// cancel.
 const SLICE: Duration = Duration::from_millis(200);
 
-/// How long one wait lasts when a raise wakes it (the run's own deadline still ends it in
+/// How long one wait lasts when a raise reaches it (the run's own deadline still ends it in
 /// time: the handle enforces it).
 const WOKEN_WAIT: Duration = Duration::from_secs(3600);
 
@@ -30,6 +33,7 @@ pub struct Cancel {
 struct CancelState {
     raised: AtomicBool,
     waker: Mutex<Option<WaitWaker>>,
+    canceller: Mutex<Option<WaitWaker>>,
 }
 
 impl std::fmt::Debug for Cancel {
@@ -46,17 +50,15 @@ impl Cancel {
         Self::default()
     }
 
-    /// Asks the run to stop, and wakes its waiter if it waits.
+    /// Asks the run to stop: cancels it directly where it can be, and wakes its waiter if it
+    /// waits.
     pub fn raise(&self) {
         self.state.raised.store(true, Ordering::SeqCst);
-        let waker = self
-            .state
-            .waker
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(wake) = waker {
-            wake();
+        for slot in [&self.state.canceller, &self.state.waker] {
+            let call = slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(call) = call {
+                call();
+            }
         }
     }
 
@@ -67,6 +69,14 @@ impl Cancel {
 
     fn wake_with(&self, waker: WaitWaker) {
         *self.state.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(waker);
+    }
+
+    fn cancel_with(&self, canceller: WaitWaker) {
+        *self
+            .state
+            .canceller
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(canceller);
     }
 }
 
@@ -96,6 +106,15 @@ fn drive(
     cancel: &Cancel,
     mut on_output: Option<&mut dyn FnMut(Vec<OutputChunk>)>,
 ) -> Result<Outcome, ExecError> {
+    // Registered before the first look at the cancel below: a raise either finds it or is
+    // seen by that look.
+    let reachable = match handle.canceller() {
+        Some(canceller) => {
+            cancel.cancel_with(canceller);
+            true
+        }
+        None => false,
+    };
     let slice = match handle.wait_waker() {
         Some(waker) => {
             cancel.wake_with(waker.clone());
@@ -105,6 +124,7 @@ fn drive(
             }
         }
         None if on_output.is_some() => STREAM_SLICE,
+        None if reachable => WOKEN_WAIT,
         None => SLICE,
     };
     let mut cancelled = false;

@@ -219,6 +219,15 @@ pub trait RunHandle: Send {
         None
     }
 
+    /// What another thread can call to cancel the run at once, as [`RunHandle::cancel`] does,
+    /// where cancelling is a flag the run itself watches (a wasm store's epoch callback, a
+    /// container's driver task): a [`RunHandle::wait`] in progress then ends with
+    /// [`Ending::Cancelled`] without being polled. `None` where cancelling needs the handle
+    /// itself (killing processes): its waiter uses [`RunHandle::wait_waker`] or short slices.
+    fn canceller(&self) -> Option<WaitWaker> {
+        None
+    }
+
     /// From now on, call `waker` whenever output arrives (so [`RunHandle::read_output`] has
     /// some), which ends a [`RunHandle::wait`] in progress when `waker` is this handle's
     /// [`RunHandle::wait_waker`]. Returns false where output cannot wake anyone: whoever

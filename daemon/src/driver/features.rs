@@ -1,0 +1,92 @@
+//! The features a daemon announces that can change while it runs: `fs` (the owner's policy
+//! mounts a granted folder) and `confinement:<rule>`.
+//!
+//! It owns when they are looked at and what changed; it never feeds the core (the driver's
+//! tick announces what this returns).
+
+use std::time::{Duration, Instant as StdInstant};
+
+use crate::runner::Runner;
+
+/// The `fs` feature as it is now: announced while the owner's policy mounts a granted
+/// folder, looked at on each grant and every [`FEATURE_LOOK`] (the policy file may change);
+/// and `confinement:<rule>`, the owner's sandbox rule as the policy says it now.
+pub(super) struct Features {
+    base: Vec<String>,
+    pub(super) granted: Vec<outpost_core::wire::FolderGrant>,
+    fs: bool,
+    confinement: Option<String>,
+    /// When it looked last; `None`: look at the next tick (a grant came, the policy changed).
+    looked: Option<StdInstant>,
+}
+
+/// How the owner's sandbox rule is announced (`confinement:required`, …).
+const CONFINEMENT_FEATURE: &str = "confinement:";
+
+/// How often the driver looks whether the `fs` feature changed while the policy file is
+/// watched (a change of the file is looked at at once; this catches a granted folder that
+/// appeared or went).
+const FEATURE_LOOK: Duration = Duration::from_secs(30);
+
+/// How often it looks when the policy file cannot be watched.
+const FEATURE_LOOK_UNWATCHED: Duration = Duration::from_secs(1);
+
+impl Features {
+    pub(super) fn new(announced: &[String]) -> Self {
+        Self {
+            base: announced
+                .iter()
+                .filter(|f| *f != "fs" && !f.starts_with(CONFINEMENT_FEATURE))
+                .cloned()
+                .collect(),
+            granted: Vec::new(),
+            fs: announced.iter().any(|f| f == "fs"),
+            confinement: announced
+                .iter()
+                .find(|f| f.starts_with(CONFINEMENT_FEATURE))
+                .cloned(),
+            looked: Some(StdInstant::now()),
+        }
+    }
+
+    /// When the next look is due: [`FEATURE_LOOK`] after the last while the policy file is
+    /// `watched`, [`FEATURE_LOOK_UNWATCHED`] after it while not.
+    /// `None`: at once.
+    pub(super) fn next_look(&self, watched: bool) -> Option<StdInstant> {
+        let every = if watched {
+            FEATURE_LOOK
+        } else {
+            FEATURE_LOOK_UNWATCHED
+        };
+        self.looked.map(|at| at + every)
+    }
+
+    /// Looks at the driver's next tick (a grant came, the policy file changed).
+    pub(super) fn look_now(&mut self) {
+        self.looked = None;
+    }
+
+    /// The features to announce, when they changed since the last look.
+    pub(super) fn look(&mut self, runner: &Runner, watched: bool) -> Option<Vec<String>> {
+        let now = StdInstant::now();
+        if self.next_look(watched).is_some_and(|at| now < at) {
+            return None;
+        }
+        self.looked = Some(now);
+        let fs = runner.mounts_any(&self.granted);
+        let confinement = Some(format!(
+            "{CONFINEMENT_FEATURE}{}",
+            runner.confinement().as_str()
+        ));
+        if fs == self.fs && confinement == self.confinement {
+            return None;
+        }
+        (self.fs, self.confinement) = (fs, confinement);
+        let mut features = self.base.clone();
+        if fs {
+            features.push("fs".into());
+        }
+        features.extend(self.confinement.clone());
+        Some(features)
+    }
+}
