@@ -100,6 +100,7 @@ fn serve(state_dir: PathBuf) {
         terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
         heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
         limits: Default::default(),
+        xterm_dir: None,
     };
     let server = BlockingServer::start(config, Registry::new(), 2).expect("the server starts");
     {

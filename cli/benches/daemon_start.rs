@@ -101,6 +101,7 @@ fn start(c: &mut Criterion) {
             terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
             limits: Default::default(),
+            xterm_dir: None,
         },
         Registry::new(),
         2,

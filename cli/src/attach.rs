@@ -45,7 +45,8 @@ enum Local {
     Eof,
 }
 
-trait Stream: std::io::Read + std::io::Write + Send {}
+/// A connection to the server, plain or TLS.
+pub(crate) trait Stream: std::io::Read + std::io::Write + Send {}
 impl<T: std::io::Read + std::io::Write + Send> Stream for T {}
 
 /// Runs the viewer until the program exits (its exit code), the terminal ends (1), or the
@@ -186,7 +187,12 @@ fn detach_byte(key: &str) -> anyhow::Result<u8> {
     }
 }
 
-fn connect(url: &ServerUrl, trust: &Trust) -> anyhow::Result<(TcpStream, Box<dyn Stream>)> {
+/// A connection to `url`'s host (TLS when it is `https`, trusting `trust`): a handle on its
+/// TCP socket (for timeouts) and the stream to speak on.
+pub(crate) fn connect(
+    url: &ServerUrl,
+    trust: &Trust,
+) -> anyhow::Result<(TcpStream, Box<dyn Stream>)> {
     let addr = (url.host.as_str(), url.port)
         .to_socket_addrs()
         .with_context(|| format!("resolving {}", url.host))?

@@ -150,6 +150,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
             terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
             limits: Default::default(),
+            xterm_dir: None,
         },
         executors::registry(&cloud, Some(state.join("cache/wasm")), true),
         2,

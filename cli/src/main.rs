@@ -38,6 +38,7 @@ macro_rules! print {
 }
 
 mod attach;
+mod check;
 mod client;
 mod daemon;
 mod demo;
@@ -181,6 +182,32 @@ enum Command {
         /// OUTPOST_STATE, else ~/.local/share/outpost/server).
         #[arg(long)]
         server: Option<String>,
+    },
+    /// An unattended end-to-end check of a deployment (needs an admin's token): a throwaway
+    /// machine in a temporary folder joins, runs host commands in the foreground and the
+    /// background, opens a terminal, and is revoked and deleted; each step is printed with its
+    /// time, the first failure exits 1, and whatever was made is removed (on Ctrl-C too).
+    Check {
+        /// The server (default: OUTPOST_SERVER, else the join in the local server's state folder:
+        /// OUTPOST_STATE, else ~/.local/share/outpost/server).
+        #[arg(long)]
+        server: Option<String>,
+        /// Print one JSON report (each step's name, ok, ms and detail) at the end.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Terminal sessions the server recorded: list them, export one as an asciicast v2 file
+    /// (`asciinema play` plays it), or play one here.
+    Terminal {
+        #[command(subcommand)]
+        action: TerminalAction,
+        /// The server (default: OUTPOST_SERVER, else the join in the local server's state folder:
+        /// OUTPOST_STATE, else ~/.local/share/outpost/server).
+        #[arg(long, global = true)]
+        server: Option<String>,
+        /// Print JSON (`recordings`).
+        #[arg(long, global = true)]
+        json: bool,
     },
     /// The machines (execution contexts) you can use.
     Context {
@@ -383,6 +410,32 @@ enum ChainAction {
     },
     /// Show it.
     Show,
+}
+
+#[derive(Subcommand)]
+enum TerminalAction {
+    /// The recorded sessions you may watch, newest first.
+    Recordings {
+        /// Only this context's (a name or an id).
+        #[arg(long)]
+        context: Option<String>,
+    },
+    /// Write a session's recording to stdout as an asciicast v2 file.
+    Export {
+        /// The terminal's id (`ex_…`, as `outpost terminal recordings` lists it).
+        id: String,
+    },
+    /// Play a session's recording in this terminal with its own timing.
+    Play {
+        /// The terminal's id (`ex_…`).
+        id: String,
+        /// Play this many times as fast.
+        #[arg(long, default_value_t = 1.0)]
+        speed: f64,
+        /// Cut pauses longer than this many seconds to it.
+        #[arg(long, value_name = "SECS")]
+        idle_limit: Option<f64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -674,6 +727,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             match action {
                 ChainAction::Set { chain } => client::manage::chain_set(&api, &chain, json),
                 ChainAction::Show => client::manage::chain_show(&api, json),
+            }
+        }
+        Command::Check { server, json } => check::check(server.as_deref(), json),
+        Command::Terminal {
+            action,
+            server,
+            json,
+        } => {
+            let api = client::api::Api::from_env(server.as_deref())?;
+            use client::recordings;
+            match action {
+                TerminalAction::Recordings { context } => {
+                    recordings::list(&api, context.as_deref(), json)
+                }
+                TerminalAction::Export { id } => recordings::export(&api, &id),
+                TerminalAction::Play {
+                    id,
+                    speed,
+                    idle_limit,
+                } => recordings::play(&api, &id, recordings::PlayArgs { speed, idle_limit }),
             }
         }
         Command::Runs {

@@ -60,6 +60,21 @@ pub struct ServeArgs {
     /// connection silent for three is closed (by either side) and the daemon reconnects.
     #[arg(long, value_name = "SECS", default_value_t = ServeConfig::DEFAULT_HEARTBEAT.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub heartbeat_secs: u64,
+    /// Keep what operators type in terminal recordings too (off: output and sizes only;
+    /// keystrokes may hold passwords). `GET /v1/terminals` shows it per terminal.
+    #[arg(long)]
+    pub record_terminal_input: bool,
+    /// Delete a terminal recording this many days after its session began.
+    #[arg(long, value_name = "DAYS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=36500))]
+    pub recording_retention_days: u64,
+    /// Never let a machine's host commands be turned on (whatever an owner or a grant says):
+    /// turning them on is refused `commands_disabled_on_server`.
+    #[arg(long)]
+    pub no_host_commands: bool,
+    /// The xterm.js 3.x package folder the web UI's terminal is read from, at run time
+    /// (default: Debian's node-xterm, /usr/share/nodejs/xterm).
+    #[arg(long, value_name = "DIR")]
+    pub xterm_dir: Option<PathBuf>,
 }
 
 /// Reads a rate: a positive number of requests per second.
@@ -106,7 +121,15 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         rate_limits: RateLimits::new(args.rate_per_address, args.rate_per_context),
         terminal_idle: std::time::Duration::from_secs(args.terminal_idle_secs),
         heartbeat: std::time::Duration::from_secs(args.heartbeat_secs),
-        limits: Default::default(),
+        limits: outpost_server::Limits {
+            record_terminal_input: args.record_terminal_input,
+            host_commands: !args.no_host_commands,
+            recording_retention: std::time::Duration::from_secs(
+                args.recording_retention_days * 24 * 3600,
+            ),
+            ..Default::default()
+        },
+        xterm_dir: args.xterm_dir,
     };
     let server = BlockingServer::start(config, registry, 2).with_context(|| {
         format!(

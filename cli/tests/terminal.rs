@@ -937,3 +937,206 @@ fn a_stalled_viewer_is_dropped_as_slow_and_the_other_keeps_receiving() {
     let row = listed(&server, &terminal).expect("listed");
     assert_eq!(row["state"], "open", "the terminal went on: {row}");
 }
+
+/// Every session is recorded as it is relayed. One that ran `vi` and a resize: its export is
+/// an asciicast v2 file the real `asciinema play` plays to the same text, its output ends with
+/// what the live viewer was shown, its sizes are in it and keystrokes are not (the server
+/// keeps input only when told to); the audit rows link to it, `outpost terminal play` plays
+/// it, and another user can neither list nor read it.
+#[test]
+fn a_session_is_recorded_and_its_export_plays_in_asciinema() {
+    use std::process::Command;
+    let dir = temp_dir("recording");
+    let (server, _daemon) = common::server_with_daemon(&dir, "box");
+    let notes = dir.join("notes.txt");
+    std::fs::write(&notes, "the recorded line\n").expect("the file to edit");
+    let (terminal, mut viewer) = open_terminal(&server);
+    set_prompt(&mut viewer);
+    viewer.control(json!({"type": "resize", "cols": 100, "rows": 30}));
+    let at = viewer.mark();
+    viewer.type_keys("stty size\r");
+    viewer.until("the new size", |v| v.shows_after(at, "30 100"));
+    let at = viewer.mark();
+    viewer.type_keys(&format!("vi -u NONE {}\r", notes.display()));
+    viewer.until("vi showing the file", |v| {
+        v.shows_after(at, "the recorded line")
+    });
+    let at = viewer.mark();
+    viewer.type_keys("\x1b:s/recorded/\\U&/\r");
+    viewer.until("vi's changed line", |v| v.shows_after(at, "RECORDED"));
+    let at = viewer.mark();
+    viewer.type_keys(":q!\r");
+    viewer.until("the prompt after vi", |v| v.shows_after(at, PROMPT));
+    viewer.type_keys("exit\r");
+    viewer.until("the exit", |v| v.closed.is_some());
+
+    let row = wait_for("the recording's end to be stored", || {
+        let (status, listed) = server.api("GET", "/v1/recordings?context=box", None);
+        assert_eq!(status, 200, "{listed}");
+        listed["recordings"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["terminalId"] == terminal.as_str()))
+            .filter(|r| !r["endedAt"].is_null())
+            .cloned()
+    });
+    assert_eq!(row["recordsInput"], false, "{row}");
+    assert_eq!(row["truncated"], false, "{row}");
+    assert_eq!(row["openedBy"], "admin", "{row}");
+
+    let export = common::outpost_as(&server, &server.admin, &["terminal", "export", &terminal]);
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let text = String::from_utf8(export.stdout).expect("a recording is UTF-8 text");
+    assert_eq!(text.len() as u64, row["size"].as_u64().unwrap(), "{row}");
+    let mut lines = text.lines();
+    let header: Value = serde_json::from_str(lines.next().unwrap()).expect("a JSON header");
+    assert_eq!(header["version"], 2, "{header}");
+    assert_eq!(
+        (header["width"].as_u64(), header["height"].as_u64()),
+        (Some(80), Some(24))
+    );
+    let events: Vec<(f64, String, String)> = lines
+        .map(|l| serde_json::from_str(l).expect("an event line"))
+        .collect();
+    assert!(
+        events.windows(2).all(|w| w[0].0 <= w[1].0),
+        "time goes forward"
+    );
+    assert!(
+        events.iter().any(|e| e.1 == "r" && e.2 == "100x30"),
+        "the resize is recorded"
+    );
+    assert!(
+        events.iter().all(|e| e.1 != "i"),
+        "no keystrokes without --record-terminal-input"
+    );
+    let output: String = events
+        .iter()
+        .filter(|e| e.1 == "o")
+        .map(|e| e.2.as_str())
+        .collect();
+    let live = String::from_utf8_lossy(&viewer.screen[viewer.live_from.unwrap()..]).into_owned();
+    assert!(
+        output.ends_with(&live),
+        "the recorded output ends with what the viewer was shown live"
+    );
+    assert!(output.contains("RECORDED") && output.contains("30 100"));
+
+    // The real asciinema plays the export (cut pauses so that it takes no time).
+    let cast = dir.join("session.cast");
+    std::fs::write(&cast, &text).expect("the export written");
+    let played = Command::new("asciinema")
+        .args(["play", "-i", "0.01"])
+        .arg(&cast)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("asciinema runs (Debian's asciinema; ./test installs it)");
+    assert!(
+        played.status.success(),
+        "asciinema play: {}",
+        String::from_utf8_lossy(&played.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&played.stdout).ends_with(&live),
+        "asciinema plays the same output"
+    );
+    let ours = common::outpost_as(
+        &server,
+        &server.admin,
+        &["terminal", "play", &terminal, "--idle-limit", "0.01"],
+    );
+    assert!(
+        ours.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        output,
+        "outpost terminal play"
+    );
+
+    // The audit rows say where the recording is.
+    let (_, log) = server.api("GET", "/v1/audit?limit=200", None);
+    let linked: Vec<&Value> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("terminal."))
+        })
+        .filter(|e| {
+            e["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with(&format!("{terminal} ")))
+        })
+        .collect();
+    assert!(
+        linked
+            .iter()
+            .any(|e| e["kind"] == "terminal.session.started"),
+        "{linked:?}"
+    );
+    for event in &linked {
+        assert_eq!(
+            event["recording"],
+            format!("/v1/terminals/{terminal}/recording"),
+            "{event}"
+        );
+    }
+
+    // Who may watch it follows who may read the run: not another user.
+    let (status, made) = server.api("POST", "/v1/users", Some(json!({"name": "eve"})));
+    assert_eq!(status, 201, "{made}");
+    let eve = made["token"].as_str().expect("a token").to_owned();
+    let (status, body) = api(
+        &server.url,
+        &eve,
+        "GET",
+        &format!("/v1/terminals/{terminal}/recording"),
+        None,
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("recording_unknown"))
+    );
+    let (status, listed) = api(&server.url, &eve, "GET", "/v1/recordings", None);
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["recordings"], json!([]), "{listed}");
+}
+
+/// A server started with `--record-terminal-input` keeps keystrokes, and says so.
+#[test]
+fn input_is_recorded_only_when_the_server_is_told_to() {
+    let dir = temp_dir("recording-input");
+    let server = Server::start_with(
+        &dir.join("s"),
+        0,
+        &[std::ffi::OsStr::new("--record-terminal-input")],
+    );
+    let _daemon = common::Daemon::start(&dir.join("h"), "box", Some(&server.join), "tokio");
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    let (terminal, mut viewer) = open_terminal(&server);
+    let row = listed(&server, &terminal).expect("the terminal is listed");
+    assert_eq!(row["recordsInput"], true, "{row}");
+    viewer.type_keys("echo typed-$((2+2))\r");
+    viewer.until("the echo", |v| v.shows("typed-4"));
+    viewer.type_keys("exit\r");
+    viewer.until("the exit", |v| v.closed.is_some());
+    let text = wait_for("the recording's end", || {
+        let export = common::outpost_as(&server, &server.admin, &["terminal", "export", &terminal]);
+        let text = String::from_utf8_lossy(&export.stdout).into_owned();
+        let (_, listed) = server.api("GET", "/v1/recordings", None);
+        let ended = listed["recordings"][0]["endedAt"].is_u64();
+        (ended && export.status.success()).then_some(text)
+    });
+    assert!(
+        text.contains("\"i\", \"echo typed-$((2+2))\\r\""),
+        "the keystrokes are in it: {text}"
+    );
+}

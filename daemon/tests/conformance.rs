@@ -73,6 +73,7 @@ impl World {
                 terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
                 heartbeat,
                 limits: Default::default(),
+                xterm_dir: None,
             },
             Registry::new(),
             1,

@@ -173,6 +173,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         store.clone(),
         tx.clone(),
         config.terminal_idle,
+        crate::dispatch::terminals::RecordingConfig::from_limits(&config.limits),
     );
     tokio::spawn(terminals.run(terminals_rx));
 
@@ -193,6 +194,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
             limits: config.rate_limits,
             ping_every: Duration::from_secs(u64::from(heartbeat_secs)),
             join: join_template,
+            xterm_dir: config.xterm_dir.clone(),
         },
     );
     // A user removal a crash cut short is finished before anything is served.
@@ -211,6 +213,12 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         store.clone(),
         config.limits.bundle_sweep,
         config.limits.bundle_retention,
+        stop_rx.clone(),
+    ));
+    tokio::spawn(crate::sweep::recordings(
+        store.clone(),
+        config.limits.bundle_sweep,
+        config.limits.recording_retention,
         stop_rx.clone(),
     ));
     let task = tokio::spawn(async move {

@@ -84,6 +84,9 @@ pub struct ServeConfig {
     /// What the server holds for its callers at most (times to send a request, uploads,
     /// stored bundles, executions not yet ended); [`Limits::default`] unless set.
     pub limits: Limits,
+    /// The xterm.js package folder the web UI's terminal is read from, at run time (none:
+    /// Debian's `node-xterm`, `/usr/share/nodejs/xterm`).
+    pub xterm_dir: Option<PathBuf>,
 }
 
 impl ServeConfig {

@@ -1,6 +1,8 @@
 //! The bounds the server keeps on what any caller can make it hold: time to send a request,
 //! bodies in progress per source address, bundle uploads at once, stored bundle bytes per
-//! user and how long an unused bundle stays, and executions not yet ended (PROTOCOL §11.6).
+//! user and how long an unused bundle stays, executions not yet ended (PROTOCOL §11.6), and
+//! what it keeps of terminal sessions (how much of each, how long, and whether input), and
+//! whether host commands may be turned on at all.
 //!
 //! This module only states the numbers; the listener, the routes and the dispatcher enforce
 //! them.
@@ -46,6 +48,18 @@ pub struct Limits {
     /// executions not yet ended hold in the server's memory; one more that would pass it is
     /// answered 429 `queue_full`. A capability sent by digest counts nothing here.
     pub pending_bytes_per_user: u64,
+    /// The most bytes one terminal session's recording keeps; the rest is cut and the
+    /// recording's last event says so.
+    pub recording_bytes: usize,
+    /// How long a recording is kept after its session began.
+    pub recording_retention: Duration,
+    /// Whether recordings keep what operators type (keystrokes may hold passwords: off unless
+    /// the server is started with `--record-terminal-input`).
+    pub record_terminal_input: bool,
+    /// Whether machines' host commands may be turned on at all: off (`outpost serve
+    /// --no-host-commands`), turning them on is refused `commands_disabled_on_server` and
+    /// every authorize hop answers `commands_off`, whatever a grant says.
+    pub host_commands: bool,
 }
 
 impl Limits {
@@ -66,7 +80,9 @@ impl Default for Limits {
     /// 30 s for a head; 10 s for a body plus a second per MiB declared; 32 bodies in progress
     /// per address; 4 uploads at once; 1 GiB of bundles per user, kept 24 h after their last
     /// use and looked for hourly; 1,000 executions not ended per user and 500 per context,
-    /// and 32 MiB of inline capabilities per user.
+    /// and 32 MiB of inline capabilities per user; terminal recordings of at most 8 MiB each,
+    /// output and sizes only, kept 30 days; host commands allowed (each machine's owner and
+    /// grant still decide).
     fn default() -> Self {
         Self {
             head_timeout: Duration::from_secs(30),
@@ -80,6 +96,10 @@ impl Default for Limits {
             pending_per_user: 1000,
             pending_per_context: 500,
             pending_bytes_per_user: 32 * MIB,
+            recording_bytes: outpost_core::terminal::cast::RECORDING_LIMIT,
+            recording_retention: Duration::from_secs(30 * 24 * 3600),
+            record_terminal_input: false,
+            host_commands: true,
         }
     }
 }

@@ -135,6 +135,7 @@ mod tests {
             terminal_idle: crate::ServeConfig::DEFAULT_TERMINAL_IDLE,
             heartbeat: crate::ServeConfig::DEFAULT_HEARTBEAT,
             limits: Default::default(),
+            xterm_dir: None,
         }
     }
 }

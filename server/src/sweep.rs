@@ -1,7 +1,9 @@
-//! The sweep of unused bundles: every [`Limits::bundle_sweep`](crate::Limits), the bundles
-//! last used more than [`Limits::bundle_retention`](crate::Limits) ago that no execution not
-//! ended names are deleted (the store keeps the rule; this task only keeps the time). It runs
-//! until the server stops, and a failed sweep is logged and tried again at the next one.
+//! The sweeps of what is kept for a while: every [`Limits::bundle_sweep`](crate::Limits), the
+//! bundles last used more than [`Limits::bundle_retention`](crate::Limits) ago that no
+//! execution not ended names are deleted, and the terminal recordings that began more than
+//! [`Limits::recording_retention`](crate::Limits) ago (the store keeps the rules; these tasks
+//! only keep the time). They run until the server stops, and a failed sweep is logged and
+//! tried again at the next one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +34,30 @@ pub(crate) async fn bundles(
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "sweeping unused bundles failed"),
             Err(e) => tracing::warn!(error = %e, "the bundle sweep stopped"),
+        }
+    }
+}
+
+/// Sweeps `store` every `every`, deleting recordings that began more than `retention` ago,
+/// until `stop`.
+pub(crate) async fn recordings(
+    store: Arc<Store>,
+    every: Duration,
+    retention: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+        let started_before = wall_now().0.saturating_sub(retention.as_secs());
+        let store = store.clone();
+        match tokio::task::spawn_blocking(move || store.sweep_recordings(started_before)).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(gone)) => tracing::info!(count = gone, "old terminal recordings deleted"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "sweeping old recordings failed"),
+            Err(e) => tracing::warn!(error = %e, "the recording sweep stopped"),
         }
     }
 }

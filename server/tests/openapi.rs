@@ -315,6 +315,21 @@ fn every_answer_of_a_session_fits_the_served_document() {
     let template = "/v1/terminals/{terminal}/tickets";
     let path = "/v1/terminals/ex_none/tickets";
     assert_eq!(call(&mut c, "POST", template, path, Value::Null).0, 404);
+    // Recordings: none yet (a terminal needs a machine); a recording that is not there.
+    assert_eq!(
+        call(
+            &mut c,
+            "GET",
+            "/v1/recordings",
+            "/v1/recordings",
+            Value::Null
+        )
+        .0,
+        200
+    );
+    let template = "/v1/terminals/{terminal}/recording";
+    let path = "/v1/terminals/ex_none/recording";
+    assert_eq!(call(&mut c, "GET", template, path, Value::Null).0, 404);
 
     // The audit log; then revoke, delete and remove.
     assert_eq!(
@@ -386,6 +401,7 @@ fn every_answer_of_a_session_fits_the_served_document() {
         "POST /v1/execution-contexts/commands/jobs/authorize 200",
         "POST /v1/execution-contexts/{context}/terminals 201",
         "POST /v1/terminals/{terminal}/tickets 201",
+        "GET /v1/terminals/{terminal}/recording 200",
         "GET /v1/execution-contexts/daemon-release 200",
     ];
     let missed: Vec<String> = c

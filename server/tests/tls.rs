@@ -41,6 +41,7 @@ fn the_server_serves_https_with_the_given_certificate() {
         terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
         heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
         limits: Default::default(),
+        xterm_dir: None,
     };
     let running = rt.block_on(start(config, Registry::new())).expect("starts");
     assert!(

@@ -232,9 +232,10 @@
     if (xterm && xterm.Terminal) { return true; }
     var why = xterm && xterm.missing ? xterm.missing : "/ui/xterm.js did not load";
     var box = $("terminal-unavailable");
-    box.textContent = "The terminal is unavailable: this server was built without xterm.js (" +
-      why + "). Install Debian's node-xterm package (apt-get install node-xterm), or set " +
-      "OUTPOST_XTERM_DIR to an xterm.js 3.x package folder, and rebuild outpost.";
+    box.textContent = "The terminal is unavailable: this server found no xterm.js (" +
+      why + "). Install Debian's node-xterm package (apt-get install node-xterm) on the " +
+      "server's machine, or start the server with --xterm-dir naming an xterm.js 3.x package " +
+      "folder, then reload this page; nothing needs rebuilding.";
     box.hidden = false;
     $("terminal-open").disabled = true;
     return false;

@@ -118,6 +118,7 @@ pub fn serve_config(state_dir: PathBuf, cloud: Vec<Environment>) -> ServeConfig 
         terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
         heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
         limits: Default::default(),
+        xterm_dir: None,
     }
 }
 

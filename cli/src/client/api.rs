@@ -211,6 +211,32 @@ impl Api {
         typed(self.call_raw("PUT", path, Some(bytes), "application/octet-stream")?)
     }
 
+    /// `GET path`, its answer as text (a recording), at most `limit` bytes.
+    pub fn get_text(&self, path: &str, limit: u64) -> Result<String, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let response = self
+            .agent
+            .get(&url)
+            .header("authorization", &format!("Bearer {}", self.token))
+            .call()
+            .map_err(|e| unreachable(&self.base, &e))?;
+        let status = response.status().as_u16();
+        let text = response
+            .into_body()
+            .with_config()
+            .limit(limit)
+            .read_to_string()
+            .map_err(|e| ApiError {
+                status,
+                code: "http_error".into(),
+                message: format!("reading the answer: {e}"),
+            })?;
+        if (200..300).contains(&status) {
+            return Ok(text);
+        }
+        Err(error_of(status, &text))
+    }
+
     /// `GET path` as a stream (Server-Sent Events): the body to read as it comes, with no
     /// deadline on the whole (the caller bounds each wait). `last_event_id` resumes it.
     pub fn open_stream(
@@ -241,18 +267,7 @@ impl Api {
             .limit(1024 * 1024)
             .read_to_string()
             .unwrap_or_default();
-        Err(match serde_json::from_str::<ErrorAnswer>(&text) {
-            Ok(ErrorAnswer { error }) => ApiError {
-                status,
-                code: error.code,
-                message: error.message,
-            },
-            Err(_) => ApiError {
-                status,
-                code: "http_error".into(),
-                message: format!("HTTP {status}"),
-            },
-        })
+        Err(error_of(status, &text))
     }
 
     fn send<B: Serialize + ?Sized, T: DeserializeOwned>(
@@ -339,6 +354,22 @@ impl Api {
 
 /// The server's words for a request's members, as this command line spells them: a person
 /// who typed `--fallback chain` reads `--fallback chain`, not the API's `fallback: "chain"`.
+/// The error an answer of `status` with body `text` says (its `{"error"}`, else the status).
+fn error_of(status: u16, text: &str) -> ApiError {
+    match serde_json::from_str::<ErrorAnswer>(text) {
+        Ok(ErrorAnswer { error }) => ApiError {
+            status,
+            code: error.code,
+            message: error.message,
+        },
+        Err(_) => ApiError {
+            status,
+            code: "http_error".into(),
+            message: format!("HTTP {status}"),
+        },
+    }
+}
+
 pub fn in_cli_words(message: &str) -> String {
     [
         ("`fallback: \"chain\"`", "`--fallback chain`"),

@@ -6,5 +6,6 @@ pub mod execute;
 pub mod follow;
 pub mod joins;
 pub mod manage;
+pub mod recordings;
 pub mod runs;
 pub mod waits;

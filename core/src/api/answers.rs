@@ -427,6 +427,11 @@ pub struct AuditEvent {
     pub context_name: Option<String>,
     /// What happened, for a person.
     pub detail: String,
+    /// For a terminal's rows (`terminal.session.started`, `terminal.session.ended`,
+    /// `terminal.closed`): where its session's recording is read,
+    /// `/v1/terminals/{terminalId}/recording`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recording: Option<String>,
 }
 
 /// `GET /v1/audit`.
@@ -509,6 +514,43 @@ pub struct TerminalRow {
     pub opened_at: u64,
     /// The user who opened it.
     pub opened_by: String,
+    /// Whether its recording keeps what operators type (the server's
+    /// `--record-terminal-input`); output and sizes are always recorded.
+    #[serde(default)]
+    pub records_input: bool,
+}
+
+/// One recorded terminal session (`GET /v1/recordings`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Recording {
+    /// The terminal's id; its recording is `GET /v1/terminals/{terminalId}/recording`.
+    pub terminal_id: TerminalId,
+    /// The context's name when the session began.
+    pub context: String,
+    /// `ec_…`.
+    pub context_id: ContextId,
+    /// The user who opened the terminal.
+    pub opened_by: String,
+    /// When the session began, Unix seconds.
+    pub started_at: u64,
+    /// When it ended; `null` while it is open, or when the server stopped before its end.
+    pub ended_at: Option<u64>,
+    /// Bytes of asciicast stored.
+    pub size: u64,
+    /// Whether operators' keystrokes are in it.
+    pub records_input: bool,
+    /// Whether it reached the server's bound; its last event is then a marker saying so.
+    pub truncated: bool,
+}
+
+/// `GET /v1/recordings`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Recordings {
+    /// The recordings the caller may watch, newest first.
+    pub recordings: Vec<Recording>,
 }
 
 /// `GET /v1/terminals`.

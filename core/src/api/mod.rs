@@ -19,9 +19,9 @@ pub mod requests;
 pub use answers::{
     Audit, AuditEvent, Bundle, ChainEntryView, ChainShown, CommandAuthorized, CommandsSwitched,
     ConnectTicket, Context, Contexts, Continuation, ErrorAnswer, Execution, ExecutionError, Health,
-    JobAuthorized, JoinToken, JoinTokens, OutputEvent, OutputStatus, QueueView, Registered, Runs,
-    SandboxView, TerminalOpened, TerminalRow, TerminalState, TerminalTicket, Terminals, User, Wait,
-    Waits,
+    JobAuthorized, JoinToken, JoinTokens, OutputEvent, OutputStatus, QueueView, Recording,
+    Recordings, Registered, Runs, SandboxView, TerminalOpened, TerminalRow, TerminalState,
+    TerminalTicket, Terminals, User, Wait, Waits,
 };
 pub use requests::{
     ChainRequest, CommandAuthorize, CommandsSwitch, ExecuteRequest, JobAuthorize, JobOp,

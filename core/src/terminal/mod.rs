@@ -6,6 +6,8 @@
 //!   escape sequence or a UTF-8 character, with terminal *queries* removed (the list is in
 //!   [`ring`]'s docs and the [`query`] table) so a new viewer's emulator does not answer them
 //!   again as input.
+//! - [`cast`] writes a session as an asciicast v2 recording as it happens ([`cast::Recorder`])
+//!   and reads one back for playback ([`cast::Cast`]).
 //! - [`Relay`] fans output out to viewers, takes input and resizes from operators only, gives
 //!   the runner credit as the fastest viewer drains, drops a viewer that falls too far behind,
 //!   audits every viewer session and closes the terminal when it has been idle too long.
@@ -14,6 +16,7 @@
 //! [`Relay::poll_output`] drained until [`Output::Wait`]. It owns no socket, reads no clock,
 //! and must never interpret live bytes: only the replay is cut and filtered.
 
+pub mod cast;
 mod io;
 mod messages;
 pub mod query;

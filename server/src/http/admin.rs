@@ -121,6 +121,7 @@ async fn audit(State(app): State<App>, req: Request) -> ApiResult {
         .audit_events(actor, limit)?
         .into_iter()
         .map(|e| views::AuditEvent {
+            recording: recording_of(&e.kind, &e.detail),
             at: e.at,
             kind: e.kind,
             actor: e.actor,
@@ -130,6 +131,19 @@ async fn audit(State(app): State<App>, req: Request) -> ApiResult {
         })
         .collect();
     Ok(axum::Json(views::Audit { events }).into_response())
+}
+
+/// Where a terminal row's session recording is read: its detail begins with the terminal's
+/// id (`ex_… operator`, `ex_… exited exit 0`).
+fn recording_of(kind: &str, detail: &str) -> Option<String> {
+    if !kind.starts_with("terminal.") {
+        return None;
+    }
+    let terminal = detail
+        .split(' ')
+        .next()
+        .filter(|id| id.starts_with("ex_"))?;
+    Some(format!("/v1/terminals/{terminal}/recording"))
 }
 
 async fn metrics(State(app): State<App>) -> impl IntoResponse {

@@ -81,7 +81,11 @@ pub(super) fn routes() -> Vec<Route> {
             .auth(Auth::Signed)
             .request::<CommandsSwitch>()
             .answer::<views::CommandsSwitched>(200)
-            .errors(&[(400, "invalid_body"), (409, "context_revoked")]),
+            .errors(&[
+                (400, "invalid_body"),
+                (403, "commands_disabled_on_server"),
+                (409, "context_revoked"),
+            ]),
             post(switch),
         ),
     ]
@@ -91,6 +95,13 @@ pub(super) fn routes() -> Vec<Route> {
 /// the machine's grant has commands on (`commands_off`), and the run's requester is the
 /// machine's operator and a member now (`commands_operator_only`). Returns the run.
 async fn commands_run(app: &App, context_id: &str, run_id: &str) -> Result<LiveRun, ApiError> {
+    if !app.shared.limits.host_commands {
+        return Err(ApiError::new(
+            403,
+            "commands_off",
+            "host commands are disabled on this server (outpost serve --no-host-commands)",
+        ));
+    }
     let run = app
         .live_run(run_id.to_owned())
         .await?
@@ -182,6 +193,13 @@ async fn switch(
 ) -> ApiResult {
     let (context_id, bytes) = super::machine::machine_request(&app, addr, req, true).await?;
     let body = crate::bodies::decode_commands_switch(&bytes)?;
+    if body.enabled && !app.shared.limits.host_commands {
+        return Err(ApiError::new(
+            403,
+            "commands_disabled_on_server",
+            "this server was started with --no-host-commands: no machine's host commands can be turned on",
+        ));
+    }
     let entry = app
         .shared
         .store

@@ -20,6 +20,7 @@ mod machine;
 mod openapi;
 mod output;
 mod ratelimit;
+mod recordings;
 mod releases;
 mod sharing;
 mod terminals;
@@ -27,6 +28,7 @@ mod ui;
 mod views;
 mod waits;
 mod ws;
+mod xterm;
 
 use std::collections::HashMap;
 use std::ops::Deref;
@@ -77,6 +79,8 @@ pub(crate) struct AppInner {
     pub(crate) checks: tokio::sync::Semaphore,
     /// How many refused calls the audit took this minute ([`access`]).
     pub(crate) refusals: Mutex<access::RefusalBudget>,
+    /// xterm.js for the web UI's terminal, read from the system's package.
+    pub(crate) xterm: xterm::Xterm,
 }
 
 /// The handlers' state.
@@ -102,6 +106,8 @@ pub(crate) struct AppSettings {
     pub(crate) ping_every: std::time::Duration,
     /// The server's join with its first token: new join tokens take its URL, root and pin.
     pub(crate) join: outpost_core::join::Join,
+    /// Where xterm.js is read from (none: Debian's `node-xterm` folder).
+    pub(crate) xterm_dir: Option<std::path::PathBuf>,
 }
 
 impl App {
@@ -119,6 +125,7 @@ impl App {
             limits,
             ping_every,
             join,
+            xterm_dir,
         } = settings;
         Self(Arc::new(AppInner {
             tx,
@@ -139,6 +146,7 @@ impl App {
             )),
             checks: tokio::sync::Semaphore::new(1),
             refusals: Mutex::default(),
+            xterm: xterm::Xterm::new(xterm_dir),
             shared,
         }))
     }
@@ -246,6 +254,7 @@ pub(crate) fn routes() -> Vec<Route> {
     all.extend(sharing::routes());
     all.extend(joins::routes());
     all.extend(terminals::routes());
+    all.extend(recordings::routes());
     all.extend(admin::routes());
     all
 }

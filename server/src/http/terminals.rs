@@ -266,6 +266,7 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
             rows: t.size.rows,
             opened_at: t.opened_at,
             opened_by: t.opened_by,
+            records_input: t.records_input,
         })
         .collect();
     Ok(axum::Json(views::Terminals { terminals }).into_response())

@@ -1,5 +1,6 @@
 //! The web UI: the page at `GET /` and its files under `/ui/`, compiled into the binary
-//! (`server/ui/`, and xterm.js as `build.rs` bundled it from Debian's `node-xterm`).
+//! (`server/ui/`), and xterm.js as [`super::xterm`] reads it at run time from the system's
+//! package.
 //!
 //! The page is a client of the JSON API, not part of it, so its routes are not in the route
 //! table and not in the OpenAPI document. Every answer carries a Content-Security-Policy that
@@ -8,24 +9,12 @@
 //! the API itself.
 
 use axum::Router;
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::{ApiError, App};
-
-/// xterm.js as bundled by `build.rs`, when it could be (a build without the package never
-/// makes one).
-#[allow(dead_code)]
-pub(crate) struct Xterm {
-    /// The browser bundle: sets `window.OutpostXterm` (with the package's version).
-    pub(crate) js: &'static str,
-    /// The package's stylesheet.
-    pub(crate) css: &'static str,
-}
-
-include!(concat!(env!("OUT_DIR"), "/xterm.rs"));
 
 const INDEX: &str = include_str!("../../ui/index.html");
 const APP_JS: &str = include_str!("../../ui/app.js");
@@ -66,31 +55,35 @@ async fn index(headers: HeaderMap) -> Response {
     answer(&headers, "text/html; charset=utf-8", INDEX.to_owned())
 }
 
-async fn file(Path(name): Path<String>, headers: HeaderMap) -> Response {
+async fn file(State(app): State<App>, Path(name): Path<String>, headers: HeaderMap) -> Response {
     let (kind, body) = match name.as_str() {
         "app.js" => ("text/javascript; charset=utf-8", APP_JS.to_owned()),
         "app.css" => ("text/css; charset=utf-8", APP_CSS.to_owned()),
-        "xterm.js" => ("text/javascript; charset=utf-8", xterm_js()),
-        "xterm.css" => (
-            "text/css; charset=utf-8",
-            XTERM.as_ref().map(|x| x.css).unwrap_or("").to_owned(),
-        ),
+        // Read (and bundled) off the request's thread: the package is a hundred files.
+        "xterm.js" | "xterm.css" => {
+            let css = name == "xterm.css";
+            let xterm = app.clone();
+            let body = tokio::task::spawn_blocking(move || {
+                if css {
+                    xterm.xterm.css()
+                } else {
+                    xterm.xterm.script()
+                }
+            })
+            .await
+            .unwrap_or_default();
+            let kind = if css {
+                "text/css; charset=utf-8"
+            } else {
+                "text/javascript; charset=utf-8"
+            };
+            (kind, body)
+        }
         _ => {
             return ApiError::new(404, "not_found", "no such file of the web UI").into_response();
         }
     };
     answer(&headers, kind, body)
-}
-
-/// The bundle, or a script that tells the page why there is none.
-fn xterm_js() -> String {
-    match &XTERM {
-        Ok(x) => x.js.to_owned(),
-        Err(reason) => format!(
-            "window.OutpostXterm = {{ missing: {} }};\n",
-            serde_json::Value::String((*reason).to_owned())
-        ),
-    }
 }
 
 fn answer(request: &HeaderMap, kind: &'static str, body: String) -> Response {
@@ -139,23 +132,6 @@ mod tests {
             let policy = content_security_policy(Some(host));
             assert!(policy.contains("connect-src 'self';"), "{host}: {policy}");
             assert!(!policy.contains("evil"), "{policy}");
-        }
-    }
-
-    #[test]
-    fn the_terminal_script_always_says_something() {
-        let js = xterm_js();
-        match &XTERM {
-            Ok(x) => {
-                assert!(js.contains("window.OutpostXterm = { version: "), "bundle");
-                assert!(js.starts_with("// xterm.js "), "bundle");
-                assert!(!js.contains("sourceMappingURL"));
-                assert!(x.css.contains(".xterm"));
-            }
-            Err(reason) => {
-                assert!(js.starts_with("window.OutpostXterm = { missing: \""));
-                assert!(js.contains(reason));
-            }
         }
     }
 }

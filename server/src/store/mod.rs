@@ -7,13 +7,14 @@
 //! for byte as `ServerRecord::encode` wrote them (one row per record key, replaced on upsert)
 //! and the server's own tables: users (and who was removed), tokens (SHA-256 only), contexts
 //! (with their sharing, as the records say) and their machine keys, used nonces, executions
-//! for listing, the audit log, condition waits, and uploaded bundles (their rows here, their
+//! for listing, the audit log, condition waits, terminal recordings, and uploaded bundles (their rows here, their
 //! bytes in files beside the database). It never decides anything: the dispatcher and the
 //! routes do.
 
 mod access;
 mod bundles;
 mod joins;
+mod recordings;
 mod records;
 mod runs;
 mod schema;
@@ -27,6 +28,7 @@ use rusqlite::Connection;
 pub(crate) use access::{ContextEntry, Removal};
 pub(crate) use bundles::{NewBundle, Stored};
 pub(crate) use joins::JoinTokenEntry;
+pub(crate) use recordings::{RecordingAppend, RecordingEntry};
 pub(crate) use records::Batch;
 pub(crate) use runs::{AuditRow, ExecutionEntry, KeptOutput, RunsFilter};
 pub(crate) use waits::{Recorded, WaitEntry};

@@ -170,6 +170,28 @@ const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE contexts ADD COLUMN join_token TEXT;
     ",
+    // 10: terminal recordings: a row per recorded session and its asciicast text in
+    // append-only chunks (appending never rewrites what is stored).
+    "
+    CREATE TABLE recordings (
+        exec_id TEXT PRIMARY KEY,
+        context_id TEXT NOT NULL,
+        context_name TEXT NOT NULL,
+        opened_by TEXT NOT NULL,
+        started_at INTEGER NOT NULL,
+        ended_at INTEGER,
+        size INTEGER NOT NULL,
+        records_input INTEGER NOT NULL,
+        truncated INTEGER NOT NULL
+    );
+    CREATE INDEX recordings_by_time ON recordings (started_at);
+    CREATE TABLE recording_chunks (
+        exec_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        text TEXT NOT NULL,
+        PRIMARY KEY (exec_id, seq)
+    );
+    ",
 ];
 
 /// The version recorded, 0 for an empty database.

@@ -87,6 +87,7 @@ impl TestServer {
             terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
             limits,
+            xterm_dir: None,
         };
         let running = rt
             .block_on(start(config, registry))

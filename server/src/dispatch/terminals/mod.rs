@@ -2,11 +2,13 @@
 //! relay), the viewer tickets, and each viewer's outbound queue. The dispatcher hands it a
 //! terminal's output, exit and end; the viewer sockets hand it keystrokes, sizes, closes and
 //! how much they wrote; it feeds the relays and carries out what they say — messages to
-//! viewers, signed `pty.*` frames to the runner through the dispatcher, audit rows.
+//! viewers, signed `pty.*` frames to the runner through the dispatcher, audit rows — and
+//! records every session as it relays it (`recording`).
 //!
 //! It never interprets a terminal's bytes, never blocks on a viewer (a viewer's queue is
 //! bounded by the relay, which drops a viewer that falls behind), and never logs a ticket.
 
+mod recording;
 mod tickets;
 pub(crate) mod viewer;
 
@@ -17,12 +19,14 @@ use outpost_core::api::TerminalState;
 use outpost_core::executor::TerminalSize;
 use outpost_core::server::Input as ServerInput;
 use outpost_core::session::TerminalAction;
+use outpost_core::terminal::cast::Recorder;
 use outpost_core::terminal::{
     Audit, Input, Output, Reason, Relay, RelayConfig, Role, RunnerMessage, ViewerId, ViewerMessage,
 };
 use outpost_core::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
+pub(crate) use recording::RecordingConfig;
 pub(crate) use tickets::{IssueRefused, TicketRefused};
 
 /// How long a viewer ticket may wait to be used, in milliseconds (for the answers).
@@ -33,6 +37,7 @@ pub(crate) use tickets::ViewerTicket;
 use crate::clock::Clock;
 use crate::dispatch::Msg;
 use crate::store::{AuditRow, Batch, Store};
+use recording::Recordings;
 
 /// What a viewer's socket writer is asked to send.
 #[derive(Debug)]
@@ -71,6 +76,7 @@ pub(crate) struct TerminalView {
     pub(crate) state: TerminalState,
     pub(crate) viewers: usize,
     pub(crate) size: TerminalSize,
+    pub(crate) records_input: bool,
 }
 
 /// A message to the actor.
@@ -170,6 +176,10 @@ struct Open {
     viewers: HashMap<ViewerId, mpsc::UnboundedSender<ToViewer>>,
     /// The execution ended (the relay may still be closing viewers).
     finished: bool,
+    /// The session's recording so far.
+    recorder: Recorder,
+    /// The recording's end was written.
+    recorded_end: bool,
 }
 
 /// The actor's state.
@@ -181,17 +191,21 @@ pub(crate) struct Actor {
     store: Arc<Store>,
     dispatcher: mpsc::Sender<Msg>,
     config: RelayConfig,
+    recordings: Recordings,
 }
 
 impl Actor {
-    /// An actor whose terminals close after `idle` with no viewer.
+    /// An actor whose terminals close after `idle` with no viewer and are recorded as
+    /// `recordings` says (its writer task starts here: call it inside the runtime).
     pub(crate) fn new(
         clock: Clock,
         store: Arc<Store>,
         dispatcher: mpsc::Sender<Msg>,
         idle: std::time::Duration,
+        recordings: RecordingConfig,
     ) -> Self {
         Self {
+            recordings: Recordings::start(recordings, store.clone()),
             terminals: HashMap::new(),
             tickets: Tickets::default(),
             next_viewer: 1,
@@ -250,7 +264,11 @@ impl Actor {
                 user,
                 size,
             } => {
-                let relay = Relay::new(self.config.clone(), &exec_id, size, self.clock.now());
+                let now = self.clock.now();
+                let relay = Relay::new(self.config.clone(), &exec_id, size, now);
+                let recorder =
+                    self.recordings
+                        .begin(now, &exec_id, &context_id, &context_name, &user, size);
                 self.terminals.insert(
                     exec_id,
                     Open {
@@ -258,9 +276,11 @@ impl Actor {
                         context_id,
                         context_name,
                         opened_by: user,
-                        opened_at: self.clock.now().wall.0,
+                        opened_at: now.wall.0,
                         viewers: HashMap::new(),
                         finished: false,
+                        recorder,
+                        recorded_end: false,
                     },
                 );
             }
@@ -348,7 +368,12 @@ impl Actor {
                 self.feed(&exec_id, input).await;
             }
             TermMsg::Started { exec_id } => self.feed(&exec_id, Input::RunnerStarted).await,
-            TermMsg::Output { exec_id, data } => self.feed(&exec_id, Input::Output(data)).await,
+            TermMsg::Output { exec_id, data } => {
+                if let Some(t) = self.terminals.get_mut(&exec_id) {
+                    t.recorder.output(self.clock.now().instant, &data);
+                }
+                self.feed(&exec_id, Input::Output(data)).await;
+            }
             TermMsg::Exited { exec_id, exit_code } => {
                 self.feed(&exec_id, Input::Exited { exit_code }).await;
             }
@@ -400,6 +425,7 @@ impl Actor {
                         },
                         viewers: t.relay.viewer_count(),
                         size: t.relay.size(),
+                        records_input: t.recorder.records_input(),
                     })
                     .collect();
                 let _ = reply.send(views);
@@ -438,10 +464,26 @@ impl Actor {
                         let _ = out.send(ToViewer::Close(close_code, reason.code()));
                     }
                 }
-                Output::ToRunner(message) => runner.push(message),
+                Output::ToRunner(message) => {
+                    match &message {
+                        RunnerMessage::Input(bytes) => t.recorder.input(now.instant, bytes),
+                        RunnerMessage::Resize(size) => {
+                            t.recorder.resize(now.instant, size.cols, size.rows);
+                        }
+                        RunnerMessage::Close | RunnerMessage::Credit(_) => {}
+                    }
+                    runner.push(message);
+                }
                 Output::Audit(event) => audit.push(audit_row(&t.context_id, exec_id, &event)),
             }
         }
+        let mut ended_at = None;
+        if t.relay.ended().is_some() && !t.recorded_end {
+            t.recorder.finish(now.instant);
+            t.recorded_end = true;
+            ended_at = Some(now.wall.0);
+        }
+        self.recordings.flush(exec_id, &mut t.recorder, ended_at);
         let forget = t.finished && t.relay.ended().is_some() && t.viewers.is_empty();
         if !audit.is_empty() {
             let batch = Batch {

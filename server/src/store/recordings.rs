@@ -1,0 +1,250 @@
+//! Terminal recordings: one row per recorded session (`recordings`: who, where, when, its
+//! size, whether input is in it and whether it was cut) and its asciicast text in append-only
+//! chunks (`recording_chunks`), so appending never rewrites what is stored. A recording is
+//! read back whole, chunks in order.
+//!
+//! This module stores and deletes; it never decides who may read a recording (the route does)
+//! and never writes the format (core's `terminal::cast` does).
+
+use rusqlite::OptionalExtension as _;
+
+use super::{Doing as _, Store, StoreError};
+
+/// One recording as its row says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RecordingEntry {
+    /// The terminal's id (its execution's).
+    pub(crate) exec_id: String,
+    /// The context it ran on.
+    pub(crate) context_id: String,
+    /// The context's name when the session began.
+    pub(crate) context_name: String,
+    /// Who opened the terminal.
+    pub(crate) opened_by: String,
+    /// When recording began (Unix seconds).
+    pub(crate) started_at: u64,
+    /// When the session ended; `None` while it is open (or if the server stopped first).
+    pub(crate) ended_at: Option<u64>,
+    /// Bytes stored.
+    pub(crate) size: u64,
+    /// Whether operators' keystrokes are in it.
+    pub(crate) records_input: bool,
+    /// Whether it reached its bound (its last event is the marker saying so).
+    pub(crate) truncated: bool,
+}
+
+/// What one append brings to one recording.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RecordingAppend {
+    /// The recording.
+    pub(crate) exec_id: String,
+    /// Lines to append.
+    pub(crate) text: String,
+    /// The recording reached its bound.
+    pub(crate) truncated: bool,
+    /// The session ended at this time (Unix seconds).
+    pub(crate) ended_at: Option<u64>,
+}
+
+/// The columns [`entry_of`] reads, in its order.
+const COLUMNS: &str = "exec_id, context_id, context_name, opened_by, started_at, ended_at, size,
+     records_input, truncated";
+
+fn entry_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecordingEntry> {
+    Ok(RecordingEntry {
+        exec_id: r.get(0)?,
+        context_id: r.get(1)?,
+        context_name: r.get(2)?,
+        opened_by: r.get(3)?,
+        started_at: r.get::<_, i64>(4)? as u64,
+        ended_at: r.get::<_, Option<i64>>(5)?.map(|t| t as u64),
+        size: r.get::<_, i64>(6)? as u64,
+        records_input: r.get(7)?,
+        truncated: r.get(8)?,
+    })
+}
+
+impl Store {
+    /// Starts recording `entry`'s session (its chunks come with [`Store::append_recordings`]).
+    pub(crate) fn start_recording(&self, entry: &RecordingEntry) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "INSERT OR IGNORE INTO recordings (exec_id, context_id, context_name, opened_by,
+                     started_at, size, records_input, truncated)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0)",
+                rusqlite::params![
+                    entry.exec_id,
+                    entry.context_id,
+                    entry.context_name,
+                    entry.opened_by,
+                    entry.started_at as i64,
+                    entry.records_input,
+                ],
+            )
+            .doing("starting a recording")?;
+        Ok(())
+    }
+
+    /// Appends to several recordings in one transaction.
+    pub(crate) fn append_recordings(&self, appends: &[RecordingAppend]) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("appending to recordings")?;
+        for a in appends {
+            if !a.text.is_empty() {
+                tx.execute(
+                    "INSERT INTO recording_chunks (exec_id, seq, text)
+                     VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM recording_chunks
+                                  WHERE exec_id = ?1), ?2)",
+                    rusqlite::params![a.exec_id, a.text],
+                )
+                .doing("appending to a recording")?;
+            }
+            tx.execute(
+                "UPDATE recordings SET size = size + ?2, truncated = truncated OR ?3,
+                     ended_at = COALESCE(?4, ended_at)
+                 WHERE exec_id = ?1",
+                rusqlite::params![
+                    a.exec_id,
+                    a.text.len() as i64,
+                    a.truncated,
+                    a.ended_at.map(|t| t as i64),
+                ],
+            )
+            .doing("appending to a recording")?;
+        }
+        tx.commit().doing("appending to recordings")
+    }
+
+    /// The row of recording `exec_id`.
+    pub(crate) fn recording(&self, exec_id: &str) -> Result<Option<RecordingEntry>, StoreError> {
+        self.read()
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM recordings WHERE exec_id = ?1"),
+                [exec_id],
+                entry_of,
+            )
+            .optional()
+            .doing("reading a recording")
+    }
+
+    /// Recordings newest first, at most `limit`: only those `opened_by` opened when given,
+    /// only those of the context `context` names (its id, or its name then) when given.
+    pub(crate) fn recordings(
+        &self,
+        opened_by: Option<&str>,
+        context: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<RecordingEntry>, StoreError> {
+        let conn = self.read();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM recordings
+                 WHERE (?1 IS NULL OR opened_by = ?1)
+                   AND (?2 IS NULL OR context_id = ?2 OR context_name = ?2)
+                 ORDER BY started_at DESC, exec_id DESC LIMIT ?3"
+            ))
+            .doing("listing recordings")?;
+        let rows = stmt
+            .query_map(rusqlite::params![opened_by, context, limit], entry_of)
+            .doing("listing recordings")?;
+        rows.collect::<Result<_, _>>().doing("listing recordings")
+    }
+
+    /// Recording `exec_id`'s text, chunks in order (empty when it has none).
+    pub(crate) fn recording_text(&self, exec_id: &str) -> Result<String, StoreError> {
+        let conn = self.read();
+        let mut stmt = conn
+            .prepare_cached("SELECT text FROM recording_chunks WHERE exec_id = ?1 ORDER BY seq")
+            .doing("reading a recording")?;
+        let chunks = stmt
+            .query_map([exec_id], |r| r.get::<_, String>(0))
+            .doing("reading a recording")?;
+        let mut text = String::new();
+        for chunk in chunks {
+            text.push_str(&chunk.doing("reading a recording")?);
+        }
+        Ok(text)
+    }
+
+    /// Deletes the recordings that began before `started_before` (Unix seconds), rows and
+    /// chunks; returns how many went.
+    pub(crate) fn sweep_recordings(&self, started_before: u64) -> Result<usize, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("sweeping recordings")?;
+        tx.execute(
+            "DELETE FROM recording_chunks WHERE exec_id IN
+                 (SELECT exec_id FROM recordings WHERE started_at < ?1)",
+            [started_before as i64],
+        )
+        .doing("sweeping recordings")?;
+        let gone = tx
+            .execute(
+                "DELETE FROM recordings WHERE started_at < ?1",
+                [started_before as i64],
+            )
+            .doing("sweeping recordings")?;
+        tx.commit().doing("sweeping recordings")?;
+        Ok(gone)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, started_at: u64) -> RecordingEntry {
+        RecordingEntry {
+            exec_id: id.into(),
+            context_id: "ec_1".into(),
+            context_name: "box".into(),
+            opened_by: "ana".into(),
+            started_at,
+            ended_at: None,
+            size: 0,
+            records_input: false,
+            truncated: false,
+        }
+    }
+
+    #[test]
+    fn a_recording_is_appended_in_chunks_read_whole_and_swept_by_age() {
+        let dir = std::env::temp_dir().join(format!("outpost-recordings-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&dir.join("outpost.db")).unwrap();
+        store.start_recording(&entry("ex_old", 100)).unwrap();
+        store.start_recording(&entry("ex_new", 5000)).unwrap();
+        let append = |id: &str, text: &str, ended_at| RecordingAppend {
+            exec_id: id.into(),
+            text: text.into(),
+            truncated: false,
+            ended_at,
+        };
+        store
+            .append_recordings(&[
+                append("ex_new", "head\n", None),
+                append("ex_old", "x\n", None),
+            ])
+            .unwrap();
+        store
+            .append_recordings(&[append("ex_new", "[1.0, \"o\", \"a\"]\n", Some(5010))])
+            .unwrap();
+        assert_eq!(
+            store.recording_text("ex_new").unwrap(),
+            "head\n[1.0, \"o\", \"a\"]\n"
+        );
+        let row = store.recording("ex_new").unwrap().unwrap();
+        assert_eq!((row.size, row.ended_at), (21, Some(5010)));
+        let listed = store.recordings(Some("ana"), None, 10).unwrap();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[0].exec_id, "ex_new", "newest first");
+        assert!(store.recordings(Some("bo"), None, 10).unwrap().is_empty());
+        assert!(store.recordings(None, Some("ec_2"), 10).unwrap().is_empty());
+        assert_eq!(store.sweep_recordings(1000).unwrap(), 1);
+        assert_eq!(store.recording("ex_old").unwrap(), None);
+        assert_eq!(store.recording_text("ex_old").unwrap(), "");
+        assert!(store.recording("ex_new").unwrap().is_some());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
