@@ -12,8 +12,10 @@
 //!
 //! Each step is printed with its time as it ends; the first failure stops the check, names the
 //! step and exits 1. Whatever was made is removed on the way out — after a failure and on
-//! Ctrl-C or SIGTERM too (the context revoked and deleted, the daemon killed, the folder
-//! removed). This module decides nothing about the server; it only asks it, as any client.
+//! Ctrl-C or SIGTERM too: an unused join token revoked, the context revoked (its daemon given
+//! [`STOP_GRACE`] to stop its runs and host commands, then killed) and deleted, the folder
+//! removed. The terminal's recording and the runs' records stay on the server, as every
+//! deleted context's do. This module decides nothing about the server; it only asks it, as any client.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -55,10 +57,16 @@ struct Report {
 struct Made {
     api: Api,
     dir: PathBuf,
+    /// The one-use join token, until a daemon used it.
+    join_token: Option<String>,
     context: Option<String>,
     daemon: Option<Child>,
     done: bool,
 }
+
+/// How long a revoked daemon is given to stop its runs and host commands and exit before it
+/// is killed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
 
 impl Made {
     /// Revokes and deletes the context, kills the daemon, removes the folder.
@@ -67,17 +75,27 @@ impl Made {
             return;
         }
         self.done = true;
-        if let Some(name) = self.context.take() {
+        if let Some(id) = self.join_token.take() {
+            let _ = self.api.delete::<Value>(&format!("/v1/join-tokens/{id}"));
+        }
+        if let Some(name) = &self.context {
+            // Revoked, the daemon stops its runs and kills its host commands, then exits.
             let _ = self
                 .api
                 .post::<_, Value>(&format!("/v1/execution-contexts/{name}/revoke"), &json!({}));
+        }
+        if let Some(mut daemon) = self.daemon.take() {
+            let deadline = Instant::now() + STOP_GRACE;
+            while matches!(daemon.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+        }
+        if let Some(name) = self.context.take() {
             let _ = self
                 .api
                 .delete::<Value>(&format!("/v1/execution-contexts/{name}"));
-        }
-        if let Some(mut daemon) = self.daemon.take() {
-            let _ = daemon.kill();
-            let _ = daemon.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -106,6 +124,7 @@ pub fn check(server: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
     let made = Arc::new(Mutex::new(Made {
         api: api.clone(),
         dir: dir.clone(),
+        join_token: None,
         context: None,
         daemon: None,
         done: false,
@@ -230,6 +249,10 @@ impl Check {
             .as_str()
             .context("the join token came without its join")?
             .to_owned();
+        self.made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .join_token = token["id"].as_str().map(str::to_owned);
         Ok((
             format!("{} (one use, 10 min)", token["id"].as_str().unwrap_or("?")),
             join,
@@ -267,6 +290,11 @@ impl Check {
             let context: Value = self.api.get(&path).ok()?;
             (context["online"] == true).then_some(context)
         })?;
+        // Used: a one-use token registers nothing more, and is no longer the check's to revoke.
+        self.made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .join_token = None;
         let detail = format!(
             "{} online, daemon {}",
             context["id"].as_str().unwrap_or("?"),
@@ -358,9 +386,10 @@ echo "kill_rc=$?"
         let url = ServerUrl::parse(self.api.base()).map_err(|e| anyhow::anyhow!("{e}"))?;
         let ws_url = url.ws_url(&format!("/v1/terminals/{terminal}/connect?ticket={ticket}"));
         let (tcp, stream) = crate::attach::connect(&url, &self.api.trust()?)?;
-        tcp.set_read_timeout(Some(Duration::from_millis(200)))?;
         let (mut socket, _) = tungstenite::client::client(ws_url.as_str(), stream)
             .map_err(|e| anyhow::anyhow!("opening the terminal's WebSocket: {e}"))?;
+        // After the handshakes (TLS and WebSocket), which must not be cut short by it.
+        tcp.set_read_timeout(Some(Duration::from_millis(200)))?;
         let deadline = Instant::now() + PATIENCE;
         until_message(&mut socket, deadline, "live", |kind| kind == "live")?;
         let close = serde_json::to_string(&outpost_core::terminal::ViewerControl::Close)?;

@@ -64,7 +64,7 @@ pub struct ServeArgs {
     /// keystrokes may hold passwords). `GET /v1/terminals` shows it per terminal.
     #[arg(long)]
     pub record_terminal_input: bool,
-    /// Delete a terminal recording this many days after its session began.
+    /// Delete a terminal recording this many days after its session ended.
     #[arg(long, value_name = "DAYS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=36500))]
     pub recording_retention_days: u64,
     /// Never let a machine's host commands be turned on (whatever an owner or a grant says):

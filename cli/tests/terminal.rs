@@ -1058,6 +1058,17 @@ fn a_session_is_recorded_and_its_export_plays_in_asciinema() {
         output,
         "outpost terminal play"
     );
+    for bad in ["--idle-limit=-1", "--speed=0", "--speed=NaN"] {
+        let refused = common::outpost_as(
+            &server,
+            &server.admin,
+            &["terminal", "play", &terminal, bad],
+        );
+        assert!(!refused.status.success(), "{bad} is refused");
+        let says = String::from_utf8_lossy(&refused.stderr);
+        let flag = bad.split('=').next().unwrap();
+        assert!(says.contains(flag), "{bad}: {says}");
+    }
 
     // The audit rows say where the recording is.
     let (_, log) = server.api("GET", "/v1/audit?limit=200", None);

@@ -267,6 +267,16 @@ impl DockerRun {
     }
 }
 
+impl Drop for DockerRun {
+    /// Stops the container as a cancel does, unless it ended: the cancel's sender is also held
+    /// by whoever took [`RunHandle::canceller`], so dropping it alone would not say so.
+    fn drop(&mut self) {
+        if self.outcome.is_none() {
+            self.cancel.send_replace(true);
+        }
+    }
+}
+
 impl RunHandle for DockerRun {
     fn run_id(&self) -> &str {
         &self.run_id

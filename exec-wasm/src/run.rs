@@ -11,7 +11,8 @@ use crate::pipe::CappedPipe;
 use crate::pool::RunPool;
 
 /// A run not yet started: it starts on the caller's thread when a `wait` covers its whole
-/// deadline (no thread hop: an ondemand call costs microseconds), else on the pool.
+/// deadline and that deadline is at most [`INLINE_AT_MOST`] away (no thread hop: an ondemand
+/// call costs microseconds), else on the pool, which bounds how many run at once.
 pub(crate) struct Pending {
     pub(crate) job: Box<dyn FnOnce() -> Finish + Send>,
     pub(crate) report: Sender<Finish>,
@@ -29,6 +30,10 @@ pub(crate) enum Finish {
     /// A trap or another error, with its message.
     Trap(String),
 }
+
+/// The longest deadline a run may have to start on its waiter's thread instead of the pool:
+/// longer runs share the pool's bound, however long their waiter is willing to wait.
+pub(crate) const INLINE_AT_MOST: Duration = Duration::from_millis(200);
 
 /// Exit status `wasmtime run` reports for a trap on Unix (128 + SIGABRT).
 pub const TRAP_EXIT_CODE: i32 = 134;
@@ -111,9 +116,9 @@ impl RunHandle for WasmRun {
             return Ok(Some(done.clone()));
         }
         if self.pending.is_some() {
-            let covers_deadline = self
-                .deadline
-                .is_some_and(|d| timeout >= d.saturating_duration_since(Instant::now()));
+            let covers_deadline = self.deadline.is_some_and(|d| {
+                timeout.min(INLINE_AT_MOST) >= d.saturating_duration_since(Instant::now())
+            });
             if covers_deadline && !self.cancelled.load(Ordering::Relaxed) {
                 // The deadline ends the run before `timeout` runs out: run it right here.
                 if let Some(p) = self.pending.take() {

@@ -155,3 +155,119 @@ fn pass_on(handle: &mut dyn RunHandle, sink: &mut &mut dyn FnMut(Vec<OutputChunk
         sink(fresh);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc::{Receiver, Sender, channel};
+    use std::time::Instant;
+
+    use outpost_core::executor::{Ending, Outcome};
+
+    use super::*;
+
+    /// A run that ends only when its cancel flag is raised, and that a canceller reaches
+    /// (as a wasm store or a container does); it counts the waits it was asked for.
+    struct FlagRun {
+        cancelled: Arc<AtomicBool>,
+        wake: Sender<()>,
+        woken: Receiver<()>,
+        waits: Arc<AtomicUsize>,
+        /// Told when a wait begins.
+        waiting: Option<Sender<()>>,
+    }
+
+    impl FlagRun {
+        fn new() -> Self {
+            let (wake, woken) = channel();
+            Self {
+                cancelled: Arc::default(),
+                wake,
+                woken,
+                waits: Arc::default(),
+                waiting: None,
+            }
+        }
+    }
+
+    impl RunHandle for FlagRun {
+        fn run_id(&self) -> &str {
+            "run_flag"
+        }
+
+        fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError> {
+            self.waits.fetch_add(1, Ordering::SeqCst);
+            if let Some(waiting) = &self.waiting {
+                let _ = waiting.send(());
+            }
+            if !self.cancelled.load(Ordering::SeqCst) {
+                let _ = self.woken.recv_timeout(timeout);
+            }
+            Ok(self.cancelled.load(Ordering::SeqCst).then(|| Outcome {
+                ending: Ending::Cancelled,
+                exit_code: None,
+                signal: None,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+                truncated: false,
+                setup: Duration::ZERO,
+                execute: Duration::ZERO,
+                egress_denied: Vec::new(),
+            }))
+        }
+
+        fn cancel(&mut self) -> Result<(), ExecError> {
+            self.cancelled.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+
+        fn read_output(&mut self) -> Vec<OutputChunk> {
+            Vec::new()
+        }
+
+        fn canceller(&self) -> Option<WaitWaker> {
+            let (flag, wake) = (self.cancelled.clone(), self.wake.clone());
+            let wake = Mutex::new(wake);
+            Some(Arc::new(move || {
+                flag.store(true, Ordering::SeqCst);
+                let _ = wake.lock().map(|w| w.send(()));
+            }))
+        }
+    }
+
+    #[test]
+    fn a_raise_reaches_a_run_through_its_canceller_without_polling() {
+        let mut run = FlagRun::new();
+        let waits = run.waits.clone();
+        let (waiting, began) = channel();
+        run.waiting = Some(waiting);
+        let cancel = Cancel::new();
+        let raiser = cancel.clone();
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            // Raised while the run's waiter waits.
+            let _ = began.recv();
+            raiser.raise();
+        });
+        let outcome = run_to_end(&mut run, &cancel).unwrap();
+        assert_eq!(outcome.ending, Ending::Cancelled);
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the raise ended the wait, not its timeout"
+        );
+        assert_eq!(
+            waits.load(Ordering::SeqCst),
+            1,
+            "one wait, woken by the raise: nobody looked every {SLICE:?}"
+        );
+    }
+
+    #[test]
+    fn a_raise_before_the_wait_began_is_not_missed() {
+        let mut run = FlagRun::new();
+        let cancel = Cancel::new();
+        cancel.raise();
+        let outcome = run_to_end(&mut run, &cancel).unwrap();
+        assert_eq!(outcome.ending, Ending::Cancelled);
+    }
+}

@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::{Clock, wall_now};
+use crate::dispatch::terminals::TermMsg;
 use crate::dispatch::{Cloud, Dispatcher, Ends, Pending, Shared};
 use crate::metrics::Metrics;
 use crate::state::{self, StateError};
@@ -27,6 +28,9 @@ const DISPATCH_QUEUE: usize = 1024;
 
 /// The admin user's name.
 const ADMIN_USER: &str = "admin";
+
+/// How long a stopping server waits for open terminals' recordings to be stored.
+const RECORDINGS_GRACE: Duration = Duration::from_secs(5);
 
 /// The admin token and the join's registration token: created with the admin user on first
 /// start, read back from their files after.
@@ -134,6 +138,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     state::write_secret(&dir.join("join"), format!("{join}\n").as_bytes())?;
 
     let (terminals, terminals_rx) = crate::dispatch::terminals::Terminals::channel();
+    let app_terminals = terminals.clone();
     let shared = Arc::new(Shared {
         store: store.clone(),
         clock: clock.clone(),
@@ -221,6 +226,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         config.limits.recording_retention,
         stop_rx.clone(),
     ));
+    let terminals_handle = app_terminals;
     let task = tokio::spawn(async move {
         serve::accept_loop(
             listener,
@@ -231,6 +237,11 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         .await;
         let _ = tx.send(crate::dispatch::Msg::Shutdown).await;
         let _ = dispatch_task.await;
+        // Open terminals' recordings end and are stored before the server is gone.
+        let ended = terminals_handle.ask(|done| TermMsg::Shutdown { done });
+        if tokio::time::timeout(RECORDINGS_GRACE, ended).await.is_err() {
+            tracing::warn!("the terminal recordings were not all stored before stopping");
+        }
     });
     tracing::info!(%url, "outpost server listening");
     Ok(Running {

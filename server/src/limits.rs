@@ -51,7 +51,7 @@ pub struct Limits {
     /// The most bytes one terminal session's recording keeps; the rest is cut and the
     /// recording's last event says so.
     pub recording_bytes: usize,
-    /// How long a recording is kept after its session began.
+    /// How long a recording is kept after its session ended.
     pub recording_retention: Duration,
     /// Whether recordings keep what operators type (keystrokes may hold passwords: off unless
     /// the server is started with `--record-terminal-input`).

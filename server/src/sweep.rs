@@ -1,6 +1,6 @@
 //! The sweeps of what is kept for a while: every [`Limits::bundle_sweep`](crate::Limits), the
 //! bundles last used more than [`Limits::bundle_retention`](crate::Limits) ago that no
-//! execution not ended names are deleted, and the terminal recordings that began more than
+//! execution not ended names are deleted, and the terminal recordings that ended more than
 //! [`Limits::recording_retention`](crate::Limits) ago (the store keeps the rules; these tasks
 //! only keep the time). They run until the server stops, and a failed sweep is logged and
 //! tried again at the next one.
@@ -38,7 +38,7 @@ pub(crate) async fn bundles(
     }
 }
 
-/// Sweeps `store` every `every`, deleting recordings that began more than `retention` ago,
+/// Sweeps `store` every `every`, deleting recordings that ended more than `retention` ago,
 /// until `stop`.
 pub(crate) async fn recordings(
     store: Arc<Store>,
@@ -51,9 +51,9 @@ pub(crate) async fn recordings(
             () = tokio::time::sleep(every) => {}
             _ = stop.changed() => return,
         }
-        let started_before = wall_now().0.saturating_sub(retention.as_secs());
+        let cutoff = wall_now().0.saturating_sub(retention.as_secs());
         let store = store.clone();
-        match tokio::task::spawn_blocking(move || store.sweep_recordings(started_before)).await {
+        match tokio::task::spawn_blocking(move || store.sweep_recordings(cutoff)).await {
             Ok(Ok(0)) => {}
             Ok(Ok(gone)) => tracing::info!(count = gone, "old terminal recordings deleted"),
             Ok(Err(e)) => tracing::warn!(error = %e, "sweeping old recordings failed"),

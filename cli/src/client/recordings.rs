@@ -49,8 +49,13 @@ pub fn export(api: &Api, id: &str) -> anyhow::Result<ExitCode> {
 /// `outpost terminal play ID`: the session's output written with its timing.
 pub fn play(api: &Api, id: &str, args: PlayArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
-        args.speed.is_finite() && args.speed > 0.0,
-        "--speed is a number above 0 (2 plays twice as fast)"
+        args.speed.is_finite() && (0.01..=1000.0).contains(&args.speed),
+        "--speed is a number from 0.01 to 1000 (2 plays twice as fast)"
+    );
+    anyhow::ensure!(
+        args.idle_limit
+            .is_none_or(|s| s.is_finite() && (0.0..=86_400.0).contains(&s)),
+        "--idle-limit is a number of seconds from 0 to 86400"
     );
     let text = fetch(api, id)?;
     let cast = Cast::parse(&text)

@@ -145,9 +145,9 @@ pub struct Cast {
     pub events: Vec<CastEvent>,
 }
 
-/// The longest a time stamp may be (a week of seconds is far beyond any terminal's lease;
-/// this only keeps a hostile file from asking for an endless sleep).
-const MAX_SECONDS: f64 = 1.0e9;
+/// The latest an event may be: 400 days, far beyond any terminal's lease (a day). A file
+/// that says later is refused rather than played as a wait of years.
+const MAX_SECONDS: f64 = 400.0 * 86_400.0;
 
 impl Cast {
     /// Reads a recording. Blank lines are skipped; anything else that is not the format is

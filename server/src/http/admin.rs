@@ -136,7 +136,7 @@ async fn audit(State(app): State<App>, req: Request) -> ApiResult {
 /// Where a terminal row's session recording is read: its detail begins with the terminal's
 /// id (`ex_… operator`, `ex_… exited exit 0`).
 fn recording_of(kind: &str, detail: &str) -> Option<String> {
-    if !kind.starts_with("terminal.") {
+    if !kind.starts_with("terminal.session.") && kind != "terminal.closed" {
         return None;
     }
     let terminal = detail

@@ -92,16 +92,9 @@ pub(super) fn routes() -> Vec<Route> {
 }
 
 /// The checks of every hop, in order: `run_id` is live on this very machine (`run_not_live`),
-/// the machine's grant has commands on (`commands_off`), and the run's requester is the
+/// the server allows host commands and the machine's grant has them on (`commands_off`), and the run's requester is the
 /// machine's operator and a member now (`commands_operator_only`). Returns the run.
 async fn commands_run(app: &App, context_id: &str, run_id: &str) -> Result<LiveRun, ApiError> {
-    if !app.shared.limits.host_commands {
-        return Err(ApiError::new(
-            403,
-            "commands_off",
-            "host commands are disabled on this server (outpost serve --no-host-commands)",
-        ));
-    }
     let run = app
         .live_run(run_id.to_owned())
         .await?
@@ -122,6 +115,13 @@ async fn commands_run(app: &App, context_id: &str, run_id: &str) -> Result<LiveR
         .ok_or_else(|| ApiError::new(401, "unknown_key", "no machine has this key"))?;
     let grant: Grant = serde_json::from_str(&entry.grant_json)
         .map_err(|e| ApiError::internal(format!("the stored grant does not read: {e}")))?;
+    if !app.shared.limits.host_commands {
+        return Err(ApiError::new(
+            403,
+            "commands_off",
+            "host commands are disabled on this server (outpost serve --no-host-commands)",
+        ));
+    }
     if !grant.commands.enabled {
         return Err(ApiError::new(
             403,

@@ -9,7 +9,7 @@
 //! `{version, Terminal, fit}`. Where the package is absent or unusable, the file sets
 //! `window.OutpostXterm = {missing: REASON}` and the page says what is missing and how to get
 //! it. The bundle is made on first use and again whenever the package's `package.json`
-//! changes; this module never fetches anything and never fails a request.
+//! changes (a failure is tried again on every request); this module never fetches anything and never fails a request.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -59,7 +59,9 @@ impl Xterm {
             .ok();
         let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
         match &*made {
-            Some(m) if m.stamp == stamp && stamp.is_some() => m.bundle.clone(),
+            // A failure is never kept: a package half installed, or a link fixed, is read
+            // again on the next request.
+            Some(m) if m.stamp == stamp && stamp.is_some() && m.bundle.is_ok() => m.bundle.clone(),
             _ => {
                 let bundle = bundle(&self.dir).map(Arc::new);
                 *made = Some(Made {

@@ -65,10 +65,18 @@ fn entry_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecordingEntry> {
 }
 
 impl Store {
-    /// Starts recording `entry`'s session (its chunks come with [`Store::append_recordings`]).
-    pub(crate) fn start_recording(&self, entry: &RecordingEntry) -> Result<(), StoreError> {
-        self.lock()
-            .execute(
+    /// Writes one batch in one transaction: the rows of sessions that began (`starts`), then
+    /// what `appends` bring (lines, a cut, an end). An append to a recording without a row
+    /// stores nothing.
+    pub(crate) fn write_recordings(
+        &self,
+        starts: &[RecordingEntry],
+        appends: &[RecordingAppend],
+    ) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("writing recordings")?;
+        for entry in starts {
+            tx.execute(
                 "INSERT OR IGNORE INTO recordings (exec_id, context_id, context_name, opened_by,
                      started_at, size, records_input, truncated)
                  VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0)",
@@ -82,15 +90,22 @@ impl Store {
                 ],
             )
             .doing("starting a recording")?;
-        Ok(())
-    }
-
-    /// Appends to several recordings in one transaction.
-    pub(crate) fn append_recordings(&self, appends: &[RecordingAppend]) -> Result<(), StoreError> {
-        let mut conn = self.lock();
-        let tx = conn.transaction().doing("appending to recordings")?;
+        }
         for a in appends {
-            if !a.text.is_empty() {
+            let known = tx
+                .execute(
+                    "UPDATE recordings SET size = size + ?2, truncated = truncated OR ?3,
+                         ended_at = COALESCE(?4, ended_at)
+                     WHERE exec_id = ?1",
+                    rusqlite::params![
+                        a.exec_id,
+                        a.text.len() as i64,
+                        a.truncated,
+                        a.ended_at.map(|t| t as i64),
+                    ],
+                )
+                .doing("appending to a recording")?;
+            if known == 1 && !a.text.is_empty() {
                 tx.execute(
                     "INSERT INTO recording_chunks (exec_id, seq, text)
                      VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM recording_chunks
@@ -99,20 +114,8 @@ impl Store {
                 )
                 .doing("appending to a recording")?;
             }
-            tx.execute(
-                "UPDATE recordings SET size = size + ?2, truncated = truncated OR ?3,
-                     ended_at = COALESCE(?4, ended_at)
-                 WHERE exec_id = ?1",
-                rusqlite::params![
-                    a.exec_id,
-                    a.text.len() as i64,
-                    a.truncated,
-                    a.ended_at.map(|t| t as i64),
-                ],
-            )
-            .doing("appending to a recording")?;
         }
-        tx.commit().doing("appending to recordings")
+        tx.commit().doing("writing recordings")
     }
 
     /// The row of recording `exec_id`.
@@ -166,23 +169,25 @@ impl Store {
         Ok(text)
     }
 
-    /// Deletes the recordings that began before `started_before` (Unix seconds), rows and
-    /// chunks; returns how many went.
-    pub(crate) fn sweep_recordings(&self, started_before: u64) -> Result<usize, StoreError> {
+    /// Deletes the recordings that ended before `cutoff` (Unix seconds), rows and chunks, and
+    /// chunks of no recording; returns how many recordings went. One never ended (its session
+    /// open, or its server stopped first) counts as ended a day after it began: no terminal's
+    /// lease is longer, so a session still open is never swept from under its writer.
+    pub(crate) fn sweep_recordings(&self, cutoff: u64) -> Result<usize, StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction().doing("sweeping recordings")?;
-        tx.execute(
-            "DELETE FROM recording_chunks WHERE exec_id IN
-                 (SELECT exec_id FROM recordings WHERE started_at < ?1)",
-            [started_before as i64],
-        )
-        .doing("sweeping recordings")?;
         let gone = tx
             .execute(
-                "DELETE FROM recordings WHERE started_at < ?1",
-                [started_before as i64],
+                "DELETE FROM recordings WHERE COALESCE(ended_at, started_at + 86400) < ?1",
+                [cutoff as i64],
             )
             .doing("sweeping recordings")?;
+        tx.execute(
+            "DELETE FROM recording_chunks
+             WHERE exec_id NOT IN (SELECT exec_id FROM recordings)",
+            [],
+        )
+        .doing("sweeping recordings")?;
         tx.commit().doing("sweeping recordings")?;
         Ok(gone)
     }
@@ -207,43 +212,57 @@ mod tests {
     }
 
     #[test]
-    fn a_recording_is_appended_in_chunks_read_whole_and_swept_by_age() {
+    fn a_recording_is_appended_in_chunks_read_whole_and_swept_once_ended_long_enough() {
         let dir = std::env::temp_dir().join(format!("outpost-recordings-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let store = Store::open(&dir.join("outpost.db")).unwrap();
-        store.start_recording(&entry("ex_old", 100)).unwrap();
-        store.start_recording(&entry("ex_new", 5000)).unwrap();
+        store
+            .write_recordings(&[entry("ex_old", 100), entry("ex_new", 500_000)], &[])
+            .unwrap();
         let append = |id: &str, text: &str, ended_at| RecordingAppend {
             exec_id: id.into(),
             text: text.into(),
             truncated: false,
             ended_at,
         };
-        store
-            .append_recordings(&[
-                append("ex_new", "head\n", None),
-                append("ex_old", "x\n", None),
-            ])
-            .unwrap();
-        store
-            .append_recordings(&[append("ex_new", "[1.0, \"o\", \"a\"]\n", Some(5010))])
-            .unwrap();
+        let both = [
+            append("ex_new", "head\n", None),
+            append("ex_old", "x\n", Some(200)),
+        ];
+        store.write_recordings(&[], &both).unwrap();
+        let end = [append("ex_new", "[1.0, \"o\", \"a\"]\n", Some(500_010))];
+        store.write_recordings(&[], &end).unwrap();
+        // An append to no recording stores nothing.
+        let stray = [append("ex_none", "lost\n", None)];
+        store.write_recordings(&[], &stray).unwrap();
+        assert_eq!(store.recording_text("ex_none").unwrap(), "");
         assert_eq!(
             store.recording_text("ex_new").unwrap(),
             "head\n[1.0, \"o\", \"a\"]\n"
         );
         let row = store.recording("ex_new").unwrap().unwrap();
-        assert_eq!((row.size, row.ended_at), (21, Some(5010)));
+        assert_eq!((row.size, row.ended_at), (21, Some(500_010)));
         let listed = store.recordings(Some("ana"), None, 10).unwrap();
         assert_eq!(listed.len(), 2);
         assert_eq!(listed[0].exec_id, "ex_new", "newest first");
         assert!(store.recordings(Some("bo"), None, 10).unwrap().is_empty());
         assert!(store.recordings(None, Some("ec_2"), 10).unwrap().is_empty());
-        assert_eq!(store.sweep_recordings(1000).unwrap(), 1);
+        assert_eq!(store.sweep_recordings(1000).unwrap(), 1, "ended at 200");
         assert_eq!(store.recording("ex_old").unwrap(), None);
         assert_eq!(store.recording_text("ex_old").unwrap(), "");
         assert!(store.recording("ex_new").unwrap().is_some());
+        // One never ended counts as ended a day after it began.
+        store
+            .write_recordings(&[entry("ex_open", 600_000)], &[])
+            .unwrap();
+        assert_eq!(
+            store.sweep_recordings(600_000 + 86_399).unwrap(),
+            1,
+            "ex_new only"
+        );
+        assert!(store.recording("ex_open").unwrap().is_some());
+        assert_eq!(store.sweep_recordings(600_000 + 86_401).unwrap(), 1);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -132,6 +132,8 @@ pub(crate) enum TermMsg {
         exit_code: Option<i32>,
         error: Option<(String, String)>,
     },
+    /// The server stops: every open recording ends now and is stored, then `done`.
+    Shutdown { done: oneshot::Sender<()> },
     /// The open terminals `user` may see (an admin: all).
     List {
         user: String,
@@ -404,6 +406,18 @@ impl Actor {
                     Input::Ended { reason }
                 };
                 self.feed(&exec_id, input).await;
+            }
+            TermMsg::Shutdown { done } => {
+                let now = self.clock.now();
+                for (id, t) in &mut self.terminals {
+                    if !t.recorded_end {
+                        t.recorder.finish(now.instant);
+                        t.recorded_end = true;
+                        self.recordings.flush(id, &mut t.recorder, Some(now.wall.0));
+                    }
+                }
+                self.recordings.drain().await;
+                let _ = done.send(());
             }
             TermMsg::List { user, admin, reply } => {
                 let views = self

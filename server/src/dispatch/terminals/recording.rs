@@ -4,18 +4,18 @@
 //! produced goes to one writer task, which appends it to the store in one transaction per
 //! batch, at most every [`FLUSH_EVERY`] — a recording never makes the relay wait for a disk.
 //!
-//! A server killed mid-session loses at most the last [`FLUSH_EVERY`] of a recording; a
-//! recording whose session was cut that way has no end time. This module owns the recorders'
+//! A server killed mid-session loses what was not stored yet (about the last [`FLUSH_EVERY`]);
+//! a recording whose session was cut that way has no end time. A server that stops on a signal
+//! ends every open recording and waits for the writer ([`Recordings::drain`]) first. This module owns the recorders'
 //! settings and the writer; it never decides who may read a recording (the route does).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use outpost_core::executor::TerminalSize;
 use outpost_core::terminal::cast::{CastHeader, Recorder};
 use outpost_core::time::Now;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{RecordingAppend, RecordingEntry, Store};
 
@@ -48,6 +48,8 @@ pub(crate) enum Write {
     Start(RecordingEntry),
     /// Lines (and perhaps its end) for a session.
     Append(RecordingAppend),
+    /// Answer once everything sent before is stored (or given up on).
+    Drain(oneshot::Sender<()>),
 }
 
 /// The handle the actor holds: starts recorders and hands their lines to the writer.
@@ -96,6 +98,14 @@ impl Recordings {
         )
     }
 
+    /// Waits until the writer has stored everything handed to it so far.
+    pub(crate) async fn drain(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Write::Drain(done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+
     /// Hands what `recorder` produced to the writer; with `ended_at`, the session's end.
     pub(crate) fn flush(&self, exec_id: &str, recorder: &mut Recorder, ended_at: Option<u64>) {
         if !recorder.has_pending() && ended_at.is_none() {
@@ -110,45 +120,85 @@ impl Recordings {
     }
 }
 
+/// How many times a batch the store refused is tried before its lines are given up (each
+/// try [`FLUSH_EVERY`] after the last, with whatever came meanwhile).
+const TRIES: u32 = 5;
+
+/// What waits to be stored: rows, then appends merged per recording.
+#[derive(Default)]
+struct Pending {
+    starts: Vec<RecordingEntry>,
+    appends: Vec<RecordingAppend>,
+    drains: Vec<oneshot::Sender<()>>,
+    failures: u32,
+}
+
+impl Pending {
+    fn take(&mut self, write: Write) {
+        match write {
+            Write::Start(entry) => self.starts.push(entry),
+            Write::Drain(done) => self.drains.push(done),
+            Write::Append(append) => {
+                match self
+                    .appends
+                    .iter_mut()
+                    .find(|a| a.exec_id == append.exec_id)
+                {
+                    Some(into) => {
+                        into.text.push_str(&append.text);
+                        into.truncated |= append.truncated;
+                        into.ended_at = append.ended_at.or(into.ended_at);
+                    }
+                    None => self.appends.push(append),
+                }
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.starts.is_empty() && self.appends.is_empty() && self.drains.is_empty()
+    }
+}
+
 /// Stores what arrives, a batch at a time: everything waiting is merged per recording and
 /// written in one transaction, then the writer rests [`FLUSH_EVERY`] so that a busy terminal
-/// costs a few commits a second, not one per output.
+/// costs a few commits a second, not one per output. A batch the store refuses is kept and
+/// tried again with the next one, [`TRIES`] times in all.
 async fn writer(store: Arc<Store>, mut rx: mpsc::UnboundedReceiver<Write>) {
-    while let Some(first) = rx.recv().await {
-        let mut starts = Vec::new();
-        let mut appends: Vec<RecordingAppend> = Vec::new();
-        let mut index: HashMap<String, usize> = HashMap::new();
-        let mut take = |write: Write| match write {
-            Write::Start(entry) => starts.push(entry),
-            Write::Append(append) => match index.get(&append.exec_id) {
-                Some(&i) => {
-                    let into = &mut appends[i];
-                    into.text.push_str(&append.text);
-                    into.truncated |= append.truncated;
-                    into.ended_at = append.ended_at.or(into.ended_at);
-                }
-                None => {
-                    index.insert(append.exec_id.clone(), appends.len());
-                    appends.push(append);
-                }
-            },
-        };
-        take(first);
-        while let Ok(write) = rx.try_recv() {
-            take(write);
-        }
-        let store = store.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            for entry in &starts {
-                store.start_recording(entry)?;
+    let mut pending = Pending::default();
+    loop {
+        if pending.is_empty() {
+            match rx.recv().await {
+                Some(write) => pending.take(write),
+                None => return,
             }
-            store.append_recordings(&appends)
-        })
-        .await;
-        match written {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "cannot store terminal recordings"),
-            Err(e) => tracing::error!(error = %e, "the recording writer's thread stopped"),
+        }
+        while let Ok(write) = rx.try_recv() {
+            pending.take(write);
+        }
+        let (starts, appends) = (pending.starts.clone(), pending.appends.clone());
+        let store = store.clone();
+        let written =
+            tokio::task::spawn_blocking(move || store.write_recordings(&starts, &appends)).await;
+        let error = match written {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        pending.failures = if error.is_some() {
+            pending.failures + 1
+        } else {
+            0
+        };
+        if let Some(error) = &error {
+            tracing::error!(%error, tries = pending.failures, "cannot store terminal recordings");
+        }
+        if error.is_none() || pending.failures >= TRIES {
+            let drains = std::mem::take(&mut pending.drains);
+            pending = Pending::default();
+            for done in drains {
+                let _ = done.send(());
+            }
         }
         tokio::time::sleep(FLUSH_EVERY).await;
     }
