@@ -171,9 +171,18 @@ fn runs_and_audit_tabs_show_a_run_made_with_outpost_execute() {
         .find(|r| r[1] == "run" && r[4].starts_with(&id))
         .unwrap_or_else(|| panic!("the run's audit row in {rows:?}"));
     assert_eq!(row[4], format!("{id} exited on build-box"));
-    assert_eq!(
-        row[3],
-        format!("build-box ({})", ctx["id"].as_str().expect("an id"))
+    // The context by name; its id on hover.
+    assert_eq!(row[3], "build-box");
+    let titles = page.eval(
+        "Array.from(document.querySelectorAll('#audit tbody tr')).map(r => r.cells[3] ? r.cells[3].title : '')",
+    );
+    assert!(
+        titles
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == ctx["id"].as_str().expect("an id")),
+        "{titles}"
     );
     assert_eq!(
         row[2], "admin",
@@ -458,5 +467,159 @@ fn a_screenshot_of_the_signed_in_page_shows_its_header_and_the_online_badge() {
     // Kept for people to look at.
     let keep = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("web-contexts.png");
     std::fs::write(&keep, &shot).expect("the screenshot is written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Before sign-in only the sign-in form shows (no tabs, no empty table); once signed in the
+/// header names the user; the audit shows contexts by name; and in a window 400 px wide the
+/// header and the form wrap instead of spilling out of the page.
+#[test]
+fn sign_in_states_show_only_what_they_should_and_a_narrow_window_still_fits() {
+    let dir = temp_dir("web-states");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = chromium.open(&format!("{}/", server.url));
+    page.set_viewport(400, HEIGHT);
+    page.wait_until(
+        "the signed-out page",
+        "document.body.dataset.signedIn === 'no'",
+    );
+    let shown = |id: &str| {
+        page.eval(&format!(
+            "getComputedStyle(document.getElementById('{id}')).display !== 'none'"
+        ))
+    };
+    assert_eq!(shown("app"), false, "no tabs or tables before sign-in");
+    assert_eq!(shown("sign-in"), true);
+    let fits = "document.documentElement.scrollWidth <= window.innerWidth";
+    assert_eq!(page.eval(fits), true, "the sign-in page fits 400 px");
+    page.sign_in(&server.admin);
+    page.wait_until("signed in", "document.body.dataset.signedIn === 'yes'");
+    assert_eq!(shown("app"), true);
+    assert_eq!(shown("sign-in"), false);
+    page.wait_until(
+        "the user named in the header",
+        "document.getElementById('who').textContent === 'signed in as admin (admin)'",
+    );
+    let header = page.eval(
+        "(() => { const h = document.querySelector('header').getBoundingClientRect(); return [h.width, h.height]; })()",
+    );
+    assert!(
+        header[0].as_f64().unwrap() <= 400.0 && header[1].as_f64().unwrap() < 120.0,
+        "the header wraps within the window: {header}"
+    );
+    page.keep_screenshot("web-narrow-signed-in");
+    page.show_tab("audit");
+    page.wait_until(
+        "an audit row about build-box",
+        "Array.from(document.querySelectorAll('#audit tbody tr')).some(r => r.cells[3] && r.cells[3].textContent === 'build-box')",
+    );
+    let ids = page.eval(
+        "Array.from(document.querySelectorAll('#audit tbody tr')).filter(r => r.cells[3] && r.cells[3].textContent.startsWith('ec_')).length",
+    );
+    assert_eq!(ids, 0, "contexts are shown by name, not by id");
+    page.eval("document.getElementById('sign-out').click()");
+    assert_eq!(shown("app"), false, "signed out: the tabs go");
+    assert_eq!(page.eval("document.getElementById('who').textContent"), "");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A run's page: what it is and where it ran, its output as it prints it (followed live while
+/// it runs), and a Cancel button that ends it — the page shows the end as it comes.
+#[test]
+fn a_run_s_page_follows_its_output_live_and_cancels_it() {
+    let dir = temp_dir("web-run-page");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = signed_in(&chromium, &server);
+    let id = server.submit(
+        &common::shell_capability(
+            "slow-printer",
+            "echo first-line; echo to-stderr >&2; exec sleep 300\n",
+        ),
+        "build-box",
+    );
+    server.wait_status(&id, "running");
+    page.show_tab("runs");
+    page.eval(&format!(
+        "document.querySelector(\"#runs button[data-execution-id='{id}']\").click()"
+    ));
+    page.wait_until(
+        "the run's output, followed while it runs",
+        "document.getElementById('run-stdout').textContent.includes('first-line') && document.getElementById('run-stderr').textContent.includes('to-stderr')",
+    );
+    assert_eq!(page.eval("document.body.dataset.run"), "live");
+    let facts = page.table("run-facts");
+    let fact = |name: &str| -> String {
+        facts
+            .iter()
+            .find(|r| r.first().is_some_and(|n| n == name))
+            .and_then(|r| r.get(1).cloned())
+            .unwrap_or_default()
+    };
+    assert!(fact("Capability").starts_with("slow-printer"), "{facts:?}");
+    assert_eq!(fact("Requester"), "admin", "{facts:?}");
+    assert_eq!(fact("Asked for"), "build-box", "{facts:?}");
+    assert!(fact("Status").starts_with("running"), "{facts:?}");
+    assert_eq!(
+        page.eval("document.getElementById('run-cancel').disabled"),
+        false
+    );
+    page.keep_screenshot("web-run-live");
+    page.eval("document.getElementById('run-cancel').click()");
+    page.wait_until(
+        "the run's end, as its stream brings it",
+        "document.body.dataset.run === 'ended'",
+    );
+    let facts = page.table("run-facts");
+    let status = facts
+        .iter()
+        .find(|r| r.first().is_some_and(|n| n == "Status"))
+        .and_then(|r| r.get(1).cloned())
+        .unwrap_or_default();
+    assert!(status.starts_with("cancelled"), "{facts:?}");
+    assert!(
+        facts
+            .iter()
+            .any(|r| r[0] == "Where" && r[1].contains("build-box")),
+        "where it ran, once it ended: {facts:?}"
+    );
+    assert_eq!(
+        page.eval("document.getElementById('run-cancel').disabled"),
+        true
+    );
+    let (_, e) = server.api("GET", &format!("/v1/executions/{id}"), None);
+    assert_eq!(e["status"], "cancelled", "{e}");
+    // Back to the list, which shows the run as it ended.
+    page.eval("document.getElementById('run-back').click()");
+    page.wait_until(
+        "the runs list again",
+        &format!(
+            "Array.from(document.querySelectorAll('#runs tbody tr')).some(r => r.cells[0].textContent === '{id}' && r.cells[1].textContent.startsWith('cancelled'))"
+        ),
+    );
+    // The filter bar asks the server: by status, by context, by requester.
+    let filter = |context: &str, status: &str, requester: &str| {
+        page.eval("delete document.body.dataset.filtered");
+        page.eval(&format!(
+            "(() => {{ document.getElementById('runs-context').value = '{context}'; document.getElementById('runs-status').value = '{status}'; document.getElementById('runs-requester').value = '{requester}'; document.getElementById('runs-filter').requestSubmit(); }})()"
+        ));
+        page.wait_until(
+            "the filtered list",
+            "document.body.dataset.filtered === 'yes'",
+        );
+        page.table("runs")
+    };
+    let listed = |rows: &[Vec<String>]| rows.iter().any(|r| r[0] == id);
+    assert!(listed(&filter("", "cancelled", "")));
+    assert!(listed(&filter("build-box", "cancelled", "admin")));
+    let none = filter("", "exited", "");
+    assert!(!listed(&none), "{none:?}");
+    let nobody = filter("", "", "nobody");
+    assert_eq!(
+        nobody,
+        [["No runs yet.".to_owned()]],
+        "another requester's runs"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,31 +11,20 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::clock::wall_now;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// Sweeps `store` every `every`, deleting bundles unused for `retention`, until `stop`.
 pub(crate) async fn bundles(
     store: Arc<Store>,
     every: Duration,
     retention: Duration,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(every) => {}
-            _ = stop.changed() => return,
-        }
+    sweep_every(store, every, stop, "unused bundles", move |store| {
         let unused_since = wall_now().0.saturating_sub(retention.as_secs());
-        let store = store.clone();
-        match tokio::task::spawn_blocking(move || store.sweep_bundles(unused_since)).await {
-            Ok(Ok(gone)) if !gone.is_empty() => {
-                tracing::info!(count = gone.len(), "unused bundles deleted");
-            }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "sweeping unused bundles failed"),
-            Err(e) => tracing::warn!(error = %e, "the bundle sweep stopped"),
-        }
-    }
+        store.sweep_bundles(unused_since).map(|gone| gone.len())
+    })
+    .await;
 }
 
 /// Sweeps `store` every `every`, deleting recordings that ended more than `retention` ago,
@@ -44,20 +33,38 @@ pub(crate) async fn recordings(
     store: Arc<Store>,
     every: Duration,
     retention: Duration,
+    stop: watch::Receiver<bool>,
+) {
+    sweep_every(
+        store,
+        every,
+        stop,
+        "old terminal recordings",
+        move |store| store.sweep_recordings(wall_now().0.saturating_sub(retention.as_secs())),
+    )
+    .await;
+}
+
+/// Runs `sweep` (which says how many it deleted) on a blocking thread every `every` until
+/// `stop`, logging what it did as `what`.
+async fn sweep_every(
+    store: Arc<Store>,
+    every: Duration,
     mut stop: watch::Receiver<bool>,
+    what: &'static str,
+    sweep: impl Fn(&Store) -> Result<usize, StoreError> + Clone + Send + 'static,
 ) {
     loop {
         tokio::select! {
             () = tokio::time::sleep(every) => {}
             _ = stop.changed() => return,
         }
-        let cutoff = wall_now().0.saturating_sub(retention.as_secs());
-        let store = store.clone();
-        match tokio::task::spawn_blocking(move || store.sweep_recordings(cutoff)).await {
+        let (store, sweep) = (store.clone(), sweep.clone());
+        match tokio::task::spawn_blocking(move || sweep(&store)).await {
             Ok(Ok(0)) => {}
-            Ok(Ok(gone)) => tracing::info!(count = gone, "old terminal recordings deleted"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "sweeping old recordings failed"),
-            Err(e) => tracing::warn!(error = %e, "the recording sweep stopped"),
+            Ok(Ok(count)) => tracing::info!(count, "{what} deleted"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "sweeping {what} failed"),
+            Err(e) => tracing::warn!(error = %e, "the sweep of {what} stopped"),
         }
     }
 }

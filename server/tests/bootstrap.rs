@@ -132,6 +132,7 @@ fn operations_routes_answer_and_openapi_lists_every_route_with_its_schemas() {
         ("post", "/v1/terminals/{terminal}/tickets"),
         ("get", "/v1/terminals/{terminal}/connect"),
         ("get", "/v1/recordings"),
+        ("get", "/v1/me"),
         ("get", "/v1/terminals/{terminal}/recording"),
         ("post", "/v1/waits"),
         ("get", "/v1/waits"),

@@ -315,6 +315,9 @@ fn every_answer_of_a_session_fits_the_served_document() {
     let template = "/v1/terminals/{terminal}/tickets";
     let path = "/v1/terminals/ex_none/tickets";
     assert_eq!(call(&mut c, "POST", template, path, Value::Null).0, 404);
+    // Who the token is.
+    assert_eq!(call(&mut c, "GET", "/v1/me", "/v1/me", Value::Null).0, 200);
+
     // Recordings: none yet (a terminal needs a machine); a recording that is not there.
     assert_eq!(
         call(

@@ -126,21 +126,203 @@
     });
   }
 
-  function loadRuns() {
-    return api("GET", "/v1/runs").then(function (value) {
-      fill("runs", (value && value.runs) || [], function (r, row) {
-        cell(row, r.executionId);
+  // The runs list's query from the filter bar, and the page to continue from (`next`).
+  function runsQuery(before) {
+    var q = ["limit=50"];
+    [["context", "runs-context"], ["status", "runs-status"], ["requester", "runs-requester"]]
+      .forEach(function (f) {
+        var v = $(f[1]).value.trim();
+        if (v) { q.push(f[0] + "=" + encodeURIComponent(v)); }
+      });
+    if (before) { q.push("before=" + encodeURIComponent(before)); }
+    return "/v1/runs?" + q.join("&");
+  }
+
+  var shownRuns = [];
+
+  // Loads the first page of runs (or, with `more`, the next page after those shown).
+  function loadRuns(more) {
+    var before = more === true && shownRuns.length ? shownRuns.nextPage : null;
+    return api("GET", runsQuery(before)).then(function (value) {
+      var page = (value && value.runs) || [];
+      shownRuns = before ? shownRuns.concat(page) : page;
+      shownRuns.nextPage = value && value.next;
+      $("runs-older").hidden = !shownRuns.nextPage;
+      fill("runs", shownRuns, function (r, row) {
+        var open = document.createElement("button");
+        open.type = "button";
+        open.textContent = r.executionId;
+        open.dataset.executionId = r.executionId;
+        open.addEventListener("click", function () { showRun(r.executionId); });
+        cell(row, "", "id").appendChild(open);
         var status = r.status;
         if (typeof r.exitCode === "number") { status += " (exit " + r.exitCode + ")"; }
         if (r.error) { status += " (" + r.error.code + ")"; }
         cell(row, status);
         cell(row, r.ranOnText || "");
         cell(row, when(r.createdAt));
-        var t = r.timing;
-        cell(row, t ? t.serverMs + " ms (ran " + t.executeMs + " ms)" : "");
+        cell(row, took(r.timing));
       }, "No runs yet.");
     });
   }
+
+  // How long a run took, from what its timing holds (a cloud run has no server-side total).
+  function took(t) {
+    if (!t) { return ""; }
+    var total = typeof t.serverMs === "number" ? t.serverMs : t.daemonMs;
+    var text = typeof total === "number" ? total + " ms" : "";
+    if (typeof t.executeMs === "number" && t.executeMs !== total) {
+      text += (text ? " (ran " : "ran ") + t.executeMs + " ms" + (text ? ")" : "");
+    }
+    return text;
+  }
+
+  // ---- one run: what it is, where and why it ran, its output as it comes, cancel ----
+
+  var shownRun = null; // {id, abort}
+
+  function fact(body, name, value) {
+    if (value === undefined || value === null || value === "") { return; }
+    var row = body.insertRow();
+    var th = document.createElement("th");
+    th.textContent = name;
+    row.appendChild(th);
+    cell(row, value);
+  }
+
+  function showFacts(e) {
+    var body = $("run-facts").tBodies[0];
+    body.textContent = "";
+    fact(body, "Run", e.executionId);
+    fact(body, "Capability", e.capability ? e.capability +
+      (typeof e.capabilityVersion === "number" ? " v" + e.capabilityVersion : "") : "");
+    fact(body, "Requester", e.requester);
+    fact(body, "Asked for", e.requestedContext || "the requester's chain");
+    fact(body, "Where", e.ranOnText || (e.ranOn ? e.ranOn.name : "") ||
+      (e.queue ? "waiting for " + e.queue.context : ""));
+    if (e.ranOn && e.ranOn.attempts && e.ranOn.attempts.length) {
+      fact(body, "Passed over", e.ranOn.attempts.map(function (a) {
+        return a.name + " (" + a.reason + ")";
+      }).join(", "));
+    }
+    var status = e.status;
+    if (typeof e.exitCode === "number") { status += ", exit code " + e.exitCode; }
+    if (typeof e.signal === "number") { status += ", signal " + e.signal; }
+    if (e.error) { status += " — " + e.error.code + ": " + e.error.message; }
+    fact(body, "Status", status);
+    fact(body, "Started", when(e.createdAt));
+    fact(body, "Ended", when(e.finishedAt));
+    fact(body, "Took", took(e.timing));
+    if (e.truncated) { fact(body, "Output", "cut at its cap"); }
+    var running = e.status === "pending" || e.status === "running";
+    $("run-cancel").disabled = !running;
+    document.body.dataset.run = running ? "live" : "ended";
+  }
+
+  function stopFollowing() {
+    if (shownRun && shownRun.abort) { shownRun.abort.abort(); }
+  }
+
+  function showRun(id) {
+    stopFollowing();
+    shownRun = { id: id, abort: null };
+    $("runs").hidden = true;
+    $("runs-filter").hidden = true;
+    $("runs-older").hidden = true;
+    $("run").hidden = false;
+    $("run-stdout").textContent = "";
+    $("run-stderr").textContent = "";
+    $("run-follow").textContent = "";
+    document.body.dataset.run = "loading";
+    return api("GET", "/v1/executions/" + encodeURIComponent(id)).then(function (e) {
+      if (!shownRun || shownRun.id !== id) { return; }
+      showFacts(e);
+      follow(id);
+    }, showError);
+  }
+
+  // Reads the run's output stream (Server-Sent Events over fetch, which can carry the
+  // token): its parts as they come, then its end.
+  function follow(id) {
+    var abort = new AbortController();
+    shownRun.abort = abort;
+    $("run-follow").textContent = "following its output…";
+    fetch("/v1/executions/" + encodeURIComponent(id) + "/output?follow=true", {
+      headers: { "Authorization": "Bearer " + token(), "Accept": "text/event-stream" },
+      signal: abort.signal
+    }).then(function (response) {
+      if (!response.ok) { throw { status: response.status, code: "output_unavailable",
+        message: "HTTP " + response.status }; }
+      var reader = response.body.getReader();
+      var decoder = new TextDecoder("utf-8");
+      var buffered = "";
+      function pump() {
+        return reader.read().then(function (chunk) {
+          if (chunk.done) { $("run-follow").textContent = ""; return; }
+          buffered += decoder.decode(chunk.value, { stream: true });
+          var cut;
+          while ((cut = buffered.indexOf("\n\n")) >= 0) {
+            onRunEvent(id, buffered.slice(0, cut));
+            buffered = buffered.slice(cut + 2);
+          }
+          return pump();
+        });
+      }
+      return pump();
+    }).catch(function (err) {
+      if (err && err.name === "AbortError") { return; }
+      $("run-follow").textContent = "";
+      showError(err && err.code ? err : { status: 0, code: "output_unavailable",
+        message: String(err) });
+    });
+  }
+
+  function onRunEvent(id, text) {
+    if (!shownRun || shownRun.id !== id) { return; }
+    var kind = "message";
+    var data = "";
+    text.split("\n").forEach(function (line) {
+      if (line.indexOf("event:") === 0) { kind = line.slice(6).trim(); }
+      if (line.indexOf("data:") === 0) { data += line.slice(5).trim(); }
+    });
+    var value = null;
+    try { value = data ? JSON.parse(data) : null; } catch (e) { return; }
+    if (kind === "output" && value) {
+      $(value.stream === "stderr" ? "run-stderr" : "run-stdout").textContent += value.text;
+    } else if (kind === "status" && value) {
+      $("run-follow").textContent = value.message || value.status;
+    } else if (kind === "end" && value) {
+      showFacts(value);
+      $("run-follow").textContent = "";
+    } else if (kind === "error" && value && value.error) {
+      showError(value.error);
+    }
+  }
+
+  $("runs-filter").addEventListener("submit", function (event) {
+    event.preventDefault();
+    delete document.body.dataset.filtered;
+    loadRuns().then(function () { document.body.dataset.filtered = "yes"; }, showError);
+  });
+  $("runs-older").addEventListener("click", function () { loadRuns(true).catch(showError); });
+
+  $("run-back").addEventListener("click", function () {
+    stopFollowing();
+    shownRun = null;
+    $("run").hidden = true;
+    $("runs").hidden = false;
+    $("runs-filter").hidden = false;
+    $("runs-older").hidden = !shownRuns.nextPage;
+    delete document.body.dataset.run;
+    loadRuns().catch(showError);
+  });
+  $("run-cancel").addEventListener("click", function () {
+    if (!shownRun) { return; }
+    $("run-cancel").disabled = true;
+    api("POST", "/v1/executions/" + encodeURIComponent(shownRun.id) + "/cancel", {})
+      .then(function (e) { if (shownRun) { $("run-follow").textContent = "cancelling…"; } },
+        showError);
+  });
 
   function loadAudit() {
     return api("GET", "/v1/audit").then(function (value) {
@@ -148,7 +330,9 @@
         cell(row, when(e.at));
         cell(row, e.kind);
         cell(row, e.actor);
-        cell(row, e.contextName ? e.contextName + " (" + e.contextId + ")" : e.contextId || "");
+        // The context's name (its id on hover); the id only once the context is deleted.
+        var where = cell(row, e.contextName || e.contextId || "");
+        if (e.contextName && e.contextId) { where.title = e.contextId; }
         cell(row, e.detail || "");
       }, "Nothing audited yet.");
     });
@@ -156,9 +340,11 @@
 
   var loaders = {
     contexts: loadContexts,
-    runs: loadRuns,
+    runs: function () { return loadContexts().then(function () { return loadRuns(); }); },
     audit: loadAudit,
-    terminal: function () { return loadContexts().then(loadTerminals); }
+    terminal: function () {
+      return loadContexts().then(loadTerminals).then(loadRecordings);
+    }
   };
 
   function showTab(name) {
@@ -170,6 +356,14 @@
     });
     document.body.dataset.tab = name;
     showError(null);
+    // A tab shows its list: a run that was open is left (its stream closed).
+    stopFollowing();
+    shownRun = null;
+    $("run").hidden = true;
+    $("runs").hidden = false;
+    $("runs-filter").hidden = false;
+    $("runs-older").hidden = !shownRuns.nextPage;
+    delete document.body.dataset.run;
     var done = loaders[name]().then(function () {
       document.body.dataset.loaded = name;
     }, showError);
@@ -190,6 +384,9 @@
     $("app").hidden = false;
     $("sign-out").hidden = false;
     document.body.dataset.signedIn = "yes";
+    api("GET", "/v1/me").then(function (me) {
+      $("who").textContent = "signed in as " + me.user + (me.admin ? " (admin)" : "");
+    }, function () { $("who").textContent = ""; });
     showTab("contexts");
   }
 
@@ -198,6 +395,7 @@
     disconnect("signed out");
     $("app").hidden = true;
     $("sign-out").hidden = true;
+    $("who").textContent = "";
     $("sign-in").hidden = false;
     document.body.dataset.signedIn = "no";
   }
@@ -238,12 +436,27 @@
       "folder, then reload this page; nothing needs rebuilding.";
     box.hidden = false;
     $("terminal-open").disabled = true;
+    $("terminal").hidden = true;
     return false;
   }
 
   function status(text) { $("terminal-status").textContent = text; }
 
   function fillContextChoice() {
+    var filter = $("runs-context");
+    var wanted = filter.value;
+    filter.textContent = "";
+    var any = document.createElement("option");
+    any.value = "";
+    any.textContent = "any";
+    filter.appendChild(any);
+    contexts.forEach(function (c) {
+      var option = document.createElement("option");
+      option.value = c.name;
+      option.textContent = c.name;
+      filter.appendChild(option);
+    });
+    filter.value = wanted;
     var select = $("terminal-context");
     var chosen = select.value;
     select.textContent = "";
@@ -335,6 +548,7 @@
 
   function connect(terminalId, ticket, role) {
     disconnect();
+    stopPlayer();
     ensureTerm();
     term.reset();
     decoder = new TextDecoder("utf-8");
@@ -436,6 +650,170 @@
       socket.send(JSON.stringify({ type: "close" }));
     }
   });
+
+  // ---- recordings: listed, and played over the same xterm.js ----
+
+  function loadRecordings() {
+    return api("GET", "/v1/recordings?limit=50").then(function (value) {
+      fill("recordings", (value && value.recordings) || [], function (r, row) {
+        cell(row, r.terminalId);
+        cell(row, r.context);
+        cell(row, r.openedBy);
+        cell(row, when(r.startedAt));
+        cell(row, typeof r.endedAt === "number" ? (r.endedAt - r.startedAt) + " s"
+          : "open or cut short");
+        cell(row, r.size + " B" + (r.truncated ? " (truncated)" : ""));
+        var play = document.createElement("button");
+        play.type = "button";
+        play.textContent = "Play";
+        play.className = "play";
+        play.dataset.terminalId = r.terminalId;
+        play.disabled = !terminalAvailable();
+        play.addEventListener("click", function () { playRecording(r.terminalId); });
+        cell(row, "").appendChild(play);
+      }, "No recorded sessions yet.");
+    });
+  }
+
+  // The recording being played: its output events ([seconds, text]) and resizes, where it
+  // is, and the speed; positions are seconds into the recording.
+  var player = null;
+
+  function parseCast(text) {
+    var lines = text.split("\n").filter(function (l) { return l.trim() !== ""; });
+    var header = JSON.parse(lines.shift());
+    var events = lines.map(function (l) { return JSON.parse(l); }).filter(function (e) {
+      return e[1] === "o" || e[1] === "r";
+    });
+    return { header: header, events: events };
+  }
+
+  function playRecording(terminalId) {
+    if (!terminalAvailable()) { return; }
+    fetch("/v1/terminals/" + encodeURIComponent(terminalId) + "/recording", {
+      headers: { "Authorization": "Bearer " + token() }
+    }).then(function (response) {
+      if (!response.ok) { throw { status: response.status, code: "recording_unknown",
+        message: "the recording could not be read (HTTP " + response.status + ")" }; }
+      return response.text();
+    }).then(function (text) {
+      disconnect("playing the recording of " + terminalId);
+      stopPlayer();
+      var cast = parseCast(text);
+      ensureTerm();
+      var last = cast.events.length ? cast.events[cast.events.length - 1][0] : 0;
+      player = { id: terminalId, cast: cast, index: 0, position: 0, duration: last,
+        speed: Number($("player-speed").value) || 1, paused: false, timer: null,
+        wallStart: 0, posStart: 0 };
+      $("player-controls").hidden = false;
+      $("player-pause").textContent = "Pause";
+      seekTo(0);
+      resume();
+    }, showError);
+  }
+
+  // Draws everything up to `position` at once (a seek), from a reset terminal.
+  function seekTo(position) {
+    var p = player;
+    term.reset();
+    term.resize(p.cast.header.width, p.cast.header.height);
+    p.index = 0;
+    while (p.index < p.cast.events.length && p.cast.events[p.index][0] <= position) {
+      apply(p.cast.events[p.index]);
+      p.index++;
+    }
+    p.position = position;
+    showPosition();
+  }
+
+  function apply(event) {
+    if (event[1] === "o") { term.write(event[2]); return; }
+    var size = String(event[2]).split("x");
+    term.resize(Number(size[0]) || term.cols, Number(size[1]) || term.rows);
+  }
+
+  function resume() {
+    var p = player;
+    p.paused = false;
+    p.wallStart = performance.now();
+    p.posStart = p.position;
+    step();
+  }
+
+  function step() {
+    var p = player;
+    if (!p || p.paused) { return; }
+    p.position = p.posStart + (performance.now() - p.wallStart) / 1000 * p.speed;
+    while (p.index < p.cast.events.length && p.cast.events[p.index][0] <= p.position) {
+      apply(p.cast.events[p.index]);
+      p.index++;
+    }
+    showPosition();
+    if (p.index >= p.cast.events.length) {
+      p.position = p.duration;
+      p.paused = true;
+      $("player-pause").textContent = "Play again";
+      document.body.dataset.player = "done";
+      showPosition();
+      return;
+    }
+    document.body.dataset.player = "playing";
+    var next = (p.cast.events[p.index][0] - p.position) / p.speed * 1000;
+    p.timer = setTimeout(step, Math.max(0, Math.min(next, 250)));
+  }
+
+  function pause() {
+    var p = player;
+    p.paused = true;
+    clearTimeout(p.timer);
+    document.body.dataset.player = "paused";
+  }
+
+  function stopPlayer() {
+    if (player) { clearTimeout(player.timer); }
+    player = null;
+    $("player-controls").hidden = true;
+    delete document.body.dataset.player;
+  }
+
+  function showPosition() {
+    var p = player;
+    $("player-time").textContent = p.position.toFixed(1) + " / " + p.duration.toFixed(1) + " s";
+    $("player-seek").value = p.duration > 0 ? Math.round(p.position / p.duration * 1000) : 1000;
+  }
+
+  $("player-pause").addEventListener("click", function () {
+    if (!player) { return; }
+    if (!player.paused) { pause(); return; }
+    if (player.index >= player.cast.events.length) { seekTo(0); }
+    $("player-pause").textContent = "Pause";
+    resume();
+  });
+  $("player-speed").addEventListener("change", function () {
+    if (!player) { return; }
+    var wasPaused = player.paused;
+    pause();
+    player.speed = Number($("player-speed").value) || 1;
+    if (!wasPaused) { resume(); }
+  });
+  $("player-seek").addEventListener("input", function () {
+    if (!player) { return; }
+    var wasPaused = player.paused;
+    pause();
+    seekTo(player.duration * Number($("player-seek").value) / 1000);
+    if (!wasPaused) { resume(); }
+  });
+  $("player-stop").addEventListener("click", function () {
+    stopPlayer();
+    status("");
+  });
+
+  // The player's state, for people and for tests.
+  window.outpostPlayer = function () {
+    if (!player) { return null; }
+    return { terminalId: player.id, position: player.position, duration: player.duration,
+      paused: player.paused, done: player.index >= player.cast.events.length };
+  };
 
   // Reads the terminal's screen as text (one string per row), for people and for tests.
   window.outpostScreen = function () {

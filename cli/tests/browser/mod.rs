@@ -144,6 +144,54 @@ impl Page {
         self.tab.press_key(key).expect("presses");
     }
 
+    /// Lays the page out as in a viewport `width` × `height` CSS pixels (a phone's, narrower
+    /// than a desktop window can be made).
+    #[allow(dead_code)]
+    pub fn set_viewport(&self, width: u32, height: u32) {
+        use headless_chrome::protocol::cdp::Emulation::SetDeviceMetricsOverride;
+        self.tab
+            .call_method(SetDeviceMetricsOverride {
+                width,
+                height,
+                device_scale_factor: 1.0,
+                mobile: false,
+                scale: None,
+                screen_width: None,
+                screen_height: None,
+                position_x: None,
+                position_y: None,
+                dont_set_visible_size: None,
+                screen_orientation: None,
+                viewport: None,
+                display_feature: None,
+                device_posture: None,
+            })
+            .expect("the viewport is set");
+        self.wait_until(
+            "the new viewport",
+            &format!("window.innerWidth === {width}"),
+        );
+    }
+
+    /// Keeps a screenshot of the page as `NAME.png` in the tests' artefact folder
+    /// (`CARGO_TARGET_TMPDIR`), for people to look at; returns its path.
+    #[allow(dead_code)]
+    pub fn keep_screenshot(&self, name: &str) -> std::path::PathBuf {
+        let shot = self
+            .tab
+            .capture_screenshot(
+                headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption::Png,
+                None,
+                None,
+                true,
+            )
+            .expect("a screenshot");
+        assert!(shot.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.png"));
+        std::fs::write(&path, &shot).expect("the screenshot is written");
+        path
+    }
+
     /// Signs in with `token` through the form.
     pub fn sign_in(&self, token: &str) {
         self.wait_until(

@@ -434,6 +434,19 @@ pub struct AuditEvent {
     pub recording: Option<String>,
 }
 
+/// `GET /v1/me`: whose token the request carried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Me {
+    /// The user the token belongs to.
+    pub user: String,
+    /// Whether the token carries `admin` (sees every user's contexts, runs and audit).
+    pub admin: bool,
+    /// The token's scopes.
+    pub scopes: Vec<String>,
+}
+
 /// `GET /v1/audit`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -19,7 +19,7 @@ pub mod requests;
 pub use answers::{
     Audit, AuditEvent, Bundle, ChainEntryView, ChainShown, CommandAuthorized, CommandsSwitched,
     ConnectTicket, Context, Contexts, Continuation, ErrorAnswer, Execution, ExecutionError, Health,
-    JobAuthorized, JoinToken, JoinTokens, OutputEvent, OutputStatus, QueueView, Recording,
+    JobAuthorized, JoinToken, JoinTokens, Me, OutputEvent, OutputStatus, QueueView, Recording,
     Recordings, Registered, Runs, SandboxView, TerminalOpened, TerminalRow, TerminalState,
     TerminalTicket, Terminals, User, Wait, Waits,
 };

@@ -33,6 +33,16 @@ pub(super) fn routes() -> Vec<Route> {
             post(create_user),
         ),
         route(
+            api(
+                "GET",
+                "/v1/me",
+                "Whose token this is: the user, whether admin, the scopes",
+            )
+            .auth(Auth::Bearer(READ))
+            .answer::<views::Me>(200),
+            get(me),
+        ),
+        route(
             api("GET", "/v1/audit", "The audit log, newest first")
                 .auth(Auth::Bearer(READ))
                 .query::<AuditQuery>()
@@ -105,6 +115,16 @@ struct AuditQuery {
     /// How many events, newest first (default 100).
     #[schemars(range(min = 1, max = 1000))]
     limit: Option<u32>,
+}
+
+async fn me(State(app): State<App>, req: Request) -> ApiResult {
+    let caller = auth::bearer(&app, req.headers(), READ)?;
+    Ok(axum::Json(views::Me {
+        admin: caller.is_admin(),
+        scopes: caller.scopes().to_vec(),
+        user: caller.user,
+    })
+    .into_response())
 }
 
 async fn audit(State(app): State<App>, req: Request) -> ApiResult {

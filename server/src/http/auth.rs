@@ -41,6 +41,11 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
+    /// The token's scopes.
+    pub(crate) fn scopes(&self) -> &[String] {
+        &self.scopes
+    }
+
     /// Whether the caller is an admin (sees every user's contexts).
     pub(crate) fn is_admin(&self) -> bool {
         self.scopes.iter().any(|s| s == ADMIN)

@@ -325,6 +325,9 @@ struct RunsQuery {
     /// Only the caller's own runs (an admin sees every user's otherwise; anyone else only
     /// ever sees their own).
     mine: Option<bool>,
+    /// Only this user's runs (for an admin; anyone else sees their own, so for them another
+    /// name matches nothing).
+    requester: Option<String>,
     /// Only the runs created at or after this Unix second.
     since: Option<u64>,
     /// The page after this one: a `next` of a previous answer.
@@ -341,9 +344,23 @@ async fn runs(State(app): State<App>, req: Request) -> ApiResult {
     if !(1..=500).contains(&limit) {
         return Err(ApiError::new(400, "invalid_query", "limit is 1 to 500"));
     }
-    let everyone = caller.is_admin() && !query.mine.unwrap_or(false);
+    let user = match (
+        &query.requester,
+        caller.is_admin() && !query.mine.unwrap_or(false),
+    ) {
+        (Some(requester), true) => Some(requester.as_str()),
+        (Some(requester), false) if *requester != caller.user => {
+            return Ok(axum::Json(views::Runs {
+                runs: Vec::new(),
+                next: None,
+            })
+            .into_response());
+        }
+        (_, true) => None,
+        (_, false) => Some(caller.user.as_str()),
+    };
     let filter = RunsFilter {
-        user: (!everyone).then_some(caller.user.as_str()),
+        user,
         context: query.context.as_deref(),
         status: query.status,
         since: query.since,
