@@ -306,7 +306,8 @@
   });
   $("runs-older").addEventListener("click", function () { loadRuns(true).catch(showError); });
 
-  $("run-back").addEventListener("click", function () {
+  // Closes the run that is open (its stream too) and shows the runs list again.
+  function leaveRun() {
     stopFollowing();
     shownRun = null;
     $("run").hidden = true;
@@ -314,6 +315,10 @@
     $("runs-filter").hidden = false;
     $("runs-older").hidden = !shownRuns.nextPage;
     delete document.body.dataset.run;
+  }
+
+  $("run-back").addEventListener("click", function () {
+    leaveRun();
     loadRuns().catch(showError);
   });
   $("run-cancel").addEventListener("click", function () {
@@ -357,13 +362,7 @@
     document.body.dataset.tab = name;
     showError(null);
     // A tab shows its list: a run that was open is left (its stream closed).
-    stopFollowing();
-    shownRun = null;
-    $("run").hidden = true;
-    $("runs").hidden = false;
-    $("runs-filter").hidden = false;
-    $("runs-older").hidden = !shownRuns.nextPage;
-    delete document.body.dataset.run;
+    leaveRun();
     var done = loaders[name]().then(function () {
       document.body.dataset.loaded = name;
     }, showError);
