@@ -152,7 +152,8 @@ pub(super) async fn answer(app: &App, id: &str, caller: &Caller) -> ApiResult {
         .ok_or_else(|| ApiError::new(404, "context_unknown", "the context is gone"))?;
     let live = app.live(vec![entry.id.clone()]).await?;
     let live = live.get(&entry.id).cloned().unwrap_or_default();
-    Ok(axum::Json(views::context(&entry, live, caller)).into_response())
+    let view = views::context(&entry, live, caller, app.shared.limits.host_commands);
+    Ok(axum::Json(view).into_response())
 }
 
 async fn list(State(app): State<App>, req: Request) -> ApiResult {
@@ -174,6 +175,7 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
                 c,
                 live.get(&c.id).cloned().unwrap_or(Live::default()),
                 &caller,
+                app.shared.limits.host_commands,
             )
         })
         .collect();

@@ -103,7 +103,17 @@ pub(crate) fn queue(place: &outpost_core::server::QueuePlace) -> outpost_core::a
 
 /// A Context, as `viewer` may see it: its operator and admins see every opt-in, anyone
 /// else only their own.
-pub(crate) fn context(entry: &ContextEntry, live: Live, viewer: &Caller) -> Context {
+/// Context `entry` as `viewer` sees it; with `host_commands` false (a server started with
+/// `--no-host-commands`) its grant shows commands off, as every hop answers.
+pub(crate) fn context(
+    entry: &ContextEntry,
+    live: Live,
+    viewer: &Caller,
+    host_commands: bool,
+) -> Context {
+    let mut grant: Grant =
+        serde_json::from_str(&entry.grant_json).unwrap_or_else(|_| Grant::nothing());
+    grant.commands.enabled &= host_commands;
     let opted_in = entry
         .opted_in
         .iter()
@@ -121,7 +131,7 @@ pub(crate) fn context(entry: &ContextEntry, live: Live, viewer: &Caller) -> Cont
         } else {
             entry.max_concurrent
         },
-        grant: serde_json::from_str(&entry.grant_json).unwrap_or_else(|_| Grant::nothing()),
+        grant,
         grant_version: entry.grant_version,
         revoked: entry.revoked,
         daemon_version: entry.daemon_version.clone(),
