@@ -623,3 +623,51 @@ fn a_run_s_page_follows_its_output_live_and_cancels_it() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A context's page: its state, what a run there can see (sandbox and grant), who may use
+/// it, and its recent runs, each opening the run's page.
+#[test]
+fn a_context_s_page_shows_its_state_grant_and_recent_runs() {
+    let dir = temp_dir("web-context-page");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let id = server.submit(
+        &common::shell_capability("context-page-run", "echo here\n"),
+        "build-box",
+    );
+    server.wait_status(&id, "exited");
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = signed_in(&chromium, &server);
+    page.eval("document.querySelector(\"#contexts button[data-context='build-box']\").click()");
+    page.wait_until(
+        "the context's page",
+        "document.body.dataset.context === 'shown'",
+    );
+    let facts = page.table("context-facts");
+    let fact = |name: &str| -> String {
+        facts
+            .iter()
+            .find(|r| r.first().is_some_and(|n| n == name))
+            .and_then(|r| r.get(1).cloned())
+            .unwrap_or_default()
+    };
+    assert!(fact("State").starts_with("online, daemon "), "{facts:?}");
+    assert_eq!(fact("Operator"), "admin", "{facts:?}");
+    assert!(fact("Slots").ends_with("in use"), "{facts:?}");
+    assert!(fact("Environments").contains("shell"), "{facts:?}");
+    assert_eq!(fact("Sandbox"), "operator may opt out", "{facts:?}");
+    assert!(fact("Grant").contains("at most"), "{facts:?}");
+    assert!(!fact("Shared").is_empty(), "{facts:?}");
+    let runs = page.table("context-runs");
+    assert!(
+        runs.iter()
+            .any(|r| r[0] == id && r[1].starts_with("exited")),
+        "{runs:?}"
+    );
+    page.keep_screenshot("web-context-page");
+    page.eval(&format!(
+        "Array.from(document.querySelectorAll('#context-runs button')).find(b => b.textContent === '{id}').click()"
+    ));
+    page.wait_until("the run's page", "document.body.dataset.run === 'ended'");
+    assert_eq!(page.eval("document.body.dataset.tab"), "runs");
+    let _ = std::fs::remove_dir_all(&dir);
+}

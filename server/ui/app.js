@@ -111,7 +111,12 @@
     return api("GET", "/v1/execution-contexts").then(function (value) {
       contexts = (value && value.contexts) || [];
       fill("contexts", contexts, function (c, row) {
-        cell(row, c.name);
+        var open = document.createElement("button");
+        open.type = "button";
+        open.textContent = c.name;
+        open.dataset.context = c.name;
+        open.addEventListener("click", function () { showContext(c.name); });
+        cell(row, "", "name").appendChild(open);
         var badge = document.createElement("span");
         badge.className = "badge " + (c.online ? "online" : "offline");
         badge.textContent = c.online ? "online" : "offline";
@@ -141,6 +146,57 @@
   var shownRuns = [];
 
   // Loads the first page of runs (or, with `more`, the next page after those shown).
+  // ---- one context: its state, what a run there can see, who may use it, its runs ----
+
+  function showContext(name) {
+    $("contexts").hidden = true;
+    $("context").hidden = false;
+    document.body.dataset.context = "loading";
+    var path = "/v1/execution-contexts/" + encodeURIComponent(name);
+    return Promise.all([
+      api("GET", path),
+      api("GET", "/v1/runs?limit=10&context=" + encodeURIComponent(name))
+    ]).then(function (got) {
+      var c = got[0];
+      var body = $("context-facts").tBodies[0];
+      body.textContent = "";
+      fact(body, "Context", c.name + " (" + c.id + ")");
+      fact(body, "State", (c.revoked ? "revoked" : c.online ? "online" : "offline") +
+        (c.daemonVersion ? ", daemon " + c.daemonVersion : ""));
+      fact(body, "Operator", c.operator + (c.operatorIsMember === false ? " (no longer a member)" : ""));
+      fact(body, "Registered", when(c.registeredAt));
+      fact(body, "Slots", c.slotsUsed + " of " + c.slotsTotal + " in use");
+      fact(body, "Environments", (c.environments || []).join(", ") || "none announced");
+      fact(body, "Sandbox", sandboxSummary(c.sandbox));
+      fact(body, "Grant", grantSummary(c.grant) + " (version " + c.grantVersion + ")");
+      fact(body, "Shared", c.sharedWithAllMembers
+        ? "with every member" + ((c.optedIn || []).length ? "; opted in: " + c.optedIn.join(", ") : "")
+        : "with nobody: only its operator runs here");
+      fill("context-runs", (got[1] && got[1].runs) || [], function (r, row) {
+        var open = document.createElement("button");
+        open.type = "button";
+        open.textContent = r.executionId;
+        open.addEventListener("click", function () {
+          showTab("runs").then(function () { showRun(r.executionId); });
+        });
+        cell(row, "", "id").appendChild(open);
+        cell(row, r.status + (typeof r.exitCode === "number" ? " (exit " + r.exitCode + ")" : ""));
+        cell(row, r.requester || "");
+        cell(row, when(r.createdAt));
+        cell(row, took(r.timing));
+      }, "No runs here yet.");
+      document.body.dataset.context = "shown";
+    }, showError);
+  }
+
+  function leaveContext() {
+    $("context").hidden = true;
+    $("contexts").hidden = false;
+    delete document.body.dataset.context;
+  }
+
+  $("context-back").addEventListener("click", leaveContext);
+
   function loadRuns(more) {
     var before = more === true && shownRuns.length ? shownRuns.nextPage : null;
     return api("GET", runsQuery(before)).then(function (value) {
@@ -363,6 +419,7 @@
     showError(null);
     // A tab shows its list: a run that was open is left (its stream closed).
     leaveRun();
+    leaveContext();
     var done = loaders[name]().then(function () {
       document.body.dataset.loaded = name;
     }, showError);
