@@ -21,6 +21,15 @@ fn server_with_daemon(dir: &std::path::Path) -> (Server, Daemon) {
     common::server_with_daemon(dir, "build-box")
 }
 
+/// The value of the row `name` of a facts table (a run's or a context's), or "".
+fn fact_of(facts: &[Vec<String>], name: &str) -> String {
+    facts
+        .iter()
+        .find(|r| r.first().is_some_and(|n| n == name))
+        .and_then(|r| r.get(1).cloned())
+        .unwrap_or_default()
+}
+
 /// A signed-in page showing the contexts table with `build-box` online.
 fn signed_in(chromium: &Chromium, server: &Server) -> Page {
     let page = chromium.open(&format!("{}/", server.url));
@@ -418,16 +427,8 @@ fn a_screenshot_of_the_signed_in_page_shows_its_header_and_the_online_badge() {
     let badge = page.eval(
         "(() => { const r = document.querySelector('#contexts .badge.online').getBoundingClientRect(); return [Math.round(r.left + r.width / 2), Math.round(r.top + r.height / 2)]; })()",
     );
-    let shot = page
-        .tab
-        .capture_screenshot(
-            headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption::Png,
-            None,
-            None,
-            true,
-        )
-        .expect("a screenshot");
-    assert!(shot.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG signature");
+    // Kept for people to look at, and read back here.
+    let shot = std::fs::read(page.keep_screenshot("web-contexts")).expect("the screenshot");
     let decoder = png::Decoder::new(std::io::Cursor::new(&shot));
     let mut reader = decoder.read_info().expect("a valid PNG header");
     let mut data = vec![0; reader.output_buffer_size().expect("a size")];
@@ -464,9 +465,6 @@ fn a_screenshot_of_the_signed_in_page_shows_its_header_and_the_online_badge() {
         green > 20,
         "{green} green pixels around the badge at {bx},{by}"
     );
-    // Kept for people to look at.
-    let keep = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("web-contexts.png");
-    std::fs::write(&keep, &shot).expect("the screenshot is written");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -550,13 +548,7 @@ fn a_run_s_page_follows_its_output_live_and_cancels_it() {
     );
     assert_eq!(page.eval("document.body.dataset.run"), "live");
     let facts = page.table("run-facts");
-    let fact = |name: &str| -> String {
-        facts
-            .iter()
-            .find(|r| r.first().is_some_and(|n| n == name))
-            .and_then(|r| r.get(1).cloned())
-            .unwrap_or_default()
-    };
+    let fact = |name: &str| fact_of(&facts, name);
     assert!(fact("Capability").starts_with("slow-printer"), "{facts:?}");
     assert_eq!(fact("Requester"), "admin", "{facts:?}");
     assert_eq!(fact("Asked for"), "build-box", "{facts:?}");
@@ -572,16 +564,12 @@ fn a_run_s_page_follows_its_output_live_and_cancels_it() {
         "document.body.dataset.run === 'ended'",
     );
     let facts = page.table("run-facts");
-    let status = facts
-        .iter()
-        .find(|r| r.first().is_some_and(|n| n == "Status"))
-        .and_then(|r| r.get(1).cloned())
-        .unwrap_or_default();
-    assert!(status.starts_with("cancelled"), "{facts:?}");
     assert!(
-        facts
-            .iter()
-            .any(|r| r[0] == "Where" && r[1].contains("build-box")),
+        fact_of(&facts, "Status").starts_with("cancelled"),
+        "{facts:?}"
+    );
+    assert!(
+        fact_of(&facts, "Where").contains("build-box"),
         "where it ran, once it ended: {facts:?}"
     );
     assert_eq!(
@@ -643,13 +631,7 @@ fn a_context_s_page_shows_its_state_grant_and_recent_runs() {
         "document.body.dataset.context === 'shown'",
     );
     let facts = page.table("context-facts");
-    let fact = |name: &str| -> String {
-        facts
-            .iter()
-            .find(|r| r.first().is_some_and(|n| n == name))
-            .and_then(|r| r.get(1).cloned())
-            .unwrap_or_default()
-    };
+    let fact = |name: &str| fact_of(&facts, name);
     assert!(fact("State").starts_with("online, daemon "), "{facts:?}");
     assert_eq!(fact("Operator"), "admin", "{facts:?}");
     assert!(fact("Slots").ends_with("in use"), "{facts:?}");
@@ -669,5 +651,52 @@ fn a_context_s_page_shows_its_state_grant_and_recent_runs() {
     ));
     page.wait_until("the run's page", "document.body.dataset.run === 'ended'");
     assert_eq!(page.eval("document.body.dataset.tab"), "runs");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `outpost serve --xterm-dir DIR` reads xterm.js from DIR when the page asks: without a
+/// package there the script says what is missing, and a package put there later is served
+/// at the next request, with no rebuild and no restart.
+#[test]
+fn xterm_is_read_at_run_time_from_the_folder_serve_names() {
+    let dir = temp_dir("web-xterm-dir");
+    let package = dir.join("xterm");
+    std::fs::create_dir_all(&package).expect("the folder");
+    let server = Server::start_with(
+        &dir.join("server"),
+        0,
+        &[std::ffi::OsStr::new("--xterm-dir"), package.as_os_str()],
+    );
+    let script = || -> String {
+        ureq::get(&format!("{}/ui/xterm.js", server.url))
+            .call()
+            .expect("the script is served")
+            .into_body()
+            .with_config()
+            .limit(16 << 20)
+            .read_to_string()
+            .expect("text")
+    };
+    let missing = script();
+    assert!(
+        missing.starts_with("window.OutpostXterm = { missing: ")
+            && missing.contains(&package.display().to_string()),
+        "{missing}"
+    );
+    // Installed later (Debian's package, its links followed).
+    let installed = Command::new("cp")
+        .arg("-rLT")
+        .arg("/usr/share/nodejs/xterm")
+        .arg(&package)
+        .status()
+        .expect("cp runs (node-xterm is installed by ./test)");
+    assert!(installed.success());
+    let bundle = script();
+    assert!(
+        bundle.starts_with("// xterm.js "),
+        "{}",
+        &bundle[..200.min(bundle.len())]
+    );
+    assert!(bundle.contains("window.OutpostXterm = { version: "));
     let _ = std::fs::remove_dir_all(&dir);
 }

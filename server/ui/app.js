@@ -55,6 +55,17 @@
     return td;
   }
 
+  // A cell of `row` holding a button `text` that does `onClick`; `data` goes to its dataset.
+  function buttonCell(row, text, onClick, data, className) {
+    var button = document.createElement("button");
+    button.type = "button";
+    button.textContent = text;
+    Object.keys(data || {}).forEach(function (k) { button.dataset[k] = data[k]; });
+    button.addEventListener("click", onClick);
+    cell(row, "", className).appendChild(button);
+    return button;
+  }
+
   function fill(tableId, items, columns, emptyText) {
     var body = $(tableId).tBodies[0];
     body.textContent = "";
@@ -111,12 +122,7 @@
     return api("GET", "/v1/execution-contexts").then(function (value) {
       contexts = (value && value.contexts) || [];
       fill("contexts", contexts, function (c, row) {
-        var open = document.createElement("button");
-        open.type = "button";
-        open.textContent = c.name;
-        open.dataset.context = c.name;
-        open.addEventListener("click", function () { showContext(c.name); });
-        cell(row, "", "name").appendChild(open);
+        buttonCell(row, c.name, function () { showContext(c.name); }, { context: c.name }, "name");
         var badge = document.createElement("span");
         badge.className = "badge " + (c.online ? "online" : "offline");
         badge.textContent = c.online ? "online" : "offline";
@@ -173,13 +179,9 @@
         ? "with every member" + ((c.optedIn || []).length ? "; opted in: " + c.optedIn.join(", ") : "")
         : "with nobody: only its operator runs here");
       fill("context-runs", (got[1] && got[1].runs) || [], function (r, row) {
-        var open = document.createElement("button");
-        open.type = "button";
-        open.textContent = r.executionId;
-        open.addEventListener("click", function () {
+        buttonCell(row, r.executionId, function () {
           showTab("runs").then(function () { showRun(r.executionId); });
-        });
-        cell(row, "", "id").appendChild(open);
+        }, null, "id");
         cell(row, r.status + (typeof r.exitCode === "number" ? " (exit " + r.exitCode + ")" : ""));
         cell(row, r.requester || "");
         cell(row, when(r.createdAt));
@@ -205,12 +207,8 @@
       shownRuns.nextPage = value && value.next;
       $("runs-older").hidden = !shownRuns.nextPage;
       fill("runs", shownRuns, function (r, row) {
-        var open = document.createElement("button");
-        open.type = "button";
-        open.textContent = r.executionId;
-        open.dataset.executionId = r.executionId;
-        open.addEventListener("click", function () { showRun(r.executionId); });
-        cell(row, "", "id").appendChild(open);
+        buttonCell(row, r.executionId, function () { showRun(r.executionId); },
+          { executionId: r.executionId }, "id");
         var status = r.status;
         if (typeof r.exitCode === "number") { status += " (exit " + r.exitCode + ")"; }
         if (r.error) { status += " (" + r.error.code + ")"; }
@@ -534,14 +532,10 @@
         cell(row, t.state);
         cell(row, t.viewers);
         cell(row, t.cols + "×" + t.rows);
-        var join = document.createElement("button");
-        join.type = "button";
-        join.textContent = "Join";
+        var join = buttonCell(row, "Join", function () { joinTerminal(t.terminalId); },
+          { terminalId: t.terminalId });
         join.className = "join";
-        join.dataset.terminalId = t.terminalId;
         join.disabled = t.state === "closed" || !terminalAvailable();
-        join.addEventListener("click", function () { joinTerminal(t.terminalId); });
-        cell(row, "").appendChild(join);
       }, "No open terminals.");
     });
   }
@@ -719,14 +713,10 @@
         cell(row, typeof r.endedAt === "number" ? (r.endedAt - r.startedAt) + " s"
           : "open or cut short");
         cell(row, r.size + " B" + (r.truncated ? " (truncated)" : ""));
-        var play = document.createElement("button");
-        play.type = "button";
-        play.textContent = "Play";
+        var play = buttonCell(row, "Play", function () { playRecording(r.terminalId); },
+          { terminalId: r.terminalId });
         play.className = "play";
-        play.dataset.terminalId = r.terminalId;
         play.disabled = !terminalAvailable();
-        play.addEventListener("click", function () { playRecording(r.terminalId); });
-        cell(row, "").appendChild(play);
       }, "No recorded sessions yet.");
     });
   }
