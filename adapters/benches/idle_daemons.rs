@@ -506,6 +506,7 @@ impl Machine {
                 held_runs: Vec::new(),
                 pending_results: Vec::new(),
                 environments: vec![Environment::Shell],
+                paused: false,
             };
             ws.send(text_message(hello.to_json()))
                 .await
@@ -544,6 +545,7 @@ async fn idle(mut ws: Ws, heartbeat: Duration, mut beat: watch::Receiver<u64>, t
         slots_used: 0,
         slots_total: 2,
         draining: false,
+        paused: false,
     }
     .to_json();
     let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);

@@ -306,6 +306,8 @@ fn ended_line(ended: &Result<DaemonExit, DaemonError>) -> String {
                     "revoked by the server's operator; this daemon will not reconnect",
                 DaemonExit::Updated =>
                     "every result was delivered; handing over to the verified update",
+                DaemonExit::Restart =>
+                    "restarting at an operator's request: every result was delivered; the service manager starts the daemon again",
             }
         ),
         Err(e) => format!("outpost: {e} [{}]", e.code()),

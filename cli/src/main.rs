@@ -383,6 +383,20 @@ enum ContextAction {
         /// Its name or id.
         name: String,
     },
+    /// Ask a context's daemon, from afar, to pause (no new runs; running ones finish),
+    /// resume, restart (drain, then its service manager starts it again), update now (the
+    /// signed self-update), or send its recent log lines. Its owner's local policy may refuse
+    /// any of them (exit 1 then; 69 when the daemon is offline or does not answer).
+    Daemon {
+        /// Its name or id.
+        name: String,
+        /// pause | resume | restart | update | logs
+        #[arg(value_parser = client::manage::control_action)]
+        action: outpost_core::wire::ControlAction,
+        /// For `logs`: how many of the most recent lines (1–200, default 100).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=200))]
+        lines: Option<u32>,
+    },
     /// This machine's local policy: the folders runs here may use (read and edited on the
     /// machine, not on the server).
     Policy {
@@ -568,8 +582,9 @@ enum VectorsAction {
     },
 }
 
-/// Logs to stderr, filtered by `OUTPOST_LOG` (default `info`), and to the file
-/// [`log_file::keep`] names once it is called (the daemon's own log).
+/// Logs to stderr, filtered by `OUTPOST_LOG` (default `info`), to the file
+/// [`log_file::keep`] names once it is called (the daemon's own log), and to the daemon's
+/// ring of recent lines.
 fn init_logs() {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
@@ -583,10 +598,16 @@ fn init_logs() {
         .with_writer(log_file::FileWriter)
         .with_ansi(false)
         .with_target(false);
+    // The last lines, for an operator's `logs` request from afar (the owner may refuse it).
+    let recent = tracing_subscriber::fmt::layer()
+        .with_writer(|| outpost_daemon::recent_log::RecentLog)
+        .with_ansi(false)
+        .with_target(false);
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(stderr)
         .with(file)
+        .with(recent)
         .try_init();
 }
 
@@ -716,6 +737,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 ContextAction::OptIn { name } => context_opt_in(&api, &name, true, json),
                 ContextAction::OptOut { name } => context_opt_in(&api, &name, false, json),
+                ContextAction::Daemon {
+                    name,
+                    action,
+                    lines,
+                } => context_daemon(&api, &name, action, lines, json),
             }
         }
         Command::Chain {

@@ -46,6 +46,48 @@ pub enum PolicyAction {
         #[arg(value_parser = confinement)]
         rule: ConfinementPolicy,
     },
+    /// Which requests from afar the daemon carries out: `all` (the default), `none`, or a
+    /// comma-separated list of pause, resume, restart, update, logs. Any other is refused
+    /// `refused_by_owner`.
+    Control {
+        /// all | none | ACTION,…
+        #[arg(value_parser = control_list)]
+        actions: ControlList,
+    },
+}
+
+/// The actions `outpost context policy control` allows: none for `all` (no list in the
+/// file), else the list.
+#[derive(Debug, Clone)]
+pub struct ControlList(Option<Vec<String>>);
+
+fn control_list(text: &str) -> Result<ControlList, String> {
+    use outpost_core::wire::ControlAction;
+    match text.trim() {
+        "all" => Ok(ControlList(None)),
+        "none" => Ok(ControlList(Some(Vec::new()))),
+        list => {
+            let mut actions = Vec::new();
+            for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+                let action = ControlAction::parse(word).ok_or_else(|| {
+                    format!("{word:?} is none of pause, resume, restart, update, logs (or say all, or none)")
+                })?;
+                if !actions.contains(&action.as_str().to_owned()) {
+                    actions.push(action.as_str().to_owned());
+                }
+            }
+            Ok(ControlList(Some(actions)))
+        }
+    }
+}
+
+/// The actions a policy allows from afar, in words.
+fn control_words(policy: &LocalPolicy) -> String {
+    match &policy.daemon_control {
+        None => "all (pause, resume, restart, update, logs)".to_owned(),
+        Some(list) if list.is_empty() => "none".to_owned(),
+        Some(list) => list.join(", "),
+    }
 }
 
 fn confinement(text: &str) -> Result<ConfinementPolicy, String> {
@@ -178,6 +220,16 @@ pub fn policy(
                 println!("confinement: {}", rule.as_str());
             }
         }
+        PolicyAction::Control { actions } => {
+            policy.daemon_control = actions.0;
+            write(&path, &policy)?;
+            if !json {
+                println!(
+                    "requests from afar the daemon carries out: {}",
+                    control_words(&policy)
+                );
+            }
+        }
     }
     let kernel = crate::sandbox_view::kernel();
     if json {
@@ -188,12 +240,17 @@ pub fn policy(
                 "folders": policy.folders,
                 "commandsEnabled": policy.commands_enabled,
                 "confinement": policy.confinement.as_str(),
+                "daemonControl": policy.daemon_control,
                 "kernel": crate::sandbox_view::kernel_json(&kernel),
                 "runs": crate::sandbox_view::runs_json(&policy, &kernel),
             })
         );
     } else {
         show(&path, &policy);
+        println!(
+            "requests from afar the daemon carries out: {}",
+            control_words(&policy)
+        );
         for line in crate::sandbox_view::describe(&policy, &kernel) {
             println!("{line}");
         }

@@ -49,6 +49,7 @@ fn connected(machines: usize) -> Server {
         held_runs: Vec::new(),
         pending_results: Vec::new(),
         environments: vec![Environment::Shell],
+        paused: false,
     }
     .to_json();
     let now = at(0);
@@ -98,6 +99,7 @@ fn server_timers(c: &mut Criterion) {
         slots_used: 0,
         slots_total: 2,
         draining: false,
+        paused: false,
     }
     .to_json();
     let mut g = c.benchmark_group("server_timers");

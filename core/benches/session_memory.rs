@@ -72,6 +72,7 @@ fn main() {
         held_runs: Vec::new(),
         pending_results: Vec::new(),
         environments: vec![Environment::Shell],
+        paused: false,
     }
     .to_json();
     let now = now_at(Duration::from_secs(1));

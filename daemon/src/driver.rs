@@ -19,6 +19,7 @@
 //! runs in `features.rs`, and everything before the loop (key, join, key set, outbox) in
 //! `bootstrap.rs`.
 
+pub(crate) mod control;
 mod events;
 mod features;
 
@@ -104,6 +105,14 @@ struct Driver {
     policy_watch: Option<watch::Watch>,
     /// What `state/connection.json` says.
     standing: Standing,
+    /// The owner's local policy as it is now (which requests from afar it allows).
+    policy: Arc<PolicySource>,
+    /// Who started the daemon: a restart from afar needs a service manager.
+    launcher: crate::Launcher,
+    /// An operator asked for a restart: the drain ends with [`DaemonExit::Restart`].
+    restart_asked: bool,
+    /// `update` requests waiting for the update check under way.
+    update_answers: Vec<String>,
 }
 
 /// Outputs polled from the core and not yet carried out.
@@ -144,6 +153,12 @@ pub(super) fn run(
     stop: StopSignal,
 ) -> Result<DaemonExit, DaemonError> {
     let clock = Arc::new(Clock::new()?);
+    // This daemon answers operators' requests from afar (the owner's policy decides which).
+    let mut options = options;
+    let feature = outpost_core::wire::FEATURE_CONTROL;
+    if !options.features.iter().any(|f| f == feature) {
+        options.features.push(feature.to_owned());
+    }
     let Some(joined) = bootstrap::join(&options, home, &registry, &stop)? else {
         return Ok(DaemonExit::Interrupted);
     };
@@ -218,7 +233,7 @@ pub(super) fn run(
         Arc::new(registry),
         host.clone(),
         home.runs_dir(),
-        policy,
+        policy.clone(),
         denylist,
         clock.clone(),
         tx.clone(),
@@ -275,7 +290,15 @@ pub(super) fn run(
         checks,
         fed: false,
         standing,
+        policy,
+        launcher: options.launcher,
+        restart_asked: false,
+        update_answers: Vec::new(),
     };
+    if let Some(paused) = control::paused_at_start(&driver.state_dir) {
+        tracing::info!(since = %paused.since, "paused by an operator: taking no runs until resumed");
+        driver.input(Input::Pause)?;
+    }
     driver.serve()
 }
 
@@ -287,7 +310,8 @@ impl Driver {
             self.standing.update(
                 self.daemon.is_ready(),
                 self.daemon.slots_used(),
-                self.stop.count() > 0 || self.updates.handing_over(),
+                self.stop.count() > 0 || self.updates.handing_over() || self.restart_asked,
+                self.daemon.is_paused(),
             );
             if let Some(exit) = self.exit {
                 let exit = self.finish(exit);
@@ -410,6 +434,7 @@ impl Driver {
             update::mark_proven(&self.state_dir);
         }
         if self.updates.check_due() {
+            let forced = self.updates.take_forced();
             let (client, roots, dir, tx) = (
                 self.client.clone(),
                 self.roots.clone(),
@@ -417,7 +442,7 @@ impl Driver {
                 self.tx.clone(),
             );
             self.host.spawn_blocking(Box::new(move || {
-                let checked = update::check(&client, &roots, &dir, update::unix_now());
+                let checked = update::check(&client, &roots, &dir, update::unix_now(), forced);
                 let _ = tx.send(Event::UpdateChecked(checked));
             }));
         }
@@ -561,6 +586,8 @@ impl Driver {
             | Event::Ticket { .. }
             | Event::UpdateChecked(_)
             | Event::CommandsAudit
+            // A control may start a drain or answer at once: fed on its own.
+            | Event::Control { .. }
             // A stop and a policy edit are looked at by the loop, between batches.
             | Event::Stop
             | Event::PolicyChanged => false,

@@ -61,6 +61,7 @@ pub mod owner;
 mod patience;
 mod policy;
 mod process;
+pub mod recent_log;
 mod runner;
 pub mod service;
 mod standing;
@@ -73,6 +74,7 @@ pub use bridge::SOCKET_NAME as COMMANDS_SOCKET;
 pub use bridge::{BridgeAnswer, BridgeEnded, BridgeEnding, BridgeOp, BridgeRequest};
 pub use home::{lock, status};
 // The surface the CLI uses, at the crate's root.
+pub use driver::control::{PAUSED_FILE, Paused, paused_at_start};
 pub use key::PASSPHRASE_VAR;
 pub use lock::SERVICE_VAR;
 pub use owner::machine_client;
@@ -158,7 +160,15 @@ pub enum DaemonExit {
     /// A signed update was staged and proven; runs in flight finished and their results
     /// were delivered. The caller hands over to it ([`update::at_start`] names the binary).
     Updated,
+    /// An operator asked for a restart from afar: runs in flight finished and their results
+    /// were delivered. Exit [`RESTART_EXIT_CODE`], which the service manager restarts.
+    Restart,
 }
+
+/// The exit code of [`DaemonExit::Restart`] (`EX_TEMPFAIL`): not 0, so the generated systemd
+/// unit (`Restart=always`, `RestartPreventExitStatus=0`) and LaunchAgent
+/// (`KeepAlive: {SuccessfulExit: false}`) start the daemon again.
+pub const RESTART_EXIT_CODE: u8 = 75;
 
 impl DaemonExit {
     /// The process exit code: 0 for every planned end, 130 for an interrupt.
@@ -169,6 +179,7 @@ impl DaemonExit {
             | DaemonExit::Revoked
             | DaemonExit::Updated => 0,
             DaemonExit::Interrupted => 130,
+            DaemonExit::Restart => RESTART_EXIT_CODE,
         }
     }
 }
@@ -448,6 +459,15 @@ pub(crate) enum Event {
     Stop,
     /// The owner's policy file changed (or its folder did).
     PolicyChanged,
+    /// A verified `control.request` the core passed on ([`driver`]'s `control`).
+    Control {
+        /// The request's id.
+        control_id: String,
+        /// The action as sent.
+        action: String,
+        /// For `logs`: how many lines (0: the default).
+        lines: u32,
+    },
 }
 
 /// The longest a drain waits for runs in flight and host commands before it stops at once

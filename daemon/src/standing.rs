@@ -50,7 +50,13 @@ impl Standing {
     }
 
     /// How the core stands after a wake; writes the file when anything changed.
-    pub(crate) fn update(&mut self, connected: bool, slots_in_use: u32, draining: bool) {
+    pub(crate) fn update(
+        &mut self,
+        connected: bool,
+        slots_in_use: u32,
+        draining: bool,
+        paused: bool,
+    ) {
         if connected != self.now.connected {
             self.now.connected = connected;
             self.now.since = now_rfc3339();
@@ -60,6 +66,7 @@ impl Standing {
         }
         self.now.slots_in_use = slots_in_use;
         self.now.draining = draining;
+        self.now.paused = paused;
         if self.written.as_ref() != Some(&self.now) {
             self.write();
         }

@@ -214,14 +214,17 @@ pub enum Checked {
 }
 
 /// One check: fetch, verify, download, stage, prove. Records the outcome in the state file.
+/// A check during the backoff after failed ones does nothing, unless `forced` (an operator
+/// asked for it).
 pub fn check(
     client: &SignedClient,
     roots: &PinnedRoots,
     state_dir: &Path,
     now: u64,
+    forced: bool,
 ) -> Result<Checked, UpdateError> {
     let mut state = UpdateState::load(state_dir);
-    if now < state.next_check_at {
+    if now < state.next_check_at && !forced {
         return Ok(Checked::Nothing);
     }
     let outcome = fetch_and_stage(client, roots, state_dir, &state);
@@ -435,6 +438,8 @@ pub(crate) struct Schedule {
     hand_over: Option<(std::time::Instant, Duration)>,
     prove_at: Option<std::time::Instant>,
     seed: outpost_core::rng::SplitMix64,
+    /// An operator asked for a check now: the next one ignores the backoff after failures.
+    forced: bool,
 }
 
 impl Schedule {
@@ -449,6 +454,7 @@ impl Schedule {
             hand_over: None,
             prove_at: Some(now + TRIAL),
             seed: outpost_core::rng::SplitMix64::new(seed),
+            forced: false,
         }
     }
 
@@ -471,6 +477,24 @@ impl Schedule {
         self.checking = true;
         self.next_check = Some(next_check_after(now, self.seed.next_u64()));
         true
+    }
+
+    /// Whether updates are on here (the owner's policy and the variable allow them).
+    pub(crate) fn is_on(&self) -> bool {
+        self.on
+    }
+
+    /// An operator asked for a check now: it starts at the driver's next look (or, when one
+    /// runs already, that one answers), and it ignores the backoff after failed checks.
+    pub(crate) fn check_now(&mut self) {
+        self.next_check = Some(std::time::Instant::now());
+        self.forced = true;
+    }
+
+    /// Whether the check [`Schedule::check_due`] just started was asked for by an operator
+    /// (true once).
+    pub(crate) fn take_forced(&mut self) -> bool {
+        std::mem::take(&mut self.forced)
     }
 
     /// Begins handing over to a staged update, waiting at most `limit` for the drain.

@@ -188,6 +188,7 @@ fuzz_target!(|steps: Vec<Step>| {
                     slots_used: 0,
                     slots_total: 2,
                     draining,
+                    paused: false,
                 },
             ),
             Step::Submit { run } => {

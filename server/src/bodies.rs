@@ -81,6 +81,20 @@ pub fn decode_share(bytes: &[u8]) -> Result<ShareRequest, BodyError> {
     parse(bytes)
 }
 
+/// Decodes a request for a daemon from afar (`action` is required; `lines` 1–200).
+pub fn decode_daemon_control(bytes: &[u8]) -> Result<outpost_core::api::DaemonControl, BodyError> {
+    let control: outpost_core::api::DaemonControl = parse(bytes)?;
+    if let Some(lines) = control.lines
+        && !(1..=outpost_core::wire::MAX_CONTROL_LINES).contains(&lines)
+    {
+        return Err(BodyError::invalid(format!(
+            "lines must be 1 to {}, not {lines}",
+            outpost_core::wire::MAX_CONTROL_LINES
+        )));
+    }
+    Ok(control)
+}
+
 /// Decodes a commands switch (`enabled` is required, nothing else is allowed).
 pub fn decode_commands_switch(bytes: &[u8]) -> Result<CommandsSwitch, BodyError> {
     parse(bytes)

@@ -67,6 +67,9 @@ impl Limits {
     pub const QUEUE_FULL_RETRY_SECS: u64 = 30;
     /// How long a client is told to wait after `uploads_busy`, in seconds.
     pub const UPLOADS_BUSY_RETRY_SECS: u64 = 5;
+    /// How long a request for a daemon from afar waits for its answer (an `update` checks,
+    /// downloads and proves a release before it answers).
+    pub const CONTROL_ANSWER: Duration = Duration::from_secs(30);
 
     /// The time a body declared `declared` bytes long may take to arrive.
     pub(crate) fn body_deadline(&self, declared: u64) -> Duration {

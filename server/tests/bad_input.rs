@@ -398,6 +398,7 @@ impl Fixture {
             "UserRequest" => json!({"name": "zed"}),
             "JoinTokenRequest" => json!({"ttlSecs": 60, "uses": 1, "namePrefix": "ci-"}),
             "ShareRequest" => json!({"allMembers": true}),
+            "DaemonControl" => json!({"action": "logs", "lines": 10}),
             "CommandsSwitch" => json!({"enabled": false}),
             "TerminalOpen" => json!({"cols": 80, "rows": 24}),
             "WaitRequest" => json!({"context": "box", "condition": "async () => false"}),

@@ -106,6 +106,7 @@ fn operations_routes_answer_and_openapi_lists_every_route_with_its_schemas() {
         ("get", "/v1/runs"),
         ("get", "/v1/execution-contexts"),
         ("get", "/v1/execution-contexts/{context}"),
+        ("post", "/v1/execution-contexts/{context}/daemon"),
         ("patch", "/v1/execution-contexts/{context}/grant"),
         ("post", "/v1/execution-contexts/{context}/revoke"),
         ("delete", "/v1/execution-contexts/{context}"),

@@ -203,6 +203,14 @@ fn every_answer_of_a_session_fits_the_served_document() {
     let template = "/v1/execution-contexts/{context}/grant";
     let path = "/v1/execution-contexts/box/grant";
     assert_eq!(call(&mut c, "PATCH", template, path, grant).0, 200);
+    // No daemon is connected: the request is answered 409 `daemon_offline`, as documented.
+    let template = "/v1/execution-contexts/{context}/daemon";
+    let path = "/v1/execution-contexts/box/daemon";
+    let (status, body) = call(&mut c, "POST", template, path, json!({"action": "pause"}));
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("daemon_offline"))
+    );
     let template = "/v1/execution-contexts/{context}/share";
     let path = "/v1/execution-contexts/box/share";
     assert_eq!(
@@ -398,7 +406,8 @@ fn every_answer_of_a_session_fits_the_served_document() {
     );
 
     // What a session without a daemon cannot reach: the answers of a live run's hops, of an
-    // open terminal's tickets and of a published release.
+    // open terminal's tickets, of a published release and of a daemon asked from afar (the
+    // CLI's tests, `daemon_control.rs`, get that one from a real daemon).
     let unreachable = [
         "POST /v1/execution-contexts/commands/authorize 200",
         "POST /v1/execution-contexts/commands/jobs/authorize 200",
@@ -406,6 +415,7 @@ fn every_answer_of_a_session_fits_the_served_document() {
         "POST /v1/terminals/{terminal}/tickets 201",
         "GET /v1/terminals/{terminal}/recording 200",
         "GET /v1/execution-contexts/daemon-release 200",
+        "POST /v1/execution-contexts/{context}/daemon 200",
     ];
     let missed: Vec<String> = c
         .unexercised()

@@ -303,6 +303,48 @@ pub fn context_revoke(api: &Api, name: &str, json_out: bool) -> anyhow::Result<E
     })
 }
 
+/// Reads a daemon action (`pause`, `resume`, `restart`, `update`, `logs`).
+pub fn control_action(text: &str) -> Result<outpost_core::wire::ControlAction, String> {
+    outpost_core::wire::ControlAction::parse(text)
+        .ok_or_else(|| format!("{text:?} is none of pause, resume, restart, update, logs"))
+}
+
+/// `outpost context daemon NAME ACTION`: exit 0 when the daemon did it, 1 when it refused or
+/// failed (its owner's policy, no service manager, updates off, …); an offline daemon or
+/// one that does not answer is the API's error (exit 69).
+pub fn context_daemon(
+    api: &Api,
+    name: &str,
+    action: outpost_core::wire::ControlAction,
+    lines: Option<u32>,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let body = outpost_core::api::DaemonControl { action, lines };
+    let value: outpost_core::api::DaemonControlled =
+        api.post(&format!("/v1/execution-contexts/{name}/daemon"), &body)?;
+    print(&value, json_out, |v| {
+        for line in &v.lines {
+            println!("{line}");
+        }
+        match &v.code {
+            None => eprintln!("{name}: {}", v.message),
+            Some(code) => eprintln!(
+                "{name}: {} {}: {} [{code}]",
+                v.action,
+                v.outcome.as_str(),
+                v.message
+            ),
+        }
+    })?;
+    Ok(
+        if value.outcome == outpost_core::wire::ControlOutcome::Done {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
+}
+
 /// `outpost context delete NAME`.
 pub fn context_delete(api: &Api, name: &str, json_out: bool) -> anyhow::Result<ExitCode> {
     let _: Value = api.delete(&format!("/v1/execution-contexts/{name}"))?;

@@ -386,6 +386,16 @@ impl Daemon {
         self.child.id()
     }
 
+    /// Sends SIGTERM: the daemon drains and exits 0.
+    #[allow(dead_code)]
+    pub fn signal_term(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -TERM");
+    }
+
     /// Its exit code, once it exits.
     pub fn wait_exit(&mut self) -> i32 {
         let child = &mut self.child;

@@ -210,6 +210,42 @@ pub struct Context {
     /// What the machine's sandbox enforces, as its daemon announced it; `null` while it is
     /// offline or when its daemon does not say.
     pub sandbox: Option<SandboxView>,
+    /// Its daemon takes no new runs now: it is stopping, restarting, updating, or paused
+    /// (`false` while offline).
+    #[serde(default)]
+    pub draining: bool,
+    /// An operator paused its daemon from afar; it takes runs again once resumed (`false`
+    /// while offline).
+    #[serde(default)]
+    pub paused: bool,
+    /// Its connected daemon answers requests from afar (`POST …/daemon`): it announced the
+    /// `control` feature (`false` while offline).
+    #[serde(default)]
+    pub control: bool,
+}
+
+/// `POST /v1/execution-contexts/{context}/daemon`: the daemon's answer (its owner's policy
+/// may refuse any action).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonControlled {
+    /// The context asked, `ec_…`.
+    pub context_id: ContextId,
+    /// The request's id (`ctl_…`), as the audit row and the daemon's log name it.
+    pub control_id: String,
+    /// The action asked.
+    pub action: crate::wire::ControlAction,
+    /// `done`, `refused` (the owner's policy or the daemon's situation) or `failed`.
+    pub outcome: crate::wire::ControlOutcome,
+    /// Why it was refused or failed, as a stable code (absent when done).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// What the daemon did, or why not, for people.
+    pub message: String,
+    /// For `logs`: the daemon's most recent log lines, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<String>,
 }
 
 /// A machine's sandbox, from its daemon's `sandbox:*` and `confinement:*` features.

@@ -18,14 +18,14 @@ pub mod requests;
 
 pub use answers::{
     Audit, AuditEvent, Bundle, ChainEntryView, ChainShown, CommandAuthorized, CommandsSwitched,
-    ConnectTicket, Context, Contexts, Continuation, ErrorAnswer, Execution, ExecutionError, Health,
-    JobAuthorized, JoinToken, JoinTokens, Me, OutputEvent, OutputStatus, QueueView, Recording,
-    Recordings, Registered, Runs, SandboxView, TerminalOpened, TerminalRow, TerminalState,
-    TerminalTicket, Terminals, User, Wait, Waits,
+    ConnectTicket, Context, Contexts, Continuation, DaemonControlled, ErrorAnswer, Execution,
+    ExecutionError, Health, JobAuthorized, JoinToken, JoinTokens, Me, OutputEvent, OutputStatus,
+    QueueView, Recording, Recordings, Registered, Runs, SandboxView, TerminalOpened, TerminalRow,
+    TerminalState, TerminalTicket, Terminals, User, Wait, Waits,
 };
 pub use requests::{
-    ChainRequest, CommandAuthorize, CommandsSwitch, ExecuteRequest, JobAuthorize, JobOp,
-    JoinTokenRequest, OfflineMode, RegisterRequest, ShareRequest, TerminalOpen, UserRequest,
+    ChainRequest, CommandAuthorize, CommandsSwitch, DaemonControl, ExecuteRequest, JobAuthorize,
+    JobOp, JoinTokenRequest, OfflineMode, RegisterRequest, ShareRequest, TerminalOpen, UserRequest,
     WaitRequest,
 };
 

@@ -184,6 +184,20 @@ pub struct ShareRequest {
     pub all_members: bool,
 }
 
+/// `POST /v1/execution-contexts/{context}/daemon`: ask the context's daemon something from
+/// afar (PROTOCOL §4.9, §11.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DaemonControl {
+    /// `pause`, `resume`, `restart`, `update` or `logs`.
+    pub action: crate::wire::ControlAction,
+    /// For `logs`: how many of the most recent lines (default 100, at most 200).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = crate::wire::MAX_CONTROL_LINES)))]
+    pub lines: Option<u32>,
+}
+
 /// `POST /v1/execution-contexts/commands` (signed by the machine): its own host-commands
 /// switch; only this route turns host commands on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -157,6 +157,15 @@ impl Daemon {
             ServerFrame::WaitAck { wait_id } => {
                 self.feed_waits(crate::wait::Input::Acked { wait_id })
             }
+            ServerFrame::ControlRequest {
+                control_id,
+                action,
+                lines,
+            } => self.command(Command::Control {
+                control_id,
+                action,
+                lines,
+            }),
         }
     }
 
@@ -207,6 +216,13 @@ impl Daemon {
                 run_id,
                 Refusal::Draining,
                 "the daemon is shutting down".into(),
+            );
+        }
+        if self.paused {
+            return self.reject(
+                run_id,
+                Refusal::Draining,
+                "the daemon is paused by an operator: it takes no new runs until resumed".into(),
             );
         }
         if !self.config.environments.contains(&environment) {

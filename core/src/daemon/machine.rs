@@ -36,6 +36,7 @@ impl Daemon {
             link: Link::Connecting,
             failures: 0,
             draining: false,
+            paused: false,
             host_jobs: 0,
             grant: None,
             runs: BTreeMap::new(),
@@ -91,6 +92,11 @@ impl Daemon {
     /// True once the daemon has stopped (for good or after a drain).
     pub fn is_stopped(&self) -> bool {
         matches!(self.link, Link::Stopped)
+    }
+
+    /// True while an operator's pause holds ([`Input::Pause`]).
+    pub fn is_paused(&self) -> bool {
+        self.paused
     }
 
     /// True while the server's `welcome` has verified and the connection is up.
@@ -159,6 +165,23 @@ impl Daemon {
                 self.draining = true;
                 self.send_status();
                 self.check_drained();
+            }
+            Input::Pause => {
+                if !self.paused {
+                    self.paused = true;
+                    self.send_status();
+                }
+            }
+            Input::Resume => {
+                if self.paused {
+                    self.paused = false;
+                    self.send_status();
+                }
+            }
+            Input::ControlAnswered(frame) => {
+                if self.is_ready() && matches!(frame, DaemonFrame::ControlResult { .. }) {
+                    self.transmit(&frame);
+                }
             }
             Input::HostJobs(running) => {
                 self.host_jobs = running;
@@ -469,13 +492,14 @@ impl Daemon {
                 .collect(),
             pending_results: self.pending.keys().cloned().collect(),
             environments: self.config.environments.clone(),
+            paused: self.paused,
         };
         self.transmit(&hello);
         let resend: Vec<Vec<u8>> = self.pending.values().cloned().collect();
         for frame in resend {
             self.outputs.push_back(Output::Transmit(frame));
         }
-        if self.draining {
+        if self.draining || self.paused {
             self.send_status();
         }
         self.event(Event::Ready { session_id });
@@ -630,7 +654,8 @@ impl Daemon {
             let status = DaemonFrame::Status {
                 slots_used: self.slots_used(),
                 slots_total: self.slots_total(),
-                draining: self.draining,
+                draining: self.draining || self.paused,
+                paused: self.paused,
             };
             self.transmit(&status);
         }

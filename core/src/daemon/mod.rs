@@ -165,6 +165,15 @@ pub enum Input {
     },
     /// SIGTERM: finish what is in flight, deliver results, stop.
     Drain,
+    /// An operator's `pause` (or a pause the host kept across a restart): take no new runs
+    /// (offers are refused `draining`, and `status` says `paused`), let the running ones
+    /// finish, and stay connected.
+    Pause,
+    /// An operator's `resume`: take runs again. Ends a pause, never a drain.
+    Resume,
+    /// The host's answer to a [`Command::Control`]: sent as `control.result` when connected
+    /// and ready, else dropped (the server's request has timed out by then).
+    ControlAnswered(crate::wire::DaemonFrame),
     /// How many background host commands run now (the host feeds it when the number
     /// changes). A drain also waits for these to finish, so that their `command.finished`
     /// frames still leave; the host bounds that wait.
@@ -397,6 +406,18 @@ pub enum Command {
         /// The condition's JavaScript.
         source: String,
     },
+    /// An operator's request for the daemon itself (a verified `control.request`): the host
+    /// decides with the owner's local policy, acts, and answers with
+    /// [`Input::ControlAnswered`] (exactly once per `control_id`).
+    Control {
+        /// The request's id, to echo in the answer.
+        control_id: String,
+        /// The action as sent (`pause`, `resume`, `restart`, `update`, `logs`, or one this
+        /// daemon does not know, to refuse with `unknown_action`).
+        action: String,
+        /// For `logs`: how many lines were asked for (0: the default).
+        lines: u32,
+    },
     /// Interrupt a running check and, once it has stopped, report [`Input::WaitChecked`]
     /// (any outcome: the schedule drops it).
     StopCheck {
@@ -511,6 +532,8 @@ pub struct Daemon {
     link: Link,
     failures: u32,
     draining: bool,
+    /// An operator's pause holds ([`Input::Pause`]): no new runs, but no stop.
+    paused: bool,
     /// Background host commands running, as the host last said ([`Input::HostJobs`]).
     host_jobs: usize,
     grant: Option<(u64, Grant)>,

@@ -37,6 +37,11 @@ pub struct LocalPolicy {
     /// Whether shell and terminal runs may ever run unsandboxed (absent: never).
     #[serde(default)]
     pub confinement: super::ConfinementPolicy,
+    /// Which operators' requests from afar the daemon carries out (`pause`, `resume`,
+    /// `restart`, `update`, `logs`); the others are refused `refused_by_owner`. Absent: all
+    /// five; empty: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_control: Option<Vec<String>>,
 }
 
 /// A folder a run sees.
@@ -112,6 +117,7 @@ mod tests {
 
     fn local(folders: &[(&str, FolderMode)]) -> LocalPolicy {
         LocalPolicy {
+            daemon_control: None,
             folders: folders
                 .iter()
                 .map(|(path, mode)| LocalFolder {

@@ -39,6 +39,7 @@ fn denylist() -> impl Strategy<Value = CredentialDenylist> {
 
 fn policy(local: Vec<(CanonicalPath, FolderMode)>) -> LocalPolicy {
     LocalPolicy {
+        daemon_control: None,
         folders: local
             .into_iter()
             .map(|(path, mode)| LocalFolder { path, mode })

@@ -28,6 +28,10 @@ pub struct ContextView {
     /// Whether the daemon is draining: it is busy for good until it stops (the attempt's
     /// reason is `draining`, not `busy`).
     pub draining: bool,
+    /// Whether the drain is an operator's pause: it lasts until resumed, so a run may wait
+    /// for it in the machine's queue (`whenBusy: queue`), and the attempt's reason is
+    /// `paused`.
+    pub paused: bool,
     /// Why it cannot take runs at all, as a reason code.
     pub unusable: Option<String>,
     /// Features its daemon advertises.

@@ -143,6 +143,9 @@ fn busy_why(attempts: &[Attempt]) -> &'static str {
         Some(a) if a.reason == "draining" => {
             "is draining (its daemon is stopping and takes no new runs)"
         }
+        Some(a) if a.reason == "paused" => {
+            "is paused by an operator (its daemon takes no new runs until resumed)"
+        }
         _ => "is busy (every slot is taken)",
     }
 }

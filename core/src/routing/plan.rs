@@ -193,7 +193,7 @@ pub fn plan(
         && let Some(ctx) = find(contexts, id)
         && ctx.online
         && ctx.busy
-        && !ctx.draining
+        && (!ctx.draining || ctx.paused)
         && ctx.unusable.is_none()
         && check_access(requester, ctx, target).is_ok()
     {
@@ -235,7 +235,9 @@ fn judge(
         return Err((AttemptOutcome::Unusable, reason.clone()));
     }
     if ctx.busy {
-        let reason = if ctx.draining {
+        let reason = if ctx.paused {
+            PAUSED_REASON
+        } else if ctx.draining {
             Refusal::Draining.code()
         } else {
             Refusal::Busy.code()
@@ -244,6 +246,9 @@ fn judge(
     }
     Ok(run)
 }
+
+/// The attempt reason of a context an operator paused (PROTOCOL §4.7): busy until resumed.
+pub const PAUSED_REASON: &str = "paused";
 
 /// Moves `route` from its position to the first candidate that can take the run.
 fn walk(

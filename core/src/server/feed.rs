@@ -125,6 +125,7 @@ impl Server {
                 // come back is planned again.
                 self.replan_parked();
             }
+            session::Event::Resumed => self.replan_queued(context_id),
             session::Event::RunStarted { run_id } => {
                 if let Some(exec_id) = self.runs.get(run_id).cloned()
                     && let Some(e) = self.executions.get_mut(&exec_id)

@@ -295,6 +295,13 @@ impl Server {
                     return Err(ServerError::UnknownContext(context_id));
                 }
             }
+            Input::Control { context_id, order } => {
+                if self.machines.contains(&context_id) {
+                    self.feed_session(&context_id, session::Input::Control(order))?;
+                } else {
+                    return Err(ServerError::UnknownContext(context_id));
+                }
+            }
         }
         Ok(())
     }
@@ -360,6 +367,7 @@ impl Server {
                     online,
                     busy: online && !m.session.has_free_slot(environment),
                     draining: online && m.session.is_draining(),
+                    paused: online && m.session.is_paused(),
                     unusable,
                     local_fs_available: features.iter().any(|f| f == "fs"),
                     features,

@@ -205,6 +205,17 @@ pub enum Input {
         /// The `wait.register`, `wait.cancel` or `wait.ack` to send.
         order: crate::session::WaitOrder,
     },
+    /// An operator's request for a machine's daemon (pause, resume, restart, update, logs):
+    /// its answer comes as [`crate::session::Event::ControlAnswered`] through
+    /// [`Event::Session`] — the daemon's, or at once the session's own when the daemon is not
+    /// connected or does not take such requests.
+    Control {
+        /// The registered machine whose daemon is asked; an unknown one is
+        /// [`ServerError::UnknownContext`].
+        context_id: ContextId,
+        /// What to ask, with the id its answer carries.
+        order: crate::session::ControlOrder,
+    },
 }
 
 /// How an execution ended.

@@ -41,6 +41,7 @@ impl Session {
                 pending_results,
                 environments,
                 features,
+                paused,
             } => {
                 if !awaiting_hello {
                     return self.violation(
@@ -60,6 +61,7 @@ impl Session {
                     max_concurrent.min(MAX_CONCURRENT_LIMIT),
                     environments,
                     features,
+                    paused,
                     &held_runs,
                     &pending_results,
                 );
@@ -88,13 +90,25 @@ impl Session {
                 }
             }
             DaemonFrame::RunResult { run_id, result } => self.on_result(run_id, result),
-            DaemonFrame::Status { draining, .. } => {
+            DaemonFrame::Status {
+                draining, paused, ..
+            } => {
                 if let Some(Connection {
-                    state: ConnState::Ready { draining: d, .. },
+                    state:
+                        ConnState::Ready {
+                            draining: d,
+                            paused: p,
+                            ..
+                        },
                     ..
                 }) = self.conn.as_mut()
                 {
+                    let resumed = *d && !draining;
                     *d = draining;
+                    *p = paused;
+                    if resumed {
+                        self.outputs.push_back(Output::Event(Event::Resumed));
+                    }
                 }
             }
             DaemonFrame::CapabilitiesUpdate {
@@ -139,6 +153,7 @@ impl Session {
             f @ DaemonFrame::WaitStatus { .. } => self
                 .outputs
                 .push_back(Output::Event(Event::WaitProgress(Box::new(f)))),
+            f @ DaemonFrame::ControlResult { .. } => self.on_control_result(conn, f),
         }
     }
 
@@ -147,6 +162,7 @@ impl Session {
         announced: u32,
         environments: Vec<Environment>,
         features: Vec<String>,
+        paused: bool,
         held: &[RunId],
         pending: &[RunId],
     ) {
@@ -157,7 +173,8 @@ impl Session {
                 max_concurrent,
                 environments,
                 features,
-                draining: false,
+                draining: paused,
+                paused,
             };
         }
         // Every committed run the daemon neither holds nor has a result for is lost now.

@@ -85,6 +85,17 @@ impl Session {
         )
     }
 
+    /// Whether the daemon said an operator's pause holds (it takes no new run until resumed).
+    pub fn is_paused(&self) -> bool {
+        matches!(
+            self.conn,
+            Some(Connection {
+                state: ConnState::Ready { paused: true, .. },
+                ..
+            })
+        )
+    }
+
     /// Runs dispatched or committed and not yet ended.
     pub fn in_flight(&self) -> usize {
         self.runs.len()
@@ -240,6 +251,7 @@ impl Session {
             Input::Revoke => self.revoke(),
             Input::Terminal { run_id, action } => self.on_terminal(run_id, action),
             Input::Wait(order) => self.on_wait_order(order),
+            Input::Control(order) => self.on_control_order(order),
         }
         Ok(())
     }

@@ -17,6 +17,7 @@
 //! A close is [`Output::Close`], as in the daemon and the server: see
 //! [`crate::daemon::Output`] for why it sits next to `Transmit` rather than among commands.
 
+mod control;
 mod frames;
 mod machine;
 mod record;
@@ -38,6 +39,7 @@ use crate::ticket::TicketStore;
 use crate::time::{Instant, Now};
 use crate::wire::{CapabilitySource, Environment, Grant};
 
+pub use control::{ControlAnswer, ControlOrder};
 pub use machine::IssuedTicket;
 pub use runs::RecentlyEnded;
 use runs::ServerRun;
@@ -159,6 +161,10 @@ pub enum Input {
     /// A wait order for the machine: sent when a connection is ready, else dropped (send
     /// every active wait again after [`Event::Ready`]).
     Wait(WaitOrder),
+    /// An operator's request for the daemon itself: sent as `control.request` to a ready
+    /// daemon that announced the `control` feature; otherwise answered at once with
+    /// [`Event::ControlAnswered`] (`failed`, `daemon_offline` or `control_unsupported`).
+    Control(ControlOrder),
 }
 
 /// How a run offered to this machine ended.
@@ -328,6 +334,12 @@ pub enum Event {
         /// The run it named.
         run_id: RunId,
     },
+    /// The daemon's `status` no longer says it is draining (an operator resumed it): runs
+    /// waiting for the machine may be offered again.
+    Resumed,
+    /// The answer to an [`Input::Control`]: the daemon's `control.result` (checked against
+    /// its bounds), or the session's own when the daemon could not be asked.
+    ControlAnswered(Box<ControlAnswer>),
     /// The connection was closed (1001) because the daemon sent nothing for the silence limit.
     Silent {
         /// The connection closed for silence; the machine goes offline with it.
@@ -361,6 +373,8 @@ enum ConnState {
         environments: Vec<Environment>,
         features: Vec<String>,
         draining: bool,
+        /// The daemon's last `status` said an operator's pause holds.
+        paused: bool,
     },
 }
 

@@ -41,6 +41,7 @@ fn hello(max_concurrent: u32, held: &[&str], pending: &[&str]) -> DaemonFrame {
         held_runs: held.iter().map(|s| RunId::new(*s)).collect(),
         pending_results: pending.iter().map(|s| RunId::new(*s)).collect(),
         environments: vec![Environment::Shell],
+        paused: false,
     }
 }
 
@@ -234,6 +235,7 @@ fn a_lease_is_lost_30_s_after_the_deadline() {
         slots_used: 1,
         slots_total: 2,
         draining: false,
+        paused: false,
     };
     d.elapsed = Duration::from_secs(30);
     d.frame(beat);

@@ -387,7 +387,8 @@ impl Pair {
             | daemon::Command::PtyInput { .. }
             | daemon::Command::PtyResize { .. }
             | daemon::Command::PtyClose { .. }
-            | daemon::Command::PtyCredit { .. } => {}
+            | daemon::Command::PtyCredit { .. }
+            | daemon::Command::Control { .. } => {}
         }
         Ok(())
     }

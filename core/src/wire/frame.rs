@@ -160,6 +160,25 @@ pub enum ServerFrame {
         /// row.
         wait_id: WaitId,
     },
+    /// An operator's request for the daemon itself (PROTOCOL §4.9): sent only to a daemon whose
+    /// `hello` listed [`FEATURE_CONTROL`](super::FEATURE_CONTROL). The daemon answers with one
+    /// `control.result` of the same `controlId`; neither is sent again.
+    #[serde(rename = "control.request", rename_all = "camelCase")]
+    ControlRequest {
+        /// The request's id, unique per server, echoed in the answer.
+        control_id: String,
+        /// `pause`, `resume`, `restart`, `update` or `logs` (see
+        /// [`ControlAction`](super::ControlAction)); a daemon refuses any other with
+        /// `unknown_action` rather than close the connection.
+        action: String,
+        /// For `logs`: how many of the most recent lines (absent or 0: 100; at most 200).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        lines: u32,
+    },
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// How many bytes of a terminal's output a daemon may send before the server gives room back
@@ -183,6 +202,7 @@ pub const SERVER_FRAME_TYPES: &[&str] = &[
     "wait.register",
     "wait.cancel",
     "wait.ack",
+    "control.request",
 ];
 
 /// A frame a daemon sends to the server. Not signed: the connection was opened with a
@@ -206,6 +226,10 @@ pub enum DaemonFrame {
         /// Environments whose executors are available (absent: none announced yet).
         #[serde(default)]
         environments: Vec<Environment>,
+        /// An operator's pause holds (absent: `false`): the daemon takes no new runs until
+        /// resumed, so the server offers it none from the start.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        paused: bool,
     },
     /// Takes an offered run.
     #[serde(rename = "run.accept", rename_all = "camelCase")]
@@ -255,8 +279,12 @@ pub enum DaemonFrame {
         slots_used: u32,
         /// Runs it will hold at once.
         slots_total: u32,
-        /// True once the daemon is draining and takes no new runs.
+        /// True once the daemon is draining and takes no new runs (also while it is paused).
         draining: bool,
+        /// True while an operator's `pause` holds (absent: `false`): the daemon takes no new
+        /// runs but does not stop.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        paused: bool,
     },
     /// What the daemon can do changed.
     #[serde(rename = "capabilities.update", rename_all = "camelCase")]
@@ -361,6 +389,26 @@ pub enum DaemonFrame {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         last_error: Option<super::CheckError>,
     },
+    /// The answer to a `control.request` (PROTOCOL §4.9): sent once, not acknowledged.
+    #[serde(rename = "control.result", rename_all = "camelCase")]
+    ControlResult {
+        /// The request's `controlId`.
+        control_id: String,
+        /// The request's `action`, as it was sent.
+        action: String,
+        /// `done`, `refused` or `failed`.
+        outcome: super::ControlOutcome,
+        /// Why it was refused or failed, as a stable code (absent when done).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        code: String,
+        /// A sentence for people: what the daemon did, or why not.
+        message: String,
+        /// For `logs`: the daemon's most recent log lines, oldest first (at most
+        /// [`MAX_CONTROL_LINES`](super::MAX_CONTROL_LINES), each at most
+        /// [`MAX_CONTROL_LINE_BYTES`](super::MAX_CONTROL_LINE_BYTES)).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        lines: Vec<String>,
+    },
 }
 
 /// The `type` names of daemon frames, in declaration order.
@@ -378,6 +426,7 @@ pub const DAEMON_FRAME_TYPES: &[&str] = &[
     "wait.matched",
     "wait.status",
     "wait.failed",
+    "control.result",
 ];
 
 /// The `welcome` feature that lets a daemon send `run.output` frames.
@@ -404,6 +453,7 @@ impl ServerFrame {
             ServerFrame::WaitRegister { .. } => "wait.register",
             ServerFrame::WaitCancel { .. } => "wait.cancel",
             ServerFrame::WaitAck { .. } => "wait.ack",
+            ServerFrame::ControlRequest { .. } => "control.request",
         }
     }
 }
@@ -425,6 +475,7 @@ impl DaemonFrame {
             DaemonFrame::WaitMatched { .. } => "wait.matched",
             DaemonFrame::WaitStatus { .. } => "wait.status",
             DaemonFrame::WaitFailed { .. } => "wait.failed",
+            DaemonFrame::ControlResult { .. } => "control.result",
         }
     }
 

@@ -11,6 +11,7 @@ mod binary;
 mod bundle;
 mod codec;
 mod codes;
+mod control;
 mod frame;
 mod result;
 mod types;
@@ -24,6 +25,10 @@ pub use codec::{DEFAULT_MAX_FRAME_LEN, FrameDecoder, LENGTH_PREFIX_LEN, encode_f
 pub use codes::{
     DEFAULT_MAX_CONCURRENT, INLINE_CAPABILITY_LIMIT, MAX_CONCURRENT_LIMIT, Refusal, Violation,
     close_code,
+};
+pub use control::{
+    ControlAction, ControlOutcome, DEFAULT_CONTROL_LINES, FEATURE_CONTROL, MAX_CONTROL_LINE_BYTES,
+    MAX_CONTROL_LINES, bounded_line,
 };
 pub(crate) use frame::server_frame_from_value;
 pub use frame::{

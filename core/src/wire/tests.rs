@@ -10,6 +10,7 @@ fn daemon_frames_round_trip() {
             held_runs: vec!["r1".into()],
             pending_results: vec![],
             environments: vec![Environment::Shell],
+            paused: false,
         },
         DaemonFrame::RunReject {
             run_id: "r2".into(),
@@ -49,6 +50,7 @@ fn field_names_are_camel_case_and_typed() {
         slots_used: 1,
         slots_total: 2,
         draining: false,
+        paused: false,
     }
     .to_json();
     assert_eq!(
@@ -116,8 +118,23 @@ fn server_frames_read_from_strict_values() {
 
 #[test]
 fn type_name_lists_match_the_enums() {
-    assert_eq!(SERVER_FRAME_TYPES.len(), 14);
-    assert_eq!(DAEMON_FRAME_TYPES.len(), 13);
+    assert_eq!(SERVER_FRAME_TYPES.len(), 15);
+    assert_eq!(DAEMON_FRAME_TYPES.len(), 14);
+    let f = ServerFrame::ControlRequest {
+        control_id: "c".into(),
+        action: "pause".into(),
+        lines: 0,
+    };
+    assert!(SERVER_FRAME_TYPES.contains(&f.type_name()));
+    let f = DaemonFrame::ControlResult {
+        control_id: "c".into(),
+        action: "pause".into(),
+        outcome: super::ControlOutcome::Done,
+        code: String::new(),
+        message: "m".into(),
+        lines: Vec::new(),
+    };
+    assert!(DAEMON_FRAME_TYPES.contains(&f.type_name()));
     let f = ServerFrame::Revoked { reason: "x".into() };
     assert!(SERVER_FRAME_TYPES.contains(&f.type_name()));
     let f = ServerFrame::WaitAck {

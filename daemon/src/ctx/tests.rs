@@ -31,6 +31,7 @@ fn scratch(tag: &str) -> PathBuf {
 /// A shared context whose owner allows `folders` and, when `commands`, host commands.
 fn shared(tag: &str, grant: Grant, folders: &[&Path], commands: bool) -> CtxShared {
     let local = LocalPolicy {
+        daemon_control: None,
         folders: folders
             .iter()
             .map(|p| LocalFolder {

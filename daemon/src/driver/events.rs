@@ -77,6 +77,8 @@ impl Driver {
                 }
                 self.exit = Some(if !forever && self.updates.handing_over() {
                     DaemonExit::Updated
+                } else if !forever && self.restart_asked {
+                    DaemonExit::Restart
                 } else if !forever {
                     DaemonExit::Drained
                 } else if self.last_close == Some(close_code::REPLACED) {
@@ -127,6 +129,18 @@ impl Driver {
                 tracing::info!(wait = %wait_id, check, "stopping a condition check");
                 self.checks.stop(&wait_id, check);
             }
+            // Decided and answered as an event of its own: acting may feed the core.
+            Command::Control {
+                control_id,
+                action,
+                lines,
+            } => {
+                let _ = self.tx.send(Event::Control {
+                    control_id,
+                    action,
+                    lines,
+                });
+            }
         }
     }
 
@@ -153,8 +167,14 @@ impl Driver {
                 self.features.look_now();
                 Ok(())
             }
+            Event::Control {
+                control_id,
+                action,
+                lines,
+            } => self.control(control_id, action, lines),
             Event::UpdateChecked(checked) => {
                 self.updates.checked();
+                self.answer_updates(&checked)?;
                 match checked {
                     Ok(update::Checked::Staged(staged)) if self.stop.count() == 0 => {
                         tracing::info!(version = %staged.version, "handing over to the update once the runs in flight have finished and reported");

@@ -70,6 +70,9 @@ pub struct Connection {
     pub slots: u32,
     /// It is stopping: it takes no new runs and waits for the runs in flight.
     pub draining: bool,
+    /// An operator paused it from afar: it takes no new runs until resumed (absent: no).
+    #[serde(default)]
+    pub paused: bool,
 }
 
 /// Why a daemon stopped for good.

@@ -239,6 +239,8 @@ fn print_connection(c: &Connection, out: &mut dyn Write) {
         c.slots,
         if c.draining {
             " (stopping: no new runs)"
+        } else if c.paused {
+            " (paused by an operator: no new runs until resumed)"
         } else {
             ""
         }

@@ -238,6 +238,7 @@ pub fn owner_mounts(
         folders.push((path, volume.mode));
     }
     let local = LocalPolicy {
+        daemon_control: None,
         folders: folders
             .iter()
             .map(|(path, mode)| LocalFolder {

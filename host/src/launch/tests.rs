@@ -70,6 +70,7 @@ fn an_execute_becomes_a_launch_with_grant_and_policy_intersected() {
     std::fs::create_dir_all(data.join("shared")).unwrap();
     let elsewhere = folder("elsewhere");
     let local = LocalPolicy {
+        daemon_control: None,
         folders: vec![LocalFolder {
             path: canonical(&data),
             mode: FolderMode::Ro,
@@ -132,6 +133,7 @@ fn a_shared_run_gets_no_folders_and_a_passed_deadline_no_time() {
     let runs = folder("shared-runs");
     let data = folder("shared-data");
     let local = LocalPolicy {
+        daemon_control: None,
         folders: vec![LocalFolder {
             path: canonical(&data),
             mode: FolderMode::Rw,
@@ -167,6 +169,7 @@ fn denylisted_grant_folders_are_never_mounted() {
     let home = folder("deny-home");
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
     let local = LocalPolicy {
+        daemon_control: None,
         folders: vec![LocalFolder {
             path: canonical(&home),
             mode: FolderMode::Rw,

@@ -67,6 +67,10 @@ pub(crate) struct Live {
     pub(crate) slots_total: u32,
     /// What the daemon announced (`hello` / `capabilities.update` `features`).
     pub(crate) features: Vec<String>,
+    /// Its last `status` said it takes no new runs (stopping, or paused).
+    pub(crate) draining: bool,
+    /// Its last `status` said an operator's pause holds.
+    pub(crate) paused: bool,
 }
 
 /// A message to the dispatcher.
@@ -111,6 +115,13 @@ pub(crate) enum Msg {
     LiveRun {
         run_id: String,
         reply: oneshot::Sender<Option<core_server::LiveRun>>,
+    },
+    /// Ask a machine's daemon something from afar; the answer (the daemon's, or the
+    /// session's own when it cannot be asked) comes through `reply`.
+    Control {
+        context_id: String,
+        order: session::ControlOrder,
+        reply: oneshot::Sender<session::ControlAnswer>,
     },
     /// Where a queued execution stands, if it is queued.
     QueuePlace {
@@ -157,6 +168,9 @@ pub(crate) struct Dispatcher {
     /// (machine, terminal) pairs already logged and audited as a refused second runner, so a
     /// machine that keeps speaking for another's terminal fills neither the log nor the audit.
     refused_runners: HashSet<(String, String)>,
+    /// Requests to daemons waiting for their answer, by control id (a route that gave up
+    /// leaves its closed sender, dropped at the next request).
+    controls: HashMap<String, oneshot::Sender<session::ControlAnswer>>,
 }
 
 impl Dispatcher {
@@ -175,6 +189,7 @@ impl Dispatcher {
             continuations: Vec::new(),
             pending,
             refused_runners: HashSet::new(),
+            controls: HashMap::new(),
         }
     }
 
@@ -361,6 +376,8 @@ impl Dispatcher {
                             slots_used: s.in_flight(),
                             slots_total: s.max_concurrent(),
                             features: s.features().to_vec(),
+                            draining: s.is_draining(),
+                            paused: s.is_paused(),
                         });
                         (id, live.unwrap_or_default())
                     })
@@ -375,6 +392,30 @@ impl Dispatcher {
             Msg::QueuePlace { exec_id, reply } => {
                 let _ = reply.send(self.server.queue_place(&exec_id));
                 Ok(())
+            }
+            Msg::Control {
+                context_id,
+                order,
+                reply,
+            } => {
+                self.controls.retain(|_, waiting| !waiting.is_closed());
+                if self.server.session(&context_id).is_none() {
+                    let _ = reply.send(session::ControlAnswer {
+                        control_id: order.control_id,
+                        action: order.action.as_str().to_owned(),
+                        outcome: outpost_core::wire::ControlOutcome::Failed,
+                        code: "context_unknown".into(),
+                        message: "the dispatcher knows no such context".into(),
+                        lines: Vec::new(),
+                        from_daemon: false,
+                    });
+                    return Ok(());
+                }
+                self.controls.insert(order.control_id.clone(), reply);
+                self.feed(Input::Control {
+                    context_id: context_id.into(),
+                    order,
+                })
             }
             // Taken by `on_batch` itself.
             Msg::Input { .. } | Msg::Connect { .. } | Msg::Disconnected { .. } | Msg::Shutdown => {
@@ -657,6 +698,19 @@ impl Dispatcher {
                 }
                 session::Event::Silent { conn } => {
                     tracing::info!(%context_id, conn, "dropped a daemon connection silent for three heartbeats (1001)");
+                }
+                session::Event::ControlAnswered(answer) => {
+                    match self.controls.remove(&answer.control_id) {
+                        Some(waiting) => {
+                            let _ = waiting.send(*answer);
+                        }
+                        None => {
+                            tracing::info!(%context_id, control = %answer.control_id, "a daemon answered a request no one waits for any more")
+                        }
+                    }
+                }
+                session::Event::Resumed => {
+                    tracing::info!(%context_id, "the daemon takes runs again");
                 }
                 session::Event::UnknownResult { run_id } => {
                     self.shared.metrics.unknown_result();

@@ -51,6 +51,7 @@ pub(crate) fn may_execute(entry: &ContextEntry, user: &str) -> Result<(), Refuse
         online: false,
         busy: false,
         draining: false,
+        paused: false,
         unusable: None,
         features: Vec::new(),
         grant_has_fs: false,

@@ -64,6 +64,26 @@ pub(super) fn routes() -> Vec<Route> {
         route(
             api(
                 "POST",
+                "/v1/execution-contexts/{context}/daemon",
+                "Ask a context's daemon to pause, resume, restart, update now, or send its recent log lines",
+            )
+            .auth(Auth::Bearer(DELETE))
+            .request::<outpost_core::api::DaemonControl>()
+            .answer::<outpost_core::api::DaemonControlled>(200)
+            .errors(&[
+                (400, "invalid_body"),
+                (404, "context_unknown"),
+                (403, "not_yours"),
+                (409, "context_revoked"),
+                (409, "daemon_offline"),
+                (409, "control_unsupported"),
+                (504, "daemon_no_answer"),
+            ]),
+            post(control),
+        ),
+        route(
+            api(
+                "POST",
                 "/v1/execution-contexts/{context}/revoke",
                 "Revoke a context for good",
             )
@@ -219,6 +239,68 @@ async fn grant(State(app): State<App>, PathParam(given): PathParam, req: Request
         &detail,
     )?;
     answer(&app, &entry.id, &caller).await
+}
+
+/// Asks the context's daemon something from afar, audits what came of it (`daemon_control`,
+/// whatever the outcome), and answers with the daemon's answer — 200 whether it did it or its
+/// owner refused; 409 when no daemon could be asked.
+async fn control(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {
+    let (parts, raw) = req.into_parts();
+    let caller = auth::bearer(&app, &parts.headers, DELETE)?;
+    let bytes = body::read_json(&parts.headers, raw).await?;
+    let asked = bodies::decode_daemon_control(&bytes)?;
+    let entry = find(&app, &caller, &given)?;
+    if entry.revoked {
+        return Err(ApiError::new(
+            409,
+            "context_revoked",
+            "a revoked context has no daemon to ask",
+        ));
+    }
+    let control_id = crate::secrets::new_id("ctl_")
+        .map_err(|e| ApiError::new(503, "unavailable", e.to_string()))?;
+    let order = outpost_core::session::ControlOrder {
+        control_id: control_id.clone(),
+        action: asked.action,
+        lines: asked.lines.unwrap_or(0),
+    };
+    let answer = app.control(entry.id.clone(), order).await;
+    let (outcome, code) = match &answer {
+        Ok(a) => (a.outcome.as_str(), a.code.clone()),
+        Err(e) => ("failed", e.code.to_string()),
+    };
+    let detail = serde_json::json!({
+        "controlId": control_id,
+        "action": asked.action,
+        "outcome": outcome,
+        "code": (!code.is_empty()).then_some(code),
+    });
+    app.shared.store.audit(
+        wall_now().0,
+        "daemon_control",
+        &caller.user,
+        Some(&entry.id),
+        &detail.to_string(),
+    )?;
+    let answer = answer?;
+    if !answer.from_daemon {
+        let status = if answer.code == "context_unknown" {
+            404
+        } else {
+            409
+        };
+        return Err(ApiError::new(status, &answer.code, answer.message));
+    }
+    let body = outpost_core::api::DaemonControlled {
+        context_id: entry.id.as_str().into(),
+        control_id,
+        action: asked.action,
+        outcome: answer.outcome,
+        code: (!answer.code.is_empty()).then_some(answer.code),
+        message: answer.message,
+        lines: answer.lines,
+    };
+    Ok(axum::Json(body).into_response())
 }
 
 async fn revoke(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {

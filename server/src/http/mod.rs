@@ -213,6 +213,36 @@ impl App {
 }
 
 impl App {
+    /// Asks `context_id`'s daemon something from afar and waits at most
+    /// [`crate::Limits::CONTROL_ANSWER`] for its answer (the session answers at once for a
+    /// daemon that cannot be asked). 504 `daemon_no_answer` when none came in time.
+    pub(crate) async fn control(
+        &self,
+        context_id: String,
+        order: outpost_core::session::ControlOrder,
+    ) -> Result<outpost_core::session::ControlAnswer, ApiError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Control {
+                context_id,
+                order,
+                reply,
+            })
+            .await
+            .map_err(|_| Self::gone())?;
+        match tokio::time::timeout(crate::Limits::CONTROL_ANSWER, rx).await {
+            Ok(answer) => answer.map_err(|_| Self::gone()),
+            Err(_) => Err(ApiError::new(
+                504,
+                "daemon_no_answer",
+                format!(
+                    "the daemon did not answer within {} s (its connection may have dropped); what it did, if anything, shows in its state and the audit",
+                    crate::Limits::CONTROL_ANSWER.as_secs()
+                ),
+            )),
+        }
+    }
+
     /// Where the execution `exec_id` stands in a machine's queue, if it waits in one.
     pub(crate) async fn queue_place(
         &self,

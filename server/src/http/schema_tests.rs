@@ -82,6 +82,14 @@ fn decoders() -> Vec<(&'static str, Decode, Vec<Value>)> {
             vec![json!({"allMembers": true})],
         ),
         (
+            "DaemonControl",
+            |b| code(bodies::decode_daemon_control(b)),
+            vec![
+                json!({"action": "pause"}),
+                json!({"action": "logs", "lines": 50}),
+            ],
+        ),
+        (
             "CommandsSwitch",
             |b| code(bodies::decode_commands_switch(b)),
             vec![json!({"enabled": true})],

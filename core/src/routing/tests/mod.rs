@@ -24,6 +24,7 @@ pub(super) fn view(name: &str) -> ContextView {
         online: true,
         busy: false,
         draining: false,
+        paused: false,
         unusable: None,
         features: vec![HOST_OPERATOR_ONLY_FEATURE.into()],
         grant_has_fs: false,

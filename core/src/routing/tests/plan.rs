@@ -297,6 +297,50 @@ fn a_draining_context_is_busy_with_its_own_reason() {
     );
 }
 
+#[test]
+fn a_paused_context_says_so_and_may_be_waited_for_unlike_a_draining_one() {
+    let paused = ContextView {
+        draining: true,
+        paused: true,
+        ..busy("build-box")
+    };
+    let err = plan(
+        &user(ANA),
+        &ExecuteTarget::named("ec_build-box"),
+        &Chain::default(),
+        std::slice::from_ref(&paused),
+    )
+    .unwrap_err();
+    assert_eq!(
+        outcomes(err.attempts()),
+        vec![("ec_build-box", "busy", "paused")]
+    );
+    assert!(
+        err.to_string()
+            .starts_with("build-box is paused by an operator"),
+        "{err}"
+    );
+    let target = ExecuteTarget {
+        when_busy: WhenOffline::queue(5).unwrap(),
+        ..ExecuteTarget::named("ec_build-box")
+    };
+    assert!(matches!(
+        plan(
+            &user(ANA),
+            &target,
+            &Chain::default(),
+            std::slice::from_ref(&paused)
+        ),
+        Ok(Plan::Queue(_))
+    ));
+    // A drain to stop is not waited for: the machine is going away.
+    let draining = ContextView {
+        draining: true,
+        ..busy("build-box")
+    };
+    assert!(plan(&user(ANA), &target, &Chain::default(), &[draining]).is_err());
+}
+
 fn busy_message_of(view: ContextView) -> String {
     plan(
         &user(ANA),

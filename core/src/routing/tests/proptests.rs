@@ -35,6 +35,7 @@ fn context(id: &'static str) -> impl Strategy<Value = ContextView> {
                     online,
                     busy,
                     draining: false,
+                    paused: false,
                     unusable: unusable.map(Into::into),
                     features: if modern {
                         vec![HOST_OPERATOR_ONLY_FEATURE.into()]

@@ -61,8 +61,10 @@ impl ServerJournal {
             | Input::CloudFinished { .. }
             | Input::Cancel { .. }
             | Input::Terminal { .. }
-            // Waits are the host's records (its waits table), not the dispatcher's.
-            | Input::Wait { .. } => {}
+            // Waits are the host's records (its waits table), not the dispatcher's; control
+            // requests are recorded nowhere but the host's audit.
+            | Input::Wait { .. }
+            | Input::Control { .. } => {}
         }
     }
 

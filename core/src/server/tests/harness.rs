@@ -140,6 +140,7 @@ impl Harness {
                 held_runs: Vec::new(),
                 pending_results: Vec::new(),
                 environments: vec![Environment::Shell],
+                paused: false,
             },
         );
         assert!(self.server.session(id).is_some_and(|s| s.is_ready()));

@@ -121,6 +121,7 @@ fn a_draining_machine_passes_runs_on_as_busy_with_the_reason_draining() {
             slots_used: 0,
             slots_total: 1,
             draining: true,
+            paused: false,
         },
     );
     h.input(Input::Execute(Box::new(request(
@@ -403,6 +404,7 @@ fn a_heartbeat_moves_only_its_machine_s_timer() {
             slots_used: 0,
             slots_total: 1,
             draining: false,
+            paused: false,
         },
     );
     assert_eq!(
@@ -642,6 +644,7 @@ fn a_run_queued_for_a_busy_machine_fails_saying_no_slot_came_free() {
                 slots_used: 1,
                 slots_total: 1,
                 draining: false,
+                paused: false,
             },
         );
     }

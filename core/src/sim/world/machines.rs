@@ -162,7 +162,9 @@ impl World {
             | daemon::Command::PtyInput { .. }
             | daemon::Command::PtyResize { .. }
             | daemon::Command::PtyClose { .. }
-            | daemon::Command::PtyCredit { .. } => {}
+            | daemon::Command::PtyCredit { .. }
+            // The simulated servers send no control requests.
+            | daemon::Command::Control { .. } => {}
             daemon::Command::Stop { forever } => {
                 self.note(format!("machine {i} stopped forever={forever}"));
             }

@@ -495,6 +495,7 @@ fn view_of(record: &ContextRecord, grant: &Grant, features: Vec<String>) -> Cont
         online: true,
         busy: false,
         draining: false,
+        paused: false,
         unusable: None,
         local_fs_available: features.iter().any(|f| f == "fs"),
         features,

@@ -144,6 +144,13 @@ pub(crate) fn context(
             .online
             .then(|| SandboxView::of(&live.features))
             .flatten(),
+        draining: live.online && live.draining,
+        paused: live.online && live.paused,
+        control: live.online
+            && live
+                .features
+                .iter()
+                .any(|f| f == outpost_core::wire::FEATURE_CONTROL),
     }
 }
 

@@ -1,0 +1,263 @@
+//! What the daemon does with an operator's request from afar (a verified `control.request`,
+//! PROTOCOL §4.9): the owner's local policy decides first (`"daemonControl"` lists the
+//! actions it allows; absent: all five), then pause, resume, restart, update now or the
+//! recent log lines — each answered exactly once with `control.result`.
+//!
+//! A pause is kept in `state/paused.json`, so a daemon restarted by its service manager (or
+//! by a crash) comes back paused; only `resume` ends it. A restart is a drain that ends with
+//! [`DaemonExit::Restart`] (exit 75), which the generated systemd unit and LaunchAgent start
+//! again; a daemon no service manager started refuses it rather than stop for good. This
+//! module never widens what a run may do and never runs anything.
+
+use std::path::Path;
+
+use outpost_core::daemon::Input;
+use outpost_core::wire::{
+    ControlAction, ControlOutcome, DEFAULT_CONTROL_LINES, DaemonFrame, MAX_CONTROL_LINES,
+};
+use serde::{Deserialize, Serialize};
+
+use super::Driver;
+use crate::home::write_private;
+use crate::{DaemonError, Launcher, recent_log, update};
+
+/// The file that keeps an operator's pause across restarts.
+pub const PAUSED_FILE: &str = "paused.json";
+
+/// What `state/paused.json` holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Paused {
+    /// When the pause began (RFC 3339, UTC).
+    pub since: String,
+}
+
+/// Whether an operator's pause holds for the daemon whose state folder is `state`.
+pub fn paused_at_start(state: &Path) -> Option<Paused> {
+    let bytes = std::fs::read(state.join(PAUSED_FILE)).ok()?;
+    // A file that no longer reads still means paused: the owner's machine stays quiet
+    // until someone resumes it.
+    Some(serde_json::from_slice(&bytes).unwrap_or(Paused {
+        since: String::new(),
+    }))
+}
+
+/// An answer, as the daemon sends it.
+struct Answer {
+    outcome: ControlOutcome,
+    code: &'static str,
+    message: String,
+    lines: Vec<String>,
+}
+
+impl Answer {
+    fn done(message: impl Into<String>) -> Self {
+        Self {
+            outcome: ControlOutcome::Done,
+            code: "",
+            message: message.into(),
+            lines: Vec::new(),
+        }
+    }
+
+    fn refused(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            outcome: ControlOutcome::Refused,
+            code,
+            message: message.into(),
+            lines: Vec::new(),
+        }
+    }
+
+    fn failed(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            outcome: ControlOutcome::Failed,
+            code,
+            message: message.into(),
+            lines: Vec::new(),
+        }
+    }
+}
+
+impl Driver {
+    /// A verified `control.request`: decide, act, answer (an update answers when its check
+    /// comes back).
+    pub(super) fn control(
+        &mut self,
+        control_id: String,
+        action: String,
+        lines: u32,
+    ) -> Result<(), DaemonError> {
+        let answer = match ControlAction::parse(&action) {
+            None => Answer::refused(
+                "unknown_action",
+                format!("this daemon does not know the action {action:?}"),
+            ),
+            Some(known) if !self.owner_allows(known) => Answer::refused(
+                "refused_by_owner",
+                format!(
+                    "the machine's owner does not allow `{known}` from afar (the local policy's \"daemonControl\")"
+                ),
+            ),
+            Some(known) => match self.act(known, &control_id, lines)? {
+                Some(answer) => answer,
+                // Answered later (an update check runs).
+                None => return Ok(()),
+            },
+        };
+        tracing::info!(action = %action, outcome = answer.outcome.as_str(), code = answer.code, "an operator's request from afar: {}", answer.message);
+        self.answer(control_id, action, answer)
+    }
+
+    fn owner_allows(&self, action: ControlAction) -> bool {
+        match &self.policy.current().daemon_control {
+            None => true,
+            Some(allowed) => allowed.iter().any(|a| a == action.as_str()),
+        }
+    }
+
+    fn act(
+        &mut self,
+        action: ControlAction,
+        control_id: &str,
+        lines: u32,
+    ) -> Result<Option<Answer>, DaemonError> {
+        let running = self.daemon.slots_used();
+        Ok(Some(match action {
+            ControlAction::Pause => {
+                if self.daemon.is_paused() {
+                    return Ok(Some(Answer::done("already paused")));
+                }
+                let paused = Paused {
+                    since: crate::status::now_rfc3339(),
+                };
+                let text = serde_json::to_vec_pretty(&paused).unwrap_or_default();
+                if let Err(e) = write_private(&self.state_dir.join(PAUSED_FILE), &text) {
+                    return Ok(Some(Answer::failed(
+                        "state_unwritable",
+                        format!("cannot keep the pause in {PAUSED_FILE}: {e}"),
+                    )));
+                }
+                self.input(Input::Pause)?;
+                Answer::done(format!(
+                    "paused: no new runs until resumed; {running} running run(s) finish"
+                ))
+            }
+            ControlAction::Resume => {
+                if !self.daemon.is_paused() {
+                    return Ok(Some(Answer::done("not paused")));
+                }
+                match std::fs::remove_file(self.state_dir.join(PAUSED_FILE)) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Ok(Some(Answer::failed(
+                            "state_unwritable",
+                            format!("cannot remove {PAUSED_FILE}: {e}"),
+                        )));
+                    }
+                }
+                self.input(Input::Resume)?;
+                Answer::done("resumed: taking runs again")
+            }
+            ControlAction::Restart => {
+                if self.launcher == Launcher::Terminal {
+                    return Ok(Some(Answer::refused(
+                        "no_service_manager",
+                        "this daemon was started in a terminal, not by a service manager that would start it again: restart it there",
+                    )));
+                }
+                if self.updates.handing_over() || self.restart_asked {
+                    return Ok(Some(Answer::done("already draining to stop")));
+                }
+                self.restart_asked = true;
+                self.input(Input::Drain)?;
+                Answer::done(format!(
+                    "restarting: no new runs; {running} running run(s) finish and report, then {} starts the daemon again",
+                    self.launcher.as_str()
+                ))
+            }
+            ControlAction::Update => {
+                if !self.updates.is_on() {
+                    return Ok(Some(Answer::refused(
+                        "updates_off",
+                        format!(
+                            "automatic updates are off on this machine (the local policy's \"autoUpdate\": false, or {}=0)",
+                            update::AUTO_UPDATE_VAR
+                        ),
+                    )));
+                }
+                if self.updates.handing_over() {
+                    return Ok(Some(Answer::done(
+                        "an update is already staged; handing over once runs finish",
+                    )));
+                }
+                self.update_answers.push(control_id.to_owned());
+                self.updates.check_now();
+                return Ok(None);
+            }
+            ControlAction::Logs => {
+                let n = match lines {
+                    0 => DEFAULT_CONTROL_LINES,
+                    n => n.min(MAX_CONTROL_LINES),
+                };
+                let kept = recent_log::last(n as usize);
+                let mut answer = Answer::done(format!("the last {} log line(s)", kept.len()));
+                answer.lines = kept;
+                answer
+            }
+        }))
+    }
+
+    /// Answers the update requests waiting for the check that just came back.
+    pub(super) fn answer_updates(
+        &mut self,
+        checked: &Result<update::Checked, update::UpdateError>,
+    ) -> Result<(), DaemonError> {
+        if self.update_answers.is_empty() {
+            return Ok(());
+        }
+        let answer = || match checked {
+            Ok(update::Checked::Staged(staged)) => Answer::done(format!(
+                "staged and proven {}; handing over once runs finish",
+                staged.version
+            )),
+            Ok(update::Checked::Nothing) => Answer::done(format!(
+                "no newer signed release than {} (or checks are backing off after a failure)",
+                update::running_version()
+            )),
+            Err(update::UpdateError::Http(e)) if e.code() == "no_release" => Answer::done(format!(
+                "the server publishes no daemon release: {} stays",
+                update::running_version()
+            )),
+            Err(e) => Answer::failed("update_failed", format!("{e} [{}]", e.code())),
+        };
+        for control_id in std::mem::take(&mut self.update_answers) {
+            let a = answer();
+            tracing::info!(
+                action = "update",
+                outcome = a.outcome.as_str(),
+                "an operator's request from afar: {}",
+                a.message
+            );
+            self.answer(control_id, "update".into(), a)?;
+        }
+        Ok(())
+    }
+
+    fn answer(
+        &mut self,
+        control_id: String,
+        action: String,
+        answer: Answer,
+    ) -> Result<(), DaemonError> {
+        self.input(Input::ControlAnswered(DaemonFrame::ControlResult {
+            control_id,
+            action,
+            outcome: answer.outcome,
+            code: answer.code.to_owned(),
+            message: answer.message,
+            lines: answer.lines,
+        }))
+    }
+}
