@@ -7,12 +7,13 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
-use common::{Daemon, Server, binary, outpost_as, shell_capability, temp_dir, wait_for};
+use common::{
+    Daemon, Server, Service, binary, daemon_pid, outpost_as, shell_capability, temp_dir, wait_for,
+};
 
 fn ask(server: &Server, name: &str, body: Value) -> (u16, Value) {
     server.api(
@@ -219,58 +220,6 @@ fn pause_holds_runs_until_resume_across_a_kill_and_the_owner_decides_what_is_all
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `outpost daemon` under a stand-in for the service manager: a loop that starts it again
-/// whenever it exits non-zero (`Restart=always`, `RestartPreventExitStatus=0`), writing each
-/// exit code to `exits`.
-fn service_stand_in(home: &Path, exits: &Path, log: &Path) -> Child {
-    let script = format!(
-        "while :; do \"$0\" daemon --name ctl-svc --host tokio --home '{home}' 2>>'{log}'; code=$?; echo $code >> '{exits}'; [ $code -eq 0 ] && break; sleep 0.2; done",
-        home = home.display(),
-        log = log.display(),
-        exits = exits.display(),
-    );
-    Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .arg(binary())
-        .env("OUTPOST_DAEMON_SERVICE", "systemd")
-        .env("OUTPOST_KEYRING", "off")
-        .env("OUTPOST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the stand-in starts")
-}
-
-/// The stand-in and its daemon, stopped however the test ends.
-struct Service {
-    child: Child,
-    home: std::path::PathBuf,
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        stop_service(&mut self.child, &self.home);
-    }
-}
-
-/// Stops the stand-in and the daemon it runs.
-fn stop_service(service: &mut Child, home: &Path) {
-    let _ = service.kill();
-    let _ = service.wait();
-    let _ = Command::new("pkill")
-        .args(["-KILL", "-f", "--", &format!("--home {}", home.display())])
-        .status();
-}
-
-fn daemon_pid(home: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(home.join("state/connection.json")).ok()?;
-    let v: Value = serde_json::from_str(&text).ok()?;
-    (v["connected"] == true)
-        .then(|| v["pid"].as_u64())
-        .flatten()
-}
-
 #[test]
 fn a_restart_drains_the_running_run_and_the_service_manager_starts_the_daemon_again() {
     let dir = temp_dir("ctl-restart");
@@ -284,10 +233,7 @@ fn a_restart_drains_the_running_run_and_the_service_manager_starts_the_daemon_ag
 
     let exits = dir.join("exits");
     let log = dir.join("service.log");
-    let service = Service {
-        child: service_stand_in(&home, &exits, &log),
-        home: home.clone(),
-    };
+    let service = Service::start(&home, "ctl-svc", &exits, &log);
     server.wait_context("ctl-svc", "online under the stand-in", |c| {
         c["online"] == true && c["control"] == true
     });

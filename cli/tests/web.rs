@@ -632,7 +632,10 @@ fn a_context_s_page_shows_its_state_grant_and_recent_runs() {
     );
     let facts = page.table("context-facts");
     let fact = |name: &str| fact_of(&facts, name);
-    assert!(fact("State").starts_with("online, daemon "), "{facts:?}");
+    assert!(
+        fact("State").starts_with("online, taking runs; daemon "),
+        "{facts:?}"
+    );
     assert_eq!(fact("Operator"), "admin", "{facts:?}");
     assert!(fact("Slots").ends_with("in use"), "{facts:?}");
     assert!(fact("Environments").contains("shell"), "{facts:?}");

@@ -117,6 +117,7 @@
   // ---- the tabs ----
 
   var contexts = [];
+  var me = null; // GET /v1/me: {user, admin, …}
 
   function loadContexts() {
     return api("GET", "/v1/execution-contexts").then(function (value) {
@@ -152,46 +153,30 @@
   var shownRuns = [];
 
   // Loads the first page of runs (or, with `more`, the next page after those shown).
-  // ---- one context: its state, what a run there can see, who may use it, its runs ----
+  // ---- one context: context.js renders it ----
+
+  var contextPage = null;
 
   function showContext(name) {
     $("contexts").hidden = true;
     $("context").hidden = false;
     document.body.dataset.context = "loading";
-    var path = "/v1/execution-contexts/" + encodeURIComponent(name);
-    return Promise.all([
-      api("GET", path),
-      api("GET", "/v1/runs?limit=10&context=" + encodeURIComponent(name))
-    ]).then(function (got) {
-      var c = got[0];
-      var body = $("context-facts").tBodies[0];
-      body.textContent = "";
-      fact(body, "Context", c.name + " (" + c.id + ")");
-      fact(body, "State", (c.revoked ? "revoked" : c.online ? "online" : "offline") +
-        (c.daemonVersion ? ", daemon " + c.daemonVersion : ""));
-      fact(body, "Operator", c.operator + (c.operatorIsMember === false ? " (no longer a member)" : ""));
-      fact(body, "Registered", when(c.registeredAt));
-      fact(body, "Slots", c.slotsUsed + " of " + c.slotsTotal + " in use");
-      fact(body, "Environments", (c.environments || []).join(", ") || "none announced");
-      fact(body, "Sandbox", sandboxSummary(c.sandbox));
-      fact(body, "Grant", grantSummary(c.grant) + " (version " + c.grantVersion + ")");
-      fact(body, "Shared", c.sharedWithAllMembers
-        ? "with every member" + ((c.optedIn || []).length ? "; opted in: " + c.optedIn.join(", ") : "")
-        : "with nobody: only its operator runs here");
-      fill("context-runs", (got[1] && got[1].runs) || [], function (r, row) {
-        buttonCell(row, r.executionId, function () {
-          showTab("runs").then(function () { showRun(r.executionId); });
-        }, null, "id");
-        cell(row, r.status + (typeof r.exitCode === "number" ? " (exit " + r.exitCode + ")" : ""));
-        cell(row, r.requester || "");
-        cell(row, when(r.createdAt));
-        cell(row, took(r.timing));
-      }, "No runs here yet.");
+    if (!contextPage) {
+      contextPage = window.outpostPages.context({
+        $: $, api: api, describe: describe, fact: fact, fill: fill, cell: cell,
+        buttonCell: buttonCell, when: when, took: took, grantSummary: grantSummary,
+        sandboxSummary: sandboxSummary,
+        me: function () { return me; },
+        openRun: function (id) { showTab("runs").then(function () { showRun(id); }); }
+      });
+    }
+    return contextPage.show(name).then(function () {
       document.body.dataset.context = "shown";
     }, showError);
   }
 
   function leaveContext() {
+    if (contextPage) { contextPage.leave(); }
     $("context").hidden = true;
     $("contexts").hidden = false;
     delete document.body.dataset.context;
@@ -438,10 +423,13 @@
     $("app").hidden = false;
     $("sign-out").hidden = false;
     document.body.dataset.signedIn = "yes";
-    api("GET", "/v1/me").then(function (me) {
+    // Who is signed in decides which controls show; the page waits for it.
+    api("GET", "/v1/me").then(function (answer) {
+      me = answer;
       $("who").textContent = "signed in as " + me.user + (me.admin ? " (admin)" : "");
-    }, function () { $("who").textContent = ""; });
-    showTab("contexts");
+    }, function () { me = null; $("who").textContent = ""; }).then(function () {
+      showTab("contexts");
+    });
   }
 
   function signOut() {

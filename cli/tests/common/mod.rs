@@ -544,3 +544,63 @@ pub fn outbox(home: &Path) -> Vec<String> {
         .map(|row| row.run_id.into_string())
         .collect()
 }
+
+/// `outpost daemon` under a stand-in for its service manager: a loop that starts it again
+/// whenever it exits non-zero, as the generated systemd unit does (`Restart=always`,
+/// `RestartPreventExitStatus=0`), writing each exit code to `exits` and the daemon's stderr
+/// to `log`. Stopped, with its daemon, however the test ends.
+pub struct Service {
+    child: Child,
+    home: PathBuf,
+}
+
+impl Service {
+    /// Starts the stand-in for the joined daemon home `home`, named `name`.
+    pub fn start(home: &Path, name: &str, exits: &Path, log: &Path) -> Service {
+        let script = format!(
+            "while :; do \"$0\" daemon --name {name} --host tokio --home '{home}' 2>>'{log}'; code=$?; echo $code >> '{exits}'; [ $code -eq 0 ] && break; sleep 0.2; done",
+            home = home.display(),
+            log = log.display(),
+            exits = exits.display(),
+        );
+        let child = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .arg(binary())
+            .env("OUTPOST_DAEMON_SERVICE", "systemd")
+            .env("OUTPOST_KEYRING", "off")
+            .env("OUTPOST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the stand-in starts");
+        Service {
+            child,
+            home: home.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new("pkill")
+            .args([
+                "-KILL",
+                "-f",
+                "--",
+                &format!("--home {}", self.home.display()),
+            ])
+            .status();
+    }
+}
+
+/// The pid of the daemon connected on `home`, as its `state/connection.json` says.
+pub fn daemon_pid(home: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(home.join("state/connection.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    (v["connected"] == true)
+        .then(|| v["pid"].as_u64())
+        .flatten()
+}

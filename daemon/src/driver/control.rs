@@ -48,6 +48,9 @@ struct Answer {
     code: &'static str,
     message: String,
     lines: Vec<String>,
+    /// Drain once the answer is sent (a restart): a drain with nothing in flight closes the
+    /// connection at once, and the answer must leave first.
+    then_drain: bool,
 }
 
 impl Answer {
@@ -57,6 +60,7 @@ impl Answer {
             code: "",
             message: message.into(),
             lines: Vec::new(),
+            then_drain: false,
         }
     }
 
@@ -66,6 +70,7 @@ impl Answer {
             code,
             message: message.into(),
             lines: Vec::new(),
+            then_drain: false,
         }
     }
 
@@ -75,6 +80,7 @@ impl Answer {
             code,
             message: message.into(),
             lines: Vec::new(),
+            then_drain: false,
         }
     }
 }
@@ -106,7 +112,12 @@ impl Driver {
             },
         };
         tracing::info!(action = %action, outcome = answer.outcome.as_str(), code = answer.code, "an operator's request from afar: {}", answer.message);
-        self.answer(control_id, action, answer)
+        let then_drain = answer.then_drain;
+        self.answer(control_id, action, answer)?;
+        if then_drain {
+            self.input(Input::Drain)?;
+        }
+        Ok(())
     }
 
     fn owner_allows(&self, action: ControlAction) -> bool {
@@ -171,11 +182,12 @@ impl Driver {
                     return Ok(Some(Answer::done("already draining to stop")));
                 }
                 self.restart_asked = true;
-                self.input(Input::Drain)?;
-                Answer::done(format!(
+                let mut answer = Answer::done(format!(
                     "restarting: no new runs; {running} running run(s) finish and report, then {} starts the daemon again",
                     self.launcher.as_str()
-                ))
+                ));
+                answer.then_drain = true;
+                answer
             }
             ControlAction::Update => {
                 if !self.updates.is_on() {
