@@ -199,3 +199,86 @@ fn the_daemon_card_pauses_resumes_shows_logs_and_restarts_a_real_daemon_and_the_
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The lists on screen follow the server without a click: a daemon going offline, a new
+/// run, a new audit row; and the runs list pages (50 a page) and keeps an older page a
+/// person asked for rather than reading the first page again over it.
+#[test]
+fn lists_refresh_themselves_and_the_runs_list_pages() {
+    let dir = temp_dir("web-live");
+    let (server, mut daemon) = common::server_with_daemon(&dir, "build-box");
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = chromium.open(&format!("{}/", server.url));
+    page.sign_in(&server.admin);
+    page.wait_until(
+        "build-box online and the change stream open",
+        "document.body.dataset.live === 'on' && Array.from(document.querySelectorAll('#contexts tbody tr')).some(r => r.cells[0].textContent === 'build-box' && r.cells[1].textContent === 'online')",
+    );
+
+    daemon.kill();
+    page.wait_until(
+        "build-box to show offline by itself",
+        "Array.from(document.querySelectorAll('#contexts tbody tr')).some(r => r.cells[0].textContent === 'build-box' && r.cells[1].textContent === 'offline')",
+    );
+
+    page.show_tab("runs");
+    let script = common::shell_capability("live", "echo live\n");
+    let ids: Vec<String> = (0..55).map(|_| server.submit(&script, "cloud")).collect();
+    for id in &ids {
+        server.wait_status(id, "exited");
+    }
+    let last = ids.last().unwrap();
+    page.wait_until(
+        "the newest run to appear by itself",
+        &format!("document.querySelector(\"#runs button[data-execution-id='{last}']\") !== null"),
+    );
+    page.wait_until(
+        "a full first page",
+        "document.querySelectorAll('#runs tbody tr').length === 50",
+    );
+    assert_eq!(
+        page.eval("document.getElementById('runs-older').hidden"),
+        false
+    );
+    page.eval("document.getElementById('runs-older').click()");
+    page.wait_until(
+        "the older page below the first",
+        "document.querySelectorAll('#runs tbody tr').length === 55",
+    );
+    assert_eq!(
+        page.eval("document.getElementById('runs-older').hidden"),
+        true
+    );
+    // A new run while an older page is shown: the list a person paged through stays.
+    let refreshed = page.eval("document.body.dataset.refreshed || ''");
+    let changes = page.eval("parseInt(document.body.dataset.changes, 10) || 0");
+    let id = server.submit(&script, "cloud");
+    server.wait_status(&id, "exited");
+    page.wait_until(
+        "the change to be taken",
+        &format!("(parseInt(document.body.dataset.changes, 10) || 0) > {changes}"),
+    );
+    assert_eq!(
+        page.eval("document.querySelectorAll('#runs tbody tr').length"),
+        55,
+        "the pages shown stay"
+    );
+    page.show_tab("audit");
+    page.wait_until("the audit", "document.body.dataset.loaded === 'audit'");
+    let (status, _) = server.api(
+        "POST",
+        "/v1/execution-contexts/build-box/share",
+        Some(serde_json::json!({"allMembers": true})),
+    );
+    assert_eq!(status, 200);
+    page.wait_until(
+        "the sharing to appear in the audit by itself",
+        "Array.from(document.querySelectorAll('#audit tbody tr')).some(r => r.cells[1].textContent === 'context_shared')",
+    );
+    assert_ne!(
+        page.eval("document.body.dataset.refreshed || ''"),
+        refreshed
+    );
+    page.keep_screenshot("web-live-audit");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -50,7 +50,35 @@ fn send(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Answer {
+    if method == "GET" && path.starts_with("/v1/events") {
+        return stream_head(addr, path, headers, body);
+    }
     http_from(source(), addr, method, path, headers, body)
+}
+
+/// A request to the change stream, which stays open when it is granted: its answer up to its
+/// first event (or, refused, all of it), then the connection is dropped.
+fn stream_head(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+    use std::io::{Read as _, Write as _};
+    let mut stream = common::connect_from(source(), addr);
+    let _ = stream.write_all(&common::request_bytes(addr, "GET", path, headers, body));
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("a timeout");
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let streaming = text.starts_with("HTTP/1.1 200");
+        if streaming && text.contains("\n\n\r\n") {
+            break;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
+    common::parse_answer(&raw)
 }
 
 /// What the store holds, table by table, except the spent nonces (a refused signed request

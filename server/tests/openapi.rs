@@ -9,7 +9,9 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{Answer, Machine, TestServer, bearer, http, inline, temp_dir};
+use common::{
+    Answer, Machine, TestServer, bearer, http, inline, parse_answer, request_bytes, temp_dir,
+};
 use serde_json::{Value, json};
 
 /// Every object schema of `value` with its members named closes to members it does not name.
@@ -255,6 +257,27 @@ fn every_answer_of_a_session_fits_the_served_document() {
         call(&mut c, "GET", "/v1/executions/{id}", &path, Value::Null).0,
         200
     );
+    // The change stream: its `ready` event, after which it stays open (read it, hang up).
+    {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+        stream
+            .write_all(&request_bytes(addr, "GET", "/v1/events", &auth, b""))
+            .expect("a request");
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("a timeout");
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&raw).contains("event: ready\ndata: {}\n\n\r\n") {
+            let n = stream.read(&mut buf).expect("the ready event");
+            assert!(n > 0, "the stream ended: {}", String::from_utf8_lossy(&raw));
+            raw.extend_from_slice(&buf[..n]);
+        }
+        let answer = parse_answer(&raw);
+        assert_eq!(answer.status, 200);
+        c.check("GET", "/v1/events", &answer);
+    }
     let path = format!("/v1/executions/{id}/cancel");
     let template = "/v1/executions/{id}/cancel";
     assert_eq!(call(&mut c, "POST", template, &path, Value::Null).0, 200);

@@ -190,6 +190,7 @@
       var page = (value && value.runs) || [];
       shownRuns = before ? shownRuns.concat(page) : page;
       shownRuns.nextPage = value && value.next;
+      shownRuns.nextLoaded = !!before;
       $("runs-older").hidden = !shownRuns.nextPage;
       fill("runs", shownRuns, function (r, row) {
         buttonCell(row, r.executionId, function () { showRun(r.executionId); },
@@ -382,6 +383,32 @@
     });
   }
 
+  // ---- lists that refresh themselves (live.js says which list changed) ----
+
+  var live = null;
+
+  // Reads again the list `topic` names, if it is the one on screen; resolves when done.
+  function changed(topic) {
+    var tab = document.body.dataset.tab;
+    var done = Promise.resolve();
+    if (topic === "contexts" && tab === "contexts") {
+      done = contextPage && contextPage.name() ? contextPage.refresh() : loadContexts();
+    } else if (topic === "runs" && tab === "contexts" && contextPage && contextPage.name()) {
+      done = contextPage.refresh();
+    } else if (topic === "runs" && tab === "runs" && !shownRun && !shownRuns.nextLoaded) {
+      // Only the first page is read again: older pages a person asked for stay as they are.
+      done = loadRuns();
+    } else if (topic === "audit" && tab === "audit") {
+      done = loadAudit();
+    } else {
+      return done;
+    }
+    return done.then(function () {
+      document.body.dataset.refreshed = topic + ":" +
+        (parseInt((document.body.dataset.refreshed || ":0").split(":")[1], 10) + 1);
+    });
+  }
+
   var loaders = {
     contexts: loadContexts,
     runs: function () { return loadContexts().then(function () { return loadRuns(); }); },
@@ -429,10 +456,13 @@
       $("who").textContent = "signed in as " + me.user + (me.admin ? " (admin)" : "");
     }, function () { me = null; $("who").textContent = ""; }).then(function () {
       showTab("contexts");
+      if (live) { live.stop(); }
+      live = window.outpostLive(token(), changed);
     });
   }
 
   function signOut() {
+    if (live) { live.stop(); live = null; }
     sessionStorage.removeItem(TOKEN_KEY);
     disconnect("signed out");
     $("app").hidden = true;

@@ -680,12 +680,22 @@ impl Dispatcher {
             }
             Event::Session { context_id, event } => match event {
                 session::Event::Ready { .. } => {
+                    self.shared
+                        .store
+                        .changes()
+                        .notify(crate::store::Topic::Contexts);
                     self.shared.metrics.daemon_ready(&context_id);
                     self.waits_ready(&context_id)?;
                 }
                 session::Event::WaitEnded(report) => self.wait_ended(&context_id, &report)?,
                 session::Event::WaitProgress(frame) => self.wait_progress(&context_id, *frame),
-                session::Event::Offline => self.shared.metrics.daemon_offline(&context_id),
+                session::Event::Offline => {
+                    self.shared
+                        .store
+                        .changes()
+                        .notify(crate::store::Topic::Contexts);
+                    self.shared.metrics.daemon_offline(&context_id);
+                }
                 session::Event::ProtocolViolation { code, detail, .. } => {
                     tracing::warn!(%context_id, code, %detail, "a daemon broke the protocol");
                 }
@@ -700,6 +710,11 @@ impl Dispatcher {
                     tracing::info!(%context_id, conn, "dropped a daemon connection silent for three heartbeats (1001)");
                 }
                 session::Event::ControlAnswered(answer) => {
+                    // A pause or a resume shows on every open page.
+                    self.shared
+                        .store
+                        .changes()
+                        .notify(crate::store::Topic::Contexts);
                     match self.controls.remove(&answer.control_id) {
                         Some(waiting) => {
                             let _ = waiting.send(*answer);
@@ -710,6 +725,10 @@ impl Dispatcher {
                     }
                 }
                 session::Event::Resumed => {
+                    self.shared
+                        .store
+                        .changes()
+                        .notify(crate::store::Topic::Contexts);
                     tracing::info!(%context_id, "the daemon takes runs again");
                 }
                 session::Event::UnknownResult { run_id } => {

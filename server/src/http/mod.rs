@@ -13,6 +13,7 @@ mod bundles;
 mod commands;
 mod contexts;
 mod error;
+mod events;
 mod executions;
 mod extract;
 mod joins;
@@ -276,6 +277,7 @@ pub(crate) fn routes() -> Vec<Route> {
     all.extend(machine::routes());
     all.extend(executions::routes());
     all.extend(output::routes());
+    all.extend(events::routes());
     all.extend(waits::routes());
     all.extend(bundles::routes());
     all.extend(releases::routes());

@@ -19,6 +19,7 @@ use super::{ApiError, App};
 const INDEX: &str = include_str!("../../ui/index.html");
 const APP_JS: &str = include_str!("../../ui/app.js");
 const CONTEXT_JS: &str = include_str!("../../ui/context.js");
+const LIVE_JS: &str = include_str!("../../ui/live.js");
 const APP_CSS: &str = include_str!("../../ui/app.css");
 
 /// The policy every UI answer carries; `connect-src` names this origin's WebSocket schemes
@@ -60,6 +61,7 @@ async fn file(State(app): State<App>, Path(name): Path<String>, headers: HeaderM
     let (kind, body) = match name.as_str() {
         "app.js" => ("text/javascript; charset=utf-8", APP_JS.to_owned()),
         "context.js" => ("text/javascript; charset=utf-8", CONTEXT_JS.to_owned()),
+        "live.js" => ("text/javascript; charset=utf-8", LIVE_JS.to_owned()),
         "app.css" => ("text/css; charset=utf-8", APP_CSS.to_owned()),
         // Read (and bundled) off the request's thread: the package is a hundred files.
         "xterm.js" | "xterm.css" => {

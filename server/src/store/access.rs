@@ -224,7 +224,9 @@ impl Store {
             params![entry.key_id, entry.id, public_key.as_slice()],
         )
         .doing("registering a machine key")?;
-        tx.commit().doing("committing a context")
+        tx.commit().doing("committing a context")?;
+        self.changes.notify(super::Topic::Contexts);
+        Ok(())
     }
 
     fn one_context(&self, clause: &str, arg: &str) -> Result<Option<ContextEntry>, StoreError> {
@@ -305,7 +307,9 @@ impl Store {
             [id],
         )
         .doing("deleting a context record")?;
-        tx.commit().doing("committing a delete")
+        tx.commit().doing("committing a delete")?;
+        self.changes.notify(super::Topic::Contexts);
+        Ok(())
     }
 
     /// A machine key: its context, public key and whether it was revoked.

@@ -13,6 +13,7 @@
 
 mod access;
 mod bundles;
+pub mod changes;
 mod joins;
 mod recordings;
 mod records;
@@ -27,6 +28,7 @@ use rusqlite::Connection;
 
 pub(crate) use access::{ContextEntry, Removal};
 pub(crate) use bundles::{NewBundle, Stored};
+pub use changes::Topic;
 pub(crate) use joins::JoinTokenEntry;
 pub(crate) use recordings::{RecordingAppend, RecordingEntry};
 pub(crate) use records::Batch;
@@ -81,6 +83,8 @@ pub struct Store {
     reader: Mutex<Connection>,
     /// The folder of bundle files, `bundles/` beside the database.
     bundles: std::path::PathBuf,
+    /// Announces committed changes to the pages that keep a list open.
+    changes: changes::Changes,
 }
 
 impl Store {
@@ -98,6 +102,7 @@ impl Store {
             conn: Mutex::new(conn),
             reader: Mutex::new(reader),
             bundles: folder.join("bundles"),
+            changes: changes::Changes::default(),
         };
         store.prepare_bundles()?;
         Ok(store)
@@ -115,6 +120,11 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .doing("setting the busy timeout")?;
         Ok(conn)
+    }
+
+    /// What changed, announced as it is committed (`GET /v1/events`).
+    pub fn changes(&self) -> &changes::Changes {
+        &self.changes
     }
 
     /// The connection that writes (and reads what a write depends on).

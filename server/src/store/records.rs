@@ -75,7 +75,28 @@ impl Store {
             )
             .doing("keeping a cancelled run's output")?;
         }
-        tx.commit().doing("committing records")
+        tx.commit().doing("committing records")?;
+        let contexts = batch
+            .records
+            .iter()
+            .any(|r| matches!(r.change, ServerChange::Context(_)));
+        let runs = !batch.executions.is_empty()
+            || batch.records.iter().any(|r| {
+                matches!(
+                    r.change,
+                    ServerChange::Execution(_) | ServerChange::ExecutionEnded(_)
+                )
+            });
+        for (changed, topic) in [
+            (contexts, super::Topic::Contexts),
+            (runs, super::Topic::Runs),
+            (!batch.audit.is_empty(), super::Topic::Audit),
+        ] {
+            if changed {
+                self.changes.notify(topic);
+            }
+        }
+        Ok(())
     }
 }
 

@@ -232,7 +232,9 @@ impl Store {
             context_id: context_id.map(str::to_owned),
             detail: detail.to_owned(),
         };
-        insert_audit(&self.lock(), &row)
+        insert_audit(&self.lock(), &row)?;
+        self.changes.notify(super::Topic::Audit);
+        Ok(())
     }
 
     /// The latest audit events, newest first; only `actor`'s and its contexts' when given.
