@@ -251,6 +251,10 @@ pub fn daemon(mut args: DaemonArgs) -> anyhow::Result<ExitCode> {
         &local,
         &crate::sandbox_view::kernel(),
     ));
+    // The owner lets the server record what operators type into terminals here.
+    if local.record_terminal_input {
+        features.push(outpost_core::terminal::cast::FEATURE_RECORD_INPUT.to_owned());
+    }
     let options = DaemonOptions {
         server,
         name: args.name.clone().unwrap_or_else(default_name),

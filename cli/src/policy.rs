@@ -54,6 +54,14 @@ pub enum PolicyAction {
         #[arg(value_parser = control_list)]
         actions: ControlList,
     },
+    /// Whether the server may record what operators type into terminals on this machine
+    /// (`off` by default: keystrokes may hold passwords). A server records them only where it
+    /// is started with `--record-terminal-input` and the owner says `on` here.
+    RecordInput {
+        /// on or off.
+        #[arg(value_parser = on_off, action = clap::ArgAction::Set)]
+        state: bool,
+    },
 }
 
 /// The actions `outpost context policy control` allows: none for `all` (no list in the
@@ -78,6 +86,15 @@ fn control_list(text: &str) -> Result<ControlList, String> {
             }
             Ok(ControlList(Some(actions)))
         }
+    }
+}
+
+/// Whether a policy lets the server record terminal input, in words.
+fn record_input_words(policy: &LocalPolicy) -> &'static str {
+    if policy.record_terminal_input {
+        "the server may record what operators type (when it is started to)"
+    } else {
+        "never recorded (only what terminals show is)"
     }
 }
 
@@ -220,6 +237,16 @@ pub fn policy(
                 println!("confinement: {}", rule.as_str());
             }
         }
+        PolicyAction::RecordInput { state } => {
+            policy.record_terminal_input = state;
+            write(&path, &policy)?;
+            if !json {
+                println!(
+                    "terminal input on this machine: {}",
+                    record_input_words(&policy)
+                );
+            }
+        }
         PolicyAction::Control { actions } => {
             policy.daemon_control = actions.0;
             write(&path, &policy)?;
@@ -241,6 +268,7 @@ pub fn policy(
                 "commandsEnabled": policy.commands_enabled,
                 "confinement": policy.confinement.as_str(),
                 "daemonControl": policy.daemon_control,
+                "recordTerminalInput": policy.record_terminal_input,
                 "kernel": crate::sandbox_view::kernel_json(&kernel),
                 "runs": crate::sandbox_view::runs_json(&policy, &kernel),
             })
@@ -250,6 +278,10 @@ pub fn policy(
         println!(
             "requests from afar the daemon carries out: {}",
             control_words(&policy)
+        );
+        println!(
+            "terminal input on this machine: {}",
+            record_input_words(&policy)
         );
         for line in crate::sandbox_view::describe(&policy, &kernel) {
             println!("{line}");

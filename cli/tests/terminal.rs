@@ -1121,17 +1121,44 @@ fn a_session_is_recorded_and_its_export_plays_in_asciinema() {
     assert_eq!(listed["recordings"], json!([]), "{listed}");
 }
 
-/// A server started with `--record-terminal-input` keeps keystrokes, and says so.
+/// A server started with `--record-terminal-input` keeps keystrokes only on machines whose
+/// owner allows it (`outpost context policy record-input on`), and says so on the terminal,
+/// the context and the recording.
 #[test]
-fn input_is_recorded_only_when_the_server_is_told_to() {
+fn input_is_recorded_only_when_the_server_is_told_to_and_the_owner_allows_it() {
     let dir = temp_dir("recording-input");
     let server = Server::start_with(
         &dir.join("s"),
         0,
         &[std::ffi::OsStr::new("--record-terminal-input")],
     );
-    let _daemon = common::Daemon::start(&dir.join("h"), "box", Some(&server.join), "tokio");
-    server.wait_context("box", "box online", |c| c["online"] == true);
+    let home = dir.join("h");
+    let _daemon = common::Daemon::start(&home, "box", Some(&server.join), "tokio");
+    let ctx = server.wait_context("box", "box online", |c| c["online"] == true);
+    assert_eq!(
+        ctx["recordsTerminalInput"], false,
+        "the owner has not said yes: {ctx}"
+    );
+    let (terminal, mut viewer) = open_terminal(&server);
+    let row = listed(&server, &terminal).expect("the terminal is listed");
+    assert_eq!(row["recordsInput"], false, "{row}");
+    viewer.type_keys("exit\r");
+    viewer.until("the exit", |v| v.closed.is_some());
+
+    // The owner allows it: the daemon says so at once, and the next session keeps keystrokes.
+    let policy = std::process::Command::new(common::binary())
+        .args(["context", "policy", "record-input", "on", "--home"])
+        .arg(&home)
+        .output()
+        .expect("outpost context policy runs");
+    assert!(
+        policy.status.success(),
+        "{}",
+        String::from_utf8_lossy(&policy.stderr)
+    );
+    server.wait_context("box", "the owner's yes to reach the server", |c| {
+        c["recordsTerminalInput"] == true
+    });
     let (terminal, mut viewer) = open_terminal(&server);
     let row = listed(&server, &terminal).expect("the terminal is listed");
     assert_eq!(row["recordsInput"], true, "{row}");
@@ -1143,11 +1170,52 @@ fn input_is_recorded_only_when_the_server_is_told_to() {
         let export = common::outpost_as(&server, &server.admin, &["terminal", "export", &terminal]);
         let text = String::from_utf8_lossy(&export.stdout).into_owned();
         let (_, listed) = server.api("GET", "/v1/recordings", None);
-        let ended = listed["recordings"][0]["endedAt"].is_u64();
+        let ended = listed["recordings"]
+            .as_array()?
+            .iter()
+            .any(|r| r["terminalId"] == terminal.as_str() && r["endedAt"].is_u64());
         (ended && export.status.success()).then_some(text)
     });
     assert!(
         text.contains("\"i\", \"echo typed-$((2+2))\\r\""),
         "the keystrokes are in it: {text}"
     );
+}
+
+/// kill -9 of the server mid-session: what was stored stays, and the next start ends the
+/// recording at its last stored event with a marker, so it lists as ended and plays.
+#[test]
+fn a_recording_cut_by_a_killed_server_is_ended_at_the_next_start() {
+    let dir = temp_dir("recording-cut");
+    let server = Server::start(&dir.join("s"), 0);
+    let _daemon = common::Daemon::start(&dir.join("h"), "box", Some(&server.join), "tokio");
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    let (terminal, mut viewer) = open_terminal(&server);
+    viewer.type_keys("echo stored-$((6*7))\r");
+    viewer.until("the echo", |v| v.shows("stored-42"));
+    wait_for("the output to be stored", || {
+        let export = common::outpost_as(&server, &server.admin, &["terminal", "export", &terminal]);
+        String::from_utf8_lossy(&export.stdout)
+            .contains("stored-42")
+            .then_some(())
+    });
+    drop(viewer);
+    let server = server.restart();
+    let (_, listed) = server.api("GET", "/v1/recordings", None);
+    let row = listed["recordings"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["terminalId"] == terminal.as_str()))
+        .cloned()
+        .expect("the recording is listed");
+    assert!(row["endedAt"].is_u64(), "ended at the restart: {row}");
+    let export = common::outpost_as(&server, &server.admin, &["terminal", "export", &terminal]);
+    let text = String::from_utf8_lossy(&export.stdout);
+    assert!(text.contains("stored-42"), "{text}");
+    assert!(
+        text.trim_end().ends_with(
+            "\"the server stopped before the session ended; what followed was not recorded\"]"
+        ),
+        "{text}"
+    );
+    assert_eq!(row["size"].as_u64(), Some(text.len() as u64), "{row}");
 }

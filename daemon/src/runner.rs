@@ -188,6 +188,11 @@ impl Runner {
         self.policy.current().confinement
     }
 
+    /// Whether the owner's policy as it is now lets the server record terminal input.
+    pub(crate) fn records_terminal_input(&self) -> bool {
+        self.policy.current().record_terminal_input
+    }
+
     /// Whether the owner's policy as it is now mounts any of `granted` for an operator's run.
     pub(crate) fn mounts_any(&self, granted: &[outpost_core::wire::FolderGrant]) -> bool {
         let policy = self.policy.current();

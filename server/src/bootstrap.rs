@@ -106,6 +106,14 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         None => None,
     };
     let store = Arc::new(Store::open(&dir.join("outpost.db"))?);
+    // Sessions a killed server left open have no relay any more: their recordings end here.
+    let ended = store.end_cut_recordings()?;
+    if ended > 0 {
+        tracing::info!(
+            ended,
+            "ended the recordings of terminal sessions the last stop cut short"
+        );
+    }
     let clock = Clock::start()?;
     let (keys, _) = state::load_keys(&dir, wall_now())?;
     let (admin_token, join_token) = tokens(&config, &store)?;

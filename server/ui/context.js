@@ -166,6 +166,9 @@
       ui.fact(body, "Environments", (c.environments || []).join(", ") || "none announced");
       ui.fact(body, "Sandbox", ui.sandboxSummary(c.sandbox));
       ui.fact(body, "Grant", ui.grantSummary(c.grant) + " (version " + c.grantVersion + ")");
+      ui.fact(body, "Recordings", c.online ? (c.recordsTerminalInput
+        ? "terminal output and what operators type (its owner allows it)"
+        : "terminal output only, never what operators type") : "");
       ui.fact(body, "Shared", c.sharedWithAllMembers
         ? "with every member" + ((c.optedIn || []).length ? "; opted in: " + c.optedIn.join(", ") : "")
         : "with nobody: only its operator runs here");

@@ -222,6 +222,10 @@ pub struct Context {
     /// `control` feature (`false` while offline).
     #[serde(default)]
     pub control: bool,
+    /// Whether its terminal sessions' recordings keep what operators type: the server records
+    /// input and the machine's owner allows it (`false` while offline).
+    #[serde(default)]
+    pub records_terminal_input: bool,
 }
 
 /// `POST /v1/execution-contexts/{context}/daemon`: the daemon's answer (its owner's policy
@@ -512,6 +516,11 @@ pub struct TerminalOpened {
     pub cols: u16,
     /// Rows it opens with.
     pub rows: u16,
+    /// Whether the session's recording keeps what is typed (the server is started with
+    /// `--record-terminal-input` and the machine's owner allows it); its output is always
+    /// recorded.
+    #[serde(default)]
+    pub records_input: bool,
 }
 
 /// `POST /v1/terminals/{terminal}/tickets`.

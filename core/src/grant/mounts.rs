@@ -42,6 +42,10 @@ pub struct LocalPolicy {
     /// five; empty: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemon_control: Option<Vec<String>>,
+    /// Whether the server may record what operators type into terminals on this machine (a
+    /// server that records keystrokes does so only where the owner allows it; absent: no).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub record_terminal_input: bool,
 }
 
 /// A folder a run sees.
@@ -118,6 +122,7 @@ mod tests {
     fn local(folders: &[(&str, FolderMode)]) -> LocalPolicy {
         LocalPolicy {
             daemon_control: None,
+            record_terminal_input: false,
             folders: folders
                 .iter()
                 .map(|(path, mode)| LocalFolder {

@@ -40,6 +40,7 @@ fn denylist() -> impl Strategy<Value = CredentialDenylist> {
 fn policy(local: Vec<(CanonicalPath, FolderMode)>) -> LocalPolicy {
     LocalPolicy {
         daemon_control: None,
+        record_terminal_input: false,
         folders: local
             .into_iter()
             .map(|(path, mode)| LocalFolder { path, mode })

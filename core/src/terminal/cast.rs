@@ -13,6 +13,12 @@
 //! bound is replaced by a marker event saying so ([`TRUNCATED_MARKER`]) and nothing more is
 //! kept. This module owns the format; it never stores a recording and never reads a clock.
 
+/// The daemon feature that says its owner lets the server record what operators type into
+/// terminals there (the local policy's `"recordTerminalInput": true`). A server records input
+/// only where it is told to (`outpost serve --record-terminal-input`) and the daemon announces
+/// this.
+pub const FEATURE_RECORD_INPUT: &str = "record-input";
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -32,6 +32,7 @@ fn scratch(tag: &str) -> PathBuf {
 fn shared(tag: &str, grant: Grant, folders: &[&Path], commands: bool) -> CtxShared {
     let local = LocalPolicy {
         daemon_control: None,
+        record_terminal_input: false,
         folders: folders
             .iter()
             .map(|p| LocalFolder {

@@ -1,5 +1,6 @@
 //! The features a daemon announces that can change while it runs: `fs` (the owner's policy
-//! mounts a granted folder) and `confinement:<rule>`.
+//! mounts a granted folder), `confinement:<rule>`, and `record-input` (the owner lets the
+//! server record terminal input).
 //!
 //! It owns when they are looked at and what changed; it never feeds the core (the driver's
 //! tick announces what this returns).
@@ -7,6 +8,7 @@
 use std::time::{Duration, Instant as StdInstant};
 
 use crate::runner::Runner;
+use outpost_core::terminal::cast::FEATURE_RECORD_INPUT;
 
 /// The `fs` feature as it is now: announced while the owner's policy mounts a granted
 /// folder, looked at on each grant and every [`FEATURE_LOOK`] (the policy file may change);
@@ -16,6 +18,7 @@ pub(super) struct Features {
     pub(super) granted: Vec<outpost_core::wire::FolderGrant>,
     fs: bool,
     confinement: Option<String>,
+    record_input: bool,
     /// When it looked last; `None`: look at the next tick (a grant came, the policy changed).
     looked: Option<StdInstant>,
 }
@@ -36,11 +39,14 @@ impl Features {
         Self {
             base: announced
                 .iter()
-                .filter(|f| *f != "fs" && !f.starts_with(CONFINEMENT_FEATURE))
+                .filter(|f| {
+                    *f != "fs" && *f != FEATURE_RECORD_INPUT && !f.starts_with(CONFINEMENT_FEATURE)
+                })
                 .cloned()
                 .collect(),
             granted: Vec::new(),
             fs: announced.iter().any(|f| f == "fs"),
+            record_input: announced.iter().any(|f| f == FEATURE_RECORD_INPUT),
             confinement: announced
                 .iter()
                 .find(|f| f.starts_with(CONFINEMENT_FEATURE))
@@ -78,15 +84,19 @@ impl Features {
             "{CONFINEMENT_FEATURE}{}",
             runner.confinement().as_str()
         ));
-        if fs == self.fs && confinement == self.confinement {
+        let record_input = runner.records_terminal_input();
+        if fs == self.fs && confinement == self.confinement && record_input == self.record_input {
             return None;
         }
-        (self.fs, self.confinement) = (fs, confinement);
+        (self.fs, self.confinement, self.record_input) = (fs, confinement, record_input);
         let mut features = self.base.clone();
         if fs {
             features.push("fs".into());
         }
         features.extend(self.confinement.clone());
+        if record_input {
+            features.push(FEATURE_RECORD_INPUT.into());
+        }
         Some(features)
     }
 }

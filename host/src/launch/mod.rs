@@ -239,6 +239,7 @@ pub fn owner_mounts(
     }
     let local = LocalPolicy {
         daemon_control: None,
+        record_terminal_input: false,
         folders: folders
             .iter()
             .map(|(path, mode)| LocalFolder {

@@ -71,6 +71,7 @@ fn an_execute_becomes_a_launch_with_grant_and_policy_intersected() {
     let elsewhere = folder("elsewhere");
     let local = LocalPolicy {
         daemon_control: None,
+        record_terminal_input: false,
         folders: vec![LocalFolder {
             path: canonical(&data),
             mode: FolderMode::Ro,
@@ -134,6 +135,7 @@ fn a_shared_run_gets_no_folders_and_a_passed_deadline_no_time() {
     let data = folder("shared-data");
     let local = LocalPolicy {
         daemon_control: None,
+        record_terminal_input: false,
         folders: vec![LocalFolder {
             path: canonical(&data),
             mode: FolderMode::Rw,
@@ -170,6 +172,7 @@ fn denylisted_grant_folders_are_never_mounted() {
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
     let local = LocalPolicy {
         daemon_control: None,
+        record_terminal_input: false,
         folders: vec![LocalFolder {
             path: canonical(&home),
             mode: FolderMode::Rw,

@@ -172,7 +172,13 @@ pub(super) async fn answer(app: &App, id: &str, caller: &Caller) -> ApiResult {
         .ok_or_else(|| ApiError::new(404, "context_unknown", "the context is gone"))?;
     let live = app.live(vec![entry.id.clone()]).await?;
     let live = live.get(&entry.id).cloned().unwrap_or_default();
-    let view = views::context(&entry, live, caller, app.shared.limits.host_commands);
+    let limits = &app.shared.limits;
+    let view = views::context(
+        &entry,
+        live,
+        caller,
+        (limits.host_commands, limits.record_terminal_input),
+    );
     Ok(axum::Json(view).into_response())
 }
 
@@ -195,7 +201,10 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
                 c,
                 live.get(&c.id).cloned().unwrap_or(Live::default()),
                 &caller,
-                app.shared.limits.host_commands,
+                (
+                    app.shared.limits.host_commands,
+                    app.shared.limits.record_terminal_input,
+                ),
             )
         })
         .collect();

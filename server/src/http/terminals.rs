@@ -184,12 +184,19 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
         timeout_ms: TERMINAL_TIMEOUT_MS,
     };
     // The relay exists before the run can produce a byte.
+    let owner_allows_input = live.get(&entry.id).is_some_and(|l| {
+        l.features
+            .iter()
+            .any(|f| f == outpost_core::terminal::cast::FEATURE_RECORD_INPUT)
+    });
+    let records_input = app.shared.limits.record_terminal_input && owner_allows_input;
     app.shared.terminals.send(TermMsg::Open {
         exec_id: exec_id.clone(),
         context_id: entry.id.clone(),
         context_name: entry.name.clone(),
         user: caller.user.clone(),
         size,
+        record_input: owner_allows_input,
     });
     app.call_with(Input::Execute(Box::new(request)), Some(listing))
         .await?;
@@ -205,6 +212,7 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
             expires_in_ms: crate::dispatch::terminals::TICKET_LIFETIME_MS,
             cols: size.cols,
             rows: size.rows,
+            records_input,
         }),
     )
         .into_response())

@@ -64,6 +64,17 @@ fn entry_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecordingEntry> {
     })
 }
 
+/// The marker a recording cut by its server's stop ends with.
+pub(crate) const CUT_MARKER: &str =
+    "the server stopped before the session ended; what followed was not recorded";
+
+/// The time of the last event line of `text` (a recording's chunk), in seconds.
+fn last_event_seconds(text: &str) -> Option<f64> {
+    let line = text.lines().rev().find(|l| l.starts_with('['))?;
+    let value: serde_json::Value = serde_json::from_str(line).ok()?;
+    value.get(0)?.as_f64()
+}
+
 impl Store {
     /// Writes one batch in one transaction: the rows of sessions that began (`starts`), then
     /// what `appends` bring (lines, a cut, an end). An append to a recording without a row
@@ -169,6 +180,63 @@ impl Store {
         Ok(text)
     }
 
+    /// Ends the recordings a server stopped without ending (it was killed mid-session; no
+    /// session outlives its server's relay): each ends when its last stored event happened,
+    /// and one not cut at its bound gets the marker [`CUT_MARKER`] there. Returns how many.
+    pub(crate) fn end_cut_recordings(&self) -> Result<usize, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("ending cut recordings")?;
+        let open: Vec<(String, i64, bool)> = {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT exec_id, started_at, truncated FROM recordings WHERE ended_at IS NULL",
+                )
+                .doing("ending cut recordings")?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .doing("ending cut recordings")?;
+            rows.collect::<Result<_, _>>()
+                .doing("ending cut recordings")?
+        };
+        for (exec_id, started_at, truncated) in &open {
+            let last: Option<String> = tx
+                .query_row(
+                    "SELECT text FROM recording_chunks WHERE exec_id = ?1 ORDER BY seq DESC LIMIT 1",
+                    [exec_id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .doing("ending cut recordings")?;
+            let seconds = last.as_deref().and_then(last_event_seconds).unwrap_or(0.0);
+            let marker = if *truncated {
+                String::new()
+            } else {
+                let data = serde_json::to_string(CUT_MARKER).unwrap_or_default();
+                format!("[{seconds:.6}, \"m\", {data}]\n")
+            };
+            tx.execute(
+                "UPDATE recordings SET ended_at = ?2, size = size + ?3 WHERE exec_id = ?1",
+                rusqlite::params![
+                    exec_id,
+                    started_at + seconds.ceil() as i64,
+                    marker.len() as i64
+                ],
+            )
+            .doing("ending cut recordings")?;
+            if !marker.is_empty() {
+                tx.execute(
+                    "INSERT INTO recording_chunks (exec_id, seq, text)
+                     VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM recording_chunks
+                                  WHERE exec_id = ?1), ?2)",
+                    rusqlite::params![exec_id, marker],
+                )
+                .doing("ending cut recordings")?;
+            }
+        }
+        tx.commit().doing("ending cut recordings")?;
+        Ok(open.len())
+    }
+
     /// Deletes the recordings that ended before `cutoff` (Unix seconds), rows and chunks, and
     /// chunks of no recording; returns how many recordings went. One never ended (its session
     /// open, or its server stopped first) counts as ended a day after it began: no terminal's
@@ -209,6 +277,54 @@ mod tests {
             records_input: false,
             truncated: false,
         }
+    }
+
+    #[test]
+    fn a_recording_a_killed_server_left_open_ends_at_its_last_event_with_a_marker() {
+        let dir =
+            std::env::temp_dir().join(format!("outpost-cut-recordings-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&dir.join("outpost.db")).unwrap();
+        store
+            .write_recordings(&[entry("ex_cut", 1000), entry("ex_done", 1000)], &[])
+            .unwrap();
+        let lines = "{\"version\": 2}\n[0.5, \"o\", \"a\"]\n[2.25, \"o\", \"b\"]\n";
+        let appends = [
+            RecordingAppend {
+                exec_id: "ex_cut".into(),
+                text: lines.into(),
+                truncated: false,
+                ended_at: None,
+            },
+            RecordingAppend {
+                exec_id: "ex_done".into(),
+                text: lines.into(),
+                truncated: false,
+                ended_at: Some(1001),
+            },
+        ];
+        store.write_recordings(&[], &appends).unwrap();
+        assert_eq!(store.end_cut_recordings().unwrap(), 1, "only the open one");
+        let row = store.recording("ex_cut").unwrap().unwrap();
+        assert_eq!(
+            row.ended_at,
+            Some(1003),
+            "started at 1000, last event at 2.25 s"
+        );
+        let text = store.recording_text("ex_cut").unwrap();
+        assert!(
+            text.ends_with(&format!("[2.250000, \"m\", \"{CUT_MARKER}\"]\n")),
+            "{text}"
+        );
+        assert_eq!(row.size as usize, text.len());
+        assert_eq!(
+            store.recording_text("ex_done").unwrap(),
+            lines,
+            "an ended one is left"
+        );
+        assert_eq!(store.end_cut_recordings().unwrap(), 0, "once");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -88,6 +88,8 @@ pub(crate) enum TermMsg {
         context_name: String,
         user: String,
         size: TerminalSize,
+        /// Record what operators type: the server is told to and the machine's owner allows it.
+        record_input: bool,
     },
     /// A ticket for `user` to view `exec_id`; `None` when there is no such open terminal
     /// the caller may see.
@@ -265,12 +267,18 @@ impl Actor {
                 context_name,
                 user,
                 size,
+                record_input,
             } => {
                 let now = self.clock.now();
                 let relay = Relay::new(self.config.clone(), &exec_id, size, now);
-                let recorder =
-                    self.recordings
-                        .begin(now, &exec_id, &context_id, &context_name, &user, size);
+                let recorder = self.recordings.begin(
+                    now,
+                    &exec_id,
+                    (&context_id, &context_name),
+                    &user,
+                    size,
+                    record_input,
+                );
                 self.terminals.insert(
                     exec_id,
                     Open {

@@ -25,7 +25,8 @@ pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(250);
 /// How the server records terminal sessions (from its [`crate::Limits`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RecordingConfig {
-    /// Keep what operators type too (off by default: keystrokes may hold passwords).
+    /// Keep what operators type too, on machines whose owner allows it (off by default:
+    /// keystrokes may hold passwords).
     pub(crate) record_input: bool,
     /// The most bytes one recording keeps; the rest is cut and the end is marked.
     pub(crate) limit: usize,
@@ -67,16 +68,18 @@ impl Recordings {
         Self { config, tx }
     }
 
-    /// Starts recording terminal `exec_id` (its row is written with the next batch).
+    /// Starts recording terminal `exec_id` on the context `(id, name)` (its row is written with
+    /// the next batch); keystrokes too when `owner_allows_input` and the server records input.
     pub(crate) fn begin(
         &self,
         now: Now,
         exec_id: &str,
-        context_id: &str,
-        context_name: &str,
+        (context_id, context_name): (&str, &str),
         user: &str,
         size: TerminalSize,
+        owner_allows_input: bool,
     ) -> Recorder {
+        let record_input = self.config.record_input && owner_allows_input;
         let title = format!("{user} on {context_name}");
         let header = CastHeader::new(size.cols, size.rows, now.wall, Some(title));
         let _ = self.tx.send(Write::Start(RecordingEntry {
@@ -87,15 +90,10 @@ impl Recordings {
             started_at: now.wall.0,
             ended_at: None,
             size: 0,
-            records_input: self.config.record_input,
+            records_input: record_input,
             truncated: false,
         }));
-        Recorder::new(
-            &header,
-            now.instant,
-            self.config.limit,
-            self.config.record_input,
-        )
+        Recorder::new(&header, now.instant, self.config.limit, record_input)
     }
 
     /// Waits until the writer has stored everything handed to it so far.

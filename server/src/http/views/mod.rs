@@ -109,7 +109,7 @@ pub(crate) fn context(
     entry: &ContextEntry,
     live: Live,
     viewer: &Caller,
-    host_commands: bool,
+    (host_commands, records_input): (bool, bool),
 ) -> Context {
     let mut grant: Grant =
         serde_json::from_str(&entry.grant_json).unwrap_or_else(|_| Grant::nothing());
@@ -151,6 +151,12 @@ pub(crate) fn context(
                 .features
                 .iter()
                 .any(|f| f == outpost_core::wire::FEATURE_CONTROL),
+        records_terminal_input: live.online
+            && records_input
+            && live
+                .features
+                .iter()
+                .any(|f| f == outpost_core::terminal::cast::FEATURE_RECORD_INPUT),
     }
 }
 
