@@ -258,6 +258,11 @@ pub(super) fn file() -> VectorFile<SignedFrameCase> {
     let wait_ack = ServerFrame::WaitAck {
         wait_id: "wait_1".into(),
     };
+    let control = ServerFrame::ControlRequest {
+        control_id: "ctl_1".into(),
+        action: "logs".into(),
+        lines: 50,
+    };
 
     let welcome_text = text(&welcome, 1);
     let commit_text = text(&commit, 3);
@@ -310,6 +315,10 @@ pub(super) fn file() -> VectorFile<SignedFrameCase> {
         Case {
             previous_seq: 12,
             ..Case::ok("wait_ack", text(&wait_ack, 13))
+        },
+        Case {
+            previous_seq: 13,
+            ..Case::ok("control_request", text(&control, 14))
         },
         Case {
             previous_seq: 1,
