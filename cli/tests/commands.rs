@@ -376,3 +376,57 @@ fn a_second_sigterm_kills_background_jobs_and_reports_them() {
     assert!(text.contains(r#"\"reason\":\"shutdown\""#), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Commands turned on, then the server restarted with `--no-host-commands`: every ask is
+/// refused `commands_off`, nothing starts, nothing is audited as started, and turning them on
+/// again is refused `commands_disabled_on_server`.
+#[test]
+fn a_server_started_without_host_commands_refuses_every_ask_whatever_the_grant_says() {
+    let dir = temp_dir("hc-off");
+    let home = dir.join("h");
+    let server = Server::start(&dir.join("s"), 0);
+    let daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    commands_switch(&home, "on");
+    wait_for("the daemon to apply the grant with commands on", || {
+        daemon.log_text().contains("commands=true").then_some(())
+    });
+    let port = server.port;
+    let state = server.state.clone();
+    drop(server);
+    let server = Server::start_with(&state, port, &[std::ffi::OsStr::new("--no-host-commands")]);
+    let ctx = server.wait_context("box", "box back online", |c| c["online"] == true);
+    assert_eq!(ctx["grant"]["commands"]["enabled"], false, "{ctx}");
+    let outpost = binary().display().to_string();
+    let marker = dir.join("ran");
+    let refused = run(
+        &server,
+        "off-on-server",
+        &format!(
+            "'{outpost}' command run -- touch '{}'; echo \"rc=$?\"\n",
+            marker.display()
+        ),
+    );
+    assert!(
+        refused["stdout"].as_str().unwrap().contains("rc=1"),
+        "{refused}"
+    );
+    assert!(
+        refused["stderr"].as_str().unwrap().contains("commands_off"),
+        "{refused}"
+    );
+    assert!(!marker.exists(), "nothing ran");
+    assert!(audit(&server, "command_started").is_empty());
+    let out = Command::new(binary())
+        .args(["context", "commands", "on", "--home"])
+        .arg(&home)
+        .env("OUTPOST_KEYRING", "off")
+        .output()
+        .expect("outpost context commands runs");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("commands_disabled_on_server"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
