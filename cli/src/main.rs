@@ -600,7 +600,7 @@ fn init_logs() {
         .with_target(false);
     // The last lines, for an operator's `logs` request from afar (the owner may refuse it).
     let recent = tracing_subscriber::fmt::layer()
-        .with_writer(|| outpost_daemon::recent_log::RecentLog)
+        .with_writer(|| outpost_daemon::RecentLog)
         .with_ansi(false)
         .with_target(false);
     let _ = tracing_subscriber::registry()

@@ -1,4 +1,4 @@
-//! Operators' requests for a daemon from afar with the real binaries (PROTOCOL §4.9): pause
+//! Operators' requests for a daemon from afar with the real binaries (PROTOCOL §4.7): pause
 //! holds new runs (`draining`) until resume, across a kill -9; logs come back; the owner's
 //! local policy refuses what it does not list; a terminal daemon refuses a restart, and a
 //! daemon under a service manager (a stand-in loop that restarts a non-zero exit, as the

@@ -127,18 +127,36 @@ fn the_daemon_card_pauses_resumes_shows_logs_and_restarts_a_real_daemon_and_the_
 
     // The grant editor: a wrong line is refused in the page, a good grant is saved and in
     // force on the server.
-    page.eval("document.getElementById('grant-folders').value = 'nonsense'");
+    // Typed as a person would: the editor then holds edits a list's refresh keeps.
+    let edit = |id: &str, value: &str| {
+        page.eval(&format!(
+            "(function () {{ var e = document.getElementById('{id}'); e.value = {value:?}; e.dispatchEvent(new Event('input', {{ bubbles: true }})); e.dispatchEvent(new Event('change', {{ bubbles: true }})); }})()"
+        ));
+    };
+    edit("grant-folders", "nonsense");
     page.eval("delete document.body.dataset.grantAnswer");
     click(&page, "grant-save");
     page.wait_until(
         "the editor's refusal",
         "document.body.dataset.grantAnswer === 'invalid'",
     );
-    page.eval("document.getElementById('grant-folders').value = ''");
-    page.eval("document.getElementById('grant-egress').value = 'allowlist'");
-    page.eval("document.getElementById('grant-egress').dispatchEvent(new Event('change'))");
-    page.eval("document.getElementById('grant-hosts').value = 'example.com:443, *.example.org'");
-    page.eval("document.getElementById('grant-max').value = '1'");
+    edit("grant-folders", "");
+    edit("grant-egress", "allowlist");
+    edit("grant-hosts", "example.com:443, *.example.org");
+    edit("grant-max", "1");
+    // A run elsewhere refreshes the page; the edits stay.
+    let refreshed = page.eval("document.body.dataset.refreshed || ''");
+    let id = server.submit(&common::shell_capability("meanwhile", "echo m\n"), "cloud");
+    server.wait_status(&id, "exited");
+    page.wait_until(
+        "the page to refresh itself",
+        &format!("(document.body.dataset.refreshed || '') !== {refreshed}"),
+    );
+    assert_eq!(
+        page.eval("document.getElementById('grant-hosts').value"),
+        "example.com:443, *.example.org",
+        "a refresh keeps unsaved edits"
+    );
     let before = server.wait_context("build-box", "its grant", |_| true)["grantVersion"].clone();
     page.eval("delete document.body.dataset.grantAnswer");
     click(&page, "grant-save");

@@ -109,8 +109,9 @@ struct Driver {
     policy: Arc<PolicySource>,
     /// Who started the daemon: a restart from afar needs a service manager.
     launcher: crate::Launcher,
-    /// An operator asked for a restart: the drain ends with [`DaemonExit::Restart`].
-    restart_asked: bool,
+    /// When an operator asked for a restart: the drain ends with [`DaemonExit::Restart`], and
+    /// after [`crate::DRAIN_LIMIT`] what still runs is stopped.
+    restart_asked: Option<StdInstant>,
     /// `update` requests waiting for the update check under way.
     update_answers: Vec<String>,
 }
@@ -186,6 +187,9 @@ pub(super) fn run(
         &environments,
         &clock,
     )?;
+    if new_join {
+        control::forget_pause(&home.folders.state);
+    }
     let context_id = home.server()?.map(|s| s.context_id).unwrap_or_default();
     let denylist = home
         .folders
@@ -292,7 +296,7 @@ pub(super) fn run(
         standing,
         policy,
         launcher: options.launcher,
-        restart_asked: false,
+        restart_asked: None,
         update_answers: Vec::new(),
     };
     if let Some(paused) = control::paused_at_start(&driver.state_dir) {
@@ -310,7 +314,9 @@ impl Driver {
             self.standing.update(
                 self.daemon.is_ready(),
                 self.daemon.slots_used(),
-                self.stop.count() > 0 || self.updates.handing_over() || self.restart_asked,
+                self.stop.count() > 0
+                    || self.updates.handing_over()
+                    || self.restart_asked.is_some(),
                 self.daemon.is_paused(),
             );
             if let Some(exit) = self.exit {
@@ -351,6 +357,17 @@ impl Driver {
                 self.interrupt()?;
                 return Ok(DaemonExit::Updated);
             }
+            if self
+                .restart_asked
+                .is_some_and(|since| since.elapsed() >= crate::DRAIN_LIMIT)
+            {
+                tracing::warn!(
+                    "runs or host commands outlasted the restart's drain limit of {} s: stopping them and restarting",
+                    crate::DRAIN_LIMIT.as_secs()
+                );
+                self.interrupt()?;
+                return Ok(DaemonExit::Restart);
+            }
             if let Some(event) = self.deferred.take() {
                 self.on_event(event)?;
                 continue;
@@ -383,6 +400,9 @@ impl Driver {
         }
         if self.host_jobs > 0 {
             next = next.min(now + REAP_EVERY);
+        }
+        if let Some(since) = self.restart_asked {
+            next = next.min(since + crate::DRAIN_LIMIT);
         }
         next.saturating_duration_since(now)
     }

@@ -61,7 +61,7 @@ pub mod owner;
 mod patience;
 mod policy;
 mod process;
-pub mod recent_log;
+mod recent_log;
 mod runner;
 pub mod service;
 mod standing;
@@ -79,6 +79,7 @@ pub use key::PASSPHRASE_VAR;
 pub use lock::SERVICE_VAR;
 pub use owner::machine_client;
 pub use process::{after_stop, hand_over_at_start};
+pub use recent_log::RecentLog;
 pub use service::{LOG_FILE, ServiceAction, run as run_service_action};
 pub use update::running_version;
 

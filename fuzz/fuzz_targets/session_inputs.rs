@@ -143,6 +143,7 @@ fuzz_target!(|steps: Vec<Step>| {
                     held_runs: held.iter().map(|r| format!("r{}", r % 16)).collect(),
                     pending_results: pending.iter().map(|r| format!("r{}", r % 16)).collect(),
                     environments: vec![Environment::Shell],
+                    paused: slots % 3 == 0,
                 },
             ),
             Step::Accept { conn, run } => frame(

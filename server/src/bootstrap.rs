@@ -234,6 +234,17 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         config.limits.recording_retention,
         stop_rx.clone(),
     ));
+    // The change streams end when the server stops, so none holds the stop up.
+    let changes_store = store.clone();
+    let mut changes_stop = stop_rx.clone();
+    tokio::spawn(async move {
+        while !*changes_stop.borrow() {
+            if changes_stop.changed().await.is_err() {
+                break;
+            }
+        }
+        changes_store.changes().close();
+    });
     let terminals_handle = app_terminals;
     let task = tokio::spawn(async move {
         serve::accept_loop(

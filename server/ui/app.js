@@ -123,7 +123,7 @@
     return api("GET", "/v1/execution-contexts").then(function (value) {
       contexts = (value && value.contexts) || [];
       fill("contexts", contexts, function (c, row) {
-        buttonCell(row, c.name, function () { showContext(c.name); }, { context: c.name }, "name");
+        buttonCell(row, c.name, function () { showContext(c.id); }, { context: c.name }, "name");
         var badge = document.createElement("span");
         badge.className = "badge " + (c.online ? "online" : "offline");
         badge.textContent = c.online ? "online" : "offline";

@@ -13,7 +13,13 @@
 
   window.outpostPages.context = function (ui) {
     var $ = ui.$;
-    var shown = null; // the Context shown, as the API answered it
+    var shown = null; // the Context shown, as the API answered it ({key} while it loads)
+    var editorVersion = null; // the grant version the editor was filled from
+    var dirty = false; // the editor holds changes not saved yet
+
+    function path(suffix) {
+      return "/v1/execution-contexts/" + encodeURIComponent(shown.key) + (suffix || "");
+    }
 
     function stateText(c) {
       if (c.revoked) { return "revoked"; }
@@ -45,12 +51,11 @@
 
     function ask(action, extra) {
       if (!shown) { return Promise.resolve(); }
-      var name = shown.name;
       var body = { action: action };
       if (extra) { Object.keys(extra).forEach(function (k) { body[k] = extra[k]; }); }
       $("daemon-answer").textContent = action + ": asking the daemon…";
       document.body.dataset.daemonAnswer = "waiting";
-      return ui.api("POST", "/v1/execution-contexts/" + encodeURIComponent(name) + "/daemon", body)
+      return ui.api("POST", path("/daemon"), body)
         .then(function (a) {
           $("daemon-answer").textContent = a.action + " " + a.outcome + ": " + a.message +
             (a.code ? " [" + a.code + "]" : "");
@@ -91,9 +96,24 @@
         ? "untick to turn them off"
         : "off; only the machine turns them on (outpost context commands on)";
       $("grant-max").value = (g.limits && g.limits.maxConcurrent) || 1;
-      $("grant-answer").textContent = "";
-      $("grant-editor").hidden = !mayManage(c);
+      editorVersion = c.grantVersion;
+      dirty = false;
     }
+
+    // Refills the editor from the grant in force, unless it holds edits not saved yet (a
+    // list refreshing itself must not throw them away); says so when the grant changed
+    // under them.
+    function showEditor(c) {
+      $("grant-editor").hidden = !mayManage(c);
+      if (!dirty) {
+        fillEditor(c);
+      } else if (c.grantVersion !== editorVersion) {
+        $("grant-answer").textContent = "the grant changed to version " + c.grantVersion +
+          " meanwhile; saving replaces it with what the editor shows";
+      }
+    }
+
+    $("grant-editor").addEventListener("input", function () { dirty = true; });
 
     // The grant the editor says, or throws a sentence saying what to fix.
     function editedGrant() {
@@ -140,8 +160,9 @@
         return;
       }
       $("grant-answer").textContent = "saving…";
-      ui.api("PATCH", "/v1/execution-contexts/" + encodeURIComponent(shown.name) + "/grant", grant)
+      ui.api("PATCH", path("/grant"), grant)
         .then(function (c) {
+          dirty = false;
           $("grant-answer").textContent = "saved: version " + c.grantVersion +
             " is in force and was sent to the daemon";
           document.body.dataset.grantAnswer = "saved:" + c.grantVersion;
@@ -155,6 +176,7 @@
     // ---- the page ----
 
     function render(c) {
+      c.key = c.id;
       shown = c;
       var body = $("context-facts").tBodies[0];
       body.textContent = "";
@@ -173,17 +195,17 @@
         ? "with every member" + ((c.optedIn || []).length ? "; opted in: " + c.optedIn.join(", ") : "")
         : "with nobody: only its operator runs here");
       showDaemon(c);
-      fillEditor(c);
+      showEditor(c);
     }
 
     function refresh() {
       if (!shown) { return Promise.resolve(); }
-      var name = shown.name;
+      var key = shown.key;
       return Promise.all([
-        ui.api("GET", "/v1/execution-contexts/" + encodeURIComponent(name)),
-        ui.api("GET", "/v1/runs?limit=10&context=" + encodeURIComponent(name))
+        ui.api("GET", path()),
+        ui.api("GET", "/v1/runs?limit=10&context=" + encodeURIComponent(key))
       ]).then(function (got) {
-        if (!shown || shown.name !== name) { return; }
+        if (!shown || shown.key !== key) { return; }
         render(got[0]);
         ui.fill("context-runs", (got[1] && got[1].runs) || [], function (r, row) {
           ui.buttonCell(row, r.executionId, function () { ui.openRun(r.executionId); }, null, "id");
@@ -196,8 +218,12 @@
     }
 
     return {
-      show: function (name) {
-        shown = { name: name };
+      // `key`: the context's id (a name could mean another operator's context).
+      show: function (key) {
+        shown = { key: key };
+        dirty = false;
+        editorVersion = null;
+        $("grant-answer").textContent = "";
         $("daemon-answer").textContent = "";
         $("daemon-logs").hidden = true;
         $("daemon-logs").textContent = "";
@@ -207,7 +233,7 @@
       },
       refresh: refresh,
       leave: function () { shown = null; },
-      name: function () { return shown && shown.name; }
+      name: function () { return shown && shown.key; }
     };
   };
 })();

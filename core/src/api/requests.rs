@@ -185,7 +185,7 @@ pub struct ShareRequest {
 }
 
 /// `POST /v1/execution-contexts/{context}/daemon`: ask the context's daemon something from
-/// afar (PROTOCOL §4.9, §11.4).
+/// afar (PROTOCOL §4.7, §11.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -492,7 +492,7 @@ impl Daemon {
                 .collect(),
             pending_results: self.pending.keys().cloned().collect(),
             environments: self.config.environments.clone(),
-            paused: self.paused,
+            paused: self.paused && !self.draining,
         };
         self.transmit(&hello);
         let resend: Vec<Vec<u8>> = self.pending.values().cloned().collect();
@@ -655,7 +655,8 @@ impl Daemon {
                 slots_used: self.slots_used(),
                 slots_total: self.slots_total(),
                 draining: self.draining || self.paused,
-                paused: self.paused,
+                // A pause under a drain to stop is no pause: the machine is going away.
+                paused: self.paused && !self.draining,
             };
             self.transmit(&status);
         }

@@ -157,6 +157,17 @@ impl Server {
                     }
                     // Draining is busy until the daemon stops: the same outcome as a draining
                     // daemon's status gives, with its own reason.
+                    // A pause that crossed the offer: planned again, as if it had come first
+                    // (a run that may wait for the machine waits in its queue).
+                    RunOutcome::Rejected { code, .. }
+                        if Refusal::from_code(&code) == Some(Refusal::Draining)
+                            && self
+                                .machines
+                                .get(context_id)
+                                .is_some_and(|m| m.session.is_paused()) =>
+                    {
+                        self.place(&exec_id)
+                    }
                     RunOutcome::Rejected { code, .. }
                         if Refusal::from_code(&code) == Some(Refusal::Draining) =>
                     {

@@ -1,4 +1,4 @@
-//! The session's side of operators' requests for the daemon itself (PROTOCOL §4.9): the
+//! The session's side of operators' requests for the daemon itself (PROTOCOL §4.7): the
 //! host's [`ControlOrder`] becomes a signed `control.request`, and the daemon's
 //! `control.result` becomes [`Event::ControlAnswered`].
 //!

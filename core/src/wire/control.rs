@@ -1,5 +1,5 @@
 //! Operators' requests for the daemon itself, from afar: pause, resume, restart, update now,
-//! and its recent log lines (PROTOCOL §4.9). A server sends `control.request` only to a daemon
+//! and its recent log lines (PROTOCOL §4.7). A server sends `control.request` only to a daemon
 //! whose `hello` listed [`FEATURE_CONTROL`]; the daemon answers each with one
 //! `control.result`, and its owner's local policy may refuse any action.
 //!

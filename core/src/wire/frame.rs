@@ -160,7 +160,7 @@ pub enum ServerFrame {
         /// row.
         wait_id: WaitId,
     },
-    /// An operator's request for the daemon itself (PROTOCOL §4.9): sent only to a daemon whose
+    /// An operator's request for the daemon itself (PROTOCOL §4.7): sent only to a daemon whose
     /// `hello` listed [`FEATURE_CONTROL`](super::FEATURE_CONTROL). The daemon answers with one
     /// `control.result` of the same `controlId`; neither is sent again.
     #[serde(rename = "control.request", rename_all = "camelCase")]
@@ -389,7 +389,7 @@ pub enum DaemonFrame {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         last_error: Option<super::CheckError>,
     },
-    /// The answer to a `control.request` (PROTOCOL §4.9): sent once, not acknowledged.
+    /// The answer to a `control.request` (PROTOCOL §4.7): sent once, not acknowledged.
     #[serde(rename = "control.result", rename_all = "camelCase")]
     ControlResult {
         /// The request's `controlId`.

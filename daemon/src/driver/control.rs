@@ -1,5 +1,5 @@
 //! What the daemon does with an operator's request from afar (a verified `control.request`,
-//! PROTOCOL §4.9): the owner's local policy decides first (`"daemonControl"` lists the
+//! PROTOCOL §4.7): the owner's local policy decides first (`"daemonControl"` lists the
 //! actions it allows; absent: all five), then pause, resume, restart, update now or the
 //! recent log lines — each answered exactly once with `control.result`.
 //!
@@ -34,12 +34,27 @@ pub struct Paused {
 
 /// Whether an operator's pause holds for the daemon whose state folder is `state`.
 pub fn paused_at_start(state: &Path) -> Option<Paused> {
-    let bytes = std::fs::read(state.join(PAUSED_FILE)).ok()?;
-    // A file that no longer reads still means paused: the owner's machine stays quiet
-    // until someone resumes it.
-    Some(serde_json::from_slice(&bytes).unwrap_or(Paused {
-        since: String::new(),
-    }))
+    match std::fs::read(state.join(PAUSED_FILE)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        // A file that cannot be read, or no longer reads, still means paused: the machine
+        // stays quiet until someone resumes it (or its owner removes the file).
+        Err(_) => Some(Paused {
+            since: String::new(),
+        }),
+        Ok(bytes) => Some(serde_json::from_slice(&bytes).unwrap_or(Paused {
+            since: String::new(),
+        })),
+    }
+}
+
+/// Forgets a pause: the machine joined a server anew (a pause belongs to the server whose
+/// operator asked for it).
+pub(crate) fn forget_pause(state: &Path) {
+    match std::fs::remove_file(state.join(PAUSED_FILE)) {
+        Ok(()) => tracing::info!("a new join: the pause the last server asked for is lifted"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("cannot remove {PAUSED_FILE} after a new join: {e}"),
+    }
 }
 
 /// An answer, as the daemon sends it.
@@ -178,12 +193,19 @@ impl Driver {
                         "this daemon was started in a terminal, not by a service manager that would start it again: restart it there",
                     )));
                 }
-                if self.updates.handing_over() || self.restart_asked {
-                    return Ok(Some(Answer::done("already draining to stop")));
+                if self.stop.count() > 0 {
+                    return Ok(Some(Answer::refused(
+                        "stopping",
+                        "the daemon is stopping at its owner's request: it will not restart",
+                    )));
                 }
-                self.restart_asked = true;
+                if self.updates.handing_over() || self.restart_asked.is_some() {
+                    return Ok(Some(Answer::done("already draining to restart")));
+                }
+                self.restart_asked = Some(std::time::Instant::now());
                 let mut answer = Answer::done(format!(
-                    "restarting: no new runs; {running} running run(s) finish and report, then {} starts the daemon again",
+                    "restarting: no new runs; {running} running run(s) finish and report (at most {} s), then {} starts the daemon again",
+                    crate::DRAIN_LIMIT.as_secs(),
                     self.launcher.as_str()
                 ));
                 answer.then_drain = true;

@@ -77,7 +77,7 @@ impl Driver {
                 }
                 self.exit = Some(if !forever && self.updates.handing_over() {
                     DaemonExit::Updated
-                } else if !forever && self.restart_asked {
+                } else if !forever && self.restart_asked.is_some() {
                     DaemonExit::Restart
                 } else if !forever {
                     DaemonExit::Drained

@@ -170,7 +170,7 @@ pub(crate) struct Dispatcher {
     refused_runners: HashSet<(String, String)>,
     /// Requests to daemons waiting for their answer, by control id (a route that gave up
     /// leaves its closed sender, dropped at the next request).
-    controls: HashMap<String, oneshot::Sender<session::ControlAnswer>>,
+    controls: HashMap<String, (String, oneshot::Sender<session::ControlAnswer>)>,
 }
 
 impl Dispatcher {
@@ -398,7 +398,7 @@ impl Dispatcher {
                 order,
                 reply,
             } => {
-                self.controls.retain(|_, waiting| !waiting.is_closed());
+                self.controls.retain(|_, (_, waiting)| !waiting.is_closed());
                 if self.server.session(&context_id).is_none() {
                     let _ = reply.send(session::ControlAnswer {
                         control_id: order.control_id,
@@ -411,7 +411,8 @@ impl Dispatcher {
                     });
                     return Ok(());
                 }
-                self.controls.insert(order.control_id.clone(), reply);
+                self.controls
+                    .insert(order.control_id.clone(), (context_id.clone(), reply));
                 self.feed(Input::Control {
                     context_id: context_id.into(),
                     order,
@@ -715,12 +716,22 @@ impl Dispatcher {
                         .store
                         .changes()
                         .notify(crate::store::Topic::Contexts);
-                    match self.controls.remove(&answer.control_id) {
-                        Some(waiting) => {
+                    // Only the machine asked answers: an id is matched with its context.
+                    let asked = self
+                        .controls
+                        .get(&answer.control_id)
+                        .is_some_and(|(asked, _)| *asked == context_id.as_str());
+                    let waiting = if asked {
+                        self.controls.remove(&answer.control_id)
+                    } else {
+                        None
+                    };
+                    match waiting {
+                        Some((_, waiting)) => {
                             let _ = waiting.send(*answer);
                         }
                         None => {
-                            tracing::info!(%context_id, control = %answer.control_id, "a daemon answered a request no one waits for any more")
+                            tracing::info!(%context_id, control = %answer.control_id, "a daemon answered a request no one waits for (any more)")
                         }
                     }
                 }

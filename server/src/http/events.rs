@@ -13,8 +13,9 @@ use axum::extract::{Request, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use futures_util::StreamExt as _;
 use futures_util::stream;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use super::auth::{self, READ};
 use super::openapi::{Auth, Carries, api};
@@ -42,44 +43,55 @@ pub(super) fn routes() -> Vec<Route> {
 }
 
 async fn events(State(app): State<App>, req: Request) -> Response {
-    if let Err(e) = auth::bearer(&app, req.headers(), READ) {
+    let headers = req.headers().clone();
+    if let Err(e) = auth::bearer(&app, &headers, READ) {
         return e.into_response();
     }
-    let rx = app.shared.store.changes().subscribe();
+    let (rx, closed) = app.shared.store.changes().subscribe();
     let ready = Event::default().event("ready").data("{}");
     // Each step waits for the next announcement and takes those already waiting with it, so
-    // a burst of commits is one event per topic.
-    let changes = stream::unfold(rx, |mut rx| async move {
-        let mut topics = BTreeSet::new();
-        match rx.recv().await {
-            Ok(topic) => {
-                topics.insert(topic);
+    // a burst of commits is one event per topic. The token is checked again before each
+    // step's events leave: a token revoked meanwhile ends the stream, as does the server's
+    // stop.
+    let changes = stream::unfold((rx, closed), move |(mut rx, mut closed)| {
+        let app = app.clone();
+        let headers = headers.clone();
+        async move {
+            let mut topics = BTreeSet::new();
+            if *closed.borrow() {
+                return None;
             }
-            Err(RecvError::Lagged(_)) => topics.extend(Topic::ALL),
-            Err(RecvError::Closed) => return None,
-        }
-        loop {
-            match rx.try_recv() {
-                Ok(topic) => {
-                    topics.insert(topic);
-                }
-                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {
-                    topics.extend(Topic::ALL)
-                }
-                Err(_) => break,
+            tokio::select! {
+                got = rx.recv() => match got {
+                    Ok(topic) => {
+                        topics.insert(topic);
+                    }
+                    Err(RecvError::Lagged(_)) => topics.extend(Topic::ALL),
+                    Err(RecvError::Closed) => return None,
+                },
+                _ = closed.changed() => return None,
             }
+            loop {
+                match rx.try_recv() {
+                    Ok(topic) => {
+                        topics.insert(topic);
+                    }
+                    Err(TryRecvError::Lagged(_)) => topics.extend(Topic::ALL),
+                    Err(_) => break,
+                }
+            }
+            auth::bearer(&app, &headers, READ).ok()?;
+            let batch: Vec<Result<Event, Infallible>> = topics
+                .into_iter()
+                .map(|t| {
+                    Ok(Event::default()
+                        .event("change")
+                        .data(format!("{{\"topic\":\"{}\"}}", t.as_str())))
+                })
+                .collect();
+            Some((stream::iter(batch), (rx, closed)))
         }
-        let batch: Vec<Result<Event, Infallible>> = topics
-            .into_iter()
-            .map(|t| {
-                Ok(Event::default()
-                    .event("change")
-                    .data(format!("{{\"topic\":\"{}\"}}", t.as_str())))
-            })
-            .collect();
-        Some((stream::iter(batch), rx))
     });
-    use futures_util::StreamExt as _;
     let all = stream::once(async move { Ok::<_, Infallible>(ready) }).chain(changes.flatten());
     Sse::new(all)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))

@@ -7,7 +7,7 @@
 //! falls behind is told that everything changed. This module never decides who may see what.
 
 use serde::Serialize;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 /// How many announcements a slow listener may fall behind before it is told everything
 /// changed.
@@ -43,12 +43,15 @@ impl Topic {
 #[derive(Debug)]
 pub struct Changes {
     tx: broadcast::Sender<Topic>,
+    /// True once the server stops: every listener's stream ends.
+    closed: watch::Sender<bool>,
 }
 
 impl Default for Changes {
     fn default() -> Self {
         Self {
             tx: broadcast::channel(BACKLOG).0,
+            closed: watch::channel(false).0,
         }
     }
 }
@@ -59,8 +62,13 @@ impl Changes {
         let _ = self.tx.send(topic);
     }
 
-    /// A listener for announcements from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Topic> {
-        self.tx.subscribe()
+    /// A listener for announcements from now on, and what says the server is stopping.
+    pub fn subscribe(&self) -> (broadcast::Receiver<Topic>, watch::Receiver<bool>) {
+        (self.tx.subscribe(), self.closed.subscribe())
+    }
+
+    /// The server stops: every listener's stream ends (so none holds the stop up).
+    pub fn close(&self) {
+        self.closed.send_replace(true);
     }
 }

@@ -685,3 +685,63 @@ fn a_machine_without_the_environment_names_it_and_the_ones_that_still_run() {
     );
     assert_eq!(requester, "ada", "the end names who asked");
 }
+
+#[test]
+fn a_pause_that_crosses_an_offer_queues_a_run_that_may_wait_and_resume_offers_it_again() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    let a = h.connect("a", 1);
+    let may_wait = ExecuteTarget {
+        when_busy: WhenOffline::queue(5).expect("5 minutes"),
+        ..ExecuteTarget::named("a")
+    };
+    h.input(Input::Execute(Box::new(request("x1", "ada", may_wait))));
+    assert_eq!(h.requests(a), ["x1.1"]);
+    // The operator's pause reaches the daemon while the offer is in flight: its status says
+    // paused, then it refuses the offer `draining`.
+    h.daemon_says(
+        "a",
+        DaemonFrame::Status {
+            slots_used: 0,
+            slots_total: 1,
+            draining: true,
+            paused: true,
+        },
+    );
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunReject {
+            run_id: "x1.1".into(),
+            code: "draining".into(),
+            message: "paused by an operator".into(),
+        },
+    );
+    assert!(h.finished("x1").is_empty(), "x1 waits, not failed");
+    assert!(
+        h.server.queue_place("x1").is_some(),
+        "in the machine's queue"
+    );
+    // Resumed: it is offered again.
+    h.daemon_says(
+        "a",
+        DaemonFrame::Status {
+            slots_used: 0,
+            slots_total: 1,
+            draining: false,
+            paused: false,
+        },
+    );
+    let offer = h.requests(a).last().expect("an offer").clone();
+    assert_ne!(offer, "x1.1", "a new offer");
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunAccept {
+            run_id: offer.clone().into(),
+        },
+    );
+    h.result("a", &offer);
+    assert!(matches!(
+        h.finished("x1")[..],
+        [ExecutionOutcome::Completed(_)]
+    ));
+}
