@@ -518,3 +518,50 @@ fn serve_json_names_the_published_daemon() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// "Update now" from afar: a daemon whose scheduled check found nothing (no release then,
+/// and the next one hours away) checks at once when asked, stages the release its server
+/// publishes now, answers with it, and hands over.
+#[test]
+fn an_update_asked_for_from_afar_checks_at_once_and_hands_over() {
+    let dir = temp_dir("update-now");
+    let release = new_version(&dir);
+    let state = dir.join("server");
+    let server = Server::start(&state, 0);
+    let home = dir.join("home");
+    let daemon = Daemon::start(&home, "box", Some(&server.join), "tokio");
+    server.wait_context("box", "box online", |c| c["online"] == true);
+    wait_for("the scheduled check to find no release", || {
+        daemon.log_text().contains("no_release").then_some(())
+    });
+    // The server now publishes a release; the daemon reconnects but checks again only in
+    // hours.
+    let port = server.port;
+    drop(server);
+    let server = Server::start_with(
+        &state,
+        port,
+        &[OsStr::new("--publish-daemon"), release.as_os_str()],
+    );
+    server.wait_context("box", "box back", |c| {
+        c["online"] == true && c["control"] == true
+    });
+    let pid = daemon.child.id();
+    assert!(!runs_as_new(pid));
+    let (status, answer) = server.api(
+        "POST",
+        "/v1/execution-contexts/box/daemon",
+        Some(json!({"action": "update"})),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["outcome"], "done", "{answer}");
+    assert!(
+        answer["message"].as_str().unwrap().contains(NEW),
+        "the answer names the staged version: {answer}"
+    );
+    wait_for("the daemon to run as the update", || {
+        runs_as_new(pid).then_some(())
+    });
+    server.wait_context("box", "box online as the update", |c| c["online"] == true);
+    let _ = std::fs::remove_dir_all(&dir);
+}
