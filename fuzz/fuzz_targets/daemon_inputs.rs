@@ -1,8 +1,9 @@
 //! Arbitrary input sequences to the daemon: raw bytes, validly signed frames with arbitrary
 //! fields (terminal input and `wait.*` included), time jumps, disconnects, finishes and check
-//! outcomes. Nothing may panic; the daemon never executes a run that a verified `run.commit`
-//! did not start, never holds more slots than it has, never runs two checks of one wait at
-//! once, and stops for good after `revoked`.
+//! outcomes, operators' requests from afar and pauses. Nothing may panic; the daemon never
+//! executes a run that a verified `run.commit` did not start, never takes a run while paused,
+//! never holds more slots than it has, never runs two checks of one wait at once, and stops
+//! for good after `revoked`.
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -74,7 +75,18 @@ enum Step {
         wait: u8,
         matched: bool,
     },
+    Control {
+        action: u8,
+        lines: u8,
+    },
+    Pause,
+    Resume,
+    Answered {
+        control: u8,
+    },
 }
+
+const ACTIONS: [&str; 6] = ["pause", "resume", "restart", "update", "logs", "shutdown"];
 
 fn grant(slots: u8) -> Grant {
     Grant {
@@ -100,6 +112,7 @@ fuzz_target!(|steps: Vec<Step>| {
     let mut committed: Vec<String> = Vec::new();
     let mut stopped_forever = false;
     let mut checks: BTreeMap<String, u64> = BTreeMap::new();
+    let mut paused = false;
     for step in steps.into_iter().take(200) {
         let sign = |f: ServerFrame, s: &mut FrameSigner| s.sign(&f, &key).unwrap_or_default();
         let input = match step {
@@ -115,6 +128,7 @@ fuzz_target!(|steps: Vec<Step>| {
                     grant_version: u64::from(version),
                     grant: grant(slots),
                     heartbeat_secs: u32::from(heartbeat),
+                    features: Vec::new(),
                 },
                 &mut signer,
             )),
@@ -124,7 +138,7 @@ fuzz_target!(|steps: Vec<Step>| {
                 timeout_ms,
             } => Input::Frame(sign(
                 ServerFrame::RunRequest {
-                    run_id: format!("r{}", run % 8),
+                    run_id: format!("r{}", run % 8).into(),
                     environment: if wasm {
                         Environment::Wasm
                     } else {
@@ -143,18 +157,23 @@ fuzz_target!(|steps: Vec<Step>| {
             Step::Commit { run } => {
                 let run_id = format!("r{}", run % 8);
                 committed.push(run_id.clone());
-                Input::Frame(sign(ServerFrame::RunCommit { run_id }, &mut signer))
+                Input::Frame(sign(
+                    ServerFrame::RunCommit {
+                        run_id: run_id.into(),
+                    },
+                    &mut signer,
+                ))
             }
             Step::Cancel { run } => Input::Frame(sign(
                 ServerFrame::RunCancel {
-                    run_id: format!("r{}", run % 8),
+                    run_id: format!("r{}", run % 8).into(),
                     reason: "x".into(),
                 },
                 &mut signer,
             )),
             Step::Ack { run } => Input::Frame(sign(
                 ServerFrame::RunAck {
-                    run_id: format!("r{}", run % 8),
+                    run_id: format!("r{}", run % 8).into(),
                 },
                 &mut signer,
             )),
@@ -174,7 +193,7 @@ fuzz_target!(|steps: Vec<Step>| {
                 continue;
             }
             Step::Finish { run, exit } => Input::RunFinished {
-                run_id: format!("r{}", run % 8),
+                run_id: format!("r{}", run % 8).into(),
                 result: RunResult {
                     status: RunStatus::Exited,
                     exit_code: Some(i32::from(exit)),
@@ -184,6 +203,7 @@ fuzz_target!(|steps: Vec<Step>| {
                     truncated: false,
                     timing: Timing::default(),
                     error: None,
+                    egress_denied: Vec::new(),
                 },
             },
             Step::Advance { millis } => {
@@ -204,7 +224,7 @@ fuzz_target!(|steps: Vec<Step>| {
                 operator,
             } => Input::Frame(sign(
                 ServerFrame::WaitRegister {
-                    wait_id: format!("w{}", wait % 4),
+                    wait_id: format!("w{}", wait % 4).into(),
                     requester: "ada".into(),
                     source: "async () => false".into(),
                     interval_ms: u64::from(interval_s) * 1000,
@@ -215,16 +235,42 @@ fuzz_target!(|steps: Vec<Step>| {
             )),
             Step::WaitCancel { wait } => Input::Frame(sign(
                 ServerFrame::WaitCancel {
-                    wait_id: format!("w{}", wait % 4),
+                    wait_id: format!("w{}", wait % 4).into(),
                 },
                 &mut signer,
             )),
             Step::WaitAck { wait } => Input::Frame(sign(
                 ServerFrame::WaitAck {
-                    wait_id: format!("w{}", wait % 4),
+                    wait_id: format!("w{}", wait % 4).into(),
                 },
                 &mut signer,
             )),
+            Step::Control { action, lines } => Input::Frame(sign(
+                ServerFrame::ControlRequest {
+                    control_id: format!("ctl_{action}"),
+                    action: ACTIONS[usize::from(action) % ACTIONS.len()].into(),
+                    lines: u32::from(lines),
+                },
+                &mut signer,
+            )),
+            Step::Pause => {
+                paused = true;
+                Input::Pause
+            }
+            Step::Resume => {
+                paused = false;
+                Input::Resume
+            }
+            Step::Answered { control } => {
+                Input::ControlAnswered(outpost_core::wire::DaemonFrame::ControlResult {
+                    control_id: format!("ctl_{control}"),
+                    action: "logs".into(),
+                    outcome: outpost_core::wire::ControlOutcome::Done,
+                    code: String::new(),
+                    message: "done".into(),
+                    lines: vec!["a line".into()],
+                })
+            }
             Step::WaitChecked { wait, matched } => {
                 let wait_id = format!("w{}", wait % 4);
                 let Some(check) = checks.remove(&wait_id) else {
@@ -240,7 +286,7 @@ fuzz_target!(|steps: Vec<Step>| {
                     CheckOutcome::NotYet
                 };
                 Input::WaitChecked {
-                    wait_id,
+                    wait_id: wait_id.into(),
                     check,
                     outcome,
                 }
@@ -255,15 +301,22 @@ fuzz_target!(|steps: Vec<Step>| {
                 Output::Command(Command::Execute(e)) => {
                     assert!(!stopped_forever, "executed after stopping for good");
                     assert!(
-                        committed.contains(&e.run_id),
+                        committed.iter().any(|r| *r == e.run_id.as_str()),
                         "executed {} without a commit",
                         e.run_id
                     );
                 }
                 Output::Command(Command::Stop { forever }) => stopped_forever |= forever,
+                Output::Transmit(bytes) if paused => {
+                    let text = String::from_utf8_lossy(&bytes);
+                    assert!(
+                        !text.contains("\"type\":\"run.accept\""),
+                        "took a run while paused: {text}"
+                    );
+                }
                 Output::Command(Command::CheckWait { wait_id, check, .. }) => {
                     assert!(
-                        checks.insert(wait_id.clone(), check).is_none(),
+                        checks.insert(wait_id.to_string(), check).is_none(),
                         "two checks of {wait_id} at once"
                     );
                 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use outpost_core::ids::WaitId;
 use outpost_core::sim::now_at;
 use outpost_core::wait::{
     CheckError, CheckOutcome, Input, Output, Schedule, ScheduleConfig, WaitSpec,
@@ -35,10 +36,10 @@ fuzz_target!(|ops: Vec<Op>| {
     let config = ScheduleConfig { max_running: 3 };
     let mut elapsed = Duration::from_secs(10);
     let mut schedule = Schedule::new(config.clone(), now_at(elapsed));
-    let mut running: BTreeMap<String, u64> = BTreeMap::new();
-    let mut ended: BTreeSet<String> = BTreeSet::new();
+    let mut running: BTreeMap<WaitId, u64> = BTreeMap::new();
+    let mut ended: BTreeSet<WaitId> = BTreeSet::new();
     for op in ops.into_iter().take(200) {
-        let id = |n: u8| format!("w{}", n % 6);
+        let id = |n: u8| WaitId::from(format!("w{}", n % 6));
         let input = match op {
             Op::Advance(ms) => {
                 elapsed += Duration::from_millis(u64::from(ms) * 10);
