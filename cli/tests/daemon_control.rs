@@ -7,12 +7,11 @@
 
 mod common;
 
-use std::process::Command;
-
 use serde_json::{Value, json};
 
 use common::{
-    Daemon, Server, Service, binary, daemon_pid, outpost_as, shell_capability, temp_dir, wait_for,
+    Daemon, Server, Service, daemon_pid, outpost_as, owner_policy, shell_capability, temp_dir,
+    wait_for,
 };
 
 fn ask(server: &Server, name: &str, body: Value) -> (u16, Value) {
@@ -143,16 +142,7 @@ fn pause_holds_runs_until_resume_across_a_kill_and_the_owner_decides_what_is_all
     );
 
     // The owner allows only pause and resume from now on: logs are refused, exit 1.
-    let policy = Command::new(binary())
-        .args(["context", "policy", "control", "pause,resume", "--home"])
-        .arg(&home)
-        .output()
-        .expect("outpost context policy runs");
-    assert!(
-        policy.status.success(),
-        "{}",
-        String::from_utf8_lossy(&policy.stderr)
-    );
+    owner_policy(&home, &["control", "pause,resume"]);
     let refused = wait_for("the daemon to read its new policy", || {
         let out = outpost_as(
             &server,
@@ -226,17 +216,8 @@ fn a_restart_drains_the_running_run_and_the_service_manager_starts_the_daemon_ag
     let server = Server::start(&dir.join("server"), 0);
     let home = dir.join("home");
     // Joined once from a terminal, then stopped: the stand-in runs it from now on.
-    let mut first = Daemon::start(&home, "ctl-svc", Some(&server.join), "tokio");
-    server.wait_context("ctl-svc", "online", |c| c["online"] == true);
-    first.signal_term();
-    assert_eq!(first.wait_exit(), 0);
-
+    let service = Service::joined(&server, &dir, &home, "ctl-svc");
     let exits = dir.join("exits");
-    let log = dir.join("service.log");
-    let service = Service::start(&home, "ctl-svc", &exits, &log);
-    server.wait_context("ctl-svc", "online under the stand-in", |c| {
-        c["online"] == true && c["control"] == true
-    });
     let before = wait_for("the daemon's pid", || daemon_pid(&home));
 
     // A run that is still going when the restart is asked for.

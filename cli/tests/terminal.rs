@@ -1146,16 +1146,7 @@ fn input_is_recorded_only_when_the_server_is_told_to_and_the_owner_allows_it() {
     viewer.until("the exit", |v| v.closed.is_some());
 
     // The owner allows it: the daemon says so at once, and the next session keeps keystrokes.
-    let policy = std::process::Command::new(common::binary())
-        .args(["context", "policy", "record-input", "on", "--home"])
-        .arg(&home)
-        .output()
-        .expect("outpost context policy runs");
-    assert!(
-        policy.status.success(),
-        "{}",
-        String::from_utf8_lossy(&policy.stderr)
-    );
+    common::owner_policy(&home, &["record-input", "on"]);
     server.wait_context("box", "the owner's yes to reach the server", |c| {
         c["recordsTerminalInput"] == true
     });

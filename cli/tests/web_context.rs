@@ -8,7 +8,7 @@ mod browser;
 mod common;
 
 use browser::{Chromium, Page};
-use common::{Daemon, Server, Service, daemon_pid, temp_dir, wait_for};
+use common::{Server, Service, daemon_pid, temp_dir, wait_for};
 use serde_json::{Value, json};
 
 const WIDTH: u32 = 1200;
@@ -41,15 +41,8 @@ fn the_daemon_card_pauses_resumes_shows_logs_and_restarts_a_real_daemon_and_the_
     let dir = temp_dir("web-daemon-card");
     let server = Server::start(&dir.join("server"), 0);
     let home = dir.join("home");
-    let mut first = Daemon::start(&home, "build-box", Some(&server.join), "tokio");
-    server.wait_context("build-box", "online", |c| c["online"] == true);
-    first.signal_term();
-    assert_eq!(first.wait_exit(), 0);
+    let _service = Service::joined(&server, &dir, &home, "build-box");
     let exits = dir.join("exits");
-    let _service = Service::start(&home, "build-box", &exits, &dir.join("service.log"));
-    server.wait_context("build-box", "online under the stand-in", |c| {
-        c["online"] == true && c["control"] == true
-    });
 
     let chromium = Chromium::start(WIDTH, HEIGHT);
     let page = chromium.open(&format!("{}/", server.url));

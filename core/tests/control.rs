@@ -2,12 +2,14 @@
 //! daemon in memory: what reaches the daemon's host, what comes back, and what a pause does to
 //! offers.
 
+mod common;
+
+use common::spec;
 use outpost_core::daemon::{self, Command};
-use outpost_core::session::{self, ControlAnswer, ControlOrder, Event, RunOutcome, RunSpec};
+use outpost_core::session::{self, ControlAnswer, ControlOrder, Event, RunOutcome};
 use outpost_core::sim::{Pair, PairConfig, PairError};
 use outpost_core::wire::{
-    CapabilitySource, ControlAction, ControlOutcome, DaemonFrame, Environment, FEATURE_CONTROL,
-    InlineFile, MAX_CONTROL_LINES, close_code,
+    ControlAction, ControlOutcome, DaemonFrame, FEATURE_CONTROL, MAX_CONTROL_LINES, close_code,
 };
 
 fn with_control() -> PairConfig {
@@ -57,23 +59,6 @@ fn result(id: &str, action: &str, lines: Vec<String>) -> daemon::Input {
         message: "done".into(),
         lines,
     })
-}
-
-fn spec(run_id: &str) -> RunSpec {
-    RunSpec {
-        run_id: run_id.into(),
-        environment: Environment::Shell,
-        capability: CapabilitySource::Inline {
-            manifest: "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n".into(),
-            files: vec![InlineFile {
-                path: "run.sh".into(),
-                content_b64: outpost_core::b64::encode(b"true\n"),
-            }],
-        },
-        timeout_ms: 10_000,
-        shared_run: false,
-        requester: "ada".into(),
-    }
 }
 
 #[test]

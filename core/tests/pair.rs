@@ -2,27 +2,13 @@
 
 use std::time::Duration;
 
+mod common;
+
+use common::spec;
 use outpost_core::daemon::{self, Command};
-use outpost_core::session::{self, Event, RunOutcome, RunSpec};
+use outpost_core::session::{self, Event, RunOutcome};
 use outpost_core::sim::{Pair, PairConfig, PairError};
 use outpost_core::wire::{CapabilitySource, Environment, InlineFile, RunStatus, close_code};
-
-fn spec(run_id: &str) -> RunSpec {
-    RunSpec {
-        run_id: run_id.into(),
-        environment: Environment::Shell,
-        capability: CapabilitySource::Inline {
-            manifest: "name: t\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n".into(),
-            files: vec![InlineFile {
-                path: "run.sh".into(),
-                content_b64: outpost_core::b64::encode(b"true\n"),
-            }],
-        },
-        timeout_ms: 10_000,
-        shared_run: false,
-        requester: "ada".into(),
-    }
-}
 
 fn submit(pair: &mut Pair, run_id: &str) -> Result<(), PairError> {
     pair.session_input(session::Input::Submit(spec(run_id)))

@@ -442,6 +442,22 @@ pub fn commands_switch(home: &Path, state: &str) {
     );
 }
 
+/// `outpost context policy ARGS --home HOME`, as the machine's owner runs it; it must succeed.
+pub fn owner_policy(home: &Path, args: &[&str]) {
+    let out = Command::new(binary())
+        .args(["context", "policy"])
+        .args(args)
+        .arg("--home")
+        .arg(home)
+        .output()
+        .expect("outpost context policy runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `outpost ARGS --server URL` as the holder of `token`.
 pub fn outpost_as(server: &Server, token: &str, args: &[&str]) -> std::process::Output {
     Command::new(binary())
@@ -555,6 +571,21 @@ pub struct Service {
 }
 
 impl Service {
+    /// Joins a daemon named `name` on `home` to `server` from a terminal, stops it (exit 0),
+    /// and runs it under the stand-in from then on, once online with requests from afar;
+    /// exit codes go to `dir/exits`.
+    pub fn joined(server: &Server, dir: &Path, home: &Path, name: &str) -> Service {
+        let mut first = Daemon::start(home, name, Some(&server.join), "tokio");
+        server.wait_context(name, "online", |c| c["online"] == true);
+        first.signal_term();
+        assert_eq!(first.wait_exit(), 0, "{}", first.log_text());
+        let service = Service::start(home, name, &dir.join("exits"), &dir.join("service.log"));
+        server.wait_context(name, "online under the stand-in", |c| {
+            c["online"] == true && c["control"] == true
+        });
+        service
+    }
+
     /// Starts the stand-in for the joined daemon home `home`, named `name`.
     pub fn start(home: &Path, name: &str, exits: &Path, log: &Path) -> Service {
         let script = format!(
