@@ -1,5 +1,5 @@
 //! Fault injection: disconnects, crashes (carried out in `restart.rs`), suspends, partitions,
-//! access and grant changes, revokes.
+//! access and grant changes, revokes, operators' pauses.
 
 use std::time::Duration;
 
@@ -87,6 +87,12 @@ impl World {
             }
             91..=94 if !self.server_paused() => self.resend_finished_run(i),
             95..=96 if !self.server_paused() => self.roll_keys_back(i),
+            97..=98 if self.machines[i].paused_until.is_none() => {
+                let secs = 5 + self.rng.below(55);
+                self.note(format!("fault: operator pauses machine {i} for {secs}s"));
+                self.machines[i].paused_until = Some(now + Duration::from_secs(secs));
+                self.feed_daemon(i, daemon::Input::Pause);
+            }
             _ => {}
         }
     }

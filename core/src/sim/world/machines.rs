@@ -23,6 +23,11 @@ impl World {
             m.down_until = None;
             self.restore_machine(i);
         }
+        if self.machines[i].paused_until.is_some_and(|t| t <= now) {
+            self.machines[i].paused_until = None;
+            self.note(format!("machine {i} resumed by its operator"));
+            self.feed_daemon(i, daemon::Input::Resume);
+        }
     }
 
     pub(super) fn finish_due_runs(&mut self, i: usize) {
@@ -78,6 +83,7 @@ impl World {
                 return any;
             };
             let out = d.poll_output();
+            let paused = d.is_paused();
             let idle = matches!(out, daemon::Output::Wait { .. });
             if let Some(crash) = self.machines[i].crash.as_mut()
                 && crash.due(idle, self.elapsed)
@@ -91,6 +97,10 @@ impl World {
                 daemon::Output::SaveWait { row, written_ms } => self.save_wait(i, &row, written_ms),
                 daemon::Output::ForgetWait { wait_id } => self.forget_wait(i, &wait_id),
                 daemon::Output::Transmit(bytes) => {
+                    if paused && bytes.windows(19).any(|w| w == b"\"type\":\"run.accept\"") {
+                        self.checker
+                            .fail(format!("machine {i} accepted a run while paused"));
+                    }
                     if let Some(conn) = self.machines[i].conn {
                         self.send(conn, true, bytes);
                     }

@@ -129,6 +129,8 @@ struct Machine {
     down_until: Option<Duration>,
     suspended_until: Option<Duration>,
     partitioned_until: Option<Duration>,
+    /// An operator paused the daemon (it takes no new runs) until then, when it resumes.
+    paused_until: Option<Duration>,
     ready: bool,
     /// The daemon's home: its records, as bytes.
     disk: Disk,
@@ -216,6 +218,7 @@ impl World {
                 conn: None,
                 down_until: None,
                 suspended_until: None,
+                paused_until: None,
                 partitioned_until: None,
                 ready: false,
                 disk: Disk::default(),
@@ -375,6 +378,9 @@ impl World {
         }
         for (i, m) in self.machines.iter_mut().enumerate() {
             if let Some(at) = m.down_until {
+                consider(at);
+            }
+            if let Some(at) = m.paused_until {
                 consider(at);
             }
             if let Some(at) = m.suspended_until {
