@@ -43,6 +43,16 @@ fn pause_holds_runs_until_resume_across_a_kill_and_the_owner_decides_what_is_all
         c["online"] == true && c["control"] == true
     });
 
+    // The one node lists the daemon connected to it.
+    let (status, nodes) = server.api("GET", "/v1/nodes", None);
+    assert_eq!(status, 200, "{nodes}");
+    assert_eq!(nodes["nodes"].as_array().map(Vec::len), Some(1), "{nodes}");
+    assert_eq!(nodes["nodes"][0]["url"], server.url.as_str(), "{nodes}");
+    assert_eq!(
+        nodes["nodes"][0]["sessions"][0]["name"], "ctl-box",
+        "{nodes}"
+    );
+
     let (status, paused) = ask(&server, "ctl-box", json!({"action": "pause"}));
     assert_eq!(status, 200, "{paused}");
     assert_eq!(paused["outcome"], "done", "{paused}");

@@ -141,6 +141,7 @@ fn operations_routes_answer_and_openapi_lists_every_route_with_its_schemas() {
         ("post", "/v1/waits/{id}/cancel"),
         ("get", "/v1/executions/{id}/output"),
         ("get", "/v1/events"),
+        ("get", "/v1/nodes"),
         ("post", "/v1/join-tokens"),
         ("get", "/v1/join-tokens"),
         ("delete", "/v1/join-tokens/{id}"),

@@ -205,6 +205,9 @@ fn every_answer_of_a_session_fits_the_served_document() {
     let template = "/v1/execution-contexts/{context}/grant";
     let path = "/v1/execution-contexts/box/grant";
     assert_eq!(call(&mut c, "PATCH", template, path, grant).0, 200);
+    let (status, nodes) = call(&mut c, "GET", "/v1/nodes", "/v1/nodes", Value::Null);
+    assert_eq!(status, 200);
+    assert_eq!(nodes["nodes"][0]["this"], true, "{nodes}");
     // No daemon is connected: the request is answered 409 `daemon_offline`, as documented.
     let template = "/v1/execution-contexts/{context}/daemon";
     let path = "/v1/execution-contexts/box/daemon";

@@ -228,6 +228,49 @@ pub struct Context {
     pub records_terminal_input: bool,
 }
 
+/// `GET /v1/nodes` (admin): the nodes serving this system, each with the machines connected to
+/// it. One `outpost serve` is one node; docs/CLUSTER.md plans many over one database.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Nodes {
+    /// The live nodes, the one answering first.
+    pub nodes: Vec<Node>,
+}
+
+/// One node: an `outpost serve` process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Node {
+    /// `nd_…`, new at each start of the process.
+    pub node_id: String,
+    /// The URL daemons and clients reach it at.
+    pub url: String,
+    /// When the process started (Unix seconds).
+    pub started_at: u64,
+    /// Whether it is the node that answered.
+    pub this: bool,
+    /// The machines whose daemon is connected to it now, by name.
+    pub sessions: Vec<NodeSession>,
+}
+
+/// A daemon connected to a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSession {
+    /// `ec_…`.
+    pub context_id: ContextId,
+    /// The machine's name.
+    pub name: String,
+    /// Runs it holds now.
+    pub slots_used: usize,
+    /// Runs it holds at most.
+    pub slots_total: u32,
+    /// It takes no new runs now (stopping, restarting, updating or paused).
+    pub draining: bool,
+}
+
 /// `POST /v1/execution-contexts/{context}/daemon`: the daemon's answer (its owner's policy
 /// may refuse any action).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

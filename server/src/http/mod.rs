@@ -82,6 +82,8 @@ pub(crate) struct AppInner {
     pub(crate) refusals: Mutex<access::RefusalBudget>,
     /// xterm.js for the web UI's terminal, read from the system's package.
     pub(crate) xterm: xterm::Xterm,
+    /// This process as a node (`GET /v1/nodes`): its id, new at each start, and its start.
+    pub(crate) node: (String, u64),
 }
 
 /// The handlers' state.
@@ -148,6 +150,10 @@ impl App {
             checks: tokio::sync::Semaphore::new(1),
             refusals: Mutex::default(),
             xterm: xterm::Xterm::new(xterm_dir),
+            node: (
+                crate::secrets::new_id("nd_").unwrap_or_else(|_| "nd_0".to_owned()),
+                crate::clock::wall_now().0,
+            ),
             shared,
         }))
     }

@@ -10,9 +10,9 @@ pub(crate) mod wait;
 
 pub(crate) use outpost_core::api::answers::{
     Audit, AuditEvent, Bundle, ChainEntryView, ChainShown, CommandAuthorized, CommandsSwitched,
-    ConnectTicket, Context, Contexts, Execution, ExecutionError, Health, JobAuthorized, Me,
-    Recording, Recordings, Registered, Runs, SandboxView, TerminalOpened, TerminalRow,
-    TerminalTicket, Terminals, User,
+    ConnectTicket, Context, Contexts, Execution, ExecutionError, Health, JobAuthorized, Me, Node,
+    NodeSession, Nodes, Recording, Recordings, Registered, Runs, SandboxView, TerminalOpened,
+    TerminalRow, TerminalTicket, Terminals, User,
 };
 use outpost_core::server::ExecutionOutcome;
 use outpost_core::wire::Grant;
