@@ -6,9 +6,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use common::{Daemon, Server, api, binary, shell_capability, temp_dir, wait_for};
+use common::{Daemon, Server, api, shell_capability, temp_dir, wait_for};
 use serde_json::{Value, json};
 
 use common::outpost_as as outpost;
@@ -91,18 +91,7 @@ fn cancel_reason(server: &Server, id: &str) -> String {
 }
 
 fn policy_allow(home: &Path, folder: &str) {
-    let out = Command::new(binary())
-        .args([
-            "context", "policy", "allow", folder, "--mode", "ro", "--home",
-        ])
-        .arg(home)
-        .output()
-        .expect("outpost context policy runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::owner_policy(home, &["allow", folder, "--mode", "ro"]);
 }
 
 #[test]
