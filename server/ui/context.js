@@ -13,12 +13,12 @@
 
   window.outpostPages.context = function (ui) {
     var $ = ui.$;
-    var shown = null; // the Context shown, as the API answered it ({key} while it loads)
+    var shown = null; // the Context shown, as the API answered it ({id} while it loads)
     var editorVersion = null; // the grant version the editor was filled from
     var dirty = false; // the editor holds changes not saved yet
 
     function path(suffix) {
-      return "/v1/execution-contexts/" + encodeURIComponent(shown.key) + (suffix || "");
+      return "/v1/execution-contexts/" + encodeURIComponent(shown.id) + (suffix || "");
     }
 
     function stateText(c) {
@@ -176,7 +176,6 @@
     // ---- the page ----
 
     function render(c) {
-      c.key = c.id;
       shown = c;
       var body = $("context-facts").tBodies[0];
       body.textContent = "";
@@ -200,12 +199,12 @@
 
     function refresh() {
       if (!shown) { return Promise.resolve(); }
-      var key = shown.key;
+      var id = shown.id;
       return Promise.all([
         ui.api("GET", path()),
-        ui.api("GET", "/v1/runs?limit=10&context=" + encodeURIComponent(key))
+        ui.api("GET", "/v1/runs?limit=10&context=" + encodeURIComponent(id))
       ]).then(function (got) {
-        if (!shown || shown.key !== key) { return; }
+        if (!shown || shown.id !== id) { return; }
         render(got[0]);
         ui.fill("context-runs", (got[1] && got[1].runs) || [], function (r, row) {
           ui.buttonCell(row, r.executionId, function () { ui.openRun(r.executionId); }, null, "id");
@@ -218,9 +217,9 @@
     }
 
     return {
-      // `key`: the context's id (a name could mean another operator's context).
-      show: function (key) {
-        shown = { key: key };
+      // By the context's id: a name could mean another operator's context.
+      show: function (id) {
+        shown = { id: id };
         dirty = false;
         editorVersion = null;
         $("grant-answer").textContent = "";
@@ -233,7 +232,7 @@
       },
       refresh: refresh,
       leave: function () { shown = null; },
-      name: function () { return shown && shown.key; }
+      name: function () { return shown && shown.id; }
     };
   };
 })();

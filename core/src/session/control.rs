@@ -47,6 +47,22 @@ pub struct ControlAnswer {
     pub from_daemon: bool,
 }
 
+impl ControlAnswer {
+    /// The answer for an order no daemon could be asked: `failed` with `code`, said by the
+    /// server (`from_daemon` false).
+    pub fn unasked(order: ControlOrder, code: &str, message: &str) -> Self {
+        Self {
+            control_id: order.control_id,
+            action: order.action.as_str().to_owned(),
+            outcome: ControlOutcome::Failed,
+            code: code.to_owned(),
+            message: message.to_owned(),
+            lines: Vec::new(),
+            from_daemon: false,
+        }
+    }
+}
+
 impl Session {
     pub(super) fn on_control_order(&mut self, order: ControlOrder) {
         let refusal = match &self.conn {
@@ -64,18 +80,9 @@ impl Session {
             _ => Some(("daemon_offline", "the daemon is not connected")),
         };
         if let Some((code, message)) = refusal {
+            let answer = ControlAnswer::unasked(order, code, message);
             self.outputs
-                .push_back(Output::Event(Event::ControlAnswered(Box::new(
-                    ControlAnswer {
-                        control_id: order.control_id,
-                        action: order.action.as_str().to_owned(),
-                        outcome: ControlOutcome::Failed,
-                        code: code.to_owned(),
-                        message: message.to_owned(),
-                        lines: Vec::new(),
-                        from_daemon: false,
-                    },
-                ))));
+                .push_back(Output::Event(Event::ControlAnswered(Box::new(answer))));
             return;
         }
         self.send(ServerFrame::ControlRequest {

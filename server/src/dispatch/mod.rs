@@ -400,15 +400,11 @@ impl Dispatcher {
             } => {
                 self.controls.retain(|_, (_, waiting)| !waiting.is_closed());
                 if self.server.session(&context_id).is_none() {
-                    let _ = reply.send(session::ControlAnswer {
-                        control_id: order.control_id,
-                        action: order.action.as_str().to_owned(),
-                        outcome: outpost_core::wire::ControlOutcome::Failed,
-                        code: "context_unknown".into(),
-                        message: "the dispatcher knows no such context".into(),
-                        lines: Vec::new(),
-                        from_daemon: false,
-                    });
+                    let _ = reply.send(session::ControlAnswer::unasked(
+                        order,
+                        "context_unknown",
+                        "the dispatcher knows no such context",
+                    ));
                     return Ok(());
                 }
                 self.controls
