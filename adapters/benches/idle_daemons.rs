@@ -101,6 +101,7 @@ fn serve(state_dir: PathBuf) {
         heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
         limits: Default::default(),
         xterm_dir: None,
+        database: outpost_server::Database::Sqlite,
     };
     let server = BlockingServer::start(config, Registry::new(), 2).expect("the server starts");
     {

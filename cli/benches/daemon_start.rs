@@ -102,6 +102,7 @@ fn start(c: &mut Criterion) {
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
             limits: Default::default(),
             xterm_dir: None,
+            database: outpost_server::Database::Sqlite,
         },
         Registry::new(),
         2,

@@ -151,6 +151,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
             limits: Default::default(),
             xterm_dir: None,
+            database: outpost_server::Database::Sqlite,
         },
         executors::registry(&cloud, Some(state.join("cache/wasm")), true),
         2,

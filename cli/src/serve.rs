@@ -75,6 +75,22 @@ pub struct ServeArgs {
     /// (default: Debian's node-xterm, /usr/share/nodejs/xterm).
     #[arg(long, value_name = "DIR")]
     pub xterm_dir: Option<PathBuf>,
+    /// Keep the records in this PostgreSQL database (postgres://USER@HOST:PORT/DATABASE)
+    /// instead of the SQLite file in the state folder; its schema is migrated at start. It
+    /// must run with synchronous_commit on. OUTPOST_DATABASE is read when this is absent.
+    #[arg(long, value_name = "URL", env = "OUTPOST_DATABASE")]
+    pub database: Option<String>,
+    /// `migrate`: bring the database's schema up to date and exit, without serving.
+    #[command(subcommand)]
+    pub action: Option<ServeAction>,
+}
+
+/// What `outpost serve` does instead of serving.
+#[derive(clap::Subcommand)]
+pub enum ServeAction {
+    /// Bring the database's schema up to date and exit (exit 0; 1 when the database refuses,
+    /// is newer than this outpost, or cannot be reached).
+    Migrate,
 }
 
 /// Reads a rate: a positive number of requests per second.
@@ -104,6 +120,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => dir,
         None => crate::client::api::default_state_dir()?,
     };
+    let database = outpost_server::Database::from_flag(args.database.as_deref())
+        .map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(ServeAction::Migrate) = args.action {
+        return migrate(&database, &state_dir, args.json);
+    }
     let tls = match (args.tls_cert, args.tls_key) {
         (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
         (None, None) => None,
@@ -130,6 +151,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             ..Default::default()
         },
         xterm_dir: args.xterm_dir,
+        database: database.clone(),
     };
     let server = BlockingServer::start(config, registry, 2).with_context(|| {
         format!(
@@ -157,6 +179,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "rootKey": root,
             "stateDir": running.state_dir,
             "cloud": cloud.iter().map(|e| e.as_str()).collect::<Vec<_>>(),
+            "database": database.shown(),
             "publishedDaemon": published.as_ref().map(|p| serde_json::json!({
                 "version": p.version.to_string(), "sha512": p.sha512, "size": p.size,
             })),
@@ -185,5 +208,24 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     drop(out);
     server.wait();
     outpost_host::sandbox::retire_warm_helpers();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `outpost serve migrate`: the schema brought up to date, then one line (or JSON) saying
+/// which version it is at.
+fn migrate(
+    database: &outpost_server::Database,
+    state_dir: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let version = outpost_server::migrate(database, state_dir)
+        .with_context(|| format!("migrating {}", database.shown()))?;
+    let mut out = crate::stdout::lock();
+    if json {
+        let value = serde_json::json!({ "database": database.shown(), "schemaVersion": version });
+        writeln!(out, "{value}")?;
+    } else {
+        writeln!(out, "{} is at schema version {version}", database.shown())?;
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -74,6 +74,13 @@ impl World {
                 heartbeat,
                 limits: Default::default(),
                 xterm_dir: None,
+                // OUTPOST_TEST_DATABASE=postgres: the same suite over PostgreSQL.
+                database: match std::env::var("OUTPOST_TEST_DATABASE").as_deref() {
+                    Ok("postgres") => outpost_server::Database::Postgres(
+                        common::postgres::database_for(&dir.join("server")),
+                    ),
+                    _ => outpost_server::Database::Sqlite,
+                },
             },
             Registry::new(),
             1,

@@ -105,7 +105,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         Some(files) => Some(serve::tls_acceptor(&files.cert, &files.key)?),
         None => None,
     };
-    let store = Arc::new(Store::open(&dir.join("outpost.db"))?);
+    let store = Arc::new(Store::open_database(&config.database, &dir)?);
     // Sessions a killed server left open have no relay any more: their recordings end here.
     let ended = store.end_cut_recordings()?;
     if ended > 0 {

@@ -45,7 +45,7 @@ pub use http::{Rate, RateLimits};
 pub use limits::Limits;
 pub use secrets::RandomError;
 pub use state::StateError;
-pub use store::StoreError;
+pub use store::{Database, StoreError, migrate};
 
 /// A certificate chain and its private key, both PEM files.
 #[derive(Debug, Clone)]
@@ -87,6 +87,9 @@ pub struct ServeConfig {
     /// The xterm.js package folder the web UI's terminal is read from, at run time (none:
     /// Debian's `node-xterm`, `/usr/share/nodejs/xterm`).
     pub xterm_dir: Option<PathBuf>,
+    /// Where the records are kept: the SQLite file `outpost.db` in the state folder, or a
+    /// PostgreSQL database (`--database postgres://…`), migrated when the server starts.
+    pub database: Database,
 }
 
 impl ServeConfig {

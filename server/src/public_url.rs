@@ -136,6 +136,7 @@ mod tests {
             heartbeat: crate::ServeConfig::DEFAULT_HEARTBEAT,
             limits: Default::default(),
             xterm_dir: None,
+            database: crate::Database::Sqlite,
         }
     }
 }

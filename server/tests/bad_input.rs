@@ -84,15 +84,11 @@ fn stream_head(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &[u
 /// What the store holds, table by table, except the spent nonces (a refused signed request
 /// may spend its nonce: that is what makes it single-use).
 fn fingerprint(state: &Path) -> BTreeMap<&'static str, String> {
-    let db = rusqlite::Connection::open_with_flags(
-        state.join("outpost.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .expect("the database opens read-only");
+    let db = common::TestDb::open(state);
     let queries = [
         (
             "users",
-            "SELECT count(*) || ':' || coalesce(group_concat(name), '') FROM users",
+            "SELECT count(*) || ':' || coalesce(string_agg(name, ',' ORDER BY name), '') FROM users",
         ),
         (
             "tokens",
@@ -100,7 +96,7 @@ fn fingerprint(state: &Path) -> BTreeMap<&'static str, String> {
         ),
         (
             "contexts",
-            "SELECT count(*) || ':' || coalesce(group_concat(id || '/' || name || '/' || grant_version || '/' || revoked), '') FROM contexts",
+            "SELECT count(*) || ':' || coalesce(string_agg(id || '/' || name || '/' || grant_version || '/' || revoked, ',' ORDER BY id || '/' || name || '/' || grant_version || '/' || revoked), '') FROM contexts",
         ),
         (
             "machine_keys",
@@ -108,7 +104,7 @@ fn fingerprint(state: &Path) -> BTreeMap<&'static str, String> {
         ),
         (
             "executions",
-            "SELECT count(*) || ':' || coalesce(group_concat(id || '/' || status), '') FROM executions",
+            "SELECT count(*) || ':' || coalesce(string_agg(id || '/' || status, ',' ORDER BY id || '/' || status), '') FROM executions",
         ),
         // A refused call is audited (`sign_in_failed`, `call_refused`): that is its record,
         // not a change of state.
@@ -118,21 +114,25 @@ fn fingerprint(state: &Path) -> BTreeMap<&'static str, String> {
         ),
         (
             "waits",
-            "SELECT count(*) || ':' || coalesce(group_concat(id || '/' || state), '') FROM waits",
+            "SELECT count(*) || ':' || coalesce(string_agg(id || '/' || state, ',' ORDER BY id || '/' || state), '') FROM waits",
         ),
         (
             "records",
             "SELECT count(*) || ':' || coalesce(sum(seq), 0) FROM records",
         ),
     ];
+    // One query for all (one round trip when the database is PostgreSQL).
+    let all = queries
+        .iter()
+        .map(|(_, sql)| format!("({sql})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let values = db.row(&format!("SELECT {all}"));
+    assert_eq!(values.len(), queries.len(), "one value per table");
     queries
-        .into_iter()
-        .map(|(table, sql)| {
-            let value: String = db
-                .query_row(sql, [], |r| r.get(0))
-                .unwrap_or_else(|e| panic!("reading {table}: {e}"));
-            (table, value)
-        })
+        .iter()
+        .map(|(table, _)| *table)
+        .zip(values)
         .collect()
 }
 

@@ -98,15 +98,11 @@ fn an_upload_is_stored_as_a_file_and_fetched_as_it_was() {
     assert_eq!((mode(&file), mode(&state.join("bundles"))), (0o600, 0o700));
     assert!(files(&state.join("bundles"), ".upload-").is_empty());
     // The database keeps the row, not the bytes.
-    let db = rusqlite::Connection::open(state.join("outpost.db")).expect("the database");
-    let (held, size): (i64, i64) = db
-        .query_row(
-            "SELECT length(bytes), size FROM bundles WHERE sha256 = ?1",
-            [&sha],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .expect("the row");
-    assert_eq!((held, size), (0, bytes.len() as i64));
+    let db = common::TestDb::open(&state);
+    let held = db.text(&format!(
+        "SELECT length(bytes) || '/' || size FROM bundles WHERE sha256 = '{sha}'"
+    ));
+    assert_eq!(held, format!("0/{}", bytes.len()));
     // A machine fetches it whole.
     let machine = Machine::new(51);
     assert_eq!(machine.register(&server, "fetcher").status, 201);
@@ -242,8 +238,9 @@ fn a_user_keeps_at_most_the_quota_and_unused_bundles_go_unless_an_execution_need
 
 #[test]
 fn bundles_an_older_version_kept_in_the_database_move_to_files() {
+    // Only SQLite databases ever held bundles' bytes: PostgreSQL ones begin after that.
     let state = temp_dir("bundle-legacy");
-    let server = TestServer::start(&state);
+    let server = TestServer::start_sqlite(&state);
     let state_dir = server.state.clone();
     server.stop();
     let (bytes, sha) = bundle(9, 5000);
@@ -259,7 +256,7 @@ fn bundles_an_older_version_kept_in_the_database_move_to_files() {
     let dir = state_dir.join("bundles");
     std::fs::write(dir.join("f".repeat(64)), b"stray").expect("a stray file");
     std::fs::write(dir.join(".upload-crashed"), b"half").expect("an unfinished upload");
-    let server = TestServer::start(&state_dir);
+    let server = TestServer::start_sqlite(&state_dir);
     assert_eq!(std::fs::read(dir.join(&sha)).expect("moved"), bytes);
     assert!(!dir.join("f".repeat(64)).exists() && !dir.join(".upload-crashed").exists());
     assert_eq!(Machine::new(53).register(&server, "legacy").status, 201);

@@ -470,10 +470,7 @@ fn a_removal_a_crash_cut_short_is_finished_at_start() {
     );
     server.stop();
     // The users table says ana was removed; the dispatcher's records never heard of it.
-    let db = rusqlite::Connection::open(dir.join("outpost.db")).expect("the database");
-    db.execute("UPDATE users SET removed_at = 1 WHERE name = 'ana'", [])
-        .expect("ana removed");
-    drop(db);
+    common::TestDb::open(&dir).execute("UPDATE users SET removed_at = 1 WHERE name = 'ana'");
     let server = TestServer::start(&dir);
     assert_eq!(
         refusal(&server, &u.bo, json!({})).as_deref(),

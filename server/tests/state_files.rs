@@ -18,7 +18,7 @@ fn mode(path: &std::path::Path) -> u32 {
 #[test]
 fn the_database_and_its_wal_and_shm_are_0600_in_a_0700_folder() {
     let state = temp_dir("modes");
-    let server = TestServer::start(&state);
+    let server = TestServer::start_sqlite(&state);
     // Something written, so the WAL holds a commit.
     let body = serde_json::json!({"capability": inline("echo hi"), "context": "nowhere"});
     let answer = http(
@@ -53,7 +53,7 @@ fn the_database_and_its_wal_and_shm_are_0600_in_a_0700_folder() {
         std::fs::Permissions::from_mode(0o644),
     )
     .expect("chmod");
-    let server = TestServer::start(&state);
+    let server = TestServer::start_sqlite(&state);
     assert_eq!(mode(&state.join("outpost.db")), 0o600);
     server.stop();
 }

@@ -42,6 +42,7 @@ fn the_server_serves_https_with_the_given_certificate() {
         heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
         limits: Default::default(),
         xterm_dir: None,
+        database: outpost_server::Database::Sqlite,
     };
     let running = rt.block_on(start(config, Registry::new())).expect("starts");
     assert!(

@@ -724,20 +724,14 @@ fn a_pending_continuation_is_submitted_once_after_a_restart() {
     server.stop();
     // What a crash right after the match's transaction leaves: a matched wait, its
     // continuation pending, no execution yet.
-    let db = rusqlite::Connection::open(state.join("outpost.db")).expect("the database");
     let columns = "context_id, context_name, requester, source, interval_ms, expires_at_ms, \
                    reason, then_json, created_at_ms, checks, consecutive_errors";
-    db.execute(
-        &format!(
-            "INSERT INTO waits (id, dedupe_key, state, resume_text, payload, evidence, \
-             ended_at_ms, continuation_state, {columns}) \
-             SELECT 'wait_crashed', dedupe_key || '.crashed', 'matched', 'it is up', \
-             '{{\"n\":1}}', '[]', created_at_ms, 'pending', {columns} FROM waits WHERE id = ?1"
-        ),
-        [&id],
-    )
-    .expect("the crafted row");
-    drop(db);
+    common::TestDb::open(&state).execute(&format!(
+        "INSERT INTO waits (id, dedupe_key, state, resume_text, payload, evidence, \
+         ended_at_ms, continuation_state, {columns}) \
+         SELECT 'wait_crashed', dedupe_key || '.crashed', 'matched', 'it is up', \
+         '{{\"n\":1}}', '[]', created_at_ms, 'pending', {columns} FROM waits WHERE id = '{id}'"
+    ));
 
     let server = TestServer::start(&state);
     let exec_id = "ex_wait_crashed.then";
@@ -756,20 +750,15 @@ fn a_pending_continuation_is_submitted_once_after_a_restart() {
     server.stop();
 
     // A crash after the submission, before it was settled: pending again, execution there.
-    let db = rusqlite::Connection::open(state.join("outpost.db")).expect("the database");
+    let db = common::TestDb::open(&state);
     db.execute(
         "UPDATE waits SET continuation_state = 'pending', continuation_execution_id = NULL \
          WHERE id = 'wait_crashed'",
-        [],
-    )
-    .expect("back to pending");
+    );
     // A mark on the execution's row: a second submission would write the row anew.
-    db.execute(
-        "UPDATE executions SET finished_at = 42 WHERE id = ?1",
-        [exec_id],
-    )
-    .expect("the mark");
-    drop(db);
+    db.execute(&format!(
+        "UPDATE executions SET finished_at = 42 WHERE id = '{exec_id}'"
+    ));
     let server = TestServer::start(&state);
     let settled = unpended(&server, &admin, "wait_crashed");
     assert_eq!(settled["continuation"]["state"], "started");

@@ -119,6 +119,7 @@ pub fn serve_config(state_dir: PathBuf, cloud: Vec<Environment>) -> ServeConfig 
         heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
         limits: Default::default(),
         xterm_dir: None,
+        database: outpost_server::Database::Sqlite,
     }
 }
 

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../server/tests/common/postgres.rs"]
+pub mod postgres;
+
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -136,11 +139,18 @@ impl Server {
             ),
             None => ("warn", Stdio::inherit()),
         };
-        let mut child = Command::new(binary())
+        let mut command = Command::new(binary());
+        command
             .args(["serve", "--listen", listen, "--state"])
             .arg(state)
             .args(["--cloud", "shell"])
-            .args(extra)
+            .args(extra);
+        // OUTPOST_TEST_DATABASE=postgres: the records in a database of the tests' PostgreSQL
+        // cluster named after the state folder (a restart over it finds them).
+        if std::env::var("OUTPOST_TEST_DATABASE").as_deref() == Ok("postgres") {
+            command.arg("--database").arg(postgres::database_for(state));
+        }
+        let mut child = command
             .env("OUTPOST_LOG", level)
             .stdout(Stdio::piped())
             .stderr(stderr)

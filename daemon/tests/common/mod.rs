@@ -2,3 +2,6 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+
+#[path = "../../../server/tests/common/postgres.rs"]
+pub mod postgres;

@@ -17,6 +17,11 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(value)) if value.chars().any(char::is_control) => Err(ApiError::new(
+                400,
+                "invalid_path",
+                "the path is not valid: it holds a control character (%00 to %1F or %7F), which no name or id has",
+            )),
             Ok(Path(value)) => Ok(Self(value)),
             Err(e) => Err(ApiError::new(
                 400,

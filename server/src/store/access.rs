@@ -1,7 +1,7 @@
 //! Who may do what: users, their tokens (SHA-256 only), registered contexts with their
 //! machine keys, and the nonces signed requests have used.
 
-use rusqlite::{OptionalExtension as _, Row, params};
+use super::db::{DbError, OptionalExtension as _, Row, Sql as _, params};
 
 use super::{Doing as _, Store, StoreError};
 
@@ -59,7 +59,7 @@ pub(crate) enum Removal {
     AlreadyRemoved,
 }
 
-fn context_row(r: &Row<'_>) -> rusqlite::Result<ContextEntry> {
+fn context_row(r: &Row) -> Result<ContextEntry, DbError> {
     let environments: String = r.get(5)?;
     Ok(ContextEntry {
         id: r.get(0)?,
@@ -69,12 +69,12 @@ fn context_row(r: &Row<'_>) -> rusqlite::Result<ContextEntry> {
         max_concurrent: r.get(4)?,
         environments: serde_json::from_str(&environments).unwrap_or_default(),
         daemon_version: r.get(6)?,
-        registered_at: r.get::<_, i64>(7)? as u64,
+        registered_at: r.get::<i64>(7)? as u64,
         grant_json: r.get(8)?,
-        grant_version: r.get::<_, i64>(9)? as u64,
+        grant_version: r.get::<i64>(9)? as u64,
         revoked: r.get(10)?,
         shared_with_all_members: r.get(11)?,
-        opted_in: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
+        opted_in: serde_json::from_str(&r.get::<String>(12)?).unwrap_or_default(),
         operator_is_member: r.get(13)?,
     })
 }
@@ -84,7 +84,7 @@ impl Store {
     pub fn has_users(&self) -> Result<bool, StoreError> {
         let n: i64 = self
             .read()
-            .query_row("SELECT COUNT(*) FROM users", [], |r| r.get(0))
+            .query_row("SELECT COUNT(*) FROM users", params![], |r| r.get(0))
             .doing("counting users")?;
         Ok(n > 0)
     }
@@ -121,7 +121,7 @@ impl Store {
         let found: Option<Option<i64>> = tx
             .query_row(
                 "SELECT removed_at FROM users WHERE name = ?1",
-                [name],
+                params![name],
                 |r| r.get(0),
             )
             .optional()
@@ -136,8 +136,11 @@ impl Store {
             )
             .doing("removing a user")?;
         }
-        tx.execute("UPDATE tokens SET revoked = 1 WHERE user = ?1", [name])
-            .doing("revoking a user's tokens")?;
+        tx.execute(
+            "UPDATE tokens SET revoked = 1 WHERE \"user\" = ?1",
+            params![name],
+        )
+        .doing("revoking a user's tokens")?;
         tx.commit().doing("committing a user removal")?;
         Ok(if removed_at.is_none() {
             Removal::Removed
@@ -148,15 +151,15 @@ impl Store {
 
     /// The users removed from the organization.
     pub fn removed_users(&self) -> Result<std::collections::HashSet<String>, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare("SELECT name FROM users WHERE removed_at IS NOT NULL")
+        let names: Vec<String> = self
+            .lock()
+            .query_map(
+                "SELECT name FROM users WHERE removed_at IS NOT NULL",
+                params![],
+                |r| r.get::<String>(0),
+            )
             .doing("listing removed users")?;
-        let rows = stmt
-            .query_map([], |r| r.get::<_, String>(0))
-            .doing("listing removed users")?;
-        rows.collect::<Result<_, _>>()
-            .doing("listing removed users")
+        Ok(names.into_iter().collect())
     }
 
     /// Adds a token for an existing user.
@@ -168,15 +171,16 @@ impl Store {
         expires_at: Option<u64>,
         now: u64,
     ) -> Result<(), StoreError> {
-        insert_token(&self.lock(), user, token_hash, scopes, expires_at, now)
+        insert_token(&*self.lock(), user, token_hash, scopes, expires_at, now)
     }
 
     /// The token with this hash.
     pub fn token(&self, hash: &[u8; 32]) -> Result<Option<TokenEntry>, StoreError> {
         self.read()
-            .prepare_cached("SELECT user, scopes, expires_at, revoked FROM tokens WHERE hash = ?1")
-            .and_then(|mut stmt| {
-                stmt.query_row([hash.as_slice()], |r| {
+            .query_row(
+                "SELECT \"user\", scopes, expires_at, revoked FROM tokens WHERE hash = ?1",
+                params![hash.as_slice()],
+                |r| {
                     let scopes: String = r.get(1)?;
                     Ok(TokenEntry {
                         user: r.get(0)?,
@@ -185,12 +189,12 @@ impl Store {
                             .filter(|s| !s.is_empty())
                             .map(str::to_owned)
                             .collect(),
-                        expires_at: r.get::<_, Option<i64>>(2)?.map(|t| t as u64),
+                        expires_at: r.get::<Option<i64>>(2)?.map(|t| t as u64),
                         revoked: r.get(3)?,
                     })
-                })
-                .optional()
-            })
+                },
+            )
+            .optional()
             .doing("looking up a token")
     }
 
@@ -231,10 +235,12 @@ impl Store {
 
     fn one_context(&self, clause: &str, arg: &str) -> Result<Option<ContextEntry>, StoreError> {
         self.read()
-            .prepare_cached(&format!(
-                "SELECT {READ_COLUMNS} FROM contexts WHERE {clause}"
-            ))
-            .and_then(|mut stmt| stmt.query_row([arg], context_row).optional())
+            .query_row(
+                &format!("SELECT {READ_COLUMNS} FROM contexts WHERE {clause}"),
+                params![arg],
+                context_row,
+            )
+            .optional()
             .doing("reading a context")
     }
 
@@ -257,16 +263,17 @@ impl Store {
         shared_only: bool,
     ) -> Result<Option<ContextEntry>, StoreError> {
         self.read()
-            .prepare_cached(&format!(
-                "SELECT {READ_COLUMNS} FROM contexts
-                 WHERE name = ?1 AND revoked = 0 AND (?2 IS NULL OR operator = ?2)
-                   AND (?3 = 0 OR shared_with_all_members = 1)
-                 ORDER BY registered_at, id LIMIT 1"
-            ))
-            .and_then(|mut stmt| {
-                stmt.query_row(params![name, operator, shared_only], context_row)
-                    .optional()
-            })
+            .query_row(
+                &format!(
+                    "SELECT {READ_COLUMNS} FROM contexts
+                     WHERE name = ?1 AND revoked = 0 AND (CAST(?2 AS TEXT) IS NULL OR operator = ?2)
+                       AND (?3 = 0 OR shared_with_all_members = 1)
+                     ORDER BY registered_at, id LIMIT 1"
+                ),
+                params![name, operator, shared_only],
+                context_row,
+            )
+            .optional()
             .doing("reading a context")
     }
 
@@ -275,8 +282,8 @@ impl Store {
     pub fn live_name_taken(&self, operator: &str, name: &str) -> Result<bool, StoreError> {
         self.read()
             .query_row(
-                "SELECT EXISTS (SELECT 1 FROM contexts WHERE operator = ?1 AND name = ?2 AND revoked = 0)",
-                [operator, name],
+                "SELECT CASE WHEN EXISTS (SELECT 1 FROM contexts WHERE operator = ?1 AND name = ?2 AND revoked = 0) THEN 1 ELSE 0 END",
+                params![operator, name],
                 |r| r.get(0),
             )
             .doing("checking a context name")
@@ -284,27 +291,29 @@ impl Store {
 
     /// Every context, oldest first.
     pub fn contexts(&self) -> Result<Vec<ContextEntry>, StoreError> {
-        let conn = self.read();
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT {READ_COLUMNS} FROM contexts ORDER BY registered_at, id"
-            ))
-            .doing("listing contexts")?;
-        let rows = stmt.query_map([], context_row).doing("listing contexts")?;
-        rows.collect::<Result<_, _>>().doing("listing contexts")
+        self.read()
+            .query_map(
+                &format!("SELECT {READ_COLUMNS} FROM contexts ORDER BY registered_at, id"),
+                params![],
+                context_row,
+            )
+            .doing("listing contexts")
     }
 
     /// Removes a context and its machine key (its executions keep their copied name).
     pub fn delete_context(&self, id: &str) -> Result<(), StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction().doing("starting a delete")?;
-        tx.execute("DELETE FROM machine_keys WHERE context_id = ?1", [id])
-            .doing("deleting a machine key")?;
-        tx.execute("DELETE FROM contexts WHERE id = ?1", [id])
+        tx.execute(
+            "DELETE FROM machine_keys WHERE context_id = ?1",
+            params![id],
+        )
+        .doing("deleting a machine key")?;
+        tx.execute("DELETE FROM contexts WHERE id = ?1", params![id])
             .doing("deleting a context")?;
         tx.execute(
             "DELETE FROM records WHERE kind = 'context' AND key = ?1",
-            [id],
+            params![id],
         )
         .doing("deleting a context record")?;
         tx.commit().doing("committing a delete")?;
@@ -321,7 +330,7 @@ impl Store {
             .read()
             .query_row(
                 "SELECT context_id, public_key, revoked FROM machine_keys WHERE key_id = ?1",
-                [key_id],
+                params![key_id],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()
@@ -344,7 +353,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         self.lock()
             .execute(
-                "INSERT OR IGNORE INTO nonces (key_id, nonce, created, expires, keep_until) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO nonces (key_id, nonce, created, expires, keep_until) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
                 params![key_id, nonce, created as i64, expires.map(|e| e as i64), keep_until as i64],
             )
             .doing("recording a nonce")?;
@@ -358,27 +367,29 @@ impl Store {
         now: u64,
     ) -> Result<Vec<(String, String, u64, Option<u64>)>, StoreError> {
         let conn = self.lock();
-        conn.execute("DELETE FROM nonces WHERE keep_until < ?1", [now as i64])
-            .doing("pruning nonces")?;
-        let mut stmt = conn
-            .prepare("SELECT key_id, nonce, created, expires FROM nonces")
-            .doing("reading nonces")?;
-        let rows = stmt
-            .query_map([], |r| {
+        conn.execute(
+            "DELETE FROM nonces WHERE keep_until < ?1",
+            params![now as i64],
+        )
+        .doing("pruning nonces")?;
+        conn.query_map(
+            "SELECT key_id, nonce, created, expires FROM nonces",
+            params![],
+            |r| {
                 Ok((
                     r.get(0)?,
                     r.get(1)?,
-                    r.get::<_, i64>(2)? as u64,
-                    r.get::<_, Option<i64>>(3)?.map(|e| e as u64),
+                    r.get::<i64>(2)? as u64,
+                    r.get::<Option<i64>>(3)?.map(|e| e as u64),
                 ))
-            })
-            .doing("reading nonces")?;
-        rows.collect::<Result<_, _>>().doing("reading nonces")
+            },
+        )
+        .doing("reading nonces")
     }
 }
 
 pub(super) fn insert_token(
-    conn: &rusqlite::Connection,
+    conn: &impl super::db::Sql,
     user: &str,
     hash: &[u8; 32],
     scopes: &[String],
@@ -386,7 +397,7 @@ pub(super) fn insert_token(
     now: u64,
 ) -> Result<(), StoreError> {
     conn.execute(
-        "INSERT INTO tokens (hash, user, scopes, expires_at, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO tokens (hash, \"user\", scopes, expires_at, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![hash.as_slice(), user, scopes.join(" "), expires_at.map(|e| e as i64), now as i64],
     )
     .doing("storing a token")?;

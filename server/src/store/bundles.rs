@@ -13,8 +13,8 @@ use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
+use super::db::{OptionalExtension as _, Sql as _, params};
 use outpost_core::server::ExecutionStatus;
-use rusqlite::{OptionalExtension as _, params};
 
 use super::{Doing as _, Store, StoreError};
 
@@ -87,8 +87,8 @@ impl Store {
         let used: i64 = self
             .read()
             .query_row(
-                "SELECT COALESCE(SUM(size), 0) FROM bundles WHERE user = ?1",
-                [user],
+                "SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM bundles WHERE \"user\" = ?1",
+                params![user],
                 |r| r.get(0),
             )
             .doing("summing a user's bundles")?;
@@ -115,7 +115,7 @@ impl Store {
         let tx = conn.transaction().doing("starting to store a bundle")?;
         let touched = tx
             .execute(
-                "UPDATE bundles SET used_at = MAX(used_at, ?2) WHERE sha256 = ?1",
+                "UPDATE bundles SET used_at = CASE WHEN used_at < ?2 THEN ?2 ELSE used_at END WHERE sha256 = ?1",
                 params![sha256, now as i64],
             )
             .doing("marking a bundle used")?;
@@ -125,8 +125,8 @@ impl Store {
         }
         let used: i64 = tx
             .query_row(
-                "SELECT COALESCE(SUM(size), 0) FROM bundles WHERE user = ?1",
-                [user],
+                "SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM bundles WHERE \"user\" = ?1",
+                params![user],
                 |r| r.get(0),
             )
             .doing("summing a user's bundles")?;
@@ -138,9 +138,16 @@ impl Store {
         fs::rename(upload, &path).doing("moving a bundle into place")?;
         sync_dir(self.bundle_dir()).doing("syncing the bundle folder")?;
         tx.execute(
-            "INSERT INTO bundles (sha256, bytes, user, created_at, size, used_at, manifest)
-             VALUES (?1, X'', ?2, ?3, ?4, ?3, ?5)",
-            params![sha256, user, now as i64, size as i64, manifest],
+            "INSERT INTO bundles (sha256, bytes, \"user\", created_at, size, used_at, manifest)
+             VALUES (?1, ?6, ?2, ?3, ?4, ?3, ?5)",
+            params![
+                sha256,
+                user,
+                now as i64,
+                size as i64,
+                manifest,
+                Vec::<u8>::new()
+            ],
         )
         .doing("storing a bundle")?;
         tx.commit().doing("storing a bundle")?;
@@ -161,10 +168,10 @@ impl Store {
         .doing("marking a bundle used")?;
         conn.query_row(
             "SELECT size, manifest FROM bundles WHERE sha256 = ?1",
-            [sha256],
+            params![sha256],
             |r| {
                 Ok(BundleRow {
-                    size: r.get::<_, i64>(0)?.max(0) as u64,
+                    size: r.get::<i64>(0)?.max(0) as u64,
                     manifest: r.get(1)?,
                 })
             },
@@ -176,28 +183,21 @@ impl Store {
     /// Deletes every bundle last used before `unused_since` that no execution not ended
     /// names, rows and files; returns their digests.
     pub(crate) fn sweep_bundles(&self, unused_since: u64) -> Result<Vec<String>, StoreError> {
-        let gone: Vec<String> = {
-            let conn = self.lock();
-            let mut stmt = conn
-                .prepare(
-                    "DELETE FROM bundles WHERE used_at < ?1 AND NOT EXISTS (
-                         SELECT 1 FROM executions e
-                         WHERE e.bundle = bundles.sha256 AND e.status IN (?2, ?3))
-                     RETURNING sha256",
-                )
-                .doing("sweeping bundles")?;
-            let rows = stmt
-                .query_map(
-                    rusqlite::params![
-                        unused_since as i64,
-                        ExecutionStatus::Pending.as_str(),
-                        ExecutionStatus::Running.as_str()
-                    ],
-                    |r| r.get(0),
-                )
-                .doing("sweeping bundles")?;
-            rows.collect::<Result<_, _>>().doing("sweeping bundles")?
-        };
+        let gone: Vec<String> = self
+            .lock()
+            .query_map(
+                "DELETE FROM bundles WHERE used_at < ?1 AND NOT EXISTS (
+                     SELECT 1 FROM executions e
+                     WHERE e.bundle = bundles.sha256 AND e.status IN (?2, ?3))
+                 RETURNING sha256",
+                params![
+                    unused_since as i64,
+                    ExecutionStatus::Pending.as_str(),
+                    ExecutionStatus::Running.as_str()
+                ],
+                |r| r.get(0),
+            )
+            .doing("sweeping bundles")?;
         for sha256 in &gone {
             match fs::remove_file(self.bundle_path(sha256)) {
                 Ok(()) => {}
@@ -212,12 +212,8 @@ impl Store {
     /// and moves the bytes of rows an older version wrote into files.
     /// The digests `query` (one column, `sha256`) lists.
     fn bundle_digests(&self, query: &str) -> Result<Vec<String>, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare(query).doing("listing stored bundles")?;
-        let rows = stmt
-            .query_map([], |r| r.get(0))
-            .doing("listing stored bundles")?;
-        rows.collect::<Result<_, _>>()
+        self.lock()
+            .query_map(query, params![], |r| r.get(0))
             .doing("listing stored bundles")
     }
 
@@ -257,7 +253,7 @@ impl Store {
             .lock()
             .query_row(
                 "SELECT bytes FROM bundles WHERE sha256 = ?1",
-                [sha256],
+                params![sha256],
                 |r| r.get(0),
             )
             .doing("reading a stored bundle")?;
@@ -280,8 +276,8 @@ impl Store {
         sync_dir(self.bundle_dir()).doing("syncing the bundle folder")?;
         self.lock()
             .execute(
-                "UPDATE bundles SET bytes = X'', size = ?2, manifest = ?3 WHERE sha256 = ?1",
-                params![sha256, bytes.len() as i64, manifest],
+                "UPDATE bundles SET bytes = ?4, size = ?2, manifest = ?3 WHERE sha256 = ?1",
+                params![sha256, bytes.len() as i64, manifest, Vec::<u8>::new()],
             )
             .doing("emptying a moved bundle's row")?;
         Ok(())

@@ -6,7 +6,7 @@
 //! This module owns those rows. It never decides whether a registration may go ahead: the
 //! registration route reads a token's bounds and refuses.
 
-use rusqlite::{OptionalExtension as _, Row, params};
+use super::db::{DbError, OptionalExtension as _, Row, Sql as _, params};
 
 use super::{Doing as _, Store, StoreError};
 
@@ -34,14 +34,14 @@ pub(crate) struct JoinTokenEntry {
 const COLUMNS: &str = "j.id, j.created_by, j.created_at, t.expires_at, j.uses_left, j.used, \
      j.name_prefix, t.revoked";
 
-fn row(r: &Row<'_>) -> rusqlite::Result<JoinTokenEntry> {
+fn row(r: &Row) -> Result<JoinTokenEntry, DbError> {
     Ok(JoinTokenEntry {
         id: r.get(0)?,
         created_by: r.get(1)?,
-        created_at: r.get::<_, i64>(2)? as u64,
-        expires_at: r.get::<_, Option<i64>>(3)?.map(|t| t as u64),
-        uses_left: r.get::<_, Option<i64>>(4)?.map(|n| n.max(0) as u32),
-        used: r.get::<_, i64>(5)?.max(0) as u32,
+        created_at: r.get::<i64>(2)? as u64,
+        expires_at: r.get::<Option<i64>>(3)?.map(|t| t as u64),
+        uses_left: r.get::<Option<i64>>(4)?.map(|n| n.max(0) as u32),
+        used: r.get::<i64>(5)?.max(0) as u32,
         name_prefix: r.get(6)?,
         revoked: r.get(7)?,
     })
@@ -93,8 +93,8 @@ impl Store {
     ) -> Result<(), StoreError> {
         self.lock()
             .execute(
-                "INSERT OR IGNORE INTO join_tokens (id, hash, created_by, created_at, used) \
-                 SELECT ?1, hash, ?3, ?4, 0 FROM tokens WHERE hash = ?2",
+                "INSERT INTO join_tokens (id, hash, created_by, created_at, used) \
+                 SELECT ?1, hash, ?3, ?4, 0 FROM tokens WHERE hash = ?2 ON CONFLICT DO NOTHING",
                 params![id, token_hash.as_slice(), created_by, now as i64],
             )
             .doing("adopting the first join token")?;
@@ -103,15 +103,16 @@ impl Store {
 
     /// Every join token, newest first.
     pub(crate) fn join_tokens(&self) -> Result<Vec<JoinTokenEntry>, StoreError> {
-        let conn = self.read();
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM join_tokens j JOIN tokens t ON t.hash = j.hash \
-                 ORDER BY j.created_at DESC, j.rowid DESC"
-            ))
-            .doing("listing join tokens")?;
-        let rows = stmt.query_map([], row).doing("listing join tokens")?;
-        rows.collect::<Result<_, _>>().doing("listing join tokens")
+        self.read()
+            .query_map(
+                &format!(
+                    "SELECT {COLUMNS} FROM join_tokens j JOIN tokens t ON t.hash = j.hash \
+                     ORDER BY j.created_at DESC, j.rowid DESC"
+                ),
+                params![],
+                row,
+            )
+            .doing("listing join tokens")
     }
 
     /// The join token whose bearer token has `token_hash`, if that token is a join token.
@@ -120,11 +121,15 @@ impl Store {
         token_hash: &[u8; 32],
     ) -> Result<Option<JoinTokenEntry>, StoreError> {
         self.read()
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM join_tokens j JOIN tokens t ON t.hash = j.hash \
-                 WHERE j.hash = ?1"
-            ))
-            .and_then(|mut stmt| stmt.query_row([token_hash.as_slice()], row).optional())
+            .query_row(
+                &format!(
+                    "SELECT {COLUMNS} FROM join_tokens j JOIN tokens t ON t.hash = j.hash \
+                     WHERE j.hash = ?1"
+                ),
+                params![token_hash.as_slice()],
+                row,
+            )
+            .optional()
             .doing("looking up a join token")
     }
 
@@ -134,7 +139,7 @@ impl Store {
             .lock()
             .execute(
                 "UPDATE tokens SET revoked = 1 WHERE hash = (SELECT hash FROM join_tokens WHERE id = ?1)",
-                [id],
+                params![id],
             )
             .doing("revoking a join token")?;
         Ok(changed > 0)
@@ -147,9 +152,9 @@ impl Store {
         let tx = conn.transaction().doing("starting a join token's use")?;
         tx.execute(
             "UPDATE join_tokens SET used = used + 1, \
-             uses_left = CASE WHEN uses_left IS NULL THEN NULL ELSE MAX(uses_left - 1, 0) END \
+             uses_left = CASE WHEN uses_left > 0 THEN uses_left - 1 WHEN uses_left IS NULL THEN NULL ELSE 0 END \
              WHERE id = ?1",
-            [id],
+            params![id],
         )
         .doing("counting a join token's use")?;
         tx.execute(

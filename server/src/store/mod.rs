@@ -1,9 +1,11 @@
 //! The server's durable state: one SQLite database (`DIR/outpost.db`, mode 0600 with its
-//! `-wal` and `-shm`, WAL, `synchronous=FULL`, versioned migrations in a `schema_version`
-//! table).
+//! `-wal` and `-shm`, WAL, `synchronous=FULL`) or one PostgreSQL database
+//! (`--database postgres://…`, `synchronous_commit` on), versioned migrations in a
+//! `schema_version` table.
 //!
-//! [`Store`] is the seam a Postgres store would replace: every query the server makes goes
-//! through its methods, none takes SQL from a caller. It keeps the dispatcher's records byte
+//! [`Store`] is the one seam to the database: every query the server makes goes through its
+//! methods, none takes SQL from a caller, and each is written once for both databases
+//! ([`db`] owns the difference). It keeps the dispatcher's records byte
 //! for byte as `ServerRecord::encode` wrote them (one row per record key, replaced on upsert)
 //! and the server's own tables: users (and who was removed), tokens (SHA-256 only), contexts
 //! (with their sharing, as the records say) and their machine keys, used nonces, executions
@@ -14,17 +16,20 @@
 mod access;
 mod bundles;
 pub mod changes;
+pub(crate) mod db;
 mod joins;
 mod recordings;
 mod records;
 mod runs;
 mod schema;
+#[cfg(test)]
+mod tests;
 mod waits;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use rusqlite::Connection;
+use db::{Conn, Driver, PgConn};
 
 pub(crate) use access::{ContextEntry, Removal};
 pub(crate) use bundles::{NewBundle, Stored};
@@ -73,18 +78,99 @@ impl<T, E: std::error::Error + Send + Sync + 'static> Doing<T> for Result<T, E> 
     }
 }
 
-/// The SQLite store. Cheap calls: each takes a connection's lock for one statement or one
+/// The store. Cheap calls: each takes a connection's lock for one statement or one
 /// transaction. Writes go through one connection; reads through another, so that a read
 /// (a token check, an execution a request waits on) never waits for a commit's fsync: in
-/// WAL mode a reader sees every transaction committed before its statement began.
+/// WAL mode (and in PostgreSQL) a reader sees every transaction committed before its
+/// statement began.
 #[derive(Debug)]
 pub struct Store {
-    conn: Mutex<Connection>,
-    reader: Mutex<Connection>,
-    /// The folder of bundle files, `bundles/` beside the database.
+    conn: Mutex<Conn>,
+    reader: Mutex<Conn>,
+    /// The folder of bundle files, `bundles/` in the state folder.
     bundles: std::path::PathBuf,
     /// Announces committed changes to the pages that keep a list open.
     changes: changes::Changes,
+    /// What drives PostgreSQL's sockets; dropped after the connections (fields drop in
+    /// order), never read.
+    _driver: Option<Driver>,
+}
+
+/// Which database a store keeps its state in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// `DIR/outpost.db`, the default.
+    Sqlite,
+    /// A PostgreSQL database by its URL (`postgres://user@host/db`).
+    Postgres(String),
+}
+
+impl Database {
+    /// The database `--database` names: absent is SQLite; a `postgres://` or
+    /// `postgresql://` URL is PostgreSQL.
+    pub fn from_flag(flag: Option<&str>) -> Result<Self, String> {
+        match flag {
+            None => Ok(Self::Sqlite),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(Self::Postgres(url.to_owned()))
+            }
+            Some(other) => Err(format!(
+                "--database `{}` is not a PostgreSQL URL: write postgres://USER@HOST:PORT/DATABASE, or leave it out for the SQLite file in the state folder",
+                redact(other)
+            )),
+        }
+    }
+
+    /// The URL without its password, for messages and logs.
+    pub fn shown(&self) -> String {
+        match self {
+            Self::Sqlite => "the SQLite file in the state folder".to_owned(),
+            Self::Postgres(url) => redact(url),
+        }
+    }
+}
+
+/// Brings the schema of `database` (for the state folder `dir`) up to date without serving:
+/// `outpost serve migrate`. Returns the version it is at. Safe while other nodes serve: they
+/// refuse a schema newer than they know, and nodes migrating together take turns.
+pub fn migrate(database: &Database, dir: &Path) -> Result<i64, StoreError> {
+    let mut conn = match database {
+        Database::Sqlite => {
+            use std::os::unix::fs::DirBuilderExt as _;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .doing("making the state folder")?;
+            let path = dir.join("outpost.db");
+            outpost_host::private_database(&path).doing("making the database private")?;
+            Conn::Sqlite(Store::connect(&path)?)
+        }
+        Database::Postgres(url) => {
+            let driver = Driver::start().doing("starting the database driver")?;
+            let mut conn =
+                Conn::Postgres(PgConn::connect(url, &driver).doing("connecting to PostgreSQL")?);
+            schema::require_durable_commits(&conn)?;
+            schema::migrate(&mut conn)?;
+            return schema::version(&conn);
+        }
+    };
+    schema::migrate(&mut conn)?;
+    schema::version(&conn)
+}
+
+/// `url` with any password between `:` and `@` replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
 }
 
 impl Store {
@@ -93,24 +179,51 @@ impl Store {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         // 0600 before SQLite makes it (0644 less the umask), and its -wal and -shm with it.
         outpost_host::private_database(path).doing("making the database private")?;
-        let conn = Self::connect(path)?;
-        schema::migrate(&conn)?;
+        let mut conn = Conn::Sqlite(Self::connect(path)?);
+        schema::migrate(&mut conn)?;
         // Opened after the migrations, so it never sees a schema half made.
-        let reader = Self::connect(path)?;
+        let reader = Conn::Sqlite(Self::connect(path)?);
         let folder = path.parent().unwrap_or_else(|| Path::new("."));
         let store = Self {
             conn: Mutex::new(conn),
             reader: Mutex::new(reader),
             bundles: folder.join("bundles"),
             changes: changes::Changes::default(),
+            _driver: None,
         };
         store.prepare_bundles()?;
         Ok(store)
     }
 
-    /// One connection to the database, set up as every connection of the store is.
-    fn connect(path: &Path) -> Result<Connection, StoreError> {
-        let conn = Connection::open(path).doing("opening the database")?;
+    /// Opens the store `database` names for the state folder `dir`: `DIR/outpost.db`, or the
+    /// PostgreSQL database (migrated; refused when it may acknowledge a commit before it is
+    /// durable). Bundle files stay in `DIR/bundles/` either way.
+    pub fn open_database(database: &Database, dir: &Path) -> Result<Self, StoreError> {
+        let url = match database {
+            Database::Sqlite => return Self::open(&dir.join("outpost.db")),
+            Database::Postgres(url) => url,
+        };
+        let driver = Driver::start().doing("starting the database driver")?;
+        let mut conn =
+            Conn::Postgres(PgConn::connect(url, &driver).doing("connecting to PostgreSQL")?);
+        schema::require_durable_commits(&conn)?;
+        schema::migrate(&mut conn)?;
+        let reader =
+            Conn::Postgres(PgConn::connect(url, &driver).doing("connecting to PostgreSQL")?);
+        let store = Self {
+            conn: Mutex::new(conn),
+            reader: Mutex::new(reader),
+            bundles: dir.join("bundles"),
+            changes: changes::Changes::default(),
+            _driver: Some(driver),
+        };
+        store.prepare_bundles()?;
+        Ok(store)
+    }
+
+    /// One SQLite connection, set up as every connection of the store is.
+    fn connect(path: &Path) -> Result<rusqlite::Connection, StoreError> {
+        let conn = rusqlite::Connection::open(path).doing("opening the database")?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .doing("switching to WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")
@@ -128,7 +241,7 @@ impl Store {
     }
 
     /// The connection that writes (and reads what a write depends on).
-    fn lock(&self) -> MutexGuard<'_, Connection> {
+    fn lock(&self) -> MutexGuard<'_, Conn> {
         // A panic while holding the lock leaves SQLite consistent (statements are atomic and
         // unfinished transactions roll back on drop), so a poisoned lock is still usable.
         self.conn
@@ -137,18 +250,14 @@ impl Store {
     }
 
     /// The connection that only reads: it never waits for a commit in progress.
-    fn read(&self) -> MutexGuard<'_, Connection> {
+    fn read(&self) -> MutexGuard<'_, Conn> {
         self.reader
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
-/// Runs one statement through the connection's statement cache (prepared once, reused).
-fn exec<P: rusqlite::Params>(
-    conn: &rusqlite::Connection,
-    sql: &str,
-    params: P,
-) -> rusqlite::Result<usize> {
-    conn.prepare_cached(sql)?.execute(params)
+/// Runs one statement on `conn` (a connection or a transaction).
+fn exec(conn: &impl db::Sql, sql: &str, params: db::Params<'_>) -> Result<usize, db::DbError> {
+    conn.execute(sql, params)
 }

@@ -6,7 +6,7 @@
 //! This module stores and deletes; it never decides who may read a recording (the route does)
 //! and never writes the format (core's `terminal::cast` does).
 
-use rusqlite::OptionalExtension as _;
+use super::db::{DbError, OptionalExtension as _, Sql as _, params};
 
 use super::{Doing as _, Store, StoreError};
 
@@ -50,15 +50,15 @@ pub(crate) struct RecordingAppend {
 const COLUMNS: &str = "exec_id, context_id, context_name, opened_by, started_at, ended_at, size,
      records_input, truncated";
 
-fn entry_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecordingEntry> {
+fn entry_of(r: &super::db::Row) -> Result<RecordingEntry, DbError> {
     Ok(RecordingEntry {
         exec_id: r.get(0)?,
         context_id: r.get(1)?,
         context_name: r.get(2)?,
         opened_by: r.get(3)?,
-        started_at: r.get::<_, i64>(4)? as u64,
-        ended_at: r.get::<_, Option<i64>>(5)?.map(|t| t as u64),
-        size: r.get::<_, i64>(6)? as u64,
+        started_at: r.get::<i64>(4)? as u64,
+        ended_at: r.get::<Option<i64>>(5)?.map(|t| t as u64),
+        size: r.get::<i64>(6)? as u64,
         records_input: r.get(7)?,
         truncated: r.get(8)?,
     })
@@ -88,10 +88,10 @@ impl Store {
         let tx = conn.transaction().doing("writing recordings")?;
         for entry in starts {
             tx.execute(
-                "INSERT OR IGNORE INTO recordings (exec_id, context_id, context_name, opened_by,
+                "INSERT INTO recordings (exec_id, context_id, context_name, opened_by,
                      started_at, size, records_input, truncated)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0)",
-                rusqlite::params![
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0) ON CONFLICT DO NOTHING",
+                params![
                     entry.exec_id,
                     entry.context_id,
                     entry.context_name,
@@ -105,10 +105,10 @@ impl Store {
         for a in appends {
             let known = tx
                 .execute(
-                    "UPDATE recordings SET size = size + ?2, truncated = truncated OR ?3,
+                    "UPDATE recordings SET size = size + ?2, truncated = CASE WHEN ?3 = 1 THEN 1 ELSE truncated END,
                          ended_at = COALESCE(?4, ended_at)
                      WHERE exec_id = ?1",
-                    rusqlite::params![
+                    params![
                         a.exec_id,
                         a.text.len() as i64,
                         a.truncated,
@@ -121,7 +121,7 @@ impl Store {
                     "INSERT INTO recording_chunks (exec_id, seq, text)
                      VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM recording_chunks
                                   WHERE exec_id = ?1), ?2)",
-                    rusqlite::params![a.exec_id, a.text],
+                    params![a.exec_id, a.text],
                 )
                 .doing("appending to a recording")?;
             }
@@ -134,7 +134,7 @@ impl Store {
         self.read()
             .query_row(
                 &format!("SELECT {COLUMNS} FROM recordings WHERE exec_id = ?1"),
-                [exec_id],
+                params![exec_id],
                 entry_of,
             )
             .optional()
@@ -149,35 +149,31 @@ impl Store {
         context: Option<&str>,
         limit: u32,
     ) -> Result<Vec<RecordingEntry>, StoreError> {
-        let conn = self.read();
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM recordings
-                 WHERE (?1 IS NULL OR opened_by = ?1)
-                   AND (?2 IS NULL OR context_id = ?2 OR context_name = ?2)
-                 ORDER BY started_at DESC, exec_id DESC LIMIT ?3"
-            ))
-            .doing("listing recordings")?;
-        let rows = stmt
-            .query_map(rusqlite::params![opened_by, context, limit], entry_of)
-            .doing("listing recordings")?;
-        rows.collect::<Result<_, _>>().doing("listing recordings")
+        self.read()
+            .query_map(
+                &format!(
+                    "SELECT {COLUMNS} FROM recordings
+                     WHERE (CAST(?1 AS TEXT) IS NULL OR opened_by = ?1)
+                       AND (CAST(?2 AS TEXT) IS NULL OR context_id = ?2 OR context_name = ?2)
+                     ORDER BY started_at DESC, exec_id DESC LIMIT ?3"
+                ),
+                params![opened_by, context, limit],
+                entry_of,
+            )
+            .doing("listing recordings")
     }
 
     /// Recording `exec_id`'s text, chunks in order (empty when it has none).
     pub(crate) fn recording_text(&self, exec_id: &str) -> Result<String, StoreError> {
-        let conn = self.read();
-        let mut stmt = conn
-            .prepare_cached("SELECT text FROM recording_chunks WHERE exec_id = ?1 ORDER BY seq")
+        let chunks = self
+            .read()
+            .query_map(
+                "SELECT text FROM recording_chunks WHERE exec_id = ?1 ORDER BY seq",
+                params![exec_id],
+                |r| r.get::<String>(0),
+            )
             .doing("reading a recording")?;
-        let chunks = stmt
-            .query_map([exec_id], |r| r.get::<_, String>(0))
-            .doing("reading a recording")?;
-        let mut text = String::new();
-        for chunk in chunks {
-            text.push_str(&chunk.doing("reading a recording")?);
-        }
-        Ok(text)
+        Ok(chunks.concat())
     }
 
     /// Ends the recordings a server stopped without ending (it was killed mid-session; no
@@ -186,23 +182,18 @@ impl Store {
     pub(crate) fn end_cut_recordings(&self) -> Result<usize, StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction().doing("ending cut recordings")?;
-        let open: Vec<(String, i64, bool)> = {
-            let mut stmt = tx
-                .prepare(
-                    "SELECT exec_id, started_at, truncated FROM recordings WHERE ended_at IS NULL",
-                )
-                .doing("ending cut recordings")?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .doing("ending cut recordings")?;
-            rows.collect::<Result<_, _>>()
-                .doing("ending cut recordings")?
-        };
+        let open: Vec<(String, i64, bool)> = tx
+            .query_map(
+                "SELECT exec_id, started_at, truncated FROM recordings WHERE ended_at IS NULL",
+                params![],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .doing("ending cut recordings")?;
         for (exec_id, started_at, truncated) in &open {
             let last: Option<String> = tx
                 .query_row(
                     "SELECT text FROM recording_chunks WHERE exec_id = ?1 ORDER BY seq DESC LIMIT 1",
-                    [exec_id],
+                    params![exec_id],
                     |r| r.get(0),
                 )
                 .optional()
@@ -216,7 +207,7 @@ impl Store {
             };
             tx.execute(
                 "UPDATE recordings SET ended_at = ?2, size = size + ?3 WHERE exec_id = ?1",
-                rusqlite::params![
+                params![
                     exec_id,
                     started_at + seconds.ceil() as i64,
                     marker.len() as i64
@@ -228,7 +219,7 @@ impl Store {
                     "INSERT INTO recording_chunks (exec_id, seq, text)
                      VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM recording_chunks
                                   WHERE exec_id = ?1), ?2)",
-                    rusqlite::params![exec_id, marker],
+                    params![exec_id, marker],
                 )
                 .doing("ending cut recordings")?;
             }
@@ -247,13 +238,13 @@ impl Store {
         let gone = tx
             .execute(
                 "DELETE FROM recordings WHERE COALESCE(ended_at, started_at + 86400) < ?1",
-                [cutoff as i64],
+                params![cutoff as i64],
             )
             .doing("sweeping recordings")?;
         tx.execute(
             "DELETE FROM recording_chunks
              WHERE exec_id NOT IN (SELECT exec_id FROM recordings)",
-            [],
+            params![],
         )
         .doing("sweeping recordings")?;
         tx.commit().doing("sweeping recordings")?;
@@ -281,105 +272,99 @@ mod tests {
 
     #[test]
     fn a_recording_a_killed_server_left_open_ends_at_its_last_event_with_a_marker() {
-        let dir =
-            std::env::temp_dir().join(format!("outpost-cut-recordings-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(&dir.join("outpost.db")).unwrap();
-        store
-            .write_recordings(&[entry("ex_cut", 1000), entry("ex_done", 1000)], &[])
-            .unwrap();
-        let lines = "{\"version\": 2}\n[0.5, \"o\", \"a\"]\n[2.25, \"o\", \"b\"]\n";
-        let appends = [
-            RecordingAppend {
-                exec_id: "ex_cut".into(),
-                text: lines.into(),
-                truncated: false,
-                ended_at: None,
-            },
-            RecordingAppend {
-                exec_id: "ex_done".into(),
-                text: lines.into(),
-                truncated: false,
-                ended_at: Some(1001),
-            },
-        ];
-        store.write_recordings(&[], &appends).unwrap();
-        assert_eq!(store.end_cut_recordings().unwrap(), 1, "only the open one");
-        let row = store.recording("ex_cut").unwrap().unwrap();
-        assert_eq!(
-            row.ended_at,
-            Some(1003),
-            "started at 1000, last event at 2.25 s"
-        );
-        let text = store.recording_text("ex_cut").unwrap();
-        assert!(
-            text.ends_with(&format!("[2.250000, \"m\", \"{CUT_MARKER}\"]\n")),
-            "{text}"
-        );
-        assert_eq!(row.size as usize, text.len());
-        assert_eq!(
-            store.recording_text("ex_done").unwrap(),
-            lines,
-            "an ended one is left"
-        );
-        assert_eq!(store.end_cut_recordings().unwrap(), 0, "once");
-        let _ = std::fs::remove_dir_all(&dir);
+        for fresh in super::super::tests::stores("cut_recordings") {
+            let store = &fresh.store;
+            store
+                .write_recordings(&[entry("ex_cut", 1000), entry("ex_done", 1000)], &[])
+                .unwrap();
+            let lines = "{\"version\": 2}\n[0.5, \"o\", \"a\"]\n[2.25, \"o\", \"b\"]\n";
+            let appends = [
+                RecordingAppend {
+                    exec_id: "ex_cut".into(),
+                    text: lines.into(),
+                    truncated: false,
+                    ended_at: None,
+                },
+                RecordingAppend {
+                    exec_id: "ex_done".into(),
+                    text: lines.into(),
+                    truncated: false,
+                    ended_at: Some(1001),
+                },
+            ];
+            store.write_recordings(&[], &appends).unwrap();
+            assert_eq!(store.end_cut_recordings().unwrap(), 1, "only the open one");
+            let row = store.recording("ex_cut").unwrap().unwrap();
+            assert_eq!(
+                row.ended_at,
+                Some(1003),
+                "started at 1000, last event at 2.25 s"
+            );
+            let text = store.recording_text("ex_cut").unwrap();
+            assert!(
+                text.ends_with(&format!("[2.250000, \"m\", \"{CUT_MARKER}\"]\n")),
+                "{text}"
+            );
+            assert_eq!(row.size as usize, text.len());
+            assert_eq!(
+                store.recording_text("ex_done").unwrap(),
+                lines,
+                "an ended one is left"
+            );
+            assert_eq!(store.end_cut_recordings().unwrap(), 0, "once");
+        }
     }
 
     #[test]
     fn a_recording_is_appended_in_chunks_read_whole_and_swept_once_ended_long_enough() {
-        let dir = std::env::temp_dir().join(format!("outpost-recordings-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(&dir.join("outpost.db")).unwrap();
-        store
-            .write_recordings(&[entry("ex_old", 100), entry("ex_new", 500_000)], &[])
-            .unwrap();
-        let append = |id: &str, text: &str, ended_at| RecordingAppend {
-            exec_id: id.into(),
-            text: text.into(),
-            truncated: false,
-            ended_at,
-        };
-        let both = [
-            append("ex_new", "head\n", None),
-            append("ex_old", "x\n", Some(200)),
-        ];
-        store.write_recordings(&[], &both).unwrap();
-        let end = [append("ex_new", "[1.0, \"o\", \"a\"]\n", Some(500_010))];
-        store.write_recordings(&[], &end).unwrap();
-        // An append to no recording stores nothing.
-        let stray = [append("ex_none", "lost\n", None)];
-        store.write_recordings(&[], &stray).unwrap();
-        assert_eq!(store.recording_text("ex_none").unwrap(), "");
-        assert_eq!(
-            store.recording_text("ex_new").unwrap(),
-            "head\n[1.0, \"o\", \"a\"]\n"
-        );
-        let row = store.recording("ex_new").unwrap().unwrap();
-        assert_eq!((row.size, row.ended_at), (21, Some(500_010)));
-        let listed = store.recordings(Some("ana"), None, 10).unwrap();
-        assert_eq!(listed.len(), 2);
-        assert_eq!(listed[0].exec_id, "ex_new", "newest first");
-        assert!(store.recordings(Some("bo"), None, 10).unwrap().is_empty());
-        assert!(store.recordings(None, Some("ec_2"), 10).unwrap().is_empty());
-        assert_eq!(store.sweep_recordings(1000).unwrap(), 1, "ended at 200");
-        assert_eq!(store.recording("ex_old").unwrap(), None);
-        assert_eq!(store.recording_text("ex_old").unwrap(), "");
-        assert!(store.recording("ex_new").unwrap().is_some());
-        // One never ended counts as ended a day after it began.
-        store
-            .write_recordings(&[entry("ex_open", 600_000)], &[])
-            .unwrap();
-        assert_eq!(
-            store.sweep_recordings(600_000 + 86_399).unwrap(),
-            1,
-            "ex_new only"
-        );
-        assert!(store.recording("ex_open").unwrap().is_some());
-        assert_eq!(store.sweep_recordings(600_000 + 86_401).unwrap(), 1);
-        drop(store);
-        let _ = std::fs::remove_dir_all(&dir);
+        for fresh in super::super::tests::stores("recordings") {
+            let store = &fresh.store;
+            store
+                .write_recordings(&[entry("ex_old", 100), entry("ex_new", 500_000)], &[])
+                .unwrap();
+            let append = |id: &str, text: &str, ended_at| RecordingAppend {
+                exec_id: id.into(),
+                text: text.into(),
+                truncated: false,
+                ended_at,
+            };
+            let both = [
+                append("ex_new", "head\n", None),
+                append("ex_old", "x\n", Some(200)),
+            ];
+            store.write_recordings(&[], &both).unwrap();
+            let end = [append("ex_new", "[1.0, \"o\", \"a\"]\n", Some(500_010))];
+            store.write_recordings(&[], &end).unwrap();
+            // An append to no recording stores nothing.
+            let stray = [append("ex_none", "lost\n", None)];
+            store.write_recordings(&[], &stray).unwrap();
+            assert_eq!(store.recording_text("ex_none").unwrap(), "");
+            assert_eq!(
+                store.recording_text("ex_new").unwrap(),
+                "head\n[1.0, \"o\", \"a\"]\n"
+            );
+            let row = store.recording("ex_new").unwrap().unwrap();
+            assert_eq!((row.size, row.ended_at), (21, Some(500_010)));
+            let listed = store.recordings(Some("ana"), None, 10).unwrap();
+            assert_eq!(listed.len(), 2);
+            assert_eq!(listed[0].exec_id, "ex_new", "newest first");
+            assert!(store.recordings(Some("bo"), None, 10).unwrap().is_empty());
+            assert!(store.recordings(None, Some("ec_2"), 10).unwrap().is_empty());
+            assert_eq!(store.sweep_recordings(1000).unwrap(), 1, "ended at 200");
+            assert_eq!(store.recording("ex_old").unwrap(), None);
+            assert_eq!(store.recording_text("ex_old").unwrap(), "");
+            assert!(store.recording("ex_new").unwrap().is_some());
+            // One never ended counts as ended a day after it began.
+            store
+                .write_recordings(&[entry("ex_open", 600_000)], &[])
+                .unwrap();
+            assert_eq!(
+                store.sweep_recordings(600_000 + 86_399).unwrap(),
+                1,
+                "ex_new only"
+            );
+            assert!(store.recording("ex_open").unwrap().is_some());
+            assert_eq!(store.sweep_recordings(600_000 + 86_401).unwrap(), 1);
+        }
     }
 }

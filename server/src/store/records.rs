@@ -2,8 +2,8 @@
 //! snapshot on start. The listing columns of `executions` and the grant and access columns
 //! of `contexts` follow the records in the same transaction, so they never disagree.
 
+use super::db::{OptionalExtension as _, Sql as _, params};
 use outpost_core::server::{ExecutionStatus, PlaceRow, ServerChange, ServerRecord, ServerSnapshot};
-use rusqlite::{OptionalExtension as _, params};
 
 use super::runs::{AuditRow, ExecutionEntry};
 use super::{Doing as _, Store, StoreError, exec};
@@ -101,16 +101,16 @@ impl Store {
 }
 
 /// Writes `records` inside `tx`.
-fn write_records(
-    tx: &rusqlite::Transaction<'_>,
-    records: &[ServerRecord],
-) -> Result<(), StoreError> {
+fn write_records(tx: &impl super::db::Sql, records: &[ServerRecord]) -> Result<(), StoreError> {
     if records.is_empty() {
         return Ok(());
     }
     let mut seq: i64 = tx
-        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM records")
-        .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)))
+        .query_row(
+            "SELECT COALESCE(MAX(seq), 0) FROM records",
+            params![],
+            |r| r.get(0),
+        )
         .doing("reading the record sequence")?;
     for record in records {
         seq += 1;
@@ -137,7 +137,7 @@ fn write_records(
                     exec(
                         tx,
                         "UPDATE machine_keys SET revoked = 1 WHERE context_id = ?1",
-                        [row.id.as_str()],
+                        params![row.id.as_str()],
                     )
                     .doing("revoking a machine key")?;
                 }
@@ -151,8 +151,7 @@ fn write_records(
                     _ => None,
                 };
                 if let Some(context_id) = running {
-                    exec(
-                        tx,
+                    exec(tx,
                         "UPDATE executions SET status = ?3, context_id = ?1 WHERE id = ?2 AND status = ?4",
                         params![
                             context_id,
@@ -171,13 +170,12 @@ fn write_records(
                 exec(
                     tx,
                     "DELETE FROM records WHERE kind = 'execution' AND key = ?1",
-                    [row.exec_id.as_str()],
+                    params![row.exec_id.as_str()],
                 )
                 .doing("removing an ended execution's row")?;
                 let ran_on = row.ran_on.as_ref().map(json).transpose()?;
-                exec(
-                    tx,
-                    "UPDATE executions SET status = ?1, finished_at = MAX(?2, created_at), outcome_json = ?3,
+                exec(tx,
+                    "UPDATE executions SET status = ?1, finished_at = CASE WHEN ?2 > created_at THEN ?2 ELSE created_at END, outcome_json = ?3,
                      ran_on_json = ?4, line = ?5,
                      context_id = COALESCE(?6, context_id), context_name = COALESCE(?7, context_name)
                      WHERE id = ?8",
@@ -211,20 +209,18 @@ impl Store {
     /// Every live record folded into a snapshot, for `Server::restore`; `None` when the
     /// database holds no record yet.
     pub fn load_snapshot(&self) -> Result<Option<ServerSnapshot>, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare("SELECT kind, bytes FROM records ORDER BY seq")
-            .doing("reading records")?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
-            })
+        let rows = self
+            .lock()
+            .query_map(
+                "SELECT kind, bytes FROM records ORDER BY seq",
+                params![],
+                |r| Ok((r.get::<String>(0)?, r.get::<Vec<u8>>(1)?)),
+            )
             .doing("reading records")?;
         let mut snapshot = ServerSnapshot::default();
         let mut any = false;
         let mut latest = 0;
-        for row in rows {
-            let (kind, bytes) = row.doing("reading a record")?;
+        for (kind, bytes) in rows {
             let record = ServerRecord::decode(&bytes).doing("decoding a stored record")?;
             latest = latest.max(record.written_ms);
             any = true;
@@ -242,7 +238,7 @@ impl Store {
         let bytes: Option<Vec<u8>> = conn
             .query_row(
                 "SELECT bytes FROM records WHERE kind = 'chain' AND key = ?1",
-                [user],
+                params![user],
                 |r| r.get(0),
             )
             .optional()
@@ -259,16 +255,16 @@ impl Store {
 
     /// Every user whose chain names `context_id`, with that chain.
     pub fn chains_naming(&self, context_id: &str) -> Result<Vec<(String, Chain)>, StoreError> {
-        let conn = self.read();
-        let mut stmt = conn
-            .prepare("SELECT bytes FROM records WHERE kind = 'chain'")
-            .doing("reading chains")?;
-        let rows = stmt
-            .query_map([], |r| r.get::<_, Vec<u8>>(0))
+        let rows = self
+            .read()
+            .query_map(
+                "SELECT bytes FROM records WHERE kind = 'chain'",
+                params![],
+                |r| r.get::<Vec<u8>>(0),
+            )
             .doing("reading chains")?;
         let mut out = Vec::new();
         for bytes in rows {
-            let bytes = bytes.doing("reading a chain")?;
             if let ServerChange::Chain(row) = ServerRecord::decode(&bytes)
                 .doing("decoding a chain")?
                 .change

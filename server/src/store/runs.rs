@@ -1,7 +1,7 @@
 //! Executions as the listing routes show them, and the audit log.
 
+use super::db::{DbError, OptionalExtension as _, Row, Sql as _, params};
 use outpost_core::server::ExecutionStatus;
-use rusqlite::{OptionalExtension as _, Row, params};
 
 use super::exec;
 use super::{Doing as _, Store, StoreError};
@@ -65,7 +65,7 @@ pub(crate) struct RunsFilter<'a> {
     pub(crate) limit: u32,
 }
 
-const COLUMNS: &str = "id, user, requested, status, created_at, finished_at, context_id, \
+const COLUMNS: &str = "id, \"user\", requested, status, created_at, finished_at, context_id, \
      context_name, outcome_json, ran_on_json, line, capability, capability_version, \
      kept_stdout, kept_stderr, kept_cut";
 
@@ -75,14 +75,14 @@ fn read_status(text: &str) -> ExecutionStatus {
     ExecutionStatus::parse(text).unwrap_or(ExecutionStatus::Failed)
 }
 
-fn execution_row(r: &Row<'_>) -> rusqlite::Result<ExecutionEntry> {
+fn execution_row(r: &Row) -> Result<ExecutionEntry, DbError> {
     Ok(ExecutionEntry {
         id: r.get(0)?,
         user: r.get(1)?,
         requested: r.get(2)?,
-        status: read_status(&r.get::<_, String>(3)?),
-        created_at: r.get::<_, i64>(4)? as u64,
-        finished_at: r.get::<_, Option<i64>>(5)?.map(|t| t as u64),
+        status: read_status(&r.get::<String>(3)?),
+        created_at: r.get::<i64>(4)? as u64,
+        finished_at: r.get::<Option<i64>>(5)?.map(|t| t as u64),
         context_id: r.get(6)?,
         context_name: r.get(7)?,
         outcome_json: r.get(8)?,
@@ -90,16 +90,13 @@ fn execution_row(r: &Row<'_>) -> rusqlite::Result<ExecutionEntry> {
         line: r.get(10)?,
         bundle: None,
         capability: r.get(11)?,
-        capability_version: r.get::<_, Option<i64>>(12)?.map(|v| v as u32),
-        kept: match (
-            r.get::<_, Option<String>>(13)?,
-            r.get::<_, Option<String>>(14)?,
-        ) {
+        capability_version: r.get::<Option<i64>>(12)?.map(|v| v as u32),
+        kept: match (r.get::<Option<String>>(13)?, r.get::<Option<String>>(14)?) {
             (None, None) => None,
             (stdout, stderr) => Some(KeptOutput {
                 stdout: stdout.unwrap_or_default(),
                 stderr: stderr.unwrap_or_default(),
-                cut: r.get::<_, Option<bool>>(15)?.unwrap_or(false),
+                cut: r.get::<Option<bool>>(15)?.unwrap_or(false),
             }),
         },
     })
@@ -130,12 +127,12 @@ pub(crate) struct AuditRow {
 
 /// Records a new execution as `pending` (inside the caller's transaction, if any).
 pub(super) fn insert_execution(
-    conn: &rusqlite::Connection,
+    conn: &impl super::db::Sql,
     entry: &ExecutionEntry,
 ) -> Result<(), StoreError> {
     exec(
         conn,
-        "INSERT INTO executions (id, user, requested, status, created_at, context_id, \
+        "INSERT INTO executions (id, \"user\", requested, status, created_at, context_id, \
          context_name, bundle, capability, capability_version) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
@@ -156,7 +153,7 @@ pub(super) fn insert_execution(
 }
 
 /// Appends an audit event (inside the caller's transaction, if any).
-pub(super) fn insert_audit(conn: &rusqlite::Connection, row: &AuditRow) -> Result<(), StoreError> {
+pub(super) fn insert_audit(conn: &impl super::db::Sql, row: &AuditRow) -> Result<(), StoreError> {
     exec(
         conn,
         "INSERT INTO audit (at, kind, actor, context_id, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -176,8 +173,12 @@ impl Store {
     /// One execution.
     pub fn execution(&self, id: &str) -> Result<Option<ExecutionEntry>, StoreError> {
         self.read()
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM executions WHERE id = ?1"))
-            .and_then(|mut stmt| stmt.query_row([id], execution_row).optional())
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM executions WHERE id = ?1"),
+                params![id],
+                execution_row,
+            )
+            .optional()
             .doing("reading an execution")
     }
 
@@ -187,21 +188,18 @@ impl Store {
         &self,
         filter: &RunsFilter<'_>,
     ) -> Result<Vec<ExecutionEntry>, StoreError> {
-        let conn = self.read();
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM executions
-                 WHERE (?1 IS NULL OR user = ?1)
-                   AND (?2 IS NULL OR context_name = ?2 OR context_id = ?2 OR requested = ?2)
-                   AND (?3 IS NULL OR status = ?3)
-                   AND (?4 IS NULL OR created_at >= ?4)
-                   AND (?5 IS NULL OR (created_at, rowid) <
+        self.read()
+            .query_map(
+                &format!(
+                    "SELECT {COLUMNS} FROM executions
+                 WHERE (CAST(?1 AS TEXT) IS NULL OR \"user\" = ?1)
+                   AND (CAST(?2 AS TEXT) IS NULL OR context_name = ?2 OR context_id = ?2 OR requested = ?2)
+                   AND (CAST(?3 AS TEXT) IS NULL OR status = ?3)
+                   AND (CAST(?4 AS BIGINT) IS NULL OR created_at >= ?4)
+                   AND (CAST(?5 AS TEXT) IS NULL OR (created_at, rowid) <
                         (SELECT created_at, rowid FROM executions WHERE id = ?5))
                  ORDER BY created_at DESC, rowid DESC LIMIT ?6"
-            ))
-            .doing("listing executions")?;
-        let rows = stmt
-            .query_map(
+                ),
                 params![
                     filter.user,
                     filter.context,
@@ -212,8 +210,7 @@ impl Store {
                 ],
                 execution_row,
             )
-            .doing("listing executions")?;
-        rows.collect::<Result<_, _>>().doing("listing executions")
+            .doing("listing executions")
     }
 
     /// Appends an audit event (its own transaction).
@@ -232,7 +229,7 @@ impl Store {
             context_id: context_id.map(str::to_owned),
             detail: detail.to_owned(),
         };
-        insert_audit(&self.lock(), &row)?;
+        insert_audit(&*self.lock(), &row)?;
         self.changes.notify(super::Topic::Audit);
         Ok(())
     }
@@ -243,29 +240,25 @@ impl Store {
         actor: Option<&str>,
         limit: u32,
     ) -> Result<Vec<AuditEntry>, StoreError> {
-        let conn = self.read();
-        let mut stmt = conn
-            .prepare(
+        self.read()
+            .query_map(
                 "SELECT a.at, a.kind, a.actor, a.context_id, a.detail, c.name FROM audit a
                  LEFT JOIN contexts c ON c.id = a.context_id
-                 WHERE ?1 IS NULL OR a.actor = ?1
+                 WHERE CAST(?1 AS TEXT) IS NULL OR a.actor = ?1
                     OR a.context_id IN (SELECT id FROM contexts WHERE operator = ?1)
                  ORDER BY a.seq DESC LIMIT ?2",
+                params![actor, limit],
+                |r| {
+                    Ok(AuditEntry {
+                        at: r.get::<i64>(0)? as u64,
+                        kind: r.get(1)?,
+                        actor: r.get(2)?,
+                        context_id: r.get(3)?,
+                        detail: r.get(4)?,
+                        context_name: r.get(5)?,
+                    })
+                },
             )
-            .doing("reading the audit log")?;
-        let rows = stmt
-            .query_map(params![actor, limit], |r| {
-                Ok(AuditEntry {
-                    at: r.get::<_, i64>(0)? as u64,
-                    kind: r.get(1)?,
-                    actor: r.get(2)?,
-                    context_id: r.get(3)?,
-                    detail: r.get(4)?,
-                    context_name: r.get(5)?,
-                })
-            })
-            .doing("reading the audit log")?;
-        rows.collect::<Result<_, _>>()
             .doing("reading the audit log")
     }
 }

@@ -6,8 +6,8 @@
 //! while the wait has not ended (a repeated report changes nothing); a continuation leaves
 //! `pending` once. It never decides whether a requester may wait or continue.
 
+use super::db::{DbError, OptionalExtension as _, Row, Sql as _, params};
 use outpost_core::wait::{Ending, Report};
-use rusqlite::{OptionalExtension as _, Row, params};
 
 use super::exec;
 use super::{Doing as _, Store, StoreError};
@@ -92,22 +92,22 @@ fn u(v: Option<i64>) -> Option<u64> {
     v.map(|v| v.max(0) as u64)
 }
 
-fn wait_row(r: &Row<'_>) -> rusqlite::Result<WaitEntry> {
+fn wait_row(r: &Row) -> Result<WaitEntry, DbError> {
     Ok(WaitEntry {
         id: r.get(0)?,
         context_id: r.get(1)?,
         context_name: r.get(2)?,
         requester: r.get(3)?,
         source: r.get(4)?,
-        interval_ms: r.get::<_, i64>(5)?.max(0) as u64,
+        interval_ms: r.get::<i64>(5)?.max(0) as u64,
         expires_at_ms: u(r.get(6)?),
         reason: r.get(7)?,
         then_json: r.get(8)?,
         dedupe_key: r.get(9)?,
-        created_at_ms: r.get::<_, i64>(10)?.max(0) as u64,
+        created_at_ms: r.get::<i64>(10)?.max(0) as u64,
         state: r.get(11)?,
-        checks: r.get::<_, i64>(12)?.max(0) as u64,
-        consecutive_errors: r.get::<_, i64>(13)?.clamp(0, i64::from(u32::MAX)) as u32,
+        checks: r.get::<i64>(12)?.max(0) as u64,
+        consecutive_errors: r.get::<i64>(13)?.clamp(0, i64::from(u32::MAX)) as u32,
         last_error: r.get(14)?,
         next_check_at_ms: u(r.get(15)?),
         resume_text: r.get(16)?,
@@ -136,10 +136,14 @@ pub(crate) enum Recorded {
     Before(Box<WaitEntry>),
 }
 
-fn one(conn: &rusqlite::Connection, id: &str) -> Result<Option<WaitEntry>, StoreError> {
-    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM waits WHERE id = ?1"))
-        .and_then(|mut stmt| stmt.query_row([id], wait_row).optional())
-        .doing("reading a wait")
+fn one(conn: &impl super::db::Sql, id: &str) -> Result<Option<WaitEntry>, StoreError> {
+    conn.query_row(
+        &format!("SELECT {COLUMNS} FROM waits WHERE id = ?1"),
+        params![id],
+        wait_row,
+    )
+    .optional()
+    .doing("reading a wait")
 }
 
 impl Store {
@@ -149,8 +153,12 @@ impl Store {
         let mut conn = self.lock();
         let tx = conn.transaction().doing("starting a wait transaction")?;
         let existing: Option<String> = tx
-            .prepare_cached("SELECT id FROM waits WHERE dedupe_key = ?1 AND state = 'active'")
-            .and_then(|mut stmt| stmt.query_row([&new.dedupe_key], |r| r.get(0)).optional())
+            .query_row(
+                "SELECT id FROM waits WHERE dedupe_key = ?1 AND state = 'active'",
+                params![new.dedupe_key],
+                |r| r.get(0),
+            )
+            .optional()
             .doing("looking for an identical wait")?;
         if let Some(id) = existing {
             let row = one(&tx, &id)?.unwrap_or_else(|| new.clone());
@@ -184,7 +192,7 @@ impl Store {
 
     /// One wait.
     pub(crate) fn wait(&self, id: &str) -> Result<Option<WaitEntry>, StoreError> {
-        one(&self.read(), id)
+        one(&*self.read(), id)
     }
 
     /// `requester`'s waits, newest first.
@@ -193,17 +201,16 @@ impl Store {
         requester: &str,
         limit: u32,
     ) -> Result<Vec<WaitEntry>, StoreError> {
-        let conn = self.read();
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM waits WHERE requester = ?1
-                 ORDER BY created_at_ms DESC, rowid DESC LIMIT ?2"
-            ))
-            .doing("listing waits")?;
-        let rows = stmt
-            .query_map(params![requester, limit], wait_row)
-            .doing("listing waits")?;
-        rows.collect::<Result<_, _>>().doing("listing waits")
+        self.read()
+            .query_map(
+                &format!(
+                    "SELECT {COLUMNS} FROM waits WHERE requester = ?1
+                     ORDER BY created_at_ms DESC, rowid DESC LIMIT ?2"
+                ),
+                params![requester, limit],
+                wait_row,
+            )
+            .doing("listing waits")
     }
 
     /// The waits of a context that have not ended (active and cancelling), oldest first.
@@ -224,14 +231,15 @@ impl Store {
     }
 
     fn waits_where(&self, filter: &str, arg: &str) -> Result<Vec<WaitEntry>, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM waits WHERE {filter} ORDER BY created_at_ms, rowid"
-            ))
-            .doing("reading waits")?;
-        let rows = stmt.query_map([arg], wait_row).doing("reading waits")?;
-        rows.collect::<Result<_, _>>().doing("reading waits")
+        self.lock()
+            .query_map(
+                &format!(
+                    "SELECT {COLUMNS} FROM waits WHERE {filter} ORDER BY created_at_ms, rowid"
+                ),
+                params![arg],
+                wait_row,
+            )
+            .doing("reading waits")
     }
 
     /// Ends every wait of a revoked context that has not ended: `failed` with `fail_reason`
@@ -243,7 +251,7 @@ impl Store {
         at_ms: u64,
     ) -> Result<usize, StoreError> {
         exec(
-            &self.lock(),
+            &*self.lock(),
             "UPDATE waits SET state = 'failed', fail_reason = ?1, next_check_at_ms = NULL,
              ended_at_ms = ?2 WHERE context_id = ?3 AND state IN ('active', 'cancelling')",
             params![REVOKED, ms(at_ms), context_id],
@@ -256,12 +264,12 @@ impl Store {
     pub(crate) fn ask_cancel(&self, id: &str) -> Result<Option<WaitEntry>, StoreError> {
         let conn = self.lock();
         exec(
-            &conn,
+            &*conn,
             "UPDATE waits SET state = 'cancelling' WHERE id = ?1 AND state = 'active'",
-            [id],
+            params![id],
         )
         .doing("cancelling a wait")?;
-        one(&conn, id)
+        one(&*conn, id)
     }
 
     /// The daemon's progress on a wait of `context_id` that has not ended (best effort).
@@ -274,9 +282,8 @@ impl Store {
         last_error: Option<&str>,
         next_check_at_ms: Option<u64>,
     ) -> Result<(), StoreError> {
-        exec(
-            &self.lock(),
-            "UPDATE waits SET checks = MAX(checks, ?1), consecutive_errors = ?2,
+        exec(&*self.lock(),
+            "UPDATE waits SET checks = CASE WHEN checks < ?1 THEN ?1 ELSE checks END, consecutive_errors = ?2,
              last_error = COALESCE(?3, last_error), next_check_at_ms = ?4
              WHERE id = ?5 AND context_id = ?6 AND state IN ('active', 'cancelling')",
             params![
@@ -332,9 +339,8 @@ impl Store {
                 } else {
                     CONT_PENDING
                 };
-                exec(
-                    &tx,
-                    "UPDATE waits SET state = 'matched', checks = MAX(checks, ?1),
+                exec(&tx,
+                    "UPDATE waits SET state = 'matched', checks = CASE WHEN checks < ?1 THEN ?1 ELSE checks END,
                      last_error = COALESCE(?2, last_error), next_check_at_ms = NULL,
                      resume_text = ?3, payload = ?4, evidence = ?5, ended_at_ms = ?6,
                      continuation_state = ?7 WHERE id = ?8",
@@ -352,9 +358,8 @@ impl Store {
                 .doing("recording a wait's match")?;
             }
             Ending::Failed { reason, at_ms } => {
-                exec(
-                    &tx,
-                    "UPDATE waits SET state = 'failed', checks = MAX(checks, ?1),
+                exec(&tx,
+                    "UPDATE waits SET state = 'failed', checks = CASE WHEN checks < ?1 THEN ?1 ELSE checks END,
                      last_error = COALESCE(?2, last_error), next_check_at_ms = NULL,
                      fail_reason = ?3, ended_at_ms = ?4 WHERE id = ?5",
                     params![
@@ -381,13 +386,13 @@ impl Store {
         execution_id: Option<&str>,
         error: Option<&str>,
     ) -> Result<bool, StoreError> {
-        settle_continuation(&self.lock(), wait_id, state, execution_id, error)
+        settle_continuation(&*self.lock(), wait_id, state, execution_id, error)
     }
 }
 
 /// [`Store::settle_continuation`] inside the caller's transaction.
 pub(super) fn settle_continuation(
-    conn: &rusqlite::Connection,
+    conn: &impl super::db::Sql,
     wait_id: &str,
     state: &str,
     execution_id: Option<&str>,

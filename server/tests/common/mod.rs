@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod driver;
+pub mod postgres;
 
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -36,6 +37,110 @@ pub fn temp_dir(name: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     dir
+}
+
+/// The database a test server over `state` keeps its records in: the SQLite file, or with
+/// `OUTPOST_TEST_DATABASE=postgres` a database of the shared PostgreSQL cluster named after the
+/// state folder (so a server restarted over it finds its records).
+pub fn test_database(state: &Path) -> outpost_server::Database {
+    match std::env::var("OUTPOST_TEST_DATABASE").as_deref() {
+        Ok("postgres") => outpost_server::Database::Postgres(postgres::database_for(state)),
+        _ => outpost_server::Database::Sqlite,
+    }
+}
+
+/// Whether the tests run over PostgreSQL (`OUTPOST_TEST_DATABASE=postgres`).
+pub fn on_postgres() -> bool {
+    std::env::var("OUTPOST_TEST_DATABASE").as_deref() == Ok("postgres")
+}
+
+/// The database of a (stopped) test server over `state`, read and changed behind its back as
+/// a crash or an older version would leave it. Values are written into the SQL (the tests'
+/// own), which both databases read alike.
+pub enum TestDb {
+    Sqlite(rusqlite::Connection),
+    Postgres(String),
+}
+
+impl TestDb {
+    /// The database the test server over `state` uses.
+    pub fn open(state: &Path) -> TestDb {
+        match test_database(state) {
+            outpost_server::Database::Sqlite => TestDb::Sqlite(
+                rusqlite::Connection::open(state.join("outpost.db")).expect("the database"),
+            ),
+            outpost_server::Database::Postgres(url) => TestDb::Postgres(url),
+        }
+    }
+
+    /// Runs `sql`; panics when the database refuses it.
+    pub fn execute(&self, sql: &str) {
+        match self {
+            TestDb::Sqlite(db) => {
+                db.execute_batch(sql)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+            TestDb::Postgres(url) => {
+                psql(url, sql);
+            }
+        }
+    }
+
+    /// The first column of the first row `sql` returns, as text (empty for NULL).
+    pub fn text(&self, sql: &str) -> String {
+        self.row(sql).into_iter().next().unwrap_or_default()
+    }
+
+    /// The first row `sql` returns, each column as text (empty for NULL).
+    pub fn row(&self, sql: &str) -> Vec<String> {
+        use rusqlite::types::ValueRef;
+        match self {
+            TestDb::Sqlite(db) => db
+                .query_row(sql, [], |r| {
+                    (0..r.as_ref().column_count())
+                        .map(|i| {
+                            Ok(match r.get_ref(i)? {
+                                ValueRef::Null => String::new(),
+                                ValueRef::Integer(n) => n.to_string(),
+                                ValueRef::Real(f) => f.to_string(),
+                                ValueRef::Text(t) | ValueRef::Blob(t) => {
+                                    String::from_utf8_lossy(t).into_owned()
+                                }
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_else(|e| panic!("{sql}: {e}")),
+            TestDb::Postgres(url) => {
+                let out = psql(url, &sql.replace('\n', " "));
+                let line = out.lines().next().unwrap_or("");
+                line.split('\u{1f}').map(str::to_owned).collect()
+            }
+        }
+    }
+}
+
+fn psql(url: &str, sql: &str) -> String {
+    let out = std::process::Command::new(postgres::bin_dir().join("psql"))
+        .args([
+            "-d",
+            url,
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-qAt",
+            "-F",
+            "\u{1f}",
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "psql {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A running server and the runtime it runs on.
@@ -72,6 +177,34 @@ impl TestServer {
         cloud: Vec<outpost_core::wire::Environment>,
         limits: Limits,
     ) -> TestServer {
+        Self::start_on(state, registry, cloud, limits, test_database(state))
+    }
+
+    /// Starts a server over the SQLite file whatever `OUTPOST_TEST_DATABASE` says (for the
+    /// tests of that file itself).
+    pub fn start_sqlite(state: &Path) -> TestServer {
+        Self::start_on(
+            state,
+            Registry::new(),
+            Vec::new(),
+            Limits::default(),
+            outpost_server::Database::Sqlite,
+        )
+    }
+
+    /// Starts a server with everything given.
+    pub fn start_on(
+        state: &Path,
+        registry: Registry,
+        cloud: Vec<outpost_core::wire::Environment>,
+        limits: Limits,
+        database: outpost_server::Database,
+    ) -> TestServer {
+        // RUST_LOG=… shows the server's log beside the test's output.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -88,6 +221,7 @@ impl TestServer {
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
             limits,
             xterm_dir: None,
+            database,
         };
         let running = rt
             .block_on(start(config, registry))

@@ -1,0 +1,116 @@
+//! `outpost serve --database postgres://…` with the real binary and a PostgreSQL cluster of
+//! the test's own: `migrate` brings a new database to the schema once however often it runs,
+//! a URL that is not PostgreSQL's or a database that does not answer is refused with what to
+//! do, and a server over PostgreSQL keeps its executions across a kill -9.
+
+mod common;
+
+use std::process::Command;
+
+use common::postgres::Postgres;
+use common::{Daemon, Server, shell_capability, temp_dir};
+
+#[test]
+fn migrate_brings_a_new_database_to_the_schema_once_however_often_it_runs() {
+    let pg = Postgres::start();
+    let url = pg.database("fresh");
+    let state = temp_dir("pg-migrate");
+    for _ in 0..2 {
+        let out = Command::new(common::binary())
+            .args(["serve", "--state"])
+            .arg(&state)
+            .args(["--database", &url, "--json", "migrate"])
+            .output()
+            .expect("outpost runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+        assert_eq!(answer["schemaVersion"], 10, "{answer}");
+        assert_eq!(
+            answer["database"],
+            format!("postgres://outpost@127.0.0.1:{}/fresh", pg.port)
+        );
+    }
+    assert_eq!(
+        pg.sql("fresh", "SELECT COUNT(*) FROM schema_version")
+            .trim(),
+        "1"
+    );
+    assert!(
+        !state.join("outpost.db").exists(),
+        "no SQLite file beside a PostgreSQL database"
+    );
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[test]
+fn a_database_that_is_not_postgres_or_does_not_answer_is_refused_with_what_to_do() {
+    let state = temp_dir("pg-refused");
+    let run = |database: &str| {
+        let out = Command::new(common::binary())
+            .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+            .arg(&state)
+            .args(["--database", database])
+            .output()
+            .expect("outpost runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run("mysql://ana:secret@db/outpost");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is not a PostgreSQL URL"), "{err}");
+    assert!(err.contains("postgres://USER@HOST:PORT/DATABASE"), "{err}");
+    assert!(!err.contains("secret"), "the password is not shown: {err}");
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let (code, err) = run(&format!("postgres://outpost:hunter2@127.0.0.1:{port}/none"));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("connecting to PostgreSQL"), "{err}");
+    assert!(!err.contains("hunter2"), "the password is not shown: {err}");
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[test]
+fn a_server_over_postgres_killed_and_restarted_keeps_its_executions_and_runs_each_once() {
+    let pg = Postgres::start();
+    let url = pg.database("outpost");
+    let dir = temp_dir("pg-restart");
+    let database = std::ffi::OsString::from(&url);
+    let args = [std::ffi::OsStr::new("--database"), database.as_os_str()];
+    let server = Server::start_with(&dir.join("server"), 0, &args);
+    let mut daemon = Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
+    server.wait_context("box", "the daemon to come online", |c| c["online"] == true);
+    let marker = dir.join("ran");
+    let script = |word: &str| format!("echo {word} >> {}\n", marker.display());
+    let first = server.submit(&shell_capability("mark", &script("first")), "box");
+    server.wait_status(&first, "exited");
+    let mut server = server;
+    let port = server.port;
+    server.kill();
+    let server = Server::start_with(&dir.join("server"), port, &args);
+    assert_eq!(
+        server.wait_status(&first, "exited")["status"],
+        "exited",
+        "the execution is read back from PostgreSQL"
+    );
+    server.wait_context("box", "the daemon to come back", |c| c["online"] == true);
+    let second = server.submit(&shell_capability("mark", &script("second")), "box");
+    server.wait_status(&second, "exited");
+    let ran = std::fs::read_to_string(&marker).expect("the marker");
+    assert_eq!(
+        ran.lines().collect::<Vec<_>>(),
+        ["first", "second"],
+        "each execution ran once"
+    );
+    daemon.kill();
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,703 @@
+//! One way to speak to either database the store keeps its state in: SQLite (one file in the
+//! state folder, the default) or PostgreSQL (`--database postgres://…`, shared by the nodes of a
+//! cluster).
+//!
+//! The store writes each query once, in the SQL both databases read, with `?N` placeholders;
+//! this module owns the connections, turns the placeholders into PostgreSQL's `$N`, keeps each
+//! connection's prepared statements, and moves values both ways as the four kinds both store:
+//! integers, text, bytes and null. It never decides what a query means.
+//!
+//! The store's calls are synchronous (the dispatcher commits its records before it carries out
+//! the outputs that depend on them, and routes read as they need). A PostgreSQL connection is
+//! driven by a small runtime of its own; a call waits for its answer on the caller's thread, off
+//! the caller's runtime when it has one (as a SQLite call waits for the disk).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::future::Future;
+
+use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
+
+/// What a database call failed with.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DbError {
+    /// SQLite refused or failed.
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL refused or failed (or its connection is gone).
+    #[error("{}", postgres_message(.0))]
+    Postgres(#[from] tokio_postgres::Error),
+    /// A query that must return a row returned none.
+    #[error("the query returned no rows")]
+    NoRows,
+    /// A column held another kind of value than the store reads from it.
+    #[error("column {index} holds {found}, not {wanted}")]
+    Kind {
+        index: usize,
+        found: &'static str,
+        wanted: &'static str,
+    },
+    /// The connection's driver stopped (the store is closing).
+    #[error("the database connection's driver stopped")]
+    DriverGone,
+}
+
+/// What PostgreSQL said (its message, detail and SQLSTATE code), not only "db error".
+fn postgres_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut text = format!("{} ({})", db.message(), db.code().code());
+            if let Some(detail) = db.detail() {
+                text.push_str(": ");
+                text.push_str(detail);
+            }
+            text
+        }
+        None => e.to_string(),
+    }
+}
+
+/// A value as both databases store it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Value {
+    Null,
+    Int(i64),
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl Value {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Null => "null",
+            Self::Int(_) => "an integer",
+            Self::Text(_) => "text",
+            Self::Bytes(_) => "bytes",
+        }
+    }
+}
+
+/// A Rust value the store passes as a query parameter.
+pub(crate) trait ToValue {
+    /// The value as stored.
+    fn to_value(&self) -> Value;
+}
+
+impl<T: ToValue + ?Sized> ToValue for &T {
+    fn to_value(&self) -> Value {
+        (**self).to_value()
+    }
+}
+
+impl ToValue for Value {
+    fn to_value(&self) -> Value {
+        self.clone()
+    }
+}
+
+impl ToValue for i64 {
+    fn to_value(&self) -> Value {
+        Value::Int(*self)
+    }
+}
+
+impl ToValue for i32 {
+    fn to_value(&self) -> Value {
+        Value::Int(i64::from(*self))
+    }
+}
+
+impl ToValue for u32 {
+    fn to_value(&self) -> Value {
+        Value::Int(i64::from(*self))
+    }
+}
+
+impl ToValue for bool {
+    fn to_value(&self) -> Value {
+        Value::Int(i64::from(*self))
+    }
+}
+
+impl ToValue for str {
+    fn to_value(&self) -> Value {
+        Value::Text(self.to_owned())
+    }
+}
+
+impl ToValue for String {
+    fn to_value(&self) -> Value {
+        Value::Text(self.clone())
+    }
+}
+
+impl ToValue for [u8] {
+    fn to_value(&self) -> Value {
+        Value::Bytes(self.to_vec())
+    }
+}
+
+impl ToValue for Vec<u8> {
+    fn to_value(&self) -> Value {
+        Value::Bytes(self.clone())
+    }
+}
+
+impl<const N: usize> ToValue for [u8; N] {
+    fn to_value(&self) -> Value {
+        Value::Bytes(self.to_vec())
+    }
+}
+
+impl<T: ToValue> ToValue for Option<T> {
+    fn to_value(&self) -> Value {
+        self.as_ref().map_or(Value::Null, ToValue::to_value)
+    }
+}
+
+/// A Rust value the store reads from a column.
+pub(crate) trait FromValue: Sized {
+    /// The Rust value, or what the column held instead.
+    fn from_value(value: &Value) -> Result<Self, &'static str>;
+    /// What this reads, for the error.
+    const WANTED: &'static str;
+}
+
+impl FromValue for i64 {
+    const WANTED: &'static str = "an integer";
+    fn from_value(value: &Value) -> Result<Self, &'static str> {
+        match value {
+            Value::Int(i) => Ok(*i),
+            other => Err(other.kind()),
+        }
+    }
+}
+
+impl FromValue for u32 {
+    const WANTED: &'static str = "an integer from 0 to 4294967295";
+    fn from_value(value: &Value) -> Result<Self, &'static str> {
+        match value {
+            Value::Int(i) => u32::try_from(*i).map_err(|_| "an integer out of range"),
+            other => Err(other.kind()),
+        }
+    }
+}
+
+impl FromValue for bool {
+    const WANTED: &'static str = "0 or 1";
+    fn from_value(value: &Value) -> Result<Self, &'static str> {
+        match value {
+            Value::Int(i) => Ok(*i != 0),
+            other => Err(other.kind()),
+        }
+    }
+}
+
+impl FromValue for String {
+    const WANTED: &'static str = "text";
+    fn from_value(value: &Value) -> Result<Self, &'static str> {
+        match value {
+            Value::Text(t) => Ok(t.clone()),
+            other => Err(other.kind()),
+        }
+    }
+}
+
+impl FromValue for Vec<u8> {
+    const WANTED: &'static str = "bytes";
+    fn from_value(value: &Value) -> Result<Self, &'static str> {
+        match value {
+            Value::Bytes(b) => Ok(b.clone()),
+            other => Err(other.kind()),
+        }
+    }
+}
+
+impl<T: FromValue> FromValue for Option<T> {
+    const WANTED: &'static str = T::WANTED;
+    fn from_value(value: &Value) -> Result<Self, &'static str> {
+        match value {
+            Value::Null => Ok(None),
+            other => T::from_value(other).map(Some),
+        }
+    }
+}
+
+/// One row a query returned.
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    values: Vec<Value>,
+}
+
+impl Row {
+    /// Column `index` (from 0) as a `T`.
+    pub(crate) fn get<T: FromValue>(&self, index: usize) -> Result<T, DbError> {
+        let value = self.values.get(index).unwrap_or(&Value::Null);
+        T::from_value(value).map_err(|found| DbError::Kind {
+            index,
+            found,
+            wanted: T::WANTED,
+        })
+    }
+}
+
+/// The parameters of one statement: `params![a, b]`.
+pub(crate) type Params<'a> = &'a [&'a dyn ToValue];
+
+/// `params![a, b, …]`: a statement's parameters, `?1`, `?2`, … in order.
+macro_rules! params {
+    () => {
+        &[] as $crate::store::db::Params<'_>
+    };
+    ($($param:expr),+ $(,)?) => {
+        &[$(&$param as &dyn $crate::store::db::ToValue),+] as $crate::store::db::Params<'_>
+    };
+}
+pub(crate) use params;
+
+/// Turns `Err(NoRows)` into `Ok(None)`.
+pub(crate) trait OptionalExtension<T> {
+    /// The row, or `None` when the query returned none.
+    fn optional(self) -> Result<Option<T>, DbError>;
+}
+
+impl<T> OptionalExtension<T> for Result<T, DbError> {
+    fn optional(self) -> Result<Option<T>, DbError> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(DbError::NoRows) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What the store asks of a connection or of a transaction on one.
+pub(crate) trait Sql {
+    /// Runs one statement; how many rows it changed.
+    fn execute(&self, sql: &str, params: Params<'_>) -> Result<usize, DbError>;
+    /// Runs one query; every row it returned.
+    fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, DbError>;
+
+    /// The first row `sql` returns, read by `read`; [`DbError::NoRows`] when there is none.
+    fn query_row<T>(
+        &self,
+        sql: &str,
+        params: Params<'_>,
+        read: impl FnOnce(&Row) -> Result<T, DbError>,
+    ) -> Result<T, DbError> {
+        let rows = self.query(sql, params)?;
+        rows.first().ok_or(DbError::NoRows).and_then(read)
+    }
+
+    /// Every row `sql` returns, each read by `read`.
+    fn query_map<T>(
+        &self,
+        sql: &str,
+        params: Params<'_>,
+        read: impl FnMut(&Row) -> Result<T, DbError>,
+    ) -> Result<Vec<T>, DbError> {
+        self.query(sql, params)?.iter().map(read).collect()
+    }
+}
+
+/// A connection to either database.
+pub(crate) enum Conn {
+    Sqlite(rusqlite::Connection),
+    Postgres(PgConn),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Sqlite(_) => "Conn::Sqlite",
+            Self::Postgres(_) => "Conn::Postgres",
+        })
+    }
+}
+
+impl Conn {
+    /// Starts a transaction: committed by [`Tx::commit`], rolled back when dropped without.
+    pub(crate) fn transaction(&mut self) -> Result<Tx<'_>, DbError> {
+        match self {
+            Self::Sqlite(c) => Ok(Tx::Sqlite(c.transaction()?)),
+            Self::Postgres(c) => {
+                c.batch("BEGIN")?;
+                Ok(Tx::Postgres(PgTx {
+                    conn: c,
+                    open: true,
+                }))
+            }
+        }
+    }
+
+    /// Runs statements without parameters, one after another (migrations).
+    pub(crate) fn execute_batch(&self, sql: &str) -> Result<(), DbError> {
+        match self {
+            Self::Sqlite(c) => Ok(c.execute_batch(sql)?),
+            Self::Postgres(c) => c.batch(sql),
+        }
+    }
+
+    /// Whether this is a PostgreSQL connection (the two dialects differ in migrations only).
+    pub(crate) fn is_postgres(&self) -> bool {
+        matches!(self, Self::Postgres(_))
+    }
+}
+
+impl Sql for Conn {
+    fn execute(&self, sql: &str, params: Params<'_>) -> Result<usize, DbError> {
+        match self {
+            Self::Sqlite(c) => sqlite_execute(c, sql, params),
+            Self::Postgres(c) => c.execute(sql, params),
+        }
+    }
+
+    fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, DbError> {
+        match self {
+            Self::Sqlite(c) => sqlite_query(c, sql, params),
+            Self::Postgres(c) => c.query(sql, params),
+        }
+    }
+}
+
+/// A transaction on a [`Conn`]: committed by [`Tx::commit`], rolled back when dropped
+/// without.
+pub(crate) enum Tx<'a> {
+    Sqlite(rusqlite::Transaction<'a>),
+    Postgres(PgTx<'a>),
+}
+
+/// A PostgreSQL transaction in progress.
+pub(crate) struct PgTx<'a> {
+    conn: &'a PgConn,
+    open: bool,
+}
+
+impl Drop for PgTx<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            // Best effort: a failed ROLLBACK means the connection is gone, which ends the
+            // transaction as well.
+            let _ = self.conn.batch("ROLLBACK");
+        }
+    }
+}
+
+impl Tx<'_> {
+    /// Commits what the transaction wrote.
+    pub(crate) fn commit(self) -> Result<(), DbError> {
+        match self {
+            Self::Sqlite(tx) => Ok(tx.commit()?),
+            Self::Postgres(mut tx) => {
+                // Ended by the COMMIT, or rolled back by PostgreSQL when it fails.
+                tx.open = false;
+                tx.conn.batch("COMMIT")
+            }
+        }
+    }
+
+    /// Runs statements without parameters inside the transaction (migrations).
+    pub(crate) fn execute_batch(&self, sql: &str) -> Result<(), DbError> {
+        match self {
+            Self::Sqlite(tx) => Ok(tx.execute_batch(sql)?),
+            Self::Postgres(tx) => tx.conn.batch(sql),
+        }
+    }
+}
+
+impl Sql for Tx<'_> {
+    fn execute(&self, sql: &str, params: Params<'_>) -> Result<usize, DbError> {
+        match self {
+            Self::Sqlite(tx) => sqlite_execute(tx, sql, params),
+            Self::Postgres(tx) => tx.conn.execute(sql, params),
+        }
+    }
+
+    fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, DbError> {
+        match self {
+            Self::Sqlite(tx) => sqlite_query(tx, sql, params),
+            Self::Postgres(tx) => tx.conn.query(sql, params),
+        }
+    }
+}
+
+// --- SQLite ---------------------------------------------------------------------------------
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef};
+        Ok(ToSqlOutput::Borrowed(match self {
+            Self::Null => ValueRef::Null,
+            Self::Int(i) => ValueRef::Integer(*i),
+            Self::Text(t) => ValueRef::Text(t.as_bytes()),
+            Self::Bytes(b) => ValueRef::Blob(b),
+        }))
+    }
+}
+
+fn values(params: Params<'_>) -> Vec<Value> {
+    params.iter().map(|p| p.to_value()).collect()
+}
+
+fn sqlite_execute(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<usize, DbError> {
+    let values = values(params);
+    Ok(conn
+        .prepare_cached(sql)?
+        .execute(rusqlite::params_from_iter(values.iter()))?)
+}
+
+fn sqlite_query(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, DbError> {
+    use rusqlite::types::ValueRef;
+    let values = values(params);
+    let mut stmt = conn.prepare_cached(sql)?;
+    let columns = stmt.column_count();
+    let mut rows = stmt.query(rusqlite::params_from_iter(values.iter()))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let mut values = Vec::with_capacity(columns);
+        for i in 0..columns {
+            values.push(match row.get_ref(i)? {
+                ValueRef::Null => Value::Null,
+                ValueRef::Integer(i) => Value::Int(i),
+                // The store keeps no floating-point columns; a REAL is an aggregate's whole
+                // number.
+                ValueRef::Real(f) => Value::Int(f as i64),
+                ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+                ValueRef::Blob(b) => Value::Bytes(b.to_vec()),
+            });
+        }
+        out.push(Row { values });
+    }
+    Ok(out)
+}
+
+// --- PostgreSQL -----------------------------------------------------------------------------
+
+/// A PostgreSQL connection: its client, the runtime task that drives its socket, and its
+/// prepared statements (by the store's SQL text).
+pub(crate) struct PgConn {
+    client: tokio_postgres::Client,
+    statements: RefCell<HashMap<String, tokio_postgres::Statement>>,
+}
+
+impl PgConn {
+    /// Connects to `url` with `driver` running the socket.
+    pub(crate) fn connect(url: &str, driver: &Driver) -> Result<Self, DbError> {
+        let url = url.to_owned();
+        let client = driver.run(async move {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::warn!(error = %e, "a database connection ended");
+                }
+            });
+            Ok::<_, DbError>(client)
+        })??;
+        Ok(Self {
+            client,
+            statements: RefCell::new(HashMap::new()),
+        })
+    }
+
+    fn batch(&self, sql: &str) -> Result<(), DbError> {
+        Ok(wait(self.client.batch_execute(sql))?)
+    }
+
+    fn statement(&self, sql: &str) -> Result<tokio_postgres::Statement, DbError> {
+        if let Some(stmt) = self.statements.borrow().get(sql) {
+            return Ok(stmt.clone());
+        }
+        let stmt = wait(self.client.prepare(&dollar_placeholders(sql)))?;
+        self.statements
+            .borrow_mut()
+            .insert(sql.to_owned(), stmt.clone());
+        Ok(stmt)
+    }
+
+    fn execute(&self, sql: &str, params: Params<'_>) -> Result<usize, DbError> {
+        let stmt = self.statement(sql)?;
+        let values = values(params);
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        let n = wait(self.client.execute(&stmt, &refs))?;
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, DbError> {
+        let stmt = self.statement(sql)?;
+        let values = values(params);
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        let rows = wait(self.client.query(&stmt, &refs))?;
+        rows.iter()
+            .map(|row| {
+                let values = (0..row.len())
+                    .map(|i| row.try_get::<_, Value>(i))
+                    .collect::<Result<_, _>>()?;
+                Ok(Row { values })
+            })
+            .collect()
+    }
+}
+
+/// The runtime that drives the PostgreSQL connections' sockets (one thread), so that the
+/// store's synchronous calls work from any thread, inside a runtime or not.
+pub(crate) struct Driver {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Driver")
+    }
+}
+
+impl Driver {
+    /// Starts the driver's thread.
+    pub(crate) fn start() -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("outpost-database")
+            .enable_all()
+            .build()?;
+        Ok(Self {
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Runs `work` on the driver and waits for it.
+    pub(crate) fn run<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, DbError> {
+        let runtime = self.runtime.as_ref().ok_or(DbError::DriverGone)?;
+        wait(runtime.spawn(work)).map_err(|_| DbError::DriverGone)
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which a runtime's own thread must not; this does not.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Waits for `work` on this thread, handing this worker's tasks to another first when it is a
+/// multi-thread runtime's worker.
+fn wait<F: Future>(work: F) -> F::Output {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+            tokio::task::block_in_place(|| futures_executor::block_on(work))
+        }
+        _ => futures_executor::block_on(work),
+    }
+}
+
+/// `sql` with its `?N` placeholders written `$N`, string literals and quoted names left alone.
+pub(crate) fn dollar_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut quote: Option<char> = None;
+    for c in sql.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None if c == '?' => {
+                out.push('$');
+                continue;
+            }
+            None => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn StdError + Sync + Send>> {
+        match self {
+            Self::Null => Ok(IsNull::Yes),
+            Self::Int(i) => match *ty {
+                Type::INT8 => i.to_sql(ty, out),
+                Type::INT4 => i32::try_from(*i)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(*i)?.to_sql(ty, out),
+                Type::BOOL => (*i != 0).to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR => i.to_string().to_sql(ty, out),
+                _ => Err(format!("an integer for a parameter of type {ty}").into()),
+            },
+            // PostgreSQL's text holds no NUL: stored as U+FFFD, as invalid UTF-8 in output
+            // already is (identifiers never hold one: the API refuses control characters in
+            // paths and queries).
+            Self::Text(t) if t.contains('\0') => t.replace('\0', "\u{FFFD}").to_sql(ty, out),
+            Self::Text(t) => t.to_sql(ty, out),
+            Self::Bytes(b) => b.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+impl<'a> FromSql<'a> for Value {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn StdError + Sync + Send>> {
+        Ok(match *ty {
+            Type::INT8 => Self::Int(i64::from_sql(ty, raw)?),
+            Type::INT4 => Self::Int(i64::from(i32::from_sql(ty, raw)?)),
+            Type::INT2 => Self::Int(i64::from(i16::from_sql(ty, raw)?)),
+            Type::BOOL => Self::Int(i64::from(bool::from_sql(ty, raw)?)),
+            Type::BYTEA => Self::Bytes(Vec::<u8>::from_sql(ty, raw)?),
+            _ => Self::Text(String::from_sql(ty, raw)?),
+        })
+    }
+
+    fn from_sql_null(_: &Type) -> Result<Self, Box<dyn StdError + Sync + Send>> {
+        Ok(Self::Null)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_become_dollars_outside_quotes() {
+        assert_eq!(
+            dollar_placeholders("SELECT '?1', \"a?\" FROM t WHERE a = ?1 AND b = ?12"),
+            "SELECT '?1', \"a?\" FROM t WHERE a = $1 AND b = $12"
+        );
+    }
+
+    #[test]
+    fn a_value_reads_as_what_it_holds_and_says_what_it_held() {
+        let row = Row {
+            values: vec![Value::Int(3), Value::Null, Value::Text("x".into())],
+        };
+        assert_eq!(row.get::<i64>(0).unwrap(), 3);
+        assert!(row.get::<bool>(0).unwrap());
+        assert_eq!(row.get::<Option<String>>(1).unwrap(), None);
+        let err = row.get::<i64>(2).unwrap_err().to_string();
+        assert_eq!(err, "column 2 holds text, not an integer");
+    }
+}

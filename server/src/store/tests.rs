@@ -1,0 +1,186 @@
+//! The store's own tests, each run against both databases: a fresh SQLite file and a fresh
+//! database on the tests' PostgreSQL cluster (`tests/common/postgres.rs`, started on first use).
+
+#[path = "../../tests/common/postgres.rs"]
+mod postgres;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::db::{Sql as _, params};
+use super::{Database, Store};
+
+/// A fresh store and its state folder (removed when dropped).
+pub(super) struct Fresh {
+    pub(super) store: Store,
+    /// `sqlite` or `postgres`, for messages.
+    pub(super) kind: &'static str,
+    pub(super) database: Database,
+    pub(super) dir: PathBuf,
+}
+
+impl Drop for Fresh {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A new state folder and a new PostgreSQL database, both named after `name`.
+fn fresh_places(name: &str) -> (PathBuf, String) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let unique = format!("{name}_{}_{n}", std::process::id()).replace('-', "_");
+    let dir = std::env::temp_dir().join(format!("outpost-store-{unique}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a state folder");
+    (dir, postgres::shared().database(&format!("s_{unique}")))
+}
+
+/// One fresh store of each kind.
+pub(super) fn stores(name: &str) -> Vec<Fresh> {
+    let (sqlite_dir, _) = fresh_places(&format!("{name}_sqlite"));
+    let (pg_dir, url) = fresh_places(&format!("{name}_pg"));
+    [
+        ("sqlite", Database::Sqlite, sqlite_dir),
+        ("postgres", Database::Postgres(url), pg_dir),
+    ]
+    .into_iter()
+    .map(|(kind, database, dir)| Fresh {
+        store: Store::open_database(&database, &dir)
+            .unwrap_or_else(|e| panic!("{kind}: the store opens: {e}")),
+        kind,
+        database,
+        dir,
+    })
+    .collect()
+}
+
+#[test]
+fn a_store_reopened_keeps_what_it_wrote_and_migrating_again_changes_nothing() {
+    for fresh in stores("reopen") {
+        let kind = fresh.kind;
+        assert!(fresh.store.create_user("ana", &[7; 32], &[], 5).unwrap());
+        assert!(
+            !fresh.store.create_user("ana", &[8; 32], &[], 6).unwrap(),
+            "{kind}"
+        );
+        let version = super::migrate(&fresh.database, &fresh.dir).unwrap();
+        assert_eq!(version, super::schema::known_version(), "{kind}");
+        let again = Store::open_database(&fresh.database, &fresh.dir).unwrap();
+        assert!(again.has_users().unwrap(), "{kind}");
+        assert_eq!(
+            again.token(&[7; 32]).unwrap().unwrap().user,
+            "ana",
+            "{kind}"
+        );
+    }
+}
+
+#[test]
+fn nodes_migrating_at_once_take_turns_and_one_schema_results() {
+    let (dir, url) = fresh_places("migrate_race");
+    let database = Database::Postgres(url);
+    let versions: Vec<i64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| super::migrate(&database, &dir)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .expect("no panic")
+                    .expect("each migration succeeds")
+            })
+            .collect()
+    });
+    assert_eq!(versions, vec![super::schema::known_version(); 4]);
+    let store = Store::open_database(&database, &dir).unwrap();
+    let rows: i64 = store
+        .read()
+        .query_row("SELECT COUNT(*) FROM schema_version", params![], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(rows, 1, "the baseline is recorded once, by one node");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_database_newer_than_this_server_is_refused_not_altered() {
+    for fresh in stores("newer") {
+        let kind = fresh.kind;
+        let newer = super::schema::known_version() + 1;
+        fresh
+            .store
+            .lock()
+            .execute(
+                "INSERT INTO schema_version (version) VALUES (?1)",
+                params![newer],
+            )
+            .unwrap();
+        let err = Store::open_database(&fresh.database, &fresh.dir)
+            .expect_err("a newer schema is refused")
+            .to_string();
+        assert!(
+            err.contains(&format!("schema version {newer}")),
+            "{kind}: {err}"
+        );
+        assert!(err.contains("upgrade outpost"), "{kind}: {err}");
+    }
+}
+
+#[test]
+fn postgres_that_may_lose_acknowledged_commits_is_refused() {
+    let (dir, url) = fresh_places("async_commit");
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    postgres::shared().sql(
+        "postgres",
+        &format!("ALTER DATABASE \"{db}\" SET synchronous_commit = off"),
+    );
+    let err = Store::open_database(&Database::Postgres(url), &dir)
+        .expect_err("synchronous_commit = off is refused")
+        .to_string();
+    assert!(err.contains("synchronous_commit = on"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn text_with_a_nul_is_stored_on_both_and_never_fails_a_write() {
+    for fresh in stores("nul") {
+        let kind = fresh.kind;
+        // A program's output may hold NUL bytes; the audit detail stands for any text column.
+        fresh
+            .store
+            .audit(1, "probe", "ana", None, "before\0after")
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let events = fresh.store.audit_events(None, 10).unwrap();
+        let detail = &events[0].detail;
+        assert!(
+            detail == "before\0after" || detail == "before\u{FFFD}after",
+            "{kind}: {detail:?}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_url_or_an_unreachable_database_is_an_error_that_says_so() {
+    assert!(Database::from_flag(Some("mysql://x")).is_err());
+    let shown = Database::from_flag(Some("postgres://ana:secret@db.example/outpost"))
+        .unwrap()
+        .shown();
+    assert_eq!(
+        shown, "postgres://ana:***@db.example/outpost",
+        "no password shown"
+    );
+    let (dir, _) = fresh_places("unreachable");
+    // A port nothing listens on (the shared cluster's, plus one, is free of PostgreSQL).
+    let port = postgres::shared().port.wrapping_add(1);
+    let err = Store::open_database(
+        &Database::Postgres(format!("postgres://outpost@127.0.0.1:{port}/none")),
+        &dir,
+    )
+    .expect_err("nothing listens")
+    .to_string();
+    assert!(err.contains("connecting to PostgreSQL"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

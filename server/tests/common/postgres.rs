@@ -1,0 +1,280 @@
+//! A throwaway PostgreSQL for the tests: Debian's binaries (`/usr/lib/postgresql/N/bin`), a
+//! cluster made by `initdb` in a temporary folder, its server on a free loopback port, and a
+//! database per name. As root (PostgreSQL refuses to run as root) the cluster belongs to the
+//! `postgres` user the Debian package made.
+//!
+//! [`shared`] is one cluster for the whole test process: it is started from a thread that
+//! lives as long as the process, with `setpriv --pdeathsig KILL`, so the server dies with the
+//! tests whatever way they end. [`Postgres::start`] is a cluster of one's own, stopped when
+//! dropped (for the tests that stop or cut off the database).
+#![allow(dead_code)]
+
+use std::io::{BufRead as _, BufReader};
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+/// A PostgreSQL server the tests started.
+pub struct Postgres {
+    /// The cluster's folder (data, socket, log).
+    pub dir: PathBuf,
+    /// Its TCP port on 127.0.0.1.
+    pub port: u16,
+    /// The postmaster's process id.
+    pub pid: u32,
+    child: Option<Child>,
+}
+
+/// The folder of PostgreSQL's programs, the newest version installed.
+pub fn bin_dir() -> PathBuf {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL's programs in /usr/lib/postgresql (Debian's postgresql package; ./test installs it)")
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("postgres").is_file())
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .expect("a PostgreSQL server in /usr/lib/postgresql/*/bin (./test installs postgresql)")
+}
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+}
+
+/// `program` run as the cluster's owner (`postgres` when we are root).
+fn as_owner(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=postgres", "--regid=postgres", "--init-groups"])
+            .arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Postgres {
+    /// Makes a cluster in a new temporary folder and starts its server; returns once it
+    /// accepts connections. With `die_with_parent`, the server is killed when the thread that
+    /// started it ends.
+    fn launch(die_with_parent: bool) -> Postgres {
+        remove_stale_clusters();
+        let bin = bin_dir();
+        let dir =
+            std::env::temp_dir().join(format!("outpost-pg-{}-{}", std::process::id(), free_port()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("the cluster's folder");
+        if is_root() {
+            let ok = Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .expect("chown")
+                .success();
+            assert!(ok, "the cluster's folder given to the postgres user");
+        }
+        let data = dir.join("data");
+        let init = as_owner(&bin.join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "outpost", "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .stdout(Stdio::null())
+            .output()
+            .expect("initdb runs");
+        assert!(
+            init.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let port = free_port();
+        let mut command = if die_with_parent {
+            let mut c = Command::new("setpriv");
+            if is_root() {
+                c.args(["--reuid=postgres", "--regid=postgres", "--init-groups"]);
+            }
+            c.args(["--pdeathsig", "KILL"]).arg(bin.join("postgres"));
+            c
+        } else {
+            as_owner(&bin.join("postgres"))
+        };
+        let mut child = command
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(&dir)
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "max_connections=300",
+                "-c",
+                "log_min_messages=warning",
+                "-c",
+                "log_min_error_statement=panic",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("postgres starts");
+        // Ready when it says so (its log goes to stderr).
+        let stderr = child.stderr.take().expect("piped stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let mut seen = Vec::new();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    let ready = line.contains("ready to accept connections");
+                    seen.push(line);
+                    if ready {
+                        break;
+                    }
+                }
+                _ => panic!("postgres ended before it was ready:\n{}", seen.join("\n")),
+            }
+        }
+        // Keep reading its log so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        Postgres {
+            dir,
+            port,
+            pid: child.id(),
+            child: Some(child),
+        }
+    }
+
+    /// A cluster of one's own, stopped (immediately) when dropped.
+    pub fn start() -> Postgres {
+        Self::launch(false)
+    }
+
+    /// The URL of database `name` on this server.
+    pub fn url(&self, name: &str) -> String {
+        format!("postgres://outpost@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Creates database `name` unless it exists; its URL.
+    pub fn database(&self, name: &str) -> String {
+        let out = Command::new(bin_dir().join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "outpost",
+            ])
+            .args(["-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qAt", "-c"])
+            .arg(format!(
+                "SELECT 1 FROM pg_database WHERE datname = '{name}'"
+            ))
+            .output()
+            .expect("psql runs");
+        assert!(
+            out.status.success(),
+            "psql: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if String::from_utf8_lossy(&out.stdout).trim() != "1" {
+            self.sql("postgres", &format!("CREATE DATABASE \"{name}\""));
+        }
+        self.url(name)
+    }
+
+    /// Runs `sql` in database `db` with psql; what it printed (unaligned, tuples only).
+    pub fn sql(&self, db: &str, sql: &str) -> String {
+        let out = Command::new(bin_dir().join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "outpost",
+            ])
+            .args(["-d", db, "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
+            .output()
+            .expect("psql runs");
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Stops the server at once (as a crash would; it recovers from its WAL on the next start).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGQUIT: the postmaster's immediate shutdown, its backends with it.
+            let _ = Command::new("kill")
+                .args(["-QUIT", &self.pid.to_string()])
+                .status();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Removes the clusters' folders of test processes that are gone (a shared cluster's folder
+/// outlives its process).
+fn remove_stale_clusters() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("outpost-pg-")
+            .and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// The test process's cluster, started on first use.
+pub fn shared() -> &'static Postgres {
+    static SHARED: OnceLock<Postgres> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The thread that starts it never ends, so the server lives until the process does
+        // (PR_SET_PDEATHSIG follows the thread that forked, not the process).
+        std::thread::spawn(move || {
+            let pg = Postgres::launch(true);
+            tx.send(pg).expect("the test waits for its cluster");
+            loop {
+                std::thread::park();
+            }
+        });
+        rx.recv().expect("the shared cluster starts")
+    })
+}
+
+/// A database on the shared cluster named after `key` (the same key, the same database: a
+/// server restarted over the same state folder finds its records).
+pub fn database_for(key: &Path) -> String {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    shared().database(&format!("t{:016x}", hasher.finish()))
+}
