@@ -216,12 +216,13 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
             .await
             .map_err(|e| ServeError::Runtime(format!("restoring access records: {e:?}")))?;
     }
+    let (stop, stop_rx) = watch::channel(false);
+    let heartbeat = tokio::spawn(crate::http::nodes::heartbeat(app.clone(), stop_rx.clone()));
     let serving = serve::Serving {
         inflight: app.shared.inflight.clone(),
         limits: config.limits.clone(),
         router: crate::http::router(app),
     };
-    let (stop, stop_rx) = watch::channel(false);
     tokio::spawn(crate::sweep::bundles(
         store.clone(),
         config.limits.bundle_sweep,
@@ -256,6 +257,8 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         .await;
         let _ = tx.send(crate::dispatch::Msg::Shutdown).await;
         let _ = dispatch_task.await;
+        // This node's row goes before the process does.
+        let _ = heartbeat.await;
         // Open terminals' recordings end and are stored before the server is gone.
         let ended = terminals_handle.ask(|done| TermMsg::Shutdown { done });
         if tokio::time::timeout(RECORDINGS_GRACE, ended).await.is_err() {

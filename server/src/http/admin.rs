@@ -58,7 +58,7 @@ pub(super) fn routes() -> Vec<Route> {
             )
             .auth(Auth::Bearer(ADMIN))
             .answer::<views::Nodes>(200),
-            get(nodes),
+            get(super::nodes::list),
         ),
         route(
             api("GET", "/healthz", "Liveness").answer::<views::Health>(200),
@@ -174,39 +174,6 @@ fn recording_of(kind: &str, detail: &str) -> Option<String> {
         .next()
         .filter(|id| id.starts_with("ex_"))?;
     Some(format!("/v1/terminals/{terminal}/recording"))
-}
-
-/// One node today: this process, with the daemons connected to it.
-async fn nodes(State(app): State<App>, req: Request) -> ApiResult {
-    auth::bearer(&app, req.headers(), ADMIN)?;
-    let contexts = app.shared.store.contexts()?;
-    let live = app
-        .live(contexts.iter().map(|c| c.id.clone()).collect())
-        .await?;
-    let sessions = contexts
-        .iter()
-        .filter_map(|c| {
-            let l = live.get(&c.id).filter(|l| l.online)?;
-            Some(views::NodeSession {
-                context_id: c.id.as_str().into(),
-                name: c.name.clone(),
-                slots_used: l.slots_used,
-                slots_total: l.slots_total,
-                draining: l.draining,
-            })
-        })
-        .collect();
-    let (node_id, started_at) = app.node.clone();
-    Ok(axum::Json(views::Nodes {
-        nodes: vec![views::Node {
-            node_id,
-            url: app.join.url.clone(),
-            started_at,
-            this: true,
-            sessions,
-        }],
-    })
-    .into_response())
 }
 
 async fn metrics(State(app): State<App>) -> impl IntoResponse {

@@ -18,6 +18,7 @@ mod executions;
 mod extract;
 mod joins;
 mod machine;
+pub(crate) mod nodes;
 mod openapi;
 mod output;
 mod ratelimit;

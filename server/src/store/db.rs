@@ -278,6 +278,9 @@ pub(crate) trait Sql {
     fn execute(&self, sql: &str, params: Params<'_>) -> Result<usize, DbError>;
     /// Runs one query; every row it returned.
     fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, DbError>;
+    /// The SQL for the database's clock now, in Unix milliseconds (for liveness, which
+    /// never compares the nodes' own clocks).
+    fn now_ms(&self) -> &'static str;
 
     /// The first row `sql` returns, read by `read`; [`DbError::NoRows`] when there is none.
     fn query_row<T>(
@@ -331,14 +334,6 @@ impl Conn {
         }
     }
 
-    /// Runs statements without parameters, one after another (migrations).
-    pub(crate) fn execute_batch(&self, sql: &str) -> Result<(), DbError> {
-        match self {
-            Self::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Self::Postgres(c) => c.batch(sql),
-        }
-    }
-
     /// Whether this is a PostgreSQL connection (the two dialects differ in migrations only).
     pub(crate) fn is_postgres(&self) -> bool {
         matches!(self, Self::Postgres(_))
@@ -359,7 +354,20 @@ impl Sql for Conn {
             Self::Postgres(c) => c.query(sql, params),
         }
     }
+
+    fn now_ms(&self) -> &'static str {
+        match self {
+            Self::Sqlite(_) => SQLITE_NOW_MS,
+            Self::Postgres(_) => POSTGRES_NOW_MS,
+        }
+    }
 }
+
+/// SQLite's clock in Unix milliseconds.
+const SQLITE_NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+/// PostgreSQL's clock in Unix milliseconds (the time of the statement's call, not of its
+/// transaction's start).
+const POSTGRES_NOW_MS: &str = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)";
 
 /// A transaction on a [`Conn`]: committed by [`Tx::commit`], rolled back when dropped
 /// without.
@@ -418,6 +426,13 @@ impl Sql for Tx<'_> {
         match self {
             Self::Sqlite(tx) => sqlite_query(tx, sql, params),
             Self::Postgres(tx) => tx.conn.query(sql, params),
+        }
+    }
+
+    fn now_ms(&self) -> &'static str {
+        match self {
+            Self::Sqlite(_) => SQLITE_NOW_MS,
+            Self::Postgres(_) => POSTGRES_NOW_MS,
         }
     }
 }

@@ -18,6 +18,7 @@ mod bundles;
 pub mod changes;
 pub(crate) mod db;
 mod joins;
+mod nodes;
 mod recordings;
 mod records;
 mod runs;

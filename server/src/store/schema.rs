@@ -191,7 +191,36 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (exec_id, seq)
     );
     ",
+    // 11: the nodes serving this database (docs/CLUSTER.md §4): each one's heartbeat by the
+    // database's clock, and the daemons connected to it at its last heartbeat.
+    "
+    CREATE TABLE nodes (
+        id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        started_at INTEGER NOT NULL,
+        heartbeat_at_ms INTEGER NOT NULL,
+        sessions TEXT NOT NULL DEFAULT '[]'
+    );
+    ",
 ];
+
+/// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
+/// PostgreSQL database to version `POSTGRES_BASELINE + i + 1`, as `MIGRATIONS` does SQLite.
+const POSTGRES_MIGRATIONS: &[&str] = &[
+    // 11
+    "
+    CREATE TABLE nodes (
+        id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        started_at BIGINT NOT NULL,
+        heartbeat_at_ms BIGINT NOT NULL,
+        sessions TEXT NOT NULL DEFAULT '[]'
+    );
+    ",
+];
+
+// Every SQLite migration after the baseline has its PostgreSQL twin.
+const _: () = assert!(MIGRATIONS.len() == POSTGRES_BASELINE as usize + POSTGRES_MIGRATIONS.len());
 
 /// The PostgreSQL schema at version [`POSTGRES_BASELINE`]: what [`MIGRATIONS`] 1 to 10 make
 /// in SQLite, in PostgreSQL's words (`BIGINT` for `INTEGER`, `BYTEA` for `BLOB`, identity
@@ -377,8 +406,6 @@ pub(super) fn version(conn: &impl Sql) -> Result<i64, StoreError> {
 
 /// Applies every migration the database lacks, each in its own transaction.
 pub(super) fn migrate(conn: &mut Conn) -> Result<(), StoreError> {
-    conn.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
-        .doing("creating schema_version")?;
     let postgres = conn.is_postgres();
     let known = known_version();
     loop {
@@ -391,6 +418,9 @@ pub(super) fn migrate(conn: &mut Conn) -> Result<(), StoreError> {
             )
             .doing("waiting for another node's migration")?;
         }
+        // Inside the lock: two nodes creating it at once would collide in PostgreSQL.
+        tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
+            .doing("creating schema_version")?;
         let current = version(&tx)?;
         if current > known {
             return Err(StoreError::new(
@@ -414,6 +444,11 @@ pub(super) fn migrate(conn: &mut Conn) -> Result<(), StoreError> {
                     known: POSTGRES_BASELINE,
                 },
             ));
+        } else if postgres {
+            (
+                POSTGRES_MIGRATIONS[(current - POSTGRES_BASELINE) as usize],
+                current + 1,
+            )
         } else {
             (MIGRATIONS[current as usize], current + 1)
         };

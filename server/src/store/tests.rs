@@ -95,13 +95,20 @@ fn nodes_migrating_at_once_take_turns_and_one_schema_results() {
     });
     assert_eq!(versions, vec![super::schema::known_version(); 4]);
     let store = Store::open_database(&database, &dir).unwrap();
-    let rows: i64 = store
+    let (rows, distinct): (i64, i64) = store
         .read()
-        .query_row("SELECT COUNT(*) FROM schema_version", params![], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT COUNT(*), COUNT(DISTINCT version) FROM schema_version",
+            params![],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .unwrap();
-    assert_eq!(rows, 1, "the baseline is recorded once, by one node");
+    assert_eq!(rows, distinct, "each version is applied once, by one node");
+    assert_eq!(
+        rows,
+        super::schema::known_version() - 9,
+        "the baseline (10) and each migration after it"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -183,4 +190,58 @@ fn a_bad_url_or_an_unreachable_database_is_an_error_that_says_so() {
     .to_string();
     assert!(err.contains("connecting to PostgreSQL"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
+    for fresh in stores("nodes") {
+        let kind = fresh.kind;
+        let store = &fresh.store;
+        store
+            .node_heartbeat("nd_a", "http://a", 100, Some("[]"))
+            .unwrap();
+        store.node_heartbeat("nd_b", "http://b", 50, None).unwrap();
+        let live = store.live_nodes(15_000).unwrap();
+        let ids: Vec<&str> = live.iter().map(|n| n.id.as_str()).collect();
+        assert_eq!(ids, ["nd_b", "nd_a"], "{kind}: oldest start first");
+        assert!(live.iter().all(|n| n.silent_ms < 15_000), "{kind}");
+        // A heartbeat without sessions keeps the ones written before.
+        store
+            .node_heartbeat("nd_a", "http://a", 100, Some("[{\"name\":\"x\"}]"))
+            .unwrap();
+        store.node_heartbeat("nd_a", "http://a", 100, None).unwrap();
+        let a = store.live_nodes(15_000).unwrap().remove(1);
+        assert_eq!(a.sessions_json, "[{\"name\":\"x\"}]", "{kind}");
+        // Twenty seconds of silence, by the database's clock: no longer live.
+        store
+            .lock()
+            .execute(
+                "UPDATE nodes SET heartbeat_at_ms = heartbeat_at_ms - 20000 WHERE id = 'nd_b'",
+                params![],
+            )
+            .unwrap();
+        let ids: Vec<String> = store
+            .live_nodes(15_000)
+            .unwrap()
+            .into_iter()
+            .map(|n| n.id)
+            .collect();
+        assert_eq!(ids, ["nd_a"], "{kind}");
+        // An hour of silence: the next heartbeat of any node forgets the row.
+        store
+            .lock()
+            .execute(
+                "UPDATE nodes SET heartbeat_at_ms = heartbeat_at_ms - 3600000 WHERE id = 'nd_b'",
+                params![],
+            )
+            .unwrap();
+        store.node_heartbeat("nd_a", "http://a", 100, None).unwrap();
+        let rows: i64 = store
+            .read()
+            .query_row("SELECT COUNT(*) FROM nodes", params![], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1, "{kind}");
+        store.forget_node("nd_a").unwrap();
+        assert!(store.live_nodes(15_000).unwrap().is_empty(), "{kind}");
+    }
 }

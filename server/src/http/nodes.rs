@@ -1,0 +1,117 @@
+//! This process as a node of the system (docs/CLUSTER.md §4): `GET /v1/nodes`, and the
+//! heartbeat that keeps this node's row in the store — every [`HEARTBEAT`], stamped by the
+//! database's clock, with the daemons connected here when they changed. Rows of other nodes are
+//! read, never written, here; a node is listed while its heartbeat is at most [`LIVE`] old.
+//!
+//! It never decides who owns a machine: that is the fencing of CLUSTER.md §2.
+
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::response::IntoResponse;
+use tokio::sync::watch;
+
+use super::auth::{self, ADMIN};
+use super::error::{ApiError, ApiResult};
+use super::{App, views};
+
+/// How often a node writes its heartbeat.
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// How old a heartbeat may be for its node to be listed (live).
+pub(crate) const LIVE: Duration = Duration::from_secs(15);
+
+/// The daemons connected to this node now.
+async fn sessions_here(app: &App) -> Result<Vec<views::NodeSession>, ApiError> {
+    let contexts = app.shared.store.contexts()?;
+    let live = app
+        .live(contexts.iter().map(|c| c.id.clone()).collect())
+        .await?;
+    Ok(contexts
+        .iter()
+        .filter_map(|c| {
+            let l = live.get(&c.id).filter(|l| l.online)?;
+            Some(views::NodeSession {
+                context_id: c.id.as_str().into(),
+                name: c.name.clone(),
+                slots_used: l.slots_used,
+                slots_total: l.slots_total,
+                draining: l.draining,
+            })
+        })
+        .collect())
+}
+
+/// `GET /v1/nodes`: this node (its sessions as they are now), then every other live node
+/// (its sessions as of its last heartbeat, at most [`HEARTBEAT`] old).
+pub(super) async fn list(State(app): State<App>, req: Request) -> ApiResult {
+    auth::bearer(&app, req.headers(), ADMIN)?;
+    let sessions = sessions_here(&app).await?;
+    let (node_id, started_at) = app.node.clone();
+    let others = app.shared.store.live_nodes(LIVE.as_millis() as u64)?;
+    let mut nodes = vec![views::Node {
+        node_id: node_id.clone(),
+        url: app.join.url.clone(),
+        started_at,
+        this: true,
+        sessions,
+    }];
+    nodes.extend(
+        others
+            .into_iter()
+            .filter(|row| row.id != node_id)
+            .map(|row| views::Node {
+                sessions: serde_json::from_str(&row.sessions_json).unwrap_or_default(),
+                node_id: row.id,
+                url: row.url,
+                started_at: row.started_at,
+                this: false,
+            }),
+    );
+    Ok(axum::Json(views::Nodes { nodes }).into_response())
+}
+
+/// Writes this node's heartbeat every [`HEARTBEAT`] until `stop`, then removes its row, so
+/// that no list shows a node that stopped.
+pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
+    let (node_id, started_at) = app.node.clone();
+    let url = app.join.url.clone();
+    let mut written: Option<String> = None;
+    let mut tick = tokio::time::interval(HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = stop.changed() => if changed.is_err() { break },
+        }
+        if *stop.borrow() {
+            break;
+        }
+        let sessions = match sessions_here(&app).await {
+            Ok(s) => serde_json::to_string(&s).ok(),
+            // The dispatcher stopped: the heartbeat goes on, the sessions as last written.
+            Err(_) => None,
+        };
+        let changed = sessions.clone().filter(|s| written.as_ref() != Some(s));
+        let store = app.shared.store.clone();
+        let (id, at) = (node_id.clone(), url.clone());
+        let wrote = tokio::task::spawn_blocking(move || {
+            store.node_heartbeat(&id, &at, started_at, changed.as_deref())
+        })
+        .await;
+        match wrote {
+            Ok(Ok(())) => {
+                if sessions.is_some() {
+                    written = sessions;
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "this node's heartbeat was not written"),
+            Err(e) => tracing::warn!(error = %e, "this node's heartbeat task failed"),
+        }
+    }
+    let store = app.shared.store.clone();
+    let gone = tokio::task::spawn_blocking(move || store.forget_node(&node_id)).await;
+    if !matches!(gone, Ok(Ok(()))) {
+        tracing::warn!("this node's row was not removed; it ages out of the lists in 15 s");
+    }
+}

@@ -1,0 +1,94 @@
+//! The nodes serving this database (docs/CLUSTER.md §4): one row per `outpost serve`
+//! process, its heartbeat stamped by the database's clock (never a node's), and the daemons
+//! connected to it at that heartbeat. A node is live while its heartbeat is recent; liveness
+//! is judged here, in SQL, so that no two nodes' clocks are ever compared.
+//!
+//! It stores and lists; the heartbeat's pace and what a node does when it cannot write one are
+//! the server's (`http/nodes.rs`).
+
+use super::db::{Sql as _, params};
+use super::{Doing as _, Store, StoreError};
+
+/// How long a row of a node that stopped heartbeating stays before a heartbeat deletes it.
+const FORGET_AFTER_MS: i64 = 3_600_000;
+
+/// A node as its last heartbeat left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeRow {
+    /// `nd_…`, new at each start.
+    pub(crate) id: String,
+    /// The URL daemons and clients reach it at.
+    pub(crate) url: String,
+    /// When it started (Unix seconds, its own clock: shown, never compared).
+    pub(crate) started_at: u64,
+    /// The daemons connected to it at its last heartbeat (JSON, a `NodeSession` list).
+    pub(crate) sessions_json: String,
+    /// How long ago its last heartbeat was, by the database's clock.
+    pub(crate) silent_ms: u64,
+}
+
+impl Store {
+    /// Writes node `id`'s heartbeat now (the database's clock), with its sessions when they
+    /// are given (`None`: unchanged since its last heartbeat), and forgets the rows of nodes
+    /// silent for an hour.
+    pub(crate) fn node_heartbeat(
+        &self,
+        id: &str,
+        url: &str,
+        started_at: u64,
+        sessions_json: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("writing a heartbeat")?;
+        let now = tx.now_ms();
+        tx.execute(
+            &format!(
+                "INSERT INTO nodes (id, url, started_at, heartbeat_at_ms, sessions)
+                 VALUES (?1, ?2, ?3, {now}, COALESCE(?4, '[]'))
+                 ON CONFLICT (id) DO UPDATE SET url = excluded.url,
+                     heartbeat_at_ms = excluded.heartbeat_at_ms,
+                     sessions = COALESCE(?4, nodes.sessions)"
+            ),
+            params![id, url, started_at as i64, sessions_json],
+        )
+        .doing("writing a heartbeat")?;
+        tx.execute(
+            &format!("DELETE FROM nodes WHERE heartbeat_at_ms < {now} - ?1"),
+            params![FORGET_AFTER_MS],
+        )
+        .doing("forgetting silent nodes")?;
+        tx.commit().doing("writing a heartbeat")
+    }
+
+    /// The nodes whose last heartbeat is at most `live_ms` old by the database's clock,
+    /// oldest start first.
+    pub(crate) fn live_nodes(&self, live_ms: u64) -> Result<Vec<NodeRow>, StoreError> {
+        let conn = self.read();
+        let now = conn.now_ms();
+        conn.query_map(
+            &format!(
+                "SELECT id, url, started_at, sessions, {now} - heartbeat_at_ms FROM nodes
+                 WHERE heartbeat_at_ms >= {now} - ?1 ORDER BY started_at, id"
+            ),
+            params![i64::try_from(live_ms).unwrap_or(i64::MAX)],
+            |r| {
+                Ok(NodeRow {
+                    id: r.get(0)?,
+                    url: r.get(1)?,
+                    started_at: r.get::<i64>(2)?.max(0) as u64,
+                    sessions_json: r.get(3)?,
+                    silent_ms: r.get::<i64>(4)?.max(0) as u64,
+                })
+            },
+        )
+        .doing("listing the nodes")
+    }
+
+    /// Removes node `id`'s row (it stops).
+    pub(crate) fn forget_node(&self, id: &str) -> Result<(), StoreError> {
+        self.lock()
+            .execute("DELETE FROM nodes WHERE id = ?1", params![id])
+            .doing("forgetting a node")?;
+        Ok(())
+    }
+}
