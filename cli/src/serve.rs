@@ -206,8 +206,13 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     out.flush()?;
     drop(out);
-    server.wait();
+    let stopped = server.wait();
     outpost_host::sandbox::retire_warm_helpers();
+    if stopped == outpost_server::Stopped::StoreFailed {
+        anyhow::bail!(
+            "the database refused a record (see the log above), so the server stopped rather than go on without it; start it again once the database answers (a service manager does): it restores from the records"
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,7 +1,9 @@
 //! `outpost serve --database postgres://…` with the real binary and a PostgreSQL cluster of
 //! the test's own: `migrate` brings a new database to the schema once however often it runs,
 //! a URL that is not PostgreSQL's or a database that does not answer is refused with what to
-//! do, and a server over PostgreSQL keeps its executions across a kill -9.
+//! do, a server over PostgreSQL keeps its executions across a kill -9, and a database that
+//! crashes under a running server stops it (exit 1) rather than let it go on without its
+//! records; started again, it restores from them and runs nothing twice.
 
 mod common;
 
@@ -34,10 +36,14 @@ fn migrate_brings_a_new_database_to_the_schema_once_however_often_it_runs() {
             format!("postgres://outpost@127.0.0.1:{}/fresh", pg.port)
         );
     }
+    let versions = pg.sql(
+        "fresh",
+        "SELECT string_agg(CAST(version AS TEXT), ',' ORDER BY version) FROM schema_version",
+    );
     assert_eq!(
-        pg.sql("fresh", "SELECT COUNT(*) FROM schema_version")
-            .trim(),
-        "1"
+        versions.trim(),
+        "10,11",
+        "the baseline and each migration after it, once"
     );
     assert!(
         !state.join("outpost.db").exists(),
@@ -109,6 +115,63 @@ fn a_server_over_postgres_killed_and_restarted_keeps_its_executions_and_runs_eac
         ran.lines().collect::<Vec<_>>(),
         ["first", "second"],
         "each execution ran once"
+    );
+    daemon.kill();
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_database_crash_stops_the_server_which_restarts_from_the_records_and_runs_nothing_twice() {
+    let mut pg = Postgres::start();
+    let url = pg.database("outpost");
+    let dir = temp_dir("pg-crash");
+    let database = std::ffi::OsString::from(&url);
+    let args = [std::ffi::OsStr::new("--database"), database.as_os_str()];
+    let server = Server::start_with(&dir.join("server"), 0, &args);
+    let mut daemon = Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
+    server.wait_context("box", "the daemon to come online", |c| c["online"] == true);
+    let marker = dir.join("ran");
+    let go = dir.join("go");
+    let held = format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done\necho first >> {marker}\n",
+        go = go.display(),
+        marker = marker.display()
+    );
+    let first = server.submit(&shell_capability("held", &held), "box");
+    server.wait_status(&first, "running");
+
+    // The database crashes. A request that needs it is refused, typed; the server stays up.
+    pg.kill();
+    let (status, answer) = server.api("GET", &format!("/v1/executions/{first}"), None);
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["error"]["code"], "database_unavailable");
+    // The run ends: its result is a record the server cannot write, so it stops (exit 1)
+    // rather than acknowledge what it did not keep; the result waits in the daemon's outbox.
+    std::fs::write(&go, b"").expect("go");
+    let mut server = server;
+    let code = server.child.wait().expect("the server ends").code();
+    assert_eq!(
+        code,
+        Some(1),
+        "the server stops rather than go on without its records"
+    );
+
+    // The database and the server start again (as a service manager would).
+    pg.restart();
+    let port = server.port;
+    let server = Server::start_with(&dir.join("server"), port, &args);
+    let ended = server.wait_status(&first, "exited");
+    assert_eq!(ended["exitCode"], 0, "{ended}");
+    server.wait_context("box", "the daemon to come back", |c| c["online"] == true);
+    let script = format!("echo second >> {}\n", marker.display());
+    let second = server.submit(&shell_capability("mark", &script), "box");
+    server.wait_status(&second, "exited");
+    let ran = std::fs::read_to_string(&marker).expect("the marker");
+    assert_eq!(
+        ran.lines().collect::<Vec<_>>(),
+        ["first", "second"],
+        "each ran once: the held run was not started again, its result was kept"
     );
     daemon.kill();
     drop(server);

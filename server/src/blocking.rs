@@ -53,10 +53,12 @@ impl BlockingServer {
         }
     }
 
-    /// Serves until SIGINT or SIGTERM, then shuts down gracefully.
-    pub fn wait(mut self) {
-        if let Some(running) = self.running.take() {
-            self.runtime.block_on(running.wait());
+    /// Serves until SIGINT or SIGTERM (or the store refuses a record), then shuts down
+    /// gracefully; says which.
+    pub fn wait(mut self) -> crate::Stopped {
+        match self.running.take() {
+            Some(running) => self.runtime.block_on(running.wait()),
+            None => crate::Stopped::Asked,
         }
     }
 }

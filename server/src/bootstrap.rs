@@ -180,7 +180,14 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     let mut dispatcher = Dispatcher::new(server, shared.clone(), cloud, pending);
     dispatcher.settle()?;
     let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);
-    let dispatch_task = tokio::spawn(dispatcher.run(rx));
+    // A dispatcher that stops on its own (the store refused a record) stops the server: a
+    // restart restores from the records, which is the one safe way on.
+    let (failed_tx, failed) = watch::channel(false);
+    let dispatch_task = tokio::spawn(async move {
+        if dispatcher.run(rx).await {
+            let _ = failed_tx.send(true);
+        }
+    });
     let terminals = crate::dispatch::terminals::Actor::new(
         clock,
         store.clone(),
@@ -272,6 +279,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         admin_token,
         state_dir: dir,
         stop,
+        failed,
         task,
     })
 }

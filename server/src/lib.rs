@@ -161,7 +161,19 @@ pub struct Running {
     /// The state folder the server keeps its keys, database, join and token in.
     pub state_dir: PathBuf,
     stop: watch::Sender<bool>,
+    /// Set when the dispatcher stopped on its own (the store refused a record).
+    failed: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Why [`Running::wait`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// SIGINT or SIGTERM asked it to.
+    Asked,
+    /// The store refused a record (a full disk, a database that went away): the server
+    /// stopped rather than go on without it. Starting it again restores it from the records.
+    StoreFailed,
 }
 
 impl Running {
@@ -172,27 +184,44 @@ impl Running {
         let _ = self.task.await;
     }
 
-    /// Serves until SIGINT or SIGTERM, then shuts down as [`Running::shutdown`] does.
-    pub async fn wait(self) {
+    /// Serves until SIGINT or SIGTERM, or until the store refuses a record, then shuts down
+    /// as [`Running::shutdown`] does; says which.
+    pub async fn wait(self) -> Stopped {
         let interrupt = tokio::signal::ctrl_c();
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => {
-                    tokio::select! {
-                        _ = interrupt => {},
-                        _ = term.recv() => {},
-                    }
-                }
-                Err(_) => {
-                    let _ = interrupt.await;
+        let mut failed = self.failed.clone();
+        let store_failed = async move {
+            // Sent once, or never while the dispatcher runs (a closed channel: it stopped
+            // as asked).
+            while !*failed.borrow() {
+                if failed.changed().await.is_err() {
+                    std::future::pending::<()>().await;
                 }
             }
-        }
-        #[cfg(not(unix))]
-        let _ = interrupt.await;
+        };
+        let stopped = {
+            #[cfg(unix)]
+            {
+                use tokio::signal::unix::{SignalKind, signal};
+                match signal(SignalKind::terminate()) {
+                    Ok(mut term) => tokio::select! {
+                        _ = interrupt => Stopped::Asked,
+                        _ = term.recv() => Stopped::Asked,
+                        () = store_failed => Stopped::StoreFailed,
+                    },
+                    Err(_) => tokio::select! {
+                        _ = interrupt => Stopped::Asked,
+                        () = store_failed => Stopped::StoreFailed,
+                    },
+                }
+            }
+            #[cfg(not(unix))]
+            tokio::select! {
+                _ = interrupt => Stopped::Asked,
+                () = store_failed => Stopped::StoreFailed,
+            }
+        };
         self.shutdown().await;
+        stopped
     }
 }
 

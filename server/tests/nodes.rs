@@ -1,7 +1,7 @@
 //! `GET /v1/nodes` across nodes: two servers over one PostgreSQL database (the second with a
 //! copy of the first's keys, admin token and join) list each other by their heartbeats, a
 //! daemon connected to one shows among that node's sessions on both, and a node that stops
-//! leaves the list at once.
+//! leaves the list at once; a signed request spent on one node is a replay on the other.
 
 mod common;
 
@@ -92,6 +92,33 @@ fn nodes_over_one_database_list_each_other_and_one_that_stops_leaves_at_once() {
         "none on a"
     );
     drop(daemon);
+
+    // A signed request (as a load balancer in front of both would pass it: the same host) is
+    // spent once across the nodes.
+    let other = Machine::new(78);
+    let token = bearer(&a.join().token);
+    let request = other.signed_request(
+        a.addr(),
+        "POST",
+        "/v1/execution-contexts",
+        &other.register_body("box2"),
+        &other.nonce(),
+        &[("authorization", &token)],
+    );
+    let send = |to: &TestServer| {
+        common::exchange(
+            std::net::TcpStream::connect(to.addr()).expect("connect"),
+            &request,
+        )
+    };
+    let first = send(&a);
+    assert_eq!(first.status, 201, "spent on a: {}", first.json());
+    let again = send(&b);
+    assert_eq!(
+        (again.status, again.code()),
+        (401, "nonce_replayed".to_owned()),
+        "a replay on b"
+    );
 
     b.stop();
     let after = nodes(&a);

@@ -201,8 +201,10 @@ impl Dispatcher {
         self.drain()
     }
 
-    /// Runs until [`Msg::Shutdown`], the channel closing, or a store failure.
-    pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
+    /// Runs until [`Msg::Shutdown`], the channel closing, or a store failure; returns
+    /// whether it stopped on a store failure.
+    pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<Msg>) -> bool {
+        let mut failed = false;
         loop {
             let wake = self.shared.clock.to_tokio(self.next_wake);
             let step = tokio::select! {
@@ -223,10 +225,12 @@ impl Dispatcher {
             };
             if let Err(e) = step {
                 tracing::error!(error = %e, "the store refused a record; the dispatcher stops");
+                failed = true;
                 break;
             }
         }
         self.cloud.cancel_all();
+        failed
     }
 
     fn feed(&mut self, input: Input) -> Result<(), crate::store::StoreError> {

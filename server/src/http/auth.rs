@@ -191,7 +191,8 @@ pub(crate) fn verify(
 }
 
 /// Checks freshness and spends the nonce of a verified request (§8 step 7), in memory and
-/// in the store, so a replay is refused after a restart too.
+/// in the store with one statement, so a replay is refused after a restart too, and by every
+/// node over the same database.
 pub(crate) fn spend_nonce(app: &App, verified: &VerifiedRequest) -> Result<(), ApiError> {
     super::access::note_caller(&format!("machine {}", verified.keyid));
     let now = crate::clock::wall_now();
@@ -213,9 +214,14 @@ pub(crate) fn spend_nonce(app: &App, verified: &VerifiedRequest) -> Result<(), A
     let expires = verified.params.expires;
     let keep_until = expires.map_or(created + 300, |e| (created + 300).min(e + 30));
     let nonce = verified.params.nonce.as_deref().unwrap_or_default();
-    app.shared
-        .store
-        .insert_nonce(&verified.keyid, nonce, created, expires, keep_until)?;
+    let spent =
+        app.shared
+            .store
+            .insert_nonce(&verified.keyid, nonce, created, expires, keep_until)?;
+    if !spent {
+        let e = ReplayError::NonceReplayed;
+        return Err(ApiError::new(401, e.code(), e.to_string()));
+    }
     Ok(())
 }
 

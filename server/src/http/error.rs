@@ -62,6 +62,16 @@ impl From<crate::secrets::RandomError> for ApiError {
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
+        if e.is_unavailable() {
+            tracing::warn!(error = %e, "the database does not answer");
+            let mut answer = Self::new(
+                503,
+                "database_unavailable",
+                "the server's database does not answer; nothing was stored, retry shortly",
+            );
+            answer.retry_after = Some(2);
+            return answer;
+        }
         Self::internal(e)
     }
 }

@@ -342,7 +342,9 @@ impl Store {
         }))
     }
 
-    /// Records a used nonce (kept until `keep_until`, Unix seconds).
+    /// Spends a nonce (kept until `keep_until`, Unix seconds) with one statement; false when
+    /// it was spent already — by this node before a restart, or by another node over the same
+    /// database.
     pub fn insert_nonce(
         &self,
         key_id: &str,
@@ -350,14 +352,15 @@ impl Store {
         created: u64,
         expires: Option<u64>,
         keep_until: u64,
-    ) -> Result<(), StoreError> {
-        self.lock()
+    ) -> Result<bool, StoreError> {
+        let inserted = self
+            .lock()
             .execute(
                 "INSERT INTO nonces (key_id, nonce, created, expires, keep_until) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
                 params![key_id, nonce, created as i64, expires.map(|e| e as i64), keep_until as i64],
             )
             .doing("recording a nonce")?;
-        Ok(())
+        Ok(inserted == 1)
     }
 
     /// Nonces still worth remembering at `now`; older ones are deleted.

@@ -325,7 +325,7 @@ impl Conn {
         match self {
             Self::Sqlite(c) => Ok(Tx::Sqlite(c.transaction()?)),
             Self::Postgres(c) => {
-                c.batch("BEGIN")?;
+                c.begin()?;
                 Ok(Tx::Postgres(PgTx {
                     conn: c,
                     open: true,
@@ -387,7 +387,7 @@ impl Drop for PgTx<'_> {
         if self.open {
             // Best effort: a failed ROLLBACK means the connection is gone, which ends the
             // transaction as well.
-            let _ = self.conn.batch("ROLLBACK");
+            let _ = self.conn.end("ROLLBACK");
         }
     }
 }
@@ -400,7 +400,7 @@ impl Tx<'_> {
             Self::Postgres(mut tx) => {
                 // Ended by the COMMIT, or rolled back by PostgreSQL when it fails.
                 tx.open = false;
-                tx.conn.batch("COMMIT")
+                tx.conn.end("COMMIT")
             }
         }
     }
@@ -497,41 +497,85 @@ fn sqlite_query(
 
 // --- PostgreSQL -----------------------------------------------------------------------------
 
-/// A PostgreSQL connection: its client, the runtime task that drives its socket, and its
-/// prepared statements (by the store's SQL text).
+/// A PostgreSQL connection: its client (made again when the connection was lost, outside a
+/// transaction), the runtime that drives its socket, and its prepared statements (by the
+/// store's SQL text).
 pub(crate) struct PgConn {
-    client: tokio_postgres::Client,
+    url: String,
+    driver: tokio::runtime::Handle,
+    client: RefCell<tokio_postgres::Client>,
     statements: RefCell<HashMap<String, tokio_postgres::Statement>>,
+    /// A transaction is open: a lost connection fails it rather than being made again inside
+    /// it.
+    in_transaction: std::cell::Cell<bool>,
+}
+
+/// A new client for `url`, its connection driven by `driver`.
+fn open_client(
+    url: &str,
+    driver: &tokio::runtime::Handle,
+) -> Result<tokio_postgres::Client, DbError> {
+    let url = url.to_owned();
+    let opened = driver.spawn(async move {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "a database connection ended");
+            }
+        });
+        Ok::<_, DbError>(client)
+    });
+    wait(opened).map_err(|_| DbError::DriverGone)?
 }
 
 impl PgConn {
     /// Connects to `url` with `driver` running the socket.
     pub(crate) fn connect(url: &str, driver: &Driver) -> Result<Self, DbError> {
-        let url = url.to_owned();
-        let client = driver.run(async move {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!(error = %e, "a database connection ended");
-                }
-            });
-            Ok::<_, DbError>(client)
-        })??;
+        let handle = driver.handle()?;
         Ok(Self {
-            client,
+            client: RefCell::new(open_client(url, &handle)?),
+            url: url.to_owned(),
+            driver: handle,
             statements: RefCell::new(HashMap::new()),
+            in_transaction: std::cell::Cell::new(false),
         })
     }
 
+    /// Makes the connection again when it was lost (the database restarted, a network cut)
+    /// and no transaction is open; an error when it cannot.
+    fn reconnect_if_lost(&self) -> Result<(), DbError> {
+        if self.in_transaction.get() || !self.client.borrow().is_closed() {
+            return Ok(());
+        }
+        let client = open_client(&self.url, &self.driver)?;
+        tracing::info!("made a lost database connection again");
+        *self.client.borrow_mut() = client;
+        self.statements.borrow_mut().clear();
+        Ok(())
+    }
+
     fn batch(&self, sql: &str) -> Result<(), DbError> {
-        Ok(wait(self.client.batch_execute(sql))?)
+        self.reconnect_if_lost()?;
+        Ok(wait(self.client.borrow().batch_execute(sql))?)
+    }
+
+    fn begin(&self) -> Result<(), DbError> {
+        self.batch("BEGIN")?;
+        self.in_transaction.set(true);
+        Ok(())
+    }
+
+    fn end(&self, sql: &str) -> Result<(), DbError> {
+        self.in_transaction.set(false);
+        Ok(wait(self.client.borrow().batch_execute(sql))?)
     }
 
     fn statement(&self, sql: &str) -> Result<tokio_postgres::Statement, DbError> {
+        self.reconnect_if_lost()?;
         if let Some(stmt) = self.statements.borrow().get(sql) {
             return Ok(stmt.clone());
         }
-        let stmt = wait(self.client.prepare(&dollar_placeholders(sql)))?;
+        let stmt = wait(self.client.borrow().prepare(&dollar_placeholders(sql)))?;
         self.statements
             .borrow_mut()
             .insert(sql.to_owned(), stmt.clone());
@@ -543,7 +587,7 @@ impl PgConn {
         let values = values(params);
         let refs: Vec<&(dyn ToSql + Sync)> =
             values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-        let n = wait(self.client.execute(&stmt, &refs))?;
+        let n = wait(self.client.borrow().execute(&stmt, &refs))?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
@@ -552,7 +596,7 @@ impl PgConn {
         let values = values(params);
         let refs: Vec<&(dyn ToSql + Sync)> =
             values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-        let rows = wait(self.client.query(&stmt, &refs))?;
+        let rows = wait(self.client.borrow().query(&stmt, &refs))?;
         rows.iter()
             .map(|row| {
                 let values = (0..row.len())
@@ -589,13 +633,14 @@ impl Driver {
         })
     }
 
-    /// Runs `work` on the driver and waits for it.
-    pub(crate) fn run<T: Send + 'static>(
-        &self,
-        work: impl Future<Output = T> + Send + 'static,
-    ) -> Result<T, DbError> {
-        let runtime = self.runtime.as_ref().ok_or(DbError::DriverGone)?;
-        wait(runtime.spawn(work)).map_err(|_| DbError::DriverGone)
+    /// A handle that spawns on the driver (an error once it stopped).
+    fn handle(&self) -> Result<tokio::runtime::Handle, DbError> {
+        Ok(self
+            .runtime
+            .as_ref()
+            .ok_or(DbError::DriverGone)?
+            .handle()
+            .clone())
     }
 }
 

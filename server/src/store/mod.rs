@@ -57,6 +57,16 @@ pub struct StoreError {
 }
 
 impl StoreError {
+    /// Whether the database did not answer (a lost connection, a stopped driver) rather than
+    /// refused what was asked.
+    pub(crate) fn is_unavailable(&self) -> bool {
+        match self.source.downcast_ref::<db::DbError>() {
+            Some(db::DbError::Postgres(e)) => e.as_db_error().is_none(),
+            Some(db::DbError::DriverGone) => true,
+            _ => false,
+        }
+    }
+
     pub(crate) fn new(
         doing: &'static str,
         source: impl std::error::Error + Send + Sync + 'static,

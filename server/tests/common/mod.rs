@@ -388,7 +388,7 @@ pub fn request_bytes(
     bytes
 }
 
-fn exchange(mut stream: TcpStream, request: &[u8]) -> Answer {
+pub fn exchange(mut stream: TcpStream, request: &[u8]) -> Answer {
     stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
     // A server may answer (413) before reading all of a large body.
     let _ = stream.write_all(request);
@@ -562,7 +562,7 @@ impl Machine {
     }
 
     /// The bytes of a request signed with `nonce`, with extra headers.
-    fn signed_request(
+    pub fn signed_request(
         &self,
         addr: SocketAddr,
         method: &str,

@@ -98,6 +98,20 @@ impl Postgres {
             String::from_utf8_lossy(&init.stderr)
         );
         let port = free_port();
+        let (child, pid) = Self::run(&dir, port, die_with_parent);
+        Postgres {
+            dir,
+            port,
+            pid,
+            child: Some(child),
+        }
+    }
+
+    /// Starts the server of the cluster in `dir` on `port`; returns once it accepts
+    /// connections.
+    fn run(dir: &Path, port: u16, die_with_parent: bool) -> (Child, u32) {
+        let bin = bin_dir();
+        let data = dir.join("data");
         let mut command = if die_with_parent {
             let mut c = Command::new("setpriv");
             if is_root() {
@@ -112,7 +126,7 @@ impl Postgres {
             .arg("-D")
             .arg(&data)
             .args(["-p", &port.to_string(), "-k"])
-            .arg(&dir)
+            .arg(dir)
             .args([
                 "-c",
                 "listen_addresses=127.0.0.1",
@@ -145,12 +159,17 @@ impl Postgres {
         }
         // Keep reading its log so it never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines.by_ref() {});
-        Postgres {
-            dir,
-            port,
-            pid: child.id(),
-            child: Some(child),
-        }
+        let pid = child.id();
+        (child, pid)
+    }
+
+    /// Starts the server again over the same cluster and port after [`Postgres::kill`]; it
+    /// recovers what was committed from its WAL.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart follows kill");
+        let (child, pid) = Self::run(&self.dir, self.port, false);
+        self.pid = pid;
+        self.child = Some(child);
     }
 
     /// A cluster of one's own, stopped (immediately) when dropped.
