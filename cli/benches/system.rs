@@ -43,33 +43,13 @@ use common::{Daemon, World, temp_dir};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use outpost_adapters::runtime::{Link, LinkEvent};
 use outpost_adapters::tls::Trust;
-use outpost_core::executor::Registry;
 use outpost_daemon::{HostKind, OwnedHost};
-use outpost_exec_wasm::{WasmConfig, WasmExecutor};
-use serde_json::{Value, json};
-
-const HELLO: &str = include_str!("hello.wat");
+use serde_json::json;
 
 /// The allocator the `outpost` binary runs with (`cli/src/main.rs`), so the bench measures
 /// the system as it ships.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// The executors the daemons of this bench have: wasm only.
-fn wasm_registry() -> Registry {
-    let mut registry = Registry::new();
-    registry.register(Box::new(WasmExecutor::new(WasmConfig::default())));
-    registry
-}
-
-fn capability() -> Value {
-    use base64::Engine as _;
-    json!({
-        "kind": "inline",
-        "manifest": "name: hello\nenvironment: wasm\nlifecycle: oneshot\nentry: module.wat\n",
-        "files": [{"path": "module.wat", "contentB64": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(HELLO)}],
-    })
-}
 
 /// A WebSocket echo server on std threads.
 fn echo_server() -> String {
@@ -169,7 +149,7 @@ fn round_trip(c: &mut Criterion) {
             }
         })
     });
-    let body = json!({"capability": capability(), "context": "box", "wait": true, "waitSecs": 60});
+    let body = json!({"capability": common::hello_capability(), "context": "box", "wait": true, "waitSecs": 60});
     let execute = |world: &World| {
         let e = world.post(&body);
         assert_eq!(e["status"], "exited", "{e}");
@@ -185,7 +165,7 @@ fn round_trip(c: &mut Criterion) {
                 "box",
                 &world.join,
                 2,
-                wasm_registry(),
+                common::wasm_registry(),
             );
             world.online("box");
             (kind, world, daemon)
@@ -257,7 +237,7 @@ fn throughput(c: &mut Criterion) {
                 &format!("box{i}"),
                 &world.join,
                 8,
-                wasm_registry(),
+                common::wasm_registry(),
             )
         })
         .collect();
@@ -273,7 +253,7 @@ fn throughput(c: &mut Criterion) {
                 .map(|t| {
                     let world = world.clone();
                     std::thread::spawn(move || {
-                        let body = json!({"capability": capability(), "context": format!("box{}", t % 8), "wait": true, "waitSecs": 120});
+                        let body = json!({"capability": common::hello_capability(), "context": format!("box{}", t % 8), "wait": true, "waitSecs": 120});
                         for _ in 0..BATCH / CLIENTS {
                             let e = world.post(&body);
                             assert_eq!(e["status"], "exited", "{e}");

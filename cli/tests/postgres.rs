@@ -7,10 +7,33 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 
 use common::postgres::Postgres;
 use common::{Daemon, Server, shell_capability, temp_dir};
+
+/// A server over `url` with the state folder `dir/server`, on `port` (0: a free one).
+fn serve(dir: &Path, url: &str, port: u16) -> Server {
+    let args = [
+        std::ffi::OsStr::new("--database"),
+        std::ffi::OsStr::new(url),
+    ];
+    Server::start_with(&dir.join("server"), port, &args)
+}
+
+/// A daemon `box` of `server` (home `dir/home`), online.
+fn daemon(dir: &Path, server: &Server) -> Daemon {
+    let daemon = Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
+    server.wait_context("box", "the daemon to come online", |c| c["online"] == true);
+    daemon
+}
+
+/// The run's marker lines, after `ran` says what should be there.
+fn assert_ran(marker: &Path, ran: &[&str], why: &str) {
+    let text = std::fs::read_to_string(marker).expect("the marker");
+    assert_eq!(text.lines().collect::<Vec<_>>(), ran, "{why}");
+}
 
 #[test]
 fn migrate_brings_a_new_database_to_the_schema_once_however_often_it_runs() {
@@ -89,11 +112,8 @@ fn a_server_over_postgres_killed_and_restarted_keeps_its_executions_and_runs_eac
     let pg = Postgres::start();
     let url = pg.database("outpost");
     let dir = temp_dir("pg-restart");
-    let database = std::ffi::OsString::from(&url);
-    let args = [std::ffi::OsStr::new("--database"), database.as_os_str()];
-    let server = Server::start_with(&dir.join("server"), 0, &args);
-    let mut daemon = Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
-    server.wait_context("box", "the daemon to come online", |c| c["online"] == true);
+    let server = serve(&dir, &url, 0);
+    let mut daemon = daemon(&dir, &server);
     let marker = dir.join("ran");
     let script = |word: &str| format!("echo {word} >> {}\n", marker.display());
     let first = server.submit(&shell_capability("mark", &script("first")), "box");
@@ -101,7 +121,7 @@ fn a_server_over_postgres_killed_and_restarted_keeps_its_executions_and_runs_eac
     let mut server = server;
     let port = server.port;
     server.kill();
-    let server = Server::start_with(&dir.join("server"), port, &args);
+    let server = serve(&dir, &url, port);
     assert_eq!(
         server.wait_status(&first, "exited")["status"],
         "exited",
@@ -110,12 +130,7 @@ fn a_server_over_postgres_killed_and_restarted_keeps_its_executions_and_runs_eac
     server.wait_context("box", "the daemon to come back", |c| c["online"] == true);
     let second = server.submit(&shell_capability("mark", &script("second")), "box");
     server.wait_status(&second, "exited");
-    let ran = std::fs::read_to_string(&marker).expect("the marker");
-    assert_eq!(
-        ran.lines().collect::<Vec<_>>(),
-        ["first", "second"],
-        "each execution ran once"
-    );
+    assert_ran(&marker, &["first", "second"], "each execution ran once");
     daemon.kill();
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
@@ -126,11 +141,8 @@ fn a_database_crash_stops_the_server_which_restarts_from_the_records_and_runs_no
     let mut pg = Postgres::start();
     let url = pg.database("outpost");
     let dir = temp_dir("pg-crash");
-    let database = std::ffi::OsString::from(&url);
-    let args = [std::ffi::OsStr::new("--database"), database.as_os_str()];
-    let server = Server::start_with(&dir.join("server"), 0, &args);
-    let mut daemon = Daemon::start(&dir.join("home"), "box", Some(&server.join), "tokio");
-    server.wait_context("box", "the daemon to come online", |c| c["online"] == true);
+    let server = serve(&dir, &url, 0);
+    let mut daemon = daemon(&dir, &server);
     let marker = dir.join("ran");
     let go = dir.join("go");
     let held = format!(
@@ -159,19 +171,17 @@ fn a_database_crash_stops_the_server_which_restarts_from_the_records_and_runs_no
 
     // The database and the server start again (as a service manager would).
     pg.restart();
-    let port = server.port;
-    let server = Server::start_with(&dir.join("server"), port, &args);
+    let server = serve(&dir, &url, server.port);
     let ended = server.wait_status(&first, "exited");
     assert_eq!(ended["exitCode"], 0, "{ended}");
     server.wait_context("box", "the daemon to come back", |c| c["online"] == true);
     let script = format!("echo second >> {}\n", marker.display());
     let second = server.submit(&shell_capability("mark", &script), "box");
     server.wait_status(&second, "exited");
-    let ran = std::fs::read_to_string(&marker).expect("the marker");
-    assert_eq!(
-        ran.lines().collect::<Vec<_>>(),
-        ["first", "second"],
-        "each ran once: the held run was not started again, its result was kept"
+    assert_ran(
+        &marker,
+        &["first", "second"],
+        "each ran once: the held run was not started again, its result was kept",
     );
     daemon.kill();
     drop(server);

@@ -141,9 +141,17 @@ pub struct World {
 impl World {
     /// Starts the server.
     pub fn new(tag: &str) -> World {
+        Self::new_on(tag, outpost_server::Database::Sqlite)
+    }
+
+    /// Starts the server with its records in `database`.
+    pub fn new_on(tag: &str, database: outpost_server::Database) -> World {
         let dir = temp_dir(tag);
         let server = BlockingServer::start(
-            serve_config(dir.join("server"), vec![Environment::Wasm]),
+            ServeConfig {
+                database,
+                ..serve_config(dir.join("server"), vec![Environment::Wasm])
+            },
             Registry::new(),
             2,
         )
@@ -214,4 +222,26 @@ impl Drop for World {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A trivial wasm module (prints a line), for the round-trip benches.
+pub const HELLO: &str = include_str!("../hello.wat");
+
+/// The executors the daemons of the round-trip benches have: wasm only.
+pub fn wasm_registry() -> Registry {
+    let mut registry = Registry::new();
+    registry.register(Box::new(outpost_exec_wasm::WasmExecutor::new(
+        outpost_exec_wasm::WasmConfig::default(),
+    )));
+    registry
+}
+
+/// [`HELLO`] as an inline capability.
+pub fn hello_capability() -> Value {
+    use base64::Engine as _;
+    serde_json::json!({
+        "kind": "inline",
+        "manifest": "name: hello\nenvironment: wasm\nlifecycle: oneshot\nentry: module.wat\n",
+        "files": [{"path": "module.wat", "contentB64": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(HELLO)}],
+    })
 }

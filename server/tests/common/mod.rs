@@ -81,7 +81,7 @@ impl TestDb {
                     .unwrap_or_else(|e| panic!("{sql}: {e}"));
             }
             TestDb::Postgres(url) => {
-                psql(url, sql);
+                postgres::psql(url, sql);
             }
         }
     }
@@ -112,35 +112,12 @@ impl TestDb {
                 })
                 .unwrap_or_else(|e| panic!("{sql}: {e}")),
             TestDb::Postgres(url) => {
-                let out = psql(url, &sql.replace('\n', " "));
+                let out = postgres::psql(url, &sql.replace('\n', " "));
                 let line = out.lines().next().unwrap_or("");
                 line.split('\u{1f}').map(str::to_owned).collect()
             }
         }
     }
-}
-
-fn psql(url: &str, sql: &str) -> String {
-    let out = std::process::Command::new(postgres::bin_dir().join("psql"))
-        .args([
-            "-d",
-            url,
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-qAt",
-            "-F",
-            "\u{1f}",
-            "-c",
-            sql,
-        ])
-        .output()
-        .expect("psql runs");
-    assert!(
-        out.status.success(),
-        "psql {sql}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A running server and the runtime it runs on.

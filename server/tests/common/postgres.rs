@@ -184,52 +184,19 @@ impl Postgres {
 
     /// Creates database `name` unless it exists; its URL.
     pub fn database(&self, name: &str) -> String {
-        let out = Command::new(bin_dir().join("psql"))
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "outpost",
-            ])
-            .args(["-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qAt", "-c"])
-            .arg(format!(
-                "SELECT 1 FROM pg_database WHERE datname = '{name}'"
-            ))
-            .output()
-            .expect("psql runs");
-        assert!(
-            out.status.success(),
-            "psql: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let exists = self.sql(
+            "postgres",
+            &format!("SELECT 1 FROM pg_database WHERE datname = '{name}'"),
         );
-        if String::from_utf8_lossy(&out.stdout).trim() != "1" {
+        if exists.trim() != "1" {
             self.sql("postgres", &format!("CREATE DATABASE \"{name}\""));
         }
         self.url(name)
     }
 
-    /// Runs `sql` in database `db` with psql; what it printed (unaligned, tuples only).
+    /// Runs `sql` in database `db` with psql; what it printed (see [`psql`]).
     pub fn sql(&self, db: &str, sql: &str) -> String {
-        let out = Command::new(bin_dir().join("psql"))
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "outpost",
-            ])
-            .args(["-d", db, "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
-            .output()
-            .expect("psql runs");
-        assert!(
-            out.status.success(),
-            "psql {sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        psql(&self.url(db), sql)
     }
 
     /// Stops the server at once (as a crash would; it recovers from its WAL on the next start).
@@ -249,6 +216,31 @@ impl Drop for Postgres {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Runs `sql` with psql in the database at `url`; what it printed: rows on lines, tuples only,
+/// unaligned, columns separated by U+001F. Panics when psql or the database refuses.
+pub fn psql(url: &str, sql: &str) -> String {
+    let out = Command::new(bin_dir().join("psql"))
+        .args([
+            "-d",
+            url,
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-qAt",
+            "-F",
+            "\u{1f}",
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "psql {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Removes the clusters' folders of test processes that are gone (a shared cluster's folder

@@ -1,0 +1,162 @@
+//! One node over PostgreSQL against one node over its SQLite file, in the same run, on this
+//! machine (docs/CLUSTER.md, step 1):
+//!
+//! - `one_node/execute_wasm/{sqlite,postgres}`: `POST /v1/executions` with `wait` for a
+//!   trivial wasm capability through the real server and a tokio daemon, the server's records
+//!   in each database (target: PostgreSQL ≤ 1.5× SQLite on the same disk).
+//! - `one_node/executions_8x8/{sqlite,postgres}`: 512 executions through one server and 8
+//!   daemons × 8 slots, submitted by 64 clients at once (executions per second).
+//! - Printed: PostgreSQL's own floor on this machine, `pgbench` with one client committing
+//!   one-row transactions for 5 s (`latency average`); a round trip's server makes three such
+//!   commits (execution created, run committed, result recorded), so
+//!   `execute_wasm/postgres − execute_wasm/sqlite` is set beside three of them.
+//!
+//! The PostgreSQL cluster is the tests' throwaway one (`initdb` in a temporary folder,
+//! `synchronous_commit` on, `fsync` on). Run with `cargo bench -p outpost --bench postgres`.
+#![allow(missing_docs)]
+
+mod common;
+
+#[path = "../../server/tests/common/postgres.rs"]
+mod postgres;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Daemon, World};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use outpost_daemon::HostKind;
+use outpost_server::Database;
+use serde_json::json;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The two databases, each a new one.
+fn databases() -> [(&'static str, Database); 2] {
+    [
+        ("sqlite", Database::Sqlite),
+        (
+            "postgres",
+            Database::Postgres(postgres::shared().database(&format!(
+                "bench_{}_{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0)
+            ))),
+        ),
+    ]
+}
+
+fn round_trip(c: &mut Criterion) {
+    let mut group = c.benchmark_group("one_node");
+    group
+        .sample_size(50)
+        .measurement_time(Duration::from_secs(10));
+    let body = json!({"capability": common::hello_capability(), "context": "box", "wait": true});
+    for (name, database) in databases() {
+        let world = World::new_on(&format!("pg-rt-{name}"), database);
+        let _daemon = Daemon::start(
+            HostKind::Tokio,
+            world.dir.join("home"),
+            "box",
+            &world.join,
+            2,
+            common::wasm_registry(),
+        );
+        world.online("box");
+        group.bench_function(format!("execute_wasm/{name}"), |b| {
+            b.iter(|| {
+                let e = world.post(&body);
+                assert_eq!(e["status"], "exited", "{e}");
+            })
+        });
+    }
+    group.finish();
+    pgbench_floor();
+}
+
+fn throughput(c: &mut Criterion) {
+    const BATCH: usize = 512;
+    const CLIENTS: usize = 64;
+    let mut group = c.benchmark_group("one_node");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(20));
+    group.throughput(Throughput::Elements(BATCH as u64));
+    for (name, database) in databases() {
+        let world = Arc::new(World::new_on(&format!("pg-tp-{name}"), database));
+        let _daemons: Vec<Daemon> = (0..8)
+            .map(|i| {
+                Daemon::start(
+                    HostKind::Tokio,
+                    world.dir.join(format!("home{i}")),
+                    &format!("box{i}"),
+                    &world.join,
+                    8,
+                    common::wasm_registry(),
+                )
+            })
+            .collect();
+        for i in 0..8 {
+            world.online(&format!("box{i}"));
+        }
+        group.bench_function(format!("executions_8x8/{name}"), |b| {
+            b.iter(|| {
+                let clients: Vec<_> = (0..CLIENTS)
+                    .map(|t| {
+                        let world = world.clone();
+                        std::thread::spawn(move || {
+                            let body = json!({"capability": common::hello_capability(), "context": format!("box{}", t % 8), "wait": true, "waitSecs": 120});
+                            for _ in 0..BATCH / CLIENTS {
+                                let e = world.post(&body);
+                                assert_eq!(e["status"], "exited", "{e}");
+                            }
+                        })
+                    })
+                    .collect();
+                for c in clients {
+                    c.join().unwrap();
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+/// PostgreSQL's commit latency on this machine, by `pgbench` (one client, one-row
+/// transactions, 5 s), printed.
+fn pgbench_floor() {
+    let pg = postgres::shared();
+    let db = format!("floor_{}", std::process::id());
+    pg.database(&db);
+    pg.sql(&db, "CREATE TABLE IF NOT EXISTS t (v BIGINT NOT NULL)");
+    let script = std::env::temp_dir().join(format!("outpost-pgbench-{}.sql", std::process::id()));
+    std::fs::write(&script, "INSERT INTO t (v) VALUES (1);\n").unwrap();
+    let out = std::process::Command::new(postgres::bin_dir().join("pgbench"))
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &pg.port.to_string(),
+            "-U",
+            "outpost",
+        ])
+        .args(["-n", "-c", "1", "-T", "5", "-f"])
+        .arg(&script)
+        .arg(&db)
+        .output()
+        .expect("pgbench runs");
+    let _ = std::fs::remove_file(&script);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let latency = text
+        .lines()
+        .find_map(|l| l.strip_prefix("latency average = "))
+        .unwrap_or("(pgbench printed no latency)");
+    println!("one_node/pgbench_one_row_commit: latency average = {latency} (one client, 5 s)");
+}
+
+criterion_group!(benches, round_trip, throughput);
+criterion_main!(benches);
