@@ -76,6 +76,12 @@ pub(super) async fn list(State(app): State<App>, req: Request) -> ApiResult {
 pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
     let (node_id, started_at) = app.node.clone();
     let url = app.join.url.clone();
+    let store = app.shared.store.clone();
+    let id = node_id.clone();
+    if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.forget_earlier_starts(&id)).await
+    {
+        tracing::warn!(error = %e, "an earlier start of this node stays listed for 15 s");
+    }
     let mut written: Option<String> = None;
     let mut tick = tokio::time::interval(HEARTBEAT);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -102,9 +102,9 @@ pub struct Store {
     bundles: std::path::PathBuf,
     /// Announces committed changes to the pages that keep a list open.
     changes: changes::Changes,
-    /// What drives PostgreSQL's sockets; dropped after the connections (fields drop in
-    /// order), never read.
-    _driver: Option<Driver>,
+    /// What drives PostgreSQL's sockets (none for SQLite); dropped after the connections
+    /// (fields drop in order).
+    driver: Option<Driver>,
 }
 
 /// Which database a store keeps its state in.
@@ -200,7 +200,7 @@ impl Store {
             reader: Mutex::new(reader),
             bundles: folder.join("bundles"),
             changes: changes::Changes::default(),
-            _driver: None,
+            driver: None,
         };
         store.prepare_bundles()?;
         Ok(store)
@@ -226,7 +226,7 @@ impl Store {
             reader: Mutex::new(reader),
             bundles: dir.join("bundles"),
             changes: changes::Changes::default(),
-            _driver: Some(driver),
+            driver: Some(driver),
         };
         store.prepare_bundles()?;
         Ok(store)

@@ -84,6 +84,19 @@ impl Store {
         .doing("listing the nodes")
     }
 
+    /// Removes every row but node `id`'s when the database is the SQLite file: one process
+    /// serves it, so any other row is an earlier start of this node (killed before it could
+    /// remove its own). Over PostgreSQL other rows are other nodes: nothing is removed.
+    pub(crate) fn forget_earlier_starts(&self, id: &str) -> Result<(), StoreError> {
+        if self.driver.is_some() {
+            return Ok(());
+        }
+        self.lock()
+            .execute("DELETE FROM nodes WHERE id <> ?1", params![id])
+            .doing("forgetting earlier starts")?;
+        Ok(())
+    }
+
     /// Removes node `id`'s row (it stops).
     pub(crate) fn forget_node(&self, id: &str) -> Result<(), StoreError> {
         self.lock()

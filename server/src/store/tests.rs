@@ -245,3 +245,24 @@ fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
         assert!(store.live_nodes(15_000).unwrap().is_empty(), "{kind}");
     }
 }
+
+#[test]
+fn a_restarted_sqlite_node_forgets_its_earlier_start_and_postgres_keeps_other_nodes() {
+    for fresh in stores("earlier_starts") {
+        let store = &fresh.store;
+        store.node_heartbeat("nd_old", "http://a", 1, None).unwrap();
+        store.node_heartbeat("nd_new", "http://a", 2, None).unwrap();
+        store.forget_earlier_starts("nd_new").unwrap();
+        let ids: Vec<String> = store
+            .live_nodes(15_000)
+            .unwrap()
+            .into_iter()
+            .map(|n| n.id)
+            .collect();
+        let expected: &[&str] = match fresh.database {
+            Database::Sqlite => &["nd_new"],
+            Database::Postgres(_) => &["nd_old", "nd_new"],
+        };
+        assert_eq!(ids, expected, "{}", fresh.kind);
+    }
+}
