@@ -60,7 +60,15 @@ fn tokens(config: &ServeConfig, store: &Store) -> Result<(String, String), Serve
     state::write_secret(&join_path, format!("{join}\n").as_bytes())?;
     let now = wall_now().0;
     let all: Vec<String> = crate::http::all_scopes();
-    store.create_user(ADMIN_USER, &secrets::hash(&admin), &all, now)?;
+    if !store.create_user(ADMIN_USER, &secrets::hash(&admin), &all, now)? {
+        // Another node made this database's first user between our look and our write.
+        let _ = std::fs::remove_file(&admin_path);
+        let _ = std::fs::remove_file(&join_path);
+        return Err(ServeError::State(StateError::Corrupt {
+            path: admin_path,
+            reason: "another node started first on this database and made its admin token; copy keys.json, admin.token and join from that node's state folder to this one".to_owned(),
+        }));
+    }
     store.add_token(
         ADMIN_USER,
         &secrets::hash(&join),
@@ -264,8 +272,9 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         .await;
         let _ = tx.send(crate::dispatch::Msg::Shutdown).await;
         let _ = dispatch_task.await;
-        // This node's row goes before the process does.
-        let _ = heartbeat.await;
+        // This node's row goes before the process does (unless the database does not answer
+        // soon: it then ages out of the lists).
+        let _ = tokio::time::timeout(RECORDINGS_GRACE, heartbeat).await;
         // Open terminals' recordings end and are stored before the server is gone.
         let ended = terminals_handle.ask(|done| TermMsg::Shutdown { done });
         if tokio::time::timeout(RECORDINGS_GRACE, ended).await.is_err() {

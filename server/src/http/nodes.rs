@@ -111,8 +111,15 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
                     written = sessions;
                 }
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "this node's heartbeat was not written"),
-            Err(e) => tracing::warn!(error = %e, "this node's heartbeat task failed"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "this node's heartbeat was not written");
+                // The row may be gone by the next one: it is written whole then.
+                written = None;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "this node's heartbeat task failed");
+                written = None;
+            }
         }
     }
     let store = app.shared.store.clone();

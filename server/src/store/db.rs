@@ -510,14 +510,39 @@ pub(crate) struct PgConn {
     in_transaction: std::cell::Cell<bool>,
 }
 
+/// How long a connection may take to open, and how long a database may leave a sent request
+/// unacknowledged or a connection silent before the connection counts as lost, unless the URL
+/// sets them (`connect_timeout`, `tcp_user_timeout`, `keepalives_idle`): without them a
+/// database that vanished without closing its sockets would hold a call for minutes.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `url`'s connection settings, with the bounds above where it sets none.
+fn bounded_config(url: &str) -> Result<tokio_postgres::Config, DbError> {
+    let mut config: tokio_postgres::Config = url.parse()?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(SEND_TIMEOUT);
+    }
+    if !url.contains("keepalives_idle") {
+        config.keepalives_idle(KEEPALIVE_IDLE);
+        config.keepalives_interval(std::time::Duration::from_secs(2));
+        config.keepalives_retries(3);
+    }
+    Ok(config)
+}
+
 /// A new client for `url`, its connection driven by `driver`.
 fn open_client(
     url: &str,
     driver: &tokio::runtime::Handle,
 ) -> Result<tokio_postgres::Client, DbError> {
-    let url = url.to_owned();
+    let config = bounded_config(url)?;
     let opened = driver.spawn(async move {
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!(error = %e, "a database connection ended");
@@ -703,8 +728,14 @@ impl ToSql for Value {
             // PostgreSQL's text holds no NUL: stored as U+FFFD, as invalid UTF-8 in output
             // already is (identifiers never hold one: the API refuses control characters in
             // paths and queries).
+            Self::Text(t) if !is_text(ty) => {
+                Err(format!("text for a parameter of type {ty}").into())
+            }
             Self::Text(t) if t.contains('\0') => t.replace('\0', "\u{FFFD}").to_sql(ty, out),
             Self::Text(t) => t.to_sql(ty, out),
+            Self::Bytes(_) if *ty != Type::BYTEA => {
+                Err(format!("bytes for a parameter of type {ty}").into())
+            }
             Self::Bytes(b) => b.to_sql(ty, out),
         }
     }
@@ -716,6 +747,14 @@ impl ToSql for Value {
     to_sql_checked!();
 }
 
+/// Whether PostgreSQL's type `ty` holds text.
+fn is_text(ty: &Type) -> bool {
+    matches!(
+        *ty,
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN
+    )
+}
+
 impl<'a> FromSql<'a> for Value {
     fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn StdError + Sync + Send>> {
         Ok(match *ty {
@@ -724,7 +763,12 @@ impl<'a> FromSql<'a> for Value {
             Type::INT2 => Self::Int(i64::from(i16::from_sql(ty, raw)?)),
             Type::BOOL => Self::Int(i64::from(bool::from_sql(ty, raw)?)),
             Type::BYTEA => Self::Bytes(Vec::<u8>::from_sql(ty, raw)?),
-            _ => Self::Text(String::from_sql(ty, raw)?),
+            _ if is_text(ty) => Self::Text(String::from_sql(ty, raw)?),
+            // The store reads integers, text and bytes only: a query returning anything else
+            // (NUMERIC from an uncast SUM, a float) is the query's mistake, said here.
+            _ => {
+                return Err(format!("a column of type {ty}, which the store does not read").into());
+            }
         })
     }
 

@@ -61,7 +61,11 @@ impl StoreError {
     /// refused what was asked.
     pub(crate) fn is_unavailable(&self) -> bool {
         match self.source.downcast_ref::<db::DbError>() {
-            Some(db::DbError::Postgres(e)) => e.as_db_error().is_none(),
+            Some(db::DbError::Postgres(e)) => {
+                // Closed, or failed on its socket (refused, reset, timed out): not a refusal.
+                e.is_closed()
+                    || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+            }
             Some(db::DbError::DriverGone) => true,
             _ => false,
         }

@@ -164,12 +164,15 @@ impl Store {
             let row = one(&tx, &id)?.unwrap_or_else(|| new.clone());
             return Ok((row, false));
         }
-        exec(
+        // Another node may have registered the identical wait since the read: then its row
+        // is the answer, as if it had been found.
+        let inserted = exec(
             &tx,
             "INSERT INTO waits (id, context_id, context_name, requester, source, interval_ms,
              expires_at_ms, reason, then_json, dedupe_key, created_at_ms, state,
              continuation_state)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'active', 'none')",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'active', 'none')
+             ON CONFLICT (dedupe_key) WHERE state = 'active' DO NOTHING",
             params![
                 new.id,
                 new.context_id,
@@ -185,6 +188,20 @@ impl Store {
             ],
         )
         .doing("recording a wait")?;
+        if inserted == 0 {
+            let row = tx
+                .query_row(
+                    &format!(
+                        "SELECT {COLUMNS} FROM waits WHERE dedupe_key = ?1 AND state = 'active'"
+                    ),
+                    params![new.dedupe_key],
+                    wait_row,
+                )
+                .optional()
+                .doing("reading an identical wait")?
+                .unwrap_or_else(|| new.clone());
+            return Ok((row, false));
+        }
         let row = one(&tx, &new.id)?.unwrap_or_else(|| new.clone());
         tx.commit().doing("committing a wait")?;
         Ok((row, true))
