@@ -53,7 +53,7 @@ fn migrate_brings_a_new_database_to_the_schema_once_however_often_it_runs() {
             String::from_utf8_lossy(&out.stderr)
         );
         let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
-        assert_eq!(answer["schemaVersion"], 11, "{answer}");
+        assert_eq!(answer["schemaVersion"], 12, "{answer}");
         assert_eq!(
             answer["database"],
             format!("postgres://outpost@127.0.0.1:{}/fresh", pg.port)
@@ -65,7 +65,7 @@ fn migrate_brings_a_new_database_to_the_schema_once_however_often_it_runs() {
     );
     assert_eq!(
         versions.trim(),
-        "10,11",
+        "10,11,12",
         "the baseline and each migration after it, once"
     );
     assert!(

@@ -281,6 +281,8 @@ pub(crate) trait Sql {
     /// The SQL for the database's clock now, in Unix milliseconds (for liveness, which
     /// never compares the nodes' own clocks).
     fn now_ms(&self) -> &'static str;
+    /// The SQL for the next number of the record sequence (`records.seq`).
+    fn next_record_seq(&self) -> &'static str;
 
     /// The first row `sql` returns, read by `read`; [`DbError::NoRows`] when there is none.
     fn query_row<T>(
@@ -361,7 +363,20 @@ impl Sql for Conn {
             Self::Postgres(_) => POSTGRES_NOW_MS,
         }
     }
+
+    fn next_record_seq(&self) -> &'static str {
+        match self {
+            Self::Sqlite(_) => SQLITE_NEXT_RECORD_SEQ,
+            Self::Postgres(_) => POSTGRES_NEXT_RECORD_SEQ,
+        }
+    }
 }
+
+/// SQLite's next record number: one more than the largest (an index lookup; its one writer
+/// makes it safe).
+const SQLITE_NEXT_RECORD_SEQ: &str = "(SELECT COALESCE(MAX(seq), 0) + 1 FROM records)";
+/// PostgreSQL's next record number: its sequence (migration 12), never handed out twice.
+const POSTGRES_NEXT_RECORD_SEQ: &str = "nextval('records_seq')";
 
 /// SQLite's clock in Unix milliseconds.
 const SQLITE_NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
@@ -433,6 +448,13 @@ impl Sql for Tx<'_> {
         match self {
             Self::Sqlite(_) => SQLITE_NOW_MS,
             Self::Postgres(_) => POSTGRES_NOW_MS,
+        }
+    }
+
+    fn next_record_seq(&self) -> &'static str {
+        match self {
+            Self::Sqlite(_) => SQLITE_NEXT_RECORD_SEQ,
+            Self::Postgres(_) => POSTGRES_NEXT_RECORD_SEQ,
         }
     }
 }

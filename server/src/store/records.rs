@@ -105,15 +105,11 @@ fn write_records(tx: &impl super::db::Sql, records: &[ServerRecord]) -> Result<(
     if records.is_empty() {
         return Ok(());
     }
-    let mut seq: i64 = tx
-        .query_row(
-            "SELECT COALESCE(MAX(seq), 0) FROM records",
-            params![],
-            |r| r.get(0),
-        )
-        .doing("reading the record sequence")?;
+    // Each record takes the next number of the record sequence in its own statement (no read
+    // of it first): `MAX(seq) + 1` in SQLite, whose one writer makes that safe; a PostgreSQL
+    // sequence, which nodes writing at once never share a number of.
+    let next_seq = tx.next_record_seq();
     for record in records {
-        seq += 1;
         let bytes = record.encode();
         let (kind, key) = match &record.change {
             ServerChange::Context(row) => {
@@ -196,9 +192,11 @@ fn write_records(tx: &impl super::db::Sql, records: &[ServerRecord]) -> Result<(
         };
         exec(
             tx,
-            "INSERT INTO records (kind, key, seq, bytes) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (kind, key) DO UPDATE SET seq = excluded.seq, bytes = excluded.bytes",
-            params![kind, key, seq, bytes],
+            &format!(
+                "INSERT INTO records (kind, key, seq, bytes) VALUES (?1, ?2, {next_seq}, ?3)
+                 ON CONFLICT (kind, key) DO UPDATE SET seq = excluded.seq, bytes = excluded.bytes"
+            ),
+            params![kind, key, bytes],
         )
         .doing("writing a record")?;
     }

@@ -202,6 +202,9 @@ const MIGRATIONS: &[&str] = &[
         sessions TEXT NOT NULL DEFAULT '[]'
     );
     ",
+    // 12: nothing in SQLite (its record numbers stay `MAX(seq) + 1`); PostgreSQL's records
+    // take theirs from a sequence.
+    "",
 ];
 
 /// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
@@ -216,6 +219,12 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
         heartbeat_at_ms BIGINT NOT NULL,
         sessions TEXT NOT NULL DEFAULT '[]'
     );
+    ",
+    // 12: the record sequence, which nodes writing at once never share a number of, going on
+    // from the largest number written so far.
+    "
+    CREATE SEQUENCE records_seq;
+    SELECT setval('records_seq', COALESCE((SELECT MAX(seq) FROM records), 0) + 1, false);
     ",
 ];
 
