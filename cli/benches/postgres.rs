@@ -88,38 +88,10 @@ fn throughput(c: &mut Criterion) {
     group.throughput(Throughput::Elements(BATCH as u64));
     for (name, database) in databases() {
         let world = Arc::new(World::new_on(&format!("pg-tp-{name}"), database));
-        let _daemons: Vec<Daemon> = (0..8)
-            .map(|i| {
-                Daemon::start(
-                    HostKind::Tokio,
-                    world.dir.join(format!("home{i}")),
-                    &format!("box{i}"),
-                    &world.join,
-                    8,
-                    common::wasm_registry(),
-                )
-            })
-            .collect();
-        for i in 0..8 {
-            world.online(&format!("box{i}"));
-        }
+        let _daemons = common::eight_daemons(&world);
         group.bench_function(format!("executions_8x8/{name}"), |b| {
             b.iter(|| {
-                let clients: Vec<_> = (0..CLIENTS)
-                    .map(|t| {
-                        let world = world.clone();
-                        std::thread::spawn(move || {
-                            let body = json!({"capability": common::hello_capability(), "context": format!("box{}", t % 8), "wait": true, "waitSecs": 120});
-                            for _ in 0..BATCH / CLIENTS {
-                                let e = world.post(&body);
-                                assert_eq!(e["status"], "exited", "{e}");
-                            }
-                        })
-                    })
-                    .collect();
-                for c in clients {
-                    c.join().unwrap();
-                }
+                common::run_batch(&world, BATCH, CLIENTS);
             })
         });
     }

@@ -229,41 +229,13 @@ fn throughput(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(20));
     group.throughput(Throughput::Elements(BATCH as u64));
     let world = Arc::new(World::new("throughput"));
-    let daemons: Vec<Daemon> = (0..8)
-        .map(|i| {
-            Daemon::start(
-                HostKind::Tokio,
-                world.dir.join(format!("home{i}")),
-                &format!("box{i}"),
-                &world.join,
-                8,
-                common::wasm_registry(),
-            )
-        })
-        .collect();
-    for i in 0..8 {
-        world.online(&format!("box{i}"));
-    }
+    let daemons = common::eight_daemons(&world);
     let mut cpu = CpuPerExecution::default();
     group.bench_function("executions_8x8", |b| {
         b.iter(|| {
             let before = CpuSample::now();
             // 64 clients, one per slot, each waiting for its execution before the next.
-            let clients: Vec<_> = (0..CLIENTS)
-                .map(|t| {
-                    let world = world.clone();
-                    std::thread::spawn(move || {
-                        let body = json!({"capability": common::hello_capability(), "context": format!("box{}", t % 8), "wait": true, "waitSecs": 120});
-                        for _ in 0..BATCH / CLIENTS {
-                            let e = world.post(&body);
-                            assert_eq!(e["status"], "exited", "{e}");
-                        }
-                    })
-                })
-                .collect();
-            for c in clients {
-                c.join().unwrap();
-            }
+            common::run_batch(&world, BATCH, CLIENTS);
             cpu.add(&before, &CpuSample::now(), BATCH);
         })
     });

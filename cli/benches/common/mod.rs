@@ -245,3 +245,43 @@ pub fn hello_capability() -> Value {
         "files": [{"path": "module.wat", "contentB64": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(HELLO)}],
     })
 }
+
+/// `batch` executions of [`hello_capability`] through `world`, by `clients` clients at once,
+/// each waiting for its execution before the next, client `t` on `box{t % 8}`.
+pub fn run_batch(world: &std::sync::Arc<World>, batch: usize, clients: usize) {
+    let threads: Vec<_> = (0..clients)
+        .map(|t| {
+            let world = world.clone();
+            std::thread::spawn(move || {
+                let body = serde_json::json!({"capability": hello_capability(), "context": format!("box{}", t % 8), "wait": true, "waitSecs": 120});
+                for _ in 0..batch / clients {
+                    let e = world.post(&body);
+                    assert_eq!(e["status"], "exited", "{e}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+/// Eight daemons `box0`…`box7` of `world`, 8 slots each, online.
+pub fn eight_daemons(world: &World) -> Vec<Daemon> {
+    let daemons = (0..8)
+        .map(|i| {
+            Daemon::start(
+                HostKind::Tokio,
+                world.dir.join(format!("home{i}")),
+                &format!("box{i}"),
+                &world.join,
+                8,
+                wasm_registry(),
+            )
+        })
+        .collect();
+    for i in 0..8 {
+        world.online(&format!("box{i}"));
+    }
+    daemons
+}

@@ -278,11 +278,27 @@ pub(crate) trait Sql {
     fn execute(&self, sql: &str, params: Params<'_>) -> Result<usize, DbError>;
     /// Runs one query; every row it returned.
     fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, DbError>;
+    /// Whether this speaks to PostgreSQL (else SQLite).
+    fn is_postgres(&self) -> bool;
+
     /// The SQL for the database's clock now, in Unix milliseconds (for liveness, which
     /// never compares the nodes' own clocks).
-    fn now_ms(&self) -> &'static str;
+    fn now_ms(&self) -> &'static str {
+        if self.is_postgres() {
+            POSTGRES_NOW_MS
+        } else {
+            SQLITE_NOW_MS
+        }
+    }
+
     /// The SQL for the next number of the record sequence (`records.seq`).
-    fn next_record_seq(&self) -> &'static str;
+    fn next_record_seq(&self) -> &'static str {
+        if self.is_postgres() {
+            POSTGRES_NEXT_RECORD_SEQ
+        } else {
+            SQLITE_NEXT_RECORD_SEQ
+        }
+    }
 
     /// The first row `sql` returns, read by `read`; [`DbError::NoRows`] when there is none.
     fn query_row<T>(
@@ -335,11 +351,6 @@ impl Conn {
             }
         }
     }
-
-    /// Whether this is a PostgreSQL connection (the two dialects differ in migrations only).
-    pub(crate) fn is_postgres(&self) -> bool {
-        matches!(self, Self::Postgres(_))
-    }
 }
 
 impl Sql for Conn {
@@ -357,18 +368,8 @@ impl Sql for Conn {
         }
     }
 
-    fn now_ms(&self) -> &'static str {
-        match self {
-            Self::Sqlite(_) => SQLITE_NOW_MS,
-            Self::Postgres(_) => POSTGRES_NOW_MS,
-        }
-    }
-
-    fn next_record_seq(&self) -> &'static str {
-        match self {
-            Self::Sqlite(_) => SQLITE_NEXT_RECORD_SEQ,
-            Self::Postgres(_) => POSTGRES_NEXT_RECORD_SEQ,
-        }
+    fn is_postgres(&self) -> bool {
+        matches!(self, Self::Postgres(_))
     }
 }
 
@@ -444,18 +445,8 @@ impl Sql for Tx<'_> {
         }
     }
 
-    fn now_ms(&self) -> &'static str {
-        match self {
-            Self::Sqlite(_) => SQLITE_NOW_MS,
-            Self::Postgres(_) => POSTGRES_NOW_MS,
-        }
-    }
-
-    fn next_record_seq(&self) -> &'static str {
-        match self {
-            Self::Sqlite(_) => SQLITE_NEXT_RECORD_SEQ,
-            Self::Postgres(_) => POSTGRES_NEXT_RECORD_SEQ,
-        }
+    fn is_postgres(&self) -> bool {
+        matches!(self, Self::Postgres(_))
     }
 }
 
