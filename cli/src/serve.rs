@@ -37,7 +37,8 @@ pub struct ServeArgs {
     /// join that points at loopback).
     #[arg(long)]
     pub public_url: Option<String>,
-    /// Print one JSON line (url, join, rootKey, stateDir) instead of the text lines.
+    /// Print one JSON line (url, join, rootKey, stateDir, cloud, database, publishedDaemon)
+    /// instead of the text lines; with `migrate`, {"database","schemaVersion"}.
     #[arg(long)]
     pub json: bool,
     /// Publish this outpost binary as the daemon release (signed by the server's root key;
@@ -179,7 +180,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "rootKey": root,
             "stateDir": running.state_dir,
             "cloud": cloud.iter().map(|e| e.as_str()).collect::<Vec<_>>(),
-            "database": database.shown(),
+            "database": database.location(&running.state_dir),
             "publishedDaemon": published.as_ref().map(|p| serde_json::json!({
                 "version": p.version.to_string(), "sha512": p.sha512, "size": p.size,
             })),
@@ -224,13 +225,17 @@ fn migrate(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let version = outpost_server::migrate(database, state_dir)
-        .with_context(|| format!("migrating {}", database.shown()))?;
+        .with_context(|| format!("migrating {}", database.location(state_dir)))?;
     let mut out = crate::stdout::lock();
     if json {
-        let value = serde_json::json!({ "database": database.shown(), "schemaVersion": version });
+        let value = serde_json::json!({ "database": database.location(state_dir), "schemaVersion": version });
         writeln!(out, "{value}")?;
     } else {
-        writeln!(out, "{} is at schema version {version}", database.shown())?;
+        writeln!(
+            out,
+            "{} is at schema version {version}",
+            database.location(state_dir)
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -451,7 +451,7 @@ fn a_capability_over_512_kib_travels_as_a_bundle_by_digest() {
 fn serve_json_daemon_server_and_root_and_a_queued_execute_work_as_named() {
     use std::io::BufRead as _;
     let dir = temp_dir("explicit");
-    // `outpost serve --json` prints one JSON line: url, join, rootKey, stateDir.
+    // `outpost serve --json` prints one JSON line: url, join, rootKey, stateDir, database.
     let mut serve = Command::new(binary())
         .args(["serve", "--listen", "127.0.0.1:0", "--state"])
         .arg(dir.join("server"))
@@ -473,6 +473,11 @@ fn serve_json_daemon_server_and_root_and_a_queued_execute_work_as_named() {
     assert_eq!(
         started["stateDir"].as_str().map(std::path::PathBuf::from),
         Some(dir.join("server"))
+    );
+    assert_eq!(
+        started["database"].as_str().map(std::path::PathBuf::from),
+        Some(dir.join("server/outpost.db")),
+        "the records' place: the SQLite file when --database is absent"
     );
     let admin = std::fs::read_to_string(dir.join("server/admin.token"))
         .expect("admin.token")

@@ -75,12 +75,10 @@ impl World {
                 limits: Default::default(),
                 xterm_dir: None,
                 // OUTPOST_TEST_DATABASE=postgres: the same suite over PostgreSQL.
-                database: match std::env::var("OUTPOST_TEST_DATABASE").as_deref() {
-                    Ok("postgres") => outpost_server::Database::Postgres(
-                        common::postgres::database_for(&dir.join("server")),
-                    ),
-                    _ => outpost_server::Database::Sqlite,
-                },
+                database: common::postgres::test_url(&dir.join("server")).map_or(
+                    outpost_server::Database::Sqlite,
+                    outpost_server::Database::Postgres,
+                ),
             },
             Registry::new(),
             1,

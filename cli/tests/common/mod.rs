@@ -147,8 +147,8 @@ impl Server {
             .args(extra);
         // OUTPOST_TEST_DATABASE=postgres: the records in a database of the tests' PostgreSQL
         // cluster named after the state folder (a restart over it finds them).
-        if std::env::var("OUTPOST_TEST_DATABASE").as_deref() == Ok("postgres") {
-            command.arg("--database").arg(postgres::database_for(state));
+        if let Some(url) = postgres::test_url(state) {
+            command.arg("--database").arg(url);
         }
         let mut child = command
             .env("OUTPOST_LOG", level)

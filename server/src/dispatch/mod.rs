@@ -38,7 +38,7 @@ pub(crate) use waits::{Refused, may_execute, spec as wait_spec};
 
 use crate::clock::Clock;
 use crate::metrics::Metrics;
-use crate::store::{AuditRow, Batch, ExecutionEntry, Store};
+use crate::store::{AuditRow, Batch, ExecutionEntry, Store, off_the_runtime};
 
 /// The most messages one group commit takes.
 const BATCH: usize = 256;
@@ -787,14 +787,5 @@ impl Dispatcher {
             }
         }
         Ok(())
-    }
-}
-
-/// Runs `work`, which blocks on the disk, without holding up the runtime's other tasks: on a
-/// multi-thread runtime the worker hands its queue to another thread first.
-fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        _ => work(),
     }
 }

@@ -90,21 +90,9 @@ impl<T: ToValue + ?Sized> ToValue for &T {
     }
 }
 
-impl ToValue for Value {
-    fn to_value(&self) -> Value {
-        self.clone()
-    }
-}
-
 impl ToValue for i64 {
     fn to_value(&self) -> Value {
         Value::Int(*self)
-    }
-}
-
-impl ToValue for i32 {
-    fn to_value(&self) -> Value {
-        Value::Int(i64::from(*self))
     }
 }
 
@@ -141,12 +129,6 @@ impl ToValue for [u8] {
 impl ToValue for Vec<u8> {
     fn to_value(&self) -> Value {
         Value::Bytes(self.clone())
-    }
-}
-
-impl<const N: usize> ToValue for [u8; N] {
-    fn to_value(&self) -> Value {
-        Value::Bytes(self.to_vec())
     }
 }
 
@@ -344,10 +326,7 @@ impl Conn {
             Self::Sqlite(c) => Ok(Tx::Sqlite(c.transaction()?)),
             Self::Postgres(c) => {
                 c.begin()?;
-                Ok(Tx::Postgres(PgTx {
-                    conn: c,
-                    open: true,
-                }))
+                Ok(Tx::Postgres(PgTx { conn: c }))
             }
         }
     }
@@ -392,15 +371,14 @@ pub(crate) enum Tx<'a> {
     Postgres(PgTx<'a>),
 }
 
-/// A PostgreSQL transaction in progress.
+/// A PostgreSQL transaction in progress: open until its connection's `COMMIT` or `ROLLBACK`.
 pub(crate) struct PgTx<'a> {
     conn: &'a PgConn,
-    open: bool,
 }
 
 impl Drop for PgTx<'_> {
     fn drop(&mut self) {
-        if self.open {
+        if self.conn.in_transaction.get() {
             // Best effort: a failed ROLLBACK means the connection is gone, which ends the
             // transaction as well.
             let _ = self.conn.end("ROLLBACK");
@@ -413,11 +391,8 @@ impl Tx<'_> {
     pub(crate) fn commit(self) -> Result<(), DbError> {
         match self {
             Self::Sqlite(tx) => Ok(tx.commit()?),
-            Self::Postgres(mut tx) => {
-                // Ended by the COMMIT, or rolled back by PostgreSQL when it fails.
-                tx.open = false;
-                tx.conn.end("COMMIT")
-            }
+            // Ended by the COMMIT, or rolled back by PostgreSQL when it fails.
+            Self::Postgres(tx) => tx.conn.end("COMMIT"),
         }
     }
 
@@ -691,15 +666,9 @@ impl Drop for Driver {
     }
 }
 
-/// Waits for `work` on this thread, handing this worker's tasks to another first when it is a
-/// multi-thread runtime's worker.
+/// Waits for `work` on this thread (off the runtime, when it is one's worker).
 fn wait<F: Future>(work: F) -> F::Output {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-            tokio::task::block_in_place(|| futures_executor::block_on(work))
-        }
-        _ => futures_executor::block_on(work),
-    }
+    super::off_the_runtime(|| futures_executor::block_on(work))
 }
 
 /// `sql` with its `?N` placeholders written `$N`, string literals and quoted names left alone.

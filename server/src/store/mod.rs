@@ -106,9 +106,9 @@ pub struct Store {
     bundles: std::path::PathBuf,
     /// Announces committed changes to the pages that keep a list open.
     changes: changes::Changes,
-    /// What drives PostgreSQL's sockets (none for SQLite); dropped after the connections
-    /// (fields drop in order).
-    driver: Option<Driver>,
+    /// What drives PostgreSQL's sockets (none for SQLite): held only to be dropped after the
+    /// connections (fields drop in order).
+    _driver: Option<Driver>,
 }
 
 /// Which database a store keeps its state in.
@@ -136,10 +136,11 @@ impl Database {
         }
     }
 
-    /// The URL without its password, for messages and logs.
-    pub fn shown(&self) -> String {
+    /// Where the records are, for messages and `--json`: the SQLite file's path in the state
+    /// folder `state_dir`, or the URL without its password.
+    pub fn location(&self, state_dir: &Path) -> String {
         match self {
-            Self::Sqlite => "the SQLite file in the state folder".to_owned(),
+            Self::Sqlite => state_dir.join("outpost.db").display().to_string(),
             Self::Postgres(url) => redact(url),
         }
     }
@@ -149,29 +150,36 @@ impl Database {
 /// `outpost serve migrate`. Returns the version it is at. Safe while other nodes serve: they
 /// refuse a schema newer than they know, and nodes migrating together take turns.
 pub fn migrate(database: &Database, dir: &Path) -> Result<i64, StoreError> {
-    let mut conn = match database {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .doing("making the state folder")?;
+    let (conn, _driver) = migrated(database, dir)?;
+    schema::version(&conn)
+}
+
+/// The connection that writes to `database`, its schema brought up to date (PostgreSQL's
+/// checked first for durable commits), and the driver of PostgreSQL's sockets.
+fn migrated(database: &Database, dir: &Path) -> Result<(Conn, Option<Driver>), StoreError> {
+    let (mut conn, driver) = match database {
         Database::Sqlite => {
-            use std::os::unix::fs::DirBuilderExt as _;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .doing("making the state folder")?;
             let path = dir.join("outpost.db");
+            // 0600 before SQLite makes it (0644 less the umask), and its -wal and -shm with it.
             outpost_host::private_database(&path).doing("making the database private")?;
-            Conn::Sqlite(Store::connect(&path)?)
+            (Conn::Sqlite(Store::connect(&path)?), None)
         }
         Database::Postgres(url) => {
             let driver = Driver::start().doing("starting the database driver")?;
-            let mut conn =
+            let conn =
                 Conn::Postgres(PgConn::connect(url, &driver).doing("connecting to PostgreSQL")?);
             schema::require_durable_commits(&conn)?;
-            schema::migrate(&mut conn)?;
-            return schema::version(&conn);
+            (conn, Some(driver))
         }
     };
     schema::migrate(&mut conn)?;
-    schema::version(&conn)
+    Ok((conn, driver))
 }
 
 /// `url` with any password between `:` and `@` replaced by `***`.
@@ -189,48 +197,24 @@ fn redact(url: &str) -> String {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path`, brings its schema up to date and
-    /// readies the bundle files beside it (`bundles/`).
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        // 0600 before SQLite makes it (0644 less the umask), and its -wal and -shm with it.
-        outpost_host::private_database(path).doing("making the database private")?;
-        let mut conn = Conn::Sqlite(Self::connect(path)?);
-        schema::migrate(&mut conn)?;
-        // Opened after the migrations, so it never sees a schema half made.
-        let reader = Conn::Sqlite(Self::connect(path)?);
-        let folder = path.parent().unwrap_or_else(|| Path::new("."));
-        let store = Self {
-            conn: Mutex::new(conn),
-            reader: Mutex::new(reader),
-            bundles: folder.join("bundles"),
-            changes: changes::Changes::default(),
-            driver: None,
-        };
-        store.prepare_bundles()?;
-        Ok(store)
-    }
-
-    /// Opens the store `database` names for the state folder `dir`: `DIR/outpost.db`, or the
-    /// PostgreSQL database (migrated; refused when it may acknowledge a commit before it is
-    /// durable). Bundle files stay in `DIR/bundles/` either way.
+    /// Opens the store `database` names for the state folder `dir` — `DIR/outpost.db`
+    /// (created if needed), or the PostgreSQL database — brings its schema up to date and
+    /// readies the bundle files (`DIR/bundles/`, for either).
     pub fn open_database(database: &Database, dir: &Path) -> Result<Self, StoreError> {
-        let url = match database {
-            Database::Sqlite => return Self::open(&dir.join("outpost.db")),
-            Database::Postgres(url) => url,
+        let (conn, driver) = migrated(database, dir)?;
+        // Opened after the migrations, so it never sees a schema half made.
+        let reader = match (database, &driver) {
+            (Database::Postgres(url), Some(driver)) => {
+                Conn::Postgres(PgConn::connect(url, driver).doing("connecting to PostgreSQL")?)
+            }
+            _ => Conn::Sqlite(Self::connect(&dir.join("outpost.db"))?),
         };
-        let driver = Driver::start().doing("starting the database driver")?;
-        let mut conn =
-            Conn::Postgres(PgConn::connect(url, &driver).doing("connecting to PostgreSQL")?);
-        schema::require_durable_commits(&conn)?;
-        schema::migrate(&mut conn)?;
-        let reader =
-            Conn::Postgres(PgConn::connect(url, &driver).doing("connecting to PostgreSQL")?);
         let store = Self {
             conn: Mutex::new(conn),
             reader: Mutex::new(reader),
             bundles: dir.join("bundles"),
             changes: changes::Changes::default(),
-            driver: Some(driver),
+            _driver: driver,
         };
         store.prepare_bundles()?;
         Ok(store)
@@ -269,6 +253,15 @@ impl Store {
         self.reader
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Runs `work`, which blocks on the disk or the database, without holding up the runtime's
+/// other tasks: on a multi-thread runtime the worker hands its queue to another thread first.
+pub(crate) fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
     }
 }
 

@@ -88,11 +88,11 @@ impl Store {
     /// serves it, so any other row is an earlier start of this node (killed before it could
     /// remove its own). Over PostgreSQL other rows are other nodes: nothing is removed.
     pub(crate) fn forget_earlier_starts(&self, id: &str) -> Result<(), StoreError> {
-        if self.driver.is_some() {
+        let conn = self.lock();
+        if conn.is_postgres() {
             return Ok(());
         }
-        self.lock()
-            .execute("DELETE FROM nodes WHERE id <> ?1", params![id])
+        conn.execute("DELETE FROM nodes WHERE id <> ?1", params![id])
             .doing("forgetting earlier starts")?;
         Ok(())
     }

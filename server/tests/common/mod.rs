@@ -39,19 +39,17 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// The database a test server over `state` keeps its records in: the SQLite file, or with
-/// `OUTPOST_TEST_DATABASE=postgres` a database of the shared PostgreSQL cluster named after the
-/// state folder (so a server restarted over it finds its records).
+/// The database a test server over `state` keeps its records in ([`postgres::test_url`]).
 pub fn test_database(state: &Path) -> outpost_server::Database {
-    match std::env::var("OUTPOST_TEST_DATABASE").as_deref() {
-        Ok("postgres") => outpost_server::Database::Postgres(postgres::database_for(state)),
-        _ => outpost_server::Database::Sqlite,
-    }
+    postgres::test_url(state).map_or(
+        outpost_server::Database::Sqlite,
+        outpost_server::Database::Postgres,
+    )
 }
 
 /// Whether the tests run over PostgreSQL (`OUTPOST_TEST_DATABASE=postgres`).
 pub fn on_postgres() -> bool {
-    std::env::var("OUTPOST_TEST_DATABASE").as_deref() == Ok("postgres")
+    postgres::requested()
 }
 
 /// The database of a (stopped) test server over `state`, read and changed behind its back as

@@ -289,3 +289,15 @@ pub fn database_for(key: &Path) -> String {
     key.hash(&mut hasher);
     shared().database(&format!("t{:016x}", hasher.finish()))
 }
+
+/// Whether the tests run over PostgreSQL: `OUTPOST_TEST_DATABASE=postgres`.
+pub fn requested() -> bool {
+    std::env::var("OUTPOST_TEST_DATABASE").as_deref() == Ok("postgres")
+}
+
+/// The database a test server over the state folder `state` keeps its records in when
+/// [`requested`]: [`database_for`] it (a restart over the folder finds its records); `None`
+/// for the SQLite file.
+pub fn test_url(state: &Path) -> Option<String> {
+    requested().then(|| database_for(state))
+}
