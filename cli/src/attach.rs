@@ -20,8 +20,8 @@ use anyhow::{Context as _, bail};
 use outpost_adapters::tls::{ServerUrl, Trust};
 use outpost_core::api::requests::TerminalOpen;
 use outpost_core::api::{TerminalOpened, TerminalTicket};
-use outpost_core::terminal::ViewerControl;
-use serde_json::{Value, json};
+use outpost_core::terminal::{ViewerControl, ViewerText};
+use serde_json::json;
 use tungstenite::Message;
 
 use crate::client::api::Api;
@@ -116,28 +116,20 @@ pub fn attach(args: &AttachArgs<'_>) -> anyhow::Result<ExitCode> {
                     return Err(e.into());
                 }
             }
-            Ok(Message::Text(text)) => {
-                let message: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                match message["type"].as_str() {
-                    Some("exit") => {
-                        let code = message["exitCode"].as_i64().unwrap_or(1);
-                        return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
-                    }
-                    Some("closed") => {
-                        eprintln!(
-                            "\r\noutpost: the terminal ended ({})\r",
-                            message["reason"].as_str().unwrap_or("closed")
-                        );
-                        return Ok(ExitCode::FAILURE);
-                    }
-                    Some("error") => eprintln!(
-                        "\r\noutpost: {} ({})\r",
-                        message["message"].as_str().unwrap_or(""),
-                        message["code"].as_str().unwrap_or("")
-                    ),
-                    _ => {}
+            Ok(Message::Text(text)) => match ViewerText::parse(&text) {
+                Some(ViewerText::Exit { exit_code }) => {
+                    let code = exit_code.unwrap_or(1);
+                    return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
                 }
-            }
+                Some(ViewerText::Closed { reason }) => {
+                    eprintln!("\r\noutpost: the terminal ended ({reason})\r");
+                    return Ok(ExitCode::FAILURE);
+                }
+                Some(ViewerText::Error { code, message }) => {
+                    eprintln!("\r\noutpost: {message} ({code})\r");
+                }
+                _ => {}
+            },
             Ok(Message::Close(frame)) => {
                 let why = frame.map(|f| f.reason.to_string()).unwrap_or_default();
                 eprintln!("\r\noutpost: the server closed the terminal {why}\r");

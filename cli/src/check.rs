@@ -114,11 +114,10 @@ struct Check {
 /// `outpost check`.
 pub fn check(server: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
     let api = Api::from_env(server)?;
-    // Unique enough for a throwaway name (two checks at once get two names).
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let name = format!("outpost-check-{:08x}", nanos ^ std::process::id());
+    // A random throwaway name: two checks at once, on one machine or several, get two names.
+    let mut random = [0u8; 4];
+    getrandom::fill(&mut random).context("drawing a name for the throwaway context")?;
+    let name = format!("outpost-check-{:08x}", u32::from_be_bytes(random));
     let dir = std::env::temp_dir().join(&name);
     std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
     let made = Arc::new(Mutex::new(Made {

@@ -60,14 +60,24 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The names in a manifest's `[dependencies]` (not dev- or build-dependencies).
+/// The names a manifest's built code may use: `[dependencies]`, `[dependencies.NAME]` and
+/// every `[target.'cfg(..)'.dependencies]`. Dev-dependencies are left out: a crate's tests may
+/// drive a real executor (the daemon's tests run real shell capabilities), its code may not.
 fn dependencies(manifest: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let mut inside = false;
     for line in manifest.lines() {
         let line = line.trim();
-        if line.starts_with('[') {
-            inside = line == "[dependencies]";
+        if let Some(header) = line.strip_prefix('[') {
+            let header = header.trim_end_matches(']');
+            let table = header
+                .strip_prefix("target.")
+                .and_then(|rest| rest.rsplit_once('.').map(|(_, table)| table))
+                .unwrap_or(header);
+            inside = table == "dependencies";
+            if let Some(name) = header.strip_prefix("dependencies.") {
+                names.insert(name.to_owned());
+            }
             continue;
         }
         if !inside || line.is_empty() || line.starts_with('#') {
@@ -79,6 +89,32 @@ fn dependencies(manifest: &str) -> BTreeSet<String> {
         }
     }
     names
+}
+
+#[test]
+fn dependencies_are_read_from_every_table_the_built_code_uses() {
+    let manifest = r#"
+[package]
+name = "x"
+
+[dependencies]
+serde.workspace = true
+tokio = { version = "1" }
+
+[dependencies.smol]
+version = "2"
+
+[target.'cfg(target_os = "linux")'.dependencies]
+outpost-exec-shell.workspace = true
+
+[target.'cfg(unix)'.dev-dependencies]
+criterion = "0.5"
+
+[dev-dependencies]
+proptest.workspace = true
+"#;
+    let names: Vec<String> = dependencies(manifest).into_iter().collect();
+    assert_eq!(names, ["outpost-exec-shell", "serde", "smol", "tokio"]);
 }
 
 #[test]

@@ -193,6 +193,70 @@ impl ViewerMessage {
     }
 }
 
+/// A text message as a viewer reads it: what [`ViewerMessage::to_text`] writes, decoded with
+/// owned fields, leniently so a newer server's codes and message types still read (a code is
+/// kept as text, an unknown `type` is [`ViewerText::Other`]). Binary messages are output and
+/// never come here.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum ViewerText {
+    /// [`ViewerMessage::Ready`]: the terminal, the viewer's role and the size.
+    #[serde(rename_all = "camelCase")]
+    Ready {
+        /// The terminal's id.
+        terminal_id: TerminalId,
+        /// `operator` or `watcher` (or a newer role's code).
+        role: String,
+        /// Columns.
+        cols: u16,
+        /// Rows.
+        rows: u16,
+    },
+    /// [`ViewerMessage::Replay`]: this many bytes of replay follow as binary messages.
+    Replay {
+        /// The replay's length in bytes.
+        bytes: usize,
+    },
+    /// [`ViewerMessage::Live`]: what follows is live output.
+    Live,
+    /// [`ViewerMessage::Resized`]: the terminal's new size.
+    Resized {
+        /// Columns.
+        cols: u16,
+        /// Rows.
+        rows: u16,
+    },
+    /// [`ViewerMessage::Exit`]: the program ended, with this code unless a signal ended it.
+    #[serde(rename_all = "camelCase")]
+    Exit {
+        /// The exit code; `None` when a signal ended the program.
+        exit_code: Option<i32>,
+    },
+    /// [`ViewerMessage::Closed`]: the viewer's session ended; `reason` is a [`Reason::code`].
+    Closed {
+        /// Why, as its stable code (`slow_viewer`, `idle`, …).
+        reason: String,
+    },
+    /// [`ViewerMessage::Error`]: something the viewer sent was refused.
+    Error {
+        /// The stable code (`read_only_viewer`, `invalid_message`, …).
+        code: String,
+        /// For people.
+        message: String,
+    },
+    /// A message type this build does not know (a newer server's); a viewer ignores it.
+    #[serde(other)]
+    Other,
+}
+
+impl ViewerText {
+    /// Decodes one text message; `None` when it is not a JSON object with a `type` this
+    /// decoder can read (a viewer ignores it, as it ignores [`ViewerText::Other`]).
+    pub fn parse(text: &str) -> Option<ViewerText> {
+        serde_json::from_str(text).ok()
+    }
+}
+
 fn push_json_string(out: &mut String, value: &str) {
     // serde_json writes a string with exactly the escapes JSON needs; it cannot fail.
     out.push_str(&serde_json::to_string(value).unwrap_or_else(|_| "\"\"".to_owned()));
@@ -268,6 +332,40 @@ impl Audit {
 mod tests {
     use super::*;
 
+    /// What a viewer should read `msg` as.
+    fn read_as_viewer(msg: &ViewerMessage) -> ViewerText {
+        match msg {
+            ViewerMessage::Ready {
+                terminal_id,
+                role,
+                cols,
+                rows,
+            } => ViewerText::Ready {
+                terminal_id: terminal_id.clone(),
+                role: role.code().into(),
+                cols: *cols,
+                rows: *rows,
+            },
+            ViewerMessage::Replay { bytes } => ViewerText::Replay { bytes: *bytes },
+            ViewerMessage::Bytes(_) => unreachable!("binary messages are not text"),
+            ViewerMessage::Live => ViewerText::Live,
+            ViewerMessage::Resized { cols, rows } => ViewerText::Resized {
+                cols: *cols,
+                rows: *rows,
+            },
+            ViewerMessage::Exit { exit_code } => ViewerText::Exit {
+                exit_code: *exit_code,
+            },
+            ViewerMessage::Closed { reason } => ViewerText::Closed {
+                reason: reason.code().into(),
+            },
+            ViewerMessage::Error { code, message } => ViewerText::Error {
+                code: (*code).into(),
+                message: message.clone(),
+            },
+        }
+    }
+
     #[test]
     fn text_messages_are_the_documented_json() {
         let cases = [
@@ -316,7 +414,23 @@ mod tests {
         for (msg, json) in cases {
             assert_eq!(msg.to_text().as_deref(), Some(json));
             crate::json::parse_strict(json.as_bytes()).expect("strict JSON");
+            assert_eq!(
+                ViewerText::parse(json),
+                Some(read_as_viewer(&msg)),
+                "{json}"
+            );
         }
+        assert_eq!(
+            ViewerText::parse(r#"{"type":"closed","reason":"a_newer_reason"}"#),
+            Some(ViewerText::Closed {
+                reason: "a_newer_reason".into()
+            })
+        );
+        assert_eq!(
+            ViewerText::parse(r#"{"type":"a_newer_message","x":1}"#),
+            Some(ViewerText::Other)
+        );
+        assert_eq!(ViewerText::parse("not json"), None);
         assert_eq!(ViewerMessage::Bytes(Arc::from(&b"x"[..])).to_text(), None);
     }
 }

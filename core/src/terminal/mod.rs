@@ -29,7 +29,8 @@ mod tests;
 
 pub use io::{Input, Output, RelayConfig, RelayError};
 pub use messages::{
-    Audit, Left, Reason, Role, RunnerMessage, ViewerControl, ViewerId, ViewerMessage, viewer_close,
+    Audit, Left, Reason, Role, RunnerMessage, ViewerControl, ViewerId, ViewerMessage, ViewerText,
+    viewer_close,
 };
 pub use relay::{PENDING_KEYS_LIMIT, Relay};
 pub use ring::{HOLD_LIMIT, RING_CAPACITY, Ring};

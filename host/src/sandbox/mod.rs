@@ -736,22 +736,28 @@ fn scratch_folder(run_id: &str) -> Result<PathBuf, ExecError> {
         })
         .take(64)
         .collect();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let path = std::env::temp_dir().join(format!(
-        "outpost-run-{safe}-{}-{}-{nanos:x}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&path)
-        .map_err(|e| {
-            ExecError::Spawn(format!("the run's private folder {}: {e}", path.display()))
-        })?;
-    Ok(path)
+    // A name left by an earlier process with the same pid (one killed before its cleanup)
+    // is passed over: `create` never reuses a folder, so the next number is tried.
+    let mut attempts = 0;
+    loop {
+        let path = std::env::temp_dir().join(format!(
+            "outpost-run-{safe}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 64 => {
+                attempts += 1;
+            }
+            Err(e) => {
+                return Err(ExecError::Spawn(format!(
+                    "the run's private folder {}: {e}",
+                    path.display()
+                )));
+            }
+        }
+    }
 }
 
 #[cfg(test)]

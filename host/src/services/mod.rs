@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use outpost_core::executor::{
     Allowlists, Ending, ExecError, Launch, OutputChunk, Registry, RunHandle, RunRefused,
@@ -67,8 +67,6 @@ pub struct ServiceInfo {
     /// The executor's id for it: a pid (also the process group), a container id, or none
     /// (a wasm instance, or a service still starting).
     pub id: Option<String>,
-    /// When it started (when the start was asked for, while starting).
-    pub started_at: SystemTime,
     /// The port it listens on, if the manifest names one.
     pub port: Option<u16>,
     /// Its state.
@@ -208,7 +206,6 @@ impl RunningServiceTable {
         let reserved = ServiceInfo {
             name: name.clone(),
             id: None,
-            started_at: SystemTime::now(),
             port: launch.manifest.port,
             state: ServiceState::Starting,
         };

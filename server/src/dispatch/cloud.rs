@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use outpost_core::daemon::Capability;
 use outpost_core::executor::{Allowlists, Launch, Registry, Scope, run_capability};
 use outpost_core::grant::CredentialDenylist;
+use outpost_core::ids::ExecutionId;
 use outpost_core::manifest::Permission;
 use outpost_core::server::ExecuteRequest;
 use outpost_core::wire::{CapabilitySource, Egress, Environment, RunResult, bundle_digest};
@@ -31,9 +32,9 @@ pub(crate) struct Cloud {
     runs_dir: PathBuf,
     /// Where bundles named by digest are read from.
     bundles_dir: PathBuf,
-    cancels: HashMap<String, Cancel>,
-    tx: mpsc::UnboundedSender<(String, RunResult)>,
-    rx: mpsc::UnboundedReceiver<(String, RunResult)>,
+    cancels: HashMap<ExecutionId, Cancel>,
+    tx: mpsc::UnboundedSender<(ExecutionId, RunResult)>,
+    rx: mpsc::UnboundedReceiver<(ExecutionId, RunResult)>,
 }
 
 impl Cloud {
@@ -63,7 +64,7 @@ impl Cloud {
     }
 
     /// The next finished run.
-    pub(crate) async fn finished(&mut self) -> Option<(String, RunResult)> {
+    pub(crate) async fn finished(&mut self) -> Option<(ExecutionId, RunResult)> {
         let done = self.rx.recv().await;
         if let Some((exec_id, _)) = &done {
             self.cancels.remove(exec_id);
@@ -74,8 +75,7 @@ impl Cloud {
     /// Starts `request` on a blocking thread.
     pub(crate) fn start(&mut self, request: ExecuteRequest) {
         let cancel = Cancel::new();
-        self.cancels
-            .insert(request.exec_id.to_string(), cancel.clone());
+        self.cancels.insert(request.exec_id.clone(), cancel.clone());
         let registry = self.registry.clone();
         let allowlists = self.allowlists.clone();
         let (runs_dir, bundles_dir) = (self.runs_dir.clone(), self.bundles_dir.clone());
@@ -96,7 +96,7 @@ impl Cloud {
             result.timing.daemon_ms =
                 u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let _ = std::fs::remove_dir_all(runs_dir.join(request.exec_id.as_str()));
-            let _ = tx.send((request.exec_id.into_string(), result));
+            let _ = tx.send((request.exec_id, result));
         });
     }
 

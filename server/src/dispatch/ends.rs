@@ -10,16 +10,17 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
+use outpost_core::ids::ExecutionId;
 use tokio::sync::watch;
 
 /// The executions waited on.
 #[derive(Debug, Default)]
 pub(crate) struct Ends {
-    waited: Mutex<HashMap<String, watch::Sender<()>>>,
+    waited: Mutex<HashMap<ExecutionId, watch::Sender<()>>>,
 }
 
 impl Ends {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<()>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<ExecutionId, watch::Sender<()>>> {
         // The map holds no invariant a panic could break half-way.
         self.waited
             .lock()
@@ -30,12 +31,12 @@ impl Ends {
     pub(crate) fn subscribe(&self, exec_id: &str) -> EndWatch<'_> {
         let rx = self
             .lock()
-            .entry(exec_id.to_owned())
+            .entry(ExecutionId::new(exec_id))
             .or_insert_with(|| watch::channel(()).0)
             .subscribe();
         EndWatch {
             ends: self,
-            exec_id: exec_id.to_owned(),
+            exec_id: ExecutionId::new(exec_id),
             rx: Some(rx),
         }
     }
@@ -58,7 +59,7 @@ impl Ends {
 #[derive(Debug)]
 pub(crate) struct EndWatch<'a> {
     ends: &'a Ends,
-    exec_id: String,
+    exec_id: ExecutionId,
     rx: Option<watch::Receiver<()>>,
 }
 

@@ -23,6 +23,7 @@ mod waits;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use outpost_core::ids::ExecutionId;
 use outpost_core::server::{self as core_server, Event, Input, Output, Server};
 use outpost_core::session::{self, ConnId, IssuedTicket};
 use outpost_core::ticket::TicketError;
@@ -125,7 +126,7 @@ pub(crate) enum Msg {
     },
     /// Where a queued execution stands, if it is queued.
     QueuePlace {
-        exec_id: String,
+        exec_id: ExecutionId,
         reply: oneshot::Sender<Option<core_server::QueuePlace>>,
     },
     /// Stop.
@@ -157,7 +158,7 @@ pub(crate) struct Dispatcher {
     cloud: Cloud,
     next_wake: Instant,
     /// When each execution was received, for the dispatch-latency histogram.
-    received: HashMap<String, Instant>,
+    received: HashMap<ExecutionId, Instant>,
     /// Listing rows of executions the core took, for the next commit.
     listings: Vec<ExecutionEntry>,
     /// Wait continuations among those executions (wait id, execution id), marked started in
@@ -219,7 +220,7 @@ impl Dispatcher {
                     },
                 },
                 Some((exec_id, result)) = self.cloud.finished() => {
-                    self.feed(Input::CloudFinished { exec_id: exec_id.into(), result: Box::new(result) })
+                    self.feed(Input::CloudFinished { exec_id, result: Box::new(result) })
                 }
                 () = tokio::time::sleep_until(wake) => self.feed(Input::Timeout),
             };
@@ -314,7 +315,7 @@ impl Dispatcher {
         let mut counted = None;
         if let Input::Execute(request) = &input {
             self.received
-                .insert(request.exec_id.to_string(), self.shared.clock.now().instant);
+                .insert(request.exec_id.clone(), self.shared.clock.now().instant);
             if self.pending.add(request) {
                 counted = Some(request.exec_id.clone());
             }
@@ -657,7 +658,7 @@ impl Dispatcher {
                 self.shared
                     .terminals
                     .send(crate::dispatch::terminals::finished(
-                        exec_id.to_string(),
+                        exec_id.clone(),
                         &outcome,
                     ));
                 // Its end (and audit row) is committed: wake who waits on it.
@@ -675,9 +676,7 @@ impl Dispatcher {
                 // A terminal's keys typed while it started go out now.
                 self.shared
                     .terminals
-                    .send(crate::dispatch::terminals::TermMsg::Started {
-                        exec_id: exec_id.into_string(),
-                    });
+                    .send(crate::dispatch::terminals::TermMsg::Started { exec_id });
             }
             Event::Session { context_id, event } => match event {
                 session::Event::Ready { .. } => {
@@ -762,18 +761,12 @@ impl Dispatcher {
             Event::TerminalOutput { exec_id, data } => {
                 self.shared
                     .terminals
-                    .send(crate::dispatch::terminals::TermMsg::Output {
-                        exec_id: exec_id.into_string(),
-                        data,
-                    });
+                    .send(crate::dispatch::terminals::TermMsg::Output { exec_id, data });
             }
             Event::TerminalExit { exec_id, exit_code } => {
                 self.shared
                     .terminals
-                    .send(crate::dispatch::terminals::TermMsg::Exited {
-                        exec_id: exec_id.into_string(),
-                        exit_code,
-                    });
+                    .send(crate::dispatch::terminals::TermMsg::Exited { exec_id, exit_code });
             }
             Event::SessionError { context_id, error } => {
                 tracing::warn!(%context_id, error = %error, "a session refused an input");

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
+use outpost_core::ids::ExecutionId;
 use outpost_core::wire::OutputStream;
 use tokio::sync::watch;
 
@@ -31,7 +32,7 @@ pub(crate) struct LiveOutputs {
 
 #[derive(Debug, Default)]
 struct Logs {
-    by_exec: HashMap<String, Live>,
+    by_exec: HashMap<ExecutionId, Live>,
     /// Bytes of text held in all logs.
     held: usize,
 }
@@ -143,7 +144,9 @@ impl LiveOutputs {
     pub(crate) fn append(&self, exec_id: &str, stream: OutputStream, offset: u64, text: &str) {
         let mut logs = self.lock();
         let Logs { by_exec, held } = &mut *logs;
-        let live = by_exec.entry(exec_id.to_owned()).or_insert_with(Live::new);
+        let live = by_exec
+            .entry(ExecutionId::new(exec_id))
+            .or_insert_with(Live::new);
         let log = &mut live.log;
         if log.ended || log.stalled[index(stream)] {
             return;
@@ -218,13 +221,13 @@ impl LiveOutputs {
         let rx = self
             .lock()
             .by_exec
-            .entry(exec_id.to_owned())
+            .entry(ExecutionId::new(exec_id))
             .or_insert_with(Live::new)
             .changed
             .subscribe();
         Follow {
             outputs: self,
-            exec_id: exec_id.to_owned(),
+            exec_id: ExecutionId::new(exec_id),
             rx: Some(rx),
         }
     }
@@ -291,7 +294,7 @@ impl Live {
 #[derive(Debug)]
 pub(crate) struct Follow<'a> {
     outputs: &'a LiveOutputs,
-    exec_id: String,
+    exec_id: ExecutionId,
     rx: Option<watch::Receiver<u64>>,
 }
 

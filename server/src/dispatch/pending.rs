@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use outpost_core::ids::ExecutionId;
 use outpost_core::routing::{CLOUD_ID, ExecuteTarget};
 use outpost_core::server::{ExecuteRequest, ServerSnapshot};
 use outpost_core::wire::CapabilitySource;
@@ -57,7 +58,7 @@ fn capability_bytes(capability: &CapabilitySource) -> u64 {
 /// The executions not ended, and their sums.
 pub(crate) struct Pending {
     limits: Limits,
-    by_exec: HashMap<String, Held>,
+    by_exec: HashMap<ExecutionId, Held>,
     /// Per user: executions, bytes.
     users: HashMap<String, (usize, u64)>,
     contexts: HashMap<String, usize>,
@@ -74,7 +75,7 @@ impl Pending {
         };
         for row in snapshot.map(|s| s.executions.as_slice()).unwrap_or(&[]) {
             let held = Held::new(&row.requester.user_id, &row.target, &row.capability);
-            pending.hold(row.exec_id.to_string(), held);
+            pending.hold(row.exec_id.clone(), held);
         }
         pending
     }
@@ -128,10 +129,10 @@ impl Pending {
             &request.target,
             &request.capability,
         );
-        self.hold(request.exec_id.to_string(), held)
+        self.hold(request.exec_id.clone(), held)
     }
 
-    fn hold(&mut self, exec_id: String, held: Held) -> bool {
+    fn hold(&mut self, exec_id: ExecutionId, held: Held) -> bool {
         if self.by_exec.contains_key(&exec_id) {
             return false;
         }

@@ -259,7 +259,7 @@ impl App {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Msg::QueuePlace {
-                exec_id: exec_id.to_owned(),
+                exec_id: exec_id.into(),
                 reply,
             })
             .await

@@ -191,7 +191,7 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
     });
     let records_input = app.shared.limits.record_terminal_input && owner_allows_input;
     app.shared.terminals.send(TermMsg::Open {
-        exec_id: exec_id.clone(),
+        exec_id: exec_id.as_str().into(),
         context_id: entry.id.clone(),
         context_name: entry.name.clone(),
         user: caller.user.clone(),
@@ -228,7 +228,7 @@ async fn issue(
         .shared
         .terminals
         .ask(|reply| TermMsg::IssueTicket {
-            exec_id: exec_id.to_owned(),
+            exec_id: exec_id.into(),
             user: user.to_owned(),
             may_watch,
             reply,
@@ -265,7 +265,7 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
     let terminals = open
         .into_iter()
         .map(|t| views::TerminalRow {
-            terminal_id: t.terminal_id.into(),
+            terminal_id: t.terminal_id,
             context: t.context_name,
             context_id: t.context_id.into(),
             state: t.state,
@@ -312,7 +312,7 @@ async fn connect(
         .shared
         .terminals
         .ask(|reply| TermMsg::Redeem {
-            terminal_id: id,
+            terminal_id: id.into(),
             ticket,
             reply,
         })

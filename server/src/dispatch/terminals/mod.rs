@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use outpost_core::api::TerminalState;
 use outpost_core::executor::TerminalSize;
+use outpost_core::ids::{ExecutionId, TerminalId};
 use outpost_core::server::Input as ServerInput;
 use outpost_core::session::TerminalAction;
 use outpost_core::terminal::cast::Recorder;
@@ -68,7 +69,7 @@ pub(crate) enum FromViewer {
 /// A terminal as `GET /v1/terminals` lists it.
 #[derive(Debug, Clone)]
 pub(crate) struct TerminalView {
-    pub(crate) terminal_id: String,
+    pub(crate) terminal_id: TerminalId,
     pub(crate) context_id: String,
     pub(crate) context_name: String,
     pub(crate) opened_by: String,
@@ -83,7 +84,7 @@ pub(crate) struct TerminalView {
 pub(crate) enum TermMsg {
     /// A terminal was asked for; its execution is about to be submitted.
     Open {
-        exec_id: String,
+        exec_id: ExecutionId,
         context_id: String,
         context_name: String,
         user: String,
@@ -94,14 +95,14 @@ pub(crate) enum TermMsg {
     /// A ticket for `user` to view `exec_id`; `None` when there is no such open terminal
     /// the caller may see.
     IssueTicket {
-        exec_id: String,
+        exec_id: ExecutionId,
         user: String,
         may_watch: bool,
         reply: oneshot::Sender<Result<(String, Role), tickets::IssueRefused>>,
     },
     /// A viewer presented a ticket (before the upgrade): spend it.
     Redeem {
-        terminal_id: String,
+        terminal_id: TerminalId,
         ticket: String,
         reply: oneshot::Sender<Result<ViewerTicket, TicketRefused>>,
     },
@@ -113,23 +114,23 @@ pub(crate) enum TermMsg {
     },
     /// Something from a joined viewer.
     Viewer {
-        exec_id: String,
+        exec_id: ExecutionId,
         viewer: ViewerId,
         event: FromViewer,
     },
     /// The execution's run was committed to a machine: the relay may talk to its runner.
     /// Any execution's start comes; one that is no terminal is ignored.
-    Started { exec_id: String },
+    Started { exec_id: ExecutionId },
     /// The runner's output (`pty.output`), from the dispatcher.
-    Output { exec_id: String, data: Vec<u8> },
+    Output { exec_id: ExecutionId, data: Vec<u8> },
     /// The program ended (`pty.exit`).
     Exited {
-        exec_id: String,
+        exec_id: ExecutionId,
         exit_code: Option<i32>,
     },
     /// The execution ended; `error` says why when it never ran or did not end by exiting.
     Finished {
-        exec_id: String,
+        exec_id: ExecutionId,
         reason: Reason,
         exit_code: Option<i32>,
         error: Option<(String, String)>,
@@ -188,7 +189,7 @@ struct Open {
 
 /// The actor's state.
 pub(crate) struct Actor {
-    terminals: HashMap<String, Open>,
+    terminals: HashMap<ExecutionId, Open>,
     tickets: Tickets,
     next_viewer: ViewerId,
     clock: Clock,
@@ -253,7 +254,7 @@ impl Actor {
     }
 
     async fn on_timeout(&mut self) {
-        let ids: Vec<String> = self.terminals.keys().cloned().collect();
+        let ids: Vec<ExecutionId> = self.terminals.keys().cloned().collect();
         for id in ids {
             self.feed(&id, Input::Timeout).await;
         }
@@ -270,7 +271,7 @@ impl Actor {
                 record_input,
             } => {
                 let now = self.clock.now();
-                let relay = Relay::new(self.config.clone(), &exec_id, size, now);
+                let relay = Relay::new(self.config.clone(), exec_id.as_str(), size, now);
                 let recorder = self.recordings.begin(
                     now,
                     &exec_id,
@@ -433,7 +434,7 @@ impl Actor {
                     .iter()
                     .filter(|(_, t)| admin || t.opened_by == user)
                     .map(|(id, t)| TerminalView {
-                        terminal_id: id.clone(),
+                        terminal_id: TerminalId::new(id.as_str()),
                         context_id: t.context_id.clone(),
                         context_name: t.context_name.clone(),
                         opened_by: t.opened_by.clone(),
@@ -602,7 +603,7 @@ fn audit_row(context_id: &str, exec_id: &str, event: &Audit) -> AuditRow {
 
 /// What an execution's end means for its terminal (if it is one).
 pub(crate) fn finished(
-    exec_id: String,
+    exec_id: ExecutionId,
     outcome: &outpost_core::server::ExecutionOutcome,
 ) -> TermMsg {
     use outpost_core::server::ExecutionOutcome;

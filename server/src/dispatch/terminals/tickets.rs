@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use outpost_core::ids::ExecutionId;
 use outpost_core::terminal::Role;
 use outpost_core::ticket::{TicketError, TicketStore, VIEWER_TICKET_PREFIX};
 use outpost_core::time::UnixTime;
@@ -25,7 +26,7 @@ const MAX_TICKETS: usize = 10_000;
 #[derive(Debug, Clone)]
 pub(crate) struct ViewerTicket {
     /// The terminal (its run's id) the ticket opens, and no other.
-    pub(crate) exec_id: String,
+    pub(crate) exec_id: ExecutionId,
     /// The user it was issued to, who the viewer acts as.
     pub(crate) user: String,
     /// Whether the viewer may type or only watch.
@@ -101,7 +102,7 @@ impl Tickets {
     pub(super) fn issue(
         &mut self,
         now: UnixTime,
-        exec_id: String,
+        exec_id: ExecutionId,
         user: String,
         role: Role,
     ) -> Result<String, IssueRefused> {
@@ -142,7 +143,7 @@ mod tests {
         let now = UnixTime(1_700_000_000);
         let mut tickets = Tickets::default();
         let issue = |t: &mut Tickets, n: usize| {
-            t.issue(now, format!("ex_{n}"), "ana".into(), Role::Operator)
+            t.issue(now, format!("ex_{n}").into(), "ana".into(), Role::Operator)
         };
         let first = issue(&mut tickets, 0).expect("a ticket");
         for n in 1..MAX_TICKETS {
