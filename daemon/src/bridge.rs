@@ -31,6 +31,7 @@ use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use outpost_core::ids::RunId;
 use outpost_host::{CommandError, CommandRequest, HostCommands, JobStatus};
 
 use super::Event;
@@ -71,7 +72,7 @@ pub(crate) struct Bridge {
 /// What one run's connections share.
 struct RunSide {
     shared: CommandsShared,
-    run_id: String,
+    run_id: RunId,
     /// The longest a foreground command may take: the run's own time budget.
     budget: Duration,
 }
@@ -80,7 +81,7 @@ impl Bridge {
     /// Serves `dir/`[`SOCKET_NAME`] for run `run_id` until dropped.
     pub(crate) fn serve(
         dir: &Path,
-        run_id: &str,
+        run_id: &RunId,
         budget: Duration,
         shared: CommandsShared,
     ) -> std::io::Result<Self> {
@@ -90,7 +91,7 @@ impl Bridge {
         let stop = Arc::new(AtomicBool::new(false));
         let side = Arc::new(RunSide {
             shared,
-            run_id: run_id.to_owned(),
+            run_id: run_id.clone(),
             budget,
         });
         let flag = stop.clone();
@@ -237,7 +238,7 @@ impl RunSide {
                     .shared
                     .client
                     .authorize_command(&CommandAuthorize {
-                        run_id: self.run_id.clone().into(),
+                        run_id: self.run_id.clone(),
                         command: request.argv.join(" ").chars().take(COMMAND_CHARS).collect(),
                         cwd: Some(cwd.display().to_string()),
                         env_keys: request.env.keys().cloned().collect(),
@@ -251,7 +252,7 @@ impl RunSide {
                     .min(self.budget);
                 let req = CommandRequest {
                     requester: authorized.requester,
-                    run_id: self.run_id.clone().into(),
+                    run_id: self.run_id.clone(),
                     command_id: authorized.command_id.clone(),
                     argv: request.argv,
                     cwd: Some(cwd),
@@ -291,7 +292,7 @@ impl RunSide {
                     .shared
                     .client
                     .authorize_job(&JobAuthorize {
-                        run_id: self.run_id.clone().into(),
+                        run_id: self.run_id.clone(),
                         op,
                         job_id: job,
                     })

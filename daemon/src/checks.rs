@@ -6,10 +6,12 @@
 //! cleanup included.
 //!
 //! This module owns the check threads; when a wait is checked and how it ends are the core's
-//! schedule's, and the observations the calls read are [`Seen`]'s.
+//! schedule's, and the observations the calls read are [`Seen`]'s — the wait's history of
+//! checks started and ended included, which [`Seen`] takes from the same command and input.
 //!
 //! [`Command::CheckWait`]: outpost_core::daemon::Command::CheckWait
 //! [`Command::StopCheck`]: outpost_core::daemon::Command::StopCheck
+//! [`Seen`]: super::ctx::Seen
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,8 +21,8 @@ use std::time::Duration;
 
 use outpost_condition::{Cancel, Identity, Limits, Verdict};
 use outpost_core::daemon::Input;
+use outpost_core::ids::WaitId;
 use outpost_core::wait::{CheckError, CheckOutcome};
-use serde_json::json;
 
 use super::Event;
 use super::ctx::{Ctx, CtxShared, now_ms};
@@ -44,7 +46,7 @@ pub(crate) struct Checks {
     context_id: String,
     events: Sender<Event>,
     limits: Limits,
-    running: BTreeMap<String, Running>,
+    running: BTreeMap<WaitId, Running>,
 }
 
 impl Checks {
@@ -66,15 +68,12 @@ impl Checks {
     /// Starts check `check` of `wait_id`; [`Input::WaitChecked`] (as an [`Event::Input`]) brings its outcome.
     pub(crate) fn start(
         &mut self,
-        wait_id: String,
+        wait_id: WaitId,
         check: u64,
         requester: String,
         operator: bool,
         source: String,
     ) {
-        self.shared
-            .seen
-            .wait_event(&wait_id, "check_started", json!({ "check": check }));
         let cancel = Cancel::new();
         let ctx = Arc::new(Ctx::new(
             self.shared.clone(),
@@ -83,8 +82,9 @@ impl Checks {
             operator,
             check,
         ));
+        // The engine knows no core types: the wait's id crosses as its text.
         let identity = Identity {
-            wait_id: wait_id.clone(),
+            wait_id: wait_id.as_str().to_owned(),
             context_id: self.context_id.clone(),
             requester,
         };
@@ -99,7 +99,7 @@ impl Checks {
                     outpost_condition::check(&source, &identity, now, ctx.clone(), &limits, &stop);
                 let outcome = outcome_of(verdict, &ctx);
                 let _ = events.send(Event::Input(Input::WaitChecked {
-                    wait_id: id.into(),
+                    wait_id: id,
                     check,
                     outcome,
                 }));
@@ -108,7 +108,7 @@ impl Checks {
             Ok(thread) => Some(thread),
             Err(e) => {
                 let _ = self.events.send(Event::Input(Input::WaitChecked {
-                    wait_id: wait_id.as_str().into(),
+                    wait_id: wait_id.clone(),
                     check,
                     outcome: CheckOutcome::Failed(CheckError {
                         code: "check_unstartable".into(),
@@ -131,25 +131,15 @@ impl Checks {
 
     /// Interrupts check `check` of `wait_id`; its outcome still comes (as `Stopped` or
     /// whatever it reached), once it has stopped.
-    pub(crate) fn stop(&self, wait_id: &str, check: u64) {
+    pub(crate) fn stop(&self, wait_id: &WaitId, check: u64) {
         if let Some(r) = self.running.get(wait_id).filter(|r| r.check == check) {
             r.cancel.cancel();
         }
     }
 
-    /// A check's outcome reached the driver: its thread is done.
-    pub(crate) fn finished(&mut self, wait_id: &str, check: u64, outcome: &CheckOutcome) {
-        let kind = match outcome {
-            CheckOutcome::NotYet => "not_yet",
-            CheckOutcome::Matched { .. } => "matched",
-            CheckOutcome::Failed(_) => "failed",
-            CheckOutcome::Stopped => "stopped",
-        };
-        let mut detail = json!({ "check": check, "outcome": kind });
-        if let CheckOutcome::Failed(e) = outcome {
-            detail["error"] = json!({ "code": e.code, "message": e.message });
-        }
-        self.shared.seen.wait_event(wait_id, "check_ended", detail);
+    /// Check `check` of `wait_id` reported its outcome to the driver: its thread is done and
+    /// is joined.
+    pub(crate) fn finished(&mut self, wait_id: &WaitId, check: u64) {
         if self.running.get(wait_id).is_some_and(|r| r.check == check)
             && let Some(mut r) = self.running.remove(wait_id)
             && let Some(thread) = r.thread.take()

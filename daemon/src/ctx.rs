@@ -26,7 +26,9 @@ use outpost_condition::{
 };
 use outpost_core::daemon::{Command, Execute, Input, Output};
 use outpost_core::grant::{Access, CredentialDenylist, check_egress, check_path};
+use outpost_core::ids::{RunId, WaitId};
 use outpost_core::manifest::{Lifecycle, Manifest};
+use outpost_core::wait::CheckOutcome;
 use outpost_core::wire::{CapabilitySource, Grant, RunResult, RunStatus};
 use outpost_host::{CommandRequest, CommandSandbox, HostCommands, JobStatus};
 use serde_json::{Value, json};
@@ -79,12 +81,14 @@ struct WaitEvent {
     detail: Value,
 }
 
+/// What [`Seen`] holds behind its lock: runs and their end order (oldest first, for
+/// dropping past [`ENDED_RUNS_KEPT`]), the grant, and each wait's events.
 #[derive(Default)]
 struct SeenInner {
-    runs: BTreeMap<String, RunSeen>,
-    ended_order: VecDeque<String>,
+    runs: BTreeMap<RunId, RunSeen>,
+    ended_order: VecDeque<RunId>,
     grant: Option<Grant>,
-    events: BTreeMap<String, VecDeque<WaitEvent>>,
+    events: BTreeMap<WaitId, VecDeque<WaitEvent>>,
     next_seq: u64,
     /// Events not yet in the store: the driver commits them with its next wait rows.
     unsaved: Vec<WaitEventRow>,
@@ -107,21 +111,33 @@ impl Seen {
     }
 
     /// Takes what conditions read from one output of the core, as it is carried out: a run
-    /// handed to an executor, the grant applied, a wait's history dropped once the server has
-    /// its end. The driver shows it every output; nothing else feeds these.
+    /// handed to an executor, the grant applied, a check started (its wait's
+    /// `check_started` event), a wait's history dropped once the server has its end. The
+    /// driver shows it every output as it carries it out (a command just before running it);
+    /// nothing else feeds these.
     pub(crate) fn observe(&self, output: &Output) {
         match output {
             Output::Command(Command::Execute(execute)) => self.run_started(execute),
             Output::Command(Command::ApplyGrant { grant, .. }) => self.set_grant(grant),
+            Output::Command(Command::CheckWait { wait_id, check, .. }) => {
+                self.wait_event(wait_id, "check_started", json!({ "check": check }));
+            }
             Output::ForgetWait { wait_id } => self.forget_wait(wait_id),
             _ => {}
         }
     }
 
-    /// Takes what conditions read from one input the core is fed: a run's end.
+    /// Takes what conditions read from one input the core is fed, before the core has it: a
+    /// run's end, a check's end (its wait's `check_ended` event).
     pub(crate) fn observe_input(&self, input: &Input) {
-        if let Input::RunFinished { run_id, result } = input {
-            self.run_ended(run_id, result);
+        match input {
+            Input::RunFinished { run_id, result } => self.run_ended(run_id, result),
+            Input::WaitChecked {
+                wait_id,
+                check,
+                outcome,
+            } => self.check_ended(wait_id, *check, outcome),
+            _ => {}
         }
     }
 
@@ -130,7 +146,7 @@ impl Seen {
         let (name, lifecycle) = manifest_of(&execute.capability)
             .map_or((String::new(), None), |m| (m.name, Some(m.lifecycle)));
         self.lock().runs.insert(
-            execute.run_id.to_string(),
+            execute.run_id.clone(),
             RunSeen {
                 requester: execute.requester.clone(),
                 environment: execute.environment.as_str(),
@@ -143,7 +159,7 @@ impl Seen {
     }
 
     /// A run ended with `result`.
-    fn run_ended(&self, run_id: &str, result: &RunResult) {
+    fn run_ended(&self, run_id: &RunId, result: &RunResult) {
         let mut s = self.lock();
         let Some(run) = s.runs.get_mut(run_id) else {
             return;
@@ -152,7 +168,7 @@ impl Seen {
             return;
         }
         run.ended = Some((now_ms(), result.status, result.exit_code));
-        s.ended_order.push_back(run_id.to_owned());
+        s.ended_order.push_back(run_id.clone());
         while s.ended_order.len() > ENDED_RUNS_KEPT {
             if let Some(old) = s.ended_order.pop_front() {
                 s.runs.remove(&old);
@@ -165,20 +181,37 @@ impl Seen {
         self.lock().grant = Some(grant.clone());
     }
 
-    /// Adds an event to a wait's history (oldest dropped past [`EVENTS_KEPT`]).
-    pub(crate) fn wait_event(&self, wait_id: &str, kind: &'static str, detail: Value) {
+    /// Check `check` of `wait_id` ended with `outcome`: the `check_ended` event names the
+    /// outcome (`not_yet`, `matched`, `failed`, `stopped`) and a failure's code and message.
+    fn check_ended(&self, wait_id: &WaitId, check: u64, outcome: &CheckOutcome) {
+        let kind = match outcome {
+            CheckOutcome::NotYet => "not_yet",
+            CheckOutcome::Matched { .. } => "matched",
+            CheckOutcome::Failed(_) => "failed",
+            CheckOutcome::Stopped => "stopped",
+        };
+        let mut detail = json!({ "check": check, "outcome": kind });
+        if let CheckOutcome::Failed(e) = outcome {
+            detail["error"] = json!({ "code": e.code, "message": e.message });
+        }
+        self.wait_event(wait_id, "check_ended", detail);
+    }
+
+    /// Adds an event to a wait's history, numbered and timed now, for `read('events')` and
+    /// for the store's next commit (oldest dropped past [`EVENTS_KEPT`]).
+    fn wait_event(&self, wait_id: &WaitId, kind: &'static str, detail: Value) {
         let mut s = self.lock();
         s.next_seq += 1;
         let seq = s.next_seq;
         let at_ms = now_ms();
         s.unsaved.push(WaitEventRow {
             seq,
-            wait_id: wait_id.to_owned(),
+            wait_id: wait_id.clone(),
             at_ms,
             kind: kind.to_owned(),
             detail: detail.to_string(),
         });
-        let events = s.events.entry(wait_id.to_owned()).or_default();
+        let events = s.events.entry(wait_id.clone()).or_default();
         events.push_back(WaitEvent {
             seq,
             at_ms,
@@ -215,10 +248,10 @@ impl Seen {
     }
 
     /// The wait ended and the server has it: its history goes.
-    fn forget_wait(&self, wait_id: &str) {
+    fn forget_wait(&self, wait_id: &WaitId) {
         let mut s = self.lock();
         s.events.remove(wait_id);
-        s.unsaved.retain(|e| e.wait_id != wait_id);
+        s.unsaved.retain(|e| e.wait_id != *wait_id);
     }
 
     fn grant(&self) -> Option<Grant> {
@@ -277,7 +310,7 @@ impl CtxShared {
 /// One check's host: the wait's owner, the shared observations, and the evidence so far.
 pub(crate) struct Ctx {
     shared: CtxShared,
-    wait_id: String,
+    wait_id: WaitId,
     requester: String,
     operator: bool,
     check: u64,
@@ -288,9 +321,11 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// The host of check `check` of `wait_id`: its calls have `requester`'s access, and
+    /// files and host commands only when `operator` (the machine's operator's wait).
     pub(crate) fn new(
         shared: CtxShared,
-        wait_id: String,
+        wait_id: WaitId,
         requester: String,
         operator: bool,
         check: u64,
@@ -647,7 +682,7 @@ impl Ctx {
         let command = CommandRequest {
             requester: self.requester.clone(),
             // A check's command is no run's: its audit names the wait it checks for.
-            run_id: self.wait_id.clone().into(),
+            run_id: RunId::new(self.wait_id.as_str()),
             command_id: format!("{}.check{}", self.wait_id, self.check),
             argv,
             cwd,

@@ -583,7 +583,7 @@ impl Driver {
                     }
                     self.note(&event);
                     if let CoreEvent::ResultDelivered { run_id } = &event {
-                        self.runner.delivered(run_id.as_str());
+                        self.runner.delivered(run_id);
                     }
                     log_event(&event);
                 }

@@ -12,6 +12,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use outpost_core::ids::RunId;
+
 use super::bridge::Bridge;
 
 /// How long leftovers wait for their result's delivery: a daemon that lost its connection
@@ -37,11 +39,12 @@ impl Drop for Leftovers {
     }
 }
 
+/// What the janitor's thread is told, in the order it happened.
 enum Message {
     /// A run ended: hold what it left until its result is delivered.
-    Park(String, Leftovers),
+    Park(RunId, Leftovers),
     /// The server acknowledged the run's result.
-    Delivered(String),
+    Delivered(RunId),
 }
 
 /// Holds ended runs' leftovers on a thread of its own until their results are delivered
@@ -69,19 +72,19 @@ impl Janitor {
 
     /// Holds what run `run_id` left until its result is delivered. Call it before the
     /// result is handed to the driver, so the delivery never comes first.
-    pub(crate) fn park(&self, run_id: &str, leftovers: Leftovers) {
+    pub(crate) fn park(&self, run_id: &RunId, leftovers: Leftovers) {
         if let Some(tell) = &self.tell
             && let Err(mpsc::SendError(Message::Park(_, leftovers))) =
-                tell.send(Message::Park(run_id.to_owned(), leftovers))
+                tell.send(Message::Park(run_id.clone(), leftovers))
         {
             drop(leftovers);
         }
     }
 
     /// The server has run `run_id`'s result: what the run left is cleaned up now.
-    pub(crate) fn delivered(&self, run_id: &str) {
+    pub(crate) fn delivered(&self, run_id: &RunId) {
         if let Some(tell) = &self.tell {
-            let _ = tell.send(Message::Delivered(run_id.to_owned()));
+            let _ = tell.send(Message::Delivered(run_id.clone()));
         }
     }
 }
@@ -98,7 +101,7 @@ impl Drop for Janitor {
 /// The janitor's thread: parks, drops on delivery or when held too long, and drops the rest
 /// when the janitor is dropped.
 fn keep(heard: &Receiver<Message>) {
-    let mut parked: Vec<(String, Instant, Leftovers)> = Vec::new();
+    let mut parked: Vec<(RunId, Instant, Leftovers)> = Vec::new();
     loop {
         let next = parked.iter().map(|(_, until, _)| *until).min();
         let message = match next {
@@ -175,13 +178,13 @@ mod tests {
         let dir = scratch("delivery");
         let (told, dropped) = mpsc::channel();
         let janitor = Janitor::start();
-        janitor.park("run_a", leftovers(&dir, "run_a", &told));
-        janitor.park("run_b", leftovers(&dir, "run_b", &told));
-        janitor.delivered("run_unknown");
-        janitor.delivered("run_a");
+        janitor.park(&"run_a".into(), leftovers(&dir, "run_a", &told));
+        janitor.park(&"run_b".into(), leftovers(&dir, "run_b", &told));
+        janitor.delivered(&"run_unknown".into());
+        janitor.delivered(&"run_a".into());
         // One thread cleans, in order: once the fence is dropped, run_a's cleaning is over.
-        janitor.park("fence", leftovers(&dir, "fence", &told));
-        janitor.delivered("fence");
+        janitor.park(&"fence".into(), leftovers(&dir, "fence", &told));
+        janitor.delivered(&"fence".into());
         assert_eq!(dropped.recv_timeout(Duration::from_secs(5)), Ok("run_a"));
         assert_eq!(dropped.recv_timeout(Duration::from_secs(5)), Ok("fence"));
         assert!(
@@ -212,7 +215,7 @@ mod tests {
         let (told, dropped) = mpsc::channel();
         let janitor = Janitor::start();
         let parked = Instant::now();
-        janitor.park("run_a", leftovers(&dir, "run_a", &told));
+        janitor.park(&"run_a".into(), leftovers(&dir, "run_a", &told));
         assert_eq!(dropped.recv_timeout(HOLD_AT_MOST * 3), Ok("run_a"));
         assert!(parked.elapsed() >= HOLD_AT_MOST, "dropped before the hold");
         // Stopping waits for the cleaning in progress.

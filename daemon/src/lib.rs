@@ -452,7 +452,7 @@ pub(crate) enum Event {
     /// before the driver takes them (one event for all of them).
     TerminalOutput {
         /// The terminal run's id (its `ptyId`).
-        run_id: String,
+        run_id: outpost_core::ids::RunId,
         /// Where the bytes wait.
         pending: std::sync::Arc<terminals::Pending>,
     },

@@ -20,6 +20,7 @@ use std::time::Instant as StdInstant;
 use outpost_core::daemon::{Execute, Input};
 use outpost_core::executor::{Allowlists, Registry, Scope, run_capability};
 use outpost_core::grant::{CredentialDenylist, LocalPolicy};
+use outpost_core::ids::RunId;
 use outpost_core::manifest::Permission;
 use outpost_core::wire::{Environment, RunResult};
 use outpost_host::{Cancel, LaunchContext, launch_from_execute};
@@ -55,7 +56,7 @@ pub(crate) struct Runner {
     policy: Arc<PolicySource>,
     denylist: Arc<CredentialDenylist>,
     clock: Arc<Clock>,
-    cancels: HashMap<String, Cancel>,
+    cancels: HashMap<RunId, Cancel>,
     events: Sender<Event>,
     commands: CommandsShared,
     terminals: Terminals,
@@ -110,7 +111,7 @@ impl Runner {
     }
 
     /// The server has run `run_id`'s result: what the run left is cleaned up now.
-    pub(crate) fn delivered(&self, run_id: &str) {
+    pub(crate) fn delivered(&self, run_id: &RunId) {
         self.janitor.delivered(run_id);
     }
 
@@ -122,10 +123,9 @@ impl Runner {
     /// Starts `execute` on a blocking thread; [`Input::RunFinished`] (as an [`Event::Input`]) reports its end.
     pub(crate) fn start(&mut self, execute: Execute) {
         let execute_is_pty = execute.environment == Environment::Pty;
-        let run_id_for_terminal = execute.run_id.clone();
         let cancel = Cancel::new();
-        self.cancels
-            .insert(execute.run_id.to_string(), cancel.clone());
+        self.cancels.insert(execute.run_id.clone(), cancel.clone());
+        let terminal = execute_is_pty.then(|| self.terminals.reserve(&execute.run_id));
         let job = Job {
             execute,
             context: self.context.clone(),
@@ -137,7 +137,7 @@ impl Runner {
             cancel,
             commands: self.commands.clone(),
             terminals: self.terminals.clone(),
-            terminal: (execute_is_pty).then(|| self.terminals.reserve(&run_id_for_terminal)),
+            terminal,
             events: self.events.clone(),
         };
         let events = self.events.clone();
@@ -147,14 +147,14 @@ impl Runner {
             let (result, leftovers) = job.run();
             // What the run left goes once its result is delivered (parked first: the
             // delivery cannot come before).
-            janitor.park(run_id.as_str(), leftovers);
+            janitor.park(&run_id, leftovers);
             let _ = events.send(Event::Input(Input::RunFinished { run_id, result }));
         }));
     }
 
     /// Stops a run this process started. A run it does not know is one a crashed
     /// predecessor started: its process is reaped and its folder removed.
-    pub(crate) fn cancel(&mut self, run_id: &str) {
+    pub(crate) fn cancel(&mut self, run_id: &RunId) {
         match self.cancels.get(run_id) {
             Some(cancel) => cancel.raise(),
             None => reap(&self.runs_dir, run_id),
@@ -169,7 +169,7 @@ impl Runner {
     }
 
     /// A run's thread reported its end.
-    pub(crate) fn finished(&mut self, run_id: &str) {
+    pub(crate) fn finished(&mut self, run_id: &RunId) {
         self.cancels.remove(run_id);
     }
 
@@ -334,7 +334,8 @@ impl Job {
     }
 }
 
-fn service_path(runs_dir: &Path, run_id: &str) -> PathBuf {
+/// Where the process run `run_id` started is recorded while it lives, beside its folder.
+fn service_path(runs_dir: &Path, run_id: &RunId) -> PathBuf {
     runs_dir.join(format!("{run_id}.service"))
 }
 
@@ -366,7 +367,7 @@ fn process_start_ticks(pid: i32) -> Option<u64> {
 /// Ends what a crashed daemon's run left on the machine: the process group of a shell run
 /// (only if the recorded process is still the same one), and the run's folder. Containers
 /// are removed by the docker executor's own orphan sweep at start.
-pub(crate) fn reap(runs_dir: &Path, run_id: &str) {
+pub(crate) fn reap(runs_dir: &Path, run_id: &RunId) {
     let path = service_path(runs_dir, run_id);
     if let Ok(bytes) = std::fs::read(&path)
         && let Ok(file) = serde_json::from_slice::<ServiceFile>(&bytes)
@@ -387,5 +388,5 @@ pub(crate) fn reap(runs_dir: &Path, run_id: &str) {
         }
     }
     let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_dir_all(runs_dir.join(run_id));
+    let _ = std::fs::remove_dir_all(runs_dir.join(run_id.as_str()));
 }

@@ -18,6 +18,7 @@
 use std::path::{Path, PathBuf};
 
 use outpost_core::daemon::{DaemonRecord, DaemonSnapshot, Durability, SeenRow, SeenRuns};
+use outpost_core::ids::WaitId;
 use outpost_core::wait::WaitRow;
 use rusqlite::{Connection, params};
 
@@ -321,13 +322,13 @@ impl DaemonStore {
                         event
                             .execute(params![
                                 sql_int(e.seq),
-                                e.wait_id,
+                                e.wait_id.as_str(),
                                 sql_int(e.at_ms),
                                 e.kind,
                                 e.detail
                             ])
                             .map_err(&sql)?;
-                        trim.execute(params![e.wait_id, WAIT_EVENTS_KEPT as i64])
+                        trim.execute(params![e.wait_id.as_str(), WAIT_EVENTS_KEPT as i64])
                             .map_err(&sql)?
                     }
                 };
@@ -347,7 +348,7 @@ impl DaemonStore {
             .query_map([], |r| {
                 Ok(WaitEventRow {
                     seq: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
-                    wait_id: r.get(1)?,
+                    wait_id: r.get::<_, String>(1)?.into(),
                     at_ms: u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
                     kind: r.get(3)?,
                     detail: r.get(4)?,
@@ -414,7 +415,7 @@ pub struct WaitEventRow {
     /// Its number, increasing across the daemon's life (restarts included).
     pub seq: u64,
     /// The id of the wait the event belongs to (`wait_…`).
-    pub wait_id: String,
+    pub wait_id: WaitId,
     /// When, wall-clock milliseconds.
     pub at_ms: u64,
     /// `check_started`, `check_ended`, …

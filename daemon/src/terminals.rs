@@ -19,6 +19,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use outpost_core::executor::{Terminal, TerminalInput, TerminalOutput, TerminalSize};
+use outpost_core::ids::RunId;
 use outpost_core::wire::PTY_WINDOW;
 
 use super::Event;
@@ -122,12 +123,12 @@ struct Entry {
 /// Every live terminal of this daemon, shared between the driver and the runs' threads.
 #[derive(Clone, Default)]
 pub(crate) struct Terminals {
-    live: Arc<Mutex<HashMap<String, Entry>>>,
+    live: Arc<Mutex<HashMap<RunId, Entry>>>,
 }
 
 /// One terminal's threads, held by its run's thread.
 pub(crate) struct Attached {
-    run_id: String,
+    run_id: RunId,
     reader: Option<JoinHandle<()>>,
     /// Disconnects when the reader thread ends.
     read_all: mpsc::Receiver<()>,
@@ -138,7 +139,7 @@ pub(crate) struct Attached {
 /// A terminal run's place in the table from the moment it is started, so keystrokes and
 /// credit that arrive before its program is up wait for it instead of being lost.
 pub(crate) struct Reserved {
-    run_id: String,
+    run_id: RunId,
     queue: Option<mpsc::Receiver<Keys>>,
     window: Arc<Window>,
     terminals: Terminals,
@@ -155,18 +156,18 @@ impl Drop for Reserved {
 
 impl Terminals {
     /// Makes room for the terminal of `run_id`, which is about to be launched.
-    pub(crate) fn reserve(&self, run_id: &str) -> Reserved {
+    pub(crate) fn reserve(&self, run_id: &RunId) -> Reserved {
         let window = Arc::new(Window::new());
         let (keys, queue) = mpsc::channel();
         self.lock().insert(
-            run_id.to_owned(),
+            run_id.clone(),
             Entry {
                 keys,
                 window: window.clone(),
             },
         );
         Reserved {
-            run_id: run_id.to_owned(),
+            run_id: run_id.clone(),
             queue: Some(queue),
             window,
             terminals: self.clone(),
@@ -207,27 +208,28 @@ impl Terminals {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    /// The table of live terminals, by run id (taken even if a thread panicked holding it).
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, Entry>> {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Types `bytes` into the terminal of `run_id`; a terminal this daemon does not hold is
     /// ignored (it ended).
-    pub(crate) fn input(&self, run_id: &str, bytes: Vec<u8>) {
+    pub(crate) fn input(&self, run_id: &RunId, bytes: Vec<u8>) {
         if let Some(e) = self.lock().get(run_id) {
             let _ = e.keys.send(Keys::Input(bytes));
         }
     }
 
     /// Resizes the terminal of `run_id`.
-    pub(crate) fn resize(&self, run_id: &str, cols: u16, rows: u16) {
+    pub(crate) fn resize(&self, run_id: &RunId, cols: u16, rows: u16) {
         if let Some(e) = self.lock().get(run_id) {
             let _ = e.keys.send(Keys::Resize(TerminalSize::clamped(cols, rows)));
         }
     }
 
     /// Gives the terminal of `run_id` room for `bytes` more.
-    pub(crate) fn credit(&self, run_id: &str, bytes: u64) {
+    pub(crate) fn credit(&self, run_id: &RunId, bytes: u64) {
         if let Some(e) = self.lock().get(run_id) {
             e.window.add(bytes);
         }
@@ -278,7 +280,7 @@ fn type_keys(mut input: Box<dyn TerminalInput>, queue: mpsc::Receiver<Keys>) {
 fn read_output(
     mut output: Box<dyn TerminalOutput>,
     window: &Window,
-    run_id: &str,
+    run_id: &RunId,
     events: &Sender<Event>,
 ) {
     let mut buf = vec![0u8; CHUNK];
@@ -290,7 +292,7 @@ fn read_output(
                 window.spend(n);
                 if pending.push(&buf[..n]) {
                     let event = Event::TerminalOutput {
-                        run_id: run_id.to_owned(),
+                        run_id: run_id.clone(),
                         pending: pending.clone(),
                     };
                     if events.send(event).is_err() {

@@ -392,31 +392,48 @@ fn runs_show_only_the_requester_s_and_services_their_state() {
     assert_eq!(services[0]["state"], "failed");
 }
 
+/// The command that starts check `check` of `wait_id`, as the core outputs it.
+fn check_wait(wait_id: &str, check: u64) -> Output {
+    Output::Command(Command::CheckWait {
+        wait_id: wait_id.into(),
+        check,
+        requester: "ada".into(),
+        operator: false,
+        source: "async () => false".into(),
+    })
+}
+
+/// The input that ends check `check` of `wait_id` with `outcome`, as the driver feeds it.
+fn wait_checked(wait_id: &str, check: u64, outcome: CheckOutcome) -> Input {
+    Input::WaitChecked {
+        wait_id: wait_id.into(),
+        check,
+        outcome,
+    }
+}
+
 #[test]
 fn a_restarted_daemon_s_events_read_as_before_and_numbering_goes_on() {
+    // A wait's history is the core's checks, as the mirror is shown them.
     let before = shared("events-a", grant(Egress::None, vec![], false), &[], false);
+    before.seen.observe(&check_wait("wait_t", 1));
     before
         .seen
-        .wait_event("wait_t", "check_started", serde_json::json!({"check": 1}));
-    before.seen.wait_event(
-        "wait_t",
-        "check_ended",
-        serde_json::json!({"check": 1, "outcome": "not_yet"}),
-    );
-    before.seen.wait_event(
-        "wait_other",
-        "check_started",
-        serde_json::json!({"check": 1}),
-    );
+        .observe_input(&wait_checked("wait_t", 1, CheckOutcome::NotYet));
+    before.seen.observe(&check_wait("wait_other", 1));
     let stored = before.seen.take_unsaved();
     assert_eq!(stored.len(), 3, "every event is handed to the store once");
     assert!(before.seen.take_unsaved().is_empty());
     // A new process: what its store held is its history.
     let after = shared("events-b", grant(Egress::None, vec![], false), &[], false);
     after.seen.restore_events(stored);
-    after
-        .seen
-        .wait_event("wait_t", "check_started", serde_json::json!({"check": 2}));
+    after.seen.observe(&check_wait("wait_t", 2));
+    let failed = CheckOutcome::Failed(outpost_core::wait::CheckError {
+        code: "condition_threw".into(),
+        message: "boom".into(),
+        at_ms: 0,
+    });
+    after.seen.observe_input(&wait_checked("wait_t", 2, failed));
     let events = ctx(&after, false)
         .read(
             ReadRequest::Events {
@@ -435,11 +452,25 @@ fn a_restarted_daemon_s_events_read_as_before_and_numbering_goes_on() {
         .collect();
     assert_eq!(
         seqs,
-        [1, 2, 4],
+        [1, 2, 4, 5],
         "only this wait's, numbered on from the store's"
     );
-    assert_eq!(events[1]["detail"]["outcome"], "not_yet");
+    assert_eq!(events[0]["kind"], "check_started");
+    assert_eq!(events[0]["detail"], json!({ "check": 1 }));
+    assert_eq!(events[1]["kind"], "check_ended");
+    assert_eq!(
+        events[1]["detail"],
+        json!({ "check": 1, "outcome": "not_yet" })
+    );
     assert_eq!(events[2]["kind"], "check_started");
+    assert_eq!(
+        events[3]["detail"],
+        json!({
+            "check": 2,
+            "outcome": "failed",
+            "error": { "code": "condition_threw", "message": "boom" },
+        })
+    );
     // A forgotten wait's unsaved events never reach the store.
     after.seen.observe(&Output::ForgetWait {
         wait_id: "wait_t".into(),

@@ -123,7 +123,7 @@ impl Driver {
             } => {
                 tracing::debug!(wait = %wait_id, check, "checking a condition");
                 self.checks
-                    .start(wait_id.into_string(), check, requester, operator, source);
+                    .start(wait_id, check, requester, operator, source);
             }
             Command::StopCheck { wait_id, check } => {
                 tracing::info!(wait = %wait_id, check, "stopping a condition check");
@@ -196,7 +196,7 @@ impl Driver {
                         check,
                         outcome,
                     } => {
-                        self.checks.finished(wait_id, *check, outcome);
+                        self.checks.finished(wait_id, *check);
                         if let outpost_core::wait::CheckOutcome::Failed(e) = outcome {
                             tracing::info!(wait = %wait_id, check, code = %e.code, "a condition check failed: {}", e.message);
                         }
@@ -214,10 +214,7 @@ impl Driver {
                 if data.is_empty() {
                     return Ok(());
                 }
-                self.input(Input::TerminalOutput {
-                    run_id: run_id.into(),
-                    data,
-                })
+                self.input(Input::TerminalOutput { run_id, data })
             }
             Event::Ticket { conn, .. } if conn != self.conn => Ok(()),
             Event::Ticket { keys, ticket, .. } => {
