@@ -120,7 +120,9 @@ impl DockerExecutor {
         let deadline = (manifest.lifecycle != Lifecycle::Persistent)
             .then(|| tokio::time::Instant::from_std(begun + launch.timeout));
         let (cancel, cancel_rx) = tokio::sync::watch::channel(false);
-        let (report, finished) = mpsc::channel();
+        let (report, heard) = mpsc::channel();
+        let report = Arc::new(report);
+        let tell = Arc::downgrade(&report);
         let driver = Driver {
             docker,
             id: id.clone(),
@@ -140,7 +142,9 @@ impl DockerExecutor {
             run_id: launch.run_id.into_string(),
             container_id: id,
             streams,
-            finished,
+            heard,
+            tell,
+            unheard: Arc::default(),
             cancel: Arc::new(cancel),
             outcome: None,
         })

@@ -14,11 +14,12 @@
 //! declared volumes, no network unless asked for and granted (an egress allowlist through the
 //! egress gate, in a network a holder container keeps: see `egress`), memory / CPU / process
 //! limits, no privileges. Every run — oneshot, ondemand (a fresh container per call) or persistent —
-//! streams stdout and stderr under the output caps and ends with its container removed, on
-//! every path: exit, timeout, cancel, a failed start, and the executor being dropped; what a
-//! killed daemon left behind, [`DockerExecutor::remove_orphans`] removes at the next start. Exit
-//! statuses are the engine's, as `docker run` reports them (a timed-out or cancelled container
-//! stopped with SIGTERM reports 143, one killed 137).
+//! streams stdout and stderr under the output caps (each push wakes whoever streams them, who
+//! otherwise sleeps: see `run`) and ends with its container removed, on every path: exit,
+//! timeout, cancel, a failed start, and the executor being dropped; what a killed daemon left
+//! behind, [`DockerExecutor::remove_orphans`] removes at the next start. Exit statuses are the
+//! engine's, as `docker run` reports them (a timed-out or cancelled container stopped with
+//! SIGTERM reports 143, one killed 137).
 //!
 //! A persistent service with a `port` is published on `127.0.0.1:<port>` by a relay of the
 //! executor's own (see `relay`): a container without network is reached from inside its own

@@ -5,8 +5,13 @@
 //! [`DockerRun`] handle talks to it through a cancel flag, a shared output buffer and a
 //! channel that carries the one [`Outcome`]. The outcome is sent only after the container is
 //! removed, so a caller that saw it can rely on `docker ps -a` no longer listing it.
+//!
+//! The same channel carries the wakes of [`RunHandle::wait_waker`], which the output buffer
+//! calls on every push once [`RunHandle::notify_output`] asked it to: the handle's waiter
+//! sleeps until the container has output or its outcome is in, never in slices.
 
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
@@ -17,7 +22,7 @@ use bollard::query_parameters::{
 use futures_util::{Stream, StreamExt};
 use outpost_core::executor::{
     CapturedOutput, Ending, ExecError, FinishedOutput, Outcome, OutputChunk, RunHandle,
-    Stream as OutStream,
+    Stream as OutStream, WaitWaker,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -38,6 +43,20 @@ pub(crate) type OutputStream =
 
 use crate::Live;
 
+/// What a [`DockerRun`]'s waiter hears.
+pub(crate) enum Heard {
+    /// The driver's outcome: the container is removed.
+    Ended(Result<Outcome, ExecError>),
+    /// [`RunHandle::wait_waker`]'s waker was called (output arrived, or a cancel was raised):
+    /// the wait in progress returns early.
+    Woken,
+}
+
+/// The sending end of a run's [`Heard`] channel. The driver task holds it, and wakers only a
+/// [`Weak`] of it, so a driver dropped unfinished (the executor's runtime shut down) still
+/// disconnects the channel and its waiter hears of it.
+pub(crate) type Report = Arc<mpsc::Sender<Heard>>;
+
 /// Everything the driver task needs.
 pub(crate) struct Driver {
     pub docker: Docker,
@@ -57,11 +76,7 @@ pub(crate) struct Driver {
 
 impl Driver {
     /// Runs the container to its end, removes it, then reports.
-    pub(crate) async fn drive(
-        mut self,
-        output: OutputStream,
-        report: mpsc::Sender<Result<Outcome, ExecError>>,
-    ) {
+    pub(crate) async fn drive(mut self, output: OutputStream, report: Report) {
         let reader = tokio::spawn(read_output(output, self.streams.clone()));
         let mut notes = Vec::new();
         // Losing the engine mid-run still ends the run (a service is then marked failed), with
@@ -131,7 +146,7 @@ impl Driver {
                     egress_denied,
                 }
             });
-        let _ = report.send(outcome);
+        let _ = report.send(Heard::Ended(outcome));
     }
 
     /// Waits for the container to exit, stopping it at the deadline or on cancel. Returns how
@@ -255,7 +270,12 @@ pub struct DockerRun {
     pub(crate) run_id: String,
     pub(crate) container_id: String,
     pub(crate) streams: Arc<Mutex<CapturedOutput>>,
-    pub(crate) finished: mpsc::Receiver<Result<Outcome, ExecError>>,
+    pub(crate) heard: mpsc::Receiver<Heard>,
+    /// Feeds `heard` for [`RunHandle::wait_waker`]'s wakers, while the driver holds it.
+    pub(crate) tell: Weak<mpsc::Sender<Heard>>,
+    /// A wake was sent and its wait has not returned yet: later wakes are folded into it, so
+    /// a container writing line by line does not queue a wake per line.
+    pub(crate) unheard: Arc<AtomicBool>,
     pub(crate) cancel: Arc<watch::Sender<bool>>,
     pub(crate) outcome: Option<Result<Outcome, ExecError>>,
 }
@@ -284,8 +304,13 @@ impl RunHandle for DockerRun {
 
     fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError> {
         if self.outcome.is_none() {
-            self.outcome = match self.finished.recv_timeout(timeout) {
-                Ok(outcome) => Some(outcome),
+            self.outcome = match self.heard.recv_timeout(timeout) {
+                Ok(Heard::Ended(outcome)) => Some(outcome),
+                Ok(Heard::Woken) => {
+                    // Cleared before returning: a wake from now on ends the next wait.
+                    self.unheard.store(false, Ordering::SeqCst);
+                    return Ok(None);
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => return Ok(None),
                 Err(mpsc::RecvTimeoutError::Disconnected) => Some(Err(ExecError::Failed(
                     "the container's driver stopped without reporting (the executor was dropped)"
@@ -306,11 +331,34 @@ impl RunHandle for DockerRun {
 
     /// Tells the container's driver task to stop it, as a cancel does: the task's `select!`
     /// wakes on it, so nobody polls.
-    fn canceller(&self) -> Option<outpost_core::executor::WaitWaker> {
+    fn canceller(&self) -> Option<WaitWaker> {
         let cancel = self.cancel.clone();
         Some(Arc::new(move || {
             cancel.send_replace(true);
         }))
+    }
+
+    /// Ends a wait in progress, unless a wake it has not heard yet will.
+    fn wait_waker(&self) -> Option<WaitWaker> {
+        let (tell, unheard) = (self.tell.clone(), self.unheard.clone());
+        Some(Arc::new(move || {
+            if !unheard.swap(true, Ordering::SeqCst)
+                && let Some(tell) = tell.upgrade()
+            {
+                let _ = tell.send(Heard::Woken);
+            }
+        }))
+    }
+
+    /// The output buffer calls `waker` after every push that kept something.
+    fn notify_output(&mut self, waker: WaitWaker) -> bool {
+        match self.streams.lock() {
+            Ok(mut streams) => {
+                streams.notify_with(waker);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     fn read_output(&mut self) -> Vec<OutputChunk> {

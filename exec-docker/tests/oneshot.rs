@@ -3,15 +3,17 @@
 
 mod common;
 
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use common::*;
 use outpost_core::executor::{
-    Allowlists, Ending, ExecError, Executor, Probe, Registry, RunHandle, Scope, run_capability,
+    Allowlists, Ending, ExecError, Executor, Outcome, OutputChunk, Probe, Registry, RunHandle,
+    Scope, WaitWaker, run_capability,
 };
 use outpost_core::manifest::Permission;
-use outpost_core::wire::Environment;
-use outpost_exec_docker::{DockerConfig, DockerExecutor};
+use outpost_core::wire::{Environment, FolderMode};
+use outpost_exec_docker::{DockerConfig, DockerExecutor, DockerRun};
 
 #[test]
 fn oneshot_reports_output_and_exit_code_and_leaves_nothing() {
@@ -359,4 +361,138 @@ fn containers_a_dead_process_left_behind_are_removed_and_others_kept() {
     assert!(rm.status.success());
     live.cancel().unwrap();
     assert_eq!(finish(&mut live).ending, Ending::Cancelled);
+}
+
+/// A run that prints `first`, waits for the file `go` in the folder mounted at `/gate`, prints
+/// `second`, and sleeps until it is stopped (its deadline: a minute).
+fn gated_launch(tag: &str) -> (outpost_core::executor::Launch, std::path::PathBuf) {
+    let dir = folder(tag);
+    let gate = folder("gate");
+    let manifest = shell_manifest(
+        tag,
+        "echo first; while [ ! -e /gate/go ]; do sleep 0.1; done; echo second; sleep 120",
+        &format!(
+            "volumes: [{{host: {}, guest: /gate, mode: ro}}]\n",
+            gate.display()
+        ),
+    );
+    let mut l = launch(&dir, tag, &manifest);
+    l.mounts = vec![mount(&gate, FolderMode::Ro)];
+    // Not an hour: output that fails to wake a wait fails the test instead of hanging it.
+    l.timeout = Duration::from_secs(60);
+    (l, gate)
+}
+
+#[test]
+fn output_ends_a_wait_through_the_handle_s_wait_waker() {
+    let executor = executor();
+    let (l, gate) = gated_launch("woken");
+    let id = l.run_id.clone();
+    let mut run = executor.start(l).unwrap();
+    let waker = run.wait_waker().expect("a container run can be woken");
+    let (told, calls) = mpsc::channel();
+    let notifier: WaitWaker = Arc::new(move || {
+        let _ = told.send(());
+        waker();
+    });
+    assert!(run.notify_output(notifier));
+    let mut seen = String::new();
+    // What came before the notifier was set is read at once; what comes later ends the wait.
+    let mut read_until = |run: &mut DockerRun, what: &str| {
+        loop {
+            for chunk in run.read_output() {
+                seen.push_str(&text(&chunk.bytes));
+            }
+            if seen.contains(what) {
+                return seen.clone();
+            }
+            assert!(
+                run.wait(Duration::from_secs(3600)).unwrap().is_none(),
+                "output ended the wait while the container still runs"
+            );
+        }
+    };
+    read_until(&mut run, "first\n");
+    let before = calls.try_iter().count();
+    std::fs::write(gate.join("go"), "").unwrap();
+    assert_eq!(read_until(&mut run, "second\n"), "first\nsecond\n");
+    assert!(
+        calls.try_recv().is_ok(),
+        "the output buffer called the notifier for `second` (and {before} times before)"
+    );
+    run.cancel().unwrap();
+    let outcome = finish(&mut run);
+    assert_eq!(outcome.ending, Ending::Cancelled);
+    assert_eq!(text(&outcome.stdout), "first\nsecond\n");
+    assert!(containers_of(&id).is_empty());
+}
+
+/// A run handle that records the waits it is asked for and passes everything on.
+struct Watched {
+    run: DockerRun,
+    waits: Vec<Duration>,
+}
+
+impl RunHandle for Watched {
+    fn run_id(&self) -> &str {
+        self.run.run_id()
+    }
+    fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError> {
+        self.waits.push(timeout);
+        self.run.wait(timeout)
+    }
+    fn cancel(&mut self) -> Result<(), ExecError> {
+        self.run.cancel()
+    }
+    fn read_output(&mut self) -> Vec<OutputChunk> {
+        self.run.read_output()
+    }
+    fn wait_waker(&self) -> Option<WaitWaker> {
+        self.run.wait_waker()
+    }
+    fn canceller(&self) -> Option<WaitWaker> {
+        self.run.canceller()
+    }
+    fn notify_output(&mut self, waker: WaitWaker) -> bool {
+        self.run.notify_output(waker)
+    }
+}
+
+#[test]
+fn a_streamed_run_is_woken_by_its_output_not_looked_at_in_slices() {
+    let executor = executor();
+    let (l, gate) = gated_launch("streamed");
+    let id = l.run_id.clone();
+    let mut run = Watched {
+        run: executor.start(l).unwrap(),
+        waits: Vec::new(),
+    };
+    let cancel = outpost_host::Cancel::new();
+    let raiser = cancel.clone();
+    let mut streamed = String::new();
+    // `first` opens the gate; `second`, printed only then, raises the cancel.
+    let outcome = outpost_host::run_to_end_streaming(&mut run, &cancel, &mut |chunks| {
+        for chunk in chunks {
+            streamed.push_str(&text(&chunk.bytes));
+        }
+        if streamed.contains("first\n") && !gate.join("go").exists() {
+            std::fs::write(gate.join("go"), "").unwrap();
+        }
+        if streamed.contains("second\n") {
+            raiser.raise();
+        }
+    })
+    .unwrap();
+    assert_eq!(
+        outcome.ending,
+        Ending::Cancelled,
+        "both lines were handed out before the deadline: {outcome:?}"
+    );
+    assert_eq!(streamed, "first\nsecond\n");
+    assert!(
+        run.waits.iter().all(|w| *w > outpost_host::STREAM_SLICE),
+        "every wait lasted until output or the end woke it: {:?}",
+        run.waits
+    );
+    assert!(containers_of(&id).is_empty());
 }

@@ -17,7 +17,9 @@
 //! through a cached `InstancePre` and the pooling allocator, so an ondemand call costs a new
 //! store, a WASI context and an instantiation. A persistent module runs on its own thread
 //! until it exits or is cancelled. The engine's epoch advances only while a module runs (see
-//! `ticker`): an idle executor costs no wake-ups.
+//! `ticker`): an idle executor costs no wake-ups. Nor does a streamed run: a module's writes
+//! wake its waiter (see [`RunHandle::notify_output`]), which otherwise sleeps until the run
+//! ends.
 //!
 //! This crate owns the engine, the module cache and each run's store. It never gives a
 //! module a host path the launch's mounts do not hold, never links an import beyond WASI
@@ -262,7 +264,9 @@ impl WasmExecutor {
         let deadline =
             (manifest.lifecycle != Lifecycle::Persistent).then(|| begun + launch.timeout);
         let cancelled = Arc::new(AtomicBool::new(false));
-        let (tx, finished) = mpsc::channel();
+        let (tx, heard) = mpsc::channel();
+        let report = Arc::new(tx);
+        let tell = Arc::downgrade(&report);
         let mut store = Store::new(&ready.engine, state);
         store.limiter(|s| &mut s.limits);
         let flag = cancelled.clone();
@@ -285,13 +289,13 @@ impl WasmExecutor {
         let pending = if manifest.lifecycle == Lifecycle::Persistent {
             // A service keeps a thread of its own for its whole life.
             std::thread::spawn(move || {
-                let _ = tx.send(job());
+                let _ = report.send(run::Heard::Finished(job()));
             });
             None
         } else {
             Some(run::Pending {
                 job: Box::new(job),
-                report: tx,
+                report,
                 pool: ready.pool.clone(),
             })
         };
@@ -300,7 +304,9 @@ impl WasmExecutor {
             module_name,
             cancelled,
             deadline,
-            finished,
+            heard,
+            tell,
+            unheard: Arc::default(),
             pending,
             stdout,
             stderr,

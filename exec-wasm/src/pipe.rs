@@ -1,18 +1,22 @@
 //! Capped output for wasm runs: the guest's writes always succeed; what passes the cap is
-//! dropped and the run is marked truncated, exactly as for every other executor.
+//! dropped and the run is marked truncated, exactly as for every other executor. A write that
+//! kept something calls the pipe's waker, if it has one, so whoever streams the output sleeps
+//! until there is some.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use outpost_core::executor::CappedBuffer;
+use outpost_core::executor::{CappedBuffer, WaitWaker};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 struct Captured {
     kept: CappedBuffer,
     fresh: Vec<u8>,
+    /// Called after a push that kept something (see [`CappedPipe::notify_with`]).
+    notify: Option<WaitWaker>,
 }
 
 /// A clonable stdout/stderr sink keeping at most `cap` bytes.
@@ -27,14 +31,32 @@ impl CappedPipe {
             inner: Arc::new(Mutex::new(Captured {
                 kept: CappedBuffer::new(cap),
                 fresh: Vec::new(),
+                notify: None,
             })),
         }
     }
 
+    /// From now on, `waker` is called after every write that kept something; false if the
+    /// pipe's lock was poisoned (then nobody is called).
+    pub(crate) fn notify_with(&self, waker: WaitWaker) -> bool {
+        self.inner
+            .lock()
+            .map(|mut c| c.notify = Some(waker))
+            .is_ok()
+    }
+
     fn push(&self, bytes: &[u8]) {
-        if let Ok(mut c) = self.inner.lock() {
-            let kept = c.kept.push(bytes).to_vec();
-            c.fresh.extend_from_slice(&kept);
+        let wake = match self.inner.lock() {
+            Ok(mut c) => {
+                let kept = c.kept.push(bytes).to_vec();
+                c.fresh.extend_from_slice(&kept);
+                c.notify.clone().filter(|_| !kept.is_empty())
+            }
+            Err(_) => None,
+        };
+        // Called with the lock released: the woken reader takes it at once.
+        if let Some(wake) = wake {
+            wake();
         }
     }
 

@@ -1,11 +1,19 @@
-//! One wasm run: a store on its own thread, stopped by epoch interruption.
+//! One wasm run: a store on its own thread (or, for a short ondemand run, on its waiter's),
+//! stopped by epoch interruption.
+//!
+//! The run's waiter sleeps on one channel that hears both how the store ended and the wakes of
+//! [`RunHandle::wait_waker`], which the output pipes call on every write once
+//! [`RunHandle::notify_output`] asked them to: a streamed run is waited on until it has
+//! output or ends, never looked at in slices.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use outpost_core::executor::{Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream};
+use outpost_core::executor::{
+    Ending, ExecError, Outcome, OutputChunk, RunHandle, Stream, WaitWaker,
+};
 
 use crate::pipe::CappedPipe;
 use crate::pool::RunPool;
@@ -15,9 +23,23 @@ use crate::pool::RunPool;
 /// call costs microseconds), else on the pool, which bounds how many run at once.
 pub(crate) struct Pending {
     pub(crate) job: Box<dyn FnOnce() -> Finish + Send>,
-    pub(crate) report: Sender<Finish>,
+    pub(crate) report: Report,
     pub(crate) pool: RunPool,
 }
+
+/// What a run's waiter hears.
+pub(crate) enum Heard {
+    /// The store is done with.
+    Finished(Finish),
+    /// [`RunHandle::wait_waker`]'s waker was called (output arrived, or a cancel was raised):
+    /// the wait in progress returns early.
+    Woken,
+}
+
+/// The sending end of a run's [`Heard`] channel. Whoever runs the store holds it, and wakers
+/// only a [`Weak`] of it, so a store thread that dies without reporting still disconnects the
+/// channel and its waiter hears of it.
+pub(crate) type Report = Arc<Sender<Heard>>;
 
 /// How a store's `_start` ended, as the run thread reports it.
 pub(crate) enum Finish {
@@ -44,7 +66,12 @@ pub struct WasmRun {
     pub(crate) module_name: String,
     pub(crate) cancelled: Arc<AtomicBool>,
     pub(crate) deadline: Option<Instant>,
-    pub(crate) finished: Receiver<Finish>,
+    pub(crate) heard: Receiver<Heard>,
+    /// Feeds `heard` for [`RunHandle::wait_waker`]'s wakers, while the store's runner holds it.
+    pub(crate) tell: Weak<Sender<Heard>>,
+    /// A wake was sent and its wait has not returned yet: later wakes are folded into it, so
+    /// a module writing byte by byte does not queue a wake per byte.
+    pub(crate) unheard: Arc<AtomicBool>,
     pub(crate) pending: Option<Pending>,
     pub(crate) stdout: CappedPipe,
     pub(crate) stderr: CappedPipe,
@@ -59,7 +86,7 @@ impl WasmRun {
         if let Some(p) = self.pending.take() {
             let (job, report) = (p.job, p.report);
             p.pool.spawn(Box::new(move || {
-                let _ = report.send(job());
+                let _ = report.send(Heard::Finished(job()));
             }));
         }
     }
@@ -137,11 +164,16 @@ impl RunHandle for WasmRun {
             }
             self.start_on_pool();
         }
-        match self.finished.recv_timeout(timeout) {
-            Ok(how) => {
+        match self.heard.recv_timeout(timeout) {
+            Ok(Heard::Finished(how)) => {
                 let outcome = self.finish(how);
                 self.outcome = Some(outcome.clone());
                 Ok(Some(outcome))
+            }
+            Ok(Heard::Woken) => {
+                // Cleared before returning: a wake from now on ends the next wait.
+                self.unheard.store(false, Ordering::SeqCst);
+                Ok(None)
             }
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => {
@@ -157,9 +189,28 @@ impl RunHandle for WasmRun {
 
     /// Raises the flag the store's epoch callback reads: the run stops at the next tick,
     /// whichever thread runs it (the pool, or the waiter itself for a short run).
-    fn canceller(&self) -> Option<outpost_core::executor::WaitWaker> {
+    fn canceller(&self) -> Option<WaitWaker> {
         let flag = self.cancelled.clone();
         Some(Arc::new(move || flag.store(true, Ordering::Relaxed)))
+    }
+
+    /// Ends a wait in progress, unless a wake it has not heard yet will. A short run its
+    /// waiter runs itself is not ended early: its waiter is busy running it (a cancel reaches
+    /// it through [`RunHandle::canceller`]).
+    fn wait_waker(&self) -> Option<WaitWaker> {
+        let (tell, unheard) = (self.tell.clone(), self.unheard.clone());
+        Some(Arc::new(move || {
+            if !unheard.swap(true, Ordering::SeqCst)
+                && let Some(tell) = tell.upgrade()
+            {
+                let _ = tell.send(Heard::Woken);
+            }
+        }))
+    }
+
+    /// Both output pipes call `waker` after every write that kept something.
+    fn notify_output(&mut self, waker: WaitWaker) -> bool {
+        self.stdout.notify_with(waker.clone()) && self.stderr.notify_with(waker)
     }
 
     fn read_output(&mut self) -> Vec<OutputChunk> {

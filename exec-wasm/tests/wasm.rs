@@ -2,9 +2,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use outpost_core::executor::{Ending, Executor, Launch, Outcome, Probe};
+use outpost_core::executor::{
+    Ending, ExecError, Executor, Launch, Outcome, OutputChunk, Probe, RunHandle, WaitWaker,
+};
 use outpost_core::grant::{CanonicalPath, CredentialDenylist, Mount};
 use outpost_core::manifest::Manifest;
 use outpost_core::wire::FolderMode;
@@ -394,5 +397,143 @@ fn persistent_modules_live_in_the_service_table_until_stopped_or_trapped() {
             exit_code: Some(TRAP_EXIT_CODE),
             signal: None
         }
+    );
+}
+
+/// Writes `hello\n` to stdout, then spins until it is interrupted.
+const HELLO_THEN_SPIN: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "hello\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const 6))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (loop $l (br $l))))"#;
+
+/// A notifier that reports each call, with the thread it came from, then calls `then`.
+fn tap(then: Option<WaitWaker>) -> (WaitWaker, mpsc::Receiver<std::thread::ThreadId>) {
+    let (told, calls) = mpsc::channel();
+    let waker: WaitWaker = Arc::new(move || {
+        let _ = told.send(std::thread::current().id());
+        if let Some(then) = &then {
+            then();
+        }
+    });
+    (waker, calls)
+}
+
+#[test]
+fn a_write_ends_a_wait_through_the_handle_s_wait_waker() {
+    let executor = WasmExecutor::new(WasmConfig::default());
+    // The deadline is far, so the run starts on the pool; and it is not an hour, so a write
+    // that fails to wake the wait fails the test instead of hanging it.
+    let (dir, manifest) = capability(HELLO_THEN_SPIN, "limits: {timeout_ms: 60000}\n");
+    let mut handle = executor.launch(launch(&dir, manifest, Vec::new())).unwrap();
+    let (notifier, calls) = tap(Some(handle.wait_waker().expect("a wasm run can be woken")));
+    assert!(handle.notify_output(notifier));
+    // The run starts at its first wait, so its write comes after the notifier was set.
+    assert!(
+        handle.wait(Duration::from_secs(3600)).unwrap().is_none(),
+        "the write ended the wait while the module still spins"
+    );
+    assert!(calls.try_recv().is_ok(), "the pipe called the notifier");
+    let chunks = handle.read_output();
+    assert_eq!(chunks.len(), 1);
+    assert_eq!(chunks[0].bytes, b"hello\n");
+    handle.cancel().unwrap();
+    let o = loop {
+        if let Some(o) = handle.wait(Duration::from_secs(30)).unwrap() {
+            break o;
+        }
+    };
+    assert_eq!(o.ending, Ending::Cancelled);
+    assert_eq!(o.stdout, b"hello\n");
+}
+
+/// A run handle that records the waits it is asked for and passes everything on.
+struct Watched {
+    run: Box<dyn RunHandle>,
+    waits: Vec<Duration>,
+}
+
+impl RunHandle for Watched {
+    fn run_id(&self) -> &str {
+        self.run.run_id()
+    }
+    fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError> {
+        self.waits.push(timeout);
+        self.run.wait(timeout)
+    }
+    fn cancel(&mut self) -> Result<(), ExecError> {
+        self.run.cancel()
+    }
+    fn read_output(&mut self) -> Vec<OutputChunk> {
+        self.run.read_output()
+    }
+    fn wait_waker(&self) -> Option<WaitWaker> {
+        self.run.wait_waker()
+    }
+    fn canceller(&self) -> Option<WaitWaker> {
+        self.run.canceller()
+    }
+    fn notify_output(&mut self, waker: WaitWaker) -> bool {
+        self.run.notify_output(waker)
+    }
+}
+
+#[test]
+fn a_streamed_run_is_woken_by_its_output_not_looked_at_in_slices() {
+    let executor = WasmExecutor::new(WasmConfig::default());
+    let (dir, manifest) = capability(HELLO_THEN_SPIN, "limits: {timeout_ms: 60000}\n");
+    let mut run = Watched {
+        run: executor.launch(launch(&dir, manifest, Vec::new())).unwrap(),
+        waits: Vec::new(),
+    };
+    let cancel = outpost_host::Cancel::new();
+    let raiser = cancel.clone();
+    let mut streamed = Vec::new();
+    // Cancelled once the output is handed out: the module spins until then.
+    let o = outpost_host::run_to_end_streaming(&mut run, &cancel, &mut |chunks| {
+        for chunk in chunks {
+            streamed.extend_from_slice(&chunk.bytes);
+        }
+        raiser.raise();
+    })
+    .unwrap();
+    assert_eq!(
+        o.ending,
+        Ending::Cancelled,
+        "the output was handed out before the deadline: {o:?}"
+    );
+    assert_eq!(streamed, b"hello\n");
+    assert_eq!(o.stdout, b"hello\n");
+    assert!(
+        run.waits.iter().all(|w| *w > outpost_host::STREAM_SLICE),
+        "every wait lasted until the output or the end woke it: {:?}",
+        run.waits
+    );
+}
+
+#[test]
+fn a_short_run_still_runs_on_its_waiter_s_thread_with_a_notifier_set() {
+    let executor = WasmExecutor::new(WasmConfig::default());
+    // Compiled first, so the run's deadline is not spent compiling.
+    assert_eq!(run_with(&executor, HELLO, "").stdout, b"hello\n");
+    let (dir, manifest) = capability(HELLO, "limits: {timeout_ms: 200}\n");
+    let mut handle = executor.launch(launch(&dir, manifest, Vec::new())).unwrap();
+    let (notifier, calls) = tap(handle.wait_waker());
+    assert!(handle.notify_output(notifier));
+    // The wait covers the whole deadline: the module runs right here.
+    let o = handle
+        .wait(Duration::from_secs(30))
+        .unwrap()
+        .expect("a wait covering the deadline sees the end");
+    assert_eq!((o.ending, o.exit_code), (Ending::Exited, Some(0)));
+    assert_eq!(o.stdout, b"hello\n");
+    assert_eq!(
+        calls.try_recv().ok(),
+        Some(std::thread::current().id()),
+        "the write was made, and notified, on the waiter's own thread"
     );
 }

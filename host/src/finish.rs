@@ -3,11 +3,14 @@
 //! how it ended.
 //!
 //! A raise reaches the run at once: it cancels it directly where the run watches a flag
-//! ([`RunHandle::canceller`]: wasm stores, containers), or wakes the waiter, who cancels it,
-//! where the run's handle can be woken ([`RunHandle::wait_waker`]: the shell executor's
-//! process runs, the pty's terminals). Only a handle with neither is looked at every
-//! [`SLICE`]. This module owns that loop; it never decides whether a run may start or what
-//! its result means.
+//! ([`RunHandle::canceller`]), and wakes the waiter, who cancels it, where the run's handle
+//! can be woken ([`RunHandle::wait_waker`]). A streamed run's output wakes the waiter the same
+//! way where the handle offers it ([`RunHandle::notify_output`]). The waiter then sleeps until
+//! something wakes it; which waits it makes follows from what the handle offers, never from
+//! its executor. Only a handle that can be neither woken nor cancelled from afar is looked at
+//! every [`SLICE`], and only a streamed one whose output cannot wake its waiter every
+//! [`STREAM_SLICE`]. This module owns that loop; it never decides whether a run may start or
+//! what its result means.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -87,9 +90,9 @@ pub fn run_to_end(handle: &mut dyn RunHandle, cancel: &Cancel) -> Result<Outcome
 }
 
 /// [`run_to_end`], handing the run's output to `on_output` as it arrives (within the caps,
-/// the last of it before this returns). A handle that can wake its waiter on output (the
-/// shell executor's processes) is waited on until it has some; any other is looked at every
-/// [`STREAM_SLICE`].
+/// the last of it before this returns). A handle that can wake its waiter on output
+/// ([`RunHandle::notify_output`] to its own [`RunHandle::wait_waker`]) is waited on until it
+/// has some or ends; any other is looked at every [`STREAM_SLICE`].
 pub fn run_to_end_streaming(
     handle: &mut dyn RunHandle,
     cancel: &Cancel,
@@ -259,6 +262,148 @@ mod tests {
             waits.load(Ordering::SeqCst),
             1,
             "one wait, woken by the raise: nobody looked every {SLICE:?}"
+        );
+    }
+
+    /// A run that ends only when cancelled, that writes `first` as its first wait begins,
+    /// and whose cancels (and output, when it offers that) wake its waiter; it records the
+    /// waits it was asked for and how many ran out unwoken (each lasts at most 30 s, so a
+    /// wake that never comes fails the test instead of hanging it).
+    struct StreamRun {
+        cancelled: bool,
+        tell: Sender<()>,
+        woken: Receiver<()>,
+        output: Vec<OutputChunk>,
+        notify: Option<WaitWaker>,
+        /// Whether [`RunHandle::notify_output`] is honoured.
+        notifies: bool,
+        waits: Vec<Duration>,
+        ran_out: usize,
+    }
+
+    impl StreamRun {
+        fn new(notifies: bool) -> Self {
+            let (tell, woken) = channel();
+            Self {
+                cancelled: false,
+                tell,
+                woken,
+                output: Vec::new(),
+                notify: None,
+                notifies,
+                waits: Vec::new(),
+                ran_out: 0,
+            }
+        }
+    }
+
+    impl RunHandle for StreamRun {
+        fn run_id(&self) -> &str {
+            "run_stream"
+        }
+
+        fn wait(&mut self, timeout: Duration) -> Result<Option<Outcome>, ExecError> {
+            self.waits.push(timeout);
+            if self.cancelled {
+                return Ok(Some(Outcome {
+                    ending: Ending::Cancelled,
+                    exit_code: None,
+                    signal: None,
+                    stdout: Vec::new(),
+                    stderr: Vec::new(),
+                    truncated: false,
+                    setup: Duration::ZERO,
+                    execute: Duration::ZERO,
+                    egress_denied: Vec::new(),
+                }));
+            }
+            if self.waits.len() == 1 {
+                self.output.push(OutputChunk {
+                    stream: outpost_core::executor::Stream::Stdout,
+                    bytes: b"first".to_vec(),
+                });
+                if let Some(wake) = &self.notify {
+                    wake();
+                }
+            }
+            if self
+                .woken
+                .recv_timeout(timeout.min(Duration::from_secs(30)))
+                .is_err()
+            {
+                self.ran_out += 1;
+            }
+            Ok(None)
+        }
+
+        fn cancel(&mut self) -> Result<(), ExecError> {
+            self.cancelled = true;
+            Ok(())
+        }
+
+        fn read_output(&mut self) -> Vec<OutputChunk> {
+            std::mem::take(&mut self.output)
+        }
+
+        fn wait_waker(&self) -> Option<WaitWaker> {
+            let tell = Mutex::new(self.tell.clone());
+            Some(Arc::new(move || {
+                let _ = tell.lock().map(|t| t.send(()));
+            }))
+        }
+
+        fn notify_output(&mut self, waker: WaitWaker) -> bool {
+            if self.notifies {
+                self.notify = Some(waker);
+            }
+            self.notifies
+        }
+    }
+
+    /// Streams `run`, raising its cancel once output was handed out; returns what was.
+    fn stream_to_cancel(run: &mut StreamRun) -> Vec<Vec<u8>> {
+        let cancel = Cancel::new();
+        let raiser = cancel.clone();
+        let mut handed_out = Vec::new();
+        let outcome = run_to_end_streaming(run, &cancel, &mut |chunks| {
+            handed_out.extend(chunks.into_iter().map(|c| c.bytes));
+            raiser.raise();
+        })
+        .unwrap();
+        assert_eq!(outcome.ending, Ending::Cancelled);
+        handed_out
+    }
+
+    #[test]
+    fn output_that_wakes_its_waiter_is_streamed_without_slices() {
+        let mut run = StreamRun::new(true);
+        assert_eq!(stream_to_cancel(&mut run), [b"first".to_vec()]);
+        assert_eq!(run.ran_out, 0, "the write woke the first wait");
+        assert_eq!(
+            run.waits.len(),
+            3,
+            "the write ended the first wait, the raise the second, the third saw the end: {:?}",
+            run.waits
+        );
+        assert!(
+            run.waits.iter().all(|w| *w == WOKEN_WAIT),
+            "every wait lasts until something wakes it: {:?}",
+            run.waits
+        );
+    }
+
+    #[test]
+    fn output_that_cannot_wake_its_waiter_is_looked_at_in_slices() {
+        let mut run = StreamRun::new(false);
+        assert_eq!(stream_to_cancel(&mut run), [b"first".to_vec()]);
+        assert_eq!(
+            run.ran_out, 1,
+            "the write was found when the first slice ran out"
+        );
+        assert!(
+            run.waits.iter().all(|w| *w == STREAM_SLICE),
+            "{:?}",
+            run.waits
         );
     }
 
