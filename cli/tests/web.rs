@@ -686,6 +686,33 @@ fn xterm_is_read_at_run_time_from_the_folder_serve_names() {
             && missing.contains(&package.display().to_string()),
         "{missing}"
     );
+    // The page says what is missing and how to get it, instead of a black box.
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = chromium.open(&format!("{}/", server.url));
+    page.sign_in(&server.admin);
+    page.wait_until("signed in", "document.body.dataset.signedIn === 'yes'");
+    page.eval("document.querySelector('#tabs button[data-tab=terminal]').click()");
+    let text = page.wait_until(
+        "the unavailable notice",
+        "!document.getElementById('terminal-unavailable').hidden && document.getElementById('terminal-unavailable').textContent",
+    );
+    let text = text.as_str().expect("text");
+    assert!(
+        text.starts_with("The terminal is unavailable")
+            && text.contains(&package.display().to_string())
+            && text.contains("apt-get install node-xterm")
+            && text.contains("--xterm-dir"),
+        "{text}"
+    );
+    assert_eq!(
+        page.eval("document.getElementById('terminal').hidden"),
+        true
+    );
+    assert_eq!(
+        page.eval("document.getElementById('terminal-open').disabled"),
+        true
+    );
+    page.keep_screenshot("web-terminal-unavailable");
     // Installed later (Debian's package, its links followed).
     let installed = Command::new("cp")
         .arg("-rLT")
@@ -701,5 +728,17 @@ fn xterm_is_read_at_run_time_from_the_folder_serve_names() {
         &bundle[..200.min(bundle.len())]
     );
     assert!(bundle.contains("window.OutpostXterm = { version: "));
+    // The same server, the page reloaded: the terminal draws.
+    page.tab.reload(true, None).expect("reloads");
+    page.wait_until("signed in", "document.body.dataset.signedIn === 'yes'");
+    page.eval("document.querySelector('#tabs button[data-tab=terminal]').click()");
+    page.wait_until(
+        "xterm.js to draw its canvas",
+        "document.querySelector('#terminal .xterm canvas') !== null",
+    );
+    assert_eq!(
+        page.eval("document.getElementById('terminal-unavailable').hidden"),
+        true
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

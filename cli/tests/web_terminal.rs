@@ -1,6 +1,7 @@
 //! The web page's Terminal tab in a real browser, through the real server relay and daemon:
 //! typing reaches a login shell, a window resize reaches `stty size`, a second tab sees the
-//! same screen, and a closed tab's session ends in the audit.
+//! same screen, a closed tab's session ends in the audit, and recorded sessions (one of them
+//! `vi` with a resize) play back in the page to the screen the live session showed.
 //! The routes and messages are docs/PROTOCOL.md's "Viewer WebSocket messages".
 
 mod browser;
@@ -36,6 +37,17 @@ fn screen_has(page: &Page, what: &str, line: &str) {
         what,
         &format!("window.outpostScreen().some(l => l.trimEnd() === {line})"),
     );
+}
+
+/// The terminal's screen as text: its rows, trailing blanks and blank rows left out.
+fn trimmed(page: &Page) -> Vec<String> {
+    let screen: Vec<String> =
+        serde_json::from_value(page.eval("window.outpostScreen()")).expect("the screen");
+    screen
+        .iter()
+        .map(|l| l.trim_end().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
 }
 
 /// Types a command line into the terminal and presses Enter.
@@ -283,5 +295,131 @@ fn a_recorded_session_plays_back_in_the_page_to_the_same_final_screen() {
         "the start of the recording",
         "!window.outpostScreen().some(l => l.includes('played-42'))",
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A session that ran `vi` and was resized, played back from its audit row: the player pauses
+/// and resumes, draws vi's full screen as the live session showed it after the resize, and
+/// ends at the session's last size on the screen the live session ended on.
+#[test]
+fn a_vi_session_with_a_resize_plays_back_from_the_audit_to_the_same_screen_and_size() {
+    let dir = temp_dir("web-term-vi");
+    let notes = dir.join("notes.txt");
+    std::fs::write(&notes, "the recorded line\n").expect("the file to edit");
+    let (server, _daemon) = server_with_daemon(&dir);
+    let chromium = Chromium::start(WIDTH, HEIGHT);
+    let page = terminal_tab(&chromium, &server);
+    open_terminal(&page);
+    let size = |page: &Page| -> (u64, u64) {
+        let v = page.eval("window.outpostTerminal()");
+        (
+            v["cols"].as_u64().expect("cols"),
+            v["rows"].as_u64().expect("rows"),
+        )
+    };
+    let first = size(&page);
+    run_line(&page, &format!("vi -u NONE {}", notes.display()));
+    screen_has(&page, "vi showing the file", "the recorded line");
+    page.tab
+        .set_bounds(headless_chrome::types::Bounds::Normal {
+            left: None,
+            top: None,
+            width: Some(f64::from(WIDTH * 3 / 4)),
+            height: Some(f64::from(HEIGHT * 3 / 4)),
+        })
+        .expect("the window resizes");
+    let resized = wait_for("the terminal to fit the smaller window", || {
+        let now = size(&page);
+        (now.0 < first.0 && now.1 < first.1).then_some(now)
+    });
+    wait_for("the server to have the new size", || {
+        let (_, list) = server.api("GET", "/v1/terminals", None);
+        let t = &list["terminals"][0];
+        ((t["cols"].as_u64(), t["rows"].as_u64()) == (Some(resized.0), Some(resized.1)))
+            .then_some(())
+    });
+    // vi redraws for the new size; then a change made after the resize.
+    page.eval("document.querySelector('#terminal .xterm-helper-textarea').focus()");
+    page.press("Escape");
+    page.type_text(":s/recorded/\\U&/");
+    page.press("Enter");
+    screen_has(&page, "vi's changed line", "the RECORDED line");
+    let vi_screen = trimmed(&page);
+    page.keep_screenshot("web-terminal-vi-live");
+    // vi quits (its full screen gives the shell's back), then the terminal is closed.
+    page.type_text(":q!");
+    page.press("Enter");
+    page.wait_until(
+        "the shell's screen back after vi",
+        "!window.outpostScreen().some(l => l.startsWith('~'))",
+    );
+    run_line(&page, "echo after-vi-$((6*7))");
+    screen_has(&page, "the echo after vi", "after-vi-42");
+    page.eval("document.getElementById('terminal-close').click()");
+    page.wait_until(
+        "the terminal to close",
+        "document.body.dataset.terminal === 'closed'",
+    );
+    let live = trimmed(&page);
+    let id = wait_for("the recording's end to be stored", || {
+        let (_, recs) = server.api("GET", "/v1/recordings", None);
+        let row = &recs["recordings"][0];
+        row["endedAt"]
+            .is_u64()
+            .then(|| row["terminalId"].as_str().map(str::to_owned))
+            .flatten()
+    });
+
+    // The audit's session row plays it. While it plays, the page itself watches each screen
+    // it draws for vi's, as the live session showed it.
+    page.show_tab("audit");
+    let button = format!("#audit button.play[data-terminal-id='{id}']");
+    page.wait_until(
+        "the audit row's Play recording button",
+        &format!("document.querySelector(\"{button}\") !== null"),
+    );
+    page.eval(&format!(
+        "(() => {{ const want = {}; window.sawVi = false; window.sawViTimer = setInterval(() => {{ if (JSON.stringify(window.outpostScreen().map(l => l.trimEnd()).filter(l => l.length > 0)) === want) {{ window.sawVi = true; }} }}, 2); return true; }})()",
+        serde_json::to_string(&serde_json::to_string(&vi_screen).expect("JSON")).expect("JSON")
+    ));
+    page.eval("document.getElementById('player-speed').value = '1'");
+    page.eval(&format!("document.querySelector(\"{button}\").click()"));
+    page.wait_until(
+        "the playback to start on the Terminal tab",
+        "document.body.dataset.tab === 'terminal' && document.body.dataset.player === 'playing'",
+    );
+    page.eval("document.getElementById('player-pause').click()");
+    page.wait_until("the pause", "document.body.dataset.player === 'paused'");
+    let paused = page.eval("window.outpostPlayer()");
+    assert_eq!(paused["paused"], true, "{paused}");
+    assert_eq!(paused["done"], false, "paused before the end: {paused}");
+    // Resumed at the same speed: vi's screen passes by (the page watches for it), then the end.
+    page.eval("document.getElementById('player-pause').click()");
+    page.wait_until(
+        "vi's screen, as the live session showed it, during the playback",
+        "window.sawVi === true",
+    );
+    page.eval(
+        "(() => { const s = document.getElementById('player-speed'); s.value = '64'; s.dispatchEvent(new Event('change')); })()",
+    );
+    page.wait_until(
+        "the playback to end",
+        "document.body.dataset.player === 'done'",
+    );
+    page.eval("clearInterval(window.sawViTimer)");
+    assert_eq!(
+        size(&page),
+        resized,
+        "the player ends at the session's last size"
+    );
+    let expected = serde_json::to_string(&live).expect("JSON");
+    page.wait_until(
+        "the played screen to be the live session's last screen",
+        &format!(
+            "JSON.stringify(window.outpostScreen().map(l => l.trimEnd()).filter(l => l.length > 0)) === {}",
+            serde_json::to_string(&expected).expect("JSON")
+        ),
+    );
+    page.keep_screenshot("web-terminal-vi-playback");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -378,7 +378,25 @@
         // The context's name (its id on hover); the id only once the context is deleted.
         var where = cell(row, e.contextName || e.contextId || "");
         if (e.contextName && e.contextId) { where.title = e.contextId; }
-        cell(row, e.detail || "");
+        var detail = cell(row, e.detail || "");
+        // A terminal session's row plays its recording (GET /v1/audit names it).
+        var recorded = /^\/v1\/terminals\/([^/]+)\/recording$/.exec(e.recording || "");
+        if (recorded) {
+          var terminalId = decodeURIComponent(recorded[1]);
+          var play = document.createElement("button");
+          play.type = "button";
+          play.className = "play";
+          play.textContent = "Play recording";
+          play.dataset.terminalId = terminalId;
+          play.disabled = !terminalAvailable();
+          play.title = terminalAvailable() ? "Plays the session on the Terminal tab"
+            : "The browser terminal is unavailable here (see the Terminal tab)";
+          play.addEventListener("click", function () {
+            showTab("terminal").then(function () { playRecording(terminalId); });
+          });
+          detail.appendChild(document.createTextNode(" "));
+          detail.appendChild(play);
+        }
       }, "Nothing audited yet.");
     });
   }
