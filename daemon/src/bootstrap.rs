@@ -3,11 +3,15 @@
 //! registration of a first start, then the outbox and the condition waits restored into the
 //! core's [`Daemon`].
 //!
+//! Last, [`services`] makes what the loop drives: the host commands, the owner's policy and
+//! its watcher, the condition checks, the runner and the standing file.
+//!
 //! This module owns that order: nothing is registered before the key set verified, and a
 //! restarted daemon never takes a key set older than the one it stored. It never connects the
 //! WebSocket (the driver's loop does) and never starts a run.
 
 use std::sync::Arc;
+use std::sync::mpsc::Sender;
 
 use outpost_core::daemon::{Daemon, DaemonConfig};
 use outpost_core::executor::Registry;
@@ -15,12 +19,20 @@ use outpost_core::join::check_server_url;
 use outpost_core::keyset::{KeySet, PinnedRoots, RootKey};
 use outpost_core::wire::Environment;
 
+use crate::bridge::CommandsShared;
+use crate::checks::Checks;
+use crate::ctx::{CtxShared, Seen};
 use crate::home::{Home, SERVER_FILE, ServerFile};
 use crate::patience::{Patience, Unreachable, patiently};
+use crate::policy::PolicySource;
+use crate::runner::Runner;
+use crate::standing::Standing;
 use crate::store::DaemonStore;
 use crate::{DaemonError, DaemonOptions, ServerChoice, StopSignal};
+use crate::{Event, update, watch};
 use outpost_adapters::clock::Clock;
 use outpost_adapters::http::{RegisterRequest, Registered, SignedClient};
+use outpost_adapters::runtime::Host;
 use outpost_adapters::tls::{ServerUrl, Trust};
 
 /// A daemon that knows its server: what the loop talks to it with.
@@ -268,6 +280,144 @@ fn keys_at_start(fetched: KeySet, stored: Option<(u64, String)>, roots: &PinnedR
             fetched
         }
     }
+}
+
+/// What [`services`] makes them from: the daemon's start so far, and the loop's event channel.
+pub(crate) struct Wiring<'a> {
+    /// The daemon's options (the owner's local policy among them).
+    pub options: &'a DaemonOptions,
+    /// The daemon's home folders.
+    pub home: &'a Home,
+    /// The runtime the runner's runs and the links use.
+    pub host: &'a Arc<dyn Host>,
+    /// The suspend-aware clock the runner times runs with.
+    pub clock: &'a Arc<Clock>,
+    /// The signed HTTP client the host commands' bridge reports through.
+    pub client: &'a Arc<SignedClient>,
+    /// The server's base URL, for the standing file.
+    pub url: &'a str,
+    /// Raised to stop the daemon: it becomes an [`Event::Stop`] on `events`.
+    pub stop: &'a StopSignal,
+    /// The loop's event channel, which every service reports on.
+    pub events: &'a Sender<Event>,
+}
+
+/// The services the loop drives, made by [`services`].
+pub(crate) struct Services {
+    /// The daemon's host commands, for its whole life (every run's bridge shares them).
+    pub commands: Arc<outpost_host::HostCommands>,
+    /// The owner's local policy as it is now.
+    pub policy: Arc<PolicySource>,
+    /// Tells the loop when the policy file changes (none: the loop looks on a short timer).
+    pub policy_watch: Option<watch::Watch>,
+    /// The condition checks, with the waits' history restored.
+    pub checks: Checks,
+    /// The runner of the core's runs.
+    pub runner: Runner,
+    /// What `state/connection.json` says.
+    pub standing: Standing,
+    /// Automatic updates are on (the owner's policy, or the environment, can turn them off).
+    pub auto_update: bool,
+}
+
+/// Makes the services the loop drives over `registry`: the host commands under the owner's
+/// switch, the policy and its watcher, the condition checks (their history read from
+/// `store`), the runner and the standing file; a raised `stop` and a policy edit become
+/// events on the loop's channel.
+pub(crate) fn services(
+    wiring: Wiring<'_>,
+    registry: Registry,
+    store: &DaemonStore,
+) -> Result<Services, DaemonError> {
+    let Wiring {
+        options,
+        home,
+        host,
+        clock,
+        client,
+        url,
+        stop,
+        events,
+    } = wiring;
+    let context_id = home.server()?.map(|s| s.context_id).unwrap_or_default();
+    let denylist = home
+        .folders
+        .denylist()
+        .map_err(|e| DaemonError::home(&home.folders.config, std::io::Error::other(e)))?;
+    let commands = Arc::new(outpost_host::HostCommands::new(
+        outpost_host::CommandsConfig::default(),
+        denylist.clone(),
+        std::env::vars_os().collect(),
+    ));
+    commands.set_local_opt_in(options.local.commands_enabled);
+    let policy = Arc::new(PolicySource::new(
+        home.folders.local_policy_file(),
+        options.local.clone(),
+    ));
+    // The driver sleeps until the core's next timer or an event: a stop and a policy edit
+    // are events too.
+    let stop_tx = events.clone();
+    stop.on_raise(move || {
+        let _ = stop_tx.send(Event::Stop);
+    });
+    let policy_tx = events.clone();
+    let policy_watch = watch::watch_file(&home.folders.local_policy_file(), move || {
+        let _ = policy_tx.send(Event::PolicyChanged);
+    });
+    // A wait's history survives the restart with it.
+    let seen = Arc::new(Seen::default());
+    seen.restore_events(store.wait_events()?);
+    let checks = Checks::new(
+        CtxShared {
+            seen,
+            policy: policy.clone(),
+            denylist: denylist.clone(),
+            commands: commands.clone(),
+            agent: CtxShared::fetch_agent(),
+            // A wait's `exec` is never unsandboxed: the sandbox starts through this binary.
+            exec_sandbox: Some(outpost_host::sandbox::SandboxConfig::default()),
+        },
+        context_id.clone(),
+        events.clone(),
+    );
+    let runner = Runner::new(
+        context_id,
+        Arc::new(registry),
+        host.clone(),
+        home.runs_dir(),
+        policy.clone(),
+        denylist,
+        clock.clone(),
+        events.clone(),
+        CommandsShared {
+            commands: commands.clone(),
+            client: client.clone(),
+            events: events.clone(),
+        },
+    );
+    let standing = Standing::new(home.folders.state.clone(), url, options.max_concurrent);
+    let auto_update = update::enabled(options.local.auto_update);
+    if auto_update {
+        tracing::info!(
+            "automatic updates are on: checking now and every {} h ± {} min",
+            update::CHECK_EVERY.as_secs() / 3600,
+            update::CHECK_JITTER.as_secs() / 60
+        );
+    } else {
+        tracing::info!(
+            "automatic updates are off (the local policy's \"autoUpdate\": false, or {}=0)",
+            update::AUTO_UPDATE_VAR
+        );
+    }
+    Ok(Services {
+        commands,
+        policy,
+        policy_watch,
+        checks,
+        runner,
+        standing,
+        auto_update,
+    })
 }
 
 #[cfg(test)]

@@ -16,8 +16,8 @@
 //!
 //! This file keeps the loop, the batch and the ways out (drain, interrupt, finish); what each
 //! event and each command does is in `events.rs`, the features that change while the daemon
-//! runs in `features.rs`, and everything before the loop (key, join, key set, outbox) in
-//! `bootstrap.rs`.
+//! runs in `features.rs`, the requests from afar in `control.rs`, and everything before the
+//! loop (key, join, key set, outbox, and the services the loop drives) in `bootstrap.rs`.
 
 pub(crate) mod control;
 mod events;
@@ -32,9 +32,7 @@ use outpost_core::executor::Registry;
 use outpost_core::keyset::PinnedRoots;
 use outpost_core::wire::close_code;
 
-use super::bridge::CommandsShared;
 use super::checks::Checks;
-use super::ctx::{CtxShared, Seen};
 use super::home::{Home, SERVER_FILE};
 use super::policy::PolicySource;
 use super::runner::Runner;
@@ -73,26 +71,16 @@ struct Driver {
     runner: Runner,
     tx: Sender<Event>,
     rx: Receiver<Event>,
-    /// The number of the current connection attempt; events of others are stale.
-    conn: u64,
-    link: Option<Link>,
-    /// The connection this daemon closed last, until the server has closed its side.
-    closing: Option<u64>,
-    session_id: Option<String>,
-    last_close: Option<u16>,
-    final_refusal: Option<String>,
+    /// The connection to the server: the current attempt, its link, how the last ended.
+    connection: Connection,
     server_file: std::path::PathBuf,
     keys_version: u64,
     stop: StopSignal,
     state_dir: std::path::PathBuf,
     updates: Schedule,
     features: Features,
-    /// The daemon's host commands, for its whole life (every run's bridge shares them).
-    commands: Arc<outpost_host::HostCommands>,
-    /// The owner's local switch as last applied.
-    commands_opted_in: bool,
-    /// Background host commands running, as last told to the core (a drain waits for them).
-    host_jobs: usize,
+    /// The daemon's host commands, the owner's switch for them and the background ones running.
+    commands: Commands,
     exit: Option<DaemonExit>,
     /// An event taken while batching that could not join the batch: handled next.
     deferred: Option<Event>,
@@ -107,13 +95,35 @@ struct Driver {
     standing: Standing,
     /// The owner's local policy as it is now (which requests from afar it allows).
     policy: Arc<PolicySource>,
-    /// Who started the daemon: a restart from afar needs a service manager.
-    launcher: crate::Launcher,
-    /// When an operator asked for a restart: the drain ends with [`DaemonExit::Restart`], and
-    /// after [`crate::DRAIN_LIMIT`] what still runs is stopped.
-    restart_asked: Option<StdInstant>,
-    /// `update` requests waiting for the update check under way.
-    update_answers: Vec<String>,
+    /// Requests from afar in progress: a restart asked for, update answers owed.
+    requests: control::Requests,
+}
+
+/// The connection to the server as the driver holds it.
+#[derive(Default)]
+struct Connection {
+    /// The number of the current connection attempt; events of others are stale.
+    attempt: u64,
+    /// The open link of attempt `attempt`, once it is up.
+    link: Option<Link>,
+    /// The attempt this daemon closed last, until the server has closed its side.
+    closing: Option<u64>,
+    /// The server's id for the current session, once it is ready (for the logs).
+    session_id: Option<String>,
+    /// The close code the last connection ended with, if one came.
+    last_close: Option<u16>,
+    /// The server refused this daemon for good (revoked, deleted): why, to say at exit.
+    final_refusal: Option<String>,
+}
+
+/// The daemon's host commands as the driver holds them.
+struct Commands {
+    /// The commands themselves, for the daemon's whole life (every run's bridge shares them).
+    shared: Arc<outpost_host::HostCommands>,
+    /// The owner's local switch as last applied.
+    opted_in: bool,
+    /// Background host commands running, as last told to the core (a drain waits for them).
+    background: usize,
 }
 
 /// Outputs polled from the core and not yet carried out.
@@ -190,78 +200,30 @@ pub(super) fn run(
     if new_join {
         control::forget_pause(&home.folders.state);
     }
-    let context_id = home.server()?.map(|s| s.context_id).unwrap_or_default();
-    let denylist = home
-        .folders
-        .denylist()
-        .map_err(|e| DaemonError::home(&home.folders.config, std::io::Error::other(e)))?;
     let (tx, rx) = channel();
-    let commands = Arc::new(outpost_host::HostCommands::new(
-        outpost_host::CommandsConfig::default(),
-        denylist.clone(),
-        std::env::vars_os().collect(),
-    ));
-    commands.set_local_opt_in(options.local.commands_enabled);
-    let policy = Arc::new(PolicySource::new(
-        home.folders.local_policy_file(),
-        options.local.clone(),
-    ));
-    // The driver sleeps until the core's next timer or an event: a stop and a policy edit
-    // are events too.
-    let stop_tx = tx.clone();
-    stop.on_raise(move || {
-        let _ = stop_tx.send(Event::Stop);
-    });
-    let policy_tx = tx.clone();
-    let policy_watch = watch::watch_file(&home.folders.local_policy_file(), move || {
-        let _ = policy_tx.send(Event::PolicyChanged);
-    });
-    // A wait's history survives the restart with it.
-    let seen = Arc::new(Seen::default());
-    seen.restore_events(store.wait_events()?);
-    let checks = Checks::new(
-        CtxShared {
-            seen,
-            policy: policy.clone(),
-            denylist: denylist.clone(),
-            commands: commands.clone(),
-            agent: CtxShared::fetch_agent(),
-            // A wait's `exec` is never unsandboxed: the sandbox starts through this binary.
-            exec_sandbox: Some(outpost_host::sandbox::SandboxConfig::default()),
+    let bootstrap::Services {
+        commands,
+        policy,
+        policy_watch,
+        checks,
+        runner,
+        standing,
+        auto_update,
+    } = bootstrap::services(
+        bootstrap::Wiring {
+            options: &options,
+            home,
+            host: &host,
+            clock: &clock,
+            client: &client,
+            url: &url,
+            stop: &stop,
+            events: &tx,
         },
-        context_id.clone(),
-        tx.clone(),
-    );
-    let runner = Runner::new(
-        context_id,
-        Arc::new(registry),
-        host.clone(),
-        home.runs_dir(),
-        policy.clone(),
-        denylist,
-        clock.clone(),
-        tx.clone(),
-        CommandsShared {
-            commands: commands.clone(),
-            client: client.clone(),
-            events: tx.clone(),
-        },
-    );
-    let standing = Standing::new(home.folders.state.clone(), &url, options.max_concurrent);
+        registry,
+        &store,
+    )?;
     tracing::info!(server = %url, host = host.name(), environments = ?environments.iter().map(|e| e.as_str()).collect::<Vec<_>>(), "daemon starting");
-    let auto_update = update::enabled(options.local.auto_update);
-    if auto_update {
-        tracing::info!(
-            "automatic updates are on: checking now and every {} h ± {} min",
-            update::CHECK_EVERY.as_secs() / 3600,
-            update::CHECK_JITTER.as_secs() / 60
-        );
-    } else {
-        tracing::info!(
-            "automatic updates are off (the local policy's \"autoUpdate\": false, or {}=0)",
-            update::AUTO_UPDATE_VAR
-        );
-    }
     let mut driver = Driver {
         daemon,
         store,
@@ -273,12 +235,7 @@ pub(super) fn run(
         runner,
         tx,
         rx,
-        conn: 0,
-        link: None,
-        closing: None,
-        session_id: None,
-        last_close: None,
-        final_refusal: None,
+        connection: Connection::default(),
         server_file: home.folders.config.join(SERVER_FILE),
         keys_version,
         stop,
@@ -286,18 +243,18 @@ pub(super) fn run(
         updates: Schedule::new(auto_update, seed),
         features: Features::new(&options.features),
         policy_watch,
-        commands,
-        commands_opted_in: options.local.commands_enabled,
-        host_jobs: 0,
+        commands: Commands {
+            shared: commands,
+            opted_in: options.local.commands_enabled,
+            background: 0,
+        },
         exit: None,
         deferred: None,
         checks,
         fed: false,
         standing,
         policy,
-        launcher: options.launcher,
-        restart_asked: None,
-        update_answers: Vec::new(),
+        requests: control::Requests::new(options.launcher),
     };
     if let Some(paused) = control::paused_at_start(&driver.state_dir) {
         tracing::info!(since = %paused.since, "paused by an operator: taking no runs until resumed");
@@ -316,12 +273,12 @@ impl Driver {
                 self.daemon.slots_used(),
                 self.stop.count() > 0
                     || self.updates.handing_over()
-                    || self.restart_asked.is_some(),
+                    || self.requests.restart_asked.is_some(),
                 self.daemon.is_paused(),
             );
             if let Some(exit) = self.exit {
                 let exit = self.finish(exit);
-                if let Some(code) = self.final_refusal.take()
+                if let Some(code) = self.connection.final_refusal.take()
                     && code == "unknown_key"
                 {
                     return Err(DaemonError::Unregistered {
@@ -358,6 +315,7 @@ impl Driver {
                 return Ok(DaemonExit::Updated);
             }
             if self
+                .requests
                 .restart_asked
                 .is_some_and(|since| since.elapsed() >= crate::DRAIN_LIMIT)
             {
@@ -398,10 +356,10 @@ impl Driver {
         if let Some(due) = self.updates.next_due() {
             next = next.min(due);
         }
-        if self.host_jobs > 0 {
+        if self.commands.background > 0 {
             next = next.min(now + REAP_EVERY);
         }
-        if let Some(since) = self.restart_asked {
+        if let Some(since) = self.requests.restart_asked {
             next = next.min(since + crate::DRAIN_LIMIT);
         }
         next.saturating_duration_since(now)
@@ -428,7 +386,7 @@ impl Driver {
             self.input(Input::FeaturesChanged(features))?;
         }
         let opted_in = self.runner.commands_opted_in();
-        if opted_in != self.commands_opted_in {
+        if opted_in != self.commands.opted_in {
             tracing::info!(
                 on = opted_in,
                 "the owner turned host commands {}",
@@ -438,16 +396,16 @@ impl Driver {
                     "off (every job is killed)"
                 }
             );
-            self.commands_opted_in = opted_in;
-            self.commands.set_local_opt_in(opted_in);
+            self.commands.opted_in = opted_in;
+            self.commands.shared.set_local_opt_in(opted_in);
         }
-        if self.host_jobs > 0 {
-            self.commands.reap();
+        if self.commands.background > 0 {
+            self.commands.shared.reap();
         }
         self.report_commands()?;
-        let jobs = self.commands.jobs_running();
-        if jobs != self.host_jobs {
-            self.host_jobs = jobs;
+        let jobs = self.commands.shared.jobs_running();
+        if jobs != self.commands.background {
+            self.commands.background = jobs;
             self.input(Input::HostJobs(jobs))?;
         }
         if self.updates.prove_due() {
@@ -471,7 +429,7 @@ impl Driver {
 
     /// Reports every host command that ended since the last call with `command.finished`.
     fn report_commands(&mut self) -> Result<(), DaemonError> {
-        for event in self.commands.drain_audit() {
+        for event in self.commands.shared.drain_audit() {
             if let outpost_host::AuditEvent::CommandFinished {
                 command_id,
                 run_id,
@@ -562,17 +520,17 @@ impl Driver {
                 | Output::ForgetWait { .. }
                 | Output::Wait { .. } => {}
                 Output::Transmit(bytes) => {
-                    if let Some(link) = &self.link {
+                    if let Some(link) = &self.connection.link {
                         link.send(bytes);
                     }
                 }
                 Output::Close { code, reason } => {
-                    if let Some(link) = self.link.take() {
+                    if let Some(link) = self.connection.link.take() {
                         link.close(code, &reason);
-                        self.closing = Some(self.conn);
+                        self.connection.closing = Some(self.connection.attempt);
                     }
                     // Whatever that socket still reports is stale now.
-                    self.conn += 1;
+                    self.connection.attempt += 1;
                 }
                 Output::Command(command) => self.command(command),
                 Output::Event(event) => {
@@ -600,7 +558,7 @@ impl Driver {
             Event::Link {
                 conn,
                 event: LinkEvent::Message(_) | LinkEvent::Alive,
-            } => *conn == self.conn && self.link.is_some(),
+            } => *conn == self.connection.attempt && self.connection.link.is_some(),
             // An update check may start the drain: it is fed on its own.
             Event::Link { .. }
             | Event::Ticket { .. }
@@ -619,7 +577,7 @@ impl Driver {
     fn interrupt(&mut self) -> Result<DaemonExit, DaemonError> {
         tracing::warn!("stopping at once: runs in flight are cancelled");
         self.checks.stop_all();
-        self.commands.shutdown();
+        self.commands.shared.shutdown();
         self.runner.cancel_all();
         self.collect_runs(true)?;
         // The jobs just killed end with `command.finished` (`shutdown`) like any other.
@@ -633,18 +591,18 @@ impl Driver {
     /// until the server has closed its side — of this connection, or of the one the core
     /// closed last — so what was sent just before leaves before the process exits or execs.
     fn close_link(&mut self, code: u16, reason: &str) {
-        if let Some(link) = self.link.take() {
+        if let Some(link) = self.connection.link.take() {
             link.close(code, reason);
-            self.closing = Some(self.conn);
+            self.connection.closing = Some(self.connection.attempt);
         }
         let deadline = StdInstant::now() + CLOSE_GRACE;
-        while let Some(closing) = self.closing {
+        while let Some(closing) = self.connection.closing {
             let left = deadline.saturating_duration_since(StdInstant::now());
             match self.rx.recv_timeout(left) {
                 Ok(Event::Link {
                     conn,
                     event: LinkEvent::Closed { .. },
-                }) if conn == closing => self.closing = None,
+                }) if conn == closing => self.connection.closing = None,
                 Ok(_) => {}
                 Err(_) => break,
             }
@@ -675,9 +633,9 @@ impl Driver {
         // Waits resume from the store on the next start; a check cut short is checked again.
         self.checks.stop_all();
         if matches!(exit, DaemonExit::Revoked | DaemonExit::Replaced) {
-            self.commands.revoke();
+            self.commands.shared.revoke();
         } else {
-            self.commands.shutdown();
+            self.commands.shared.shutdown();
         }
         if self
             .report_commands()

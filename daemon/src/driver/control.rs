@@ -57,6 +57,28 @@ pub(crate) fn forget_pause(state: &Path) {
     }
 }
 
+/// The requests from afar the driver is still working on.
+pub(super) struct Requests {
+    /// Who started the daemon: a restart from afar needs a service manager.
+    pub(super) launcher: Launcher,
+    /// When an operator asked for a restart: the drain ends with [`DaemonExit::Restart`], and
+    /// after [`crate::DRAIN_LIMIT`] what still runs is stopped.
+    pub(super) restart_asked: Option<std::time::Instant>,
+    /// `update` requests (their control ids) waiting for the update check under way.
+    pub(super) update_answers: Vec<String>,
+}
+
+impl Requests {
+    /// None in progress, for a daemon `launcher` started.
+    pub(super) fn new(launcher: Launcher) -> Self {
+        Requests {
+            launcher,
+            restart_asked: None,
+            update_answers: Vec::new(),
+        }
+    }
+}
+
 /// An answer, as the daemon sends it.
 struct Answer {
     outcome: ControlOutcome,
@@ -187,7 +209,7 @@ impl Driver {
                 Answer::done("resumed: taking runs again")
             }
             ControlAction::Restart => {
-                if self.launcher == Launcher::Terminal {
+                if self.requests.launcher == Launcher::Terminal {
                     return Ok(Some(Answer::refused(
                         "no_service_manager",
                         "this daemon was started in a terminal, not by a service manager that would start it again: restart it there",
@@ -199,14 +221,14 @@ impl Driver {
                         "the daemon is stopping at its owner's request: it will not restart",
                     )));
                 }
-                if self.updates.handing_over() || self.restart_asked.is_some() {
+                if self.updates.handing_over() || self.requests.restart_asked.is_some() {
                     return Ok(Some(Answer::done("already draining to restart")));
                 }
-                self.restart_asked = Some(std::time::Instant::now());
+                self.requests.restart_asked = Some(std::time::Instant::now());
                 let mut answer = Answer::done(format!(
                     "restarting: no new runs; {running} running run(s) finish and report (at most {} s), then {} starts the daemon again",
                     crate::DRAIN_LIMIT.as_secs(),
-                    self.launcher.as_str()
+                    self.requests.launcher.as_str()
                 ));
                 answer.then_drain = true;
                 answer
@@ -226,7 +248,7 @@ impl Driver {
                         "an update is already staged; handing over once runs finish",
                     )));
                 }
-                self.update_answers.push(control_id.to_owned());
+                self.requests.update_answers.push(control_id.to_owned());
                 self.updates.check_now();
                 return Ok(None);
             }
@@ -248,7 +270,7 @@ impl Driver {
         &mut self,
         checked: &Result<update::Checked, update::UpdateError>,
     ) -> Result<(), DaemonError> {
-        if self.update_answers.is_empty() {
+        if self.requests.update_answers.is_empty() {
             return Ok(());
         }
         let answer = || match checked {
@@ -266,7 +288,7 @@ impl Driver {
             )),
             Err(e) => Answer::failed("update_failed", format!("{e} [{}]", e.code())),
         };
-        for control_id in std::mem::take(&mut self.update_answers) {
+        for control_id in std::mem::take(&mut self.requests.update_answers) {
             let a = answer();
             tracing::info!(
                 action = "update",

@@ -59,7 +59,7 @@ impl Driver {
             }
             Command::ApplyGrant { version, grant } => {
                 // Off kills every job; the driver reports them on its next wake.
-                self.commands.set_granted(grant.commands.enabled);
+                self.commands.shared.set_granted(grant.commands.enabled);
                 let _ = self.tx.send(Event::CommandsAudit);
                 self.features.granted = grant.fs.clone();
                 self.features.look_now();
@@ -73,15 +73,15 @@ impl Driver {
             }
             Command::Stop { forever } => {
                 if forever {
-                    self.commands.revoke();
+                    self.commands.shared.revoke();
                 }
                 self.exit = Some(if !forever && self.updates.handing_over() {
                     DaemonExit::Updated
-                } else if !forever && self.restart_asked.is_some() {
+                } else if !forever && self.requests.restart_asked.is_some() {
                     DaemonExit::Restart
                 } else if !forever {
                     DaemonExit::Drained
-                } else if self.last_close == Some(close_code::REPLACED) {
+                } else if self.connection.last_close == Some(close_code::REPLACED) {
                     DaemonExit::Replaced
                 } else {
                     DaemonExit::Revoked
@@ -147,8 +147,8 @@ impl Driver {
     /// Fetches a fresh key set and a ticket on a blocking thread; [`Event::Ticket`] brings
     /// them back.
     fn connect(&mut self) {
-        self.conn += 1;
-        let conn = self.conn;
+        self.connection.attempt += 1;
+        let conn = self.connection.attempt;
         let client = self.client.clone();
         let roots = self.roots.clone();
         let tx = self.tx.clone();
@@ -216,7 +216,7 @@ impl Driver {
                 }
                 self.input(Input::TerminalOutput { run_id, data })
             }
-            Event::Ticket { conn, .. } if conn != self.conn => Ok(()),
+            Event::Ticket { conn, .. } if conn != self.connection.attempt => Ok(()),
             Event::Ticket { keys, ticket, .. } => {
                 match keys {
                     Ok(keys) if keys.version() != self.keys_version => {
@@ -243,10 +243,10 @@ impl Driver {
                 }
                 match ticket {
                     Ok(ticket) => {
-                        self.session_id = Some(ticket.session_id.clone());
+                        self.connection.session_id = Some(ticket.session_id.clone());
                         let url = self.client.connect_url(&ticket);
                         let tx = self.tx.clone();
-                        let conn = self.conn;
+                        let conn = self.connection.attempt;
                         self.host.open(
                             url,
                             self.tls.clone(),
@@ -259,7 +259,7 @@ impl Driver {
                     Err(e) => {
                         let stop_forever = FINAL_REFUSALS.contains(&e.code());
                         if stop_forever {
-                            self.final_refusal = Some(e.code().to_owned());
+                            self.connection.final_refusal = Some(e.code().to_owned());
                         }
                         tracing::warn!("cannot get a connect ticket: {e}");
                         self.standing
@@ -271,18 +271,20 @@ impl Driver {
                     }
                 }
             }
-            Event::Link { conn, event } if conn != self.conn => {
+            Event::Link { conn, event } if conn != self.connection.attempt => {
                 match event {
                     LinkEvent::Opened(link) => link.close(close_code::NORMAL, "stale connection"),
-                    LinkEvent::Closed { .. } if self.closing == Some(conn) => self.closing = None,
+                    LinkEvent::Closed { .. } if self.connection.closing == Some(conn) => {
+                        self.connection.closing = None
+                    }
                     _ => {}
                 }
                 Ok(())
             }
             Event::Link { event, .. } => match event {
                 LinkEvent::Opened(link) => {
-                    self.link = Some(link);
-                    let session_id = self.session_id.take().unwrap_or_default();
+                    self.connection.link = Some(link);
+                    let session_id = self.connection.session_id.take().unwrap_or_default();
                     self.input(Input::Connected { session_id })
                 }
                 LinkEvent::Failed(reason) => {
@@ -296,14 +298,14 @@ impl Driver {
                 LinkEvent::Message(message) => self.input(Input::Frame(message.into_bytes())),
                 LinkEvent::Alive => self.input(Input::ServerAlive),
                 LinkEvent::Closed { code } => {
-                    self.link = None;
+                    self.connection.link = None;
                     if self.stop.count() == 0 {
                         self.standing.error(match code {
                             Some(code) => format!("the server closed the connection ({code})"),
                             None => "the connection dropped".to_owned(),
                         });
                     }
-                    self.last_close = code;
+                    self.connection.last_close = code;
                     self.input(Input::Disconnected { code })
                 }
             },
