@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use outpost_core::executor::{ExecError, TerminalInput, TerminalOutput, TerminalSize};
+use outpost_core::executor::{ExecError, TerminalInput, TerminalOutput, TerminalSize, WaitWaker};
 use portable_pty::MasterPty;
 
 /// What the run, the drain thread and the output half share.
@@ -37,6 +37,9 @@ pub(crate) struct State {
     cap: usize,
     /// The last input or output.
     last_activity: Instant,
+    /// Called after the drain thread added to `pending` or reached end-of-file, once someone
+    /// streams the output ([`Shared::notify_with`]).
+    notify: Option<WaitWaker>,
 }
 
 impl State {
@@ -90,6 +93,7 @@ impl Shared {
                 tail: VecDeque::new(),
                 cap,
                 last_activity: Instant::now(),
+                notify: None,
             }),
             changed: Condvar::new(),
         })
@@ -106,6 +110,12 @@ impl Shared {
     pub(crate) fn take(&self) {
         self.lock().taken = true;
         self.changed.notify_all();
+    }
+
+    /// From now on, `waker` is called whenever the drain thread read output nobody took yet,
+    /// and at end-of-file.
+    pub(crate) fn notify_with(&self, waker: WaitWaker) {
+        self.lock().notify = Some(waker);
     }
 
     /// What the drain thread read and nobody took yet, while the terminal is not taken.
@@ -156,8 +166,12 @@ pub(crate) fn spawn_drain(mut reader: Box<dyn Read + Send>, shared: Arc<Shared>)
                 // EIO once the last holder of the terminal is gone reads as 0 (portable-pty).
                 Ok(0) | Err(_) => {
                     state.eof = true;
+                    let notify = state.notify.clone();
                     drop(state);
                     shared.changed.notify_all();
+                    if let Some(notify) = notify {
+                        notify();
+                    }
                     return;
                 }
                 Ok(n) => {
@@ -169,6 +183,12 @@ pub(crate) fn spawn_drain(mut reader: Box<dyn Read + Send>, shared: Arc<Shared>)
                         drop(state);
                         shared.changed.notify_all();
                         return;
+                    }
+                    // Called with the lock released: the woken reader takes it at once.
+                    let notify = state.notify.clone();
+                    drop(state);
+                    if let Some(notify) = notify {
+                        notify();
                     }
                 }
             }

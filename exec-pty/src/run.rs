@@ -262,6 +262,12 @@ impl RunHandle for PtyRun {
         }))
     }
 
+    /// The drain thread calls `waker` when it read output nobody took yet, and at the end.
+    fn notify_output(&mut self, waker: outpost_core::executor::WaitWaker) -> bool {
+        self.shared.notify_with(waker);
+        true
+    }
+
     fn read_output(&mut self) -> Vec<OutputChunk> {
         let bytes = self.shared.take_pending();
         if bytes.is_empty() {

@@ -350,3 +350,58 @@ fn output_read_before_the_terminal_is_taken_reaches_it_first_and_in_order() {
     assert!(run.tty().is_some_and(|t| t.starts_with("/dev/pts")));
     assert_eq!(finish(&mut run).exit_code, Some(0));
 }
+
+/// An untaken terminal streamed by the daemon: what the program prints ends a long wait at
+/// once (the drain thread calls the notifier `notify_output` set), and so does its end, so the
+/// streaming waiter never looks at the run in slices.
+#[test]
+fn an_untaken_terminal_s_output_and_end_wake_its_waiter() {
+    use std::sync::{Arc, mpsc};
+    let dir = capability(
+        &manifest("run.sh", &[], ""),
+        &[(
+            "run.sh",
+            // It prints only once the test has set its notifier (the file `go` says so).
+            "#!/bin/sh\nwhile [ ! -e go ]; do sleep 0.02; done\necho first-line\nread line\necho got-$line\n",
+        )],
+    );
+    // A deadline far enough not to end the test, near enough that a wake that never comes
+    // fails it (the wait then ends with the deadline) instead of hanging it for an hour.
+    let mut run = executor()
+        .launch(launch_of(&dir, Duration::from_secs(60)))
+        .unwrap();
+    let wake = run.wait_waker().expect("a pty run can be woken");
+    let (told, calls) = mpsc::channel();
+    assert!(run.notify_output(Arc::new(move || {
+        let _ = told.send(());
+        wake();
+    })));
+    std::fs::write(dir.join("go"), "").unwrap();
+    assert!(
+        run.wait(Duration::from_secs(3600)).unwrap().is_none(),
+        "the output ended the wait while the program still runs"
+    );
+    assert!(
+        calls.try_recv().is_ok(),
+        "the drain thread called the notifier"
+    );
+    let mut streamed: Vec<u8> = run
+        .read_output()
+        .into_iter()
+        .flat_map(|c| c.bytes)
+        .collect();
+    while !String::from_utf8_lossy(&streamed).contains("first-line") {
+        assert!(run.wait(Duration::from_secs(3600)).unwrap().is_none());
+        streamed.extend(run.read_output().into_iter().flat_map(|c| c.bytes));
+    }
+    // Its end ends a long wait too.
+    let mut terminal = run.take_terminal().expect("the terminal");
+    terminal.input.write_input(b"42\n").unwrap();
+    let outcome = loop {
+        if let Some(outcome) = run.wait(Duration::from_secs(3600)).unwrap() {
+            break outcome;
+        }
+    };
+    assert_eq!(outcome.ending, Ending::Exited);
+    assert_eq!(outcome.exit_code, Some(0));
+}
