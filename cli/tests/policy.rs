@@ -110,6 +110,10 @@ fn the_grant_meets_the_local_policy_and_an_edit_applies_to_the_next_run() {
     wait_for("fs announced", || {
         (requiring_fs(&server).0 == "exited").then_some(())
     });
+    // The context says what a run there sees: the folder, read-only.
+    server.wait_context("box", "the folder a run sees, read-only", |c| {
+        c["sandbox"]["mounts"] == json!([{"path": data_text, "mode": "ro"}])
+    });
     let e = run(&server, &script);
     assert_eq!(e["stdout"], "hello\nrefused\n", "{e}");
     assert!(!data.join("written.txt").exists());
@@ -117,6 +121,9 @@ fn the_grant_meets_the_local_policy_and_an_edit_applies_to_the_next_run() {
     // The owner widens the policy while the daemon runs: the next run may write.
     let (code, _, err) = policy(&home, &["allow", &data_text, "--mode", "rw"]);
     assert_eq!(code, 0, "{err}");
+    server.wait_context("box", "the folder a run sees, read-write", |c| {
+        c["sandbox"]["mounts"] == json!([{"path": data_text, "mode": "rw"}])
+    });
     let e = run(&server, &script);
     assert_eq!(e["stdout"], "hello\nwrote\n", "{e}");
     assert!(data.join("written.txt").exists());
@@ -130,6 +137,9 @@ fn the_grant_meets_the_local_policy_and_an_edit_applies_to_the_next_run() {
         &format!("if cat {data_text}/note.txt 2>/dev/null; then echo read; else echo unseen; fi\n"),
     );
     assert_eq!(e["stdout"], "unseen\n", "{e}");
+    server.wait_context("box", "no folder a run sees", |c| {
+        c["sandbox"]["mounts"] == json!([])
+    });
     // ...and it stops saying `fs`.
     let (status, e) = wait_for("fs withdrawn", || {
         let (status, e) = requiring_fs(&server);

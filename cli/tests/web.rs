@@ -491,6 +491,7 @@ fn sign_in_states_show_only_what_they_should_and_a_narrow_window_still_fits() {
     assert_eq!(shown("sign-in"), true);
     let fits = "document.documentElement.scrollWidth <= window.innerWidth";
     assert_eq!(page.eval(fits), true, "the sign-in page fits 400 px");
+    page.keep_screenshot("web-narrow-signed-out");
     page.sign_in(&server.admin);
     page.wait_until("signed in", "document.body.dataset.signedIn === 'yes'");
     assert_eq!(shown("app"), true);
@@ -637,6 +638,16 @@ fn a_context_s_page_shows_its_state_grant_and_recent_runs() {
         "{facts:?}"
     );
     assert_eq!(fact("Operator"), "admin", "{facts:?}");
+    // Online since the daemon's connection became ready, which is after it registered.
+    let (_, ctx) = server.api("GET", "/v1/execution-contexts/build-box", None);
+    let since = ctx["onlineSince"]
+        .as_u64()
+        .expect("onlineSince while online");
+    assert!(since >= ctx["registeredAt"].as_u64().unwrap(), "{ctx}");
+    assert!(
+        fact("Online since").starts_with("20") && fact("Online since").ends_with('Z'),
+        "a time: {facts:?}"
+    );
     assert!(fact("Slots").ends_with("in use"), "{facts:?}");
     assert!(fact("Environments").contains("shell"), "{facts:?}");
     assert_eq!(fact("Sandbox"), "operator may opt out", "{facts:?}");

@@ -194,11 +194,14 @@ impl Runner {
     }
 
     /// Whether the owner's policy as it is now mounts any of `granted` for an operator's run.
-    pub(crate) fn mounts_any(&self, granted: &[outpost_core::wire::FolderGrant]) -> bool {
+    /// The folders a run sees now under `granted`: where the grant and the owner's local
+    /// policy meet, in the narrower mode, the credential denylist applied.
+    pub(crate) fn visible_mounts(
+        &self,
+        granted: &[outpost_core::wire::FolderGrant],
+    ) -> Vec<outpost_core::grant::Mount> {
         let policy = self.policy.current();
-        !outpost_host::grant_mounts(granted, &policy, &self.denylist)
-            .0
-            .is_empty()
+        outpost_host::grant_mounts(granted, &policy, &self.denylist).0
     }
 }
 

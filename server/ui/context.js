@@ -182,10 +182,15 @@
       ui.fact(body, "Context", c.name + " (" + c.id + ")");
       ui.fact(body, "State", stateText(c) + (c.daemonVersion ? "; daemon " + c.daemonVersion : ""));
       ui.fact(body, "Operator", c.operator + (c.operatorIsMember === false ? " (no longer a member)" : ""));
+      ui.fact(body, "Online since", c.online && c.onlineSince ? ui.when(c.onlineSince) : "offline");
       ui.fact(body, "Registered", ui.when(c.registeredAt));
       ui.fact(body, "Slots", c.slotsUsed + " of " + c.slotsTotal + " in use");
       ui.fact(body, "Environments", (c.environments || []).join(", ") || "none announced");
       ui.fact(body, "Sandbox", ui.sandboxSummary(c.sandbox));
+      // Where the grant and the owner's local policy meet, as the daemon says it now.
+      ui.fact(body, "Folders a run sees", !c.sandbox ? "unknown while offline"
+        : (c.sandbox.mounts || []).map(function (m) { return m.path + " (" + m.mode + ")"; })
+          .join(", ") || "none (the grant and the owner's policy share no folder)");
       ui.fact(body, "Grant", ui.grantSummary(c.grant) + " (version " + c.grantVersion + ")");
       ui.fact(body, "Recordings", c.online ? (c.recordsTerminalInput
         ? "terminal output and what operators type (its owner allows it)"

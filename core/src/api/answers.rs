@@ -184,6 +184,10 @@ pub struct Context {
     pub operator: String,
     /// Whether its daemon is connected now.
     pub online: bool,
+    /// Since when (Unix seconds) its daemon's current connection has been ready; absent while
+    /// it is offline. A reconnect starts it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub online_since: Option<u64>,
     /// Runs it holds now.
     pub slots_used: usize,
     /// Runs it holds at most (what its daemon offers while online, what it registered with
@@ -308,6 +312,47 @@ pub struct SandboxView {
     pub namespaces: bool,
     /// Landlock's signal and abstract-socket scoping is enforced.
     pub scopes: bool,
+    /// The folders a run there sees now: where the grant and the owner's local policy meet,
+    /// from the daemon's `mount:MODE:PATH` features (empty: none).
+    #[serde(default)]
+    pub mounts: Vec<MountView>,
+}
+
+/// A folder a machine's runs see, as its daemon announced it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct MountView {
+    /// The folder's canonical path on the machine.
+    pub path: String,
+    /// `ro` or `rw`: the narrower of the grant's and the owner's.
+    pub mode: crate::wire::FolderMode,
+}
+
+impl MountView {
+    /// The feature a daemon announces it with: `mount:ro:/srv/data`.
+    pub fn feature(&self) -> String {
+        let mode = match self.mode {
+            crate::wire::FolderMode::Ro => "ro",
+            crate::wire::FolderMode::Rw => "rw",
+        };
+        format!("{}{mode}:{}", crate::wire::FEATURE_MOUNT_PREFIX, self.path)
+    }
+
+    /// The mount a `mount:MODE:PATH` feature names; `None` for any other feature or a mode
+    /// this build does not know.
+    pub fn of_feature(feature: &str) -> Option<MountView> {
+        let rest = feature.strip_prefix(crate::wire::FEATURE_MOUNT_PREFIX)?;
+        let (mode, path) = rest.split_once(':')?;
+        let mode = match mode {
+            "ro" => crate::wire::FolderMode::Ro,
+            "rw" => crate::wire::FolderMode::Rw,
+            _ => return None,
+        };
+        Some(MountView {
+            path: path.to_owned(),
+            mode,
+        })
+    }
 }
 
 impl SandboxView {
@@ -323,6 +368,10 @@ impl SandboxView {
             landlock: has("sandbox:landlock"),
             namespaces: has("sandbox:namespaces"),
             scopes: has("sandbox:scopes"),
+            mounts: features
+                .iter()
+                .filter_map(|f| MountView::of_feature(f))
+                .collect(),
         })
     }
 }
@@ -754,4 +803,40 @@ pub struct Wait {
 pub struct Waits {
     /// Newest first.
     pub waits: Vec<Wait>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::FolderMode;
+
+    #[test]
+    fn a_mount_feature_reads_back_as_the_mount_it_names_and_nothing_else_reads_as_one() {
+        let mount = MountView {
+            path: "/srv/a:b".into(),
+            mode: FolderMode::Rw,
+        };
+        assert_eq!(mount.feature(), "mount:rw:/srv/a:b");
+        assert_eq!(MountView::of_feature(&mount.feature()), Some(mount));
+        for other in [
+            "mount:xx:/srv",
+            "mount:/srv",
+            "fs",
+            "sandbox:landlock",
+            "mounts:ro:/a",
+        ] {
+            assert_eq!(MountView::of_feature(other), None, "{other}");
+        }
+        let features: Vec<String> = ["confinement:required", "sandbox:landlock", "mount:ro:/data"]
+            .map(str::to_owned)
+            .into();
+        let view = SandboxView::of(&features).expect("a sandbox view");
+        assert_eq!(
+            view.mounts,
+            [MountView {
+                path: "/data".into(),
+                mode: FolderMode::Ro
+            }]
+        );
+    }
 }

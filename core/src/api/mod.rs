@@ -19,9 +19,10 @@ pub mod requests;
 pub use answers::{
     Audit, AuditEvent, Bundle, ChainEntryView, ChainShown, CommandAuthorized, CommandsSwitched,
     ConnectTicket, Context, Contexts, Continuation, DaemonControlled, ErrorAnswer, Execution,
-    ExecutionError, Health, JobAuthorized, JoinToken, JoinTokens, Me, Node, NodeSession, Nodes,
-    OutputEvent, OutputStatus, QueueView, Recording, Recordings, Registered, Runs, SandboxView,
-    TerminalOpened, TerminalRow, TerminalState, TerminalTicket, Terminals, User, Wait, Waits,
+    ExecutionError, Health, JobAuthorized, JoinToken, JoinTokens, Me, MountView, Node, NodeSession,
+    Nodes, OutputEvent, OutputStatus, QueueView, Recording, Recordings, Registered, Runs,
+    SandboxView, TerminalOpened, TerminalRow, TerminalState, TerminalTicket, Terminals, User, Wait,
+    Waits,
 };
 pub use requests::{
     ChainRequest, CommandAuthorize, CommandsSwitch, DaemonControl, ExecuteRequest, JobAuthorize,

@@ -1,6 +1,6 @@
 //! The features a daemon announces that can change while it runs: `fs` (the owner's policy
-//! mounts a granted folder), `confinement:<rule>`, and `record-input` (the owner lets the
-//! server record terminal input).
+//! mounts a granted folder) with a `mount:MODE:PATH` for each folder a run sees,
+//! `confinement:<rule>`, and `record-input` (the owner lets the server record terminal input).
 //!
 //! It owns when they are looked at and what changed; it never feeds the core (the driver's
 //! tick announces what this returns).
@@ -8,7 +8,9 @@
 use std::time::{Duration, Instant as StdInstant};
 
 use crate::runner::Runner;
+use outpost_core::api::MountView;
 use outpost_core::terminal::cast::FEATURE_RECORD_INPUT;
+use outpost_core::wire::{FEATURE_MOUNT_PREFIX, MAX_MOUNT_FEATURES};
 
 /// The `fs` feature as it is now: announced while the owner's policy mounts a granted
 /// folder, looked at on each grant and every [`FEATURE_LOOK`] (the policy file may change);
@@ -17,6 +19,8 @@ pub(super) struct Features {
     base: Vec<String>,
     pub(super) granted: Vec<outpost_core::wire::FolderGrant>,
     fs: bool,
+    /// The `mount:MODE:PATH` features: the folders a run sees now.
+    mounts: Vec<String>,
     confinement: Option<String>,
     record_input: bool,
     /// When it looked last; `None`: look at the next tick (a grant came, the policy changed).
@@ -40,12 +44,20 @@ impl Features {
             base: announced
                 .iter()
                 .filter(|f| {
-                    *f != "fs" && *f != FEATURE_RECORD_INPUT && !f.starts_with(CONFINEMENT_FEATURE)
+                    *f != "fs"
+                        && *f != FEATURE_RECORD_INPUT
+                        && !f.starts_with(CONFINEMENT_FEATURE)
+                        && !f.starts_with(FEATURE_MOUNT_PREFIX)
                 })
                 .cloned()
                 .collect(),
             granted: Vec::new(),
             fs: announced.iter().any(|f| f == "fs"),
+            mounts: announced
+                .iter()
+                .filter(|f| f.starts_with(FEATURE_MOUNT_PREFIX))
+                .cloned()
+                .collect(),
             record_input: announced.iter().any(|f| f == FEATURE_RECORD_INPUT),
             confinement: announced
                 .iter()
@@ -79,20 +91,38 @@ impl Features {
             return None;
         }
         self.looked = Some(now);
-        let fs = runner.mounts_any(&self.granted);
+        let mounts: Vec<String> = runner
+            .visible_mounts(&self.granted)
+            .into_iter()
+            .take(MAX_MOUNT_FEATURES)
+            .map(|m| {
+                MountView {
+                    path: m.path.as_str().to_owned(),
+                    mode: m.mode,
+                }
+                .feature()
+            })
+            .collect();
+        let fs = !mounts.is_empty();
         let confinement = Some(format!(
             "{CONFINEMENT_FEATURE}{}",
             runner.confinement().as_str()
         ));
         let record_input = runner.records_terminal_input();
-        if fs == self.fs && confinement == self.confinement && record_input == self.record_input {
+        if fs == self.fs
+            && mounts == self.mounts
+            && confinement == self.confinement
+            && record_input == self.record_input
+        {
             return None;
         }
-        (self.fs, self.confinement, self.record_input) = (fs, confinement, record_input);
+        (self.fs, self.mounts, self.confinement, self.record_input) =
+            (fs, mounts, confinement, record_input);
         let mut features = self.base.clone();
         if fs {
             features.push("fs".into());
         }
+        features.extend(self.mounts.iter().cloned());
         features.extend(self.confinement.clone());
         if record_input {
             features.push(FEATURE_RECORD_INPUT.into());

@@ -72,6 +72,8 @@ pub(crate) struct Live {
     pub(crate) draining: bool,
     /// Its last `status` said an operator's pause holds.
     pub(crate) paused: bool,
+    /// When (Unix seconds) its current connection became ready, while it is online.
+    pub(crate) online_since: Option<u64>,
 }
 
 /// A message to the dispatcher.
@@ -172,6 +174,8 @@ pub(crate) struct Dispatcher {
     /// Requests to daemons waiting for their answer, by control id (a route that gave up
     /// leaves its closed sender, dropped at the next request).
     controls: HashMap<String, (String, oneshot::Sender<session::ControlAnswer>)>,
+    /// When (Unix seconds) each online machine's connection became ready, by context id.
+    online_since: HashMap<String, u64>,
 }
 
 impl Dispatcher {
@@ -191,6 +195,7 @@ impl Dispatcher {
             pending,
             refused_runners: HashSet::new(),
             controls: HashMap::new(),
+            online_since: HashMap::new(),
         }
     }
 
@@ -383,6 +388,10 @@ impl Dispatcher {
                             features: s.features().to_vec(),
                             draining: s.is_draining(),
                             paused: s.is_paused(),
+                            online_since: s
+                                .is_ready()
+                                .then(|| self.online_since.get(&id).copied())
+                                .flatten(),
                         });
                         (id, live.unwrap_or_default())
                     })
@@ -680,6 +689,7 @@ impl Dispatcher {
             }
             Event::Session { context_id, event } => match event {
                 session::Event::Ready { .. } => {
+                    self.online_since.insert(context_id.to_string(), at.wall.0);
                     self.shared
                         .store
                         .changes()
@@ -690,6 +700,7 @@ impl Dispatcher {
                 session::Event::WaitEnded(report) => self.wait_ended(&context_id, &report)?,
                 session::Event::WaitProgress(frame) => self.wait_progress(&context_id, *frame),
                 session::Event::Offline => {
+                    self.online_since.remove(context_id.as_str());
                     self.shared
                         .store
                         .changes()

@@ -125,6 +125,7 @@ pub(crate) fn context(
         name: entry.name.clone(),
         operator: entry.operator.clone(),
         online: live.online,
+        online_since: live.online.then_some(live.online_since).flatten(),
         slots_used: live.slots_used,
         slots_total: if live.online {
             live.slots_total
