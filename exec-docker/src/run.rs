@@ -340,14 +340,11 @@ impl RunHandle for DockerRun {
 
     /// Ends a wait in progress, unless a wake it has not heard yet will.
     fn wait_waker(&self) -> Option<WaitWaker> {
-        let (tell, unheard) = (self.tell.clone(), self.unheard.clone());
-        Some(Arc::new(move || {
-            if !unheard.swap(true, Ordering::SeqCst)
-                && let Some(tell) = tell.upgrade()
-            {
-                let _ = tell.send(Heard::Woken);
-            }
-        }))
+        Some(outpost_host::folded_waker(
+            self.tell.clone(),
+            self.unheard.clone(),
+            || Heard::Woken,
+        ))
     }
 
     /// The output buffer calls `waker` after every push that kept something.

@@ -198,14 +198,11 @@ impl RunHandle for WasmRun {
     /// waiter runs itself is not ended early: its waiter is busy running it (a cancel reaches
     /// it through [`RunHandle::canceller`]).
     fn wait_waker(&self) -> Option<WaitWaker> {
-        let (tell, unheard) = (self.tell.clone(), self.unheard.clone());
-        Some(Arc::new(move || {
-            if !unheard.swap(true, Ordering::SeqCst)
-                && let Some(tell) = tell.upgrade()
-            {
-                let _ = tell.send(Heard::Woken);
-            }
-        }))
+        Some(outpost_host::folded_waker(
+            self.tell.clone(),
+            self.unheard.clone(),
+            || Heard::Woken,
+        ))
     }
 
     /// Both output pipes call `waker` after every write that kept something.
