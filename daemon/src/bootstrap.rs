@@ -350,6 +350,11 @@ pub(crate) fn services(
         std::env::vars_os().collect(),
     ));
     commands.set_local_opt_in(options.local.commands_enabled);
+    // A background job's end wakes the loop, whose tick reaps it and reports it.
+    let ended_tx = events.clone();
+    commands.notify_job_end(Arc::new(move || {
+        let _ = ended_tx.send(Event::CommandsAudit);
+    }));
     let policy = Arc::new(PolicySource::new(
         home.folders.local_policy_file(),
         options.local.clone(),

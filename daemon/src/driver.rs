@@ -344,9 +344,8 @@ impl Driver {
         }
     }
 
-    /// How long until [`Driver::tick`] has something to do: the next feature look, the
-    /// update timetable's next moment, and — only while background host commands run — their
-    /// reaping every [`REAP_EVERY`].
+    /// How long until [`Driver::tick`] has something to do: the next feature look and the
+    /// update timetable's next moment (a background host command's end is an event).
     fn own_timer(&self) -> Duration {
         let now = StdInstant::now();
         let mut next = self
@@ -355,9 +354,6 @@ impl Driver {
             .unwrap_or(now);
         if let Some(due) = self.updates.next_due() {
             next = next.min(due);
-        }
-        if self.commands.background > 0 {
-            next = next.min(now + REAP_EVERY);
         }
         if let Some(since) = self.requests.restart_asked {
             next = next.min(since + crate::DRAIN_LIMIT);
@@ -652,6 +648,3 @@ impl Driver {
         exit
     }
 }
-
-/// How often background host commands are looked at while any runs.
-const REAP_EVERY: Duration = Duration::from_millis(100);

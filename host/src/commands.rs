@@ -183,6 +183,8 @@ struct State {
     next_foreground: u64,
     next_id: JobId,
     audit: Vec<AuditEvent>,
+    /// Called when a background job ends ([`HostCommands::notify_job_end`]).
+    job_end: Option<outpost_core::executor::WaitWaker>,
 }
 
 /// The daemon's host commands. Lives as long as the daemon, not a run.
@@ -233,6 +235,7 @@ impl HostCommands {
                 next_foreground: 1,
                 next_id: 1,
                 audit: Vec::new(),
+                job_end: None,
             }),
         }
     }
@@ -423,10 +426,19 @@ impl HostCommands {
         Ok(outcome)
     }
 
+    /// From now on, `waker` is called (from another thread) whenever a background job ends,
+    /// so its keeper calls [`HostCommands::reap`] then instead of looking on a timer.
+    pub fn notify_job_end(&self, waker: outpost_core::executor::WaitWaker) {
+        self.lock().job_end = Some(waker);
+    }
+
     /// Starts a background job that outlives the run; returns its id.
     pub fn start(&self, req: &CommandRequest) -> Result<JobId, CommandError> {
         let mut s = self.lock();
         let run = self.spawn(&mut s, req, true)?;
+        if let Some(waker) = &s.job_end {
+            run.notify_exit(waker.clone());
+        }
         let id = s.next_id;
         s.next_id += 1;
         s.jobs.insert(

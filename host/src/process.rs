@@ -98,6 +98,29 @@ pub struct ProcessRun {
     /// The sandbox holds itself until the run is dropped
     /// ([`crate::sandbox::SandboxGuard::holds_until_dropped`]): its group is stopped then.
     held: bool,
+    /// Who to call when the run ends ([`ProcessRun::notify_exit`]).
+    exit_notify: Arc<Mutex<ExitNotify>>,
+}
+
+/// Whether a run ended, and who to call when it does.
+enum ExitNotify {
+    /// Still running: call this, if set, when it ends.
+    Running(Option<outpost_core::executor::WaitWaker>),
+    /// It ended: a notifier set from now on is called at once.
+    Ended,
+}
+
+impl ExitNotify {
+    /// The run ended: the notifier to call, if one was set and not called yet.
+    fn ended(slot: &Mutex<ExitNotify>) -> Option<outpost_core::executor::WaitWaker> {
+        let mut slot = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match std::mem::replace(&mut *slot, ExitNotify::Ended) {
+            ExitNotify::Running(waker) => waker,
+            ExitNotify::Ended => None,
+        }
+    }
 }
 
 impl ProcessRun {
@@ -143,20 +166,29 @@ impl ProcessRun {
         let report = guard
             .as_mut()
             .and_then(crate::sandbox::SandboxGuard::take_report);
+        let exit_notify = Arc::new(Mutex::new(ExitNotify::Running(None)));
         let waker = match report.as_ref().map(std::fs::File::try_clone) {
             Some(Ok(mut reader)) => {
                 let report_tx = tell.clone();
+                let notify = exit_notify.clone();
                 std::thread::spawn(move || {
                     if let Some(status) = read_report(&mut reader) {
                         let _ = report_tx.send(Heard::Reported(status));
+                        if let Some(notify) = ExitNotify::ended(&notify) {
+                            notify();
+                        }
                     }
                 });
                 report
             }
             _ => None,
         };
+        let notify = exit_notify.clone();
         std::thread::spawn(move || {
             let _ = exit_tx.send(Heard::Exited(child.wait()));
+            if let Some(notify) = ExitNotify::ended(&notify) {
+                notify();
+            }
         });
         let held = guard
             .as_ref()
@@ -176,7 +208,30 @@ impl ProcessRun {
             held,
             report: waker,
             refusals: s.refusals,
+            exit_notify,
         })
+    }
+
+    /// Calls `waker` once, when the run ends (at once if it already did), from the thread
+    /// that saw the end: whoever keeps runs it does not wait on (background host commands)
+    /// hears of an end without looking.
+    pub fn notify_exit(&self, waker: outpost_core::executor::WaitWaker) {
+        let ended = {
+            let mut slot = self
+                .exit_notify
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match &mut *slot {
+                ExitNotify::Running(set) => {
+                    *set = Some(waker.clone());
+                    false
+                }
+                ExitNotify::Ended => true,
+            }
+        };
+        if ended {
+            waker();
+        }
     }
 
     /// The process id of the entry (also its process group id).

@@ -195,3 +195,33 @@ fn the_audit_cuts_long_commands_and_denylisted_cwds_are_refused() {
     let err = c.run(&request("ada", &["true"])).unwrap_err();
     assert_eq!(err.code(), "path_refused");
 }
+
+/// A background job's end is told, not looked for: the notifier `notify_job_end` set is called
+/// when the job exits on its own, after which `reap` finds it finished at once.
+#[test]
+fn a_background_job_s_end_calls_the_job_end_notifier() {
+    use std::sync::{Arc, mpsc};
+    let c = commands();
+    let (told, ends) = mpsc::channel();
+    c.notify_job_end(Arc::new(move || {
+        let _ = told.send(());
+    }));
+    let go = std::env::temp_dir().join(format!("outpost-job-end-{}", std::process::id()));
+    let _ = std::fs::remove_file(&go);
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.02; done; echo done",
+        go = go.display()
+    );
+    let id = c.start(&request("ada", &["sh", "-c", &script])).unwrap();
+    assert!(
+        ends.try_recv().is_err(),
+        "no end is told while the job runs"
+    );
+    std::fs::write(&go, "").unwrap();
+    ends.recv_timeout(Duration::from_secs(60))
+        .expect("the job's end is told");
+    c.reap();
+    assert!(matches!(c.poll("ada", id).unwrap(), JobStatus::Finished(_)));
+    assert_eq!(c.jobs_running(), 0);
+    let _ = std::fs::remove_file(&go);
+}
