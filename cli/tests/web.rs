@@ -659,12 +659,53 @@ fn a_context_s_page_shows_its_state_grant_and_recent_runs() {
             .any(|r| r[0] == id && r[1].starts_with("exited")),
         "{runs:?}"
     );
+    assert_eq!(
+        page.eval("document.getElementById('grant-editor').hidden"),
+        false,
+        "the admin may change the grant"
+    );
     page.keep_screenshot("web-context-page");
     page.eval(&format!(
         "Array.from(document.querySelectorAll('#context-runs button')).find(b => b.textContent === '{id}').click()"
     ));
     page.wait_until("the run's page", "document.body.dataset.run === 'ended'");
     assert_eq!(page.eval("document.body.dataset.tab"), "runs");
+
+    // A member of a shared context sees its page but neither the grant editor nor the
+    // daemon's controls: changing either is the operator's and the admins' alone.
+    let (status, made) = server.api(
+        "POST",
+        "/v1/users",
+        Some(serde_json::json!({"name": "mia"})),
+    );
+    assert_eq!(status, 201, "{made}");
+    let (status, shared) = server.api(
+        "POST",
+        "/v1/execution-contexts/build-box/share",
+        Some(serde_json::json!({"allMembers": true})),
+    );
+    assert_eq!(status, 200, "{shared}");
+    let member = chromium.open(&format!("{}/", server.url));
+    member.sign_in(made["token"].as_str().expect("a token"));
+    member.wait_until(
+        "build-box listed for the member",
+        "Array.from(document.querySelectorAll('#contexts tbody tr')).some(r => r.cells[0].textContent === 'build-box')",
+    );
+    member.eval("document.querySelector(\"#contexts button[data-context='build-box']\").click()");
+    member.wait_until(
+        "the context's page for the member",
+        "document.body.dataset.context === 'shown'",
+    );
+    assert_eq!(
+        member.eval("document.getElementById('grant-editor').hidden"),
+        true,
+        "no grant editor for a member"
+    );
+    assert_eq!(
+        member.eval("document.getElementById('daemon-controls').hidden"),
+        true,
+        "no daemon controls for a member"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
