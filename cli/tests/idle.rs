@@ -71,9 +71,21 @@ fn idle_daemon_sleeps(host: &str) {
     std::thread::sleep(WINDOW);
     let made = made_between(&before, &switches(daemon.child.id()));
     let per_second = made as f64 / WINDOW.as_secs_f64();
-    // The figure itself, for the record (`--nocapture` shows it).
+    let rss_kib = std::fs::read_to_string(format!("/proc/{}/status", daemon.child.id()))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or(0);
+    // The figures themselves, for the record (`--nocapture` shows them; this is a test
+    // build, so its memory is above a release build's).
     eprintln!(
-        "an idle {host} daemon: {made} context switches in {} s ({per_second:.2}/s)",
+        "an idle {host} daemon: {made} context switches in {} s ({per_second:.2}/s), {rss_kib} KiB resident",
         WINDOW.as_secs()
     );
     assert!(
