@@ -155,10 +155,27 @@ fn runs_and_audit_tabs_show_a_run_made_with_outpost_execute() {
     let id = run["executionId"].as_str().expect("an id").to_owned();
     assert_eq!(run["ranOnText"], result["ranOnText"]);
 
+    // A run on the server's cloud too: it has no server-side total, only the daemon-side one.
+    let cloud_id = server.submit(&common::shell_capability("cloud-run", "echo up\n"), "cloud");
+    server.wait_status(&cloud_id, "exited");
+
     let chromium = Chromium::start(WIDTH, HEIGHT);
     let page = signed_in(&chromium, &server);
     page.show_tab("runs");
     let rows = page.table("runs");
+    let cloud = rows
+        .iter()
+        .find(|r| r[0] == cloud_id)
+        .expect("the cloud run's row");
+    assert!(
+        cloud[4].contains(" ms")
+            && !cloud[4].contains("undefined")
+            && cloud[4]
+                .split(' ')
+                .next()
+                .is_some_and(|n| n.parse::<u64>().is_ok()),
+        "a cloud run's time in milliseconds: {cloud:?}"
+    );
     let row = rows.iter().find(|r| r[0] == id).expect("the run's row");
     assert_eq!(row[1], "exited (exit 3)");
     assert_eq!(row[2], result["ranOnText"].as_str().expect("ranOnText"));

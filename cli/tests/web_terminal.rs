@@ -143,6 +143,13 @@ fn resizing_the_window_changes_stty_size() {
         "stty size after the resize",
         &format!("{small_rows} {small_cols}"),
     );
+    // The page's list of open terminals follows: open, at the new size.
+    page.wait_until(
+        "the terminals list to show the new size",
+        &format!(
+            "Array.from(document.querySelectorAll('#terminals tbody tr')).some(r => r.cells[2].textContent === 'open' && r.cells[4].textContent === '{small_cols}×{small_rows}')"
+        ),
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -418,6 +418,9 @@
       done = loadRuns();
     } else if (topic === "audit" && tab === "audit") {
       done = loadAudit();
+    } else if (topic === "runs" && tab === "terminal") {
+      // A terminal is a run: one opened, started or ended changes both lists.
+      done = loadTerminals().then(loadRecordings);
     } else {
       return done;
     }
@@ -601,6 +604,11 @@
     xterm.fit.fit(term);
   }
 
+  // The open terminals' list again, when this page's own terminal changed its state or size.
+  function terminalsChanged() {
+    if (document.body.dataset.tab === "terminal") { loadTerminals().catch(showError); }
+  }
+
   function sendResize(cols, rows) {
     if (!socket || socket.readyState !== WebSocket.OPEN || !current || current.role !== "operator") {
       return;
@@ -691,9 +699,11 @@
         break;
       case "live":
         endReplayWhenDrawn();
+        terminalsChanged();
         break;
       case "resized":
         if (current && current.role !== "operator") { term.resize(message.cols, message.rows); }
+        terminalsChanged();
         break;
       case "exit":
         status("the program ended" +
