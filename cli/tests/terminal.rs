@@ -1210,3 +1210,76 @@ fn a_recording_cut_by_a_killed_server_is_ended_at_the_next_start() {
     );
     assert_eq!(row["size"].as_u64(), Some(text.len() as u64), "{row}");
 }
+
+/// A member who is no admin watches the recording of a terminal she opened on her own machine:
+/// she lists it and reads it, and so does an admin; another member neither lists nor reads it.
+#[test]
+fn a_member_watches_the_recording_of_her_own_terminal_and_no_other_member_does() {
+    let dir = temp_dir("recording-member");
+    let server = Server::start(&dir.join("server"), 0);
+    let user = |name: &str| -> String {
+        let (status, made) = server.api("POST", "/v1/users", Some(json!({"name": name})));
+        assert_eq!(status, 201, "{made}");
+        made["token"].as_str().expect("a token").to_owned()
+    };
+    let (ana, eve) = (user("ana"), user("eve"));
+    let mut join = outpost_core::join::Join::parse(&server.join).expect("a join");
+    join.token = ana.clone();
+    let _daemon = common::Daemon::start(&dir.join("home"), "anabox", Some(&join.encode()), "tokio");
+    server.wait_context("anabox", "ana's machine online", |c| c["online"] == true);
+    let (status, opened) = api(
+        &server.url,
+        &ana,
+        "POST",
+        "/v1/execution-contexts/anabox/terminals",
+        Some(json!({"cols": 80, "rows": 24})),
+    );
+    assert_eq!(status, 201, "{opened}");
+    let terminal = opened["terminalId"].as_str().expect("an id").to_owned();
+    let mut viewer = Viewer::connect(&server, &terminal, opened["ticket"].as_str().unwrap());
+    viewer.until("ready", |v| v.said("live").is_some());
+    set_prompt(&mut viewer);
+    viewer.type_keys("echo hers-$((6*7))\r");
+    viewer.until("her echo", |v| v.shows("hers-42"));
+    viewer.type_keys("exit\r");
+    viewer.until("the exit", |v| v.closed.is_some());
+    let path = format!("/v1/terminals/{terminal}/recording");
+    let mine = wait_for("her recording's end to be stored", || {
+        let (status, listed) = api(&server.url, &ana, "GET", "/v1/recordings", None);
+        assert_eq!(status, 200, "{listed}");
+        listed["recordings"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["terminalId"] == terminal.as_str()))
+            .filter(|r| !r["endedAt"].is_null())
+            .cloned()
+    });
+    assert_eq!(mine["openedBy"], "ana", "{mine}");
+    let read = |token: &str| -> (u16, String) {
+        let response = ureq::get(&format!("{}{path}", server.url))
+            .header("Authorization", &format!("Bearer {token}"))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .call()
+            .expect("an answer");
+        let status = response.status().as_u16();
+        (
+            status,
+            response.into_body().read_to_string().unwrap_or_default(),
+        )
+    };
+    let (status, text) = read(&ana);
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("hers-42"), "her session's output: {text}");
+    assert_eq!(
+        read(&server.admin).0,
+        200,
+        "an admin watches every recording"
+    );
+    let (status, text) = read(&eve);
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("recording_unknown"), "{text}");
+    let (_, listed) = api(&server.url, &eve, "GET", "/v1/recordings", None);
+    assert_eq!(listed["recordings"], json!([]), "{listed}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
