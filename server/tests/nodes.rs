@@ -126,3 +126,80 @@ fn nodes_over_one_database_list_each_other_and_one_that_stops_leaves_at_once() {
     assert_eq!(after[0]["this"], true);
     a.stop();
 }
+
+/// A node whose database stops answering lets its daemons go once its heartbeat has gone
+/// unwritten for 10 s: the daemon's socket is closed with 1001 and a new connection is refused
+/// 503 `node_cut_off`; once the database answers again and a heartbeat is written, the node
+/// takes daemons again.
+#[test]
+fn a_node_cut_off_from_its_database_lets_its_daemons_go_until_it_writes_its_heartbeat_again() {
+    let mut pg = common::postgres::Postgres::start();
+    let url = pg.database("cut_off");
+    let dir = temp_dir("node-cut-off");
+    let server = start(&dir, &url);
+    let machine = Machine::new(91);
+    assert_eq!(machine.register(&server, "box").status, 201);
+    let mut daemon = Driver::new(&server);
+    daemon.online(&server, &machine, "box");
+    let connect = |server: &TestServer| {
+        http(
+            server.addr(),
+            "GET",
+            "/v1/execution-contexts/connect?ticket=otk_not-a-ticket",
+            &[],
+            b"",
+        )
+    };
+    assert_eq!(
+        connect(&server).code(),
+        "ticket_malformed",
+        "taking daemons"
+    );
+
+    pg.kill();
+    let killed = Instant::now();
+    let socket = daemon.socket.as_mut().expect("connected");
+    let close = loop {
+        match socket.read() {
+            Ok(tungstenite::Message::Close(frame)) => break frame,
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("the socket ended without a close: {e}"),
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(40),
+            "no close within 40 s of the database's end"
+        );
+    };
+    let close = close.expect("a close frame");
+    assert_eq!(u16::from(close.code), 1001, "{close:?}");
+    assert!(
+        killed.elapsed() >= Duration::from_secs(8),
+        "not before its heartbeat went unwritten for the bound: {:?}",
+        killed.elapsed()
+    );
+    let refused = connect(&server);
+    assert_eq!(
+        (refused.status, refused.code()),
+        (503, "node_cut_off".to_owned()),
+        "{}",
+        refused.json()
+    );
+
+    pg.restart();
+    let back = Instant::now();
+    loop {
+        let answer = connect(&server);
+        if answer.code() == "ticket_malformed" {
+            break;
+        }
+        assert_eq!(answer.code(), "node_cut_off", "{}", answer.json());
+        assert!(
+            back.elapsed() < Duration::from_secs(30),
+            "still cut off 30 s after the database came back"
+        );
+        // The pace of a check with no change signal to wait on: a heartbeat every 2 s.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    server.stop();
+}

@@ -131,6 +131,9 @@ pub(crate) enum Msg {
         exec_id: ExecutionId,
         reply: oneshot::Sender<Option<core_server::QueuePlace>>,
     },
+    /// This node could not write its heartbeat for [`crate::http::nodes::CUT_OFF`]: close
+    /// every daemon's connection (they connect again, to any node).
+    CutOff,
     /// Stop.
     Shutdown,
 }
@@ -150,6 +153,10 @@ pub(crate) struct Shared {
     pub(crate) limits: crate::Limits,
     /// Request bodies in progress (counted by the listener, shown by `/metrics`).
     pub(crate) inflight: Arc<crate::inflight::Inflight>,
+    /// This node is cut off: it could not write its heartbeat for
+    /// [`crate::http::nodes::CUT_OFF`], so it takes no daemon connection until it can
+    /// (set and cleared by the heartbeat alone).
+    pub(crate) cut_off: std::sync::atomic::AtomicBool,
 }
 
 /// The actor's state.
@@ -427,6 +434,19 @@ impl Dispatcher {
                     context_id: context_id.into(),
                     order,
                 })
+            }
+            Msg::CutOff => {
+                tracing::warn!(
+                    daemons = self.conns.len(),
+                    "closing every daemon's connection: this node cannot write its heartbeat"
+                );
+                for handle in self.conns.values() {
+                    handle.offer(ToConn::Close(
+                        outpost_core::wire::close_code::GOING_AWAY,
+                        "this node cannot reach its database; connect again".into(),
+                    ));
+                }
+                Ok(())
             }
             // Taken by `on_batch` itself.
             Msg::Input { .. } | Msg::Connect { .. } | Msg::Disconnected { .. } | Msg::Shutdown => {

@@ -60,6 +60,20 @@ impl From<crate::secrets::RandomError> for ApiError {
     }
 }
 
+impl ApiError {
+    /// 503 `node_cut_off`: this node could not write its heartbeat lately, so it takes no
+    /// daemon connection now (another node may).
+    pub(crate) fn cut_off() -> Self {
+        let mut answer = Self::new(
+            503,
+            "node_cut_off",
+            "this node cannot write its heartbeat to the database and takes no daemon connection now; connect again shortly, to any node",
+        );
+        answer.retry_after = Some(2);
+        answer
+    }
+}
+
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
         if e.is_unavailable() {

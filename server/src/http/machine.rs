@@ -70,6 +70,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (403, "context_revoked"),
                 (503, "ticket_store_full"),
                 (503, "random_unavailable"),
+                (503, "node_cut_off"),
             ]),
             post(connect_ticket),
         ),
@@ -87,6 +88,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (401, "ticket_unknown"),
                 (401, "ticket_expired"),
                 (400, "websocket_required"),
+                (503, "node_cut_off"),
             ]),
             get(connect),
         ),
@@ -363,6 +365,9 @@ async fn connect_ticket(
     ConnectInfo(addr): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> ApiResult {
+    if app.cut_off() {
+        return Err(ApiError::cut_off());
+    }
     let (context_id, _) = machine_request(&app, addr, req, false).await?;
     let secret = secrets::random::<48>()?;
     let (reply, rx) = oneshot::channel();
@@ -408,6 +413,9 @@ async fn connect(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult {
     auth::limit_address(&app, addr)?;
+    if app.cut_off() {
+        return Err(ApiError::cut_off());
+    }
     let ticket = super::extract::ticket_query(&uri);
     let well_formed = ticket
         .strip_prefix(TICKET_PREFIX)

@@ -115,6 +115,14 @@ pub(crate) struct AppSettings {
 }
 
 impl App {
+    /// Whether this node is cut off from its database (its heartbeat unwritten for
+    /// [`nodes::CUT_OFF`]): it takes no daemon connection then.
+    pub(crate) fn cut_off(&self) -> bool {
+        self.shared
+            .cut_off
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Builds the state.
     pub(crate) fn new(
         shared: Arc<Shared>,

@@ -3,6 +3,11 @@
 //! database's clock, with the daemons connected here when they changed. Rows of other nodes are
 //! read, never written, here; a node is listed while its heartbeat is at most [`LIVE`] old.
 //!
+//! A node whose heartbeat goes unwritten for [`CUT_OFF`] is cut off: it closes every daemon's
+//! connection and takes none (503 `node_cut_off`) until a heartbeat is written again — other
+//! nodes are about to judge it dead, and it may not keep speaking for machines it can no
+//! longer record anything for.
+//!
 //! It never decides who owns a machine: that is the fencing of CLUSTER.md §2.
 
 use std::time::Duration;
@@ -20,6 +25,23 @@ pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// How old a heartbeat may be for its node to be listed (live).
 pub(crate) const LIVE: Duration = Duration::from_secs(15);
+
+/// How long a node goes without writing its heartbeat before it cuts itself off: well before
+/// [`LIVE`], so it has let its daemons go by the time other nodes judge it dead.
+pub(crate) const CUT_OFF: Duration = Duration::from_secs(10);
+
+/// Marks this node cut off and has the dispatcher close every daemon's connection.
+async fn cut_off(app: &App, since: tokio::time::Instant) {
+    app.shared
+        .cut_off
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    tracing::warn!(
+        unwritten_secs = since.elapsed().as_secs(),
+        "this node's heartbeat went unwritten for {} s: it lets its daemons go and takes none until it is written again",
+        CUT_OFF.as_secs()
+    );
+    let _ = app.tx.send(crate::dispatch::Msg::CutOff).await;
+}
 
 /// The daemons connected to this node now.
 async fn sessions_here(app: &App) -> Result<Vec<views::NodeSession>, ApiError> {
@@ -83,6 +105,8 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
         tracing::warn!(error = %e, "an earlier start of this node stays listed for 15 s");
     }
     let mut written: Option<String> = None;
+    // The store was just opened (and migrated): that counts as the last write.
+    let mut last_written = tokio::time::Instant::now();
     let mut tick = tokio::time::interval(HEARTBEAT);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -101,12 +125,31 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
         let changed = sessions.clone().filter(|s| written.as_ref() != Some(s));
         let store = app.shared.store.clone();
         let (id, at) = (node_id.clone(), url.clone());
-        let wrote = tokio::task::spawn_blocking(move || {
+        let write = tokio::task::spawn_blocking(move || {
             store.node_heartbeat(&id, &at, started_at, changed.as_deref())
-        })
-        .await;
+        });
+        tokio::pin!(write);
+        // A write that hangs (a database that stopped answering) cuts the node off on time,
+        // not when the connection's own bound gives up.
+        let due = tokio::time::sleep_until(last_written + CUT_OFF);
+        tokio::pin!(due);
+        let wrote = loop {
+            tokio::select! {
+                wrote = &mut write => break wrote,
+                () = &mut due, if !app.cut_off() => cut_off(&app, last_written).await,
+            }
+        };
         match wrote {
             Ok(Ok(())) => {
+                last_written = tokio::time::Instant::now();
+                if app.cut_off() {
+                    app.shared
+                        .cut_off
+                        .store(false, std::sync::atomic::Ordering::SeqCst);
+                    tracing::info!(
+                        "this node's heartbeat is written again: it takes daemons again"
+                    );
+                }
                 if sessions.is_some() {
                     written = sessions;
                 }
