@@ -125,7 +125,7 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
     // The daemon says what its sandbox enforces; the server shows it with the context.
     assert_eq!(
         context["sandbox"],
-        json!({"confinement": "required", "landlock": true, "namespaces": true, "scopes": true, "mounts": []}),
+        json!({"confinement": "required", "landlock": true, "namespaces": true, "scopes": true, "mounts": null}),
         "{context}"
     );
     let shown = ok(outpost(&server, &ana, &["context", "show", "box"]));

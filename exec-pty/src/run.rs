@@ -69,6 +69,8 @@ pub struct PtyRun {
     outcome: Option<Outcome>,
     _sandbox: Option<outpost_host::sandbox::SandboxGuard>,
     refusals: Arc<Mutex<Vec<String>>>,
+    /// A wake was sent and its wait has not heard it yet (`outpost_host::folded_waker`).
+    unheard: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PtyRun {
@@ -132,6 +134,7 @@ impl PtyRun {
             idle: s.idle,
             schedule: StopSchedule::new(spawned_at, s.timeout, s.grace),
             idled: false,
+            unheard: Arc::default(),
             outcome: None,
             _sandbox: s.sandbox,
             refusals: s.refusals,
@@ -163,6 +166,21 @@ impl PtyRun {
     fn kill(&mut self) {
         session::kill_remains(self.sid, self.tty.as_deref());
         self.schedule.mark_killed();
+    }
+
+    /// Hangs up or kills the program if its schedule says so by `now`: its deadline or its
+    /// idle limit passed, or the grace after its hang-up did.
+    fn enforce_schedule(&mut self, now: Instant) {
+        let idle_passed = self.idle_deadline().is_some_and(|at| now >= at);
+        match self.schedule.due(now, idle_passed) {
+            Some(StopStep::Deadline) => self.stop(Ending::TimedOut),
+            Some(StopStep::Limit) => {
+                self.idled = true;
+                self.stop(Ending::TimedOut);
+            }
+            Some(StopStep::Kill) => self.kill(),
+            None => {}
+        }
     }
 
     fn idle_deadline(&self) -> Option<Instant> {
@@ -225,20 +243,17 @@ impl RunHandle for PtyRun {
                     self.outcome = Some(outcome.clone());
                     return Ok(Some(outcome));
                 }
-                // A cancel was raised: its caller acts on it and waits again.
-                Ok(Heard::Woken) => return Ok(None),
+                // A cancel was raised or output came: its caller acts on it and waits again.
+                // A program whose output keeps waking its waiter still meets its deadline.
+                Ok(Heard::Woken) => {
+                    self.unheard
+                        .store(false, std::sync::atomic::Ordering::SeqCst);
+                    self.enforce_schedule(Instant::now());
+                    return Ok(None);
+                }
                 Err(RecvTimeoutError::Timeout) => {
                     let now = Instant::now();
-                    let idle_passed = self.idle_deadline().is_some_and(|at| now >= at);
-                    match self.schedule.due(now, idle_passed) {
-                        Some(StopStep::Deadline) => self.stop(Ending::TimedOut),
-                        Some(StopStep::Limit) => {
-                            self.idled = true;
-                            self.stop(Ending::TimedOut);
-                        }
-                        Some(StopStep::Kill) => self.kill(),
-                        None => {}
-                    }
+                    self.enforce_schedule(now);
                     if now >= until {
                         return Ok(None);
                     }
@@ -257,9 +272,12 @@ impl RunHandle for PtyRun {
 
     fn wait_waker(&self) -> Option<outpost_core::executor::WaitWaker> {
         let tell = self.tell.clone();
-        Some(Arc::new(move || {
-            let _ = tell.send(Heard::Woken);
-        }))
+        Some(outpost_host::folded_waker(
+            self.unheard.clone(),
+            move || {
+                let _ = tell.send(Heard::Woken);
+            },
+        ))
     }
 
     /// The drain thread calls `waker` when it read output nobody took yet, and at the end.

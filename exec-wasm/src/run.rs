@@ -198,10 +198,15 @@ impl RunHandle for WasmRun {
     /// waiter runs itself is not ended early: its waiter is busy running it (a cancel reaches
     /// it through [`RunHandle::canceller`]).
     fn wait_waker(&self) -> Option<WaitWaker> {
+        // A waker keeps only a weak sender: a runner that dies still disconnects the waiter.
+        let tell = self.tell.clone();
         Some(outpost_host::folded_waker(
-            self.tell.clone(),
             self.unheard.clone(),
-            || Heard::Woken,
+            move || {
+                if let Some(tell) = tell.upgrade() {
+                    let _ = tell.send(Heard::Woken);
+                }
+            },
         ))
     }
 

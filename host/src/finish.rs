@@ -105,20 +105,17 @@ pub fn run_to_end_streaming(
 pub const STREAM_SLICE: Duration = Duration::from_millis(50);
 
 /// A [`RunHandle::wait_waker`] for a handle whose waiter sleeps on one channel that hears
-/// both the run's end and its wakes: it sends `woken()` on `tell` while the run's runner
-/// still holds the sender (a waker keeps only a [`std::sync::Weak`], so a runner that dies
-/// still disconnects the waiter), and folds wakes: none is sent while an earlier one is
-/// unheard. The waiter clears `unheard` when it hears one, before it returns.
-pub fn folded_waker<T: Send + 'static>(
-    tell: std::sync::Weak<std::sync::mpsc::Sender<T>>,
+/// both the run's end and its wakes: `wake` sends the wake, and wakes are folded — none is
+/// sent while an earlier one is unheard — so a program that prints byte by byte queues one
+/// wake, not one per byte. The waiter clears `unheard` when it hears a wake, before it looks
+/// at the output and returns.
+pub fn folded_waker(
     unheard: Arc<AtomicBool>,
-    woken: fn() -> T,
+    wake: impl Fn() + Send + Sync + 'static,
 ) -> WaitWaker {
     Arc::new(move || {
-        if !unheard.swap(true, Ordering::SeqCst)
-            && let Some(tell) = tell.upgrade()
-        {
-            let _ = tell.send(woken());
+        if !unheard.swap(true, Ordering::SeqCst) {
+            wake();
         }
     })
 }

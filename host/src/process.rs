@@ -100,6 +100,8 @@ pub struct ProcessRun {
     held: bool,
     /// Who to call when the run ends ([`ProcessRun::notify_exit`]).
     exit_notify: Arc<Mutex<ExitNotify>>,
+    /// A wake was sent and its wait has not heard it yet ([`crate::folded_waker`]).
+    unheard: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Whether a run ended, and who to call when it does.
@@ -209,7 +211,18 @@ impl ProcessRun {
             report: waker,
             refusals: s.refusals,
             exit_notify,
+            unheard: Arc::default(),
         })
+    }
+
+    /// Stops or kills the run if its schedule says so by `now` (its deadline passed, or the
+    /// grace after its stop did).
+    fn enforce_schedule(&mut self, now: Instant) {
+        match self.schedule.due(now, false) {
+            Some(StopStep::Deadline | StopStep::Limit) => self.stop(Ending::TimedOut),
+            Some(StopStep::Kill) => self.kill_group(),
+            None => {}
+        }
     }
 
     /// Calls `waker` once, when the run ends (at once if it already did), from the thread
@@ -349,7 +362,14 @@ impl RunHandle for ProcessRun {
             match self.heard.recv_timeout(wake.saturating_duration_since(now)) {
                 Ok(heard) => {
                     let (status, reported) = match heard {
-                        Heard::Woken => return Ok(None),
+                        Heard::Woken => {
+                            self.unheard
+                                .store(false, std::sync::atomic::Ordering::SeqCst);
+                            // A program whose output keeps waking its waiter still meets its
+                            // deadline and its kill.
+                            self.enforce_schedule(Instant::now());
+                            return Ok(None);
+                        }
                         Heard::Exited(status) => (status, false),
                         Heard::Reported(status) => (Ok(status), true),
                     };
@@ -359,11 +379,7 @@ impl RunHandle for ProcessRun {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     let now = Instant::now();
-                    match self.schedule.due(now, false) {
-                        Some(StopStep::Deadline | StopStep::Limit) => self.stop(Ending::TimedOut),
-                        Some(StopStep::Kill) => self.kill_group(),
-                        None => {}
-                    }
+                    self.enforce_schedule(now);
                     if now >= until {
                         return Ok(None);
                     }
@@ -384,9 +400,10 @@ impl RunHandle for ProcessRun {
         Some(self.pid().to_string())
     }
 
+    /// Folded: output that comes faster than the waiter wakes queues one wake.
     fn wait_waker(&self) -> Option<outpost_core::executor::WaitWaker> {
         let tell = self.tell.clone();
-        Some(Arc::new(move || {
+        Some(crate::folded_waker(self.unheard.clone(), move || {
             let _ = tell.send(Heard::Woken);
         }))
     }

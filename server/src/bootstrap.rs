@@ -164,7 +164,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         terminals,
         limits: config.limits.clone(),
         inflight: crate::inflight::Inflight::new(config.limits.clone()),
-        cut_off: std::sync::atomic::AtomicBool::new(false),
+        cut_off: tokio::sync::watch::Sender::new(false),
     });
     let signer = Arc::new(keys.signer);
     let heartbeat_secs = u32::try_from(config.heartbeat.as_secs().max(1)).unwrap_or(u32::MAX);

@@ -185,6 +185,12 @@ fn a_node_cut_off_from_its_database_lets_its_daemons_go_until_it_writes_its_hear
         "{}",
         refused.json()
     );
+    let health = http(server.addr(), "GET", "/healthz", &[], b"");
+    assert_eq!(
+        (health.status, health.code()),
+        (503, "node_cut_off".to_owned()),
+        "a load balancer sees the node unhealthy"
+    );
 
     pg.restart();
     let back = Instant::now();
@@ -201,5 +207,6 @@ fn a_node_cut_off_from_its_database_lets_its_daemons_go_until_it_writes_its_hear
         // The pace of a check with no change signal to wait on: a heartbeat every 2 s.
         std::thread::sleep(Duration::from_millis(200));
     }
+    assert_eq!(http(server.addr(), "GET", "/healthz", &[], b"").status, 200);
     server.stop();
 }

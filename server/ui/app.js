@@ -604,9 +604,15 @@
     xterm.fit.fit(term);
   }
 
-  // The open terminals' list again, when this page's own terminal changed its state or size.
+  // The open terminals' list again, when this page's own terminal changed its state or size;
+  // a burst (a window dragged wider) reads it once, a quarter of a second after it began.
+  var terminalsTimer = null;
   function terminalsChanged() {
-    if (document.body.dataset.tab === "terminal") { loadTerminals().catch(showError); }
+    if (document.body.dataset.tab !== "terminal" || terminalsTimer) { return; }
+    terminalsTimer = setTimeout(function () {
+      terminalsTimer = null;
+      loadTerminals().catch(showError);
+    }, 250);
   }
 
   function sendResize(cols, rows) {

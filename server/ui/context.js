@@ -34,6 +34,19 @@
       return !!me && (me.admin || me.user === c.operator) && !c.revoked;
     }
 
+    // The folders the operator's runs see (a shared run sees none), or why they are not shown.
+    function foldersText(c) {
+      if (!c.online) { return "unknown while offline"; }
+      if (!mayManage(c)) { return "shown to its operator and admins"; }
+      if (!c.sandbox || !c.sandbox.mounts) {
+        return "not announced by its daemon (an older daemon, or its grant not applied yet)";
+      }
+      var listed = c.sandbox.mounts.map(function (m) { return m.path + " (" + m.mode + ")"; });
+      if (!listed.length) { return "none (the grant and the owner's policy share no folder)"; }
+      return listed.join(", ") + (listed.length >= 64 ? ", … (the first 64)" : "") +
+        "; shared runs see none";
+    }
+
     // ---- the daemon card ----
 
     function showDaemon(c) {
@@ -188,9 +201,7 @@
       ui.fact(body, "Environments", (c.environments || []).join(", ") || "none announced");
       ui.fact(body, "Sandbox", ui.sandboxSummary(c.sandbox));
       // Where the grant and the owner's local policy meet, as the daemon says it now.
-      ui.fact(body, "Folders a run sees", !c.sandbox ? "unknown while offline"
-        : (c.sandbox.mounts || []).map(function (m) { return m.path + " (" + m.mode + ")"; })
-          .join(", ") || "none (the grant and the owner's policy share no folder)");
+      ui.fact(body, "Folders the operator's runs see", foldersText(c));
       ui.fact(body, "Grant", ui.grantSummary(c.grant) + " (version " + c.grantVersion + ")");
       ui.fact(body, "Recordings", c.online ? (c.recordsTerminalInput
         ? "terminal output and what operators type (its owner allows it)"

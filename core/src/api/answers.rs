@@ -312,10 +312,13 @@ pub struct SandboxView {
     pub namespaces: bool,
     /// Landlock's signal and abstract-socket scoping is enforced.
     pub scopes: bool,
-    /// The folders a run there sees now: where the grant and the owner's local policy meet,
-    /// from the daemon's `mount:MODE:PATH` features (empty: none).
+    /// The folders the operator's runs there see now (a shared run sees none): where the
+    /// grant and the owner's local policy meet, from the daemon's `mount:MODE:PATH` features
+    /// (empty: none). `None` when the daemon says `fs` but names no folder (a daemon older
+    /// than these features, or one that has not applied its grant yet), and for a caller
+    /// who is neither the context's operator nor an admin.
     #[serde(default)]
-    pub mounts: Vec<MountView>,
+    pub mounts: Option<Vec<MountView>>,
 }
 
 /// A folder a machine's runs see, as its daemon announced it.
@@ -368,10 +371,13 @@ impl SandboxView {
             landlock: has("sandbox:landlock"),
             namespaces: has("sandbox:namespaces"),
             scopes: has("sandbox:scopes"),
-            mounts: features
-                .iter()
-                .filter_map(|f| MountView::of_feature(f))
-                .collect(),
+            mounts: {
+                let named: Vec<MountView> = features
+                    .iter()
+                    .filter_map(|f| MountView::of_feature(f))
+                    .collect();
+                (!named.is_empty() || !has("fs")).then_some(named)
+            },
         })
     }
 }
@@ -833,10 +839,15 @@ mod tests {
         let view = SandboxView::of(&features).expect("a sandbox view");
         assert_eq!(
             view.mounts,
-            [MountView {
+            Some(vec![MountView {
                 path: "/data".into(),
                 mode: FolderMode::Ro
-            }]
+            }])
         );
+        // `fs` without a folder named: not known (an older daemon); neither: none.
+        let older: Vec<String> = ["confinement:required", "fs"].map(str::to_owned).into();
+        assert_eq!(SandboxView::of(&older).unwrap().mounts, None);
+        let none: Vec<String> = ["confinement:required"].map(str::to_owned).into();
+        assert_eq!(SandboxView::of(&none).unwrap().mounts, Some(Vec::new()));
     }
 }

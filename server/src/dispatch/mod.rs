@@ -131,9 +131,6 @@ pub(crate) enum Msg {
         exec_id: ExecutionId,
         reply: oneshot::Sender<Option<core_server::QueuePlace>>,
     },
-    /// This node could not write its heartbeat for [`crate::http::nodes::CUT_OFF`]: close
-    /// every daemon's connection (they connect again, to any node).
-    CutOff,
     /// Stop.
     Shutdown,
 }
@@ -154,9 +151,11 @@ pub(crate) struct Shared {
     /// Request bodies in progress (counted by the listener, shown by `/metrics`).
     pub(crate) inflight: Arc<crate::inflight::Inflight>,
     /// This node is cut off: it could not write its heartbeat for
-    /// [`crate::http::nodes::CUT_OFF`], so it takes no daemon connection until it can
-    /// (set and cleared by the heartbeat alone).
-    pub(crate) cut_off: std::sync::atomic::AtomicBool,
+    /// [`crate::http::nodes::CUT_OFF`], so every daemon connection closes itself (each
+    /// socket's writer watches this, not the dispatcher, which a hung database may hold) and
+    /// none is taken until a heartbeat is written again. Set and cleared by the heartbeat
+    /// alone.
+    pub(crate) cut_off: tokio::sync::watch::Sender<bool>,
 }
 
 /// The actor's state.
@@ -434,19 +433,6 @@ impl Dispatcher {
                     context_id: context_id.into(),
                     order,
                 })
-            }
-            Msg::CutOff => {
-                tracing::warn!(
-                    daemons = self.conns.len(),
-                    "closing every daemon's connection: this node cannot write its heartbeat"
-                );
-                for handle in self.conns.values() {
-                    handle.offer(ToConn::Close(
-                        outpost_core::wire::close_code::GOING_AWAY,
-                        "this node cannot reach its database; connect again".into(),
-                    ));
-                }
-                Ok(())
             }
             // Taken by `on_batch` itself.
             Msg::Input { .. } | Msg::Connect { .. } | Msg::Disconnected { .. } | Msg::Shutdown => {

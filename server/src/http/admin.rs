@@ -61,8 +61,17 @@ pub(super) fn routes() -> Vec<Route> {
             get(super::nodes::list),
         ),
         route(
-            api("GET", "/healthz", "Liveness").answer::<views::Health>(200),
-            get(|| async { axum::Json(views::Health { ok: true }) }),
+            api("GET", "/healthz", "Liveness")
+                .answer::<views::Health>(200)
+                .errors(&[(503, "node_cut_off")]),
+            // A node cut off from its database is not healthy: a load balancer sends daemons
+            // to another.
+            get(|State(app): State<App>| async move {
+                if app.cut_off() {
+                    return Err(super::error::ApiError::cut_off());
+                }
+                Ok(axum::Json(views::Health { ok: true }))
+            }),
         ),
         route(
             api("GET", "/metrics", "Prometheus metrics").answer_raw(

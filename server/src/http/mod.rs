@@ -118,9 +118,7 @@ impl App {
     /// Whether this node is cut off from its database (its heartbeat unwritten for
     /// [`nodes::CUT_OFF`]): it takes no daemon connection then.
     pub(crate) fn cut_off(&self) -> bool {
-        self.shared
-            .cut_off
-            .load(std::sync::atomic::Ordering::SeqCst)
+        *self.shared.cut_off.borrow()
     }
 
     /// Builds the state.

@@ -30,22 +30,23 @@ pub(crate) const LIVE: Duration = Duration::from_secs(15);
 /// [`LIVE`], so it has let its daemons go by the time other nodes judge it dead.
 pub(crate) const CUT_OFF: Duration = Duration::from_secs(10);
 
-/// Marks this node cut off and has the dispatcher close every daemon's connection.
-async fn cut_off(app: &App, since: tokio::time::Instant) {
-    app.shared
-        .cut_off
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+/// Marks this node cut off: every daemon socket's writer closes it (none waits for the
+/// dispatcher, which a hung database may hold), and no new one is taken.
+fn cut_off(app: &App, since: tokio::time::Instant) {
+    app.shared.cut_off.send_replace(true);
     tracing::warn!(
         unwritten_secs = since.elapsed().as_secs(),
         "this node's heartbeat went unwritten for {} s: it lets its daemons go and takes none until it is written again",
         CUT_OFF.as_secs()
     );
-    let _ = app.tx.send(crate::dispatch::Msg::CutOff).await;
 }
 
 /// The daemons connected to this node now.
 async fn sessions_here(app: &App) -> Result<Vec<views::NodeSession>, ApiError> {
-    let contexts = app.shared.store.contexts()?;
+    let store = app.shared.store.clone();
+    let contexts = tokio::task::spawn_blocking(move || store.contexts())
+        .await
+        .map_err(ApiError::internal)??;
     let live = app
         .live(contexts.iter().map(|c| c.id.clone()).collect())
         .await?;
@@ -117,10 +118,20 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
         if *stop.borrow() {
             break;
         }
-        let sessions = match sessions_here(&app).await {
-            Ok(s) => serde_json::to_string(&s).ok(),
-            // The dispatcher stopped: the heartbeat goes on, the sessions as last written.
-            Err(_) => None,
+        // Everything this beat does races the cut-off: a database that hangs (it answers
+        // nothing, and no connection bound has fired yet) cuts the node off on time.
+        let due = tokio::time::sleep_until(last_written + CUT_OFF);
+        tokio::pin!(due);
+        let sessions = tokio::select! {
+            listed = sessions_here(&app) => match listed {
+                Ok(s) => serde_json::to_string(&s).ok(),
+                // The dispatcher stopped: the heartbeat goes on, the sessions as last written.
+                Err(_) => None,
+            },
+            () = &mut due, if !app.cut_off() => {
+                cut_off(&app, last_written);
+                None
+            }
         };
         let changed = sessions.clone().filter(|s| written.as_ref() != Some(s));
         let store = app.shared.store.clone();
@@ -129,23 +140,17 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
             store.node_heartbeat(&id, &at, started_at, changed.as_deref())
         });
         tokio::pin!(write);
-        // A write that hangs (a database that stopped answering) cuts the node off on time,
-        // not when the connection's own bound gives up.
-        let due = tokio::time::sleep_until(last_written + CUT_OFF);
-        tokio::pin!(due);
         let wrote = loop {
             tokio::select! {
                 wrote = &mut write => break wrote,
-                () = &mut due, if !app.cut_off() => cut_off(&app, last_written).await,
+                () = &mut due, if !app.cut_off() => cut_off(&app, last_written),
             }
         };
         match wrote {
             Ok(Ok(())) => {
                 last_written = tokio::time::Instant::now();
                 if app.cut_off() {
-                    app.shared
-                        .cut_off
-                        .store(false, std::sync::atomic::Ordering::SeqCst);
+                    app.shared.cut_off.send_replace(false);
                     tracing::info!(
                         "this node's heartbeat is written again: it takes daemons again"
                     );

@@ -36,6 +36,13 @@ const TOO_LARGE_REASON: &str = "frame too large";
 /// Close code: the server could not keep up with this connection.
 const QUEUE_FULL: u16 = outpost_core::wire::close_code::INTERNAL_ERROR;
 
+/// How a daemon's socket is closed when this node is cut off from its database: it connects
+/// again, to any node.
+const GOING_AWAY: u16 = outpost_core::wire::close_code::GOING_AWAY;
+
+/// The reason sent with [`GOING_AWAY`] when this node is cut off.
+const CUT_OFF_REASON: &str = "this node cannot reach its database; connect again";
+
 /// The WebSocket message for `out`, and whether it closes the connection.
 fn message_of(out: ToConn) -> (Message, bool) {
     match out {
@@ -74,6 +81,9 @@ pub(crate) async fn drive(
     }
     let (mut sink, mut stream) = socket.split();
     let ping_every = app.ping_every;
+    // Set when this node is cut off from its database (already, for a connection that raced
+    // the cut): the writer closes the socket itself.
+    let mut cut_off = app.shared.cut_off.subscribe();
     let mut writer = tokio::spawn(async move {
         let mut ping =
             tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
@@ -81,6 +91,7 @@ pub(crate) async fn drive(
         loop {
             let first = tokio::select! {
                 m = queue.rx.recv() => m,
+                () = until_cut_off(&mut cut_off) => Some(ToConn::Close(GOING_AWAY, CUT_OFF_REASON.into())),
                 () = queue.overflow.notified() => Some(ToConn::Close(QUEUE_FULL, "send queue full".into())),
                 _ = ping.tick() => {
                     let sent = tokio::time::timeout(WRITE_TIMEOUT, sink.send(Message::Ping(Default::default()))).await;
@@ -154,6 +165,15 @@ pub(crate) async fn drive(
     let _ = app.tx.send(Msg::Disconnected { conn }).await;
     if !writer_done {
         let _ = tokio::time::timeout(WRITE_TIMEOUT, writer).await;
+    }
+}
+
+/// Returns once this node is cut off (at once if it is already); never if the flag's sender
+/// is gone (the server stops, and the socket with it).
+async fn until_cut_off(cut_off: &mut tokio::sync::watch::Receiver<bool>) {
+    let cut = cut_off.wait_for(|cut| *cut).await.is_ok();
+    if !cut {
+        std::future::pending::<()>().await;
     }
 }
 

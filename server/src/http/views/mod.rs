@@ -144,7 +144,14 @@ pub(crate) fn context(
         sandbox: live
             .online
             .then(|| SandboxView::of(&live.features))
-            .flatten(),
+            .flatten()
+            .map(|mut sandbox| {
+                // Paths from the owner's policy: for the operator and admins only.
+                if !(viewer.is_admin() || viewer.user == entry.operator) {
+                    sandbox.mounts = None;
+                }
+                sandbox
+            }),
         draining: live.online && live.draining,
         paused: live.online && live.paused,
         control: live.online
