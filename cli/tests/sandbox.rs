@@ -125,7 +125,7 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
     // The daemon says what its sandbox enforces; the server shows it with the context.
     assert_eq!(
         context["sandbox"],
-        json!({"confinement": "required", "landlock": true, "namespaces": true, "scopes": true, "mounts": null}),
+        json!({"confinement": "required", "landlock": true, "namespaces": true, "scopes": true, "mounts": []}),
         "{context}"
     );
     let shown = ok(outpost(&server, &ana, &["context", "show", "box"]));
@@ -140,6 +140,11 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
         &["context", "share", "box", "--all-members", "on"],
     ));
     ok(outpost(&server, &bo, &["context", "opt-in", "box"]));
+    // A member sees the machine's sandbox, not the folders its operator's runs see.
+    let (status, seen) = api(&server.url, &bo, "GET", "/v1/execution-contexts/box", None);
+    assert_eq!(status, 200, "{seen}");
+    assert_eq!(seen["sandbox"]["confinement"], "required", "{seen}");
+    assert_eq!(seen["sandbox"]["mounts"], Value::Null, "{seen}");
     let key = std::fs::read_dir(home.join("config"))
         .unwrap()
         .filter_map(Result::ok)
