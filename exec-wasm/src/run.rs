@@ -198,15 +198,10 @@ impl RunHandle for WasmRun {
     /// waiter runs itself is not ended early: its waiter is busy running it (a cancel reaches
     /// it through [`RunHandle::canceller`]).
     fn wait_waker(&self) -> Option<WaitWaker> {
-        // A waker keeps only a weak sender: a runner that dies still disconnects the waiter.
-        let tell = self.tell.clone();
-        Some(outpost_host::folded_waker(
+        Some(outpost_host::folded_weak_waker(
             self.unheard.clone(),
-            move || {
-                if let Some(tell) = tell.upgrade() {
-                    let _ = tell.send(Heard::Woken);
-                }
-            },
+            self.tell.clone(),
+            || Heard::Woken,
         ))
     }
 

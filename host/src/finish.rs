@@ -120,6 +120,21 @@ pub fn folded_waker(
     })
 }
 
+/// A [`folded_waker`] that sends `woken()` on `tell` while the run's runner still holds the
+/// sender: a waker keeps only a [`std::sync::Weak`], so a runner that dies still disconnects
+/// its waiter.
+pub fn folded_weak_waker<T: Send + 'static>(
+    unheard: Arc<AtomicBool>,
+    tell: std::sync::Weak<std::sync::mpsc::Sender<T>>,
+    woken: fn() -> T,
+) -> WaitWaker {
+    folded_waker(unheard, move || {
+        if let Some(tell) = tell.upgrade() {
+            let _ = tell.send(woken());
+        }
+    })
+}
+
 fn drive(
     handle: &mut dyn RunHandle,
     cancel: &Cancel,

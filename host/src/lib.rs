@@ -58,7 +58,9 @@ pub use commands::{
     HostCommands, JobId, JobStatus,
 };
 pub use env::{PASSTHROUGH_VARS, run_environment};
-pub use finish::{Cancel, STREAM_SLICE, folded_waker, run_to_end, run_to_end_streaming};
+pub use finish::{
+    Cancel, STREAM_SLICE, folded_waker, folded_weak_waker, run_to_end, run_to_end_streaming,
+};
 pub use gate::{Gate, GateEvent, GatePolicy, HANDSHAKE_TIMEOUT, MAX_CLIENTS};
 pub use launch::{
     LaunchContext, LaunchError, Materialized, PreparedLaunch, SkippedFolder, grant_mounts,
