@@ -12,14 +12,6 @@ use serde::{Deserialize, Serialize};
 /// The `hello` feature that says a daemon answers `control.request`.
 pub const FEATURE_CONTROL: &str = "control";
 
-/// The prefix of the `hello` features that say which folders a run sees: `mount:ro:/srv/data`
-/// (`rw` or `ro`, then the canonical path, which may itself hold `:`).
-pub const FEATURE_MOUNT_PREFIX: &str = "mount:";
-
-/// The most `mount:` features a daemon announces; a machine whose runs see more folders
-/// announces the first this many, in the grant's order.
-pub const MAX_MOUNT_FEATURES: usize = 64;
-
 /// The most log lines one `control.result` carries.
 pub const MAX_CONTROL_LINES: u32 = 200;
 

@@ -27,8 +27,8 @@ pub use codes::{
     close_code,
 };
 pub use control::{
-    ControlAction, ControlOutcome, DEFAULT_CONTROL_LINES, FEATURE_CONTROL, FEATURE_MOUNT_PREFIX,
-    MAX_CONTROL_LINE_BYTES, MAX_CONTROL_LINES, MAX_MOUNT_FEATURES, bounded_line,
+    ControlAction, ControlOutcome, DEFAULT_CONTROL_LINES, FEATURE_CONTROL, MAX_CONTROL_LINE_BYTES,
+    MAX_CONTROL_LINES, bounded_line,
 };
 pub(crate) use frame::server_frame_from_value;
 pub use frame::{
@@ -37,8 +37,9 @@ pub use frame::{
 };
 pub use result::RunResult;
 pub use types::{
-    CapabilitySource, CheckError, CommandsGrant, Egress, Environment, ErrorBody, FolderGrant,
-    FolderMode, Grant, GrantLimits, InlineFile, OutputStream, PROTOCOL_VERSION, RunStatus, Timing,
+    CapabilitySource, CheckError, CommandsGrant, Egress, Environment, ErrorBody,
+    FEATURE_MOUNT_PREFIX, FolderGrant, FolderMode, Grant, GrantLimits, InlineFile,
+    MAX_MOUNT_FEATURES, OutputStream, PROTOCOL_VERSION, RunStatus, Timing,
 };
 
 use crate::json::JsonError;

@@ -64,6 +64,14 @@ pub enum FolderMode {
     Rw,
 }
 
+/// The prefix of the `hello` features that say which folders the operator's runs see: `mount:ro:/srv/data`
+/// (`rw` or `ro`, then the canonical path, which may itself hold `:`).
+pub const FEATURE_MOUNT_PREFIX: &str = "mount:";
+
+/// The most `mount:` features a daemon announces; a machine whose runs see more folders
+/// announces the first this many, in the grant's order.
+pub const MAX_MOUNT_FEATURES: usize = 64;
+
 /// A folder the server grants, before the machine's local policy narrows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
