@@ -114,8 +114,18 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         None => None,
     };
     let store = Arc::new(Store::open_database(&config.database, &dir)?);
+    let node_id = state::node_id(&dir)?;
+    // The other nodes serving this database now (none for the SQLite file): what they own,
+    // run and record is theirs, not this start's to restore or end.
+    let live_ms = crate::http::nodes::LIVE.as_millis() as u64;
+    let live_elsewhere: std::collections::HashSet<String> = store
+        .live_nodes(live_ms)?
+        .into_iter()
+        .map(|row| row.id)
+        .filter(|id| *id != node_id)
+        .collect();
     // Sessions a killed server left open have no relay any more: their recordings end here.
-    let ended = store.end_cut_recordings()?;
+    let ended = store.end_cut_recordings_except(&live_elsewhere)?;
     if ended > 0 {
         tracing::info!(
             ended,
@@ -174,19 +184,39 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         ..SessionConfig::new("")
     };
     let now = clock.now();
-    let snapshot = store.load_snapshot()?;
-    let pending = Pending::new(config.limits.clone(), snapshot.as_ref());
-    let server = match snapshot {
-        Some(snapshot) => Server::restore(signer, template, &snapshot, now),
-        None => Server::new(signer, template, now),
+    // This node is live before it claims anything (another node starting now must not count
+    // it dead); then it owns what it owned before its restart, what no node owns and what
+    // dead nodes owned: each such machine's epoch moves on, fencing out any earlier holder.
+    store.node_heartbeat(&node_id, &url, wall_now().0, None)?;
+    let owned = store.claim_contexts(&node_id, live_ms)?;
+    let owned_ids: std::collections::HashSet<String> =
+        owned.iter().map(|(id, _)| id.clone()).collect();
+    let snapshot = store.load_owned_snapshot(&node_id, &owned_ids, &live_elsewhere)?;
+    let pending = Pending::new(config.limits.clone(), snapshot.mine.as_ref());
+    // Machines other live nodes own are known by their rows: passed over, never restored.
+    let server = match &snapshot.mine {
+        Some(mine) => {
+            Server::restore_with_elsewhere(signer, template, mine, &snapshot.elsewhere, now)
+        }
+        None => {
+            let mut server = Server::new(signer, template, now);
+            for row in &snapshot.elsewhere {
+                let input = outpost_core::server::Input::Elsewhere(Box::new(row.clone()));
+                server.handle_input(now, input).map_err(|e| {
+                    ServeError::Runtime(format!("restoring machines owned elsewhere: {e}"))
+                })?;
+            }
+            server
+        }
     };
+    let fences = crate::dispatch::Fences::new(node_id.clone(), owned);
     let cloud = Cloud::new(
         cloud,
         &config.cloud,
         dir.join("cloud-runs"),
         store.bundle_dir().to_path_buf(),
     );
-    let mut dispatcher = Dispatcher::new(server, shared.clone(), cloud, pending);
+    let mut dispatcher = Dispatcher::new(server, shared.clone(), cloud, pending, fences);
     dispatcher.settle()?;
     let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);
     // A dispatcher that stops on its own (the store refused a record) stops the server: a
@@ -202,7 +232,10 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         store.clone(),
         tx.clone(),
         config.terminal_idle,
-        crate::dispatch::terminals::RecordingConfig::from_limits(&config.limits),
+        crate::dispatch::terminals::RecordingConfig {
+            node_id: Some(node_id.clone()),
+            ..crate::dispatch::terminals::RecordingConfig::from_limits(&config.limits)
+        },
     );
     tokio::spawn(terminals.run(terminals_rx));
 
@@ -224,13 +257,24 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
             ping_every: Duration::from_secs(u64::from(heartbeat_secs)),
             join: join_template,
             xterm_dir: config.xterm_dir.clone(),
+            node_id: node_id.clone(),
         },
     );
     // A user removal a crash cut short is finished before anything is served.
     for record in crate::http::stale_records(&store)? {
-        app.call(outpost_core::server::Input::UpdateAccess(record))
+        match app
+            .call(outpost_core::server::Input::UpdateAccess(record))
             .await
-            .map_err(|e| ServeError::Runtime(format!("restoring access records: {e:?}")))?;
+        {
+            Ok(()) => {}
+            // Another node owns that machine: it is that node's to finish.
+            Err(e) if e.code == "context_owned_elsewhere" => {}
+            Err(e) => {
+                return Err(ServeError::Runtime(format!(
+                    "restoring access records: {e:?}"
+                )));
+            }
+        }
     }
     let (stop, stop_rx) = watch::channel(false);
     let heartbeat = tokio::spawn(crate::http::nodes::heartbeat(app.clone(), stop_rx.clone()));

@@ -92,6 +92,35 @@ pub(crate) fn read_optional(path: &Path) -> Result<Option<String>, StateError> {
     }
 }
 
+/// This node's id (`nd_…`), kept in the state folder's `node-id` file so that a restart is
+/// the same node: it still owns the machines it owned (docs/CLUSTER.md §2). Made on the first
+/// start; each node of a cluster needs its own state folder, or at least its own `node-id`.
+pub(crate) fn node_id(dir: &Path) -> Result<String, StateError> {
+    let path = dir.join("node-id");
+    if let Some(text) = read_optional(&path)? {
+        let id = text.trim();
+        let valid = id.len() > 3
+            && id.starts_with("nd_")
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid {
+            return Err(StateError::Corrupt {
+                path,
+                reason: "it must hold one id like nd_… (delete it and a new one is made)"
+                    .to_owned(),
+            });
+        }
+        return Ok(id.to_owned());
+    }
+    let id = crate::secrets::new_id("nd_").map_err(|e| StateError::Corrupt {
+        path: path.clone(),
+        reason: format!("no randomness for a new node id: {e}"),
+    })?;
+    write_secret(&path, format!("{id}\n").as_bytes())?;
+    Ok(id)
+}
+
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct KeyFile {

@@ -210,3 +210,127 @@ fn a_node_cut_off_from_its_database_lets_its_daemons_go_until_it_writes_its_hear
     assert_eq!(http(server.addr(), "GET", "/healthz", &[], b"").status, 200);
     server.stop();
 }
+
+/// Two nodes and a machine whose daemon moves from one to the other mid-run: the node it
+/// reconnects to takes the machine (its epoch moves on) and adopts the run the first node
+/// committed, which ends once with the daemon's result; the first node lets the machine go
+/// (by the owners' table, within a heartbeat or two) and then passes it over,
+/// `context_owned_elsewhere`, rather than queueing for it or writing anything for it.
+#[test]
+fn a_machine_that_moves_to_another_node_mid_run_ends_its_run_there_once() {
+    let url = common::postgres::database_for(&temp_dir("moves-database"));
+    let a_dir = temp_dir("moves-a");
+    let a = start(&a_dir, &url);
+    let b_dir = temp_dir("moves-b");
+    std::fs::create_dir_all(&b_dir).expect("b's folder");
+    for file in ["keys.json", "admin.token", "join"] {
+        std::fs::copy(a_dir.join(file), b_dir.join(file)).expect("a state file");
+    }
+    let b = start(&b_dir, &url);
+    let auth = [("authorization", bearer(&a.admin()))];
+    let auth: Vec<(&str, &str)> = auth.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let machine = Machine::new(93);
+    assert_eq!(machine.register(&a, "box").status, 201);
+    let mut daemon = Driver::new(&a);
+    daemon.hold = true;
+    daemon.online(&a, &machine, "box");
+
+    let submit = |to: &TestServer, context: &str| {
+        let body =
+            serde_json::json!({"capability": common::inline("echo hi\n"), "context": context})
+                .to_string();
+        let answer = http(to.addr(), "POST", "/v1/executions", &auth, body.as_bytes());
+        assert_eq!(answer.status, 201, "{}", answer.json());
+        answer.json()["executionId"]
+            .as_str()
+            .expect("an id")
+            .to_owned()
+    };
+    let execution = |on: &TestServer, id: &str| {
+        http(
+            on.addr(),
+            "GET",
+            &format!("/v1/executions/{id}"),
+            &auth,
+            b"",
+        )
+        .json()
+    };
+    let held = submit(&a, "box");
+    daemon.pump_until(
+        &a,
+        &machine,
+        "the run committed on a",
+        Duration::from_secs(20),
+        |d| d.executed.len() == 1,
+    );
+    assert_eq!(
+        execution(&b, &held)["status"],
+        "running",
+        "b reads a's record"
+    );
+
+    // The daemon's connection to a breaks; it reconnects to b, holding the run.
+    daemon.lose_socket();
+    daemon.online(&b, &machine, "box");
+    let run_id = daemon.executed[0].clone();
+    daemon.finish(&run_id);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        daemon.pump(&b, &machine);
+        let seen = execution(&a, &held);
+        if seen["status"] == "exited" {
+            assert_eq!(seen["stdout"], "hi\n", "{seen}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run never ended on b: {seen}"
+        );
+    }
+    assert_eq!(
+        daemon.executed,
+        [run_id],
+        "run once, on the daemon, whatever node"
+    );
+
+    // a lets the machine go by the owners' table and passes it over from then on.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refused = loop {
+        let id = submit(&a, "box");
+        let ended = loop {
+            daemon.pump(&b, &machine);
+            let seen = execution(&a, &id);
+            if seen["status"] != "pending" && seen["status"] != "running" {
+                break seen;
+            }
+        };
+        // Until a has read the owners' table, box is merely offline there.
+        if ended["error"]["code"] != "execution_context_offline" {
+            break ended;
+        }
+        assert!(Instant::now() < deadline, "a never let box go: {ended}");
+    };
+    assert_eq!(
+        refused["error"]["code"], "execution_context_unusable",
+        "{refused}"
+    );
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("another node")),
+        "{refused}"
+    );
+    let served = submit(&b, "box");
+    daemon.hold = false;
+    daemon.pump_until(&b, &machine, "b runs it", Duration::from_secs(20), |d| {
+        d.executed.len() == 2
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while execution(&b, &served)["status"] != "exited" {
+        daemon.pump(&b, &machine);
+        assert!(Instant::now() < deadline, "{}", execution(&b, &served));
+    }
+    b.stop();
+    a.stop();
+}

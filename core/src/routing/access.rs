@@ -50,6 +50,14 @@ pub struct ContextView {
     pub operator_is_member: bool,
 }
 
+impl ContextView {
+    /// Whether another node of a cluster owns it ([`super::OWNED_ELSEWHERE`] is its unusable
+    /// reason): it is passed over before its connection is even looked at.
+    pub fn owned_elsewhere(&self) -> bool {
+        self.unusable.as_deref() == Some(super::OWNED_ELSEWHERE)
+    }
+}
+
 /// The person an execute runs as.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

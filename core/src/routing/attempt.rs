@@ -45,6 +45,10 @@ impl AttemptOutcome {
     }
 }
 
+/// The unusable reason of a machine another node of a cluster owns (docs/CLUSTER.md §2): this
+/// node may not plan, queue or commit anything on it, so it is passed over, never waited for.
+pub const OWNED_ELSEWHERE: &str = "context_owned_elsewhere";
+
 /// A candidate that passed on the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -163,6 +167,9 @@ fn unusable_why(reason: &str) -> &'static str {
         "requires_fs" => "cannot give the run the host folders it requires",
         "requires_lan" => "cannot give the run the local network it requires",
         "unknown_context" => "no longer exists",
+        OWNED_ELSEWHERE => {
+            "is connected to another node of this cluster, which alone may run on it for now (hand-offs between nodes are not built yet: send the request to that node)"
+        }
         _ => "cannot take runs",
     }
 }

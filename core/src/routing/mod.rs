@@ -21,7 +21,7 @@ mod tests;
 pub use access::{
     AccessDenied, ContextView, HOST_OPERATOR_ONLY_FEATURE, Requester, RunKind, check_access,
 };
-pub use attempt::{Attempt, AttemptOutcome, RoutingError, describe_attempts};
+pub use attempt::{Attempt, AttemptOutcome, OWNED_ELSEWHERE, RoutingError, describe_attempts};
 pub use chain::{Chain, ChainEntry, ChainError};
 pub use plan::{Candidate, Plan, QueuedRun, Route, plan};
 pub use ran_on::{RanOn, RanOnKind, friendly_line};

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::access::{AccessDenied, ContextView, Requester, RunKind, check_access};
-use super::attempt::{Attempt, AttemptOutcome, RoutingError};
+use super::attempt::{Attempt, AttemptOutcome, OWNED_ELSEWHERE, RoutingError};
 use super::chain::{Chain, ChainEntry};
 use super::target::{ExecuteTarget, Fallback, Requirement, WhenOffline};
 use super::{CLOUD_ID, CLOUD_NAME};
@@ -179,6 +179,7 @@ pub fn plan(
         (target.context.as_deref(), target.when_offline)
         && let Some(ctx) = find(contexts, id)
         && !ctx.online
+        && !ctx.owned_elsewhere()
         && check_access(requester, ctx, target).is_ok()
     {
         return Ok(Plan::Queue(QueuedRun {
@@ -228,6 +229,9 @@ fn judge(
 ) -> Result<RunKind, (AttemptOutcome, String)> {
     let run = check_access(requester, ctx, target)
         .map_err(|denied| (AttemptOutcome::Denied, denied.code().to_owned()))?;
+    if ctx.owned_elsewhere() {
+        return Err((AttemptOutcome::Unusable, OWNED_ELSEWHERE.to_owned()));
+    }
     if !ctx.online {
         return Err((AttemptOutcome::Offline, "offline".to_owned()));
     }

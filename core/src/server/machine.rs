@@ -164,6 +164,9 @@ impl Server {
         if now.instant < self.now.instant {
             return Err(ServerError::TimeWentBackwards);
         }
+        if let Some(context_id) = self.names_elsewhere(&input) {
+            return Err(ServerError::OwnedElsewhere(context_id));
+        }
         let mark = self.outputs.len();
         self.journal.touch_input(&input);
         let result = self.apply_input(now, input);
@@ -192,7 +195,14 @@ impl Server {
                     let mut config = self.session_template.clone();
                     config.context_id = id.as_str().into();
                     let session = Session::new(config, grant, self.signer.clone(), self.now);
-                    self.add_machine(id.into_string(), Machine { record, session });
+                    self.add_machine(
+                        id.into_string(),
+                        Machine {
+                            record,
+                            session,
+                            elsewhere: false,
+                        },
+                    );
                 }
             }
             Input::Connect {
@@ -302,6 +312,8 @@ impl Server {
                     return Err(ServerError::UnknownContext(context_id));
                 }
             }
+            Input::Elsewhere(row) => self.release(&row),
+            Input::Adopt(snapshot) => self.adopt(&snapshot)?,
         }
         Ok(())
     }
@@ -350,7 +362,9 @@ impl Server {
             .map(|m| {
                 let (grant, _) = m.session.grant();
                 let online = m.session.is_ready();
-                let unusable = if m.session.is_revoked() {
+                let unusable = if m.elsewhere {
+                    Some(crate::routing::OWNED_ELSEWHERE.to_owned())
+                } else if m.session.is_revoked() {
                     Some(Refusal::Revoked.code().to_owned())
                 } else if !grant.allows(environment) {
                     Some(Refusal::EnvironmentNotGranted.code().to_owned())

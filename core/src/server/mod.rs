@@ -21,6 +21,7 @@
 
 mod feed;
 mod machine;
+mod ownership;
 mod record;
 mod registry;
 mod resume;
@@ -42,6 +43,7 @@ use crate::wire::{CapabilitySource, Environment, Grant};
 use registry::Registry;
 use timers::{SessionWakes, WakeTable};
 
+pub use ownership::OWNED_ELSEWHERE_CLOSE;
 pub use record::{
     ChainRow, ContextRow, EndedRow, ExecutionRow, PlaceRow, ServerChange, ServerRecord,
     ServerSnapshot,
@@ -216,6 +218,19 @@ pub enum Input {
         /// What to ask, with the id its answer carries.
         order: crate::session::ControlOrder,
     },
+    /// Another node of a cluster owns this machine now (docs/CLUSTER.md §2): know it by this
+    /// row (registering it if it is new), close its connection here if one is left (1001,
+    /// `owned_elsewhere`), and forget every execution placed on it — they are the owner's,
+    /// and nothing is recorded for them here. Until [`Input::Adopt`] the machine is passed
+    /// over by routing (`context_owned_elsewhere`) and refuses every input that names it.
+    Elsewhere(Box<ContextRow>),
+    /// This node owns the machine now (it took the machine's fence, or restored it): replace
+    /// what it knew of the machine with the records — the machine's row and the executions
+    /// placed on it (offered, committed or queued), as the owner before wrote them. Committed
+    /// runs keep their leases, queued ones their deadlines; an offer not committed moves on
+    /// to its next candidate, as after a restart. A snapshot without exactly one context row
+    /// is [`ServerError::AdoptWithoutContext`].
+    Adopt(Box<ServerSnapshot>),
 }
 
 /// How an execution ended.
@@ -387,6 +402,12 @@ pub enum ServerError {
     /// A session refused the input.
     #[error(transparent)]
     Session(#[from] crate::session::SessionError),
+    /// The input names a machine another node of the cluster owns ([`Input::Elsewhere`]).
+    #[error("context {0:?} is owned by another node")]
+    OwnedElsewhere(ContextId),
+    /// An [`Input::Adopt`] whose snapshot does not hold exactly one context row.
+    #[error("an adopted snapshot must hold exactly one context row")]
+    AdoptWithoutContext,
 }
 
 enum Place {
@@ -420,6 +441,9 @@ struct Execution {
 struct Machine {
     record: ContextRecord,
     session: Session,
+    /// Another node of the cluster owns it ([`Input::Elsewhere`]): nothing placed on it is
+    /// held here, its row is never journaled here, and routing passes it over.
+    elsewhere: bool,
 }
 
 /// The dispatcher. See the module docs.

@@ -139,7 +139,11 @@ mod tests {
         let signer = Arc::new(test_root::frame_signer());
         let now = now_at(std::time::Duration::from_secs(1));
         let session = Session::new(SessionConfig::new(id), grant, signer, now);
-        Machine { record, session }
+        Machine {
+            record,
+            session,
+            elsewhere: false,
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod cloud;
 mod conns;
 mod ends;
 mod outputs;
+mod owners;
 mod pending;
 pub(crate) mod terminals;
 mod waits;
@@ -34,6 +35,7 @@ pub(crate) use cloud::Cloud;
 pub(crate) use conns::{ConnHandle, ToConn, queue as conns_queue};
 pub(crate) use ends::{EndWatch, Ends};
 pub(crate) use outputs::{Cursor, LiveOutputs};
+pub(crate) use owners::{Fences, OwnerRow};
 pub(crate) use pending::{Pending, QueueFull};
 pub(crate) use waits::{Refused, may_execute, spec as wait_spec};
 
@@ -58,6 +60,27 @@ pub(crate) enum Declined {
     Core(String),
     /// An execute its requester or its context has no room for.
     QueueFull(QueueFull),
+    /// The input names a machine another node of the cluster owns.
+    Elsewhere(String),
+}
+
+impl std::fmt::Display for Declined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Declined::Core(message) => f.write_str(message),
+            Declined::QueueFull(full) => f.write_str(&full.message),
+            Declined::Elsewhere(id) => write!(f, "context {id} is owned by another node"),
+        }
+    }
+}
+
+/// Why no connect ticket was issued.
+#[derive(Debug)]
+pub(crate) enum TicketRefused {
+    /// The machine's session refused (unknown, or too many tickets outstanding).
+    Ticket(TicketError),
+    /// The database did not take this node's claim on the machine: nothing was issued.
+    Database(crate::store::StoreError),
 }
 
 /// What a connection's live state is, for the context routes.
@@ -93,7 +116,7 @@ pub(crate) enum Msg {
         context_id: String,
         /// The ticket's 48 random bytes, drawn by the caller.
         secret: [u8; 48],
-        reply: oneshot::Sender<Result<IssuedTicket, TicketError>>,
+        reply: oneshot::Sender<Result<IssuedTicket, TicketRefused>>,
     },
     /// Which context issued a connect ticket (the ticket is not spent: `Connect` spends it).
     TicketContext {
@@ -131,6 +154,8 @@ pub(crate) enum Msg {
         exec_id: ExecutionId,
         reply: oneshot::Sender<Option<core_server::QueuePlace>>,
     },
+    /// The owners' table as the heartbeat read it: machines another node took are let go.
+    Owners(Vec<OwnerRow>),
     /// Stop.
     Shutdown,
 }
@@ -182,12 +207,20 @@ pub(crate) struct Dispatcher {
     controls: HashMap<String, (String, oneshot::Sender<session::ControlAnswer>)>,
     /// When (Unix seconds) each online machine's connection became ready, by context id.
     online_since: HashMap<String, u64>,
+    /// The machines this node owns, with the epochs that fence their records.
+    fences: Fences,
 }
 
 impl Dispatcher {
     /// An actor around `server` (new or restored), whose executions not ended `pending`
     /// counts.
-    pub(crate) fn new(server: Server, shared: Arc<Shared>, cloud: Cloud, pending: Pending) -> Self {
+    pub(crate) fn new(
+        server: Server,
+        shared: Arc<Shared>,
+        cloud: Cloud,
+        pending: Pending,
+        fences: Fences,
+    ) -> Self {
         let next_wake = shared.clock.now().instant;
         Self {
             server,
@@ -202,6 +235,7 @@ impl Dispatcher {
             refused_runners: HashSet::new(),
             controls: HashMap::new(),
             online_since: HashMap::new(),
+            fences,
         }
     }
 
@@ -236,7 +270,17 @@ impl Dispatcher {
                 () = tokio::time::sleep_until(wake) => self.feed(Input::Timeout),
             };
             if let Err(e) = step {
-                tracing::error!(error = %e, "the store refused a record; the dispatcher stops");
+                match e.fenced_context() {
+                    Some(context) => tracing::error!(
+                        error = %e,
+                        context,
+                        "another node took a machine this node was writing for; the dispatcher stops (start the server again: it restores what it owns from the records)"
+                    ),
+                    None => tracing::error!(
+                        error = %e,
+                        "the store refused a record; the dispatcher stops"
+                    ),
+                }
                 failed = true;
                 break;
             }
@@ -284,7 +328,7 @@ impl Dispatcher {
                         }
                         _ => Ok(()),
                     };
-                    let result = admitted.and_then(|()| self.apply(input).map_err(Declined::Core));
+                    let result = admitted.and_then(|()| self.apply(input));
                     if let (Ok(()), Some(listing)) = (&result, listing) {
                         self.listings.push(*listing);
                     }
@@ -297,11 +341,22 @@ impl Dispatcher {
                     handle,
                 } => {
                     self.conns.insert(conn, handle);
-                    let _ = self.apply(Input::Connect {
+                    let connected = self.apply(Input::Connect {
                         context_id: context_id.into(),
                         conn,
                         ticket,
                     });
+                    if let Err(Declined::Elsewhere(_)) = connected {
+                        // Let go between its ticket and its socket: the daemon connects again.
+                        self.send(
+                            conn,
+                            ToConn::Close(
+                                outpost_core::wire::close_code::GOING_AWAY,
+                                core_server::OWNED_ELSEWHERE_CLOSE.to_owned(),
+                            ),
+                        );
+                        self.conns.remove(&conn);
+                    }
                 }
                 Msg::Disconnected { conn } => {
                     if self.conns.remove(&conn).is_some() {
@@ -322,7 +377,7 @@ impl Dispatcher {
     }
 
     /// Feeds one input of a batch (outputs are drained by [`Dispatcher::finish_batch`]).
-    fn apply(&mut self, input: Input) -> Result<(), String> {
+    fn apply(&mut self, input: Input) -> Result<(), Declined> {
         let mut counted = None;
         if let Input::Execute(request) = &input {
             self.received
@@ -339,7 +394,12 @@ impl Dispatcher {
                     self.pending.ended(&exec_id);
                 }
                 tracing::warn!(error = %e, "the dispatcher refused an input");
-                Err(e.to_string())
+                Err(match e {
+                    core_server::ServerError::OwnedElsewhere(id) => {
+                        Declined::Elsewhere(id.into_string())
+                    }
+                    e => Declined::Core(e.to_string()),
+                })
             }
         }
     }
@@ -368,11 +428,20 @@ impl Dispatcher {
                 secret,
                 reply,
             } => {
+                // The machine is this node's from here on (its daemon connects here): a
+                // database that does not take the claim issues no ticket, and stops nothing.
+                if let Err(e) = self.take(&context_id) {
+                    let _ = reply.send(Err(TicketRefused::Database(e)));
+                    return Ok(());
+                }
                 let now = self.shared.clock.now();
                 // Bring the dispatcher's clock up to now so the ticket is stamped with it.
                 let _ = self.server.handle_input(now, Input::Timeout);
                 self.drain()?;
-                let issued = self.server.issue_ticket(&context_id, secret);
+                let issued = self
+                    .server
+                    .issue_ticket(&context_id, secret)
+                    .map_err(TicketRefused::Ticket);
                 let drained = self.drain();
                 let _ = reply.send(issued);
                 drained
@@ -427,6 +496,14 @@ impl Dispatcher {
                     ));
                     return Ok(());
                 }
+                if self.server.is_owned_elsewhere(&context_id) {
+                    let _ = reply.send(session::ControlAnswer::unasked(
+                        order,
+                        "context_owned_elsewhere",
+                        "this machine's daemon is connected to another node of the cluster: ask that node",
+                    ));
+                    return Ok(());
+                }
                 self.controls
                     .insert(order.control_id.clone(), (context_id.clone(), reply));
                 self.feed(Input::Control {
@@ -434,6 +511,7 @@ impl Dispatcher {
                     order,
                 })
             }
+            Msg::Owners(rows) => self.on_owners(rows),
             // Taken by `on_batch` itself.
             Msg::Input { .. } | Msg::Connect { .. } | Msg::Disconnected { .. } | Msg::Shutdown => {
                 Ok(())
@@ -478,6 +556,10 @@ impl Dispatcher {
                 return Ok(());
             }
             if !batch.is_empty() {
+                // Each machine's records are written under the epoch this node holds for it.
+                let written = crate::store::contexts_written(&batch.records);
+                batch.fence = self.fence_for(written)?;
+                batch.node_id = Some(self.fences.node_id().to_owned());
                 // Only a drain with something to write waits for the disk (terminal bytes,
                 // most frames of a busy session, write nothing).
                 let store = &self.shared.store;

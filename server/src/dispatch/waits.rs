@@ -274,7 +274,7 @@ impl Dispatcher {
                 self.continuations.push((wait.id.clone(), exec_id));
             }
             Err(e) => {
-                settle(CONT_REFUSED, None, Some(&e))?;
+                settle(CONT_REFUSED, None, Some(&e.to_string()))?;
             }
         }
         Ok(())

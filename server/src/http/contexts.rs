@@ -58,6 +58,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (403, "not_yours"),
                 (403, "commands_opt_in_local"),
                 (409, "context_revoked"),
+                (409, "context_owned_elsewhere"),
             ]),
             patch(grant),
         ),
@@ -75,6 +76,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (404, "context_unknown"),
                 (403, "not_yours"),
                 (409, "context_revoked"),
+                (409, "context_owned_elsewhere"),
                 (409, "daemon_offline"),
                 (409, "control_unsupported"),
                 (504, "daemon_no_answer"),
@@ -89,7 +91,11 @@ pub(super) fn routes() -> Vec<Route> {
             )
             .auth(Auth::Bearer(DELETE))
             .answer::<views::Context>(200)
-            .errors(&[(404, "context_unknown"), (403, "not_yours")]),
+            .errors(&[
+                (404, "context_unknown"),
+                (403, "not_yours"),
+                (409, "context_owned_elsewhere"),
+            ]),
             post(revoke),
         ),
         route(

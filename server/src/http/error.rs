@@ -72,6 +72,18 @@ impl ApiError {
         answer.retry_after = Some(2);
         answer
     }
+
+    /// 409 `context_owned_elsewhere`: the request names a machine whose daemon is connected
+    /// to another node of the cluster, and this node hands nothing over to another yet.
+    pub(crate) fn owned_elsewhere(context_id: &str) -> Self {
+        Self::new(
+            409,
+            "context_owned_elsewhere",
+            format!(
+                "context {context_id} is connected to another node of this cluster, which alone may change or ask it now; send the request to that node (GET /v1/nodes lists each node's sessions)"
+            ),
+        )
+    }
 }
 
 impl From<crate::store::StoreError> for ApiError {

@@ -28,7 +28,7 @@ use super::openapi::{self, Auth, Carries, api};
 use super::{App, Route, body, route, views};
 use crate::bodies;
 use crate::clock::wall_now;
-use crate::dispatch::Msg;
+use crate::dispatch::{Msg, TicketRefused};
 use crate::secrets;
 use crate::store::ContextEntry;
 
@@ -380,10 +380,13 @@ async fn connect_ticket(
         .await
         .map_err(|_| App::gone())?;
     let issued = rx.await.map_err(|_| App::gone())?.map_err(|e| match e {
-        outpost_core::ticket::TicketError::StoreFull => {
+        TicketRefused::Ticket(e @ outpost_core::ticket::TicketError::StoreFull) => {
             ApiError::new(503, e.code(), "too many outstanding tickets; retry shortly")
         }
-        _ => ApiError::new(401, "unknown_key", "this machine is not registered"),
+        TicketRefused::Ticket(_) => {
+            ApiError::new(401, "unknown_key", "this machine is not registered")
+        }
+        TicketRefused::Database(e) => ApiError::from(e),
     })?;
     let text = issued.ticket.expose_secret();
     let expires_at = issued.ticket.expires_at.0;

@@ -83,7 +83,8 @@ pub(crate) struct AppInner {
     pub(crate) refusals: Mutex<access::RefusalBudget>,
     /// xterm.js for the web UI's terminal, read from the system's package.
     pub(crate) xterm: xterm::Xterm,
-    /// This process as a node (`GET /v1/nodes`): its id, new at each start, and its start.
+    /// This process as a node (`GET /v1/nodes`): its id, kept in the state folder across
+    /// restarts, and its start.
     pub(crate) node: (String, u64),
 }
 
@@ -112,6 +113,8 @@ pub(crate) struct AppSettings {
     pub(crate) join: outpost_core::join::Join,
     /// Where xterm.js is read from (none: Debian's `node-xterm` folder).
     pub(crate) xterm_dir: Option<std::path::PathBuf>,
+    /// This node's id (the state folder's `node-id`).
+    pub(crate) node_id: String,
 }
 
 impl App {
@@ -136,6 +139,7 @@ impl App {
             ping_every,
             join,
             xterm_dir,
+            node_id,
         } = settings;
         Self(Arc::new(AppInner {
             tx,
@@ -157,10 +161,7 @@ impl App {
             checks: tokio::sync::Semaphore::new(1),
             refusals: Mutex::default(),
             xterm: xterm::Xterm::new(xterm_dir),
-            node: (
-                crate::secrets::new_id("nd_").unwrap_or_else(|_| "nd_0".to_owned()),
-                crate::clock::wall_now().0,
-            ),
+            node: (node_id, crate::clock::wall_now().0),
             shared,
         }))
     }
@@ -193,6 +194,7 @@ impl App {
             .map_err(|_| Self::gone())?;
         rx.await.map_err(|_| Self::gone())?.map_err(|e| match e {
             Declined::Core(e) => ApiError::new(409, "dispatcher_refused", e),
+            Declined::Elsewhere(id) => ApiError::owned_elsewhere(&id),
             Declined::QueueFull(full) => {
                 let mut e = ApiError::new(429, "queue_full", full.message);
                 e.retry_after = Some(crate::Limits::QUEUE_FULL_RETRY_SECS);

@@ -158,6 +158,15 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
                 if sessions.is_some() {
                     written = sessions;
                 }
+                // Machines another node took since are let go here (docs/CLUSTER.md §2).
+                let store = app.shared.store.clone();
+                match tokio::task::spawn_blocking(move || store.context_owners()).await {
+                    Ok(Ok(rows)) => {
+                        let _ = app.tx.send(crate::dispatch::Msg::Owners(rows)).await;
+                    }
+                    Ok(Err(e)) => tracing::warn!(error = %e, "the machines' owners were not read"),
+                    Err(e) => tracing::warn!(error = %e, "reading the machines' owners failed"),
+                }
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "this node's heartbeat was not written");

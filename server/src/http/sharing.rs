@@ -43,6 +43,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (404, "context_unknown"),
                 (403, "not_yours"),
                 (409, "context_revoked"),
+                (409, "context_owned_elsewhere"),
             ]),
             post(share),
         ),
@@ -59,6 +60,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (403, "not_shared"),
                 (409, "own_context"),
                 (409, "context_revoked"),
+                (409, "context_owned_elsewhere"),
             ]),
             post(opt_in),
         ),
@@ -75,6 +77,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (403, "not_shared"),
                 (409, "own_context"),
                 (409, "context_revoked"),
+                (409, "context_owned_elsewhere"),
             ]),
             axum::routing::delete(opt_out),
         ),
@@ -86,7 +89,11 @@ pub(super) fn routes() -> Vec<Route> {
             )
             .auth(Auth::Bearer(ADMIN))
             .answer_raw(204, "removed", Carries::Nothing)
-            .errors(&[(404, "user_unknown"), (409, "cannot_remove_self")]),
+            .errors(&[
+                (404, "user_unknown"),
+                (409, "cannot_remove_self"),
+                (409, "context_owned_elsewhere"),
+            ]),
             axum::routing::delete(remove_user),
         ),
     ]

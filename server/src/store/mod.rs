@@ -10,8 +10,8 @@
 //! and the server's own tables: users (and who was removed), tokens (SHA-256 only), contexts
 //! (with their sharing, as the records say) and their machine keys, used nonces, executions
 //! for listing, the audit log, condition waits, terminal recordings, and uploaded bundles (their rows here, their
-//! bytes in files beside the database). It never decides anything: the dispatcher and the
-//! routes do.
+//! bytes in files beside the database), and which node owns each context (the fence its
+//! writes check). It never decides anything: the dispatcher and the routes do.
 
 mod access;
 mod bundles;
@@ -19,6 +19,9 @@ pub mod changes;
 pub(crate) mod db;
 mod joins;
 mod nodes;
+mod owners;
+#[cfg(test)]
+mod owners_tests;
 mod recordings;
 mod records;
 mod runs;
@@ -37,7 +40,7 @@ pub(crate) use bundles::{NewBundle, Stored};
 pub use changes::Topic;
 pub(crate) use joins::JoinTokenEntry;
 pub(crate) use recordings::{RecordingAppend, RecordingEntry};
-pub(crate) use records::Batch;
+pub(crate) use records::{Batch, contexts_written};
 pub(crate) use runs::{AuditRow, ExecutionEntry, KeptOutput, RunsFilter};
 pub(crate) use waits::{Recorded, WaitEntry};
 /// The states of a wait and of its continuation.
@@ -69,6 +72,14 @@ impl StoreError {
             Some(db::DbError::DriverGone) => true,
             _ => false,
         }
+    }
+
+    /// The context whose fence this write failed (docs/CLUSTER.md §2): another node owns it
+    /// now, or this node at a later epoch, and nothing of the transaction was written.
+    pub(crate) fn fenced_context(&self) -> Option<&str> {
+        self.source
+            .downcast_ref::<owners::Fenced>()
+            .map(|f| f.context_id.as_str())
     }
 
     pub(crate) fn new(

@@ -6,6 +6,8 @@
 //! This module stores and deletes; it never decides who may read a recording (the route does)
 //! and never writes the format (core's `terminal::cast` does).
 
+use std::collections::HashSet;
+
 use super::db::{DbError, OptionalExtension as _, Sql as _, params};
 
 use super::{Doing as _, Store, StoreError};
@@ -78,9 +80,22 @@ fn last_event_seconds(text: &str) -> Option<f64> {
 impl Store {
     /// Writes one batch in one transaction: the rows of sessions that began (`starts`), then
     /// what `appends` bring (lines, a cut, an end). An append to a recording without a row
-    /// stores nothing.
+    /// stores nothing. The rows name no node: [`Store::write_recordings_on`] names one.
+    #[cfg(test)]
     pub(crate) fn write_recordings(
         &self,
+        starts: &[RecordingEntry],
+        appends: &[RecordingAppend],
+    ) -> Result<(), StoreError> {
+        self.write_recordings_on(None, starts, appends)
+    }
+
+    /// [`Store::write_recordings`], the rows of the sessions that began naming `node_id`, the
+    /// node whose relay records them (so that a node starting while it lives leaves them
+    /// open: [`Store::end_cut_recordings_except`]).
+    pub(crate) fn write_recordings_on(
+        &self,
+        node_id: Option<&str>,
         starts: &[RecordingEntry],
         appends: &[RecordingAppend],
     ) -> Result<(), StoreError> {
@@ -89,8 +104,8 @@ impl Store {
         for entry in starts {
             tx.execute(
                 "INSERT INTO recordings (exec_id, context_id, context_name, opened_by,
-                     started_at, size, records_input, truncated)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0) ON CONFLICT DO NOTHING",
+                     started_at, size, records_input, truncated, node_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0, ?7) ON CONFLICT DO NOTHING",
                 params![
                     entry.exec_id,
                     entry.context_id,
@@ -98,6 +113,7 @@ impl Store {
                     entry.opened_by,
                     entry.started_at as i64,
                     entry.records_input,
+                    node_id,
                 ],
             )
             .doing("starting a recording")?;
@@ -179,16 +195,40 @@ impl Store {
     /// Ends the recordings a server stopped without ending (it was killed mid-session; no
     /// session outlives its server's relay): each ends when its last stored event happened,
     /// and one not cut at its bound gets the marker [`CUT_MARKER`] there. Returns how many.
+    /// Every open recording: right for a node alone (see
+    /// [`Store::end_cut_recordings_except`] for one of many).
+    /// [`Store::end_cut_recordings_except`] with no other node alive.
+    #[cfg(test)]
     pub(crate) fn end_cut_recordings(&self) -> Result<usize, StoreError> {
+        self.end_cut_recordings_except(&HashSet::new())
+    }
+
+    /// [`Store::end_cut_recordings`] for a node among others: only the open recordings that
+    /// name no node, or a node not in `live_elsewhere` (the other nodes live now, whose relays
+    /// are still recording theirs).
+    pub(crate) fn end_cut_recordings_except(
+        &self,
+        live_elsewhere: &HashSet<String>,
+    ) -> Result<usize, StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction().doing("ending cut recordings")?;
         let open: Vec<(String, i64, bool)> = tx
             .query_map(
-                "SELECT exec_id, started_at, truncated FROM recordings WHERE ended_at IS NULL",
+                "SELECT exec_id, started_at, truncated, node_id FROM recordings
+                 WHERE ended_at IS NULL",
                 params![],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| {
+                    Ok((
+                        (r.get(0)?, r.get(1)?, r.get(2)?),
+                        r.get::<Option<String>>(3)?,
+                    ))
+                },
             )
-            .doing("ending cut recordings")?;
+            .doing("ending cut recordings")?
+            .into_iter()
+            .filter(|(_, node)| node.as_ref().is_none_or(|n| !live_elsewhere.contains(n)))
+            .map(|(open, _)| open)
+            .collect();
         for (exec_id, started_at, truncated) in &open {
             let last: Option<String> = tx
                 .query_row(

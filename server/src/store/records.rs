@@ -3,11 +3,11 @@
 //! of `contexts` follow the records in the same transaction, so they never disagree.
 
 use super::db::{OptionalExtension as _, Sql as _, params};
-use outpost_core::server::{ExecutionStatus, PlaceRow, ServerChange, ServerRecord, ServerSnapshot};
+use outpost_core::server::{ExecutionStatus, PlaceRow, ServerChange, ServerRecord};
 
 use super::runs::{AuditRow, ExecutionEntry};
 use super::{Doing as _, Store, StoreError, exec};
-use outpost_core::routing::Chain;
+use outpost_core::routing::{CLOUD_ID, Chain, RanOnKind};
 
 fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).doing("encoding a row")
@@ -29,10 +29,18 @@ pub(crate) struct Batch {
     pub(crate) continuations: Vec<(String, String)>,
     /// Output kept for executions that ended without a result (cancelled, lost), by id.
     pub(crate) kept: Vec<(String, super::runs::KeptOutput)>,
+    /// The node writing the batch, stored with each of its records (`records.node_id`) and
+    /// checked by its fence.
+    pub(crate) node_id: Option<String>,
+    /// The contexts the batch writes records for, each with the epoch the writing node holds
+    /// (see [`contexts_written`]): checked first, inside the transaction, and nothing is
+    /// written when any of them is no longer `node_id`'s at that epoch
+    /// ([`StoreError::fenced_context`](super::StoreError::fenced_context)). Empty: no check.
+    pub(crate) fence: Vec<(String, i64)>,
 }
 
 impl Batch {
-    /// Whether there is nothing to write.
+    /// Whether there is nothing to write (a fence and a node id alone write nothing).
     pub(crate) fn is_empty(&self) -> bool {
         self.executions.is_empty()
             && self.records.is_empty()
@@ -43,20 +51,24 @@ impl Batch {
 }
 
 impl Store {
-    /// Writes `batch` in one committed transaction; nothing of it is written on an error.
+    /// Writes `batch` in one committed transaction, its fence checked first; nothing of it is
+    /// written on an error (a failed fence is one whose
+    /// [`fenced_context`](super::StoreError::fenced_context) names the context).
     pub(crate) fn write_batch(&self, batch: &Batch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
         }
         let mut conn = self.lock();
         let tx = conn.transaction().doing("starting a records transaction")?;
+        // Dropping `tx` on the error rolls back (and, on PostgreSQL, lets the rows go).
+        super::owners::check_fence(&tx, batch.node_id.as_deref(), &batch.fence)?;
         for entry in &batch.executions {
             super::runs::insert_execution(&tx, entry)?;
         }
         for row in &batch.audit {
             super::runs::insert_audit(&tx, row)?;
         }
-        write_records(&tx, &batch.records)?;
+        write_records(&tx, &batch.records, batch.node_id.as_deref())?;
         for (wait_id, exec_id) in &batch.continuations {
             super::waits::settle_continuation(
                 &tx,
@@ -100,8 +112,35 @@ impl Store {
     }
 }
 
-/// Writes `records` inside `tx`.
-fn write_records(tx: &impl super::db::Sql, records: &[ServerRecord]) -> Result<(), StoreError> {
+/// The contexts a batch of `records` writes for, sorted, each once: a context's row; an
+/// execution offered, committed or queued on a context; an execution that ended on a context
+/// (its `ranOn`). Chains, and executions unplaced, on the server's executor or ended there,
+/// write for none.
+pub(crate) fn contexts_written(records: &[ServerRecord]) -> Vec<String> {
+    let mut ids: Vec<String> = records
+        .iter()
+        .filter_map(|record| match &record.change {
+            ServerChange::Context(row) => Some(row.id.to_string()),
+            ServerChange::Execution(row) => super::owners::placed_on(&row.place).map(str::to_owned),
+            ServerChange::ExecutionEnded(row) => row
+                .ran_on
+                .as_ref()
+                .filter(|r| r.kind == RanOnKind::Context && r.id != CLOUD_ID)
+                .map(|r| r.id.clone()),
+            ServerChange::Chain(_) => None,
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// Writes `records` inside `tx`, each marked as `node_id`'s.
+fn write_records(
+    tx: &impl super::db::Sql,
+    records: &[ServerRecord],
+    node_id: Option<&str>,
+) -> Result<(), StoreError> {
     if records.is_empty() {
         return Ok(());
     }
@@ -193,10 +232,12 @@ fn write_records(tx: &impl super::db::Sql, records: &[ServerRecord]) -> Result<(
         exec(
             tx,
             &format!(
-                "INSERT INTO records (kind, key, seq, bytes) VALUES (?1, ?2, {next_seq}, ?3)
-                 ON CONFLICT (kind, key) DO UPDATE SET seq = excluded.seq, bytes = excluded.bytes"
+                "INSERT INTO records (kind, key, seq, bytes, node_id)
+                 VALUES (?1, ?2, {next_seq}, ?3, ?4)
+                 ON CONFLICT (kind, key) DO UPDATE SET seq = excluded.seq, bytes = excluded.bytes,
+                     node_id = excluded.node_id"
             ),
-            params![kind, key, bytes],
+            params![kind, key, bytes, node_id],
         )
         .doing("writing a record")?;
     }
@@ -206,7 +247,12 @@ fn write_records(tx: &impl super::db::Sql, records: &[ServerRecord]) -> Result<(
 impl Store {
     /// Every live record folded into a snapshot, for `Server::restore`; `None` when the
     /// database holds no record yet.
-    pub fn load_snapshot(&self) -> Result<Option<ServerSnapshot>, StoreError> {
+    // The start restores through `load_owned_snapshot` (for a node alone, the whole of this);
+    // the tests compare the two.
+    #[cfg(test)]
+    pub fn load_snapshot(
+        &self,
+    ) -> Result<Option<outpost_core::server::ServerSnapshot>, StoreError> {
         let rows = self
             .lock()
             .query_map(
@@ -215,7 +261,7 @@ impl Store {
                 |r| Ok((r.get::<String>(0)?, r.get::<Vec<u8>>(1)?)),
             )
             .doing("reading records")?;
-        let mut snapshot = ServerSnapshot::default();
+        let mut snapshot = outpost_core::server::ServerSnapshot::default();
         let mut any = false;
         let mut latest = 0;
         for (kind, bytes) in rows {

@@ -205,6 +205,21 @@ const MIGRATIONS: &[&str] = &[
     // 12: nothing in SQLite (its record numbers stay `MAX(seq) + 1`); PostgreSQL's records
     // take theirs from a sequence.
     "",
+    // 13: ownership with fencing (docs/CLUSTER.md §2): the node that owns each context and the
+    // epoch it took it at (every transaction that writes the context's records checks both
+    // first, so a node that lost the context writes nothing more for it); the node that wrote
+    // each record; and the node whose relay records each terminal session (a starting node
+    // ends only the open recordings of nodes no longer live). Both columns are null in rows
+    // written before.
+    "
+    CREATE TABLE context_owner (
+        context_id TEXT PRIMARY KEY,
+        node_id TEXT NOT NULL,
+        epoch INTEGER NOT NULL
+    );
+    ALTER TABLE records ADD COLUMN node_id TEXT;
+    ALTER TABLE recordings ADD COLUMN node_id TEXT;
+    ",
 ];
 
 /// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
@@ -225,6 +240,17 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
     "
     CREATE SEQUENCE records_seq;
     SELECT setval('records_seq', COALESCE((SELECT MAX(seq) FROM records), 0) + 1, false);
+    ",
+    // 13: each context's owner and epoch, the node that wrote each record and the node whose
+    // relay records each terminal session, as SQLite's 13.
+    "
+    CREATE TABLE context_owner (
+        context_id TEXT PRIMARY KEY,
+        node_id TEXT NOT NULL,
+        epoch BIGINT NOT NULL
+    );
+    ALTER TABLE records ADD COLUMN node_id TEXT;
+    ALTER TABLE recordings ADD COLUMN node_id TEXT;
     ",
 ];
 

@@ -101,6 +101,13 @@ impl Driver {
             .expect("the daemon takes the input");
     }
 
+    /// Drops the socket without a close, as a broken network would; the daemon hears it end.
+    #[allow(dead_code)]
+    pub fn lose_socket(&mut self) {
+        self.socket = None;
+        self.input(daemon::Input::Disconnected { code: None });
+    }
+
     /// Ends a held run with "hi" and exit 0.
     pub fn finish(&mut self, run_id: &str) {
         let result = RunResult {

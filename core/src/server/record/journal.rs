@@ -64,7 +64,11 @@ impl ServerJournal {
             // Waits are the host's records (its waits table), not the dispatcher's; control
             // requests are recorded nowhere but the host's audit.
             | Input::Wait { .. }
-            | Input::Control { .. } => {}
+            | Input::Control { .. }
+            // Ownership moves write nothing of their own: the node that owns a machine
+            // writes its rows; what adopting decides is journaled as it happens.
+            | Input::Elsewhere(_)
+            | Input::Adopt(_) => {}
         }
     }
 
@@ -162,8 +166,10 @@ impl Server {
         self.outputs.extend(tail);
     }
 
+    /// The row of a machine this node owns (`None` for one owned elsewhere: another node
+    /// writes its rows).
     fn context_row(&self, id: &str) -> Option<ContextRow> {
-        let m = self.machines.get(id)?;
+        let m = self.machines.get(id).filter(|m| !m.elsewhere)?;
         let (grant, version) = m.session.grant();
         Some(ContextRow::new(
             &m.record,

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{PlaceRow, ServerSnapshot};
+use super::{ContextRow, ExecutionRow, PlaceRow, ServerSnapshot};
 use crate::ids::ExecutionId;
 use crate::routing::{AttemptOutcome, Candidate, RunKind};
 use crate::server::{Execution, ExecutionOutcome, Machine, Place, Server};
@@ -31,41 +31,94 @@ impl Server {
         snapshot: &ServerSnapshot,
         now: Now,
     ) -> Self {
-        let written = snapshot.written_ms;
+        Self::restore_with_elsewhere(signer, session_template, snapshot, &[], now)
+    }
+
+    /// [`Server::restore`] for a node of a cluster: `snapshot` holds what this node owns, and
+    /// `elsewhere` the rows of machines other nodes own, known before anything is planned (a
+    /// chain that names one passes it over rather than failing `unknown_context`), as if
+    /// each came in [`super::super::Input::Elsewhere`].
+    pub fn restore_with_elsewhere(
+        signer: Arc<dyn Signer + Send + Sync>,
+        session_template: SessionConfig,
+        snapshot: &ServerSnapshot,
+        elsewhere: &[ContextRow],
+        now: Now,
+    ) -> Self {
         let mut server = Server::new(signer, session_template, now);
         for row in &snapshot.contexts {
-            let mut config = server.session_template.clone();
-            config.context_id = row.id.as_str().into();
-            let session = Session::restore(
-                config,
-                row.grant.clone(),
-                row.grant_version,
-                row.revoked,
-                server.signer.clone(),
-                now,
-            );
-            let machine = Machine {
-                record: row.record(),
-                session,
-            };
+            let machine = server.machine_from_row(row, now);
+            server.add_machine(row.id.to_string(), machine);
+        }
+        for row in elsewhere {
+            if server.machines.contains(row.id.as_str()) {
+                continue;
+            }
+            let mut machine = server.machine_from_row(row, now);
+            machine.elsewhere = true;
             server.add_machine(row.id.to_string(), machine);
         }
         for row in &snapshot.chains {
             server.chains.insert(row.user_id.clone(), row.chain.clone());
         }
-        let mut offered = Vec::new();
-        let mut unplaced = Vec::new();
-        let mut lost = Vec::new();
-        for row in &snapshot.executions {
-            let request = row.request();
+        let installed = server.install_executions(&snapshot.executions, snapshot.written_ms, now);
+        // What the restart decides is journaled like an input's changes.
+        let mark = server.outputs.len();
+        server.start_grace();
+        let ids: Vec<String> = server.machines.ids().cloned().collect();
+        for id in ids {
+            // Each session's timers reach the dispatcher the ordinary way.
+            server.feed_or_report(&id, session::Input::Timeout);
+        }
+        server.settle_installed(installed);
+        server.flush_journal(mark);
+        server
+    }
+
+    /// A machine as its row says, with a session that has no connection and no run yet.
+    pub(in crate::server) fn machine_from_row(&self, row: &ContextRow, now: Now) -> Machine {
+        let mut config = self.session_template.clone();
+        config.context_id = row.id.as_str().into();
+        let session = Session::restore(
+            config,
+            row.grant.clone(),
+            row.grant_version,
+            row.revoked,
+            self.signer.clone(),
+            now,
+        );
+        Machine {
+            record: row.record(),
+            session,
+            elsewhere: false,
+        }
+    }
+
+    /// Takes in execution rows written at `written` (wall milliseconds) by an earlier process
+    /// or another node: committed runs go into their machines' sessions with their leases
+    /// rebased onto `now`, queued ones wait for their deadlines, and the queues are ordered by
+    /// those deadlines (no arrival order survives). A row whose id is held already is left
+    /// alone. What must still be decided is returned for [`Server::settle_installed`].
+    pub(in crate::server) fn install_executions(
+        &mut self,
+        rows: &[ExecutionRow],
+        written: u64,
+        now: Now,
+    ) -> Installed {
+        let mut installed = Installed::default();
+        let mut taken = Vec::new();
+        for row in rows {
             let exec_id = row.exec_id.clone();
+            if self.executions.contains_key(&exec_id) {
+                continue;
+            }
             let place = match &row.place {
                 PlaceRow::Unplaced => {
-                    unplaced.push(exec_id.clone());
+                    installed.unplaced.push(exec_id.clone());
                     Place::Unplaced
                 }
                 PlaceRow::Offered { context_id, run_id } => {
-                    offered.push(exec_id.clone());
+                    installed.offered.push(exec_id.clone());
                     Place::OnContext {
                         context_id: context_id.clone(),
                         run_id: run_id.clone(),
@@ -93,19 +146,18 @@ impl Server {
                         shared_run,
                         requester: row.requester.user_id.clone(),
                     };
-                    match server.machines.get_mut(context_id) {
+                    match self.machines.get_mut(context_id) {
                         Some(m) => {
                             m.session.restore_committed(
                                 spec,
                                 rebase(*committed_at_ms, written, now),
                                 rebase(*lost_at_ms, written, now),
                             );
-                            server.runs.insert(run_id.clone(), exec_id.clone());
-                            server
-                                .restored_commits
+                            self.runs.insert(run_id.clone(), exec_id.clone());
+                            self.restored_commits
                                 .insert(run_id.clone(), *committed_at_ms);
                         }
-                        None => lost.push(exec_id.clone()),
+                        None => installed.lost.push(exec_id.clone()),
                     }
                     Place::OnContext {
                         context_id: context_id.clone(),
@@ -118,60 +170,65 @@ impl Server {
                     until_ms,
                 } => {
                     let until = rebase(*until_ms, written, now);
-                    server.queue_wakes.set(&exec_id, Some((until, "queue")));
+                    self.queue_wakes.set(&exec_id, Some((until, "queue")));
                     Place::Queued {
                         context_id: context_id.clone(),
                         until,
                     }
                 }
                 PlaceRow::Cloud => {
-                    lost.push(exec_id.clone());
+                    installed.lost.push(exec_id.clone());
                     Place::OnCloud
                 }
             };
             let execution = Execution {
-                request,
+                request: row.request(),
                 route: row.route.clone(),
                 place,
                 hops: row.hops,
                 arrival: 0,
             };
-            server.executions.insert(exec_id, execution);
+            self.executions.insert(exec_id.clone(), execution);
+            taken.push(exec_id);
         }
-        // A new process knows no arrival order: the queues are served by their deadlines.
-        let mut order: Vec<(Option<Instant>, ExecutionId)> = server
-            .executions
-            .iter()
-            .map(|(id, e)| match e.place {
-                Place::Queued { until, .. } => (Some(until), id.clone()),
-                _ => (None, id.clone()),
+        // No arrival order survives: the queues are served by their deadlines.
+        let mut order: Vec<(Option<Instant>, ExecutionId)> = taken
+            .into_iter()
+            .filter_map(|id| match self.executions.get(&id)?.place {
+                Place::Queued { until, .. } => Some((Some(until), id)),
+                _ => Some((None, id)),
             })
             .collect();
         order.sort();
         for (_, id) in order {
-            server.next_arrival += 1;
-            if let Some(e) = server.executions.get_mut(&id) {
-                e.arrival = server.next_arrival;
+            self.next_arrival += 1;
+            if let Some(e) = self.executions.get_mut(&id) {
+                e.arrival = self.next_arrival;
             }
         }
-        // What the restart decides is journaled like an input's changes.
-        let mark = server.outputs.len();
-        server.start_grace();
-        let ids: Vec<String> = server.machines.ids().cloned().collect();
-        for id in ids {
-            // Each session's timers reach the dispatcher the ordinary way.
-            server.feed_or_report(&id, session::Input::Timeout);
-        }
-        for exec_id in lost {
-            server.finish(&exec_id, ExecutionOutcome::Lost);
-        }
-        for exec_id in offered {
-            server.fall_through(&exec_id, AttemptOutcome::Offline, "offline");
-        }
-        for exec_id in unplaced {
-            server.place(&exec_id);
-        }
-        server.flush_journal(mark);
-        server
+        installed
     }
+
+    /// Decides what installed rows left open: runs that died with their executor end
+    /// `lost`, offers not committed move on to their next candidate, and unplaced executions
+    /// are planned.
+    pub(in crate::server) fn settle_installed(&mut self, installed: Installed) {
+        for exec_id in installed.lost {
+            self.finish(&exec_id, ExecutionOutcome::Lost);
+        }
+        for exec_id in installed.offered {
+            self.fall_through(&exec_id, AttemptOutcome::Offline, "offline");
+        }
+        for exec_id in installed.unplaced {
+            self.place(&exec_id);
+        }
+    }
+}
+
+/// What [`Server::install_executions`] left to decide.
+#[derive(Default)]
+pub(in crate::server) struct Installed {
+    offered: Vec<ExecutionId>,
+    unplaced: Vec<ExecutionId>,
+    lost: Vec<ExecutionId>,
 }

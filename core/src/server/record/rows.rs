@@ -172,6 +172,19 @@ pub enum PlaceRow {
     Cloud,
 }
 
+impl PlaceRow {
+    /// The machine the row places the execution on (offered, committed or queued), whose
+    /// owner holds the execution; `None` for one unplaced or on the server's own executor.
+    pub fn context_id(&self) -> Option<&ContextId> {
+        match self {
+            PlaceRow::Offered { context_id, .. }
+            | PlaceRow::Committed { context_id, .. }
+            | PlaceRow::Queued { context_id, .. } => Some(context_id),
+            PlaceRow::Unplaced | PlaceRow::Cloud => None,
+        }
+    }
+}
+
 /// An ended execution: its outcome is the delivered result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -9,7 +9,9 @@ use super::*;
 use crate::daemon::{self, Daemon, DaemonConfig, DaemonRecord, DaemonSnapshot};
 use crate::keyset::test_root;
 use crate::routing::{ExecuteTarget, Requester, WhenOffline};
-use crate::server::{self, ContextRecord, ExecuteRequest, ExecutionOutcome, Output, Server};
+use crate::server::{
+    self, ContextRecord, ExecuteRequest, ExecutionOutcome, OWNED_ELSEWHERE_CLOSE, Output, Server,
+};
 use crate::session::SessionConfig;
 use crate::sim::{FakeExecutor, now_at, test_keys};
 use crate::time::Now;
@@ -522,4 +524,157 @@ fn a_snapshot_round_trips_and_every_cut_or_flipped_byte_is_a_typed_error() {
         ServerSnapshot::decode(newer.as_bytes()),
         Err(RecordError::UnsupportedVersion(2))
     );
+}
+
+/// The machine's daemon moves from node A (the harness's server) to node B, which adopts it
+/// from the records A wrote while A lets it go: what A then says, and the run A committed.
+fn move_to_another_node(h: &mut Harness) -> Vec<Output> {
+    let records = h.server_state();
+    h.elapsed += Duration::from_secs(1);
+    let now = h.now();
+    let mut b = Server::new(signer(), SessionConfig::new("template"), now);
+    b.handle_input(now, server::Input::Adopt(Box::new(records.clone())))
+        .unwrap();
+    let row = records.contexts[0].clone();
+    h.server
+        .handle_input(now, server::Input::Elsewhere(Box::new(row)))
+        .unwrap();
+    let mut said = vec![];
+    loop {
+        match h.server.poll_output() {
+            Output::Wait { .. } => break,
+            output => said.push(output),
+        }
+    }
+    let a = std::mem::replace(&mut h.server, b);
+    assert_eq!(a.executions_in_flight(), 0, "A holds nothing placed on it");
+    assert!(a.is_owned_elsewhere(CTX));
+    assert!(a.snapshot().contexts.is_empty(), "A journals no row of it");
+    h.conn = None;
+    h.to_daemon.clear();
+    h.to_server.clear();
+    h.daemon
+        .handle_input(now, daemon::Input::Disconnected { code: None })
+        .unwrap();
+    h.advance(Duration::from_secs(60));
+    said
+}
+
+#[test]
+fn a_run_committed_on_one_node_ends_once_on_the_node_that_adopts_its_machine() {
+    let mut h = Harness::new();
+    h.execute(request("x1", ExecuteTarget::named(CTX)));
+    assert_eq!(h.executed, vec!["x1.1".to_owned()]);
+    let said = move_to_another_node(&mut h);
+    assert!(
+        said.iter().all(|o| !matches!(o, Output::Persist(_))),
+        "the node that let the machine go writes nothing for it: {said:?}"
+    );
+    assert!(
+        said.iter().any(|o| matches!(
+            o,
+            Output::Close { reason, code: 1001, .. } if reason == OWNED_ELSEWHERE_CLOSE
+        )),
+        "its connection there is closed: {said:?}"
+    );
+    assert!(
+        h.server.session(CTX).unwrap().is_ready(),
+        "the daemon is back, on B"
+    );
+    assert!(
+        h.finished.is_empty(),
+        "the run is held on B: {:?}",
+        h.finished
+    );
+    h.finish_run("x1.1");
+    assert_eq!(h.finished.len(), 1);
+    assert!(matches!(h.finished[0].1, ExecutionOutcome::Completed(_)));
+    assert_eq!(h.executed, vec!["x1.1".to_owned()], "never run twice");
+}
+
+#[test]
+fn a_queued_execution_moves_with_its_machine_and_keeps_its_deadline() {
+    let mut h = Harness::new();
+    let now = h.now();
+    h.server
+        .handle_input(now, server::Input::Disconnected { conn: 1 })
+        .unwrap();
+    h.conn = None;
+    h.daemon = Daemon::new(DaemonConfig::default(), test_keys(), now);
+    let mut queued = ExecuteTarget::named(CTX);
+    queued.when_offline = WhenOffline::Queue { minutes: 5 };
+    h.server
+        .handle_input(now, server::Input::Execute(Box::new(request("q1", queued))))
+        .unwrap();
+    loop {
+        match h.server.poll_output() {
+            Output::Wait { .. } => break,
+            Output::Persist(r) => h.server_disk.push(r.encode()),
+            _ => {}
+        }
+    }
+    let records = h.server_state();
+    let mut b = Server::new(signer(), SessionConfig::new("template"), now);
+    b.handle_input(now, server::Input::Adopt(Box::new(records)))
+        .unwrap();
+    while !matches!(b.poll_output(), Output::Wait { .. }) {}
+    let place = b
+        .queue_place(&crate::ids::ExecutionId::new("q1"))
+        .expect("queued on B");
+    assert_eq!(place.position, 1);
+    assert_eq!(
+        place.left,
+        Duration::from_secs(300),
+        "the deadline A gave it"
+    );
+}
+
+#[test]
+fn a_machine_owned_elsewhere_is_passed_over_and_refuses_what_names_it() {
+    let mut h = Harness::new();
+    let row = h.server_state().contexts[0].clone();
+    let now = h.now();
+    h.server
+        .handle_input(now, server::Input::Elsewhere(Box::new(row)))
+        .unwrap();
+    while !matches!(h.server.poll_output(), Output::Wait { .. }) {}
+    let mut queued = ExecuteTarget::named(CTX);
+    queued.when_offline = WhenOffline::Queue { minutes: 5 };
+    h.execute(request("x1", queued));
+    let [(_, ExecutionOutcome::Failed { code, message })] = &h.finished[..] else {
+        panic!("{:?}", h.finished);
+    };
+    assert_eq!(code, "execution_context_unusable", "never queued for it");
+    assert!(message.contains("another node"), "{message}");
+    let refused = h.server.handle_input(
+        now,
+        server::Input::UpdateGrant {
+            context_id: CTX.into(),
+            grant: shell_grant(),
+        },
+    );
+    assert_eq!(
+        refused,
+        Err(server::ServerError::OwnedElsewhere(CTX.into()))
+    );
+    let refused = h.server.handle_input(
+        now,
+        server::Input::Connect {
+            context_id: CTX.into(),
+            conn: 9,
+            ticket: "otk_x".into(),
+        },
+    );
+    assert_eq!(
+        refused,
+        Err(server::ServerError::OwnedElsewhere(CTX.into()))
+    );
+    assert!(
+        !matches!(h.server.poll_output(), Output::Persist(_)),
+        "a refused input writes nothing"
+    );
+    let adopt_nothing = h
+        .server
+        .handle_input(now, server::Input::Adopt(Box::default()));
+    assert_eq!(adopt_nothing, Err(server::ServerError::AdoptWithoutContext));
 }

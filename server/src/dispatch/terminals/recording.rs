@@ -30,6 +30,9 @@ pub(crate) struct RecordingConfig {
     pub(crate) record_input: bool,
     /// The most bytes one recording keeps; the rest is cut and the end is marked.
     pub(crate) limit: usize,
+    /// The node whose relay records (kept on each recording's row, so that another node's
+    /// start never ends a recording this live node still writes).
+    pub(crate) node_id: Option<String>,
 }
 
 impl RecordingConfig {
@@ -38,6 +41,7 @@ impl RecordingConfig {
         Self {
             record_input: limits.record_terminal_input,
             limit: limits.recording_bytes,
+            node_id: None,
         }
     }
 }
@@ -64,7 +68,7 @@ impl Recordings {
     /// A handle whose writes `store` receives, through a writer task started here.
     pub(crate) fn start(config: RecordingConfig, store: Arc<Store>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(writer(store, rx));
+        tokio::spawn(writer(store, config.node_id.clone(), rx));
         Self { config, tx }
     }
 
@@ -162,7 +166,11 @@ impl Pending {
 /// written in one transaction, then the writer rests [`FLUSH_EVERY`] so that a busy terminal
 /// costs a few commits a second, not one per output. A batch the store refuses is kept and
 /// tried again with the next one, [`TRIES`] times in all.
-async fn writer(store: Arc<Store>, mut rx: mpsc::UnboundedReceiver<Write>) {
+async fn writer(
+    store: Arc<Store>,
+    node_id: Option<String>,
+    mut rx: mpsc::UnboundedReceiver<Write>,
+) {
     let mut pending = Pending::default();
     loop {
         if pending.is_empty() {
@@ -175,9 +183,12 @@ async fn writer(store: Arc<Store>, mut rx: mpsc::UnboundedReceiver<Write>) {
             pending.take(write);
         }
         let (starts, appends) = (pending.starts.clone(), pending.appends.clone());
+        let node_id = node_id.clone();
         let store = store.clone();
-        let written =
-            tokio::task::spawn_blocking(move || store.write_recordings(&starts, &appends)).await;
+        let written = tokio::task::spawn_blocking(move || {
+            store.write_recordings_on(node_id.as_deref(), &starts, &appends)
+        })
+        .await;
         let error = match written {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(e.to_string()),

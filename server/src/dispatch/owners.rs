@@ -1,0 +1,130 @@
+//! Which machines this node owns, and the fences that prove it (docs/CLUSTER.md §2): every
+//! record the dispatcher writes for a machine is written under the epoch this node holds for
+//! it, so a node that lost a machine to another can never commit anything for it.
+//!
+//! It owns the epochs held, the take on a daemon's ticket request (with the adoption of what
+//! the machine's previous owner recorded), and letting go of machines the owners' table says
+//! another node took. It never decides routing, and never writes a machine's records itself.
+
+use std::collections::HashMap;
+
+use outpost_core::server::Input;
+
+use super::Dispatcher;
+use crate::store::{StoreError, off_the_runtime};
+
+/// The epochs this node holds, by context id.
+pub(crate) struct Fences {
+    node_id: String,
+    epochs: HashMap<String, i64>,
+}
+
+impl Fences {
+    /// The fences of node `node_id`, which holds `epochs` (what its start claimed).
+    pub(crate) fn new(node_id: String, epochs: impl IntoIterator<Item = (String, i64)>) -> Self {
+        Self {
+            node_id,
+            epochs: epochs.into_iter().collect(),
+        }
+    }
+
+    /// This node's id, as the owners' table and the records name it.
+    pub(crate) fn node_id(&self) -> &str {
+        &self.node_id
+    }
+}
+
+/// One row of the owners' table: (context id, node id, epoch).
+pub(crate) type OwnerRow = (String, String, i64);
+
+impl Dispatcher {
+    /// The fence of every context `records` write for, claiming a context no node owns yet
+    /// (one just registered through this node). A context another node owns is returned as
+    /// it stands, held by nobody here: the write then fails its fence, as it must.
+    pub(super) fn fence_for(
+        &mut self,
+        contexts: Vec<String>,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let mut fence = Vec::with_capacity(contexts.len());
+        for context_id in contexts {
+            let epoch = match self.fences.epochs.get(&context_id) {
+                Some(&epoch) => epoch,
+                None => {
+                    let store = &self.shared.store;
+                    let node = &self.fences.node_id;
+                    // Nobody's yet: epoch 1 is ours. Somebody else's: 0, which never matches.
+                    let claimed =
+                        off_the_runtime(|| store.claim_unowned_context(&context_id, node))?;
+                    if let Some(epoch) = claimed {
+                        self.fences.epochs.insert(context_id.clone(), epoch);
+                    }
+                    claimed.unwrap_or(0)
+                }
+            };
+            fence.push((context_id, epoch));
+        }
+        Ok(fence)
+    }
+
+    /// Takes `context_id` for this node before it issues the machine's daemon a connect
+    /// ticket: the epoch moves on, so whoever held the machine before can write nothing more
+    /// for it; and unless this node held the epoch just before, what it knows of the machine
+    /// is replaced by the records (the previous owner's runs, queue and offers).
+    pub(super) fn take(&mut self, context_id: &str) -> Result<(), StoreError> {
+        let store = &self.shared.store;
+        let node = &self.fences.node_id;
+        let epoch = off_the_runtime(|| store.take_context(context_id, node))?;
+        let held_before = self.fences.epochs.insert(context_id.to_owned(), epoch);
+        if held_before == Some(epoch - 1) && !self.server.is_owned_elsewhere(context_id) {
+            return Ok(());
+        }
+        let snapshot = off_the_runtime(|| store.context_snapshot(context_id))?;
+        let Some(snapshot) = snapshot else {
+            // Registered, never recorded: nothing to adopt, the registration's row comes.
+            return Ok(());
+        };
+        tracing::info!(
+            context = context_id,
+            epoch,
+            "this node takes a machine another node held"
+        );
+        self.feed(Input::Adopt(Box::new(snapshot)))
+    }
+
+    /// Compares the owners' table with the fences held: a context another node has taken is
+    /// let go (its connection here closed, its executions forgotten: they are the new
+    /// owner's), and a context this node never knew is learnt as owned elsewhere.
+    pub(super) fn on_owners(&mut self, rows: Vec<OwnerRow>) -> Result<(), StoreError> {
+        for (context_id, node_id, epoch) in rows {
+            let held = self.fences.epochs.get(&context_id).copied();
+            let taken_from_us = match held {
+                // Epochs only grow: a row at or below the one held is this node's own (or
+                // was read before this node's latest take).
+                Some(mine) => epoch > mine,
+                None => {
+                    node_id != self.fences.node_id && !self.server.is_owned_elsewhere(&context_id)
+                }
+            };
+            if !taken_from_us {
+                continue;
+            }
+            let store = &self.shared.store;
+            let Some(snapshot) = off_the_runtime(|| store.context_snapshot(&context_id))? else {
+                continue;
+            };
+            let Some(row) = snapshot.contexts.into_iter().next() else {
+                continue;
+            };
+            if held.is_some() {
+                tracing::info!(
+                    context = context_id,
+                    owner = node_id,
+                    "another node took a machine this node held: it lets it go"
+                );
+            }
+            self.fences.epochs.remove(&context_id);
+            self.feed(Input::Elsewhere(Box::new(row)))?;
+        }
+        Ok(())
+    }
+}

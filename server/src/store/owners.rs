@@ -1,0 +1,313 @@
+//! Ownership with fencing (docs/CLUSTER.md §2): which node owns each context (`context_owner`,
+//! one row per context: its node and the epoch that node took it at), the fence every
+//! transaction writing a context's records checks first, and the records a node restores
+//! from: the contexts it owns, and the rows of the others kept apart.
+//!
+//! This module owns that table and those reads. It never decides which node should own a
+//! context (the dispatcher and the node's start do), never judges liveness by a node's own
+//! clock (only by `nodes.heartbeat_at_ms` against the database's), and never lets a write
+//! through a fence that names another node or another epoch.
+
+use std::collections::{HashMap, HashSet};
+
+use outpost_core::server::{ContextRow, PlaceRow, ServerChange, ServerRecord, ServerSnapshot};
+
+use super::db::{OptionalExtension as _, Sql, ToValue, params};
+use super::{Doing as _, Store, StoreError};
+
+/// Any number both ways agree on, held by a PostgreSQL node's claim at its start
+/// (`pg_advisory_xact_lock`) so that nodes starting together claim one after another.
+const CLAIM_LOCK: i64 = 0x6f75_7470_6f73_7432;
+
+/// A write refused by its fence: the context is another node's now, or this node's at a later
+/// epoch, or no node's. Nothing of the transaction was written.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", fenced_message(self))]
+pub(crate) struct Fenced {
+    /// The context whose fence failed.
+    pub(crate) context_id: String,
+    /// The node that owns it now (`None`: it has no owner row).
+    pub(crate) holder: Option<String>,
+}
+
+fn fenced_message(f: &Fenced) -> String {
+    match &f.holder {
+        Some(holder) => format!(
+            "context {} is owned by node {holder} now: this node lost its fence",
+            f.context_id
+        ),
+        None => format!(
+            "context {} has no owner now: this node lost its fence",
+            f.context_id
+        ),
+    }
+}
+
+/// What a node restores from at its start ([`Store::load_owned_snapshot`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct OwnedSnapshot {
+    /// The contexts it owns, every chain, the executions placed on its contexts and the
+    /// unplaced and cloud ones no other live node wrote; `None` when there is no record at
+    /// all.
+    pub(crate) mine: Option<ServerSnapshot>,
+    /// The rows of the contexts other nodes own, by id.
+    pub(crate) elsewhere: Vec<ContextRow>,
+}
+
+/// The context an execution row is placed on (offered, committed or queued there), if any.
+pub(super) fn placed_on(place: &PlaceRow) -> Option<&str> {
+    match place {
+        PlaceRow::Offered { context_id, .. }
+        | PlaceRow::Committed { context_id, .. }
+        | PlaceRow::Queued { context_id, .. } => Some(context_id.as_str()),
+        PlaceRow::Unplaced | PlaceRow::Cloud => None,
+    }
+}
+
+/// Checks `fence` inside `tx`, before anything is written: every context in it must be owned
+/// by `node_id` at the epoch given. Read `FOR SHARE` on PostgreSQL, so that no node takes a
+/// fenced context until `tx` ends. A fence without a node id never holds.
+pub(super) fn check_fence(
+    tx: &impl Sql,
+    node_id: Option<&str>,
+    fence: &[(String, i64)],
+) -> Result<(), StoreError> {
+    if fence.is_empty() {
+        return Ok(());
+    }
+    let placeholders: Vec<String> = (1..=fence.len()).map(|i| format!("?{i}")).collect();
+    let mut sql = format!(
+        "SELECT context_id, node_id, epoch FROM context_owner WHERE context_id IN ({})",
+        placeholders.join(", ")
+    );
+    if tx.is_postgres() {
+        sql.push_str(" FOR SHARE");
+    }
+    let ids: Vec<&dyn ToValue> = fence.iter().map(|(id, _)| id as &dyn ToValue).collect();
+    let held: HashMap<String, (String, i64)> = tx
+        .query_map(&sql, &ids, |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
+        .doing("checking a context's fence")?
+        .into_iter()
+        .collect();
+    for (context_id, epoch) in fence {
+        let holder = held.get(context_id);
+        let holds =
+            holder.is_some_and(|(holder, at)| Some(holder.as_str()) == node_id && at == epoch);
+        if !holds {
+            return Err(StoreError::new(
+                "checking a context's fence",
+                Fenced {
+                    context_id: context_id.clone(),
+                    holder: holder.map(|(holder, _)| holder.clone()),
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Node `node_id` takes context `context_id` (a daemon connected to it): one committed
+    /// statement that makes the row (epoch 1) or moves it to this node with the next epoch.
+    /// Returns the epoch this node now holds; any earlier holder's is stale.
+    pub(crate) fn take_context(&self, context_id: &str, node_id: &str) -> Result<i64, StoreError> {
+        self.lock()
+            .query_row(
+                "INSERT INTO context_owner (context_id, node_id, epoch) VALUES (?1, ?2, 1)
+                 ON CONFLICT (context_id) DO UPDATE SET node_id = excluded.node_id,
+                     epoch = context_owner.epoch + 1
+                 RETURNING epoch",
+                params![context_id, node_id],
+                |r| r.get(0),
+            )
+            .doing("taking a context")
+    }
+
+    /// Node `node_id` claims context `context_id` if no node owns it yet (a context just
+    /// registered through it): one committed statement that makes the row at epoch 1.
+    /// Returns `Some(1)` when it made the row, `None` when there was one already, whoever's
+    /// (then nothing changed: a context someone holds moves only by [`Store::take_context`]).
+    pub(crate) fn claim_unowned_context(
+        &self,
+        context_id: &str,
+        node_id: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        self.lock()
+            .query_row(
+                "INSERT INTO context_owner (context_id, node_id, epoch) VALUES (?1, ?2, 1)
+                 ON CONFLICT (context_id) DO NOTHING
+                 RETURNING epoch",
+                params![context_id, node_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .doing("claiming a context")
+    }
+
+    /// Node `node_id` claims, at its start and in one transaction, what no live node holds:
+    /// the rows it held already and those of nodes whose heartbeat is older than `live_ms` by
+    /// the database's clock (or that have no `nodes` row) move to it with their next epoch, and
+    /// every registered context without a row gets one (epoch 1). Rows of other live nodes are
+    /// left alone. Returns every (context id, epoch) it owns now, by id. Call it after this
+    /// node's first heartbeat, so that nodes claiming after it see it live.
+    pub(crate) fn claim_contexts(
+        &self,
+        node_id: &str,
+        live_ms: u64,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("claiming contexts")?;
+        if tx.is_postgres() {
+            tx.query_row(
+                "SELECT CAST(1 AS BIGINT) FROM (SELECT pg_advisory_xact_lock(?1)) AS held",
+                params![CLAIM_LOCK],
+                |r| r.get::<i64>(0),
+            )
+            .doing("waiting for another node's claim")?;
+        }
+        let now = tx.now_ms();
+        // Moved first, so that the rows made next start at epoch 1.
+        tx.execute(
+            &format!(
+                "UPDATE context_owner SET node_id = ?1, epoch = epoch + 1
+                 WHERE node_id = ?1
+                    OR node_id NOT IN (SELECT id FROM nodes WHERE heartbeat_at_ms >= {now} - ?2)"
+            ),
+            params![node_id, i64::try_from(live_ms).unwrap_or(i64::MAX)],
+        )
+        .doing("claiming dead nodes' contexts")?;
+        tx.execute(
+            "INSERT INTO context_owner (context_id, node_id, epoch)
+             SELECT id, ?1, 1 FROM contexts
+             WHERE id NOT IN (SELECT context_id FROM context_owner)
+             ON CONFLICT (context_id) DO NOTHING",
+            params![node_id],
+        )
+        .doing("claiming unowned contexts")?;
+        let owned = tx
+            .query_map(
+                "SELECT context_id, epoch FROM context_owner WHERE node_id = ?1
+                 ORDER BY context_id",
+                params![node_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .doing("claiming contexts")?;
+        tx.commit().doing("claiming contexts")?;
+        Ok(owned)
+    }
+
+    /// Every owner row: (context id, node id, epoch), by context id.
+    pub(crate) fn context_owners(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        self.read()
+            .query_map(
+                "SELECT context_id, node_id, epoch FROM context_owner ORDER BY context_id",
+                params![],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .doing("listing context owners")
+    }
+
+    /// Context `context_id`'s row and the live executions placed on it (offered, committed,
+    /// queued) as one snapshot, for the node that takes it; `None` when it has no record.
+    /// Read on the connection that writes, so it sees what this node just committed.
+    pub(crate) fn context_snapshot(
+        &self,
+        context_id: &str,
+    ) -> Result<Option<ServerSnapshot>, StoreError> {
+        let rows = self
+            .lock()
+            .query_map(
+                "SELECT bytes FROM records
+                 WHERE (kind = 'context' AND key = ?1) OR kind = 'execution' ORDER BY seq",
+                params![context_id],
+                |r| r.get::<Vec<u8>>(0),
+            )
+            .doing("reading a context's records")?;
+        let mut snapshot = ServerSnapshot::default();
+        let mut found = false;
+        let mut latest = 0;
+        for bytes in rows {
+            let record = ServerRecord::decode(&bytes).doing("decoding a stored record")?;
+            let take = match &record.change {
+                ServerChange::Context(row) => {
+                    found |= row.id.as_str() == context_id;
+                    row.id.as_str() == context_id
+                }
+                ServerChange::Execution(row) => placed_on(&row.place) == Some(context_id),
+                ServerChange::Chain(_) | ServerChange::ExecutionEnded(_) => false,
+            };
+            if take {
+                latest = latest.max(record.written_ms);
+                snapshot.apply(&record);
+            }
+        }
+        snapshot.written_ms = latest;
+        Ok(found.then_some(snapshot))
+    }
+
+    /// Every live record, split for node `node_id` at its start: the contexts in `owned` and
+    /// the executions placed on them, every chain, and the unplaced and cloud executions
+    /// (unless another live node, one in `live_elsewhere`, wrote them: it is still running
+    /// them) are `mine`; the rows of the other contexts are `elsewhere`, and the executions
+    /// placed on them are left out. A row `node_id` wrote is mine whatever `live_elsewhere`
+    /// says. `load_snapshot` is the whole, for a node alone.
+    pub(crate) fn load_owned_snapshot(
+        &self,
+        node_id: &str,
+        owned: &HashSet<String>,
+        live_elsewhere: &HashSet<String>,
+    ) -> Result<OwnedSnapshot, StoreError> {
+        let rows = self
+            .lock()
+            .query_map(
+                "SELECT kind, bytes, node_id FROM records ORDER BY seq",
+                params![],
+                |r| {
+                    Ok((
+                        r.get::<String>(0)?,
+                        r.get::<Vec<u8>>(1)?,
+                        r.get::<Option<String>>(2)?,
+                    ))
+                },
+            )
+            .doing("reading records")?;
+        let mut mine = ServerSnapshot::default();
+        let mut elsewhere: Vec<ContextRow> = Vec::new();
+        let mut any = false;
+        let mut latest = 0;
+        for (kind, bytes, writer) in rows {
+            let record = ServerRecord::decode(&bytes).doing("decoding a stored record")?;
+            latest = latest.max(record.written_ms);
+            any = true;
+            if kind == "ended" {
+                continue;
+            }
+            let is_mine = match &record.change {
+                ServerChange::Context(row) if !owned.contains(row.id.as_str()) => {
+                    match elsewhere.binary_search_by(|r| r.id.cmp(&row.id)) {
+                        Ok(at) => elsewhere[at] = row.clone(),
+                        Err(at) => elsewhere.insert(at, row.clone()),
+                    }
+                    false
+                }
+                ServerChange::Context(_) | ServerChange::Chain(_) => true,
+                ServerChange::Execution(row) => match placed_on(&row.place) {
+                    Some(context_id) => owned.contains(context_id),
+                    None => match writer.as_deref() {
+                        Some(writer) if writer != node_id => !live_elsewhere.contains(writer),
+                        _ => true,
+                    },
+                },
+                ServerChange::ExecutionEnded(_) => true,
+            };
+            if is_mine {
+                mine.apply(&record);
+            }
+        }
+        mine.written_ms = latest;
+        Ok(OwnedSnapshot {
+            mine: any.then_some(mine),
+            elsewhere,
+        })
+    }
+}

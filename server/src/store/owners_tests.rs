@@ -1,0 +1,670 @@
+//! Ownership with fencing (docs/CLUSTER.md §2), each case on both databases: epochs taken and
+//! claimed, writes refused by a stale fence with nothing written, the records a node restores
+//! from split by owner, and recordings ended only for nodes no longer live.
+
+use std::collections::HashSet;
+
+use outpost_core::routing::{Chain, ExecuteTarget, RanOn, RanOnKind, Requester};
+use outpost_core::server::{
+    ChainRow, ContextRow, EndedRow, ExecutionOutcome, ExecutionRow, ExecutionStatus, PlaceRow,
+    ServerChange, ServerRecord,
+};
+use outpost_core::wire::{
+    CapabilitySource, CommandsGrant, Egress, Environment, Grant, GrantLimits,
+};
+
+use super::db::{Sql as _, params};
+use super::tests::stores;
+use super::{
+    AuditRow, Batch, ContextEntry, ExecutionEntry, RecordingAppend, RecordingEntry, Store,
+    contexts_written,
+};
+
+/// How recent a heartbeat must be for its node to count as live, as the server judges.
+const LIVE_MS: u64 = 15_000;
+
+fn context_row(id: &str) -> ContextRow {
+    ContextRow {
+        id: id.into(),
+        name: format!("box-{id}"),
+        operator: "ana".into(),
+        operator_is_member: true,
+        shared_with_all_members: false,
+        opted_in: vec![],
+        grant: Grant {
+            fs: vec![],
+            egress: Egress::None,
+            commands: CommandsGrant { enabled: false },
+            limits: GrantLimits { max_concurrent: 4 },
+            environments: None,
+        },
+        grant_version: 1,
+        revoked: false,
+    }
+}
+
+fn context(id: &str, written_ms: u64) -> ServerRecord {
+    ServerRecord {
+        written_ms,
+        change: ServerChange::Context(context_row(id)),
+    }
+}
+
+fn chain(user: &str, written_ms: u64) -> ServerRecord {
+    ServerRecord {
+        written_ms,
+        change: ServerChange::Chain(ChainRow {
+            user_id: user.into(),
+            chain: Chain::cloud_only(),
+        }),
+    }
+}
+
+fn execution(id: &str, place: PlaceRow, written_ms: u64) -> ServerRecord {
+    ServerRecord {
+        written_ms,
+        change: ServerChange::Execution(Box::new(ExecutionRow {
+            exec_id: id.into(),
+            requester: Requester {
+                user_id: "ana".into(),
+            },
+            target: ExecuteTarget::chain(),
+            environment: Environment::Shell,
+            capability: CapabilitySource::Inline {
+                manifest: "name: t\nenvironment: shell\nentry: run.sh\n".into(),
+                files: vec![],
+            },
+            timeout_ms: 60_000,
+            route: None,
+            hops: 1,
+            place,
+        })),
+    }
+}
+
+fn offered(context_id: &str) -> PlaceRow {
+    PlaceRow::Offered {
+        context_id: context_id.into(),
+        run_id: "x.1".into(),
+    }
+}
+
+fn committed(context_id: &str) -> PlaceRow {
+    PlaceRow::Committed {
+        context_id: context_id.into(),
+        run_id: "x.1".into(),
+        committed_at_ms: 1_000,
+        lost_at_ms: 90_000,
+    }
+}
+
+fn queued(context_id: &str) -> PlaceRow {
+    PlaceRow::Queued {
+        context_id: context_id.into(),
+        until_ms: 90_000,
+    }
+}
+
+fn ran_on_context(id: &str) -> RanOn {
+    RanOn {
+        kind: RanOnKind::Context,
+        id: id.into(),
+        name: format!("box-{id}"),
+        yours: true,
+        attempts: vec![],
+        fell_back_to_cloud: false,
+    }
+}
+
+fn ended(id: &str, ran_on: Option<RanOn>, written_ms: u64) -> ServerRecord {
+    ServerRecord {
+        written_ms,
+        change: ServerChange::ExecutionEnded(Box::new(EndedRow {
+            exec_id: id.into(),
+            outcome: ExecutionOutcome::Lost,
+            ran_on,
+            line: "lost".into(),
+        })),
+    }
+}
+
+/// Writes `records` as node `node_id`'s, unfenced.
+fn write(store: &Store, node_id: Option<&str>, records: Vec<ServerRecord>) {
+    store
+        .write_batch(&Batch {
+            records,
+            node_id: node_id.map(str::to_owned),
+            ..Batch::default()
+        })
+        .expect("an unfenced batch is written");
+}
+
+/// Registers context `id` in the server's table (what `claim_contexts` claims from).
+fn register(store: &Store, id: &str) {
+    let entry = ContextEntry {
+        id: id.into(),
+        name: format!("box-{id}"),
+        operator: "ana".into(),
+        key_id: format!("mk_{id}"),
+        max_concurrent: 4,
+        environments: vec!["shell".into()],
+        daemon_version: "1.0.0".into(),
+        registered_at: 1,
+        grant_json: "{}".into(),
+        grant_version: 1,
+        revoked: false,
+        shared_with_all_members: false,
+        opted_in: vec![],
+        operator_is_member: true,
+    };
+    store.insert_context(&entry, &[1; 32]).unwrap();
+}
+
+fn count(store: &Store, table: &str) -> i64 {
+    store
+        .lock()
+        .query_row(&format!("SELECT COUNT(*) FROM {table}"), params![], |r| {
+            r.get(0)
+        })
+        .unwrap()
+}
+
+fn record_writers(store: &Store) -> Vec<(String, String, Option<String>)> {
+    store
+        .lock()
+        .query_map(
+            "SELECT kind, key, node_id FROM records ORDER BY kind, key",
+            params![],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+}
+
+fn ids<T>(rows: &[T], id: impl Fn(&T) -> &str) -> Vec<String> {
+    rows.iter().map(|r| id(r).to_owned()).collect()
+}
+
+#[test]
+fn taking_a_context_bumps_its_epoch_whoever_takes_it() {
+    for fresh in stores("take_context") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        assert_eq!(store.take_context("ec_1", "nd_a").unwrap(), 1, "{kind}");
+        assert_eq!(store.take_context("ec_1", "nd_a").unwrap(), 2, "{kind}");
+        assert_eq!(store.take_context("ec_1", "nd_b").unwrap(), 3, "{kind}");
+        assert_eq!(store.take_context("ec_2", "nd_a").unwrap(), 1, "{kind}");
+        // Claimed only when no node owns it: never moved, never bumped.
+        assert_eq!(
+            store.claim_unowned_context("ec_3", "nd_c").unwrap(),
+            Some(1),
+            "{kind}"
+        );
+        for node in ["nd_c", "nd_d"] {
+            assert_eq!(
+                store.claim_unowned_context("ec_3", node).unwrap(),
+                None,
+                "{kind}"
+            );
+            assert_eq!(store.claim_unowned_context("ec_1", node).unwrap(), None);
+        }
+        assert_eq!(
+            store.context_owners().unwrap(),
+            [
+                ("ec_1".to_owned(), "nd_b".to_owned(), 3),
+                ("ec_2".to_owned(), "nd_a".to_owned(), 1),
+                ("ec_3".to_owned(), "nd_c".to_owned(), 1)
+            ],
+            "{kind}: committed, seen by the reading connection"
+        );
+    }
+}
+
+#[test]
+fn a_batch_behind_a_stale_fence_writes_nothing_and_names_the_context() {
+    for fresh in stores("stale_fence") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        write(store, Some("nd_a"), vec![context("ec_1", 1_000)]);
+        assert_eq!(store.take_context("ec_1", "nd_a").unwrap(), 1);
+        assert_eq!(store.take_context("ec_1", "nd_b").unwrap(), 2);
+        let (records, executions, audit) = (
+            count(store, "records"),
+            count(store, "executions"),
+            count(store, "audit"),
+        );
+        let batch = |node: Option<&str>, fence: Vec<(String, i64)>| Batch {
+            executions: vec![ExecutionEntry {
+                id: "ex_1".into(),
+                user: "ana".into(),
+                status: ExecutionStatus::Pending,
+                created_at: 5,
+                ..ExecutionEntry::default()
+            }],
+            records: vec![
+                execution("ex_1", committed("ec_1"), 2_000),
+                chain("ana", 2_000),
+            ],
+            audit: vec![AuditRow {
+                at: 5,
+                kind: "probe".into(),
+                actor: "ana".into(),
+                context_id: Some("ec_1".into()),
+                detail: String::new(),
+            }],
+            node_id: node.map(str::to_owned),
+            fence,
+            ..Batch::default()
+        };
+        let refused = [
+            // nd_a held epoch 1; nd_b took the context since.
+            (Some("nd_a"), vec![("ec_1".to_owned(), 1)], "ec_1", "nd_b"),
+            // The epoch now, but another node's.
+            (Some("nd_a"), vec![("ec_1".to_owned(), 2)], "ec_1", "nd_b"),
+            // A newer epoch than the owner's.
+            (Some("nd_b"), vec![("ec_1".to_owned(), 3)], "ec_1", "nd_b"),
+            // One good context does not carry a stale one.
+            (
+                Some("nd_b"),
+                vec![("ec_1".to_owned(), 2), ("ec_9".to_owned(), 1)],
+                "ec_9",
+                "has no owner",
+            ),
+            // A fence without a node id never holds.
+            (None, vec![("ec_1".to_owned(), 2)], "ec_1", "nd_b"),
+        ];
+        for (node, fence, context_id, said) in refused {
+            let err = store
+                .write_batch(&batch(node, fence.clone()))
+                .expect_err("a stale fence is refused");
+            assert_eq!(err.fenced_context(), Some(context_id), "{kind}: {fence:?}");
+            assert!(!err.is_unavailable(), "{kind}: a refusal, not an outage");
+            let text = err.to_string();
+            assert!(text.contains(said), "{kind}: {text}");
+            assert!(text.contains("this node lost its fence"), "{kind}: {text}");
+            assert_eq!(
+                (
+                    count(store, "records"),
+                    count(store, "executions"),
+                    count(store, "audit")
+                ),
+                (records, executions, audit),
+                "{kind}: nothing of the batch is written"
+            );
+            assert!(store.execution("ex_1").unwrap().is_none(), "{kind}");
+        }
+        assert_eq!(
+            store.context_owners().unwrap(),
+            [("ec_1".to_owned(), "nd_b".to_owned(), 2)],
+            "{kind}: the fence changes no owner"
+        );
+        // A refusal is not a database failure: other errors name no context.
+        let other = store
+            .lock()
+            .query_row("SELECT no_such_column FROM records", params![], |r| {
+                r.get::<i64>(0)
+            })
+            .map_err(|e| super::StoreError::new("probing", e))
+            .expect_err("no such column");
+        assert_eq!(other.fenced_context(), None, "{kind}");
+    }
+}
+
+#[test]
+fn a_batch_behind_the_current_fence_writes_and_names_its_node() {
+    for fresh in stores("current_fence") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        store.take_context("ec_1", "nd_a").unwrap();
+        let epoch = store.take_context("ec_1", "nd_b").unwrap();
+        let records = vec![
+            context("ec_1", 1_000),
+            execution("ex_1", committed("ec_1"), 2_000),
+            chain("ana", 2_000),
+        ];
+        let fence: Vec<(String, i64)> = contexts_written(&records)
+            .into_iter()
+            .map(|id| (id, epoch))
+            .collect();
+        assert_eq!(fence, [("ec_1".to_owned(), 2)], "{kind}");
+        store
+            .write_batch(&Batch {
+                executions: vec![ExecutionEntry {
+                    id: "ex_1".into(),
+                    user: "ana".into(),
+                    status: ExecutionStatus::Pending,
+                    created_at: 5,
+                    ..ExecutionEntry::default()
+                }],
+                records,
+                node_id: Some("nd_b".into()),
+                fence,
+                ..Batch::default()
+            })
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let nd_b = Some("nd_b".to_owned());
+        assert_eq!(
+            record_writers(store),
+            [
+                ("chain".into(), "ana".into(), nd_b.clone()),
+                ("context".into(), "ec_1".into(), nd_b.clone()),
+                ("execution".into(), "ex_1".into(), nd_b.clone()),
+            ],
+            "{kind}"
+        );
+        let listed = store.execution("ex_1").unwrap().expect("its listing row");
+        assert_eq!(listed.status, ExecutionStatus::Running, "{kind}");
+        // A record written again names its latest writer.
+        write(store, Some("nd_c"), vec![chain("ana", 3_000)]);
+        write(store, None, vec![context("ec_1", 3_000)]);
+        let writers = record_writers(store);
+        assert_eq!(writers[0].2.as_deref(), Some("nd_c"), "{kind}");
+        assert_eq!(writers[1].2, None, "{kind}");
+        // A fence and a node id alone are nothing to write (and check nothing).
+        let empty = Batch {
+            node_id: Some("nd_a".into()),
+            fence: vec![("ec_1".into(), 1)],
+            ..Batch::default()
+        };
+        assert!(empty.is_empty(), "{kind}");
+        store.write_batch(&empty).unwrap();
+    }
+}
+
+#[test]
+fn a_starting_node_claims_unowned_and_dead_nodes_contexts_not_a_live_nodes() {
+    for fresh in stores("claim") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        for id in ["ec_a", "ec_b", "ec_c", "ec_d", "ec_e"] {
+            register(store, id);
+        }
+        store
+            .node_heartbeat("nd_dead", "http://d", 1, None)
+            .unwrap();
+        store
+            .node_heartbeat("nd_live", "http://l", 2, None)
+            .unwrap();
+        store.node_heartbeat("nd_me", "http://m", 3, None).unwrap();
+        // ec_a has no owner row.
+        assert_eq!(store.take_context("ec_b", "nd_dead").unwrap(), 1);
+        assert_eq!(store.take_context("ec_c", "nd_live").unwrap(), 1);
+        store.take_context("ec_c", "nd_live").unwrap();
+        // A node with no row in `nodes` at all.
+        store.take_context("ec_d", "nd_gone").unwrap();
+        store.take_context("ec_d", "nd_gone").unwrap();
+        store.take_context("ec_e", "nd_me").unwrap();
+        // Twenty seconds of silence by the database's clock: nd_dead is not live.
+        store
+            .lock()
+            .execute(
+                "UPDATE nodes SET heartbeat_at_ms = heartbeat_at_ms - 20000 WHERE id = 'nd_dead'",
+                params![],
+            )
+            .unwrap();
+        let claimed = store.claim_contexts("nd_me", LIVE_MS).unwrap();
+        assert_eq!(
+            claimed,
+            [
+                ("ec_a".to_owned(), 1),
+                ("ec_b".to_owned(), 2),
+                ("ec_d".to_owned(), 3),
+                ("ec_e".to_owned(), 2),
+            ],
+            "{kind}"
+        );
+        let owners = store.context_owners().unwrap();
+        assert_eq!(
+            owners[2],
+            ("ec_c".to_owned(), "nd_live".to_owned(), 2),
+            "{kind}: a live node's context is left alone"
+        );
+        assert_eq!(owners.len(), 5, "{kind}");
+        // The live node claiming next takes nothing of nd_me's (live) and keeps its own.
+        let again = store.claim_contexts("nd_live", LIVE_MS).unwrap();
+        assert_eq!(again, [("ec_c".to_owned(), 3)], "{kind}");
+    }
+}
+
+#[test]
+fn a_context_snapshot_holds_its_row_and_the_executions_placed_on_it_only() {
+    for fresh in stores("context_snapshot") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        assert_eq!(store.context_snapshot("ec_1").unwrap(), None, "{kind}");
+        write(
+            store,
+            Some("nd_a"),
+            vec![
+                context("ec_1", 1_000),
+                context("ec_2", 5_000),
+                chain("ana", 6_000),
+                execution("ex_c", committed("ec_1"), 2_000),
+                execution("ex_q", queued("ec_1"), 3_000),
+                execution("ex_o", offered("ec_1"), 2_500),
+                execution("ex_other", offered("ec_2"), 7_000),
+                execution("ex_u", PlaceRow::Unplaced, 8_000),
+                execution("ex_cloud", PlaceRow::Cloud, 8_000),
+                execution("ex_gone", committed("ec_1"), 2_000),
+                ended("ex_gone", Some(ran_on_context("ec_1")), 9_000),
+            ],
+        );
+        let snapshot = store.context_snapshot("ec_1").unwrap().expect("its record");
+        assert_eq!(ids(&snapshot.contexts, |r| &r.id), ["ec_1"], "{kind}");
+        assert_eq!(
+            ids(&snapshot.executions, |r| &r.exec_id),
+            ["ex_c", "ex_o", "ex_q"],
+            "{kind}"
+        );
+        assert!(snapshot.chains.is_empty(), "{kind}");
+        assert_eq!(snapshot.written_ms, 3_000, "{kind}: its latest record");
+        let other = store.context_snapshot("ec_2").unwrap().unwrap();
+        assert_eq!(ids(&other.executions, |r| &r.exec_id), ["ex_other"]);
+        assert_eq!(store.context_snapshot("ec_9").unwrap(), None, "{kind}");
+    }
+}
+
+#[test]
+fn a_node_restores_what_it_owns_and_keeps_the_other_contexts_rows_apart() {
+    for fresh in stores("owned_snapshot") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        let owned: HashSet<String> = ["ec_1".to_owned()].into();
+        let live_elsewhere: HashSet<String> = ["nd_other".to_owned()].into();
+        let empty = store
+            .load_owned_snapshot("nd_me", &owned, &live_elsewhere)
+            .unwrap();
+        assert_eq!((empty.mine, empty.elsewhere), (None, vec![]), "{kind}");
+        write(
+            store,
+            Some("nd_me"),
+            vec![
+                context("ec_1", 1_000),
+                execution("ex_mine", committed("ec_1"), 2_000),
+                execution("ex_q", queued("ec_1"), 2_000),
+                execution("ex_cloud_mine", PlaceRow::Cloud, 2_000),
+            ],
+        );
+        write(
+            store,
+            Some("nd_other"),
+            vec![
+                context("ec_2", 1_500),
+                chain("bo", 1_500),
+                execution("ex_there", offered("ec_2"), 3_000),
+                execution("ex_u_live", PlaceRow::Unplaced, 3_000),
+                execution("ex_cloud_live", PlaceRow::Cloud, 3_000),
+            ],
+        );
+        write(
+            store,
+            Some("nd_dead"),
+            vec![
+                context("ec_3", 1_200),
+                execution("ex_u_dead", PlaceRow::Unplaced, 4_000),
+                execution("ex_cloud_dead", PlaceRow::Cloud, 4_000),
+                execution("ex_done", committed("ec_1"), 4_000),
+                ended("ex_done", Some(ran_on_context("ec_1")), 9_500),
+            ],
+        );
+        write(
+            store,
+            None,
+            vec![
+                chain("ana", 500),
+                execution("ex_u_null", PlaceRow::Unplaced, 600),
+            ],
+        );
+        let split = store
+            .load_owned_snapshot("nd_me", &owned, &live_elsewhere)
+            .unwrap();
+        let mine = split.mine.expect("records");
+        assert_eq!(ids(&mine.contexts, |r| &r.id), ["ec_1"], "{kind}");
+        assert_eq!(
+            ids(&mine.chains, |r| &r.user_id),
+            ["ana", "bo"],
+            "{kind}: every chain"
+        );
+        assert_eq!(
+            ids(&mine.executions, |r| &r.exec_id),
+            [
+                "ex_cloud_dead",
+                "ex_cloud_mine",
+                "ex_mine",
+                "ex_q",
+                "ex_u_dead",
+                "ex_u_null"
+            ],
+            "{kind}: a live node's unplaced and cloud rows, and those placed elsewhere, are left out"
+        );
+        assert_eq!(mine.written_ms, 9_500, "{kind}: the latest record read");
+        assert_eq!(
+            split.elsewhere,
+            [context_row("ec_2"), context_row("ec_3")],
+            "{kind}"
+        );
+        // What a node wrote itself is its own, whatever the live list says.
+        let me_listed: HashSet<String> = ["nd_me".to_owned()].into();
+        let mine = store
+            .load_owned_snapshot("nd_me", &owned, &me_listed)
+            .unwrap()
+            .mine
+            .unwrap();
+        assert!(
+            mine.executions
+                .iter()
+                .any(|r| r.exec_id.as_str() == "ex_cloud_mine"),
+            "{kind}"
+        );
+        // The whole, for a node alone, is unchanged.
+        let whole = store.load_snapshot().unwrap().unwrap();
+        assert_eq!(whole.contexts.len(), 3, "{kind}");
+        assert_eq!(whole.executions.len(), 9, "{kind}");
+    }
+}
+
+#[test]
+fn the_contexts_a_batch_writes_for_are_its_contexts_placed_runs_and_ends_on_contexts() {
+    let none: [&str; 0] = [];
+    assert_eq!(contexts_written(&[context("ec_1", 1)]), ["ec_1"]);
+    assert_eq!(contexts_written(&[chain("ana", 1)]), none);
+    for place in [offered("ec_2"), committed("ec_2"), queued("ec_2")] {
+        assert_eq!(contexts_written(&[execution("x", place, 1)]), ["ec_2"]);
+    }
+    for place in [PlaceRow::Unplaced, PlaceRow::Cloud] {
+        assert_eq!(contexts_written(&[execution("x", place, 1)]), none);
+    }
+    assert_eq!(
+        contexts_written(&[ended("x", Some(ran_on_context("ec_3")), 1)]),
+        ["ec_3"]
+    );
+    assert_eq!(
+        contexts_written(&[ended("x", Some(RanOn::cloud()), 1)]),
+        none
+    );
+    assert_eq!(contexts_written(&[ended("x", None, 1)]), none);
+    // A context kind that names the cloud is no context.
+    let mut odd = ran_on_context(outpost_core::routing::CLOUD_ID);
+    assert_eq!(contexts_written(&[ended("x", Some(odd.clone()), 1)]), none);
+    odd.kind = RanOnKind::Cloud;
+    odd.id = "ec_4".into();
+    assert_eq!(contexts_written(&[ended("x", Some(odd), 1)]), none);
+    // Sorted, each once.
+    let batch = [
+        execution("x1", committed("ec_b"), 1),
+        context("ec_a", 1),
+        ended("x2", Some(ran_on_context("ec_b")), 1),
+        chain("ana", 1),
+        execution("x3", queued("ec_a"), 1),
+    ];
+    assert_eq!(contexts_written(&batch), ["ec_a", "ec_b"]);
+}
+
+#[test]
+fn a_starting_node_ends_only_the_open_recordings_of_nodes_not_live() {
+    for fresh in stores("recordings_by_node") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        let entry = |id: &str| RecordingEntry {
+            exec_id: id.into(),
+            context_id: "ec_1".into(),
+            context_name: "box".into(),
+            opened_by: "ana".into(),
+            started_at: 1_000,
+            ended_at: None,
+            size: 0,
+            records_input: false,
+            truncated: false,
+        };
+        store
+            .write_recordings_on(Some("nd_live"), &[entry("ex_live")], &[])
+            .unwrap();
+        store
+            .write_recordings_on(Some("nd_dead"), &[entry("ex_dead")], &[])
+            .unwrap();
+        store.write_recordings(&[entry("ex_none")], &[]).unwrap();
+        let nodes: Vec<(String, Option<String>)> = store
+            .lock()
+            .query_map(
+                "SELECT exec_id, node_id FROM recordings ORDER BY exec_id",
+                params![],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            nodes,
+            [
+                ("ex_dead".to_owned(), Some("nd_dead".to_owned())),
+                ("ex_live".to_owned(), Some("nd_live".to_owned())),
+                ("ex_none".to_owned(), None),
+            ],
+            "{kind}"
+        );
+        // The live node's relay appends on.
+        let append = RecordingAppend {
+            exec_id: "ex_live".into(),
+            text: "[1.0, \"o\", \"a\"]\n".into(),
+            ..RecordingAppend::default()
+        };
+        store.write_recordings(&[], &[append]).unwrap();
+        let live: HashSet<String> = ["nd_live".to_owned()].into();
+        assert_eq!(store.end_cut_recordings_except(&live).unwrap(), 2, "{kind}");
+        assert_eq!(store.recording("ex_live").unwrap().unwrap().ended_at, None);
+        assert!(
+            store
+                .recording("ex_dead")
+                .unwrap()
+                .unwrap()
+                .ended_at
+                .is_some()
+        );
+        assert!(
+            store
+                .recording("ex_none")
+                .unwrap()
+                .unwrap()
+                .ended_at
+                .is_some()
+        );
+        assert_eq!(store.end_cut_recordings_except(&live).unwrap(), 0, "{kind}");
+        // Alone, a node ends every open one.
+        assert_eq!(store.end_cut_recordings().unwrap(), 1, "{kind}");
+        assert_eq!(
+            store.recording("ex_live").unwrap().unwrap().ended_at,
+            Some(1_001),
+            "{kind}"
+        );
+    }
+}
