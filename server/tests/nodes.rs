@@ -321,6 +321,38 @@ fn a_machine_that_moves_to_another_node_mid_run_ends_its_run_there_once() {
             .is_some_and(|m| m.contains("another node")),
         "{refused}"
     );
+    // A chain set through b reaches a's dispatcher by the database: a routes by it.
+    let chain = serde_json::json!({"chain": ["box"]}).to_string();
+    let set = http(b.addr(), "PUT", "/v1/chain", &auth, chain.as_bytes());
+    assert_eq!(set.status, 200, "{}", set.json());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let body = serde_json::json!({"capability": common::inline("echo hi\n")}).to_string();
+        let answer = http(a.addr(), "POST", "/v1/executions", &auth, body.as_bytes());
+        assert_eq!(answer.status, 201, "{}", answer.json());
+        let id = answer.json()["executionId"]
+            .as_str()
+            .expect("an id")
+            .to_owned();
+        let ended = loop {
+            let seen = execution(&a, &id);
+            if seen["status"] != "pending" && seen["status"] != "running" {
+                break seen;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if ended["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("box"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a never followed b's chain: {ended}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let served = submit(&b, "box");
     daemon.hold = false;
     daemon.pump_until(&b, &machine, "b runs it", Duration::from_secs(20), |d| {

@@ -167,6 +167,13 @@ impl Server {
         if let Some(context_id) = self.names_elsewhere(&input) {
             return Err(ServerError::OwnedElsewhere(context_id));
         }
+        if let Input::SetChain { user_id, chain } = &input
+            && self.chains.get(user_id) == Some(chain)
+        {
+            // Nothing changes, so nothing is written (a chain another node set and this one
+            // learnt is not written back).
+            return Ok(());
+        }
         let mark = self.outputs.len();
         self.journal.touch_input(&input);
         let result = self.apply_input(now, input);

@@ -156,6 +156,8 @@ pub(crate) enum Msg {
     },
     /// The owners' table as the heartbeat read it: machines another node took are let go.
     Owners(Vec<OwnerRow>),
+    /// Chains set through other nodes, as the heartbeat read them: (user id, chain).
+    Chains(Vec<(String, outpost_core::routing::Chain)>),
     /// Stop.
     Shutdown,
 }
@@ -512,6 +514,13 @@ impl Dispatcher {
                 })
             }
             Msg::Owners(rows) => self.on_owners(rows),
+            Msg::Chains(chains) => {
+                for (user_id, chain) in chains {
+                    // Equal to what this node holds: nothing happens, nothing is written.
+                    self.feed(Input::SetChain { user_id, chain })?;
+                }
+                Ok(())
+            }
             // Taken by `on_batch` itself.
             Msg::Input { .. } | Msg::Connect { .. } | Msg::Disconnected { .. } | Msg::Shutdown => {
                 Ok(())

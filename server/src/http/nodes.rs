@@ -94,6 +94,44 @@ pub(super) async fn list(State(app): State<App>, req: Request) -> ApiResult {
     Ok(axum::Json(views::Nodes { nodes }).into_response())
 }
 
+/// How far a node has read the chains other nodes wrote: the record number read up to at
+/// the last beat and at the one before (a transaction may commit a number lower than one
+/// already read, so each read goes back one beat; a chain read twice changes nothing).
+#[derive(Default)]
+struct ChainsSeen {
+    last: i64,
+    before: i64,
+}
+
+/// What a node learns from the database after each heartbeat (docs/CLUSTER.md §2): the
+/// machines another node took since (let go here) or registered (known here as owned
+/// elsewhere), and the chains set through other nodes.
+async fn learn_from_the_others(app: &App, node_id: &str, seen: &mut ChainsSeen) {
+    let store = app.shared.store.clone();
+    let (node, after) = (node_id.to_owned(), seen.before);
+    let read = tokio::task::spawn_blocking(move || {
+        Ok::<_, crate::store::StoreError>((
+            store.context_owners()?,
+            store.chains_written_since(after, &node)?,
+        ))
+    })
+    .await;
+    match read {
+        Ok(Ok((owners, chains))) => {
+            let _ = app.tx.send(crate::dispatch::Msg::Owners(owners)).await;
+            let newest = chains.iter().map(|(seq, ..)| *seq).max();
+            if !chains.is_empty() {
+                let chains = chains.into_iter().map(|(_, u, c)| (u, c)).collect();
+                let _ = app.tx.send(crate::dispatch::Msg::Chains(chains)).await;
+            }
+            seen.before = seen.last;
+            seen.last = newest.unwrap_or(seen.last).max(seen.last);
+        }
+        Ok(Err(e)) => tracing::warn!(error = %e, "what other nodes wrote was not read"),
+        Err(e) => tracing::warn!(error = %e, "reading what other nodes wrote failed"),
+    }
+}
+
 /// Writes this node's heartbeat every [`HEARTBEAT`] until `stop`, then removes its row, so
 /// that no list shows a node that stopped.
 pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
@@ -106,6 +144,7 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
         tracing::warn!(error = %e, "an earlier start of this node stays listed for 15 s");
     }
     let mut written: Option<String> = None;
+    let mut chains_seen = ChainsSeen::default();
     // The store was just opened (and migrated): that counts as the last write.
     let mut last_written = tokio::time::Instant::now();
     let mut tick = tokio::time::interval(HEARTBEAT);
@@ -158,15 +197,7 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
                 if sessions.is_some() {
                     written = sessions;
                 }
-                // Machines another node took since are let go here (docs/CLUSTER.md §2).
-                let store = app.shared.store.clone();
-                match tokio::task::spawn_blocking(move || store.context_owners()).await {
-                    Ok(Ok(rows)) => {
-                        let _ = app.tx.send(crate::dispatch::Msg::Owners(rows)).await;
-                    }
-                    Ok(Err(e)) => tracing::warn!(error = %e, "the machines' owners were not read"),
-                    Err(e) => tracing::warn!(error = %e, "reading the machines' owners failed"),
-                }
+                learn_from_the_others(&app, &node_id, &mut chains_seen).await;
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "this node's heartbeat was not written");

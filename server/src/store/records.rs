@@ -297,6 +297,36 @@ impl Store {
         }
     }
 
+    /// The chains whose latest write is another node's than `node_id` and numbered after
+    /// `after`, with that number: what a node learns of chains set through the others. A
+    /// user's chain is one row, rewritten by each write, so a chain this node wrote since is
+    /// never returned in place of it.
+    pub(crate) fn chains_written_since(
+        &self,
+        after: i64,
+        node_id: &str,
+    ) -> Result<Vec<(i64, String, Chain)>, StoreError> {
+        let rows = self
+            .read()
+            .query_map(
+                "SELECT seq, bytes FROM records WHERE kind = 'chain' AND seq > ?1
+                 AND (node_id IS NULL OR node_id <> ?2) ORDER BY seq",
+                params![after, node_id],
+                |r| Ok((r.get::<i64>(0)?, r.get::<Vec<u8>>(1)?)),
+            )
+            .doing("reading chains written elsewhere")?;
+        let mut out = Vec::new();
+        for (seq, bytes) in rows {
+            if let ServerChange::Chain(row) = ServerRecord::decode(&bytes)
+                .doing("decoding a chain")?
+                .change
+            {
+                out.push((seq, row.user_id, row.chain));
+            }
+        }
+        Ok(out)
+    }
+
     /// Every user whose chain names `context_id`, with that chain.
     pub fn chains_naming(&self, context_id: &str) -> Result<Vec<(String, Chain)>, StoreError> {
         let rows = self
