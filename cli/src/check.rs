@@ -171,7 +171,10 @@ fn on_interrupt(made: Arc<Mutex<Made>>) -> anyhow::Result<()> {
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
             eprintln!("\noutpost check: interrupted; removing what it made");
-            made.lock().unwrap_or_else(|e| e.into_inner()).remove();
+            // The lock is held until the exit: the step the interrupt cut short must not get
+            // to report its failure and exit 1 first.
+            let mut made = made.lock().unwrap_or_else(|e| e.into_inner());
+            made.remove();
             std::process::exit(130);
         }
     });

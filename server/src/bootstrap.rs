@@ -278,6 +278,14 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     }
     let (stop, stop_rx) = watch::channel(false);
     let heartbeat = tokio::spawn(crate::http::nodes::heartbeat(app.clone(), stop_rx.clone()));
+    if let crate::Database::Postgres(url) = &config.database {
+        tokio::spawn(crate::notices::listen(
+            url.clone(),
+            tx.clone(),
+            app.shared.clone(),
+            stop_rx.clone(),
+        ));
+    }
     let serving = serve::Serving {
         inflight: app.shared.inflight.clone(),
         limits: config.limits.clone(),

@@ -23,6 +23,7 @@ mod http_layer;
 mod inflight;
 mod limits;
 mod metrics;
+mod notices;
 mod parking;
 mod public_url;
 pub mod releases;

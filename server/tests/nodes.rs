@@ -214,8 +214,9 @@ fn a_node_cut_off_from_its_database_lets_its_daemons_go_until_it_writes_its_hear
 /// Two nodes and a machine whose daemon moves from one to the other mid-run: the node it
 /// reconnects to takes the machine (its epoch moves on) and adopts the run the first node
 /// committed, which ends once with the daemon's result; the first node lets the machine go
-/// (by the owners' table, within a heartbeat or two) and then passes it over,
-/// `context_owned_elsewhere`, rather than queueing for it or writing anything for it.
+/// (by the owners' table, within a heartbeat or two) and from then on hands every execute for
+/// it to the owner — named, waited on, or by a chain set through the other node — and passes
+/// its cancels on; every run runs once.
 #[test]
 fn a_machine_that_moves_to_another_node_mid_run_ends_its_run_there_once() {
     let url = common::postgres::database_for(&temp_dir("moves-database"));
@@ -294,34 +295,66 @@ fn a_machine_that_moves_to_another_node_mid_run_ends_its_run_there_once() {
         "run once, on the daemon, whatever node"
     );
 
-    // a lets the machine go by the owners' table and passes it over from then on.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let refused = loop {
-        let id = submit(&a, "box");
-        let ended = loop {
-            daemon.pump(&b, &machine);
-            let seen = execution(&a, &id);
-            if seen["status"] != "pending" && seen["status"] != "running" {
-                break seen;
-            }
-        };
-        // Until a has read the owners' table, box is merely offline there.
-        if ended["error"]["code"] != "execution_context_offline" {
-            break ended;
+    // a lets box go by the owners' table (until then box is merely offline there); from then
+    // on an execute submitted to a is handed to b and runs on the daemon.
+    daemon.hold = false;
+    let until_final = |daemon: &mut Driver, on: &TestServer, id: &str| loop {
+        daemon.pump(&b, &machine);
+        let seen = execution(on, id);
+        if seen["status"] != "pending" && seen["status"] != "running" {
+            break seen;
         }
-        assert!(Instant::now() < deadline, "a never let box go: {ended}");
     };
-    assert_eq!(
-        refused["error"]["code"], "execution_context_unusable",
-        "{refused}"
-    );
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("another node")),
-        "{refused}"
-    );
-    // A chain set through b reaches a's dispatcher by the database: a routes by it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let id = submit(&a, "box");
+        let ended = until_final(&mut daemon, &a, &id);
+        if ended["status"] == "exited" {
+            assert_eq!(ended["stdout"], "hi\n", "{ended}");
+            break;
+        }
+        assert_eq!(
+            ended["error"]["code"], "execution_context_offline",
+            "{ended}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "a never handed box's runs to b: {ended}"
+        );
+    }
+    assert_eq!(daemon.executed.len(), 2, "each execution ran once");
+
+    // An execute with `wait` on a answers when b ends the run (b's commit wakes a).
+    let addr = a.addr();
+    let token = bearer(&a.admin());
+    let waiting = std::thread::spawn(move || {
+        let body = serde_json::json!({
+            "capability": common::inline("echo hi\n"), "context": "box", "wait": true
+        })
+        .to_string();
+        http(
+            addr,
+            "POST",
+            "/v1/executions",
+            &[("authorization", &token)],
+            body.as_bytes(),
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !waiting.is_finished() {
+        daemon.pump(&b, &machine);
+        assert!(
+            Instant::now() < deadline,
+            "a's waiting request never answered"
+        );
+    }
+    let answer = waiting.join().expect("the waiting request");
+    assert_eq!(answer.status, 201, "{}", answer.json());
+    assert_eq!(answer.json()["status"], "exited", "{}", answer.json());
+    assert_eq!(daemon.executed.len(), 3);
+
+    // A chain set through b reaches a's dispatcher by the database: a routes by it, and
+    // hands the run to b.
     let chain = serde_json::json!({"chain": ["box"]}).to_string();
     let set = http(b.addr(), "PUT", "/v1/chain", &auth, chain.as_bytes());
     assert_eq!(set.status, 200, "{}", set.json());
@@ -334,17 +367,9 @@ fn a_machine_that_moves_to_another_node_mid_run_ends_its_run_there_once() {
             .as_str()
             .expect("an id")
             .to_owned();
-        let ended = loop {
-            let seen = execution(&a, &id);
-            if seen["status"] != "pending" && seen["status"] != "running" {
-                break seen;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        if ended["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("box"))
-        {
+        let ended = until_final(&mut daemon, &a, &id);
+        if ended["ranOn"]["name"] == "box" {
+            assert_eq!(ended["status"], "exited", "{ended}");
             break;
         }
         assert!(
@@ -353,16 +378,23 @@ fn a_machine_that_moves_to_another_node_mid_run_ends_its_run_there_once() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let served = submit(&b, "box");
-    daemon.hold = false;
-    daemon.pump_until(&b, &machine, "b runs it", Duration::from_secs(20), |d| {
-        d.executed.len() == 2
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while execution(&b, &served)["status"] != "exited" {
-        daemon.pump(&b, &machine);
-        assert!(Instant::now() < deadline, "{}", execution(&b, &served));
-    }
+    assert_eq!(daemon.executed.len(), 4);
+
+    // A cancel asked of a, for a run a handed to b, reaches b: the run ends cancelled.
+    daemon.hold = true;
+    let held = submit(&a, "box");
+    daemon.pump_until(
+        &b,
+        &machine,
+        "the fifth run committed",
+        Duration::from_secs(20),
+        |d| d.executed.len() == 5,
+    );
+    let path = format!("/v1/executions/{held}/cancel");
+    assert_eq!(http(a.addr(), "POST", &path, &auth, b"").status, 200);
+    let ended = until_final(&mut daemon, &a, &held);
+    assert_eq!(ended["status"], "cancelled", "{ended}");
+    assert_eq!(daemon.executed.len(), 5, "nothing ran twice");
     b.stop();
     a.stop();
 }

@@ -45,8 +45,9 @@ impl AttemptOutcome {
     }
 }
 
-/// The unusable reason of a machine another node of a cluster owns (docs/CLUSTER.md §2): this
-/// node may not plan, queue or commit anything on it, so it is passed over, never waited for.
+/// The mark (an unusable reason in [`super::ContextView`]) of a machine another node of a
+/// cluster owns (docs/CLUSTER.md §2): a walk that reaches it stops there without judging it
+/// further — the execution is handed to that node, which judges it.
 pub const OWNED_ELSEWHERE: &str = "context_owned_elsewhere";
 
 /// A candidate that passed on the run.
@@ -167,9 +168,6 @@ fn unusable_why(reason: &str) -> &'static str {
         "requires_fs" => "cannot give the run the host folders it requires",
         "requires_lan" => "cannot give the run the local network it requires",
         "unknown_context" => "no longer exists",
-        OWNED_ELSEWHERE => {
-            "is connected to another node of this cluster, which alone may run on it for now (hand-offs between nodes are not built yet: send the request to that node)"
-        }
         _ => "cannot take runs",
     }
 }

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::access::{AccessDenied, ContextView, Requester, RunKind, check_access};
-use super::attempt::{Attempt, AttemptOutcome, OWNED_ELSEWHERE, RoutingError};
+use super::attempt::{Attempt, AttemptOutcome, RoutingError};
 use super::chain::{Chain, ChainEntry};
 use super::target::{ExecuteTarget, Fallback, Requirement, WhenOffline};
 use super::{CLOUD_ID, CLOUD_NAME};
@@ -103,6 +103,18 @@ impl Route {
     /// The requirement that kept the server out of this route, if one did.
     pub fn cloud_skipped_for(&self) -> Option<Requirement> {
         self.cloud_skipped_for
+    }
+
+    /// Judges the current candidate again against `contexts` as they are now, and walks on
+    /// from it if it cannot take the run: how a node that was handed a run goes on with the
+    /// walk another node began.
+    pub fn resume(
+        self,
+        requester: &Requester,
+        target: &ExecuteTarget,
+        contexts: &[ContextView],
+    ) -> Result<Route, RoutingError> {
+        walk(self, requester, target, contexts)
     }
 
     /// Records that the current candidate passed on the run after all (a `run.reject` with
@@ -230,7 +242,8 @@ fn judge(
     let run = check_access(requester, ctx, target)
         .map_err(|denied| (AttemptOutcome::Denied, denied.code().to_owned()))?;
     if ctx.owned_elsewhere() {
-        return Err((AttemptOutcome::Unusable, OWNED_ELSEWHERE.to_owned()));
+        // Its owner judges the rest (online, busy, usable) when the run is handed over.
+        return Ok(run);
     }
     if !ctx.online {
         return Err((AttemptOutcome::Offline, "offline".to_owned()));

@@ -96,6 +96,12 @@ impl Server {
         sent
     }
 
+    /// Whether this dispatcher holds `exec_id` (received here or handed here, not ended, not
+    /// handed off).
+    pub fn holds(&self, exec_id: &str) -> bool {
+        self.executions.contains_key(exec_id)
+    }
+
     /// Executions not yet finished.
     pub fn executions_in_flight(&self) -> usize {
         self.executions.len()
@@ -321,6 +327,7 @@ impl Server {
             }
             Input::Elsewhere(row) => self.release(&row),
             Input::Adopt(snapshot) => self.adopt(&snapshot)?,
+            Input::HandedOver(rows) => self.take_handed_over(&rows),
         }
         Ok(())
     }
@@ -363,7 +370,7 @@ impl Server {
     }
 
     /// What the routing functions see of every machine, for a run in `environment`.
-    fn views(&self, environment: Environment) -> Vec<ContextView> {
+    pub(super) fn views(&self, environment: Environment) -> Vec<ContextView> {
         self.machines
             .in_order()
             .map(|m| {
@@ -453,7 +460,7 @@ impl Server {
 
     /// Ends an execution routing could not place, with the error's code and sentence; an
     /// environment a machine cannot run now is named, with the ones it can.
-    fn routing_failed(&mut self, exec_id: &str, err: &RoutingError) {
+    pub(super) fn routing_failed(&mut self, exec_id: &str, err: &RoutingError) {
         let mut message = err.to_string();
         if let RoutingError::Unusable {
             name,
@@ -488,8 +495,9 @@ impl Server {
     }
 
     /// Offers the execution to the route's current candidate.
-    fn dispatch(&mut self, exec_id: &str, route: Route) {
+    pub(super) fn dispatch(&mut self, exec_id: &str, route: Route) {
         self.journal.touch_execution(exec_id);
+        let elsewhere = self.is_owned_elsewhere(route.current().id());
         let Some(e) = self.executions.get_mut(exec_id) else {
             return;
         };
@@ -501,6 +509,10 @@ impl Server {
                 let request = Box::new(e.request.clone());
                 self.outputs
                     .push_back(Output::Command(Command::RunOnCloud(request)));
+            }
+            Candidate::Context { id, .. } if elsewhere => {
+                e.route = Some(route);
+                self.hand_off(exec_id, id.as_str().into());
             }
             Candidate::Context { id, run, .. } => {
                 // Only a forged record could hold this many hops: never reuse a run id.

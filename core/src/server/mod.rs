@@ -231,6 +231,12 @@ pub enum Input {
     /// to its next candidate, as after a restart. A snapshot without exactly one context row
     /// is [`ServerError::AdoptWithoutContext`].
     Adopt(Box<ServerSnapshot>),
+    /// Executions other nodes handed to this one ([`PlaceRow::HandedOff`] rows, as the host
+    /// took them from the database): each on a machine this node owns is taken in and goes
+    /// on — a named execution is planned afresh, a chain's walk resumes at that machine. A
+    /// row of another place, of a machine not owned here, or of an execution already held is
+    /// left alone.
+    HandedOver(Vec<ExecutionRow>),
 }
 
 /// How an execution ended.
@@ -265,6 +271,15 @@ pub enum Command {
     CancelCloud {
         /// The execution given in the [`Command::RunOnCloud`] to stop.
         exec_id: ExecutionId,
+    },
+    /// The execution was handed to the node that owns `context_id` (its record, placed
+    /// [`PlaceRow::HandedOff`], comes first): this dispatcher holds it no more. Tell that
+    /// node, which takes it in with [`Input::HandedOver`].
+    HandOff {
+        /// The execution handed off.
+        exec_id: ExecutionId,
+        /// The machine whose owner takes it.
+        context_id: ContextId,
     },
 }
 

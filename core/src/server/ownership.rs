@@ -10,8 +10,8 @@
 
 use crate::ids::{ContextId, ExecutionId};
 
-use super::record::{ContextRow, ServerSnapshot};
-use super::{Execution, Input, Output, Place, Server, ServerError};
+use super::record::{ContextRow, ExecutionRow, PlaceRow, ServerSnapshot};
+use super::{Command, Execution, Input, Output, Place, Server, ServerError};
 use crate::session;
 use crate::wire::close_code;
 
@@ -79,6 +79,52 @@ impl Server {
         self.feed_or_report(id, session::Input::Timeout);
         self.settle_installed(installed);
         Ok(())
+    }
+
+    /// Hands `exec_id` (its route now at `context_id`, a machine owned elsewhere) to that
+    /// machine's owner: its row is written placed [`PlaceRow::HandedOff`], and this
+    /// dispatcher forgets it.
+    pub(super) fn hand_off(&mut self, exec_id: &str, context_id: ContextId) {
+        let Some(mut row) = self.execution_row(exec_id) else {
+            return;
+        };
+        row.place = PlaceRow::HandedOff {
+            context_id: context_id.clone(),
+        };
+        let exec_id = ExecutionId::new(exec_id);
+        if let Some(Execution {
+            place: Place::OnContext { run_id, .. },
+            ..
+        }) = self.executions.remove(&exec_id)
+        {
+            self.runs.remove(&run_id);
+            self.restored_commits.remove(&run_id);
+        }
+        self.queue_wakes.set(&exec_id, None);
+        self.journal.handed_off(row);
+        self.outputs.push_back(Output::Command(Command::HandOff {
+            exec_id,
+            context_id,
+        }));
+    }
+
+    /// [`Input::HandedOver`]: see there.
+    pub(super) fn take_handed_over(&mut self, rows: &[ExecutionRow]) {
+        let mine: Vec<ExecutionRow> = rows
+            .iter()
+            .filter(|row| match &row.place {
+                PlaceRow::HandedOff { context_id } => {
+                    self.machines.contains(context_id.as_str())
+                        && !self.is_owned_elsewhere(context_id.as_str())
+                }
+                _ => false,
+            })
+            .cloned()
+            .collect();
+        // A handed-off row holds no time: where it was written does not matter.
+        let written = self.journal.wall_ms(self.now.instant);
+        let installed = self.install_executions(&mine, written, self.now);
+        self.settle_installed(installed);
     }
 
     /// Closes the connection a machine has here and forgets every execution placed on it,

@@ -158,6 +158,9 @@ pub(crate) enum Msg {
     Owners(Vec<OwnerRow>),
     /// Chains set through other nodes, as the heartbeat read them: (user id, chain).
     Chains(Vec<(String, outpost_core::routing::Chain)>),
+    /// Another node may have handed this one executions or asked it to cancel one (a
+    /// notification, or the heartbeat's timer): the dispatcher reads its inbox.
+    Inbox,
     /// Stop.
     Shutdown,
 }
@@ -380,6 +383,16 @@ impl Dispatcher {
 
     /// Feeds one input of a batch (outputs are drained by [`Dispatcher::finish_batch`]).
     fn apply(&mut self, input: Input) -> Result<(), Declined> {
+        if let Input::Cancel { exec_id } = &input
+            && !self.server.holds(exec_id)
+        {
+            // Another node may hold it (it was handed off, or submitted there): ask them all.
+            let store = &self.shared.store;
+            if let Err(e) = off_the_runtime(|| store.ask_execution_cancel(exec_id)) {
+                tracing::warn!(error = %e, %exec_id, "a cancel for another node was not stored");
+            }
+            return Ok(());
+        }
         let mut counted = None;
         if let Input::Execute(request) = &input {
             self.received
@@ -514,6 +527,7 @@ impl Dispatcher {
                 })
             }
             Msg::Owners(rows) => self.on_owners(rows),
+            Msg::Inbox => self.read_inbox(),
             Msg::Chains(chains) => {
                 for (user_id, chain) in chains {
                     // Equal to what this node holds: nothing happens, nothing is written.
@@ -593,6 +607,15 @@ impl Dispatcher {
             }
             Output::Command(core_server::Command::CancelCloud { exec_id }) => {
                 self.cloud.cancel(&exec_id);
+            }
+            Output::Command(core_server::Command::HandOff {
+                exec_id,
+                context_id,
+            }) => {
+                // The owner of the machine counts it now; its record woke that node.
+                tracing::debug!(%exec_id, %context_id, "handed an execution to the machine's owner");
+                self.pending.ended(&exec_id);
+                self.received.remove(&exec_id);
             }
             Output::Event(event) => self.on_event(event)?,
         }

@@ -127,4 +127,35 @@ impl Dispatcher {
         }
         Ok(())
     }
+
+    /// Reads this node's inbox: takes in the executions other nodes handed to the machines
+    /// it owns (each counted here from now on), and cancels the executions it holds that a
+    /// node was asked to cancel.
+    pub(super) fn read_inbox(&mut self) -> Result<(), StoreError> {
+        let (store, node) = (&self.shared.store, &self.fences.node_id);
+        let handed = off_the_runtime(|| store.take_handoffs(node))?;
+        if !handed.is_empty() {
+            for row in &handed {
+                if !self.server.holds(&row.exec_id) && self.pending.add(&row.request()) {
+                    self.received
+                        .insert(row.exec_id.clone(), self.shared.clock.now().instant);
+                }
+            }
+            tracing::debug!(
+                count = handed.len(),
+                "took executions other nodes handed here"
+            );
+            self.feed(Input::HandedOver(handed))?;
+        }
+        let store = &self.shared.store;
+        let cancels = off_the_runtime(|| store.cancel_requests())?;
+        for exec_id in cancels {
+            if self.server.holds(&exec_id) {
+                self.feed(Input::Cancel {
+                    exec_id: exec_id.into(),
+                })?;
+            }
+        }
+        Ok(())
+    }
 }

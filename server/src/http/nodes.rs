@@ -119,6 +119,8 @@ async fn learn_from_the_others(app: &App, node_id: &str, seen: &mut ChainsSeen) 
     match read {
         Ok(Ok((owners, chains))) => {
             let _ = app.tx.send(crate::dispatch::Msg::Owners(owners)).await;
+            // What other nodes handed here or asked to cancel, should a notification be lost.
+            let _ = app.tx.send(crate::dispatch::Msg::Inbox).await;
             let newest = chains.iter().map(|(seq, ..)| *seq).max();
             if !chains.is_empty() {
                 let chains = chains.into_iter().map(|(_, u, c)| (u, c)).collect();

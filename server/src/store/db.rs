@@ -507,7 +507,7 @@ const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `url`'s connection settings, with the bounds above where it sets none.
-fn bounded_config(url: &str) -> Result<tokio_postgres::Config, DbError> {
+pub(crate) fn bounded_config(url: &str) -> Result<tokio_postgres::Config, DbError> {
     let mut config: tokio_postgres::Config = url.parse()?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);

@@ -17,6 +17,7 @@ mod access;
 mod bundles;
 pub mod changes;
 pub(crate) mod db;
+mod handoffs;
 mod joins;
 mod nodes;
 mod owners;

@@ -59,8 +59,19 @@ pub(super) fn placed_on(place: &PlaceRow) -> Option<&str> {
     match place {
         PlaceRow::Offered { context_id, .. }
         | PlaceRow::Committed { context_id, .. }
-        | PlaceRow::Queued { context_id, .. } => Some(context_id.as_str()),
+        | PlaceRow::Queued { context_id, .. }
+        | PlaceRow::HandedOff { context_id } => Some(context_id.as_str()),
         PlaceRow::Unplaced | PlaceRow::Cloud => None,
+    }
+}
+
+/// The context whose fence a write of an execution row placed `place` needs: the one it is
+/// placed on, except a hand-off, which the node handing off writes for a context another
+/// node owns (and which only that owner takes in).
+pub(super) fn fenced_by(place: &PlaceRow) -> Option<&str> {
+    match place {
+        PlaceRow::HandedOff { .. } => None,
+        place => placed_on(place),
     }
 }
 

@@ -121,7 +121,7 @@ pub(crate) fn contexts_written(records: &[ServerRecord]) -> Vec<String> {
         .iter()
         .filter_map(|record| match &record.change {
             ServerChange::Context(row) => Some(row.id.to_string()),
-            ServerChange::Execution(row) => super::owners::placed_on(&row.place).map(str::to_owned),
+            ServerChange::Execution(row) => super::owners::fenced_by(&row.place).map(str::to_owned),
             ServerChange::ExecutionEnded(row) => row
                 .ran_on
                 .as_ref()
@@ -148,6 +148,8 @@ fn write_records(
     // of it first): `MAX(seq) + 1` in SQLite, whose one writer makes that safe; a PostgreSQL
     // sequence, which nodes writing at once never share a number of.
     let next_seq = tx.next_record_seq();
+    let mut handed_to = Vec::new();
+    let mut ended = Vec::new();
     for record in records {
         let bytes = record.encode();
         let (kind, key) = match &record.change {
@@ -185,6 +187,16 @@ fn write_records(
                     PlaceRow::Cloud => Some(outpost_core::routing::CLOUD_ID),
                     _ => None,
                 };
+                if let PlaceRow::HandedOff { context_id } = &row.place {
+                    exec(
+                        tx,
+                        "INSERT INTO handoffs (exec_id, context_id) VALUES (?1, ?2)
+                         ON CONFLICT (exec_id) DO UPDATE SET context_id = excluded.context_id",
+                        params![row.exec_id.as_str(), context_id.as_str()],
+                    )
+                    .doing("handing an execution off")?;
+                    handed_to.push(context_id.to_string());
+                }
                 if let Some(context_id) = running {
                     exec(tx,
                         "UPDATE executions SET status = ?3, context_id = ?1 WHERE id = ?2 AND status = ?4",
@@ -226,6 +238,7 @@ fn write_records(
                     ],
                 )
                 .doing("recording an execution's end")?;
+                ended.push(row.exec_id.to_string());
                 ("ended", row.exec_id.to_string())
             }
         };
@@ -240,6 +253,52 @@ fn write_records(
             params![kind, key, bytes, node_id],
         )
         .doing("writing a record")?;
+    }
+    notify_other_nodes(tx, handed_to, ended)
+}
+
+/// What a channel's one notification carries at most (PostgreSQL refuses 8000 bytes).
+const NOTIFY_PAYLOAD: usize = 7_000;
+
+/// Tells the other nodes, when they share a PostgreSQL database, what this transaction
+/// hands them and which executions it ends (delivered when it commits, and never if it does
+/// not): one notification on `outpost_handoffs` per machine handed to, and the ended ids on
+/// `outpost_ends` joined by commas — the wake-ups of a request waiting on another node.
+/// Notifications are hints: a node reads its inbox on a timer too.
+fn notify_other_nodes(
+    tx: &impl super::db::Sql,
+    mut handed_to: Vec<String>,
+    ended: Vec<String>,
+) -> Result<(), StoreError> {
+    if !tx.is_postgres() {
+        return Ok(());
+    }
+    handed_to.sort();
+    handed_to.dedup();
+    let mut payloads: Vec<(&str, String)> = handed_to
+        .into_iter()
+        .map(|context_id| ("outpost_handoffs", context_id))
+        .collect();
+    let mut joined = String::new();
+    for exec_id in ended {
+        if !joined.is_empty() && joined.len() + exec_id.len() >= NOTIFY_PAYLOAD {
+            payloads.push(("outpost_ends", std::mem::take(&mut joined)));
+        }
+        if !joined.is_empty() {
+            joined.push(',');
+        }
+        joined.push_str(&exec_id);
+    }
+    if !joined.is_empty() {
+        payloads.push(("outpost_ends", joined));
+    }
+    for (channel, payload) in payloads {
+        // `execute`: the function returns `void`, which no row would hold.
+        tx.execute(
+            "SELECT pg_notify(?1, ?2)",
+            params![channel, payload.as_str()],
+        )
+        .doing("notifying the other nodes")?;
     }
     Ok(())
 }

@@ -220,6 +220,20 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE records ADD COLUMN node_id TEXT;
     ALTER TABLE recordings ADD COLUMN node_id TEXT;
     ",
+    // 14: executions handed to the node that owns the machine their route reached
+    // (docs/CLUSTER.md §3), and cancels asked of a node that does not hold the execution:
+    // each node's inbox, taken by the owner with one statement.
+    "
+    CREATE TABLE handoffs (
+        exec_id TEXT PRIMARY KEY,
+        context_id TEXT NOT NULL
+    );
+    CREATE INDEX handoffs_by_context ON handoffs (context_id);
+    CREATE TABLE cancel_requests (
+        exec_id TEXT PRIMARY KEY,
+        asked_at_ms INTEGER NOT NULL
+    );
+    ",
 ];
 
 /// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
@@ -251,6 +265,18 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE records ADD COLUMN node_id TEXT;
     ALTER TABLE recordings ADD COLUMN node_id TEXT;
+    ",
+    // 14: hand-offs and cancel requests between nodes, as SQLite's 14.
+    "
+    CREATE TABLE handoffs (
+        exec_id TEXT PRIMARY KEY,
+        context_id TEXT NOT NULL
+    );
+    CREATE INDEX handoffs_by_context ON handoffs (context_id);
+    CREATE TABLE cancel_requests (
+        exec_id TEXT PRIMARY KEY,
+        asked_at_ms BIGINT NOT NULL
+    );
     ",
 ];
 

@@ -25,6 +25,9 @@ pub(in crate::server) struct ServerJournal {
     chains: BTreeSet<String>,
     executions: BTreeSet<ExecutionId>,
     ended: Vec<EndedRow>,
+    /// Rows of executions handed to another node, written as they were at the hand-off (the
+    /// dispatcher holds them no more).
+    handed: Vec<ExecutionRow>,
 }
 
 impl ServerJournal {
@@ -36,6 +39,7 @@ impl ServerJournal {
             chains: BTreeSet::new(),
             executions: BTreeSet::new(),
             ended: Vec::new(),
+            handed: Vec::new(),
         }
     }
 
@@ -68,7 +72,8 @@ impl ServerJournal {
             // Ownership moves write nothing of their own: the node that owns a machine
             // writes its rows; what adopting decides is journaled as it happens.
             | Input::Elsewhere(_)
-            | Input::Adopt(_) => {}
+            | Input::Adopt(_)
+            | Input::HandedOver(_) => {}
         }
     }
 
@@ -77,6 +82,13 @@ impl ServerJournal {
         if !self.executions.contains(exec_id) {
             self.executions.insert(exec_id.into());
         }
+    }
+
+    /// Records that an execution was handed to another node, as `row` (placed
+    /// [`PlaceRow::HandedOff`]); it is no longer among the executions touched.
+    pub(in crate::server) fn handed_off(&mut self, row: ExecutionRow) {
+        self.executions.remove(&row.exec_id);
+        self.handed.push(row);
     }
 
     /// Records that an execution ended, with what the host reports.
@@ -151,6 +163,9 @@ impl Server {
                 changes.push(ServerChange::Execution(Box::new(row)));
             }
         }
+        for row in take(&mut self.journal.handed) {
+            changes.push(ServerChange::Execution(Box::new(row)));
+        }
         for ended in take(&mut self.journal.ended) {
             changes.push(ServerChange::ExecutionEnded(Box::new(ended)));
         }
@@ -179,7 +194,7 @@ impl Server {
         ))
     }
 
-    fn execution_row(&self, exec_id: &str) -> Option<ExecutionRow> {
+    pub(in crate::server) fn execution_row(&self, exec_id: &str) -> Option<ExecutionRow> {
         let e = self.executions.get(exec_id)?;
         let place = match &e.place {
             Place::Unplaced => PlaceRow::Unplaced,

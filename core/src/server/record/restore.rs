@@ -180,6 +180,10 @@ impl Server {
                     installed.lost.push(exec_id.clone());
                     Place::OnCloud
                 }
+                PlaceRow::HandedOff { .. } => {
+                    installed.handed.push(exec_id.clone());
+                    Place::Unplaced
+                }
             };
             let execution = Execution {
                 request: row.request(),
@@ -222,6 +226,31 @@ impl Server {
         for exec_id in installed.unplaced {
             self.place(&exec_id);
         }
+        for exec_id in installed.handed {
+            self.go_on_from_hand_off(&exec_id);
+        }
+    }
+
+    /// Goes on with an execution another node handed here: a named one is planned afresh
+    /// (its machine is this node's: it may queue for it), a chain's walk resumes at the
+    /// machine it reached.
+    fn go_on_from_hand_off(&mut self, exec_id: &ExecutionId) {
+        let Some(e) = self.executions.get_mut(exec_id) else {
+            return;
+        };
+        let named = e.request.target.context.is_some();
+        let Some(route) = e.route.take().filter(|_| !named) else {
+            return self.place(exec_id);
+        };
+        let requester = e.request.requester.clone();
+        let target = e.request.target.clone();
+        let environment = e.request.environment;
+        self.journal.touch_execution(exec_id);
+        let views = self.views(environment);
+        match route.resume(&requester, &target, &views) {
+            Ok(route) => self.dispatch(exec_id, route),
+            Err(err) => self.routing_failed(exec_id, &err),
+        }
     }
 }
 
@@ -229,6 +258,7 @@ impl Server {
 #[derive(Default)]
 pub(in crate::server) struct Installed {
     offered: Vec<ExecutionId>,
+    handed: Vec<ExecutionId>,
     unplaced: Vec<ExecutionId>,
     lost: Vec<ExecutionId>,
 }

@@ -170,16 +170,28 @@ pub enum PlaceRow {
     /// On the server's own executor. That executor dies with the process: after a restart
     /// the execution ends `lost`.
     Cloud,
+    /// Handed to the node of a cluster that owns `context_id`, whose route reached it
+    /// (docs/CLUSTER.md §3): nothing runs yet. The owner takes it in ([`Input::HandedOver`])
+    /// and goes on from there — it plans a named execution afresh, and a chain's walk
+    /// resumes at that machine; whoever owns the machine next takes it if that owner did not.
+    ///
+    /// [`Input::HandedOver`]: crate::server::Input::HandedOver
+    HandedOff {
+        /// The machine whose owner takes the execution in.
+        context_id: ContextId,
+    },
 }
 
 impl PlaceRow {
-    /// The machine the row places the execution on (offered, committed or queued), whose
-    /// owner holds the execution; `None` for one unplaced or on the server's own executor.
+    /// The machine the row places the execution on (offered, committed, queued or handed
+    /// to its owner), whose owner holds the execution; `None` for one unplaced or on the
+    /// server's own executor.
     pub fn context_id(&self) -> Option<&ContextId> {
         match self {
             PlaceRow::Offered { context_id, .. }
             | PlaceRow::Committed { context_id, .. }
-            | PlaceRow::Queued { context_id, .. } => Some(context_id),
+            | PlaceRow::Queued { context_id, .. }
+            | PlaceRow::HandedOff { context_id } => Some(context_id),
             PlaceRow::Unplaced | PlaceRow::Cloud => None,
         }
     }

@@ -528,7 +528,7 @@ fn a_snapshot_round_trips_and_every_cut_or_flipped_byte_is_a_typed_error() {
 
 /// The machine's daemon moves from node A (the harness's server) to node B, which adopts it
 /// from the records A wrote while A lets it go: what A then says, and the run A committed.
-fn move_to_another_node(h: &mut Harness) -> Vec<Output> {
+fn move_to_another_node(h: &mut Harness) -> (Vec<Output>, Server) {
     let records = h.server_state();
     h.elapsed += Duration::from_secs(1);
     let now = h.now();
@@ -557,7 +557,7 @@ fn move_to_another_node(h: &mut Harness) -> Vec<Output> {
         .handle_input(now, daemon::Input::Disconnected { code: None })
         .unwrap();
     h.advance(Duration::from_secs(60));
-    said
+    (said, a)
 }
 
 #[test]
@@ -565,7 +565,7 @@ fn a_run_committed_on_one_node_ends_once_on_the_node_that_adopts_its_machine() {
     let mut h = Harness::new();
     h.execute(request("x1", ExecuteTarget::named(CTX)));
     assert_eq!(h.executed, vec!["x1.1".to_owned()]);
-    let said = move_to_another_node(&mut h);
+    let (said, _) = move_to_another_node(&mut h);
     assert!(
         said.iter().all(|o| !matches!(o, Output::Persist(_))),
         "the node that let the machine go writes nothing for it: {said:?}"
@@ -629,8 +629,109 @@ fn a_queued_execution_moves_with_its_machine_and_keeps_its_deadline() {
     );
 }
 
+/// Drains `server` (node A) alone, its records onto the harness's shared disk; returns its
+/// other outputs.
+fn drain_node(h: &mut Harness, server: &mut Server) -> Vec<Output> {
+    let mut said = vec![];
+    loop {
+        match server.poll_output() {
+            Output::Wait { .. } => return said,
+            Output::Persist(r) => {
+                said.push(Output::Persist(r.clone()));
+                h.server_disk.push(r.encode());
+            }
+            output => said.push(output),
+        }
+    }
+}
+
 #[test]
-fn a_machine_owned_elsewhere_is_passed_over_and_refuses_what_names_it() {
+fn a_run_for_a_machine_owned_elsewhere_is_handed_to_its_owner_and_runs_once_there() {
+    let mut h = Harness::new();
+    let (_, mut a) = move_to_another_node(&mut h);
+    // Submitted on A, which no longer owns the machine: handed over, named and by chain.
+    let now = h.now();
+    let mut queued = ExecuteTarget::named(CTX);
+    queued.when_offline = WhenOffline::Queue { minutes: 5 };
+    a.handle_input(now, server::Input::Execute(Box::new(request("x2", queued))))
+        .unwrap();
+    let chain =
+        crate::routing::Chain::new(vec![crate::routing::ChainEntry::Context(CTX.into())]).unwrap();
+    a.handle_input(
+        now,
+        server::Input::SetChain {
+            user_id: "ada".into(),
+            chain,
+        },
+    )
+    .unwrap();
+    a.handle_input(
+        now,
+        server::Input::Execute(Box::new(request("x3", ExecuteTarget::chain()))),
+    )
+    .unwrap();
+    let said = drain_node(&mut h, &mut a);
+    let handed: Vec<(usize, &str)> = said
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| match o {
+            Output::Command(server::Command::HandOff {
+                exec_id,
+                context_id,
+            }) => {
+                assert_eq!(context_id.as_str(), CTX);
+                Some((i, exec_id.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        handed.iter().map(|(_, id)| *id).collect::<Vec<_>>(),
+        ["x2", "x3"]
+    );
+    for (at, exec_id) in &handed {
+        let written = said[..*at].iter().any(|o| {
+            matches!(
+                o,
+                Output::Persist(ServerRecord { change: ServerChange::Execution(row), .. })
+                    if row.exec_id.as_str() == *exec_id
+                        && matches!(row.place, PlaceRow::HandedOff { .. })
+            )
+        });
+        assert!(
+            written,
+            "{exec_id}'s row comes before its hand-off: {said:?}"
+        );
+    }
+    assert_eq!(a.executions_in_flight(), 0, "A holds nothing it handed off");
+    // B takes the rows in, as its host reads them from the database.
+    let rows: Vec<ExecutionRow> = h
+        .server_state()
+        .executions
+        .into_iter()
+        .filter(|row| matches!(row.place, PlaceRow::HandedOff { .. }))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    let now = h.now();
+    h.server
+        .handle_input(now, server::Input::HandedOver(rows.clone()))
+        .unwrap();
+    h.drive();
+    assert_eq!(h.executed, ["x2.1", "x3.1"], "each ran on the daemon, once");
+    // Handed over twice (a hint read again): nothing more runs.
+    h.server
+        .handle_input(now, server::Input::HandedOver(rows))
+        .unwrap();
+    h.drive();
+    h.finish_run("x2.1");
+    h.finish_run("x3.1");
+    let ended: Vec<&str> = h.finished.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ended, ["x2", "x3"]);
+    assert_eq!(h.executed.len(), 2, "never run twice");
+}
+
+#[test]
+fn a_machine_owned_elsewhere_refuses_what_names_it() {
     let mut h = Harness::new();
     let row = h.server_state().contexts[0].clone();
     let now = h.now();
@@ -638,14 +739,6 @@ fn a_machine_owned_elsewhere_is_passed_over_and_refuses_what_names_it() {
         .handle_input(now, server::Input::Elsewhere(Box::new(row)))
         .unwrap();
     while !matches!(h.server.poll_output(), Output::Wait { .. }) {}
-    let mut queued = ExecuteTarget::named(CTX);
-    queued.when_offline = WhenOffline::Queue { minutes: 5 };
-    h.execute(request("x1", queued));
-    let [(_, ExecutionOutcome::Failed { code, message })] = &h.finished[..] else {
-        panic!("{:?}", h.finished);
-    };
-    assert_eq!(code, "execution_context_unusable", "never queued for it");
-    assert!(message.contains("another node"), "{message}");
     let refused = h.server.handle_input(
         now,
         server::Input::UpdateGrant {

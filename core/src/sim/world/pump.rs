@@ -80,6 +80,10 @@ impl World {
                 server::Output::Command(server::Command::CancelCloud { exec_id }) => {
                     self.cloud.remove(&exec_id);
                 }
+                server::Output::Command(server::Command::HandOff { exec_id, .. }) => {
+                    // One node owns every machine here: nothing is ever owned elsewhere.
+                    panic!("the one server handed off {exec_id}");
+                }
                 server::Output::Event(event) => self.on_server_event(event),
             }
             any = true;

@@ -1,0 +1,98 @@
+//! Each node's inbox when several nodes share one database (docs/CLUSTER.md §3): executions
+//! handed to the node that owns the machine their route reached, and cancels asked of a node
+//! that does not hold the execution. A hand-off's row is written with the execution's record
+//! (records.rs), in the transaction of the node handing it off; the owner takes it with one
+//! statement.
+//!
+//! It stores and takes; it never decides what a taken execution does next (the dispatcher
+//! does), and it never wakes anybody (the notifications go with the records' transaction).
+
+use outpost_core::server::{ExecutionRow, PlaceRow, ServerChange, ServerRecord};
+
+use super::db::{OptionalExtension as _, Sql as _, params};
+use super::{Doing as _, Store, StoreError};
+
+/// How long a cancel request waits for the node that holds its execution (a request for an
+/// execution no node holds, or one that ended, goes after this).
+const CANCEL_REQUEST_LIFE_MS: i64 = 600_000;
+
+impl Store {
+    /// Takes the hand-offs to the machines the owners' table says `node_id` owns, deleting
+    /// them as they are read (a hand-off is taken once), with each execution's row as its
+    /// record says now: only rows still placed `HandedOff` come back (one another node took
+    /// in and moved on already, or that ended, is left out).
+    pub(crate) fn take_handoffs(&self, node_id: &str) -> Result<Vec<ExecutionRow>, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("taking hand-offs")?;
+        let ids: Vec<String> = tx
+            .query_map(
+                "DELETE FROM handoffs WHERE context_id IN
+                     (SELECT context_id FROM context_owner WHERE node_id = ?1)
+                 RETURNING exec_id",
+                params![node_id],
+                |r| r.get(0),
+            )
+            .doing("taking hand-offs")?;
+        let mut rows = Vec::with_capacity(ids.len());
+        for exec_id in ids {
+            let bytes: Option<Vec<u8>> = tx
+                .query_row(
+                    "SELECT bytes FROM records WHERE kind = 'execution' AND key = ?1",
+                    params![exec_id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .doing("reading a handed-off execution")?;
+            let Some(bytes) = bytes else { continue };
+            let record = ServerRecord::decode(&bytes).doing("decoding a handed-off execution")?;
+            if let ServerChange::Execution(row) = record.change
+                && matches!(row.place, PlaceRow::HandedOff { .. })
+            {
+                rows.push(*row);
+            }
+        }
+        tx.commit().doing("taking hand-offs")?;
+        Ok(rows)
+    }
+
+    /// Asks whichever node holds `exec_id` to cancel it (this one does not): kept until that
+    /// node reads it or [`CANCEL_REQUEST_LIFE_MS`] passes, and announced on
+    /// `outpost_cancels` when the database is PostgreSQL.
+    pub(crate) fn ask_execution_cancel(&self, exec_id: &str) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("asking for a cancel")?;
+        let now = tx.now_ms();
+        tx.execute(
+            &format!(
+                "INSERT INTO cancel_requests (exec_id, asked_at_ms) VALUES (?1, {now})
+                 ON CONFLICT (exec_id) DO NOTHING"
+            ),
+            params![exec_id],
+        )
+        .doing("asking for a cancel")?;
+        if tx.is_postgres() {
+            tx.execute("SELECT pg_notify('outpost_cancels', ?1)", params![exec_id])
+                .doing("announcing a cancel")?;
+        }
+        tx.commit().doing("asking for a cancel")
+    }
+
+    /// The executions some node was asked to cancel, after forgetting the requests whose
+    /// execution ended or that waited too long.
+    pub(crate) fn cancel_requests(&self) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        let now = conn.now_ms();
+        conn.execute(
+            &format!(
+                "DELETE FROM cancel_requests WHERE asked_at_ms < {now} - ?1
+                 OR exec_id IN (SELECT id FROM executions WHERE finished_at IS NOT NULL)"
+            ),
+            params![CANCEL_REQUEST_LIFE_MS],
+        )
+        .doing("forgetting cancel requests")?;
+        conn.query_map("SELECT exec_id FROM cancel_requests", params![], |r| {
+            r.get(0)
+        })
+        .doing("reading cancel requests")
+    }
+}
