@@ -6,6 +6,9 @@
 //!   in each database (target: PostgreSQL ≤ 1.5× SQLite on the same disk).
 //! - `one_node/executions_8x8/{sqlite,postgres}`: 512 executions through one server and 8
 //!   daemons × 8 slots, submitted by 64 clients at once (executions per second).
+//! - `cluster/execute_wasm/{local,handoff}` (docs/CLUSTER.md §3): two nodes over one
+//!   PostgreSQL database, the daemon connected to node B; the same round trip submitted to B
+//!   (local) and to A (handed to B, its end waking A's waiting request; target: ≤ 1.5×).
 //! - Printed: PostgreSQL's own floor on this machine, `pgbench` with one client committing
 //!   one-row transactions for 5 s (`latency average`); a round trip's server makes three such
 //!   commits (execution created, run committed, result recorded), so
@@ -78,6 +81,45 @@ fn round_trip(c: &mut Criterion) {
     pgbench_floor();
 }
 
+fn hand_off(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cluster");
+    group
+        .sample_size(50)
+        .measurement_time(Duration::from_secs(10));
+    let [_, (_, database)] = databases();
+    let a = World::new_on("pg-cluster-a", database);
+    let b = a.another_node("pg-cluster-b");
+    let _daemon = Daemon::start(
+        HostKind::Tokio,
+        b.dir.join("home"),
+        "box",
+        &b.join,
+        2,
+        common::wasm_registry(),
+    );
+    b.online("box");
+    let body = json!({"capability": common::hello_capability(), "context": "box", "wait": true});
+    // Node A learns that box is B's with its next heartbeat.
+    let mut handed = false;
+    for _ in 0..200 {
+        if a.post(&body)["status"] == "exited" {
+            handed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(handed, "node A never handed box's runs to node B");
+    for (name, node) in [("local", &b), ("handoff", &a)] {
+        group.bench_function(format!("execute_wasm/{name}"), |bench| {
+            bench.iter(|| {
+                let e = node.post(&body);
+                assert_eq!(e["status"], "exited", "{e}");
+            })
+        });
+    }
+    group.finish();
+}
+
 fn throughput(c: &mut Criterion) {
     const BATCH: usize = 512;
     const CLIENTS: usize = 64;
@@ -130,5 +172,5 @@ fn pgbench_floor() {
     println!("one_node/pgbench_one_row_commit: latency average = {latency} (one client, 5 s)");
 }
 
-criterion_group!(benches, round_trip, throughput);
+criterion_group!(benches, round_trip, hand_off, throughput);
 criterion_main!(benches);

@@ -135,6 +135,8 @@ pub struct World {
     pub join: Join,
     /// The bench's folder for this world (server state, daemons' homes).
     pub dir: PathBuf,
+    /// Where the server keeps its records.
+    database: outpost_server::Database,
     agent: ureq::Agent,
 }
 
@@ -146,10 +148,26 @@ impl World {
 
     /// Starts the server with its records in `database`.
     pub fn new_on(tag: &str, database: outpost_server::Database) -> World {
+        Self::start_in(temp_dir(tag), database)
+    }
+
+    /// Another node of this world's cluster: a server on the same database, with a copy of
+    /// this one's keys, admin token and join in a state folder of its own.
+    #[allow(dead_code)]
+    pub fn another_node(&self, tag: &str) -> World {
         let dir = temp_dir(tag);
+        std::fs::create_dir_all(dir.join("server")).unwrap();
+        for file in ["keys.json", "admin.token", "join"] {
+            std::fs::copy(self.dir.join("server").join(file), dir.join("server").join(file))
+                .unwrap();
+        }
+        Self::start_in(dir, self.database.clone())
+    }
+
+    fn start_in(dir: PathBuf, database: outpost_server::Database) -> World {
         let server = BlockingServer::start(
             ServeConfig {
-                database,
+                database: database.clone(),
                 ..serve_config(dir.join("server"), vec![Environment::Wasm])
             },
             Registry::new(),
@@ -163,6 +181,7 @@ impl World {
             join: Join::parse(&r.join).unwrap(),
             server: Some(server),
             dir,
+            database,
             // Every client keeps its connection, as a real one would: without room for the
             // throughput bench's 64 clients in the pool, most requests would open a new one.
             agent: ureq::Agent::config_builder()
