@@ -398,3 +398,119 @@ fn a_machine_that_moves_to_another_node_mid_run_ends_its_run_there_once() {
     b.stop();
     a.stop();
 }
+
+/// A node that dies has its machines taken by a live node, judged by the database's clock:
+/// the live node's epoch fences the dead one out, it adopts the run the dead node committed,
+/// and when the daemon comes back to it the run ends once with its result.
+#[test]
+fn a_live_node_takes_the_machines_and_runs_of_a_node_that_died() {
+    let url = common::postgres::database_for(&temp_dir("dies-database"));
+    let a_dir = temp_dir("dies-a");
+    let a = start(&a_dir, &url);
+    let b_dir = temp_dir("dies-b");
+    std::fs::create_dir_all(&b_dir).expect("b's folder");
+    for file in ["keys.json", "admin.token", "join"] {
+        std::fs::copy(a_dir.join(file), b_dir.join(file)).expect("a state file");
+    }
+    let b = start(&b_dir, &url);
+    let auth_value = bearer(&a.admin());
+    let auth = [("authorization", auth_value.as_str())];
+    let machine = Machine::new(94);
+    assert_eq!(machine.register(&b, "box").status, 201);
+    let mut daemon = Driver::new(&b);
+    daemon.hold = true;
+    daemon.online(&b, &machine, "box");
+    let body = serde_json::json!({"capability": common::inline("echo hi\n"), "context": "box"})
+        .to_string();
+    let answer = http(b.addr(), "POST", "/v1/executions", &auth, body.as_bytes());
+    assert_eq!(answer.status, 201, "{}", answer.json());
+    let held = answer.json()["executionId"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    daemon.pump_until(
+        &b,
+        &machine,
+        "the run committed on b",
+        Duration::from_secs(20),
+        |d| d.executed.len() == 1,
+    );
+    let node_of = |dir: &Path| {
+        std::fs::read_to_string(dir.join("node-id"))
+            .expect("the node's id")
+            .trim()
+            .to_owned()
+    };
+    let (a_id, b_id) = (node_of(&a_dir), node_of(&b_dir));
+    let owner = || {
+        common::postgres::psql(
+            &url,
+            "SELECT o.node_id FROM context_owner o JOIN contexts c ON c.id = o.context_id
+             WHERE c.name = 'box'",
+        )
+        .trim()
+        .to_owned()
+    };
+    assert_eq!(
+        owner(),
+        b_id,
+        "b owns box while its daemon is connected there"
+    );
+
+    // b dies (its row goes with it: the database's clock judges it dead at once).
+    b.stop();
+    daemon.lose_socket();
+    let died = Instant::now();
+    while owner() != a_id {
+        assert!(
+            died.elapsed() < Duration::from_secs(20),
+            "a never took box: {}",
+            owner()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!(
+        "a took the dead node's machine {:?} after b stopped",
+        died.elapsed()
+    );
+    let seen = http(
+        a.addr(),
+        "GET",
+        &format!("/v1/executions/{held}"),
+        &auth,
+        b"",
+    )
+    .json();
+    assert_eq!(
+        seen["status"], "running",
+        "the committed run is held, not lost: {seen}"
+    );
+
+    // The daemon comes back, to a, holding the run: it ends once, with its result.
+    daemon.online(&a, &machine, "box");
+    let run_id = daemon.executed[0].clone();
+    daemon.finish(&run_id);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        daemon.pump(&a, &machine);
+        let seen = http(
+            a.addr(),
+            "GET",
+            &format!("/v1/executions/{held}"),
+            &auth,
+            b"",
+        )
+        .json();
+        if seen["status"] != "running" {
+            assert_eq!(seen["status"], "exited", "{seen}");
+            assert_eq!(seen["stdout"], "hi\n", "{seen}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run never ended on a: {seen}"
+        );
+    }
+    assert_eq!(daemon.executed, [run_id], "run once");
+    a.stop();
+}

@@ -158,8 +158,11 @@ impl World {
         let dir = temp_dir(tag);
         std::fs::create_dir_all(dir.join("server")).unwrap();
         for file in ["keys.json", "admin.token", "join"] {
-            std::fs::copy(self.dir.join("server").join(file), dir.join("server").join(file))
-                .unwrap();
+            std::fs::copy(
+                self.dir.join("server").join(file),
+                dir.join("server").join(file),
+            )
+            .unwrap();
         }
         Self::start_in(dir, self.database.clone())
     }

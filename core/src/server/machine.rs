@@ -328,6 +328,7 @@ impl Server {
             Input::Elsewhere(row) => self.release(&row),
             Input::Adopt(snapshot) => self.adopt(&snapshot)?,
             Input::HandedOver(rows) => self.take_handed_over(&rows),
+            Input::TakeOver(rows) => self.take_over(&rows),
         }
         Ok(())
     }

@@ -237,6 +237,12 @@ pub enum Input {
     /// row of another place, of a machine not owned here, or of an execution already held is
     /// left alone.
     HandedOver(Vec<ExecutionRow>),
+    /// Executions of a node judged dead that no machine held ([`PlaceRow::Unplaced`] or
+    /// [`PlaceRow::Cloud`] rows, which the host took over from that node in the database):
+    /// taken in here — an unplaced one is planned, one that was on the dead node's own
+    /// executor ends `lost` (that executor died with its node). Other rows, and executions
+    /// already held, are left alone.
+    TakeOver(Vec<ExecutionRow>),
 }
 
 /// How an execution ended.

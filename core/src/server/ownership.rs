@@ -127,6 +127,18 @@ impl Server {
         self.settle_installed(installed);
     }
 
+    /// [`Input::TakeOver`]: see there.
+    pub(super) fn take_over(&mut self, rows: &[ExecutionRow]) {
+        let theirs: Vec<ExecutionRow> = rows
+            .iter()
+            .filter(|row| matches!(row.place, PlaceRow::Unplaced | PlaceRow::Cloud))
+            .cloned()
+            .collect();
+        let written = self.journal.wall_ms(self.now.instant);
+        let installed = self.install_executions(&theirs, written, self.now);
+        self.settle_installed(installed);
+    }
+
     /// Closes the connection a machine has here and forgets every execution placed on it,
     /// writing nothing: its records are its owner's.
     fn forget_machine_state(&mut self, context_id: &str) {

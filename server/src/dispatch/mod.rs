@@ -161,6 +161,10 @@ pub(crate) enum Msg {
     /// Another node may have handed this one executions or asked it to cancel one (a
     /// notification, or the heartbeat's timer): the dispatcher reads its inbox.
     Inbox,
+    /// Owner rows of nodes judged dead (their heartbeat is older than [`crate::http::nodes::LIVE`]
+    /// by the database's clock): this node tries to take their machines and the executions
+    /// no machine holds; of several live nodes trying at once, one wins each.
+    Dead(Vec<OwnerRow>),
     /// Stop.
     Shutdown,
 }
@@ -528,6 +532,7 @@ impl Dispatcher {
             }
             Msg::Owners(rows) => self.on_owners(rows),
             Msg::Inbox => self.read_inbox(),
+            Msg::Dead(rows) => self.take_from_the_dead(rows),
             Msg::Chains(chains) => {
                 for (user_id, chain) in chains {
                     // Equal to what this node holds: nothing happens, nothing is written.
@@ -580,7 +585,7 @@ impl Dispatcher {
             }
             if !batch.is_empty() {
                 // Each machine's records are written under the epoch this node holds for it.
-                let written = crate::store::contexts_written(&batch.records);
+                let written = crate::store::contexts_written(&batch.records, self.fences.node_id());
                 batch.fence = self.fence_for(written)?;
                 batch.node_id = Some(self.fences.node_id().to_owned());
                 // Only a drain with something to write waits for the disk (terminal bytes,

@@ -96,6 +96,11 @@ impl Dispatcher {
     /// owner's), and a context this node never knew is learnt as owned elsewhere.
     pub(super) fn on_owners(&mut self, rows: Vec<OwnerRow>) -> Result<(), StoreError> {
         for (context_id, node_id, epoch) in rows {
+            if context_id.starts_with(crate::store::NODE_FENCE) {
+                // A node's own fence, not a machine (this node's moves only if it was judged
+                // dead: its next write of its own executions then fails, and it stops).
+                continue;
+            }
             let held = self.fences.epochs.get(&context_id).copied();
             let taken_from_us = match held {
                 // Epochs only grow: a row at or below the one held is this node's own (or
@@ -154,6 +159,50 @@ impl Dispatcher {
                 self.feed(Input::Cancel {
                     exec_id: exec_id.into(),
                 })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes what nodes judged dead owned: each machine (its epoch moves on, and its runs,
+    /// queue and offers are adopted from the records, so its leases, queue deadlines and
+    /// waits keep firing here), and each dead node's executions no machine holds (taken in:
+    /// an unplaced one is planned, one on that node's executor ends `lost`). A row another
+    /// node moved first is left to it.
+    pub(super) fn take_from_the_dead(&mut self, rows: Vec<OwnerRow>) -> Result<(), StoreError> {
+        for (id, dead, epoch) in rows {
+            if dead == self.fences.node_id {
+                continue;
+            }
+            let store = &self.shared.store;
+            let node = &self.fences.node_id;
+            if let Some(dead_node) = id.strip_prefix(crate::store::NODE_FENCE) {
+                let taken = off_the_runtime(|| store.take_over_node(dead_node, epoch, node))?;
+                if let Some(rows) = taken.filter(|rows| !rows.is_empty()) {
+                    tracing::info!(
+                        node = dead_node,
+                        count = rows.len(),
+                        "this node takes over a dead node's executions"
+                    );
+                    for row in &rows {
+                        if !self.server.holds(&row.exec_id) {
+                            self.pending.add(&row.request());
+                        }
+                    }
+                    self.feed(Input::TakeOver(rows))?;
+                }
+                continue;
+            }
+            let Some(new_epoch) =
+                off_the_runtime(|| store.take_context_from(&id, &dead, epoch, node))?
+            else {
+                continue;
+            };
+            self.fences.epochs.insert(id.clone(), new_epoch);
+            let snapshot = off_the_runtime(|| store.context_snapshot(&id))?;
+            tracing::info!(context = id, dead, "this node takes a dead node's machine");
+            if let Some(snapshot) = snapshot {
+                self.feed(Input::Adopt(Box::new(snapshot)))?;
             }
         }
         Ok(())

@@ -103,22 +103,39 @@ struct ChainsSeen {
     before: i64,
 }
 
-/// What a node learns from the database after each heartbeat (docs/CLUSTER.md §2): the
+/// What a node learns from the database after each heartbeat (docs/CLUSTER.md §2, §4): the
 /// machines another node took since (let go here) or registered (known here as owned
-/// elsewhere), and the chains set through other nodes.
+/// elsewhere), what nodes judged dead owned (taken here), and the chains set through other
+/// nodes.
 async fn learn_from_the_others(app: &App, node_id: &str, seen: &mut ChainsSeen) {
     let store = app.shared.store.clone();
     let (node, after) = (node_id.to_owned(), seen.before);
     let read = tokio::task::spawn_blocking(move || {
+        let live: std::collections::HashSet<String> = store
+            .live_nodes(LIVE.as_millis() as u64)?
+            .into_iter()
+            .map(|row| row.id)
+            .collect();
         Ok::<_, crate::store::StoreError>((
             store.context_owners()?,
+            live,
             store.chains_written_since(after, &node)?,
         ))
     })
     .await;
     match read {
-        Ok(Ok((owners, chains))) => {
+        Ok(Ok((owners, live, chains))) => {
+            // What nodes judged dead by the database's clock owned is taken here (of the
+            // live nodes trying at once, one wins each).
+            let dead: Vec<_> = owners
+                .iter()
+                .filter(|(_, owner, _)| owner != node_id && !live.contains(owner))
+                .cloned()
+                .collect();
             let _ = app.tx.send(crate::dispatch::Msg::Owners(owners)).await;
+            if !dead.is_empty() {
+                let _ = app.tx.send(crate::dispatch::Msg::Dead(dead)).await;
+            }
             // What other nodes handed here or asked to cancel, should a notification be lost.
             let _ = app.tx.send(crate::dispatch::Msg::Inbox).await;
             let newest = chains.iter().map(|(seq, ..)| *seq).max();

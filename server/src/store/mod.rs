@@ -40,6 +40,7 @@ pub(crate) use access::{ContextEntry, Removal};
 pub(crate) use bundles::{NewBundle, Stored};
 pub use changes::Topic;
 pub(crate) use joins::JoinTokenEntry;
+pub(crate) use owners::NODE_FENCE;
 pub(crate) use recordings::{RecordingAppend, RecordingEntry};
 pub(crate) use records::{Batch, contexts_written};
 pub(crate) use runs::{AuditRow, ExecutionEntry, KeptOutput, RunsFilter};

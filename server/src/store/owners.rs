@@ -19,6 +19,16 @@ use super::{Doing as _, Store, StoreError};
 /// (`pg_advisory_xact_lock`) so that nodes starting together claim one after another.
 const CLAIM_LOCK: i64 = 0x6f75_7470_6f73_7432;
 
+/// The owner row's id of node `node_id`'s own executions (unplaced, on its executor, handed
+/// off): fenced like a context's, so that another node that took them over from a node it
+/// judged dead can make that node's next write of them fail.
+pub(crate) fn node_fence(node_id: &str) -> String {
+    format!("{NODE_FENCE}{node_id}")
+}
+
+/// What a node's own fence row's id starts with (no context id does: they start `ec_`).
+pub(crate) const NODE_FENCE: &str = "@node:";
+
 /// A write refused by its fence: the context is another node's now, or this node's at a later
 /// epoch, or no node's. Nothing of the transaction was written.
 #[derive(Debug, thiserror::Error)]
@@ -181,12 +191,21 @@ impl Store {
         tx.execute(
             &format!(
                 "UPDATE context_owner SET node_id = ?1, epoch = epoch + 1
-                 WHERE node_id = ?1
-                    OR node_id NOT IN (SELECT id FROM nodes WHERE heartbeat_at_ms >= {now} - ?2)"
+                 WHERE (node_id = ?1
+                    OR node_id NOT IN (SELECT id FROM nodes WHERE heartbeat_at_ms >= {now} - ?2))
+                   AND context_id NOT LIKE '{NODE_FENCE}%'"
             ),
             params![node_id, i64::try_from(live_ms).unwrap_or(i64::MAX)],
         )
         .doing("claiming dead nodes' contexts")?;
+        // This node's own executions: its fence moves on too (an earlier start of it, paused,
+        // writes none of them again).
+        tx.execute(
+            "INSERT INTO context_owner (context_id, node_id, epoch) VALUES (?1, ?2, 1)
+             ON CONFLICT (context_id) DO UPDATE SET epoch = context_owner.epoch + 1",
+            params![node_fence(node_id), node_id],
+        )
+        .doing("claiming this node's own executions")?;
         tx.execute(
             "INSERT INTO context_owner (context_id, node_id, epoch)
              SELECT id, ?1, 1 FROM contexts
@@ -205,6 +224,79 @@ impl Store {
             .doing("claiming contexts")?;
         tx.commit().doing("claiming contexts")?;
         Ok(owned)
+    }
+
+    /// Node `node_id` takes context `context_id` from `dead`, a node judged dead, if its row
+    /// still names `dead` at `epoch` (one statement: of several nodes trying at once, one
+    /// wins). Returns the epoch now held, `None` when another node moved it first.
+    pub(crate) fn take_context_from(
+        &self,
+        context_id: &str,
+        dead: &str,
+        epoch: i64,
+        node_id: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        self.lock()
+            .query_row(
+                "UPDATE context_owner SET node_id = ?4, epoch = epoch + 1
+                 WHERE context_id = ?1 AND node_id = ?2 AND epoch = ?3
+                 RETURNING epoch",
+                params![context_id, dead, epoch, node_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .doing("taking a dead node's context")
+    }
+
+    /// Node `node_id` takes over the executions of `dead` (a node judged dead) that no machine
+    /// holds — unplaced, or on its executor — if `dead`'s own fence is still at `epoch`: the
+    /// fence row goes (so `dead` writes none of them again, and no other node takes them
+    /// too), the rows are marked as this node's, and they come back to be taken in. `None`
+    /// when another node took them first.
+    pub(crate) fn take_over_node(
+        &self,
+        dead: &str,
+        epoch: i64,
+        node_id: &str,
+    ) -> Result<Option<Vec<outpost_core::server::ExecutionRow>>, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction()
+            .doing("taking over a dead node's executions")?;
+        let gone = tx
+            .execute(
+                "DELETE FROM context_owner WHERE context_id = ?1 AND epoch = ?2",
+                params![node_fence(dead), epoch],
+            )
+            .doing("taking over a dead node's executions")?;
+        if gone == 0 {
+            return Ok(None);
+        }
+        let rows = tx
+            .query_map(
+                "SELECT key, bytes FROM records WHERE kind = 'execution' AND node_id = ?1",
+                params![dead],
+                |r| Ok((r.get::<String>(0)?, r.get::<Vec<u8>>(1)?)),
+            )
+            .doing("reading a dead node's executions")?;
+        let mut taken = Vec::new();
+        for (key, bytes) in rows {
+            let record = ServerRecord::decode(&bytes).doing("decoding an execution")?;
+            let ServerChange::Execution(row) = record.change else {
+                continue;
+            };
+            if !matches!(row.place, PlaceRow::Unplaced | PlaceRow::Cloud) {
+                continue;
+            }
+            tx.execute(
+                "UPDATE records SET node_id = ?1 WHERE kind = 'execution' AND key = ?2",
+                params![node_id, key],
+            )
+            .doing("taking over an execution")?;
+            taken.push(*row);
+        }
+        tx.commit().doing("taking over a dead node's executions")?;
+        Ok(Some(taken))
     }
 
     /// Every owner row: (context id, node id, epoch), by context id.

@@ -14,6 +14,7 @@ use outpost_core::wire::{
 };
 
 use super::db::{Sql as _, params};
+use super::owners::node_fence;
 use super::tests::stores;
 use super::{
     AuditRow, Batch, ContextEntry, ExecutionEntry, RecordingAppend, RecordingEntry, Store,
@@ -318,7 +319,7 @@ fn a_batch_behind_the_current_fence_writes_and_names_its_node() {
             execution("ex_1", committed("ec_1"), 2_000),
             chain("ana", 2_000),
         ];
-        let fence: Vec<(String, i64)> = contexts_written(&records)
+        let fence: Vec<(String, i64)> = contexts_written(&records, "nd_b")
             .into_iter()
             .map(|id| (id, epoch))
             .collect();
@@ -401,6 +402,8 @@ fn a_starting_node_claims_unowned_and_dead_nodes_contexts_not_a_live_nodes() {
         assert_eq!(
             claimed,
             [
+                // Its own executions' fence, made at its first start.
+                (node_fence("nd_me"), 1),
                 ("ec_a".to_owned(), 1),
                 ("ec_b".to_owned(), 2),
                 ("ec_d".to_owned(), 3),
@@ -410,14 +413,29 @@ fn a_starting_node_claims_unowned_and_dead_nodes_contexts_not_a_live_nodes() {
         );
         let owners = store.context_owners().unwrap();
         assert_eq!(
-            owners[2],
+            owners[3],
             ("ec_c".to_owned(), "nd_live".to_owned(), 2),
             "{kind}: a live node's context is left alone"
         );
-        assert_eq!(owners.len(), 5, "{kind}");
-        // The live node claiming next takes nothing of nd_me's (live) and keeps its own.
+        assert_eq!(owners.len(), 6, "{kind}");
+        // The live node claiming next takes nothing of nd_me's (live, its own fence included)
+        // and keeps its own.
         let again = store.claim_contexts("nd_live", LIVE_MS).unwrap();
-        assert_eq!(again, [("ec_c".to_owned(), 3)], "{kind}");
+        assert_eq!(
+            again,
+            [(node_fence("nd_live"), 1), ("ec_c".to_owned(), 3)],
+            "{kind}"
+        );
+        let mine = store
+            .context_owners()
+            .unwrap()
+            .into_iter()
+            .find(|(id, ..)| *id == node_fence("nd_me"));
+        assert_eq!(
+            mine,
+            Some((node_fence("nd_me"), "nd_me".to_owned(), 1)),
+            "{kind}: another node's claim never moves a node's own fence"
+        );
     }
 }
 
@@ -557,31 +575,33 @@ fn a_node_restores_what_it_owns_and_keeps_the_other_contexts_rows_apart() {
 }
 
 #[test]
-fn the_contexts_a_batch_writes_for_are_its_contexts_placed_runs_and_ends_on_contexts() {
+fn the_fences_a_batch_needs_are_its_contexts_and_the_nodes_own_for_the_rest() {
     let none: [&str; 0] = [];
-    assert_eq!(contexts_written(&[context("ec_1", 1)]), ["ec_1"]);
-    assert_eq!(contexts_written(&[chain("ana", 1)]), none);
+    let written = |records: &[ServerRecord]| contexts_written(records, "nd_a");
+    let own = [node_fence("nd_a")];
+    assert_eq!(written(&[context("ec_1", 1)]), ["ec_1"]);
+    assert_eq!(written(&[chain("ana", 1)]), none);
     for place in [offered("ec_2"), committed("ec_2"), queued("ec_2")] {
-        assert_eq!(contexts_written(&[execution("x", place, 1)]), ["ec_2"]);
+        assert_eq!(written(&[execution("x", place, 1)]), ["ec_2"]);
     }
-    for place in [PlaceRow::Unplaced, PlaceRow::Cloud] {
-        assert_eq!(contexts_written(&[execution("x", place, 1)]), none);
+    let handed = PlaceRow::HandedOff {
+        context_id: "ec_2".into(),
+    };
+    for place in [PlaceRow::Unplaced, PlaceRow::Cloud, handed] {
+        assert_eq!(written(&[execution("x", place, 1)]), own);
     }
     assert_eq!(
-        contexts_written(&[ended("x", Some(ran_on_context("ec_3")), 1)]),
+        written(&[ended("x", Some(ran_on_context("ec_3")), 1)]),
         ["ec_3"]
     );
-    assert_eq!(
-        contexts_written(&[ended("x", Some(RanOn::cloud()), 1)]),
-        none
-    );
-    assert_eq!(contexts_written(&[ended("x", None, 1)]), none);
+    assert_eq!(written(&[ended("x", Some(RanOn::cloud()), 1)]), own);
+    assert_eq!(written(&[ended("x", None, 1)]), own);
     // A context kind that names the cloud is no context.
     let mut odd = ran_on_context(outpost_core::routing::CLOUD_ID);
-    assert_eq!(contexts_written(&[ended("x", Some(odd.clone()), 1)]), none);
+    assert_eq!(written(&[ended("x", Some(odd.clone()), 1)]), own);
     odd.kind = RanOnKind::Cloud;
     odd.id = "ec_4".into();
-    assert_eq!(contexts_written(&[ended("x", Some(odd), 1)]), none);
+    assert_eq!(written(&[ended("x", Some(odd), 1)]), own);
     // Sorted, each once.
     let batch = [
         execution("x1", committed("ec_b"), 1),
@@ -589,8 +609,12 @@ fn the_contexts_a_batch_writes_for_are_its_contexts_placed_runs_and_ends_on_cont
         ended("x2", Some(ran_on_context("ec_b")), 1),
         chain("ana", 1),
         execution("x3", queued("ec_a"), 1),
+        execution("x4", PlaceRow::Unplaced, 1),
     ];
-    assert_eq!(contexts_written(&batch), ["ec_a", "ec_b"]);
+    assert_eq!(
+        written(&batch),
+        [node_fence("nd_a").as_str(), "ec_a", "ec_b"]
+    );
 }
 
 #[test]
@@ -664,6 +688,85 @@ fn a_starting_node_ends_only_the_open_recordings_of_nodes_not_live() {
         assert_eq!(
             store.recording("ex_live").unwrap().unwrap().ended_at,
             Some(1_001),
+            "{kind}"
+        );
+    }
+}
+
+#[test]
+fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
+    for fresh in stores("take_from_the_dead") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        store.take_context("ec_1", "nd_dead").unwrap();
+        let dead_fence = store
+            .claim_contexts("nd_dead", LIVE_MS)
+            .unwrap()
+            .into_iter()
+            .find(|(id, _)| *id == node_fence("nd_dead"))
+            .expect("the dead node's own fence")
+            .1;
+        write(
+            store,
+            Some("nd_dead"),
+            vec![
+                execution("ex_u", PlaceRow::Unplaced, 1_000),
+                execution("ex_cloud", PlaceRow::Cloud, 1_000),
+                execution("ex_q", queued("ec_1"), 1_000),
+            ],
+        );
+        let epoch = store
+            .context_owners()
+            .unwrap()
+            .into_iter()
+            .find(|(id, ..)| id == "ec_1")
+            .unwrap()
+            .2;
+        // Two live nodes try at once: one wins each.
+        let won = store
+            .take_context_from("ec_1", "nd_dead", epoch, "nd_a")
+            .unwrap();
+        assert_eq!(won, Some(epoch + 1), "{kind}");
+        let lost = store
+            .take_context_from("ec_1", "nd_dead", epoch, "nd_b")
+            .unwrap();
+        assert_eq!(lost, None, "{kind}");
+        let taken = store
+            .take_over_node("nd_dead", dead_fence, "nd_a")
+            .unwrap()
+            .expect("the first taker wins");
+        let mut ids: Vec<&str> = taken.iter().map(|r| r.exec_id.as_str()).collect();
+        ids.sort();
+        assert_eq!(
+            ids,
+            ["ex_cloud", "ex_u"],
+            "{kind}: only what no machine holds"
+        );
+        assert_eq!(
+            store.take_over_node("nd_dead", dead_fence, "nd_b").unwrap(),
+            None,
+            "{kind}: taken once"
+        );
+        let marked = store
+            .lock()
+            .query_map(
+                "SELECT key FROM records WHERE kind = 'execution' AND node_id = 'nd_a' ORDER BY key",
+                params![],
+                |r| r.get::<String>(0),
+            )
+            .unwrap();
+        assert_eq!(marked, ["ex_cloud", "ex_u"], "{kind}");
+        // The dead node wakes up: its next write of its own executions fails its fence.
+        let refused = store
+            .write_batch(&Batch {
+                records: vec![execution("ex_u", PlaceRow::Cloud, 9_000)],
+                node_id: Some("nd_dead".into()),
+                fence: vec![(node_fence("nd_dead"), dead_fence)],
+                ..Batch::default()
+            })
+            .expect_err("fenced out");
+        assert_eq!(
+            refused.fenced_context(),
+            Some(node_fence("nd_dead").as_str()),
             "{kind}"
         );
     }

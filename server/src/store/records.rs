@@ -112,21 +112,27 @@ impl Store {
     }
 }
 
-/// The contexts a batch of `records` writes for, sorted, each once: a context's row; an
-/// execution offered, committed or queued on a context; an execution that ended on a context
-/// (its `ranOn`). Chains, and executions unplaced, on the server's executor or ended there,
-/// write for none.
-pub(crate) fn contexts_written(records: &[ServerRecord]) -> Vec<String> {
+/// The fences a batch of `records` written by node `node_id` needs, sorted, each once: a
+/// context's row; an execution offered, committed or queued on a context; an execution that
+/// ended on a context (its `ranOn`) — each that context's. An execution unplaced, on the
+/// server's executor, handed off, or ended without a context is the node's own
+/// ([`super::owners::node_fence`]), so that a node judged dead, whose executions another node
+/// took over, writes none of them again. Chains need none.
+pub(crate) fn contexts_written(records: &[ServerRecord], node_id: &str) -> Vec<String> {
+    let node = super::owners::node_fence(node_id);
     let mut ids: Vec<String> = records
         .iter()
         .filter_map(|record| match &record.change {
             ServerChange::Context(row) => Some(row.id.to_string()),
-            ServerChange::Execution(row) => super::owners::fenced_by(&row.place).map(str::to_owned),
-            ServerChange::ExecutionEnded(row) => row
-                .ran_on
-                .as_ref()
-                .filter(|r| r.kind == RanOnKind::Context && r.id != CLOUD_ID)
-                .map(|r| r.id.clone()),
+            ServerChange::Execution(row) => Some(
+                super::owners::fenced_by(&row.place).map_or_else(|| node.clone(), str::to_owned),
+            ),
+            ServerChange::ExecutionEnded(row) => Some(
+                row.ran_on
+                    .as_ref()
+                    .filter(|r| r.kind == RanOnKind::Context && r.id != CLOUD_ID)
+                    .map_or_else(|| node.clone(), |r| r.id.clone()),
+            ),
             ServerChange::Chain(_) => None,
         })
         .collect();

@@ -73,7 +73,8 @@ impl ServerJournal {
             // writes its rows; what adopting decides is journaled as it happens.
             | Input::Elsewhere(_)
             | Input::Adopt(_)
-            | Input::HandedOver(_) => {}
+            | Input::HandedOver(_)
+            | Input::TakeOver(_) => {}
         }
     }
 
