@@ -62,6 +62,10 @@ pub(crate) enum Declined {
     QueueFull(QueueFull),
     /// The input names a machine another node of the cluster owns.
     Elsewhere(String),
+    /// The batch the input was in could not be committed (the database failed or another
+    /// node took a machine it wrote for): the dispatcher stopped, and the input's records
+    /// were not confirmed.
+    Unstored,
 }
 
 impl std::fmt::Display for Declined {
@@ -70,6 +74,7 @@ impl std::fmt::Display for Declined {
             Declined::Core(message) => f.write_str(message),
             Declined::QueueFull(full) => f.write_str(&full.message),
             Declined::Elsewhere(id) => write!(f, "context {id} is owned by another node"),
+            Declined::Unstored => f.write_str("the records were not committed"),
         }
     }
 }
@@ -397,6 +402,11 @@ impl Dispatcher {
             }
             return Ok(());
         }
+        if let Input::Execute(request) = &input
+            && let Some(named) = request.target.context.as_deref()
+        {
+            self.learn_machine(named);
+        }
         let mut counted = None;
         if let Input::Execute(request) = &input {
             self.received
@@ -433,6 +443,12 @@ impl Dispatcher {
         self.shared.metrics.executions_pending(self.pending.count());
         for (reply, result) in replies {
             if let Some(reply) = reply {
+                // A batch whose records were not committed answers nobody yes: the
+                // dispatcher stops, and what the requests asked for was never kept.
+                let result = match &drained {
+                    Ok(()) => result,
+                    Err(_) => Err(Declined::Unstored),
+                };
                 let _ = reply.send(result);
             }
         }

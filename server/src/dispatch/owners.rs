@@ -91,6 +91,35 @@ impl Dispatcher {
         self.feed(Input::Adopt(Box::new(snapshot)))
     }
 
+    /// Makes sure the dispatcher knows machine `context_id` before something names it: one
+    /// registered through another node moments ago (before this node's next heartbeat) is
+    /// learnt now from its records, as owned elsewhere. A name that is no machine (`cloud`,
+    /// or one the routes refused already) or a database that does not answer changes nothing.
+    pub(super) fn learn_machine(&mut self, context_id: &str) {
+        if context_id == outpost_core::routing::CLOUD_ID
+            || self.server.session(context_id).is_some()
+        {
+            return;
+        }
+        let store = &self.shared.store;
+        let row = match off_the_runtime(|| store.context_snapshot(context_id)) {
+            Ok(snapshot) => snapshot.and_then(|s| s.contexts.into_iter().next()),
+            Err(e) => {
+                tracing::warn!(error = %e, context = context_id, "a machine was not learnt");
+                None
+            }
+        };
+        if let Some(row) = row {
+            let now = self.shared.clock.now();
+            if let Err(e) = self
+                .server
+                .handle_input(now, Input::Elsewhere(Box::new(row)))
+            {
+                tracing::warn!(error = %e, context = context_id, "a machine was not learnt");
+            }
+        }
+    }
+
     /// Compares the owners' table with the fences held: a context another node has taken is
     /// let go (its connection here closed, its executions forgotten: they are the new
     /// owner's), and a context this node never knew is learnt as owned elsewhere.

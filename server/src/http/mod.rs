@@ -195,6 +195,15 @@ impl App {
         rx.await.map_err(|_| Self::gone())?.map_err(|e| match e {
             Declined::Core(e) => ApiError::new(409, "dispatcher_refused", e),
             Declined::Elsewhere(id) => ApiError::owned_elsewhere(&id),
+            Declined::Unstored => {
+                let mut e = ApiError::new(
+                    503,
+                    "database_unavailable",
+                    "the server's database did not confirm the request's records, and the server stopped to restart from them: it was not accepted; retry shortly (an execute may have been kept if the database failed after committing it: list your runs first)",
+                );
+                e.retry_after = Some(2);
+                e
+            }
             Declined::QueueFull(full) => {
                 let mut e = ApiError::new(429, "queue_full", full.message);
                 e.retry_after = Some(crate::Limits::QUEUE_FULL_RETRY_SECS);
@@ -204,7 +213,46 @@ impl App {
     }
 
     /// The live state of these contexts.
+    ///
+    /// A machine whose daemon is connected to another node of a cluster is online as that
+    /// node's last heartbeat listed it (its slots and drain; no features, no `onlineSince`).
     pub(crate) async fn live(&self, ids: Vec<String>) -> Result<HashMap<String, Live>, ApiError> {
+        let mut live = self.live_here(ids).await?;
+        if live.values().all(|l| l.online) {
+            return Ok(live);
+        }
+        let store = self.shared.store.clone();
+        let here = self.node.0.clone();
+        let others =
+            tokio::task::spawn_blocking(move || store.live_nodes(nodes::LIVE.as_millis() as u64))
+                .await
+                .map_err(ApiError::internal)??;
+        for node in others.into_iter().filter(|n| n.id != here) {
+            let sessions: Vec<outpost_core::api::NodeSession> =
+                serde_json::from_str(&node.sessions_json).unwrap_or_default();
+            for session in sessions {
+                if let Some(l) = live.get_mut(session.context_id.as_str())
+                    && !l.online
+                {
+                    *l = Live {
+                        online: true,
+                        slots_used: session.slots_used,
+                        slots_total: session.slots_total,
+                        draining: session.draining,
+                        ..Live::default()
+                    };
+                }
+            }
+        }
+        Ok(live)
+    }
+
+    /// The live state of these contexts as this node's dispatcher knows it (a machine
+    /// connected to another node is offline here).
+    pub(crate) async fn live_here(
+        &self,
+        ids: Vec<String>,
+    ) -> Result<HashMap<String, Live>, ApiError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Msg::Live { ids, reply })

@@ -48,7 +48,7 @@ async fn sessions_here(app: &App) -> Result<Vec<views::NodeSession>, ApiError> {
         .await
         .map_err(ApiError::internal)??;
     let live = app
-        .live(contexts.iter().map(|c| c.id.clone()).collect())
+        .live_here(contexts.iter().map(|c| c.id.clone()).collect())
         .await?;
     Ok(contexts
         .iter()

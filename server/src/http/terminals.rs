@@ -49,6 +49,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (403, "pty_operator_only"),
                 (409, "context_revoked"),
                 (409, "context_offline"),
+                (409, "context_owned_elsewhere"),
                 (409, "environment_unavailable"),
                 (429, "queue_full"),
                 (503, "ticket_store_full"),
@@ -136,8 +137,15 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
             "the context is revoked",
         ));
     }
-    let live = app.live(vec![entry.id.clone()]).await?;
-    if !live.get(&entry.id).is_some_and(|l| l.online) {
+    // A terminal is relayed by the node its daemon is connected to.
+    let here = app.live_here(vec![entry.id.clone()]).await?;
+    let online = |live: &std::collections::HashMap<String, crate::dispatch::Live>| {
+        live.get(&entry.id).is_some_and(|l| l.online)
+    };
+    if !online(&here) && online(&app.live(vec![entry.id.clone()]).await?) {
+        return Err(ApiError::owned_elsewhere(&entry.id));
+    }
+    if !online(&here) {
         return Err(ApiError::new(
             409,
             "context_offline",
