@@ -192,7 +192,7 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
         timeout_ms: TERMINAL_TIMEOUT_MS,
     };
     // The relay exists before the run can produce a byte.
-    let owner_allows_input = live.get(&entry.id).is_some_and(|l| {
+    let owner_allows_input = here.get(&entry.id).is_some_and(|l| {
         l.features
             .iter()
             .any(|f| f == outpost_core::terminal::cast::FEATURE_RECORD_INPUT)
