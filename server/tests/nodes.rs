@@ -514,3 +514,95 @@ fn a_live_node_takes_the_machines_and_runs_of_a_node_that_died() {
     assert_eq!(daemon.executed, [run_id], "run once");
     a.stop();
 }
+
+/// A grant update and a revoke asked of a node that does not own the machine are carried out
+/// by the node that does, and answered once committed: the daemon connected there hears both.
+#[test]
+fn a_grant_and_a_revoke_asked_of_another_node_reach_the_machines_owner() {
+    let url = common::postgres::database_for(&temp_dir("owner-requests-database"));
+    let a_dir = temp_dir("owner-requests-a");
+    let a = start(&a_dir, &url);
+    let b_dir = temp_dir("owner-requests-b");
+    std::fs::create_dir_all(&b_dir).expect("b's folder");
+    for file in ["keys.json", "admin.token", "join"] {
+        std::fs::copy(a_dir.join(file), b_dir.join(file)).expect("a state file");
+    }
+    let b = start(&b_dir, &url);
+    let auth_value = bearer(&a.admin());
+    let auth = [("authorization", auth_value.as_str())];
+    let machine = Machine::new(95);
+    assert_eq!(machine.register(&b, "box").status, 201);
+    let mut daemon = Driver::new(&b);
+    daemon.online(&b, &machine, "box");
+    let context =
+        |on: &TestServer| http(on.addr(), "GET", "/v1/execution-contexts/box", &auth, b"").json();
+    let before = context(&b)["grantVersion"]
+        .as_u64()
+        .expect("a grant version");
+    let mut grant = context(&b)["grant"].clone();
+    grant["limits"]["maxConcurrent"] = serde_json::json!(1);
+    let body = grant.to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        // Until a learns that box is b's, box is simply a's to change.
+        let answer = std::thread::scope(|s| {
+            let request = s.spawn(|| {
+                http(
+                    a.addr(),
+                    "PATCH",
+                    "/v1/execution-contexts/box/grant",
+                    &auth,
+                    body.as_bytes(),
+                )
+            });
+            while !request.is_finished() {
+                daemon.pump(&b, &machine);
+            }
+            request.join().expect("the grant request")
+        });
+        if answer.status == 200 {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "{}", answer.json());
+    };
+    assert_eq!(
+        answer.json()["grantVersion"],
+        before + 1,
+        "{}",
+        answer.json()
+    );
+    assert_eq!(
+        context(&b)["grant"]["limits"]["maxConcurrent"],
+        1,
+        "b holds it"
+    );
+
+    // A revoke asked of a: b carries it out, and the daemon connected to b hears it.
+    let revoked = std::thread::scope(|s| {
+        let request = s.spawn(|| {
+            http(
+                a.addr(),
+                "POST",
+                "/v1/execution-contexts/box/revoke",
+                &auth,
+                b"",
+            )
+        });
+        while !request.is_finished() {
+            daemon.pump(&b, &machine);
+        }
+        request.join().expect("the revoke request")
+    });
+    assert_eq!(revoked.status, 200, "{}", revoked.json());
+    assert_eq!(context(&a)["revoked"], true);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while daemon.socket.is_some() {
+        daemon.pump(&b, &machine);
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never heard the revoke"
+        );
+    }
+    b.stop();
+    a.stop();
+}

@@ -18,6 +18,7 @@ mod ends;
 mod outputs;
 mod owners;
 mod pending;
+mod requests;
 pub(crate) mod terminals;
 mod waits;
 
@@ -37,6 +38,7 @@ pub(crate) use ends::{EndWatch, Ends};
 pub(crate) use outputs::{Cursor, LiveOutputs};
 pub(crate) use owners::{Fences, OwnerRow};
 pub(crate) use pending::{Pending, QueueFull};
+pub(crate) use requests::{ANSWER_WAIT, OwnerRequest};
 pub(crate) use waits::{Refused, may_execute, spec as wait_spec};
 
 use crate::clock::Clock;

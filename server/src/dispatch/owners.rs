@@ -163,8 +163,8 @@ impl Dispatcher {
     }
 
     /// Reads this node's inbox: takes in the executions other nodes handed to the machines
-    /// it owns (each counted here from now on), and cancels the executions it holds that a
-    /// node was asked to cancel.
+    /// it owns (each counted here from now on), cancels the executions it holds that a node
+    /// was asked to cancel, and carries out what other nodes asked of its machines.
     pub(super) fn read_inbox(&mut self) -> Result<(), StoreError> {
         let (store, node) = (&self.shared.store, &self.fences.node_id);
         let handed = off_the_runtime(|| store.take_handoffs(node))?;
@@ -190,7 +190,7 @@ impl Dispatcher {
                 })?;
             }
         }
-        Ok(())
+        self.answer_owner_requests()
     }
 
     /// Takes what nodes judged dead owned: each machine (its epoch moves on, and its runs,

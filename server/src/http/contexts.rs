@@ -58,7 +58,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (403, "not_yours"),
                 (403, "commands_opt_in_local"),
                 (409, "context_revoked"),
-                (409, "context_owned_elsewhere"),
+                (503, "owner_unavailable"),
             ]),
             patch(grant),
         ),
@@ -94,7 +94,7 @@ pub(super) fn routes() -> Vec<Route> {
             .errors(&[
                 (404, "context_unknown"),
                 (403, "not_yours"),
-                (409, "context_owned_elsewhere"),
+                (503, "owner_unavailable"),
             ]),
             post(revoke),
         ),

@@ -183,6 +183,7 @@ impl App {
         input: Input,
         listing: Option<crate::store::ExecutionEntry>,
     ) -> Result<(), ApiError> {
+        let handover = crate::dispatch::OwnerRequest::of(&input);
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Msg::Input {
@@ -192,7 +193,11 @@ impl App {
             })
             .await
             .map_err(|_| Self::gone())?;
-        rx.await.map_err(|_| Self::gone())?.map_err(|e| match e {
+        let answered = rx.await.map_err(|_| Self::gone())?;
+        if let (Err(Declined::Elsewhere(_)), Some((context_id, request))) = (&answered, handover) {
+            return self.ask_owner(&context_id, &request).await;
+        }
+        answered.map_err(|e| match e {
             Declined::Core(e) => ApiError::new(409, "dispatcher_refused", e),
             Declined::Elsewhere(id) => ApiError::owned_elsewhere(&id),
             Declined::Unstored => {
@@ -210,6 +215,47 @@ impl App {
                 e
             }
         })
+    }
+
+    /// Asks the node that owns `context_id` to carry out `request`, and waits up to
+    /// [`crate::dispatch::ANSWER_WAIT`] for its answer (its records committed by then).
+    async fn ask_owner(
+        &self,
+        context_id: &str,
+        request: &crate::dispatch::OwnerRequest,
+    ) -> Result<(), ApiError> {
+        let id = crate::secrets::new_id("orq_")?;
+        let body = serde_json::to_string(request).map_err(ApiError::internal)?;
+        let store = self.shared.store.clone();
+        let (asked, context) = (id.clone(), context_id.to_owned());
+        tokio::task::spawn_blocking(move || store.ask_owner(&asked, &context, &body))
+            .await
+            .map_err(ApiError::internal)??;
+        let deadline = tokio::time::Instant::now() + crate::dispatch::ANSWER_WAIT;
+        loop {
+            let store = self.shared.store.clone();
+            let asked = id.clone();
+            let answer = tokio::task::spawn_blocking(move || store.owner_answer(&asked))
+                .await
+                .map_err(ApiError::internal)??;
+            match answer {
+                Some((true, _)) => return Ok(()),
+                Some((false, why)) => return Err(ApiError::new(409, "dispatcher_refused", why)),
+                None if tokio::time::Instant::now() >= deadline => {
+                    let mut e = ApiError::new(
+                        503,
+                        "owner_unavailable",
+                        format!(
+                            "the node that owns context {context_id} did not carry the change out within {} s; it may still: read the context again before retrying",
+                            crate::dispatch::ANSWER_WAIT.as_secs()
+                        ),
+                    );
+                    e.retry_after = Some(2);
+                    return Err(e);
+                }
+                None => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        }
     }
 
     /// The live state of these contexts.

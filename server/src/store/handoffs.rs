@@ -95,4 +95,94 @@ impl Store {
         })
         .doing("reading cancel requests")
     }
+
+    /// Asks the node that owns `context_id` to carry out `body` (an owner request's JSON), as
+    /// request `id`: kept until answered or [`CANCEL_REQUEST_LIFE_MS`] passes, and announced
+    /// on `outpost_handoffs` when the database is PostgreSQL.
+    pub(crate) fn ask_owner(
+        &self,
+        id: &str,
+        context_id: &str,
+        body: &str,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("asking a machine's owner")?;
+        let now = tx.now_ms();
+        tx.execute(
+            &format!(
+                "INSERT INTO owner_requests (id, context_id, body, state, asked_at_ms)
+                 VALUES (?1, ?2, ?3, 'pending', {now})"
+            ),
+            params![id, context_id, body],
+        )
+        .doing("asking a machine's owner")?;
+        if tx.is_postgres() {
+            tx.execute(
+                "SELECT pg_notify('outpost_handoffs', ?1)",
+                params![context_id],
+            )
+            .doing("announcing a request")?;
+        }
+        tx.commit().doing("asking a machine's owner")
+    }
+
+    /// Request `id`'s answer once its owner gave one: `(true, _)` done, `(false, why)`
+    /// refused; `None` while it waits.
+    pub(crate) fn owner_answer(&self, id: &str) -> Result<Option<(bool, String)>, StoreError> {
+        let row: Option<(String, Option<String>)> = self
+            .read()
+            .query_row(
+                "SELECT state, answer FROM owner_requests WHERE id = ?1",
+                params![id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .doing("reading a request's answer")?;
+        Ok(match row {
+            Some((state, answer)) if state == "done" || state == "refused" => {
+                Some((state == "done", answer.unwrap_or_default()))
+            }
+            _ => None,
+        })
+    }
+
+    /// Takes the requests waiting for the machines the owners' table says `node_id` owns
+    /// (each taken once), after forgetting the ones asked long ago: `(id, context, body)`.
+    pub(crate) fn take_owner_requests(
+        &self,
+        node_id: &str,
+    ) -> Result<Vec<(String, String, String)>, StoreError> {
+        let conn = self.lock();
+        let now = conn.now_ms();
+        conn.execute(
+            &format!("DELETE FROM owner_requests WHERE asked_at_ms < {now} - ?1"),
+            params![CANCEL_REQUEST_LIFE_MS],
+        )
+        .doing("forgetting old requests")?;
+        conn.query_map(
+            "UPDATE owner_requests SET state = 'taken'
+             WHERE state = 'pending' AND context_id IN
+                 (SELECT context_id FROM context_owner WHERE node_id = ?1)
+             RETURNING id, context_id, body",
+            params![node_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .doing("taking requests")
+    }
+
+    /// Answers request `id`: done, or refused with `why`.
+    pub(crate) fn answer_owner_request(
+        &self,
+        id: &str,
+        done: bool,
+        why: &str,
+    ) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "UPDATE owner_requests SET state = ?2, answer = ?3 WHERE id = ?1",
+                params![id, if done { "done" } else { "refused" }, why],
+            )
+            .doing("answering a request")?;
+        Ok(())
+    }
 }

@@ -234,6 +234,19 @@ const MIGRATIONS: &[&str] = &[
         asked_at_ms INTEGER NOT NULL
     );
     ",
+    // 15: changes asked of the node that owns a machine by a node that does not (a grant, a
+    // revoke, an access record: docs/CLUSTER.md §3), with the owner's answer.
+    "
+    CREATE TABLE owner_requests (
+        id TEXT PRIMARY KEY,
+        context_id TEXT NOT NULL,
+        body TEXT NOT NULL,
+        state TEXT NOT NULL,
+        answer TEXT,
+        asked_at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX owner_requests_by_context ON owner_requests (context_id, state);
+    ",
 ];
 
 /// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
@@ -277,6 +290,18 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
         exec_id TEXT PRIMARY KEY,
         asked_at_ms BIGINT NOT NULL
     );
+    ",
+    // 15: changes asked of a machine's owner, as SQLite's 15.
+    "
+    CREATE TABLE owner_requests (
+        id TEXT PRIMARY KEY,
+        context_id TEXT NOT NULL,
+        body TEXT NOT NULL,
+        state TEXT NOT NULL,
+        answer TEXT,
+        asked_at_ms BIGINT NOT NULL
+    );
+    CREATE INDEX owner_requests_by_context ON owner_requests (context_id, state);
     ",
 ];
 
