@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::driver::Driver;
@@ -52,18 +52,24 @@ fn start(state: &Path, url: &str) -> TestServer {
     )
 }
 
-#[test]
-fn nodes_over_one_database_list_each_other_and_one_that_stops_leaves_at_once() {
-    let url = common::postgres::database_for(&temp_dir("nodes-database"));
-    let a_dir = temp_dir("node-a");
+/// Two nodes over one new database: `a`, and `b` with a copy of a's keys, admin token and
+/// join in a folder of its own. Returns the database's URL and both nodes with their folders.
+fn two_nodes(tag: &str) -> (String, (PathBuf, TestServer), (PathBuf, TestServer)) {
+    let url = common::postgres::database_for(&temp_dir(&format!("{tag}-database")));
+    let a_dir = temp_dir(&format!("{tag}-a"));
     let a = start(&a_dir, &url);
-    // The second node: the same keys and tokens, its own folder.
-    let b_dir = temp_dir("node-b");
+    let b_dir = temp_dir(&format!("{tag}-b"));
     std::fs::create_dir_all(&b_dir).expect("b's folder");
     for file in ["keys.json", "admin.token", "join"] {
         std::fs::copy(a_dir.join(file), b_dir.join(file)).expect("a state file");
     }
     let b = start(&b_dir, &url);
+    (url, (a_dir, a), (b_dir, b))
+}
+
+#[test]
+fn nodes_over_one_database_list_each_other_and_one_that_stops_leaves_at_once() {
+    let (_, (_, a), (_, b)) = two_nodes("nodes");
     assert_eq!(a.admin(), b.admin());
 
     let a_url = a.running().url.clone();
@@ -219,15 +225,7 @@ fn a_node_cut_off_from_its_database_lets_its_daemons_go_until_it_writes_its_hear
 /// its cancels on; every run runs once.
 #[test]
 fn a_machine_that_moves_to_another_node_mid_run_ends_its_run_there_once() {
-    let url = common::postgres::database_for(&temp_dir("moves-database"));
-    let a_dir = temp_dir("moves-a");
-    let a = start(&a_dir, &url);
-    let b_dir = temp_dir("moves-b");
-    std::fs::create_dir_all(&b_dir).expect("b's folder");
-    for file in ["keys.json", "admin.token", "join"] {
-        std::fs::copy(a_dir.join(file), b_dir.join(file)).expect("a state file");
-    }
-    let b = start(&b_dir, &url);
+    let (_, (_, a), (_, b)) = two_nodes("moves");
     let auth = [("authorization", bearer(&a.admin()))];
     let auth: Vec<(&str, &str)> = auth.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let machine = Machine::new(93);
@@ -404,15 +402,7 @@ fn a_machine_that_moves_to_another_node_mid_run_ends_its_run_there_once() {
 /// and when the daemon comes back to it the run ends once with its result.
 #[test]
 fn a_live_node_takes_the_machines_and_runs_of_a_node_that_died() {
-    let url = common::postgres::database_for(&temp_dir("dies-database"));
-    let a_dir = temp_dir("dies-a");
-    let a = start(&a_dir, &url);
-    let b_dir = temp_dir("dies-b");
-    std::fs::create_dir_all(&b_dir).expect("b's folder");
-    for file in ["keys.json", "admin.token", "join"] {
-        std::fs::copy(a_dir.join(file), b_dir.join(file)).expect("a state file");
-    }
-    let b = start(&b_dir, &url);
+    let (url, (a_dir, a), (b_dir, b)) = two_nodes("dies");
     let auth_value = bearer(&a.admin());
     let auth = [("authorization", auth_value.as_str())];
     let machine = Machine::new(94);
@@ -519,15 +509,7 @@ fn a_live_node_takes_the_machines_and_runs_of_a_node_that_died() {
 /// by the node that does, and answered once committed: the daemon connected there hears both.
 #[test]
 fn a_grant_and_a_revoke_asked_of_another_node_reach_the_machines_owner() {
-    let url = common::postgres::database_for(&temp_dir("owner-requests-database"));
-    let a_dir = temp_dir("owner-requests-a");
-    let a = start(&a_dir, &url);
-    let b_dir = temp_dir("owner-requests-b");
-    std::fs::create_dir_all(&b_dir).expect("b's folder");
-    for file in ["keys.json", "admin.token", "join"] {
-        std::fs::copy(a_dir.join(file), b_dir.join(file)).expect("a state file");
-    }
-    let b = start(&b_dir, &url);
+    let (_, (_, a), (_, b)) = two_nodes("owner-requests");
     let auth_value = bearer(&a.admin());
     let auth = [("authorization", auth_value.as_str())];
     let machine = Machine::new(95);

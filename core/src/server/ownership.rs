@@ -92,15 +92,7 @@ impl Server {
             context_id: context_id.clone(),
         };
         let exec_id = ExecutionId::new(exec_id);
-        if let Some(Execution {
-            place: Place::OnContext { run_id, .. },
-            ..
-        }) = self.executions.remove(&exec_id)
-        {
-            self.runs.remove(&run_id);
-            self.restored_commits.remove(&run_id);
-        }
-        self.queue_wakes.set(&exec_id, None);
+        self.forget_execution(&exec_id);
         self.journal.handed_off(row);
         self.outputs.push_back(Output::Command(Command::HandOff {
             exec_id,
@@ -169,15 +161,20 @@ impl Server {
                 .map(|(id, _)| id.clone())
                 .collect();
         for exec_id in placed {
-            if let Some(Execution {
-                place: Place::OnContext { run_id, .. },
-                ..
-            }) = self.executions.remove(&exec_id)
-            {
-                self.runs.remove(&run_id);
-                self.restored_commits.remove(&run_id);
-            }
-            self.queue_wakes.set(&exec_id, None);
+            self.forget_execution(&exec_id);
         }
+    }
+
+    /// Drops `exec_id` and its run and deadline from this dispatcher, recording nothing.
+    fn forget_execution(&mut self, exec_id: &ExecutionId) {
+        if let Some(Execution {
+            place: Place::OnContext { run_id, .. },
+            ..
+        }) = self.executions.remove(exec_id)
+        {
+            self.runs.remove(&run_id);
+            self.restored_commits.remove(&run_id);
+        }
+        self.queue_wakes.set(exec_id, None);
     }
 }
