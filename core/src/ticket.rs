@@ -198,6 +198,36 @@ impl<S> TicketStore<S> {
         entry.map(|e| e.subject).ok_or(TicketError::Unknown)
     }
 
+    /// Takes in a ticket issued by another store for `subject` (the same secret, the same
+    /// expiry), as a host that checked it against its shared copy does: from now on it opens
+    /// once here. A malformed text, an expired ticket or a full store is refused as
+    /// [`TicketStore::issue`] would.
+    pub fn admit(
+        &mut self,
+        text: &str,
+        subject: impl Into<S>,
+        expires_at: UnixTime,
+        now: UnixTime,
+    ) -> Result<(), TicketError> {
+        let (id, secret) = self.split(text)?;
+        if now >= expires_at {
+            return Err(TicketError::Expired(expires_at));
+        }
+        self.outstanding.retain(|_, t| t.expires_at > now);
+        if self.outstanding.len() >= self.capacity {
+            return Err(TicketError::StoreFull);
+        }
+        self.outstanding.insert(
+            id,
+            Outstanding {
+                secret_hash: Sha256::digest(secret).into(),
+                expires_at,
+                subject: subject.into(),
+            },
+        );
+        Ok(())
+    }
+
     /// A ticket's id and secret (`ticket_malformed` when `text` is not this store's prefix and
     /// 64 base64url characters).
     fn split(&self, text: &str) -> Result<([u8; ID_LEN], [u8; SECRET_LEN]), TicketError> {
@@ -211,6 +241,15 @@ impl<S> TicketStore<S> {
         secret.copy_from_slice(&raw[ID_LEN..]);
         Ok((id, secret))
     }
+}
+
+/// A connect ticket's id (hex) and its secret's SHA-256 (hex): what a server keeps of it
+/// where several nodes share it, never the secret itself. `ticket_malformed` when `text` is
+/// not `otk_` and 64 base64url characters.
+pub fn connect_ticket_digest(text: &str) -> Result<(String, String), TicketError> {
+    let store: TicketStore = TicketStore::new(0, 0);
+    let (id, secret) = store.split(text)?;
+    Ok((hex::encode(id), hex::encode(Sha256::digest(secret))))
 }
 
 /// Replaces the value of any `ticket` query parameter in `url` with `[redacted]`, for logs.

@@ -588,3 +588,55 @@ fn a_grant_and_a_revoke_asked_of_another_node_reach_the_machines_owner() {
     b.stop();
     a.stop();
 }
+
+/// A daemon whose ticket request reaches one node and whose WebSocket reaches another (a
+/// load balancer that keeps no client on one node): the second node spends the shared
+/// ticket, takes the machine and opens the session; the ticket opens nothing a second time,
+/// on either node.
+#[test]
+fn a_ticket_issued_by_one_node_opens_the_socket_on_another_once() {
+    let (_, (_, a), (_, b)) = two_nodes("shared-tickets");
+    let machine = Machine::new(96);
+    assert_eq!(machine.register(&a, "box").status, 201);
+    let mut daemon = Driver::new(&b);
+    daemon.tickets_from = Some(a.addr());
+    daemon.online(&b, &machine, "box");
+    let nodes_b = nodes(&b);
+    assert_eq!(
+        nodes_b[0]["sessions"][0]["name"], "box",
+        "connected to b: {nodes_b:?}"
+    );
+
+    // Spent: the same ticket opens nothing again, on the node that issued it or the other.
+    let (ticket, _) = machine.ticket(&a);
+    let first = common::open_socket(b.addr(), &ticket);
+    assert!(first.is_ok(), "the first use opens");
+    drop(first);
+    for (node, name) in [(&a, "a"), (&b, "b")] {
+        match common::open_socket(node.addr(), &ticket) {
+            // Refused before the upgrade: no node holds it any more.
+            Err((status, body)) => assert_eq!(
+                (
+                    status,
+                    serde_json::from_slice::<Value>(&body).unwrap()["error"]["code"].clone()
+                ),
+                (401, Value::from("ticket_unknown")),
+                "{name}"
+            ),
+            // Or the node that issued it still holds its own copy: the shared one is spent.
+            Ok(mut again) => {
+                let closed = loop {
+                    match again.read() {
+                        Ok(tungstenite::Message::Close(frame)) => break frame,
+                        Ok(_) => {}
+                        Err(e) => panic!("{name}: the socket ended without a close: {e}"),
+                    }
+                };
+                let closed = closed.expect("a close frame");
+                assert_eq!(u16::from(closed.code), 1008, "{name}: {closed:?}");
+            }
+        }
+    }
+    b.stop();
+    a.stop();
+}

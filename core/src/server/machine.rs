@@ -130,6 +130,21 @@ impl Server {
         machine.session.issue_ticket(random)
     }
 
+    /// Takes in a connect ticket another node issued for `context_id` ([`Session::admit_ticket`]);
+    /// a machine not known here, or owned elsewhere, takes none (`ticket_unknown`).
+    pub fn admit_ticket(
+        &mut self,
+        context_id: &str,
+        ticket: &str,
+        session_id: &str,
+        expires_at: crate::time::UnixTime,
+    ) -> Result<(), TicketError> {
+        match self.machines.get_mut(context_id) {
+            Some(m) if !m.elsewhere => m.session.admit_ticket(ticket, session_id, expires_at),
+            _ => Err(TicketError::Unknown),
+        }
+    }
+
     /// The context whose session issued the connect ticket `ticket`, without spending it:
     /// what the host checks at `now` (its wall clock) before it opens the WebSocket (the
     /// session spends the ticket on [`Input::Connect`]). `ticket_malformed`, `ticket_unknown`

@@ -194,6 +194,23 @@ impl Session {
         Ok(IssuedTicket { ticket, session_id })
     }
 
+    /// Takes in connect ticket `ticket`, issued for this machine by another node of a cluster
+    /// as `session_id` and valid until `expires_at` (the host checked it against the shared
+    /// copy and spent that): the next `Connect` with it opens. A revoked machine takes none.
+    pub fn admit_ticket(
+        &mut self,
+        ticket: &str,
+        session_id: &str,
+        expires_at: crate::time::UnixTime,
+    ) -> Result<(), TicketError> {
+        if self.revoked {
+            return Err(TicketError::Unknown);
+        }
+        self.cold
+            .tickets
+            .admit(ticket, session_id, expires_at, self.now.wall)
+    }
+
     /// Whether `ticket` is one of this session's outstanding connect tickets, usable at
     /// `now`, without spending it (the session spends it on `Connect`, where a revoked
     /// machine is refused with its close code, as before the look).

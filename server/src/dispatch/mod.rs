@@ -20,6 +20,7 @@ mod owners;
 mod pending;
 mod requests;
 pub(crate) mod terminals;
+mod tickets;
 mod waits;
 
 use std::collections::{HashMap, HashSet};
@@ -357,22 +358,7 @@ impl Dispatcher {
                     handle,
                 } => {
                     self.conns.insert(conn, handle);
-                    let connected = self.apply(Input::Connect {
-                        context_id: context_id.into(),
-                        conn,
-                        ticket,
-                    });
-                    if let Err(Declined::Elsewhere(_)) = connected {
-                        // Let go between its ticket and its socket: the daemon connects again.
-                        self.send(
-                            conn,
-                            ToConn::Close(
-                                outpost_core::wire::close_code::GOING_AWAY,
-                                core_server::OWNED_ELSEWHERE_CLOSE.to_owned(),
-                            ),
-                        );
-                        self.conns.remove(&conn);
-                    }
+                    self.connect(context_id, conn, ticket);
                 }
                 Msg::Disconnected { conn } => {
                     if self.conns.remove(&conn).is_some() {
@@ -478,14 +464,25 @@ impl Dispatcher {
                 let issued = self
                     .server
                     .issue_ticket(&context_id, secret)
-                    .map_err(TicketRefused::Ticket);
+                    .map_err(TicketRefused::Ticket)
+                    .and_then(|issued| {
+                        // Kept where every node finds it: the WebSocket may reach another.
+                        self.share_ticket(&context_id, &issued)
+                            .map_err(TicketRefused::Database)?;
+                        Ok(issued)
+                    });
                 let drained = self.drain();
                 let _ = reply.send(issued);
                 drained
             }
             Msg::TicketContext { ticket, reply } => {
                 let now = self.shared.clock.now().wall;
-                let found = self.server.ticket_context(&ticket, now).map(str::to_owned);
+                let found = match self.server.ticket_context(&ticket, now) {
+                    Ok(id) => Ok(id.to_owned()),
+                    // Issued by another node, perhaps.
+                    Err(TicketError::Unknown) => self.shared_ticket_context(&ticket, now),
+                    Err(e) => Err(e),
+                };
                 let _ = reply.send(found);
                 Ok(())
             }

@@ -39,6 +39,7 @@ use db::{Conn, Driver, PgConn};
 pub(crate) use access::{ContextEntry, Removal};
 pub(crate) use bundles::{NewBundle, Stored};
 pub use changes::Topic;
+pub(crate) use handoffs::SharedTicket;
 pub(crate) use joins::JoinTokenEntry;
 pub(crate) use owners::NODE_FENCE;
 pub(crate) use recordings::{RecordingAppend, RecordingEntry};

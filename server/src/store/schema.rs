@@ -247,6 +247,18 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX owner_requests_by_context ON owner_requests (context_id, state);
     ",
+    // 16: connect tickets, shared by the nodes of a cluster (docs/CLUSTER.md §4): a ticket
+    // issued by one node opens a WebSocket on any, once. Only its id and its secret's SHA-256
+    // are kept.
+    "
+    CREATE TABLE connect_tickets (
+        id TEXT PRIMARY KEY,
+        context_id TEXT NOT NULL,
+        secret_sha256 TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        expires_at INTEGER NOT NULL
+    );
+    ",
 ];
 
 /// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
@@ -302,6 +314,16 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
         asked_at_ms BIGINT NOT NULL
     );
     CREATE INDEX owner_requests_by_context ON owner_requests (context_id, state);
+    ",
+    // 16: shared connect tickets, as SQLite's 16.
+    "
+    CREATE TABLE connect_tickets (
+        id TEXT PRIMARY KEY,
+        context_id TEXT NOT NULL,
+        secret_sha256 TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        expires_at BIGINT NOT NULL
+    );
     ",
 ];
 

@@ -21,6 +21,9 @@ pub struct Driver {
     pub executed: Vec<String>,
     /// Hold runs instead of finishing them.
     pub hold: bool,
+    /// Ask this server for connect tickets instead of the one the socket opens on (a load
+    /// balancer that sends the two requests to different nodes).
+    pub tickets_from: Option<std::net::SocketAddr>,
 }
 
 impl Driver {
@@ -48,6 +51,7 @@ impl Driver {
             socket: None,
             executed: Vec::new(),
             hold: false,
+            tickets_from: None,
         }
     }
 
@@ -144,7 +148,10 @@ impl Driver {
                 }
                 daemon::Output::Close { .. } => self.socket = None,
                 daemon::Output::Command(daemon::Command::Connect) => {
-                    let (ticket, session_id) = machine.ticket(server);
+                    let (ticket, session_id) = match self.tickets_from {
+                        Some(addr) => machine.ticket_at(addr),
+                        None => machine.ticket(server),
+                    };
                     let socket = open_socket(server.addr(), &ticket).expect("the socket opens");
                     socket
                         .get_ref()

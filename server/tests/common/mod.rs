@@ -579,8 +579,13 @@ impl Machine {
 
     /// Asks for a connect ticket: (ticket, session id).
     pub fn ticket(&self, server: &TestServer) -> (String, String) {
+        self.ticket_at(server.addr())
+    }
+
+    /// Asks the server at `addr` for a connect ticket: (ticket, session id).
+    pub fn ticket_at(&self, addr: SocketAddr) -> (String, String) {
         let answer = self.send_with(
-            server.addr(),
+            addr,
             "POST",
             "/v1/execution-contexts/connect-ticket",
             b"",
