@@ -1,7 +1,8 @@
 //! The notifications nodes of a cluster send each other through PostgreSQL (docs/CLUSTER.md
 //! §3): one unpooled connection that `LISTEN`s on `outpost_handoffs` and `outpost_cancels`
-//! (this node may have work in its inbox: the dispatcher reads it) and `outpost_ends` (the
-//! executions another node ended: the requests here that wait on one wake and read its row).
+//! (this node may have work in its inbox: the dispatcher reads it), `outpost_ends` (the
+//! executions another node ended: the requests here that wait on one wake and read its row)
+//! and `outpost_owners` (machines another node took: the dispatcher lets them go at once).
 //!
 //! It owns that connection and makes it again when it is lost (then the inbox is read at once,
 //! since notifications sent meanwhile are gone). A notification is only ever a hint: it never
@@ -78,7 +79,10 @@ async fn listen_once(
         }
     });
     client
-        .batch_execute("LISTEN outpost_handoffs; LISTEN outpost_cancels; LISTEN outpost_ends")
+        .batch_execute(
+            "LISTEN outpost_handoffs; LISTEN outpost_cancels; LISTEN outpost_ends; \
+             LISTEN outpost_owners",
+        )
         .await
         .map_err(|e| e.to_string())?;
     // Whatever was announced while nobody listened is in the inbox.
@@ -96,6 +100,7 @@ async fn listen_once(
         };
         // Everything already heard is handled at once: one inbox read for a burst.
         let mut inbox = false;
+        let mut taken = Vec::new();
         let mut next = Some(first);
         while let Some((channel, payload)) = next.take() {
             match channel.as_str() {
@@ -104,12 +109,16 @@ async fn listen_once(
                         shared.ends.ended(exec_id);
                     }
                 }
+                "outpost_owners" => taken.push(payload),
                 _ => inbox = true,
             }
             next = notices.try_recv().ok();
         }
         if inbox {
             let _ = dispatcher.try_send(Msg::Inbox);
+        }
+        if !taken.is_empty() {
+            let _ = dispatcher.try_send(Msg::Taken(taken));
         }
     }
 }

@@ -169,6 +169,9 @@ pub(crate) enum Msg {
     /// Another node may have handed this one executions or asked it to cancel one (a
     /// notification, or the heartbeat's timer): the dispatcher reads its inbox.
     Inbox,
+    /// Machines another node just took (a notification): their owner rows are read and
+    /// each one this node held is let go at once.
+    Taken(Vec<String>),
     /// Owner rows of nodes judged dead (their heartbeat is older than [`crate::http::nodes::LIVE`]
     /// by the database's clock): this node tries to take their machines and the executions
     /// no machine holds; of several live nodes trying at once, one wins each.
@@ -393,7 +396,20 @@ impl Dispatcher {
         if let Input::Execute(request) = &input
             && let Some(named) = request.target.context.as_deref()
         {
-            self.learn_machine(named);
+            if let Err(e) = self.learn_machine(named) {
+                tracing::warn!(error = %e, context = named, "a machine was not learnt");
+            }
+            let named = named.to_owned();
+            if self.owns(&named)
+                && !self
+                    .server
+                    .session(&named)
+                    .is_some_and(outpost_core::session::Session::is_ready)
+            {
+                // Its daemon is not connected here: it may have moved to another node moments
+                // ago, which this node must know before it writes anything for the machine.
+                self.let_go_if_taken(&named);
+            }
         }
         let mut counted = None;
         if let Input::Execute(request) = &input {
@@ -451,9 +467,10 @@ impl Dispatcher {
                 secret,
                 reply,
             } => {
-                // The machine is this node's from here on (its daemon connects here): a
-                // database that does not take the claim issues no ticket, and stops nothing.
-                if let Err(e) = self.take(&context_id) {
+                // Any node issues a ticket, for a machine it owns or not (one registered
+                // through another node moments ago is learnt first): the node the WebSocket
+                // reaches takes the machine.
+                if let Err(e) = self.learn_machine(&context_id) {
                     let _ = reply.send(Err(TicketRefused::Database(e)));
                     return Ok(());
                 }
@@ -548,6 +565,7 @@ impl Dispatcher {
             Msg::Owners(rows) => self.on_owners(rows),
             Msg::Inbox => self.read_inbox(),
             Msg::Dead(rows) => self.take_from_the_dead(rows),
+            Msg::Taken(ids) => self.check_owners(&ids),
             Msg::Chains(chains) => {
                 for (user_id, chain) in chains {
                     // Equal to what this node holds: nothing happens, nothing is written.

@@ -66,10 +66,17 @@ impl Dispatcher {
         Ok(fence)
     }
 
-    /// Takes `context_id` for this node before it issues the machine's daemon a connect
-    /// ticket: the epoch moves on, so whoever held the machine before can write nothing more
-    /// for it; and unless this node held the epoch just before, what it knows of the machine
-    /// is replaced by the records (the previous owner's runs, queue and offers).
+    /// Whether this node owns `context_id` (holds its fence, and knows it as its own).
+    pub(super) fn owns(&self, context_id: &str) -> bool {
+        self.fences.epochs.contains_key(context_id)
+            && self.server.session(context_id).is_some()
+            && !self.server.is_owned_elsewhere(context_id)
+    }
+
+    /// Takes `context_id` for this node as its daemon's WebSocket opens here: the epoch moves
+    /// on, so whoever held the machine before can write nothing more for it; and unless this
+    /// node held the epoch just before, what it knows of the machine is replaced by the
+    /// records (the previous owner's runs, queue and offers).
     pub(super) fn take(&mut self, context_id: &str) -> Result<(), StoreError> {
         let store = &self.shared.store;
         let node = &self.fences.node_id;
@@ -94,21 +101,17 @@ impl Dispatcher {
     /// Makes sure the dispatcher knows machine `context_id` before something names it: one
     /// registered through another node moments ago (before this node's next heartbeat) is
     /// learnt now from its records, as owned elsewhere. A name that is no machine (`cloud`,
-    /// or one the routes refused already) or a database that does not answer changes nothing.
-    pub(super) fn learn_machine(&mut self, context_id: &str) {
+    /// or one the routes refused already) changes nothing; a database that does not answer
+    /// is the error.
+    pub(super) fn learn_machine(&mut self, context_id: &str) -> Result<(), StoreError> {
         if context_id == outpost_core::routing::CLOUD_ID
             || self.server.session(context_id).is_some()
         {
-            return;
+            return Ok(());
         }
         let store = &self.shared.store;
-        let row = match off_the_runtime(|| store.context_snapshot(context_id)) {
-            Ok(snapshot) => snapshot.and_then(|s| s.contexts.into_iter().next()),
-            Err(e) => {
-                tracing::warn!(error = %e, context = context_id, "a machine was not learnt");
-                None
-            }
-        };
+        let row = off_the_runtime(|| store.context_snapshot(context_id))?
+            .and_then(|s| s.contexts.into_iter().next());
         if let Some(row) = row {
             let now = self.shared.clock.now();
             if let Err(e) = self
@@ -118,6 +121,49 @@ impl Dispatcher {
                 tracing::warn!(error = %e, context = context_id, "a machine was not learnt");
             }
         }
+        Ok(())
+    }
+
+    /// Lets `context_id` go if its owner row says another node took it, within the batch
+    /// being fed (its outputs are carried out with the batch's; nothing is written): a
+    /// database that does not answer changes nothing here (the write that follows is fenced).
+    pub(super) fn let_go_if_taken(&mut self, context_id: &str) {
+        let store = &self.shared.store;
+        let row = match off_the_runtime(|| store.context_owner(context_id)) {
+            Ok(row) => row,
+            Err(e) => {
+                tracing::warn!(error = %e, context = context_id, "a machine's owner was not read");
+                return;
+            }
+        };
+        let held = self.fences.epochs.get(context_id).copied();
+        let Some((node, epoch)) = row else { return };
+        if node == self.fences.node_id && Some(epoch) == held {
+            return;
+        }
+        let snapshot = match off_the_runtime(|| store.context_snapshot(context_id)) {
+            Ok(snapshot) => snapshot,
+            Err(_) => return,
+        };
+        if let Some(row) = snapshot.and_then(|s| s.contexts.into_iter().next()) {
+            self.fences.epochs.remove(context_id);
+            let now = self.shared.clock.now();
+            let _ = self
+                .server
+                .handle_input(now, Input::Elsewhere(Box::new(row)));
+        }
+    }
+
+    /// Reads the owner rows of `ids` and lets go each one another node took.
+    pub(super) fn check_owners(&mut self, ids: &[String]) -> Result<(), StoreError> {
+        let mut rows = Vec::with_capacity(ids.len());
+        for id in ids {
+            let store = &self.shared.store;
+            if let Some((node, epoch)) = off_the_runtime(|| store.context_owner(id))? {
+                rows.push((id.clone(), node, epoch));
+            }
+        }
+        self.on_owners(rows)
     }
 
     /// Compares the owners' table with the fences held: a context another node has taken is

@@ -2,8 +2,9 @@
 //! node's session issues is also kept in the database (its id and its secret's SHA-256,
 //! never the secret), so a daemon's WebSocket may reach any node; whichever node it reaches
 //! spends the shared copy with one statement before the session opens, so a ticket opens
-//! once across the nodes. A node that did not issue the ticket takes the machine first, then
-//! takes the ticket into the machine's session.
+//! once across the nodes. The node a daemon's WebSocket reaches takes the machine if it does
+//! not own it (the node that issued the ticket need not), then takes the ticket into the
+//! machine's session when that session did not issue it.
 //!
 //! It owns that sharing and spending. It never checks a ticket's secret against anything
 //! but the shared digest, and never opens a session itself (the core's `Connect` does).
@@ -111,6 +112,14 @@ impl Dispatcher {
         else {
             return Err(TicketError::Unknown.code().to_owned());
         };
+        if !self.owns(context_id) {
+            // The machine comes here with its daemon (its session is made afresh from the
+            // records, so the ticket is taken in below whoever issued it).
+            if let Err(e) = self.take(context_id) {
+                tracing::warn!(error = %e, context = context_id, "a machine could not be taken");
+                return Err("database_unavailable".to_owned());
+            }
+        }
         let now = self.shared.clock.now().wall;
         let issued_here = self
             .server
@@ -118,10 +127,6 @@ impl Dispatcher {
             .is_some_and(|s| s.holds_ticket(ticket, now).is_ok());
         if issued_here {
             return Ok(());
-        }
-        if let Err(e) = self.take(context_id) {
-            tracing::warn!(error = %e, context = context_id, "a machine could not be taken");
-            return Err("database_unavailable".to_owned());
         }
         self.server
             .admit_ticket(

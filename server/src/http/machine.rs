@@ -71,6 +71,8 @@ pub(super) fn routes() -> Vec<Route> {
                 (503, "ticket_store_full"),
                 (503, "random_unavailable"),
                 (503, "node_cut_off"),
+                (503, "context_not_ready"),
+                (503, "database_unavailable"),
             ]),
             post(connect_ticket),
         ),
@@ -208,14 +210,21 @@ pub(super) fn registered_machine(
     metered: Metered,
 ) -> Result<String, ApiError> {
     let store = app.shared.store.clone();
-    let lookup = move |kid: &str| {
-        store
-            .machine_key(kid)
-            .ok()
-            .flatten()
-            .and_then(|(_, key, _)| VerifyingKey::from_bytes(&key).ok())
+    // A database that does not answer is not an unknown key: a daemon told `unknown_key`
+    // stops for good.
+    let failed = std::cell::RefCell::new(None);
+    let lookup = |kid: &str| match store.machine_key(kid) {
+        Ok(found) => found.and_then(|(_, key, _)| VerifyingKey::from_bytes(&key).ok()),
+        Err(e) => {
+            *failed.borrow_mut() = Some(e);
+            None
+        }
     };
-    let verified = verify_machine(app, parts, bytes, &lookup)?;
+    let verified = verify_machine(app, parts, bytes, &lookup);
+    if let Some(e) = failed.take() {
+        return Err(ApiError::from(e));
+    }
+    let verified = verified?;
     let (context_id, _, revoked) = app
         .shared
         .store
@@ -383,8 +392,17 @@ async fn connect_ticket(
         TicketRefused::Ticket(e @ outpost_core::ticket::TicketError::StoreFull) => {
             ApiError::new(503, e.code(), "too many outstanding tickets; retry shortly")
         }
+        // The key verified against the registered machines, so the dispatcher merely does
+        // not know the machine yet (registered through another node moments ago): a retry
+        // finds it. A daemon stops for good on `unknown_key`, so that is never said here.
         TicketRefused::Ticket(_) => {
-            ApiError::new(401, "unknown_key", "this machine is not registered")
+            let mut e = ApiError::new(
+                503,
+                "context_not_ready",
+                "this node does not know the machine yet (it was registered moments ago); retry shortly",
+            );
+            e.retry_after = Some(1);
+            e
         }
         TicketRefused::Database(e) => ApiError::from(e),
     })?;

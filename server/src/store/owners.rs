@@ -132,7 +132,9 @@ impl Store {
     /// statement that makes the row (epoch 1) or moves it to this node with the next epoch.
     /// Returns the epoch this node now holds; any earlier holder's is stale.
     pub(crate) fn take_context(&self, context_id: &str, node_id: &str) -> Result<i64, StoreError> {
-        self.lock()
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("taking a context")?;
+        let epoch = tx
             .query_row(
                 "INSERT INTO context_owner (context_id, node_id, epoch) VALUES (?1, ?2, 1)
                  ON CONFLICT (context_id) DO UPDATE SET node_id = excluded.node_id,
@@ -141,7 +143,17 @@ impl Store {
                 params![context_id, node_id],
                 |r| r.get(0),
             )
-            .doing("taking a context")
+            .doing("taking a context")?;
+        if tx.is_postgres() {
+            // The node that held it lets it go at once rather than at its next heartbeat.
+            tx.execute(
+                "SELECT pg_notify('outpost_owners', ?1)",
+                params![context_id],
+            )
+            .doing("announcing a take")?;
+        }
+        tx.commit().doing("taking a context")?;
+        Ok(epoch)
     }
 
     /// Node `node_id` claims context `context_id` if no node owns it yet (a context just
@@ -297,6 +309,21 @@ impl Store {
         }
         tx.commit().doing("taking over a dead node's executions")?;
         Ok(Some(taken))
+    }
+
+    /// Context `context_id`'s owner row: (node id, epoch), if it has one.
+    pub(crate) fn context_owner(
+        &self,
+        context_id: &str,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        self.read()
+            .query_row(
+                "SELECT node_id, epoch FROM context_owner WHERE context_id = ?1",
+                params![context_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .doing("reading a context's owner")
     }
 
     /// Every owner row: (context id, node id, epoch), by context id.
