@@ -393,6 +393,16 @@ impl Dispatcher {
             }
             return Ok(());
         }
+        if let Input::SetChain { chain, .. } = &input {
+            // A chain may name machines registered through other nodes moments ago.
+            for entry in chain.entries() {
+                if let outpost_core::routing::ChainEntry::Context(id) = entry
+                    && let Err(e) = self.learn_machine(id)
+                {
+                    tracing::warn!(error = %e, context = id, "a machine was not learnt");
+                }
+            }
+        }
         if let Input::Execute(request) = &input
             && let Some(named) = request.target.context.as_deref()
         {
@@ -569,9 +579,9 @@ impl Dispatcher {
             Msg::Chains(chains) => {
                 for (user_id, chain) in chains {
                     // Equal to what this node holds: nothing happens, nothing is written.
-                    self.feed(Input::SetChain { user_id, chain })?;
+                    let _ = self.apply(Input::SetChain { user_id, chain });
                 }
-                Ok(())
+                self.drain()
             }
             // Taken by `on_batch` itself.
             Msg::Input { .. } | Msg::Connect { .. } | Msg::Disconnected { .. } | Msg::Shutdown => {
