@@ -22,8 +22,10 @@ impl Store {
     /// record says now: only rows still placed `HandedOff` come back (one another node took
     /// in and moved on already, or that ended, is left out).
     pub(crate) fn take_handoffs(&self, node_id: &str) -> Result<Vec<ExecutionRow>, StoreError> {
-        let mut conn = self.lock();
-        let tx = conn.transaction().doing("taking hand-offs")?;
+        // Two statements, no transaction: a crash between them leaves executions placed
+        // `HandedOff` on this node's machines with no inbox row, which this node restores
+        // (and takes in) when it starts again.
+        let tx = self.lock();
         let ids: Vec<String> = tx
             .query_map(
                 "DELETE FROM handoffs WHERE context_id IN
@@ -51,7 +53,6 @@ impl Store {
                 rows.push(*row);
             }
         }
-        tx.commit().doing("taking hand-offs")?;
         Ok(rows)
     }
 
