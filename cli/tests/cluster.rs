@@ -138,29 +138,15 @@ fn front(ports: Vec<u16>, first: usize) -> u16 {
 
 /// One call with a short patience (a stopped node never answers); status 0 when none came.
 fn call(base: &str, token: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(3)))
-        .build()
-        .new_agent();
-    let url = format!("{base}{path}");
-    let auth = format!("Bearer {token}");
-    let response = match body {
-        None => agent.get(&url).header("authorization", &auth).call(),
-        Some(body) => agent
-            .post(&url)
-            .header("authorization", &auth)
-            .header("content-type", "application/json")
-            .send(body.to_string().as_bytes()),
-    };
-    match response {
-        Ok(r) => {
-            let status = r.status().as_u16();
-            let text = r.into_body().read_to_string().unwrap_or_default();
-            (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-        }
-        Err(_) => (0, Value::Null),
-    }
+    let method = if body.is_some() { "POST" } else { "GET" };
+    common::api_within(
+        Duration::from_secs(3),
+        base,
+        token,
+        method,
+        path,
+        body.cloned(),
+    )
 }
 
 /// A node: its state folder, port, gate to the database, and its process while it runs.

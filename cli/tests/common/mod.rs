@@ -278,9 +278,21 @@ impl Drop for Server {
 
 /// One HTTP call; the status and the JSON body (null when empty or not JSON).
 pub fn api(base: &str, token: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    api_within(Duration::from_secs(30), base, token, method, path, body)
+}
+
+/// [`api`] that gives up after `patience` (status 0 when no answer came in time).
+pub fn api_within(
+    patience: Duration,
+    base: &str,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
+        .timeout_global(Some(patience))
         .build()
         .new_agent();
     let url = format!("{base}{path}");
