@@ -1,9 +1,11 @@
-//! Deterministic simulation: one server, several daemons, seeded faults, invariants checked
-//! after every step.
+//! Deterministic simulation: one server, or `--nodes N` nodes over a shared fenced store (a
+//! cluster: nodes killed, stopped and cut off from the store, notices lost and late), several
+//! daemons, seeded faults, invariants checked after every step.
 //!
 //! ```text
 //! cargo run --release -p outpost-core --example simulate -- --seeds 2000 [--start 0] [--threads 2]
-//! cargo run --release -p outpost-core --example simulate -- --transcript 42
+//! cargo run --release -p outpost-core --example simulate -- --nodes 3 --seeds 2000
+//! cargo run --release -p outpost-core --example simulate -- [--nodes 3] --transcript 42
 //! ```
 //!
 //! Before it, a line with the total time, seeds per second, and the slowest seed's time
@@ -16,12 +18,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use outpost_core::sim::{SimConfig, SimReport, WaitCounts, simulate};
+use outpost_core::sim::{ClusterCounts, SimConfig, SimReport, WaitCounts, simulate};
 
 struct Args {
     seeds: u64,
     start: u64,
     threads: usize,
+    nodes: usize,
     transcript: Option<u64>,
 }
 
@@ -30,6 +33,7 @@ fn parse_args() -> Result<Args, String> {
         seeds: 100,
         start: 0,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        nodes: 1,
         transcript: None,
     };
     let mut it = std::env::args().skip(1);
@@ -43,6 +47,7 @@ fn parse_args() -> Result<Args, String> {
             "--seeds" => args.seeds = value()?,
             "--start" => args.start = value()?,
             "--threads" => args.threads = value()?.max(1) as usize,
+            "--nodes" => args.nodes = value()?.clamp(1, 16) as usize,
             "--transcript" => args.transcript = Some(value()?),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -61,6 +66,7 @@ fn main() -> ExitCode {
     if let Some(seed) = args.transcript {
         let report = simulate(&SimConfig {
             keep_transcript: true,
+            nodes: args.nodes,
             ..SimConfig::new(seed)
         });
         for line in &report.transcript {
@@ -75,13 +81,16 @@ fn main() -> ExitCode {
     let failure: Arc<Mutex<Option<(u64, String)>>> = Arc::new(Mutex::new(None));
     let totals = Arc::new(Mutex::new((0usize, 0usize, 0usize, 0usize, 0usize)));
     let wait_totals = Arc::new(Mutex::new(WaitCounts::default()));
+    let cluster_totals = Arc::new(Mutex::new(ClusterCounts::default()));
     let times: Arc<Mutex<Vec<(Duration, u64)>>> = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
     let workers: Vec<_> = (0..args.threads)
         .map(|_| {
             let (next, failure, totals) = (next.clone(), failure.clone(), totals.clone());
             let wait_totals = wait_totals.clone();
+            let cluster_totals = cluster_totals.clone();
             let times = times.clone();
+            let nodes = args.nodes;
             std::thread::spawn(move || {
                 loop {
                     let seed = next.fetch_add(1, Ordering::Relaxed);
@@ -89,7 +98,10 @@ fn main() -> ExitCode {
                         return;
                     }
                     let one = Instant::now();
-                    let report: SimReport = simulate(&SimConfig::new(seed));
+                    let report: SimReport = simulate(&SimConfig {
+                        nodes,
+                        ..SimConfig::new(seed)
+                    });
                     if let Ok(mut t) = times.lock() {
                         t.push((one.elapsed(), seed));
                     }
@@ -111,6 +123,14 @@ fn main() -> ExitCode {
                         w.failed += report.waits.failed;
                         w.revoked += report.waits.revoked;
                     }
+                    if let Ok(mut c) = cluster_totals.lock() {
+                        let r = report.cluster;
+                        c.handoffs += r.handoffs;
+                        c.takes += r.takes;
+                        c.taken_from_dead += r.taken_from_dead;
+                        c.fenced += r.fenced;
+                        c.notices_lost += r.notices_lost;
+                    }
                     if let Some(v) = report.violation
                         && let Ok(mut f) = failure.lock()
                     {
@@ -130,6 +150,13 @@ fn main() -> ExitCode {
     let (executed, finished, faults, restarts, records) =
         totals.lock().map(|t| *t).unwrap_or_default();
     println!("{executed} runs executed, {finished} executions finished, {faults} faults injected");
+    if args.nodes > 1 {
+        let c = cluster_totals.lock().map(|c| *c).unwrap_or_default();
+        println!(
+            "{} nodes over one shared store: {} hand-offs, {} machines taken on connect, {} taken over from dead nodes, {} writes refused by their fence, {} notices lost",
+            args.nodes, c.handoffs, c.takes, c.taken_from_dead, c.fenced, c.notices_lost
+        );
+    }
     println!("{restarts} restarts restored from their disks, {records} records written");
     let waits = wait_totals.lock().map(|w| *w).unwrap_or_default();
     println!(

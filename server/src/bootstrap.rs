@@ -191,7 +191,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     let owned = store.claim_contexts(&node_id, live_ms)?;
     let owned_ids: std::collections::HashSet<String> =
         owned.iter().map(|(id, _)| id.clone()).collect();
-    let snapshot = store.load_owned_snapshot(&node_id, &owned_ids, &live_elsewhere)?;
+    let snapshot = store.load_owned_snapshot(&node_id, &owned_ids)?;
     let pending = Pending::new(config.limits.clone(), snapshot.mine.as_ref());
     // Machines other live nodes own are known by their rows: passed over, never restored.
     let server = match &snapshot.mine {

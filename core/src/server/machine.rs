@@ -614,8 +614,14 @@ impl Server {
             (None, ExecutionOutcome::Cancelled { reason }) => format!("Cancelled ({reason})."),
             (None, _) => String::new(),
         };
+        let held_on = match &e.place {
+            Place::OnContext { context_id, .. } | Place::Queued { context_id, .. } => {
+                Some(context_id)
+            }
+            Place::Unplaced | Place::OnCloud => None,
+        };
         self.journal
-            .execution_ended(exec_id, &outcome, ran_on.as_ref(), &line);
+            .execution_ended(exec_id, &outcome, ran_on.as_ref(), &line, held_on);
         self.outputs
             .push_back(Output::Event(Event::ExecutionFinished {
                 exec_id: exec_id.into(),

@@ -45,7 +45,7 @@ use timers::{SessionWakes, WakeTable};
 
 pub use ownership::OWNED_ELSEWHERE_CLOSE;
 pub use record::{
-    ChainRow, ContextRow, EndedRow, ExecutionRow, PlaceRow, ServerChange, ServerRecord,
+    ChainRow, ContextRow, EndedRow, ExecutionRow, Fence, PlaceRow, ServerChange, ServerRecord,
     ServerSnapshot,
 };
 pub use resume::{PAUSE_PROBE, PAUSE_SLACK, RESTART_GRACE};

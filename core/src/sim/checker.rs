@@ -24,8 +24,8 @@ const STEP_SLACK: u64 = 1000;
 /// A state machine the world drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Role {
-    /// The server's dispatcher.
-    Server,
+    /// Node `n`'s dispatcher (the server's, when it is alone).
+    Server(usize),
     /// Machine `i`'s daemon.
     Daemon(usize),
 }
@@ -33,7 +33,7 @@ pub(super) enum Role {
 impl fmt::Display for Role {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Role::Server => f.write_str("the server"),
+            Role::Server(n) => write!(f, "the dispatcher of node {n}"),
             Role::Daemon(i) => write!(f, "the daemon of machine {i}"),
         }
     }
@@ -304,9 +304,9 @@ mod tests {
         c.wants_wake(Role::Daemon(1), T * 2, "heartbeat", T);
         assert!(c.violation.is_none());
         // New input after the timeout may set a timer due at once (a retry with no delay).
-        c.fed(Role::Server, true, T);
-        c.fed(Role::Server, false, T);
-        c.wants_wake(Role::Server, T, "reconnect", T);
+        c.fed(Role::Server(0), true, T);
+        c.fed(Role::Server(0), false, T);
+        c.wants_wake(Role::Server(0), T, "reconnect", T);
         assert!(c.violation.is_none());
         // The same deadline again right after a timeout at or past it: a spin.
         c.wants_wake(Role::Daemon(1), T, "run deadline", T);
@@ -321,11 +321,11 @@ mod tests {
     fn too_many_steps_for_the_simulated_time_is_a_spin() {
         let mut c = Checker::default();
         for _ in 0..STEP_SLACK + MAX_STEPS_PER_SIMULATED_SECOND {
-            c.fed(Role::Server, false, T);
+            c.fed(Role::Server(0), false, T);
         }
         c.check_step_rate(T);
         assert!(c.violation.is_none());
-        c.fed(Role::Server, false, T);
+        c.fed(Role::Server(0), false, T);
         c.check_step_rate(T);
         assert!(c.violation.as_deref().unwrap().contains("host steps"));
         assert_eq!(c.steps(), STEP_SLACK + MAX_STEPS_PER_SIMULATED_SECOND + 1);

@@ -18,7 +18,7 @@ mod world;
 pub use checker::WaitCounts;
 pub use executor::FakeExecutor;
 pub use pair::{DRIVE_BOUND, Pair, PairConfig, PairError, Tamper, test_keys};
-pub use world::{SimConfig, SimReport, simulate};
+pub use world::{ClusterCounts, SimConfig, SimReport, simulate};
 
 use std::time::Duration;
 

@@ -75,16 +75,6 @@ pub(super) fn placed_on(place: &PlaceRow) -> Option<&str> {
     }
 }
 
-/// The context whose fence a write of an execution row placed `place` needs: the one it is
-/// placed on, except a hand-off, which the node handing off writes for a context another
-/// node owns (and which only that owner takes in).
-pub(super) fn fenced_by(place: &PlaceRow) -> Option<&str> {
-    match place {
-        PlaceRow::HandedOff { .. } => None,
-        place => placed_on(place),
-    }
-}
-
 /// Checks `fence` inside `tx`, before anything is written: every context in it must be owned
 /// by `node_id` at the epoch given. Read `FOR SHARE` on PostgreSQL, so that no node takes a
 /// fenced context until `tx` ends. A fence without a node id never holds.
@@ -376,16 +366,17 @@ impl Store {
     }
 
     /// Every live record, split for node `node_id` at its start: the contexts in `owned` and
-    /// the executions placed on them, every chain, and the unplaced and cloud executions
-    /// (unless another live node, one in `live_elsewhere`, wrote them: it is still running
-    /// them) are `mine`; the rows of the other contexts are `elsewhere`, and the executions
-    /// placed on them are left out. A row `node_id` wrote is mine whatever `live_elsewhere`
-    /// says. `load_snapshot` is the whole, for a node alone.
+    /// the executions placed on them, every chain, and the unplaced and cloud executions this
+    /// node wrote (or that no node wrote: a lone server's) are `mine`; the rows of the other
+    /// contexts are `elsewhere`, and the executions placed on them are left out. Another
+    /// node's unplaced and cloud executions are never restored here, even when that node is
+    /// dead: its own fence row still stands, so it could write them again (it was paused, not
+    /// dead). The heartbeat's [`Store::take_over_node`] moves them, fencing it out first.
+    /// `load_snapshot` is the whole, for a node alone.
     pub(crate) fn load_owned_snapshot(
         &self,
         node_id: &str,
         owned: &HashSet<String>,
-        live_elsewhere: &HashSet<String>,
     ) -> Result<OwnedSnapshot, StoreError> {
         let rows = self
             .lock()
@@ -423,10 +414,7 @@ impl Store {
                 ServerChange::Context(_) | ServerChange::Chain(_) => true,
                 ServerChange::Execution(row) => match placed_on(&row.place) {
                     Some(context_id) => owned.contains(context_id),
-                    None => match writer.as_deref() {
-                        Some(writer) if writer != node_id => !live_elsewhere.contains(writer),
-                        _ => true,
-                    },
+                    None => writer.as_deref().is_none_or(|writer| writer == node_id),
                 },
                 ServerChange::ExecutionEnded(_) => true,
             };

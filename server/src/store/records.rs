@@ -3,11 +3,11 @@
 //! of `contexts` follow the records in the same transaction, so they never disagree.
 
 use super::db::{OptionalExtension as _, Sql as _, params};
-use outpost_core::server::{ExecutionStatus, PlaceRow, ServerChange, ServerRecord};
+use outpost_core::server::{ExecutionStatus, Fence, PlaceRow, ServerChange, ServerRecord};
 
 use super::runs::{AuditRow, ExecutionEntry};
 use super::{Doing as _, Store, StoreError, exec};
-use outpost_core::routing::{CLOUD_ID, Chain, RanOnKind};
+use outpost_core::routing::Chain;
 
 fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).doing("encoding a row")
@@ -122,18 +122,10 @@ pub(crate) fn contexts_written(records: &[ServerRecord], node_id: &str) -> Vec<S
     let node = super::owners::node_fence(node_id);
     let mut ids: Vec<String> = records
         .iter()
-        .filter_map(|record| match &record.change {
-            ServerChange::Context(row) => Some(row.id.to_string()),
-            ServerChange::Execution(row) => Some(
-                super::owners::fenced_by(&row.place).map_or_else(|| node.clone(), str::to_owned),
-            ),
-            ServerChange::ExecutionEnded(row) => Some(
-                row.ran_on
-                    .as_ref()
-                    .filter(|r| r.kind == RanOnKind::Context && r.id != CLOUD_ID)
-                    .map_or_else(|| node.clone(), |r| r.id.clone()),
-            ),
-            ServerChange::Chain(_) => None,
+        .filter_map(|record| match record.fence() {
+            Fence::Context(id) => Some(id.to_owned()),
+            Fence::Node => Some(node.clone()),
+            Fence::Nothing => None,
         })
         .collect();
     ids.sort();

@@ -99,12 +99,14 @@ impl ServerJournal {
         outcome: &ExecutionOutcome,
         ran_on: Option<&RanOn>,
         line: &str,
+        held_on: Option<&ContextId>,
     ) {
         self.ended.push(EndedRow {
             exec_id: exec_id.into(),
             outcome: outcome.clone(),
             ran_on: ran_on.cloned(),
             line: line.to_owned(),
+            held_on: held_on.cloned(),
         });
     }
 

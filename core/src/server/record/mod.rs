@@ -58,7 +58,40 @@ pub enum ServerChange {
     ExecutionEnded(Box<EndedRow>),
 }
 
+/// Whose fence a node of a cluster must hold to write a [`ServerRecord`] (docs/CLUSTER.md
+/// §2): every record of a machine's rows is written only by the node that owns that machine
+/// at the epoch it holds; the rows no machine holds are fenced by the writing node's own row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence<'a> {
+    /// The machine's owner: a context's row, an execution offered, committed or queued on
+    /// it, or the end of one held there (even one that never ran: a queue that expired).
+    Context(&'a str),
+    /// The writing node's own row: an execution unplaced, on the server's executor or handed
+    /// to another node's machine (that node takes it in), and the end of one no machine held.
+    Node,
+    /// No fence: a user's chain, which any node may set.
+    Nothing,
+}
+
 impl ServerRecord {
+    /// Whose fence a cluster node must hold to write this record; a node alone holds all.
+    pub fn fence(&self) -> Fence<'_> {
+        match &self.change {
+            ServerChange::Context(row) => Fence::Context(row.id.as_str()),
+            ServerChange::Execution(row) => match &row.place {
+                PlaceRow::HandedOff { .. } => Fence::Node,
+                place => place
+                    .context_id()
+                    .map_or(Fence::Node, |id| Fence::Context(id.as_str())),
+            },
+            ServerChange::ExecutionEnded(row) => row
+                .held_on
+                .as_ref()
+                .map_or(Fence::Node, |id| Fence::Context(id.as_str())),
+            ServerChange::Chain(_) => Fence::Nothing,
+        }
+    }
+
     /// The record's bytes (one JSON document, see `docs/RECORDS.md`).
     pub fn encode(&self) -> Vec<u8> {
         record::encode(RECORD_TYPE, self.written_ms, &self.change)

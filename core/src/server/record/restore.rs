@@ -231,15 +231,17 @@ impl Server {
         }
     }
 
-    /// Goes on with an execution another node handed here: a named one is planned afresh
-    /// (its machine is this node's: it may queue for it), a chain's walk resumes at the
-    /// machine it reached.
+    /// Goes on with an execution another node handed here: one handed to the machine it
+    /// names is planned afresh (that machine is this node's: it may queue for it); a walk
+    /// that reached a machine of its chain resumes there, and never goes back to one it
+    /// passed (two nodes would hand it to each other for ever).
     fn go_on_from_hand_off(&mut self, exec_id: &ExecutionId) {
         let Some(e) = self.executions.get_mut(exec_id) else {
             return;
         };
-        let named = e.request.target.context.is_some();
-        let Some(route) = e.route.take().filter(|_| !named) else {
+        let named = e.request.target.context.as_deref();
+        let at_named = |route: &crate::routing::Route| Some(route.current().id()) == named;
+        let Some(route) = e.route.take().filter(|route| !at_named(route)) else {
             return self.place(exec_id);
         };
         let requester = e.request.requester.clone();

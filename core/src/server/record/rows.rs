@@ -209,4 +209,9 @@ pub struct EndedRow {
     pub ran_on: Option<RanOn>,
     /// One friendly sentence.
     pub line: String,
+    /// The machine it was held on when it ended (offered, committed or queued there):
+    /// in a cluster, only that machine's owner may write this row. Absent for one unplaced
+    /// or on the server's executor, and in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_on: Option<ContextId>,
 }

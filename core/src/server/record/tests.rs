@@ -480,9 +480,21 @@ fn queued_executions_keep_their_deadline_and_cloud_executions_end_lost_after_res
         }
         while !matches!(server.poll_output(), Output::Wait { .. }) {}
     }
+    let mut end_fence = None;
     loop {
         match server.poll_output() {
             Output::Wait { .. } => break,
+            Output::Persist(
+                record @ ServerRecord {
+                    change: ServerChange::ExecutionEnded(_),
+                    ..
+                },
+            ) => {
+                end_fence = match record.fence() {
+                    server::Fence::Context(id) => Some(id.to_owned()),
+                    other => Some(format!("{other:?}")),
+                }
+            }
             Output::Event(server::Event::ExecutionFinished {
                 outcome: ExecutionOutcome::Failed { code, .. },
                 ..
@@ -491,6 +503,9 @@ fn queued_executions_keep_their_deadline_and_cloud_executions_end_lost_after_res
         }
     }
     assert!(expired);
+    // It never ran, yet only the machine's owner may write its end: a node that lost the
+    // machine must not end what the new owner adopted.
+    assert_eq!(end_fence.as_deref(), Some(CTX), "fenced by its machine");
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! Each role's "disk": the only thing that survives a crash in the simulation.
+//! Each daemon's "disk": with the nodes' shared store (`store.rs`), the only thing that
+//! survives a crash in the simulation.
 //!
 //! A disk holds bytes and nothing else: the encoded records a role handed its host, in order,
 //! and now and then a snapshot that replaces the records before it (as a store compacts its
@@ -7,7 +8,6 @@
 
 use crate::daemon::{DaemonRecord, DaemonSnapshot, SeenRuns};
 use crate::record::RecordError;
-use crate::server::{ServerRecord, ServerSnapshot};
 
 /// Records written before the journal is folded into a snapshot.
 const COMPACT_AFTER: usize = 48;
@@ -34,24 +34,6 @@ impl Disk {
         self.journal.len() >= COMPACT_AFTER
     }
 
-    /// Cuts the last record short, as a torn write would.
-    #[cfg(test)]
-    pub fn corrupt_last(&mut self) {
-        if let Some(last) = self.journal.last_mut() {
-            last.truncate(last.len() / 2);
-        }
-    }
-
-    /// Writes a server record; compacts the journal when it has grown.
-    pub fn write_server(&mut self, record: &ServerRecord) -> Result<(), RecordError> {
-        if self.append(record.encode()) {
-            let snapshot = self.server_state()?;
-            self.snapshot = Some(snapshot.encode());
-            self.journal.clear();
-        }
-        Ok(())
-    }
-
     /// Writes a daemon record; compacts the journal when it has grown.
     pub fn write_daemon(&mut self, record: &DaemonRecord) -> Result<(), RecordError> {
         if self.append(record.encode()) {
@@ -61,18 +43,6 @@ impl Disk {
             self.journal.clear();
         }
         Ok(())
-    }
-
-    /// What a restarted server reads: the snapshot with the journal folded in.
-    pub fn server_state(&self) -> Result<ServerSnapshot, RecordError> {
-        let mut state = match &self.snapshot {
-            Some(bytes) => ServerSnapshot::decode(bytes)?,
-            None => ServerSnapshot::default(),
-        };
-        for bytes in &self.journal {
-            state.apply(&ServerRecord::decode(bytes)?);
-        }
-        Ok(state)
     }
 
     /// What a restarted daemon reads: the snapshot with the journal folded in.

@@ -26,9 +26,12 @@ impl World {
                 self.note(format!("fault: crash machine {i}"));
                 self.schedule_machine_crash(i);
             }
-            40..=49 if self.server_crash.is_none() && !self.server_paused() => {
-                self.note("fault: server restart".into());
-                self.schedule_server_crash();
+            40..=49 => {
+                let n = self.some_node();
+                if self.node_running(n) && self.nodes[n].crash.is_none() {
+                    self.note(format!("fault: node {n} restart"));
+                    self.schedule_node_crash(n);
+                }
             }
             50..=59 => {
                 let secs = 5 + self.rng.below(115);
@@ -58,35 +61,38 @@ impl World {
                     "fault: access of {} now {:?}",
                     record.id, record.opted_in
                 ));
-                self.feed_server(server::Input::UpdateAccess(record));
+                self.feed_owner(server::Input::UpdateAccess(record));
             }
             80..=84 => {
                 let grant = self.workload.change_egress(i, &mut self.rng);
                 let context_id = self.machines[i].context_id.clone();
                 self.note(format!("fault: grant of {context_id} changed"));
-                self.feed_server(server::Input::UpdateGrant {
+                self.feed_owner(server::Input::UpdateGrant {
                     context_id: context_id.into(),
                     grant,
                 });
             }
-            85..=86 if !self.workload.revoked_any && !self.server_paused() => {
+            85..=86 if !self.workload.revoked_any && self.owner_running(i) => {
                 self.workload.revoked_any = true;
                 let context_id = self.machines[i].context_id.clone();
                 self.note(format!("fault: revoke {context_id}"));
                 self.checker.revoked(i, now);
                 self.revoked_machine = Some(i);
-                self.feed_server(server::Input::Revoke {
+                self.feed_owner(server::Input::Revoke {
                     context_id: context_id.into(),
                 });
                 self.end_waits_of(i);
             }
-            87..=90 if self.server_crash.is_none() && !self.server_paused() => {
-                let secs = 2 + self.rng.below(118);
-                self.note(format!("fault: server process stopped for {secs}s"));
-                self.pause_server(secs);
+            87..=90 => {
+                let n = self.some_node();
+                if self.node_running(n) && self.nodes[n].crash.is_none() {
+                    let secs = 2 + self.rng.below(118);
+                    self.note(format!("fault: node {n} process stopped for {secs}s"));
+                    self.pause_node(n, secs);
+                }
             }
-            91..=94 if !self.server_paused() => self.resend_finished_run(i),
-            95..=96 if !self.server_paused() => self.roll_keys_back(i),
+            91..=94 => self.resend_finished_run(i),
+            95..=96 => self.roll_keys_back(i),
             97..=98 if self.machines[i].paused_until.is_none() => {
                 let secs = 5 + self.rng.below(55);
                 self.note(format!("fault: operator pauses machine {i} for {secs}s"));
@@ -97,12 +103,26 @@ impl World {
         }
     }
 
+    /// A node drawn at random (no draw when there is one).
+    pub(super) fn some_node(&mut self) -> usize {
+        match self.nodes.len() {
+            1 => 0,
+            len => self.rng.below(len as u64) as usize,
+        }
+    }
+
+    /// Whether the node that owns machine `i` runs now.
+    fn owner_running(&self, i: usize) -> bool {
+        self.owner_node(&self.machines[i].context_id)
+            .is_some_and(|n| self.node_running(n))
+    }
+
     /// Both ends of `conn` learn it is gone.
     pub(super) fn break_conn(&mut self, conn: ConnId) {
-        let Some(i) = self.conns.remove(&conn) else {
+        let Some((i, n)) = self.conns.remove(&conn) else {
             return;
         };
-        self.feed_server(server::Input::Disconnected { conn });
+        self.feed_node(n, server::Input::Disconnected { conn });
         let m = &mut self.machines[i];
         if m.conn == Some(conn) {
             m.conn = None;

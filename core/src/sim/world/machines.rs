@@ -114,9 +114,10 @@ impl World {
     }
 
     fn daemon_closed(&mut self, i: usize) {
-        if let Some(conn) = self.machines[i].conn.take() {
-            self.conns.remove(&conn);
-            self.feed_server(server::Input::Disconnected { conn });
+        if let Some(conn) = self.machines[i].conn.take()
+            && let Some((_, n)) = self.conns.remove(&conn)
+        {
+            self.feed_node(n, server::Input::Disconnected { conn });
         }
     }
 
@@ -187,19 +188,24 @@ impl World {
         for chunk in random.chunks_mut(8) {
             chunk.copy_from_slice(&self.rng.next_u64().to_le_bytes());
         }
-        // A stopped server answers no ticket request: as unreachable as a partition.
-        let reachable = self.machines[i].partitioned_until.is_none() && !self.server_paused();
-        let issued = if reachable {
-            self.touched_server();
-            self.server.issue_ticket(&context_id, random).ok()
+        // The front sends the connection to a node drawn at random. A stopped or dead node
+        // answers no ticket request: as unreachable as a partition; so is one that cannot
+        // take the machine (its database is out of reach).
+        let n = self.some_node();
+        let reachable = self.machines[i].partitioned_until.is_none()
+            && self.node_running(n)
+            && self.take_machine(n, &context_id);
+        let issued = if reachable && self.node_running(n) {
+            self.touched_node(n);
+            self.nodes[n].server.issue_ticket(&context_id, random).ok()
         } else {
             None
         };
         let Some(issued) = issued else {
             let revoked = self
-                .server
-                .session(&context_id)
-                .is_some_and(|s| s.is_revoked());
+                .store
+                .context_row(&context_id)
+                .is_some_and(|row| row.revoked);
             let input = daemon::Input::ConnectFailed {
                 stop_forever: revoked,
                 reason: "unreachable".into(),
@@ -209,13 +215,16 @@ impl World {
         };
         let conn = self.next_conn;
         self.next_conn += 1;
-        self.conns.insert(conn, i);
+        self.conns.insert(conn, (i, n));
         self.machines[i].conn = Some(conn);
-        self.feed_server(server::Input::Connect {
-            context_id: context_id.into(),
-            conn,
-            ticket: issued.ticket.expose_secret(),
-        });
+        self.feed_node(
+            n,
+            server::Input::Connect {
+                context_id: context_id.into(),
+                conn,
+                ticket: issued.ticket.expose_secret(),
+            },
+        );
         if self.machines[i].conn == Some(conn) {
             let input = daemon::Input::Connected {
                 session_id: issued.session_id,

@@ -1,4 +1,5 @@
-//! The seeded simulation: one server, several daemons, a faulty network, fake executors.
+//! The seeded simulation: one server or a cluster of nodes over a shared store, several
+//! daemons, a faulty network, fake executors.
 
 use crate::ids::{ExecutionId, RunId, WaitId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,14 +11,18 @@ mod faults;
 mod feed;
 mod machines;
 mod network;
+mod nodes;
 mod pause;
 mod pump;
 mod restart;
+mod store;
 #[cfg(test)]
 mod tests;
 mod waits;
 
 use disk::{Disk, PendingCrash};
+use nodes::{BEAT_EVERY, Node, Notice};
+use store::SharedStore;
 use waits::{HostWaits, RunningCheck};
 
 use super::checker::{Checker, Role, WaitCounts};
@@ -42,6 +47,9 @@ pub struct SimConfig {
     pub seed: u64,
     /// Daemons (machines).
     pub machines: usize,
+    /// Server nodes over one shared store: 1 is the single server; more is a cluster whose
+    /// nodes are killed, paused and cut off from the store, and whose notices are lost.
+    pub nodes: usize,
     /// Executions submitted during the fault phase.
     pub executions: usize,
     /// How long faults are injected.
@@ -60,6 +68,7 @@ impl SimConfig {
         Self {
             seed,
             machines: 3,
+            nodes: 1,
             executions: 24,
             fault_phase: Duration::from_secs(8 * 60),
             liveness_limit: Duration::from_secs(3 * 3600),
@@ -90,12 +99,29 @@ pub struct SimReport {
     pub elapsed: Duration,
     /// Host steps: inputs handed to the server and the daemons.
     pub steps: u64,
-    /// Server and daemon restarts, each restored from the records on its disk.
+    /// Server (node) and daemon restarts, each restored from the records on its disk.
     pub restarts: usize,
     /// Records the roles handed their hosts.
     pub records: usize,
     /// Condition waits registered, checked and ended.
     pub waits: WaitCounts,
+    /// What the nodes of a cluster did (all zero for one server).
+    pub cluster: ClusterCounts,
+}
+
+/// What the nodes of a simulated cluster did, for the report.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClusterCounts {
+    /// Executions handed from one node to the owner of their machine.
+    pub handoffs: usize,
+    /// Machines taken by the node a daemon's connection reached.
+    pub takes: usize,
+    /// Machines and executions taken over from nodes judged dead.
+    pub taken_from_dead: usize,
+    /// Batches the store refused because the writer's fence was gone (the node stopped).
+    pub fenced: usize,
+    /// Notices lost on their way.
+    pub notices_lost: usize,
 }
 
 /// Runs one seeded simulation.
@@ -144,13 +170,16 @@ struct World {
     config: SimConfig,
     rng: SplitMix64,
     elapsed: Duration,
-    server: Server,
-    /// The server's database: its records, as bytes.
-    server_disk: Disk,
-    /// When the server's current process started: its instants count from here.
-    server_started: Duration,
-    /// A crash waiting for its point in the server's output stream.
-    server_crash: Option<PendingCrash>,
+    /// The server's nodes (one, unless a cluster is simulated).
+    nodes: Vec<Node>,
+    /// The database the nodes share: their records and fences, as bytes.
+    store: SharedStore,
+    /// Notices (`NOTIFY`) on their way to a node, by arrival.
+    notices: BTreeMap<(Duration, u64), (usize, Notice)>,
+    /// When the nodes next heartbeat.
+    next_beat: Duration,
+    /// Which node each submitted execute was sent to last.
+    sent_to: BTreeMap<ExecutionId, usize>,
     /// Executions the server's disk knows (an execute answered to its client).
     durable_execs: BTreeSet<ExecutionId>,
     /// Runs whose commit the server's disk holds, by execution: the run and its machine.
@@ -158,27 +187,26 @@ struct World {
     /// The machine revoked, if one was.
     revoked_machine: Option<usize>,
     machines: Vec<Machine>,
-    conns: BTreeMap<ConnId, usize>,
+    /// Open connections: their machine and the node they reached.
+    conns: BTreeMap<ConnId, (usize, usize)>,
     next_conn: ConnId,
     net: BTreeMap<(Duration, u64), Msg>,
     net_seq: u64,
-    cloud: BTreeMap<ExecutionId, Duration>,
+    /// Runs on the nodes' own executors: when each ends, and on which node.
+    cloud: BTreeMap<ExecutionId, (Duration, usize)>,
     workload: Workload,
     /// The server's table of condition waits, and those still to be registered.
     waits: HostWaits,
     next_fault: Duration,
-    /// When the server's host next pings its connections.
+    /// When the nodes' hosts next ping their connections.
     next_ping: Duration,
-    /// Until when the server's process is stopped (a pause fault), if it is.
-    paused_until: Option<Duration>,
-    /// What reached the stopped server, in order, for when it resumes.
-    paused_inputs: Vec<server::Input>,
     /// Per machine, the last runs it finished (the server recorded their end): what a faulty
     /// server could send again.
     finished_runs: BTreeMap<usize, Vec<RunId>>,
     /// Rogue frames sent so far (their run ids).
     rogue: u64,
     faults: usize,
+    cluster: ClusterCounts,
     checker: Checker,
     restarts: usize,
     hash: u64,
@@ -193,7 +221,7 @@ impl World {
         let workload = Workload::new(config, &mut rng);
         let mut checker = Checker::default();
         let mut setup = |server: &mut Server, input| {
-            checker.fed(Role::Server, false, Duration::ZERO);
+            checker.fed(Role::Server(0), false, Duration::ZERO);
             if let Err(e) = server.handle_input(now, input) {
                 checker.fail(format!("the server refused its setup: {e}"));
             }
@@ -237,14 +265,39 @@ impl World {
         }
         let waits = HostWaits::draw(config.machines, config.fault_phase, &mut rng);
         let first_fault = Duration::from_millis(2000 + rng.below(5000));
+        // Node 0 registers every machine; the others start from the store once its records
+        // are written (`World::run`).
+        let mut first = Node::new(server);
+        let mut store = SharedStore::default();
+        for (record, _, _) in &workload.machines {
+            first
+                .fences
+                .insert(record.id.to_string(), store.take(record.id.as_str(), 0));
+        }
+        first
+            .fences
+            .insert(store::node_row(0), store.take(&store::node_row(0), 0));
+        store.beat(0, Duration::ZERO);
+        let mut nodes = vec![first];
+        for _ in 1..config.nodes.max(1) {
+            let mut node = Node::new(Server::new(
+                server_signer(),
+                SessionConfig::new("template"),
+                now,
+            ));
+            // Not started yet: `run` starts it from the store.
+            node.down_until = Some(Duration::ZERO);
+            nodes.push(node);
+        }
         Self {
             config: config.clone(),
             rng,
             elapsed: Duration::ZERO,
-            server,
-            server_disk: Disk::default(),
-            server_started: Duration::ZERO,
-            server_crash: None,
+            nodes,
+            store,
+            notices: BTreeMap::new(),
+            next_beat: BEAT_EVERY,
+            sent_to: BTreeMap::new(),
             durable_execs: BTreeSet::new(),
             commits: BTreeMap::new(),
             revoked_machine: None,
@@ -258,11 +311,10 @@ impl World {
             waits,
             next_fault: first_fault,
             next_ping: PING_EVERY,
-            paused_until: None,
-            paused_inputs: Vec::new(),
             finished_runs: BTreeMap::new(),
             rogue: 0,
             faults: 0,
+            cluster: ClusterCounts::default(),
             checker,
             restarts: 0,
             hash: 0xcbf2_9ce4_8422_2325,
@@ -287,6 +339,9 @@ impl World {
     fn run(&mut self) {
         let end = self.config.fault_phase + self.config.liveness_limit;
         let mut stalls = 0u32;
+        // The registrations are written; the other nodes start from the store.
+        self.pump_all();
+        self.wake_nodes();
         loop {
             self.pump_all();
             self.checker.check_step_rate(self.elapsed);
@@ -294,9 +349,13 @@ impl World {
                 return;
             }
             let done = self.elapsed >= self.config.fault_phase
-                && !self.server_paused()
+                && (0..self.nodes.len()).all(|n| self.node_running(n))
                 && self.workload.pending.is_empty()
-                && self.server.executions_in_flight() == 0
+                && self
+                    .nodes
+                    .iter()
+                    .all(|node| node.server.executions_in_flight() == 0)
+                && !self.store.handoffs_waiting()
                 && self.waits_done();
             if done || self.elapsed >= end {
                 break;
@@ -340,9 +399,10 @@ impl World {
             elapsed: self.elapsed,
             steps: self.checker.steps(),
             restarts: self.restarts,
-            records: self.server_disk.written
+            records: self.store.written
                 + self.machines.iter().map(|m| m.disk.written).sum::<usize>(),
             waits: self.checker.wait_counts(),
+            cluster: self.cluster,
         }
     }
 
@@ -355,26 +415,36 @@ impl World {
                 next = at;
             }
         };
-        let (until, reason) = self.server.poll_timeout();
-        let server_until = until.since_origin() + self.server_started;
-        match self.paused_until {
-            // A stopped process wakes for nothing but its resumption.
-            Some(resume) => consider(resume),
-            None => {
-                self.checker
-                    .wants_wake(Role::Server, server_until, reason, now);
-                consider(server_until);
+        for n in 0..self.nodes.len() {
+            let node = &self.nodes[n];
+            if let Some(at) = node.down_until {
+                // A dead process wakes for nothing but its start.
+                consider(at);
+                continue;
             }
-        }
-        // The server's wake-up table must never be later than a session's own timer.
-        let missed = self.machines.iter().find_map(|m| {
-            let session = self.server.session(&m.context_id)?;
-            let (own, why) = session.poll_timeout()?;
-            (own < until).then(|| format!("{} ({why}) at {own:?}", m.context_id))
-        });
-        if let Some(missed) = missed {
-            let msg = format!("the server would wake at {until:?} but the session of {missed}");
-            self.checker.fail(msg);
+            if let Some(at) = node.cut_until {
+                consider(at);
+            }
+            if let Some(resume) = node.paused_until {
+                // A stopped process wakes for nothing but its resumption.
+                consider(resume);
+                continue;
+            }
+            let (until, reason) = node.server.poll_timeout();
+            let node_until = until.since_origin() + node.started;
+            self.checker
+                .wants_wake(Role::Server(n), node_until, reason, now);
+            consider(node_until);
+            // The node's wake-up table must never be later than a session's own timer.
+            let missed = self.machines.iter().find_map(|m| {
+                let session = node.server.session(&m.context_id)?;
+                let (own, why) = session.poll_timeout()?;
+                (own < until).then(|| format!("{} ({why}) at {own:?}", m.context_id))
+            });
+            if let Some(missed) = missed {
+                let msg = format!("node {n} would wake at {until:?} but the session of {missed}");
+                self.checker.fail(msg);
+            }
         }
         for (i, m) in self.machines.iter_mut().enumerate() {
             if let Some(at) = m.down_until {
@@ -410,8 +480,14 @@ impl World {
         if let Some((at, _)) = self.net.keys().next() {
             consider(*at);
         }
-        for at in self.cloud.values() {
+        for (at, _) in self.cloud.values() {
             consider(*at);
+        }
+        if let Some((at, _)) = self.notices.keys().next() {
+            consider(*at);
+        }
+        if self.nodes.len() > 1 {
+            consider(self.next_beat);
         }
         if let Some((at, _)) = self.workload.pending.front() {
             consider(*at);
@@ -426,7 +502,8 @@ impl World {
     /// Handles everything due at the current time.
     fn fire_due(&mut self) {
         let now = self.elapsed;
-        self.resume_server_if_due();
+        self.wake_nodes();
+        self.resume_nodes_if_due();
         while self
             .workload
             .pending
@@ -439,12 +516,19 @@ impl World {
                     request.exec_id, request.requester.user_id
                 ));
                 self.workload.submitted.push(request.exec_id.clone());
-                self.feed_server(server::Input::Execute(Box::new(request)));
+                let n = self.entry_node();
+                self.sent_to.insert(request.exec_id.clone(), n);
+                self.feed_node(n, server::Input::Execute(Box::new(request)));
             }
         }
         self.fire_due_waits();
         if self.in_fault_phase() && self.next_fault <= now {
-            self.inject_fault();
+            if self.nodes.len() > 1 && self.rng.chance(1, 4) {
+                self.faults += 1;
+                self.inject_cluster_fault();
+            } else {
+                self.inject_fault();
+            }
             self.next_fault = now + Duration::from_millis(2000 + self.rng.below(18_000));
         }
         for i in 0..self.machines.len() {
@@ -452,10 +536,13 @@ impl World {
         }
         if self.next_ping <= now {
             self.next_ping = now + PING_EVERY;
-            if !self.server_paused() {
-                self.ping_all();
-            }
+            self.ping_all();
         }
+        if self.next_beat <= now {
+            self.next_beat = now + BEAT_EVERY;
+            self.beat_all();
+        }
+        self.deliver_notices();
         let due: Vec<(Duration, u64)> = self
             .net
             .range(..=(now, u64::MAX))
@@ -466,18 +553,20 @@ impl World {
                 self.deliver(msg);
             }
         }
-        let finished: Vec<ExecutionId> = self
+        let finished: Vec<(ExecutionId, usize)> = self
             .cloud
             .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(id, _)| id.clone())
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(id, (_, n))| (id.clone(), *n))
             .collect();
-        for exec_id in finished {
+        for (exec_id, n) in finished {
             self.cloud.remove(&exec_id);
             let result = Box::new(ok_result(0));
-            self.feed_server(server::Input::CloudFinished { exec_id, result });
+            self.feed_node(n, server::Input::CloudFinished { exec_id, result });
         }
-        self.feed_server(server::Input::Timeout);
+        for n in 0..self.nodes.len() {
+            self.feed_node(n, server::Input::Timeout);
+        }
         for i in 0..self.machines.len() {
             self.finish_due_runs(i);
             self.finish_due_checks(i);

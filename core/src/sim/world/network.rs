@@ -40,10 +40,15 @@ impl World {
         }
     }
 
-    /// The server's host pings every connection it holds (below the protocol: no frame, no
-    /// sequence number); each ping takes the network's latency.
+    /// Each running node's host pings every connection it holds (below the protocol: no
+    /// frame, no sequence number); each ping takes the network's latency.
     pub(super) fn ping_all(&mut self) {
-        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        let conns: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, (_, n))| self.node_running(*n))
+            .map(|(c, _)| *c)
+            .collect();
         for conn in conns {
             let at = self.elapsed + self.latency();
             self.send_to_daemon_at(at, conn, Vec::new(), true);
@@ -70,14 +75,17 @@ impl World {
     }
 
     pub(super) fn deliver(&mut self, msg: Msg) {
-        let Some(&i) = self.conns.get(&msg.conn) else {
+        let Some(&(i, n)) = self.conns.get(&msg.conn) else {
             return;
         };
         if msg.to_server {
-            self.feed_server(server::Input::Frame {
-                conn: msg.conn,
-                bytes: msg.bytes,
-            });
+            self.feed_node(
+                n,
+                server::Input::Frame {
+                    conn: msg.conn,
+                    bytes: msg.bytes,
+                },
+            );
             return;
         }
         let m = &mut self.machines[i];

@@ -1,4 +1,4 @@
-//! Faults of a misbehaving or stopped server: a pause of its process (SIGSTOP: no input
+//! Faults of a misbehaving or stopped server (a node, in a cluster): a pause of its process (SIGSTOP: no input
 //! handled, no ping sent, no ticket issued; what arrives waits, and on resume its timers come
 //! due before the waiting frames are read), a server that sends a finished run again, and one
 //! that serves a key set older than the daemon's with a key the newer set retired.
@@ -20,29 +20,36 @@ use crate::wire::{CapabilitySource, Environment, ServerFrame};
 pub(super) const ROGUE_PREFIX: &str = "rogue.";
 
 impl World {
-    /// Whether the server's process is stopped now.
-    pub(super) fn server_paused(&self) -> bool {
-        self.paused_until.is_some()
+    /// Stops node `n`'s process for `secs`.
+    pub(super) fn pause_node(&mut self, n: usize, secs: u64) {
+        self.nodes[n].paused_until = Some(self.elapsed + Duration::from_secs(secs));
     }
 
-    /// Stops the server's process for `secs`.
-    pub(super) fn pause_server(&mut self, secs: u64) {
-        self.paused_until = Some(self.elapsed + Duration::from_secs(secs));
+    /// Lets each stopped node go on once its pause is over: its timers first — as a host
+    /// whose timer fires before its readers have passed on what waited in the sockets — then
+    /// every input that arrived meanwhile, in order.
+    pub(super) fn resume_nodes_if_due(&mut self) {
+        for n in 0..self.nodes.len() {
+            if self.nodes[n]
+                .paused_until
+                .is_none_or(|at| at > self.elapsed)
+            {
+                continue;
+            }
+            self.nodes[n].paused_until = None;
+            self.note(format!("node {n} resumed"));
+            self.feed_node(n, server::Input::Timeout);
+            for input in std::mem::take(&mut self.nodes[n].paused_inputs) {
+                self.feed_node(n, input);
+            }
+        }
     }
 
-    /// Lets a stopped server go on once its pause is over: its timers first — as a host whose
-    /// timer fires before its readers have passed on what waited in the sockets — then every
-    /// input that arrived meanwhile, in order.
-    pub(super) fn resume_server_if_due(&mut self) {
-        if self.paused_until.is_none_or(|at| at > self.elapsed) {
-            return;
-        }
-        self.paused_until = None;
-        self.note("server resumed".into());
-        self.feed_server(server::Input::Timeout);
-        for input in std::mem::take(&mut self.paused_inputs) {
-            self.feed_server(input);
-        }
+    /// The running node machine `i`'s connection reached, if it has one.
+    fn node_of_machine(&self, i: usize) -> Option<usize> {
+        let conn = self.machines[i].conn?;
+        let (_, n) = self.conns.get(&conn)?;
+        self.node_running(*n).then_some(*n)
     }
 
     /// A server that offers and commits again a run machine `i` already finished (its id
@@ -56,8 +63,11 @@ impl World {
         else {
             return;
         };
+        let Some(n) = self.node_of_machine(i) else {
+            return;
+        };
         let context_id = self.machines[i].context_id.clone();
-        if self
+        if self.nodes[n]
             .server
             .resend_run_for_test(&context_id, rogue_spec(&run_id))
         {
@@ -71,10 +81,10 @@ impl World {
     /// 2 retired, then offers a run signed by that key: the daemon must refuse the older set,
     /// so the frame fails (`unknown_kid`) and nothing runs.
     pub(super) fn roll_keys_back(&mut self, i: usize) {
-        let Some(conn) = self.machines[i].conn else {
+        let (Some(conn), Some(n)) = (self.machines[i].conn, self.node_of_machine(i)) else {
             return;
         };
-        let Some(session_id) = self
+        let Some(session_id) = self.nodes[n]
             .server
             .session(&self.machines[i].context_id)
             .and_then(|s| s.session_id_for_test())

@@ -1,4 +1,5 @@
-//! Draining the server and acting on what it says: frames onto the network, events into the
+//! Draining the nodes and acting on what they say: each drain's records into the store as one
+//! fenced batch before anything else is carried out, frames onto the network, events into the
 //! checker and the transcript. It never decides anything the roles decide.
 
 use super::*;
@@ -6,7 +7,10 @@ use super::*;
 impl World {
     pub(super) fn pump_all(&mut self) {
         for _ in 0..10_000 {
-            let mut busy = self.pump_server();
+            let mut busy = false;
+            for n in 0..self.nodes.len() {
+                busy |= self.pump_node(n);
+            }
             for i in 0..self.machines.len() {
                 busy |= self.pump_daemon(i);
             }
@@ -23,7 +27,19 @@ impl World {
         for i in 0..self.machines.len() {
             let m = &self.machines[i];
             let daemon_ready = m.daemon.as_ref().is_some_and(Daemon::is_ready);
-            let session = self.server.session(&m.context_id);
+            // The session of the node the machine's connection reached, while that node
+            // runs and owns the machine: a stopped node, or one another node took the
+            // machine from, hears nothing its daemon sends.
+            let node = m
+                .conn
+                .and_then(|c| self.conns.get(&c))
+                .map(|(_, n)| *n)
+                .filter(|n| self.node_running(*n))
+                .filter(|n| {
+                    let fence = self.nodes[*n].fences.get(&m.context_id).copied();
+                    fence.is_some() && self.store.owner(&m.context_id) == fence.map(|e| (*n, e))
+                });
+            let session = node.and_then(|n| self.nodes[n].server.session(&m.context_id));
             let linked = m.conn.is_some() && session.is_some_and(|s| s.connection() == m.conn);
             let ready = daemon_ready && linked && session.is_some_and(|s| s.is_ready());
             if let Some(s) = session.filter(|s| s.is_ready())
@@ -44,45 +60,67 @@ impl World {
         }
     }
 
-    pub(super) fn pump_server(&mut self) -> bool {
-        if self.server_paused() {
+    /// Drains node `n`: the records of each drain are committed as one batch before the
+    /// first other output is carried out (the server's host does the same).
+    pub(super) fn pump_node(&mut self, n: usize) -> bool {
+        if !self.node_running(n) {
             return false;
         }
         let mut any = false;
+        let mut batch = Vec::new();
         loop {
-            let out = self.server.poll_output();
+            let out = self.nodes[n].server.poll_output();
             let idle = matches!(out, server::Output::Wait { .. });
-            if let Some(crash) = self.server_crash.as_mut()
+            if let Some((crash, _)) = self.nodes[n].crash.as_mut()
                 && crash.due(idle, self.elapsed)
             {
-                // Whatever was not carried out yet dies with the process.
-                self.restart_server(idle);
+                // Whatever was not carried out yet dies with the process, the batch too.
+                self.crash_node(n, idle && batch.is_empty());
+                return true;
+            }
+            if let server::Output::Persist(record) = out {
+                batch.push(record);
+                any = true;
+                continue;
+            }
+            if !self.commit_batch(n, std::mem::take(&mut batch)) {
                 return true;
             }
             match out {
                 server::Output::Wait { .. } => return any,
-                server::Output::Persist(record) => self.write_server_record(&record),
+                server::Output::Persist(_) => {}
                 server::Output::Transmit { conn, bytes } => self.send(conn, false, bytes),
                 server::Output::Close { conn, code, .. } => {
-                    if let Some(i) = self.conns.remove(&conn) {
+                    if let Some((i, _)) = self.conns.remove(&conn) {
                         let m = &mut self.machines[i];
                         if m.conn == Some(conn) {
                             m.conn = None;
                             self.feed_daemon(i, daemon::Input::Disconnected { code: Some(code) });
                         }
-                        self.note(format!("server closed conn {conn} with {code}"));
+                        self.note(format!("node {n} closed conn {conn} with {code}"));
                     }
                 }
                 server::Output::Command(server::Command::RunOnCloud(request)) => {
                     let at = self.elapsed + Duration::from_millis(100 + self.rng.below(4000));
-                    self.cloud.insert(request.exec_id.clone(), at);
+                    self.cloud.insert(request.exec_id.clone(), (at, n));
                 }
                 server::Output::Command(server::Command::CancelCloud { exec_id }) => {
                     self.cloud.remove(&exec_id);
                 }
-                server::Output::Command(server::Command::HandOff { exec_id, .. }) => {
-                    // One node owns every machine here: nothing is ever owned elsewhere.
-                    panic!("the one server handed off {exec_id}");
+                server::Output::Command(server::Command::HandOff {
+                    exec_id,
+                    context_id,
+                }) => {
+                    // Its hand-off row is written: the owner hears by a notice, or reads its
+                    // inbox at its next heartbeat.
+                    self.note(format!("node {n} hands {exec_id} to {context_id}'s owner"));
+                    self.cluster.handoffs += 1;
+                    match self.owner_node(context_id.as_str()) {
+                        Some(owner) if self.nodes.len() > 1 => self.notify(owner, Notice::Inbox),
+                        _ => self
+                            .checker
+                            .fail(format!("{exec_id} handed off by a lone node")),
+                    }
                 }
                 server::Output::Event(event) => self.on_server_event(event),
             }

@@ -1,25 +1,26 @@
 //! Crashes and restarts that go through the records: each role's host writes what the role
-//! hands it to its disk, and a restarted role is restored from those bytes alone.
+//! hands it to its disk (the nodes', to their shared store: `nodes.rs`), and a restarted role
+//! is restored from those bytes alone.
 
-use crate::ids::ExecutionId;
 use std::time::Duration;
 
+use super::World;
 use super::disk::PendingCrash;
-use super::{World, server_signer};
 use crate::daemon::{self, Daemon};
-use crate::server::{self, ExecutionOutcome, PlaceRow, Server, ServerChange, ServerRecord};
-use crate::session::{ConnId, SessionConfig};
+use crate::server::{ExecutionOutcome, PlaceRow, ServerChange, ServerRecord};
 use crate::sim::checker::Role;
 use crate::sim::now_in_process;
 use crate::sim::pair::test_keys;
 
 impl World {
-    /// Schedules a crash of the server at a random point of its next outputs.
-    pub(super) fn schedule_server_crash(&mut self) {
-        self.server_crash = Some(PendingCrash {
+    /// Schedules a crash of node `n` at a random point of its next outputs; it restarts at
+    /// once.
+    pub(super) fn schedule_node_crash(&mut self, n: usize) {
+        let crash = PendingCrash {
             outputs: self.rng.below(6) as u32,
             latest: self.elapsed + Duration::from_secs(2),
-        });
+        };
+        self.nodes[n].crash = Some((crash, Duration::ZERO));
     }
 
     /// Schedules a crash of machine `i`'s daemon at a random point of its next outputs.
@@ -30,8 +31,8 @@ impl World {
         });
     }
 
-    /// The server's host writes a record before it carries out the next output.
-    pub(super) fn write_server_record(&mut self, record: &ServerRecord) {
+    /// A node's record was committed to the store: what a client or the checker can learn.
+    pub(super) fn written(&mut self, record: &ServerRecord) {
         let now = self.elapsed;
         match &record.change {
             ServerChange::Execution(row) => {
@@ -65,94 +66,6 @@ impl World {
                 }
             }
             ServerChange::Context(_) | ServerChange::Chain(_) => {}
-        }
-        if let Err(e) = self.server_disk.write_server(record) {
-            self.checker.fail(format!("server disk: {e}"));
-        }
-    }
-
-    /// The server process dies: its memory and every output not yet carried out are gone. A
-    /// new process restores from the disk. `drained`: it died idle, so its disk must hold
-    /// exactly its state.
-    pub(super) fn restart_server(&mut self, drained: bool) {
-        self.server_crash = None;
-        // A new process: its monotonic clock starts again.
-        self.server_started = self.elapsed;
-        let now = now_in_process(self.elapsed, self.server_started);
-        let state = match self.server_disk.server_state() {
-            Ok(state) => state,
-            Err(e) => return self.checker.fail(format!("server disk does not read: {e}")),
-        };
-        if drained {
-            let mut live = self.server.snapshot();
-            live.written_ms = state.written_ms;
-            if live != state {
-                return self.checker.fail(format!(
-                    "the server's records fold into another state than its own:\n{live:#?}\n{state:#?}"
-                ));
-            }
-        }
-        self.server = Server::restore(server_signer(), SessionConfig::new("template"), &state, now);
-        // A new process: nothing it was told before counts.
-        self.touched_server();
-        self.restarts += 1;
-        self.note(format!(
-            "server restored from {} contexts, {} executions",
-            state.contexts.len(),
-            state.executions.len()
-        ));
-        // The server's own executor died with it.
-        self.cloud.clear();
-        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
-        for conn in conns {
-            self.break_conn(conn);
-        }
-        // An operator whose change was never answered (its record never written) sends it
-        // again.
-        for i in 0..self.machines.len() {
-            let row = state
-                .contexts
-                .iter()
-                .find(|r| r.id == self.machines[i].context_id);
-            let Some(row) = row else { continue };
-            let (record, grant) = (
-                self.workload.records[i].clone(),
-                self.workload.grants[i].clone(),
-            );
-            if row.record() != record {
-                self.note(format!("access of {} sent again", record.id));
-                let input = server::Input::UpdateAccess(record.clone());
-                self.feed_server(input);
-            }
-            if row.grant != grant {
-                self.note(format!("grant of {} sent again", record.id));
-                let input = server::Input::UpdateGrant {
-                    context_id: record.id.as_str().into(),
-                    grant: grant.clone(),
-                };
-                self.feed_server(input);
-            }
-            if self.revoked_machine == Some(i) && !row.revoked {
-                self.note(format!("revoke of {} sent again", record.id));
-                let input = server::Input::Revoke {
-                    context_id: record.id.as_str().into(),
-                };
-                self.feed_server(input);
-            }
-        }
-        // A client whose execute was never answered (its record never written) sends it again.
-        let unanswered: Vec<ExecutionId> = self
-            .workload
-            .submitted
-            .iter()
-            .filter(|id| !self.durable_execs.contains(*id))
-            .cloned()
-            .collect();
-        for exec_id in unanswered {
-            if let Some(request) = self.workload.requests.get(&exec_id).cloned() {
-                self.note(format!("execute {exec_id} again"));
-                self.feed_server(server::Input::Execute(Box::new(request)));
-            }
         }
     }
 

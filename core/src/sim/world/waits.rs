@@ -160,7 +160,7 @@ impl World {
         }
         for order in orders {
             let context_id = context_id.clone();
-            self.feed_server(server::Input::Wait {
+            self.feed_owner(server::Input::Wait {
                 context_id: context_id.into(),
                 order,
             });
@@ -221,7 +221,7 @@ impl World {
         }
         let order = WaitOrder::Ack { wait_id: id };
         let context_id = context_id.to_owned();
-        self.feed_server(server::Input::Wait {
+        self.feed_owner(server::Input::Wait {
             context_id: context_id.into(),
             order,
         });
