@@ -210,12 +210,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         }
     };
     let fences = crate::dispatch::Fences::new(node_id.clone(), owned);
-    let cloud = Cloud::new(
-        cloud,
-        &config.cloud,
-        dir.join("cloud-runs"),
-        store.bundle_dir().to_path_buf(),
-    );
+    let cloud = Cloud::new(cloud, &config.cloud, dir.join("cloud-runs"), store.clone());
     let mut dispatcher = Dispatcher::new(server, shared.clone(), cloud, pending, fences);
     dispatcher.settle()?;
     let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);

@@ -640,3 +640,92 @@ fn a_ticket_issued_by_one_node_opens_the_socket_on_another_once() {
     b.stop();
     a.stop();
 }
+
+#[test]
+fn a_bundle_uploaded_to_one_node_is_fetched_whole_from_another() {
+    use sha2::Digest as _;
+    let (_, (a_dir, a), (b_dir, b)) = two_nodes("bundles");
+    let manifest = "name: shared\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n";
+    let files = [outpost_core::wire::InlineFile {
+        path: "run.sh".into(),
+        content_b64: outpost_core::b64::encode(&[b'#'; 200_000]),
+    }];
+    let bytes = outpost_core::wire::encode_bundle(manifest, &files);
+    let sha = hex::encode(sha2::Sha256::digest(&bytes));
+    let put = http(
+        a.addr(),
+        "PUT",
+        &format!("/v1/bundles/{sha}"),
+        &[("authorization", &bearer(&a.admin()))],
+        &bytes,
+    );
+    assert_eq!(put.status, 201, "{}", put.code());
+    let on_b = b_dir.join("bundles").join(&sha);
+    assert!(
+        a_dir.join("bundles").join(&sha).exists(),
+        "a took the upload"
+    );
+    assert!(!on_b.exists(), "b has no file of it yet");
+    // A daemon connected to b fetches it there: b writes its file from the row, once.
+    let machine = Machine::new(81);
+    assert_eq!(machine.register(&b, "fetcher").status, 201);
+    let path = format!("/v1/execution-contexts/bundles/{sha}");
+    for _ in 0..2 {
+        let fetched = machine.send_with(b.addr(), "GET", &path, b"", &machine.nonce(), &[]);
+        assert_eq!(fetched.status, 200, "{}", fetched.code());
+        assert_eq!(fetched.body, bytes, "the bytes a took");
+    }
+    assert_eq!(std::fs::read(&on_b).expect("b's file"), bytes);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&on_b).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // An unknown digest is still unknown on either node.
+    let unknown = format!("/v1/execution-contexts/bundles/{}", "ab".repeat(32));
+    let answer = machine.send_with(b.addr(), "GET", &unknown, b"", &machine.nonce(), &[]);
+    assert_eq!(
+        (answer.status, answer.code().as_str()),
+        (404, "bundle_unknown")
+    );
+}
+
+#[test]
+fn a_wait_registered_through_another_node_reaches_the_connected_daemon_at_once() {
+    let (_, (_, a), (_, b)) = two_nodes("waits");
+    let machine = Machine::new(83);
+    assert_eq!(machine.register(&a, "box").status, 201);
+    let mut daemon = Driver::new(&b);
+    daemon.online(&b, &machine, "box");
+    // Registered through a, which does not own box: b sends it on the daemon's socket, with
+    // no reconnection (before, it waited for the machine's next connection).
+    let expires = (common::now_secs() + 3600) * 1000;
+    let body = serde_json::json!({"context": "box", "condition": "async () => false",
+                                  "intervalMs": 1000, "expiresAtMs": expires});
+    let answer = http(
+        a.addr(),
+        "POST",
+        "/v1/waits",
+        &[("authorization", &bearer(&a.admin()))],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(answer.status, 201, "{}", answer.json());
+    let id = answer.json()["waitId"].as_str().expect("an id").to_owned();
+    let session = daemon
+        .socket
+        .as_ref()
+        .map(|s| s.get_ref().local_addr().ok());
+    daemon.pump_until(
+        &b,
+        &machine,
+        "the wait to reach the daemon on b",
+        Duration::from_secs(10),
+        |d| d.waits.contains(&id),
+    );
+    assert_eq!(
+        daemon
+            .socket
+            .as_ref()
+            .map(|s| s.get_ref().local_addr().ok()),
+        session,
+        "on the socket it had"
+    );
+}

@@ -30,8 +30,9 @@ pub(crate) struct Cloud {
     registry: Arc<Registry>,
     allowlists: Arc<Allowlists>,
     runs_dir: PathBuf,
-    /// Where bundles named by digest are read from.
-    bundles_dir: PathBuf,
+    /// Where bundles named by digest are read from (their files, or their rows when another
+    /// node of the cluster took the upload).
+    store: Arc<crate::store::Store>,
     cancels: HashMap<ExecutionId, Cancel>,
     tx: mpsc::UnboundedSender<(ExecutionId, RunResult)>,
     rx: mpsc::UnboundedReceiver<(ExecutionId, RunResult)>,
@@ -39,12 +40,12 @@ pub(crate) struct Cloud {
 
 impl Cloud {
     /// A cloud executor over `registry`, allowing `environments`, writing capability folders
-    /// under `runs_dir` and reading bundles from `bundles_dir`.
+    /// under `runs_dir` and reading bundles from `store`.
     pub(crate) fn new(
         registry: Registry,
         environments: &[Environment],
         runs_dir: PathBuf,
-        bundles_dir: PathBuf,
+        store: Arc<crate::store::Store>,
     ) -> Self {
         let mut allowlists = Allowlists::new();
         for environment in environments {
@@ -56,7 +57,7 @@ impl Cloud {
             registry: Arc::new(registry),
             allowlists: Arc::new(allowlists),
             runs_dir,
-            bundles_dir,
+            store,
             cancels: HashMap::new(),
             tx,
             rx,
@@ -78,11 +79,11 @@ impl Cloud {
         self.cancels.insert(request.exec_id.clone(), cancel.clone());
         let registry = self.registry.clone();
         let allowlists = self.allowlists.clone();
-        let (runs_dir, bundles_dir) = (self.runs_dir.clone(), self.bundles_dir.clone());
+        let (runs_dir, store) = (self.runs_dir.clone(), self.store.clone());
         let tx = self.tx.clone();
         tokio::task::spawn_blocking(move || {
             let started = Instant::now();
-            let mut result = match capability_of(&request.capability, &bundles_dir) {
+            let mut result = match capability_of(&request.capability, &store) {
                 Ok(capability) => run(
                     &registry,
                     &allowlists,
@@ -115,21 +116,26 @@ impl Cloud {
     }
 }
 
-/// The capability to run: inline as it came, or the bundle a digest names, read from
-/// `bundles_dir` and checked (else the run's error code and message).
+/// The capability to run: inline as it came, or the bundle a digest names, read from the
+/// store and checked (else the run's error code and message).
 fn capability_of(
     source: &CapabilitySource,
-    bundles_dir: &std::path::Path,
+    store: &crate::store::Store,
 ) -> Result<Capability, (&'static str, String)> {
     let CapabilitySource::Digest { sha256, .. } = source else {
         return Ok(Capability::Inline(source.clone()));
     };
-    let bytes = std::fs::read(bundles_dir.join(sha256)).map_err(|e| {
+    let unavailable = |e: &dyn std::fmt::Display| {
         (
             "bundle_unavailable",
             format!("the bundle {sha256} could not be read: {e}"),
         )
-    })?;
+    };
+    let path = store
+        .bundle_file(sha256)
+        .map_err(|e| unavailable(&e))?
+        .ok_or_else(|| unavailable(&"it is not stored"))?;
+    let bytes = std::fs::read(path).map_err(|e| unavailable(&e))?;
     let actual = bundle_digest(&bytes);
     if actual != *sha256 {
         return Err((

@@ -1,7 +1,9 @@
 //! Changes to a machine that only its owner may make (docs/CLUSTER.md §3): a node asked to
 //! change a grant, revoke a machine or update its access record while another node owns it
 //! writes an owner request; the owner carries it out as its own input and answers, and the
-//! asking route waits for that answer.
+//! asking route waits for that answer. A wait registered or cancelled through a node that
+//! does not own its machine is a request too, answered without being waited on: the wait is
+//! already in the database, and the owner sends the machine its open waits again.
 //!
 //! It owns the request's form (JSON, kept in the database) and both ends of the exchange. It
 //! never carries a request out on a machine this node does not own.
@@ -9,6 +11,7 @@
 use std::time::Duration;
 
 use outpost_core::server::{ContextRecord, Input};
+use outpost_core::session::WaitOrder;
 use outpost_core::wire::Grant;
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +49,9 @@ pub(crate) enum OwnerRequest {
         /// Who opted in.
         opted_in: Vec<String>,
     },
+    /// Send the machine its open waits and cancels again, as when it comes up: one was
+    /// registered or cancelled through another node.
+    Waits,
 }
 
 impl OwnerRequest {
@@ -60,6 +66,10 @@ impl OwnerRequest {
                 },
             )),
             Input::Revoke { context_id } => Some((context_id.to_string(), OwnerRequest::Revoke)),
+            Input::Wait {
+                context_id,
+                order: WaitOrder::Register(_) | WaitOrder::Cancel { .. },
+            } => Some((context_id.to_string(), OwnerRequest::Waits)),
             Input::UpdateAccess(record) => Some((
                 record.id.to_string(),
                 OwnerRequest::Access {
@@ -74,9 +84,15 @@ impl OwnerRequest {
         }
     }
 
-    /// The input the owner feeds for machine `context_id`.
-    fn into_input(self, context_id: &str) -> Input {
-        match self {
+    /// Whether the asking route waits for the owner's answer (a wait order does not: the
+    /// wait is stored already, and the owner sends it whenever it can).
+    pub(crate) fn answer_awaited(&self) -> bool {
+        !matches!(self, OwnerRequest::Waits)
+    }
+
+    /// The input the owner feeds for machine `context_id` (none for [`OwnerRequest::Waits`]).
+    fn into_input(self, context_id: &str) -> Option<Input> {
+        Some(match self {
             OwnerRequest::Grant { grant } => Input::UpdateGrant {
                 context_id: context_id.into(),
                 grant,
@@ -98,7 +114,8 @@ impl OwnerRequest {
                 shared_with_all_members,
                 opted_in,
             }),
-        }
+            OwnerRequest::Waits => return None,
+        })
     }
 }
 
@@ -110,12 +127,19 @@ impl Dispatcher {
         let asked = off_the_runtime(|| store.take_owner_requests(node))?;
         for (id, context_id, body) in asked {
             let answer = match serde_json::from_str::<OwnerRequest>(&body) {
-                Ok(request) => {
-                    let applied = self.apply(request.into_input(&context_id));
-                    // Its records are committed before the answer says done.
-                    self.drain()?;
-                    applied.map_err(|declined| declined.to_string())
-                }
+                Ok(request) => match request.into_input(&context_id) {
+                    Some(input) => {
+                        let applied = self.apply(input);
+                        // Its records are committed before the answer says done.
+                        self.drain()?;
+                        applied.map_err(|declined| declined.to_string())
+                    }
+                    None => {
+                        let sent = self.waits_ready(&context_id).map_err(|e| e.to_string());
+                        self.drain()?;
+                        sent
+                    }
+                },
                 Err(e) => Err(format!("a request this node cannot read: {e}")),
             };
             let store = &self.shared.store;

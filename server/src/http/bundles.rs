@@ -301,7 +301,11 @@ async fn fetch(
     let row = store
         .use_bundle(&sha256, wall_now().0)?
         .ok_or_else(|| unknown(&sha256))?;
-    let file = match tokio::fs::File::open(store.bundle_path(&sha256)).await {
+    // Another node of the cluster may have taken the upload: its bytes come from the row.
+    let path = store
+        .bundle_file(&sha256)?
+        .ok_or_else(|| unknown(&sha256))?;
+    let file = match tokio::fs::File::open(path).await {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown(&sha256)),
         Err(e) => return Err(ApiError::internal(e)),

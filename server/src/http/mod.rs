@@ -218,7 +218,8 @@ impl App {
     }
 
     /// Asks the node that owns `context_id` to carry out `request`, and waits up to
-    /// [`crate::dispatch::ANSWER_WAIT`] for its answer (its records committed by then).
+    /// [`crate::dispatch::ANSWER_WAIT`] for its answer (its records committed by then), unless
+    /// the request is one whose answer is not awaited.
     async fn ask_owner(
         &self,
         context_id: &str,
@@ -231,6 +232,9 @@ impl App {
         tokio::task::spawn_blocking(move || store.ask_owner(&asked, &context, &body))
             .await
             .map_err(ApiError::internal)??;
+        if !request.answer_awaited() {
+            return Ok(());
+        }
         let deadline = tokio::time::Instant::now() + crate::dispatch::ANSWER_WAIT;
         loop {
             let store = self.shared.store.clone();

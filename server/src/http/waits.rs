@@ -184,8 +184,9 @@ async fn register(State(app): State<App>, req: Request) -> ApiResult {
     Ok((StatusCode::CREATED, axum::Json(view)).into_response())
 }
 
-/// Hands a wait order to the dispatcher; a refusal (an unknown machine) only means the order
-/// waits for the machine's next connection.
+/// Hands a wait order to the dispatcher (or, through the database, to the node of a cluster
+/// that owns the machine); a refusal (an unknown machine) only means the order waits for the
+/// machine's next connection.
 async fn send(app: &App, context_id: &str, order: WaitOrder) {
     let input = Input::Wait {
         context_id: context_id.into(),

@@ -3,7 +3,13 @@
 //! used. A file is written under a temporary name and renamed into place before its row is
 //! committed, so a row always has its file; a file without a row (a crash between the two)
 //! and an unfinished upload are removed when the store opens. Rows of older versions held the
-//! bytes themselves: opening the store moves them into files.
+//! bytes themselves: opening the SQLite store moves them into files.
+//!
+//! Over PostgreSQL, which several nodes may share (docs/CLUSTER.md), the row holds the bytes
+//! too: the node that took the upload has the file, and any other node that needs the bundle
+//! (a daemon connected to it fetches it, its own executor runs it) writes its file from the
+//! row the first time ([`Store::bundle_file`]). The file is then a node's cache, never the
+//! only copy.
 //!
 //! It counts, stores and deletes; the routes decide what a quota refuses and how long an
 //! unused bundle stays.
@@ -59,6 +65,18 @@ pub(crate) enum Stored {
 /// Whether `name` is a bundle file's name: 64 lowercase hex digits.
 fn is_digest(name: &str) -> bool {
     name.len() == 64 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Writes `bytes` to a new private file (0600) at `path`, synced.
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 /// Makes a file's rename (or removal) in `dir` durable.
@@ -134,24 +152,55 @@ impl Store {
         if used.saturating_add(size) > quota {
             return Ok(Stored::OverQuota { used });
         }
+        // Nodes sharing the database read the bytes from the row: they have no file of it.
+        let shared = if tx.is_postgres() {
+            fs::read(upload).doing("reading a bundle to share")?
+        } else {
+            Vec::new()
+        };
         let path = self.bundle_path(sha256);
         fs::rename(upload, &path).doing("moving a bundle into place")?;
         sync_dir(self.bundle_dir()).doing("syncing the bundle folder")?;
         tx.execute(
             "INSERT INTO bundles (sha256, bytes, \"user\", created_at, size, used_at, manifest)
              VALUES (?1, ?6, ?2, ?3, ?4, ?3, ?5)",
-            params![
-                sha256,
-                user,
-                now as i64,
-                size as i64,
-                manifest,
-                Vec::<u8>::new()
-            ],
+            params![sha256, user, now as i64, size as i64, manifest, shared],
         )
         .doing("storing a bundle")?;
         tx.commit().doing("storing a bundle")?;
         Ok(Stored::Added)
+    }
+
+    /// The file of the stored bundle `sha256`, written first from its row when this node has
+    /// none (another node of the cluster took the upload); `None` when neither this node's
+    /// folder nor the database holds its bytes.
+    pub(crate) fn bundle_file(&self, sha256: &str) -> Result<Option<PathBuf>, StoreError> {
+        let path = self.bundle_path(sha256);
+        if path.exists() {
+            return Ok(Some(path));
+        }
+        let bytes: Option<Vec<u8>> = self
+            .read()
+            .query_row(
+                "SELECT bytes FROM bundles WHERE sha256 = ?1 AND length(bytes) > 0",
+                params![sha256],
+                |r| r.get(0),
+            )
+            .optional()
+            .doing("reading a shared bundle")?;
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        // A name of its own: two requests for one bundle at once each write theirs, and the
+        // second rename replaces the first with the same bytes.
+        let mut nonce = [0u8; 8];
+        getrandom::fill(&mut nonce).doing("naming a shared bundle's file")?;
+        let token = format!("fetch-{sha256}-{}", hex::encode(nonce));
+        let temp = self.bundle_upload_path(&token);
+        write_synced(&temp, &bytes).doing("writing a shared bundle's file")?;
+        fs::rename(&temp, &path).doing("moving a shared bundle into place")?;
+        sync_dir(self.bundle_dir()).doing("syncing the bundle folder")?;
+        Ok(Some(path))
     }
 
     /// The bundle `sha256`, marked used at `now`; `None` when it is not stored.
@@ -226,8 +275,12 @@ impl Store {
             .doing("making the bundle folder")?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .doing("making the bundle folder private")?;
-        let legacy: Vec<String> =
-            self.bundle_digests("SELECT sha256 FROM bundles WHERE length(bytes) > 0")?;
+        // Over PostgreSQL the rows' bytes are the copy every node reads: they stay.
+        let legacy: Vec<String> = if self.lock().is_postgres() {
+            Vec::new()
+        } else {
+            self.bundle_digests("SELECT sha256 FROM bundles WHERE length(bytes) > 0")?
+        };
         for sha256 in legacy {
             self.move_out(&sha256)?;
         }
@@ -262,16 +315,7 @@ impl Store {
             .map(|c| c.manifest_text);
         let path = self.bundle_path(sha256);
         let temp = self.bundle_upload_path(sha256);
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)
-            .doing("moving a bundle into a file")?;
-        file.write_all(&bytes)
-            .and_then(|()| file.sync_all())
-            .doing("moving a bundle into a file")?;
+        write_synced(&temp, &bytes).doing("moving a bundle into a file")?;
         fs::rename(&temp, &path).doing("moving a bundle into a file")?;
         sync_dir(self.bundle_dir()).doing("syncing the bundle folder")?;
         self.lock()

@@ -24,6 +24,8 @@ pub struct Driver {
     /// Ask this server for connect tickets instead of the one the socket opens on (a load
     /// balancer that sends the two requests to different nodes).
     pub tickets_from: Option<std::net::SocketAddr>,
+    /// Every wait the daemon registered (saved), by id, in order.
+    pub waits: Vec<String>,
 }
 
 impl Driver {
@@ -52,6 +54,7 @@ impl Driver {
             executed: Vec::new(),
             hold: false,
             tickets_from: None,
+            waits: Vec::new(),
         }
     }
 
@@ -166,9 +169,14 @@ impl Driver {
                         self.finish(&execute.run_id);
                     }
                 }
+                daemon::Output::SaveWait { row, .. } => {
+                    let id = row.spec.wait_id.to_string();
+                    if !self.waits.contains(&id) {
+                        self.waits.push(id);
+                    }
+                }
                 daemon::Output::Command(_)
                 | daemon::Output::Persist(_)
-                | daemon::Output::SaveWait { .. }
                 | daemon::Output::ForgetWait { .. }
                 | daemon::Output::Event(_) => {}
             }
