@@ -21,7 +21,7 @@ use crate::dispatch::{Cloud, Dispatcher, Ends, Pending, Shared};
 use crate::metrics::Metrics;
 use crate::state::{self, StateError};
 use crate::store::Store;
-use crate::{Running, ServeConfig, ServeError, secrets, serve};
+use crate::{Running, ServeConfig, ServeError, sealed, secrets, serve};
 
 /// Messages the dispatcher may have waiting.
 const DISPATCH_QUEUE: usize = 1024;
@@ -33,24 +33,46 @@ const ADMIN_USER: &str = "admin";
 const RECORDINGS_GRACE: Duration = Duration::from_secs(5);
 
 /// The admin token and the join's registration token: created with the admin user on first
-/// start, read back from their files after.
-fn tokens(config: &ServeConfig, store: &Store) -> Result<(String, String), ServeError> {
+/// start (and sealed into the database for the other nodes of a cluster), read back from their
+/// files after — or, on a node that has none yet, from the database.
+fn tokens(
+    config: &ServeConfig,
+    store: &Store,
+    seal: &Sealer,
+) -> Result<(String, String), ServeError> {
     let dir = &config.state_dir;
     let admin_path = dir.join("admin.token");
     let join_path = dir.join("join");
+    let corrupt = |path: &std::path::Path, reason: &str| {
+        ServeError::State(StateError::Corrupt {
+            path: path.to_path_buf(),
+            reason: reason.to_owned(),
+        })
+    };
     if store.has_users()? {
-        let corrupt = |path: &std::path::Path, reason: &str| {
-            ServeError::State(StateError::Corrupt {
-                path: path.to_path_buf(),
-                reason: reason.to_owned(),
-            })
+        let admin = state::read_optional(&admin_path)?;
+        let join = state::read_optional(&join_path)?;
+        if let (Some(admin), Some(join)) = (admin, join) {
+            let token =
+                join_token(&join).ok_or_else(|| corrupt(&join_path, "not a join string"))?;
+            let admin = admin.trim().to_owned();
+            // A database from before the tokens were shared gets them now.
+            if store.sealed(sealed::TOKENS)?.is_none() {
+                seal.put_tokens(store, &admin, &token)?;
+            }
+            return Ok((admin, token));
+        }
+        return match seal.tokens(store)? {
+            Some((admin, token)) => {
+                state::write_secret(&admin_path, format!("{admin}\n").as_bytes())?;
+                state::write_secret(&join_path, format!("{token}\n").as_bytes())?;
+                Ok((admin, token))
+            }
+            None => Err(corrupt(
+                &admin_path,
+                "missing, and the database, which has users, does not share it: copy admin.token and join from the state folder of the node that made them",
+            )),
         };
-        let admin = state::read_optional(&admin_path)?
-            .ok_or_else(|| corrupt(&admin_path, "missing; the database has users"))?;
-        let join = state::read_optional(&join_path)?
-            .ok_or_else(|| corrupt(&join_path, "missing; the database has users"))?;
-        let token = join_token(&join).ok_or_else(|| corrupt(&join_path, "not a join string"))?;
-        return Ok((admin.trim().to_owned(), token));
     }
     let admin = secrets::new_token()?;
     let join = secrets::new_token()?;
@@ -61,13 +83,23 @@ fn tokens(config: &ServeConfig, store: &Store) -> Result<(String, String), Serve
     let now = wall_now().0;
     let all: Vec<String> = crate::http::all_scopes();
     if !store.create_user(ADMIN_USER, &secrets::hash(&admin), &all, now)? {
-        // Another node made this database's first user between our look and our write.
+        // Another node made this database's first user between our look and our write: its
+        // tokens are sealed into the database right after, and are this node's too.
+        for _ in 0..50 {
+            if let Some((admin, token)) = seal.tokens(store)? {
+                state::write_secret(&admin_path, format!("{admin}\n").as_bytes())?;
+                state::write_secret(&join_path, format!("{token}\n").as_bytes())?;
+                return Ok((admin, token));
+            }
+            // The other node's next statement: there is no event to wait on across nodes.
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = std::fs::remove_file(&admin_path);
         let _ = std::fs::remove_file(&join_path);
-        return Err(ServeError::State(StateError::Corrupt {
-            path: admin_path,
-            reason: "another node started first on this database and made its admin token; copy keys.json, admin.token and join from that node's state folder to this one".to_owned(),
-        }));
+        return Err(corrupt(
+            &admin_path,
+            "another node started first on this database and made its admin token, and has not shared it within 5 s: start this node again",
+        ));
     }
     store.add_token(
         ADMIN_USER,
@@ -76,7 +108,121 @@ fn tokens(config: &ServeConfig, store: &Store) -> Result<(String, String), Serve
         None,
         now,
     )?;
+    seal.put_tokens(store, &admin, &join)?;
     Ok((admin, join))
+}
+
+/// What seals this server's shared secrets: its root key.
+struct Sealer {
+    root_id: String,
+    seed: [u8; 32],
+}
+
+impl Sealer {
+    /// The admin and join tokens the database shares, if it does.
+    fn tokens(&self, store: &Store) -> Result<Option<(String, String)>, ServeError> {
+        let Some((version, bytes)) = store.sealed(sealed::TOKENS)? else {
+            return Ok(None);
+        };
+        let plain = sealed::open(&self.root_id, &self.seed, sealed::TOKENS, version, &bytes)
+            .map_err(|e| wrong_root(&e))?;
+        let tokens: SharedTokens = serde_json::from_slice(&plain)
+            .map_err(|e| ServeError::Runtime(format!("the database's tokens do not read: {e}")))?;
+        Ok(Some((tokens.admin, tokens.join)))
+    }
+
+    /// Shares the admin and join tokens (once: a row there already stays).
+    fn put_tokens(&self, store: &Store, admin: &str, join: &str) -> Result<(), ServeError> {
+        let plain = serde_json::to_vec(&SharedTokens {
+            admin: admin.to_owned(),
+            join: join.to_owned(),
+        })
+        .map_err(|e| ServeError::Runtime(e.to_string()))?;
+        let bytes = sealed::seal(&self.root_id, &self.seed, sealed::TOKENS, 1, &plain)?;
+        store.put_sealed(sealed::TOKENS, 1, &bytes, None)?;
+        Ok(())
+    }
+}
+
+/// The tokens as sealed into the database.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SharedTokens {
+    admin: String,
+    join: String,
+}
+
+/// A node whose `keys.json` is not this database's.
+fn wrong_root(e: &sealed::WrongRoot) -> ServeError {
+    ServeError::Runtime(format!(
+        "{e}: this node's keys.json is not the one this database is served with; copy keys.json from the state folder of a node that serves it (the root key is never kept in the database)"
+    ))
+}
+
+/// The server's keys over its database: `keys.json`'s root key, and the frame keys the nodes
+/// of a cluster share sealed in the database, so that every node publishes one key set and
+/// signs with its keys, and a rotation by one node is every node's (whichever node starts
+/// first in the window rotates; the others take its set, one compare-and-set deciding).
+fn shared_keys(
+    dir: &std::path::Path,
+    store: &Store,
+    now: UnixTime,
+) -> Result<(state::Keys, Sealer), ServeError> {
+    let mut shared = store.sealed(sealed::FRAME_KEYS)?;
+    let on_disk = state::read_key_file(dir)?;
+    let mut file = match (&on_disk, &shared) {
+        (Some(file), _) => file.clone(),
+        (None, Some(_)) => {
+            return Err(ServeError::State(StateError::Corrupt {
+                path: dir.join("keys.json"),
+                reason: "missing, and this database is served already: copy keys.json from the state folder of a node that serves it (its root key is never kept in the database)".to_owned(),
+            }));
+        }
+        (None, None) => state::new_key_file(now)?,
+    };
+    let seal = Sealer {
+        root_id: file.root_id().to_owned(),
+        seed: file.root_seed(dir)?,
+    };
+    for _ in 0..4 {
+        if let Some((version, bytes)) = &shared {
+            let plain = sealed::open(
+                &seal.root_id,
+                &seal.seed,
+                sealed::FRAME_KEYS,
+                *version,
+                bytes,
+            )
+            .map_err(|e| wrong_root(&e))?;
+            if *version >= file.version() {
+                file.set_frames(*version, &plain, dir)?;
+            }
+        }
+        let mut next = file.clone();
+        let rotated = state::rotate_if_due(&mut next, now)?;
+        let current = shared.as_ref().map(|(version, _)| *version);
+        if !rotated && current == Some(next.version()) {
+            file = next;
+            break;
+        }
+        // This node's set is newer (it rotated, or the database has none or an older one).
+        let bytes = sealed::seal(
+            &seal.root_id,
+            &seal.seed,
+            sealed::FRAME_KEYS,
+            next.version(),
+            &next.frames_json(),
+        )?;
+        if store.put_sealed(sealed::FRAME_KEYS, next.version(), &bytes, current)? {
+            file = next;
+            break;
+        }
+        // Another node wrote first: its set is the one, read it again.
+        shared = store.sealed(sealed::FRAME_KEYS)?;
+    }
+    if on_disk.as_ref() != Some(&file) {
+        state::write_key_file(dir, &file)?;
+    }
+    Ok((state::keys_of(dir, &file, now)?, seal))
 }
 
 /// The token inside a join file (or a bare token, as a crash during first start leaves it).
@@ -133,8 +279,8 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         );
     }
     let clock = Clock::start()?;
-    let (keys, _) = state::load_keys(&dir, wall_now())?;
-    let (admin_token, join_token) = tokens(&config, &store)?;
+    let (keys, seal) = shared_keys(&dir, &store, wall_now())?;
+    let (admin_token, join_token) = tokens(&config, &store, &seal)?;
 
     let listener = TcpListener::bind(config.listen)
         .await
@@ -339,4 +485,69 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         failed,
         task,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: u64 = 24 * 3600;
+
+    fn keys_json(dir: &std::path::Path) -> Vec<u8> {
+        std::fs::read(dir.join("keys.json")).expect("keys.json")
+    }
+
+    #[test]
+    fn the_nodes_of_a_database_publish_one_key_set_and_one_rotation_is_everyones() {
+        for fresh in crate::store::tests::stores("shared-keys") {
+            let (store, kind) = (&fresh.store, fresh.kind);
+            let (a, b) = (fresh.dir.join("a"), fresh.dir.join("b"));
+            for dir in [&a, &b] {
+                state::prepare_dir(dir).unwrap();
+            }
+            let now = UnixTime(1_800_000_000);
+            let (first, _) = shared_keys(&a, store, now).unwrap();
+            assert_eq!(
+                store.sealed(sealed::FRAME_KEYS).unwrap().unwrap().0,
+                1,
+                "{kind}"
+            );
+            // b has a's root key only.
+            std::fs::copy(a.join("keys.json"), b.join("keys.json")).unwrap();
+            let (second, _) = shared_keys(&b, store, now).unwrap();
+            assert_eq!(first.key_set, second.key_set, "{kind}: one set");
+            // 61 days on, the newest key has 29 days left: the first node to start rotates
+            // (set 2); the next takes set 2 from the database and makes no key of its own.
+            let later = UnixTime(now.0 + 61 * DAY);
+            let (rotated, _) = shared_keys(&b, store, later).unwrap();
+            assert_eq!(
+                store.sealed(sealed::FRAME_KEYS).unwrap().unwrap().0,
+                2,
+                "{kind}"
+            );
+            let (taken, _) = shared_keys(&a, store, later).unwrap();
+            assert_eq!(
+                rotated.key_set, taken.key_set,
+                "{kind}: the rotation is a's too"
+            );
+            assert_eq!(keys_json(&a), keys_json(&b), "{kind}");
+            assert_ne!(first.key_set, taken.key_set, "{kind}");
+            // Starting again changes nothing.
+            let (again, _) = shared_keys(&a, store, later).unwrap();
+            assert_eq!(again.key_set, taken.key_set, "{kind}");
+            assert_eq!(
+                store.sealed(sealed::FRAME_KEYS).unwrap().unwrap().0,
+                2,
+                "{kind}"
+            );
+            // A node whose keys.json is not this database's is refused, its file untouched.
+            let c = fresh.dir.join("c");
+            state::prepare_dir(&c).unwrap();
+            state::write_key_file(&c, &state::new_key_file(later).unwrap()).unwrap();
+            let before = keys_json(&c);
+            let err = shared_keys(&c, store, later).err().expect("another root");
+            assert!(err.to_string().contains("copy keys.json"), "{kind}: {err}");
+            assert_eq!(keys_json(&c), before, "{kind}");
+        }
+    }
 }

@@ -27,6 +27,7 @@ mod notices;
 mod parking;
 mod public_url;
 pub mod releases;
+mod sealed;
 mod secrets;
 mod serve;
 mod state;

@@ -3,8 +3,10 @@
 //!
 //! On first start it creates them; on every later start it reads them back, adds a frame key
 //! when the newest one nears the end of its window (the old one stays published, so the two
-//! overlap), and rewrites `join` with the URL actually served. It never prints a secret and
-//! never loosens a file's mode.
+//! overlap), and rewrites `join` with the URL actually served. The frame keys and the tokens
+//! are also kept sealed in the database, so that every node of a cluster has the same
+//! (`bootstrap` and `crate::sealed`); the root key is only ever in `keys.json`. It never
+//! prints a secret and never loosens a file's mode.
 
 use std::fs;
 use std::io::Write as _;
@@ -121,22 +123,23 @@ pub(crate) fn node_id(dir: &Path) -> Result<String, StateError> {
     Ok(id)
 }
 
-#[derive(Serialize, Deserialize)]
+/// `keys.json`: the root key, and the frame keys' set (its version and keys).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct KeyFile {
+pub(crate) struct KeyFile {
     root: SeedEntry,
     version: u64,
     frame_keys: Vec<FrameEntry>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SeedEntry {
     id: String,
     seed: String,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FrameEntry {
     kid: String,
@@ -181,51 +184,100 @@ fn new_frame(now: UnixTime) -> Result<FrameEntry, StateError> {
     })
 }
 
-/// Loads `DIR/keys.json`, creating it on first start and rotating the frame key when the
-/// newest nears its end; returns the keys and whether the file was created.
-pub(crate) fn load_keys(dir: &Path, now: UnixTime) -> Result<(Keys, bool), StateError> {
+impl KeyFile {
+    /// The root key's id (`root-…`).
+    pub(crate) fn root_id(&self) -> &str {
+        &self.root.id
+    }
+
+    /// The root key's seed, which seals what the nodes of a cluster share (`crate::sealed`).
+    pub(crate) fn root_seed(&self, dir: &Path) -> Result<[u8; 32], StateError> {
+        seed_of(&dir.join("keys.json"), &self.root.seed)
+    }
+
+    /// The key set's version.
+    pub(crate) fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The frame keys as JSON: what is sealed into the database.
+    pub(crate) fn frames_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.frame_keys).expect("frame keys serialize")
+    }
+
+    /// Takes the frame keys of set `version` from `json` (as [`KeyFile::frames_json`] wrote
+    /// them, on another node).
+    pub(crate) fn set_frames(
+        &mut self,
+        version: u64,
+        json: &[u8],
+        dir: &Path,
+    ) -> Result<(), StateError> {
+        self.frame_keys = serde_json::from_slice(json).map_err(|e| StateError::Corrupt {
+            path: dir.join("keys.json"),
+            reason: format!("the database's frame keys do not read: {e}"),
+        })?;
+        self.version = version;
+        Ok(())
+    }
+}
+
+/// `DIR/keys.json` as written, if it is there.
+pub(crate) fn read_key_file(dir: &Path) -> Result<Option<KeyFile>, StateError> {
     let path = dir.join("keys.json");
-    let (mut file, created) = match read_optional(&path)? {
-        Some(text) => {
-            let file: KeyFile = serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
-            (file, false)
-        }
-        None => {
-            let seed = random::<32>()?;
-            let public = Ed25519Signer::from_seed("", seed).verifying_key();
-            let root = SeedEntry {
-                id: format!("root-{}", &b64::encode(public.as_bytes())[..12]),
-                seed: b64::encode(&seed),
-            };
-            let file = KeyFile {
-                root,
-                version: 1,
-                frame_keys: vec![new_frame(now)?],
-            };
-            (file, true)
-        }
+    let Some(text) = read_optional(&path)? else {
+        return Ok(None);
     };
-    let mut changed = created;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| StateError::Corrupt {
+            path,
+            reason: e.to_string(),
+        })
+}
+
+/// A new root key and a first frame key (set version 1).
+pub(crate) fn new_key_file(now: UnixTime) -> Result<KeyFile, StateError> {
+    let seed = random::<32>()?;
+    let public = Ed25519Signer::from_seed("", seed).verifying_key();
+    Ok(KeyFile {
+        root: SeedEntry {
+            id: format!("root-{}", &b64::encode(public.as_bytes())[..12]),
+            seed: b64::encode(&seed),
+        },
+        version: 1,
+        frame_keys: vec![new_frame(now)?],
+    })
+}
+
+/// Drops the frame keys past their end and adds one (the set's next version) when the newest
+/// nears its end; whether it did either.
+pub(crate) fn rotate_if_due(file: &mut KeyFile, now: UnixTime) -> Result<bool, StateError> {
+    let before = file.frame_keys.len();
     file.frame_keys.retain(|k| k.not_after > now.0);
+    let mut changed = file.frame_keys.len() != before;
     let newest_end = file.frame_keys.iter().map(|k| k.not_after).max();
     if newest_end.is_none_or(|end| end < now.0 + ROTATE_DAYS_LEFT * DAY) {
         file.frame_keys.push(new_frame(now)?);
-        if !created {
-            file.version += 1;
-        }
+        file.version += 1;
         changed = true;
     }
-    if changed {
-        let text = serde_json::to_vec_pretty(&file).map_err(|e| StateError::Corrupt {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-        write_secret(&path, &text)?;
-    }
-    keys_from(&path, &file, now).map(|keys| (keys, created))
+    Ok(changed)
+}
+
+/// Writes `DIR/keys.json` (0600).
+pub(crate) fn write_key_file(dir: &Path, file: &KeyFile) -> Result<(), StateError> {
+    let path = dir.join("keys.json");
+    let text = serde_json::to_vec_pretty(file).map_err(|e| StateError::Corrupt {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    write_secret(&path, &text)
+}
+
+/// The keys `file` holds, signing as of `now`.
+pub(crate) fn keys_of(dir: &Path, file: &KeyFile, now: UnixTime) -> Result<Keys, StateError> {
+    keys_from(&dir.join("keys.json"), file, now)
 }
 
 fn keys_from(path: &Path, file: &KeyFile, now: UnixTime) -> Result<Keys, StateError> {
@@ -268,7 +320,7 @@ fn keys_from(path: &Path, file: &KeyFile, now: UnixTime) -> Result<Keys, StateEr
 }
 
 /// The root key's signer from `DIR/keys.json` (made on first start, so a server that has
-/// never started has none yet: start it once, or publish after `load_keys`).
+/// never started has none yet: start it once).
 pub(crate) fn root_signer(dir: &Path) -> Result<Ed25519Signer, StateError> {
     let path = dir.join("keys.json");
     let text = read_optional(&path)?.ok_or_else(|| StateError::Corrupt {

@@ -1,5 +1,5 @@
 //! `GET /v1/nodes` across nodes: two servers over one PostgreSQL database (the second with a
-//! copy of the first's keys, admin token and join) list each other by their heartbeats, a
+//! copy of the first's `keys.json` alone) list each other by their heartbeats, a
 //! daemon connected to one shows among that node's sessions on both, and a node that stops
 //! leaves the list at once; a signed request spent on one node is a replay on the other.
 
@@ -52,25 +52,40 @@ fn start(state: &Path, url: &str) -> TestServer {
     )
 }
 
-/// Two nodes over one new database: `a`, and `b` with a copy of a's keys, admin token and
-/// join in a folder of its own. Returns the database's URL and both nodes with their folders.
+/// Two nodes over one new database: `a`, and `b` with a copy of a's `keys.json` (its root
+/// key) in a folder of its own — the frame keys, admin token and join come from the database.
+/// Returns the database's URL and both nodes with their folders.
 fn two_nodes(tag: &str) -> (String, (PathBuf, TestServer), (PathBuf, TestServer)) {
     let url = common::postgres::database_for(&temp_dir(&format!("{tag}-database")));
     let a_dir = temp_dir(&format!("{tag}-a"));
     let a = start(&a_dir, &url);
     let b_dir = temp_dir(&format!("{tag}-b"));
     std::fs::create_dir_all(&b_dir).expect("b's folder");
-    for file in ["keys.json", "admin.token", "join"] {
-        std::fs::copy(a_dir.join(file), b_dir.join(file)).expect("a state file");
-    }
+    std::fs::copy(a_dir.join("keys.json"), b_dir.join("keys.json")).expect("a's keys.json");
     let b = start(&b_dir, &url);
     (url, (a_dir, a), (b_dir, b))
 }
 
 #[test]
 fn nodes_over_one_database_list_each_other_and_one_that_stops_leaves_at_once() {
-    let (_, (_, a), (_, b)) = two_nodes("nodes");
+    let (_, (a_dir, a), (b_dir, b)) = two_nodes("nodes");
+    // b had only a's keys.json: the database gave it the same admin token, join token and
+    // frame keys, so both publish one key set.
     assert_eq!(a.admin(), b.admin());
+    assert_eq!(a.join().token, b.join().token);
+    let key_set = |server: &TestServer| {
+        http(
+            server.addr(),
+            "GET",
+            "/v1/execution-contexts/server-keys",
+            &[],
+            b"",
+        )
+        .body
+    };
+    assert_eq!(key_set(&a), key_set(&b), "one key set");
+    let keys = |dir: &Path| std::fs::read(dir.join("keys.json")).expect("keys.json");
+    assert_eq!(keys(&a_dir), keys(&b_dir));
 
     let a_url = a.running().url.clone();
     let b_url = b.running().url.clone();
@@ -728,4 +743,45 @@ fn a_wait_registered_through_another_node_reaches_the_connected_daemon_at_once()
         session,
         "on the socket it had"
     );
+}
+
+#[test]
+fn a_node_without_this_databases_root_key_is_refused_and_names_the_file_to_copy() {
+    let (url, (_, a), _) = two_nodes("roots");
+    // A state folder of its own with no keys.json: it would make a root key of its own.
+    let bare = temp_dir("roots-bare");
+    let try_start = |dir: &Path| {
+        TestServer::try_start_on(
+            dir,
+            Registry::new(),
+            Vec::new(),
+            Limits::default(),
+            Database::Postgres(url.clone()),
+        )
+        .map(TestServer::stop)
+    };
+    let text = try_start(&bare)
+        .expect_err("a node without keys.json is refused")
+        .to_string();
+    assert!(
+        text.contains("keys.json") && text.contains("copy"),
+        "{text}"
+    );
+    assert!(!bare.join("admin.token").exists(), "nothing made: {text}");
+    assert!(
+        !bare.join("keys.json").exists(),
+        "no root of its own: {text}"
+    );
+    // Another server's keys.json: its root opens nothing of this database's.
+    let other = temp_dir("roots-other");
+    TestServer::start_sqlite(&other).stop();
+    let text = try_start(&other)
+        .expect_err("another root is refused")
+        .to_string();
+    assert!(
+        text.contains("not the one this database is served with"),
+        "{text}"
+    );
+    // The cluster serves on.
+    assert_eq!(nodes(&a).len(), 2);
 }

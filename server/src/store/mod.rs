@@ -27,8 +27,9 @@ mod recordings;
 mod records;
 mod runs;
 mod schema;
+mod sealed;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod waits;
 
 use std::path::Path;

@@ -259,6 +259,15 @@ const MIGRATIONS: &[&str] = &[
         expires_at INTEGER NOT NULL
     );
     ",
+    // 17: secrets the nodes of a cluster share, sealed under the root key (src/sealed.rs):
+    // the frame keys and the admin and join tokens, each a name, a version and its bytes.
+    "
+    CREATE TABLE sealed (
+        name TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        bytes BLOB NOT NULL
+    );
+    ",
 ];
 
 /// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
@@ -323,6 +332,14 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
         secret_sha256 TEXT NOT NULL,
         session_id TEXT NOT NULL,
         expires_at BIGINT NOT NULL
+    );
+    ",
+    // 17: sealed shared secrets, as SQLite's 17.
+    "
+    CREATE TABLE sealed (
+        name TEXT PRIMARY KEY,
+        version BIGINT NOT NULL,
+        bytes BYTEA NOT NULL
     );
     ",
 ];

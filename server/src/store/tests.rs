@@ -11,12 +11,12 @@ use super::db::{Sql as _, params};
 use super::{Database, Store};
 
 /// A fresh store and its state folder (removed when dropped).
-pub(super) struct Fresh {
-    pub(super) store: Store,
+pub(crate) struct Fresh {
+    pub(crate) store: Store,
     /// `sqlite` or `postgres`, for messages.
-    pub(super) kind: &'static str,
-    pub(super) database: Database,
-    pub(super) dir: PathBuf,
+    pub(crate) kind: &'static str,
+    pub(crate) database: Database,
+    pub(crate) dir: PathBuf,
 }
 
 impl Drop for Fresh {
@@ -37,7 +37,7 @@ fn fresh_places(name: &str) -> (PathBuf, String) {
 }
 
 /// One fresh store of each kind.
-pub(super) fn stores(name: &str) -> Vec<Fresh> {
+pub(crate) fn stores(name: &str) -> Vec<Fresh> {
     let (sqlite_dir, _) = fresh_places(&format!("{name}_sqlite"));
     let (pg_dir, url) = fresh_places(&format!("{name}_pg"));
     [

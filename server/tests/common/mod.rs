@@ -175,6 +175,17 @@ impl TestServer {
         limits: Limits,
         database: outpost_server::Database,
     ) -> TestServer {
+        Self::try_start_on(state, registry, cloud, limits, database).expect("the server starts")
+    }
+
+    /// As [`TestServer::start_on`], with the reason it did not start.
+    pub fn try_start_on(
+        state: &Path,
+        registry: Registry,
+        cloud: Vec<outpost_core::wire::Environment>,
+        limits: Limits,
+        database: outpost_server::Database,
+    ) -> Result<TestServer, outpost_server::ServeError> {
         // RUST_LOG=… shows the server's log beside the test's output.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -198,14 +209,12 @@ impl TestServer {
             xterm_dir: None,
             database,
         };
-        let running = rt
-            .block_on(start(config, registry))
-            .expect("the server starts");
-        TestServer {
+        let running = rt.block_on(start(config, registry))?;
+        Ok(TestServer {
             rt,
             running: Some(running),
             state: state.to_path_buf(),
-        }
+        })
     }
 
     pub fn running(&self) -> &Running {
