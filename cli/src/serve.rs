@@ -78,7 +78,9 @@ pub struct ServeArgs {
     pub xterm_dir: Option<PathBuf>,
     /// Keep the records in this PostgreSQL database (postgres://USER@HOST:PORT/DATABASE)
     /// instead of the SQLite file in the state folder; its schema is migrated at start. It
-    /// must run with synchronous_commit on. OUTPOST_DATABASE is read when this is absent.
+    /// must run with synchronous_commit on. Add ?sslmode=verify-full&sslrootcert=CA.pem for
+    /// TLS (the certificate is always verified; prefer is refused). OUTPOST_DATABASE is read
+    /// when this is absent.
     #[arg(long, value_name = "URL", env = "OUTPOST_DATABASE")]
     pub database: Option<String>,
     /// `migrate`: bring the database's schema up to date and exit, without serving.

@@ -51,9 +51,9 @@ async fn listen_once(
     shared: &Shared,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let config = crate::store::db::bounded_config(url).map_err(|e| e.to_string())?;
+    let (config, tls) = crate::store::db::bounded_config(url).map_err(|e| e.to_string())?;
     let (client, mut connection) = config
-        .connect(tokio_postgres::NoTls)
+        .connect(tls.connector)
         .await
         .map_err(|e| e.to_string())?;
     let (heard, mut notices) = mpsc::unbounded_channel();

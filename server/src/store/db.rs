@@ -41,6 +41,9 @@ pub(crate) enum DbError {
     /// The connection's driver stopped (the store is closing).
     #[error("the database connection's driver stopped")]
     DriverGone,
+    /// The URL's TLS settings (`sslmode`, `sslrootcert`) cannot be honoured as asked.
+    #[error("{0}")]
+    Tls(String),
 }
 
 /// What PostgreSQL said (its message, detail and SQLSTATE code), not only "db error".
@@ -54,7 +57,22 @@ fn postgres_message(e: &tokio_postgres::Error) -> String {
             }
             text
         }
-        None => e.to_string(),
+        None => {
+            // The cause says what went wrong underneath (a TLS handshake: which certificate
+            // check failed), with what to do about a certificate.
+            let mut text = e.to_string();
+            let cause = std::error::Error::source(e).map(ToString::to_string);
+            if let Some(cause) = cause.filter(|c| !text.contains(c.as_str())) {
+                text.push_str(": ");
+                text.push_str(&cause);
+                if cause.contains("certificate") {
+                    text.push_str(
+                        " (name the database's CA with sslrootcert=FILE in the URL, PEM)",
+                    );
+                }
+            }
+            text
+        }
     }
 }
 
@@ -506,8 +524,10 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// `url`'s connection settings, with the bounds above where it sets none.
-pub(crate) fn bounded_config(url: &str) -> Result<tokio_postgres::Config, DbError> {
+/// `url`'s connection settings, with the bounds above where it sets none, and how the
+/// connection is secured (see [`tls_of`]).
+pub(crate) fn bounded_config(url: &str) -> Result<(tokio_postgres::Config, Tls), DbError> {
+    let (url, tls) = tls_of(url)?;
     let mut config: tokio_postgres::Config = url.parse()?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
@@ -520,7 +540,125 @@ pub(crate) fn bounded_config(url: &str) -> Result<tokio_postgres::Config, DbErro
         config.keepalives_interval(std::time::Duration::from_secs(2));
         config.keepalives_retries(3);
     }
-    Ok(config)
+    config.ssl_mode(tls.mode);
+    Ok((config, tls))
+}
+
+/// How a connection to PostgreSQL is secured: plain TCP or a Unix socket, or TLS whose server
+/// certificate is always verified (rustls).
+pub(crate) struct Tls {
+    mode: tokio_postgres::config::SslMode,
+    /// The connector: used only when `mode` asks for TLS.
+    pub(crate) connector: tokio_postgres_rustls::MakeRustlsConnect,
+}
+
+/// The URL's `sslmode` and `sslrootcert`, taken out of it (the PostgreSQL client library reads
+/// neither as libpq does):
+///
+/// - none, or `disable`: no TLS (a local socket, a private network);
+/// - `require`, `verify-ca` or `verify-full`: TLS, the server's certificate verified — against
+///   `sslrootcert=FILE` (PEM) and the public web roots, or the public roots alone — and its
+///   name or address checked, whichever of the three is named (libpq's `require` would not
+///   verify: here nothing is less than `verify-full`);
+/// - `prefer` and `allow` are refused: they fall back to plain text when TLS fails.
+fn tls_of(url: &str) -> Result<(String, Tls), DbError> {
+    use tokio_postgres::config::SslMode;
+    let bad = |what: String| DbError::Tls(what);
+    let (mut mode, mut root_file) = (None, None);
+    let mut take = |key: &str, value: String| match key {
+        "sslmode" => mode = Some(value),
+        "sslrootcert" => root_file = Some(value),
+        _ => {}
+    };
+    let rest = if url.contains("://") {
+        // A URL: the two are query parameters (their values percent-encoded).
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let kept: Vec<&str> = query
+            .split('&')
+            .filter(|pair| {
+                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+                let ours = matches!(key, "sslmode" | "sslrootcert");
+                if ours {
+                    take(key, percent_decoded(value));
+                }
+                !ours && !pair.is_empty()
+            })
+            .collect();
+        match kept.is_empty() {
+            true => base.to_owned(),
+            false => format!("{base}?{}", kept.join("&")),
+        }
+    } else {
+        // Key=value words (`host=/run/postgresql dbname=outpost`).
+        let kept: Vec<&str> = url
+            .split_whitespace()
+            .filter(|word| {
+                let (key, value) = word.split_once('=').unwrap_or((word, ""));
+                let ours = matches!(key, "sslmode" | "sslrootcert");
+                if ours {
+                    take(key, value.to_owned());
+                }
+                !ours
+            })
+            .collect();
+        kept.join(" ")
+    };
+    let mode = match mode.as_deref() {
+        None | Some("disable") => SslMode::Disable,
+        Some("require" | "verify-ca" | "verify-full") => SslMode::Require,
+        Some(other @ ("prefer" | "allow")) => {
+            return Err(bad(format!(
+                "sslmode={other} falls back to plain text when TLS fails: use sslmode=verify-full (TLS, the server's certificate verified; sslrootcert=FILE names its CA) or sslmode=disable"
+            )));
+        }
+        Some(other) => {
+            return Err(bad(format!(
+                "sslmode={other} is not a mode: use verify-full (or require, verify-ca: each verifies the certificate here) or disable"
+            )));
+        }
+    };
+    if root_file.is_some() && mode == SslMode::Disable {
+        return Err(bad(
+            "sslrootcert is given without TLS: add sslmode=verify-full".to_owned(),
+        ));
+    }
+    let trust = match &root_file {
+        Some(file) => outpost_adapters::tls::Trust::with_ca_file(std::path::Path::new(file))
+            .map_err(|e| bad(e.to_string()))?,
+        None => outpost_adapters::tls::Trust::public(),
+    };
+    let config = std::sync::Arc::unwrap_or_clone(trust.client_config());
+    Ok((
+        rest,
+        Tls {
+            mode,
+            connector: tokio_postgres_rustls::MakeRustlsConnect::new(config),
+        },
+    ))
+}
+
+/// `text` with its `%XX` escapes decoded (a malformed one is kept as it is).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A new client for `url`, its connection driven by `driver`.
@@ -528,9 +666,9 @@ fn open_client(
     url: &str,
     driver: &tokio::runtime::Handle,
 ) -> Result<tokio_postgres::Client, DbError> {
-    let config = bounded_config(url)?;
+    let (config, tls) = bounded_config(url)?;
     let opened = driver.spawn(async move {
-        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+        let (client, connection) = config.connect(tls.connector).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!(error = %e, "a database connection ended");
@@ -785,5 +923,70 @@ mod tests {
         assert_eq!(row.get::<Option<String>>(1).unwrap(), None);
         let err = row.get::<i64>(2).unwrap_err().to_string();
         assert_eq!(err, "column 2 holds text, not an integer");
+    }
+}
+
+#[cfg(test)]
+mod tls_tests {
+    use super::tls_of;
+    use tokio_postgres::config::SslMode;
+
+    fn ca_file(name: &str) -> std::path::PathBuf {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        let path = std::env::temp_dir().join(format!("outpost-{name}-{}.pem", std::process::id()));
+        std::fs::write(&path, cert.pem()).unwrap();
+        path
+    }
+
+    #[test]
+    fn the_urls_tls_settings_are_taken_out_and_nothing_less_than_verified_tls_is_accepted() {
+        let mode = |url: &str| tls_of(url).map(|(rest, tls)| (rest, tls.mode));
+        let plain = "postgres://outpost@127.0.0.1:5432/outpost";
+        assert_eq!(mode(plain).unwrap(), (plain.to_owned(), SslMode::Disable));
+        assert_eq!(
+            mode(&format!("{plain}?sslmode=disable&application_name=a")).unwrap(),
+            (format!("{plain}?application_name=a"), SslMode::Disable)
+        );
+        let socket = "postgres://outpost@/outpost?host=/run/postgresql";
+        assert_eq!(mode(socket).unwrap(), (socket.to_owned(), SslMode::Disable));
+        let ca = ca_file("db-ca");
+        let encoded = ca.display().to_string().replace('/', "%2F");
+        for asked in ["require", "verify-ca", "verify-full"] {
+            let url = format!("{plain}?application_name=a&sslmode={asked}&sslrootcert={encoded}");
+            assert_eq!(
+                mode(&url).unwrap(),
+                (format!("{plain}?application_name=a"), SslMode::Require),
+                "{asked}"
+            );
+        }
+        assert_eq!(
+            mode("host=/run/postgresql dbname=outpost sslmode=verify-full").unwrap(),
+            (
+                "host=/run/postgresql dbname=outpost".to_owned(),
+                SslMode::Require
+            )
+        );
+        for (url, says) in [
+            (
+                format!("{plain}?sslmode=prefer"),
+                "falls back to plain text",
+            ),
+            (format!("{plain}?sslmode=allow"), "falls back to plain text"),
+            (format!("{plain}?sslmode=maybe"), "is not a mode"),
+            (format!("{plain}?sslrootcert={encoded}"), "without TLS"),
+            (
+                format!("{plain}?sslmode=verify-full&sslrootcert=%2Fno%2Fsuch.pem"),
+                "/no/such.pem",
+            ),
+        ] {
+            let err = mode(&url)
+                .err()
+                .unwrap_or_else(|| panic!("{url} is refused"));
+            assert!(err.to_string().contains(says), "{url}: {err}");
+        }
+        let _ = std::fs::remove_file(ca);
     }
 }

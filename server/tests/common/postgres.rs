@@ -211,6 +211,45 @@ impl Postgres {
     }
 }
 
+impl Postgres {
+    /// Serves TLS only on TCP from now on: the certificate and key (PEM) go into the cluster,
+    /// `ssl = on`, and `pg_hba.conf` refuses a TCP connection without TLS. The server is
+    /// started again with them (and is ready when this returns).
+    #[allow(dead_code)]
+    pub fn require_tls(&mut self, cert_pem: &str, key_pem: &str) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let data = self.dir.join("data");
+        for (name, text) in [
+            ("server.crt", cert_pem),
+            ("server.key", key_pem),
+            (
+                "pg_hba.conf",
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+            ),
+        ] {
+            let path = data.join(name);
+            std::fs::write(&path, text).expect("a cluster file");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .expect("its mode");
+            if is_root() {
+                let ok = Command::new("chown")
+                    .arg("postgres:postgres")
+                    .arg(&path)
+                    .status()
+                    .expect("chown")
+                    .success();
+                assert!(ok, "{name} given to the postgres user");
+            }
+        }
+        let conf = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).expect("postgresql.conf");
+        text.push_str("\nssl = on\n");
+        std::fs::write(&conf, text).expect("postgresql.conf");
+        self.kill();
+        self.restart();
+    }
+}
+
 impl Drop for Postgres {
     fn drop(&mut self) {
         self.kill();
