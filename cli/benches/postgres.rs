@@ -9,6 +9,14 @@
 //! - `cluster/execute_wasm/{local,handoff}` (docs/CLUSTER.md §3): two nodes over one
 //!   PostgreSQL database, the daemon connected to node B; the same round trip submitted to B
 //!   (local) and to A (handed to B, its end waking A's waiting request; target: ≤ 1.5×).
+//! - `cluster/executions_8x8/{one_node,three_nodes}` (docs/CLUSTER.md §7): 512 executions by
+//!   64 clients through 8 daemons × 8 slots over one PostgreSQL database, served by one node,
+//!   then by three (client `t` submits to node `t % 3`, `box{i}` is connected to node
+//!   `i % 3`, so two in three executions are handed to another node). Printed with it: the CPU
+//!   time per execution of each node's threads (named `outpost-node-N`), of the database
+//!   drivers' threads and of the whole process. Every node, daemon and client shares this
+//!   machine's cores, so three nodes cannot serve more than one here: the figures say what a
+//!   node costs per execution, which is what more machines would divide.
 //! - Printed: PostgreSQL's own floor on this machine, `pgbench` with one client committing
 //!   one-row transactions for 5 s (`latency average`); a round trip's server makes three such
 //!   commits (execution created, run committed, result recorded), so
@@ -39,18 +47,20 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn databases() -> [(&'static str, Database); 2] {
     [
         ("sqlite", Database::Sqlite),
-        (
-            "postgres",
-            Database::Postgres(postgres::shared().database(&format!(
-                "bench_{}_{}",
-                std::process::id(),
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0)
-            ))),
-        ),
+        ("postgres", fresh_postgres("bench")),
     ]
+}
+
+/// A new PostgreSQL database on the tests' cluster, named after `tag`.
+fn fresh_postgres(tag: &str) -> Database {
+    Database::Postgres(postgres::shared().database(&format!(
+        "{tag}_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    )))
 }
 
 fn round_trip(c: &mut Criterion) {
@@ -140,6 +150,144 @@ fn throughput(c: &mut Criterion) {
     group.finish();
 }
 
+/// CPU time used so far, in nanoseconds: by each node's threads (`outpost-node-N`), by the
+/// database drivers' threads (`outpost-database`, every node's) and by the whole process.
+struct NodeCpu {
+    nodes: Vec<u64>,
+    drivers: u64,
+    process: u64,
+}
+
+impl NodeCpu {
+    fn now(nodes: usize) -> NodeCpu {
+        let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+            .expect("getrusage");
+        let process_us: u64 = [usage.user_time(), usage.system_time()]
+            .iter()
+            .map(|t| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64)
+            .sum();
+        let mut sample = NodeCpu {
+            nodes: vec![0; nodes],
+            drivers: 0,
+            process: process_us * 1_000,
+        };
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            // The first field of schedstat: time spent on a CPU, in nanoseconds.
+            let ns = std::fs::read_to_string(task.path().join("schedstat"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            let comm = comm.trim_end();
+            if let Some(n) = comm
+                .strip_prefix("outpost-node-")
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n < nodes)
+            {
+                sample.nodes[n] += ns;
+            } else if comm.starts_with("outpost-databas") {
+                sample.drivers += ns;
+            }
+        }
+        sample
+    }
+}
+
+/// CPU per execution over a bench's iterations.
+struct CpuPerExecution {
+    name: &'static str,
+    used: NodeCpu,
+    executions: u64,
+}
+
+impl CpuPerExecution {
+    fn new(name: &'static str, nodes: usize) -> Self {
+        CpuPerExecution {
+            name,
+            used: NodeCpu {
+                nodes: vec![0; nodes],
+                drivers: 0,
+                process: 0,
+            },
+            executions: 0,
+        }
+    }
+
+    fn add(&mut self, before: &NodeCpu, after: &NodeCpu, executions: usize) {
+        for (n, used) in self.used.nodes.iter_mut().enumerate() {
+            *used += after.nodes[n].saturating_sub(before.nodes[n]);
+        }
+        self.used.drivers += after.drivers.saturating_sub(before.drivers);
+        self.used.process += after.process.saturating_sub(before.process);
+        self.executions += executions as u64;
+    }
+
+    fn report(&self) {
+        let per = |ns: u64| ns as f64 / self.executions.max(1) as f64 / 1e3;
+        let nodes: Vec<String> = self
+            .used
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(n, ns)| format!("node {n} {:.0} µs", per(*ns)))
+            .collect();
+        let total: u64 = self.used.nodes.iter().sum();
+        println!(
+            "cluster/cpu_per_execution/{}: {} (all nodes {:.0} µs), database drivers {:.0} µs, whole process {:.0} µs, over {} executions",
+            self.name,
+            nodes.join(", "),
+            per(total),
+            per(self.used.drivers),
+            per(self.used.process),
+            self.executions
+        );
+    }
+}
+
+/// Throughput through one node and through three over one PostgreSQL database, and what each
+/// node spends per execution (see the module's docs).
+fn three_nodes(c: &mut Criterion) {
+    const BATCH: usize = 512;
+    const CLIENTS: usize = 64;
+    let mut group = c.benchmark_group("cluster");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(20));
+    group.throughput(Throughput::Elements(BATCH as u64));
+    let mut reports = Vec::new();
+    for (name, count) in [("one_node", 1), ("three_nodes", 3)] {
+        let first = Arc::new(World::new_named(
+            &format!("pg-{name}-0"),
+            fresh_postgres(name),
+            "outpost-node-0",
+        ));
+        let mut nodes = vec![first.clone()];
+        for n in 1..count {
+            nodes.push(Arc::new(first.another_node_named(
+                &format!("pg-{name}-{n}"),
+                &format!("outpost-node-{n}"),
+            )));
+        }
+        let daemons = common::eight_daemons_across(&nodes);
+        let mut cpu = CpuPerExecution::new(name, count);
+        group.bench_function(format!("executions_8x8/{name}"), |b| {
+            b.iter(|| {
+                let before = NodeCpu::now(count);
+                common::run_batch_across(&nodes, BATCH, CLIENTS);
+                cpu.add(&before, &NodeCpu::now(count), BATCH);
+            })
+        });
+        drop(daemons);
+        reports.push(cpu);
+    }
+    group.finish();
+    for report in &reports {
+        report.report();
+    }
+}
+
 /// PostgreSQL's commit latency on this machine, by `pgbench` (one client, one-row
 /// transactions, 5 s), printed.
 fn pgbench_floor() {
@@ -172,5 +320,5 @@ fn pgbench_floor() {
     println!("one_node/pgbench_one_row_commit: latency average = {latency} (one client, 5 s)");
 }
 
-criterion_group!(benches, round_trip, hand_off, throughput);
+criterion_group!(benches, round_trip, hand_off, throughput, three_nodes);
 criterion_main!(benches);

@@ -24,11 +24,23 @@ impl std::fmt::Debug for BlockingServer {
 
 impl BlockingServer {
     /// Starts a runtime (`workers` threads, at least 1) and the server on it; returns once the
-    /// socket accepts.
+    /// socket accepts. Its threads are named `outpost-server`.
     pub fn start(config: ServeConfig, cloud: Registry, workers: usize) -> Result<Self, ServeError> {
+        Self::start_named(config, cloud, workers, "outpost-server")
+    }
+
+    /// [`BlockingServer::start`] with threads named `thread_name` (the kernel keeps 15 bytes
+    /// of it): several servers in one process — the nodes of a cluster in a bench — each
+    /// have their own, so each one's CPU time can be read apart.
+    pub fn start_named(
+        config: ServeConfig,
+        cloud: Registry,
+        workers: usize,
+        thread_name: &str,
+    ) -> Result<Self, ServeError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(workers.max(1))
-            .thread_name("outpost-server")
+            .thread_name(thread_name)
             .enable_all()
             .build()
             .map_err(|e| ServeError::Runtime(e.to_string()))?;

@@ -156,6 +156,12 @@ impl World {
     /// own.
     #[allow(dead_code)]
     pub fn another_node(&self, tag: &str) -> World {
+        self.another_node_named(tag, "outpost-server")
+    }
+
+    /// [`World::another_node`] whose server's threads are named `threads`.
+    #[allow(dead_code)]
+    pub fn another_node_named(&self, tag: &str, threads: &str) -> World {
         let dir = temp_dir(tag);
         std::fs::create_dir_all(dir.join("server")).unwrap();
         std::fs::copy(
@@ -163,17 +169,28 @@ impl World {
             dir.join("server/keys.json"),
         )
         .unwrap();
-        Self::start_in(dir, self.database.clone())
+        Self::start_named(dir, self.database.clone(), threads)
+    }
+
+    /// [`World::new_on`] whose server's threads are named `threads`.
+    #[allow(dead_code)]
+    pub fn new_named(tag: &str, database: outpost_server::Database, threads: &str) -> World {
+        Self::start_named(temp_dir(tag), database, threads)
     }
 
     fn start_in(dir: PathBuf, database: outpost_server::Database) -> World {
-        let server = BlockingServer::start(
+        Self::start_named(dir, database, "outpost-server")
+    }
+
+    fn start_named(dir: PathBuf, database: outpost_server::Database, threads: &str) -> World {
+        let server = BlockingServer::start_named(
             ServeConfig {
                 database: database.clone(),
                 ..serve_config(dir.join("server"), vec![Environment::Wasm])
             },
             Registry::new(),
             2,
+            threads,
         )
         .unwrap();
         let r = server.running();
@@ -270,9 +287,14 @@ pub fn hello_capability() -> Value {
 /// `batch` executions of [`hello_capability`] through `world`, by `clients` clients at once,
 /// each waiting for its execution before the next, client `t` on `box{t % 8}`.
 pub fn run_batch(world: &std::sync::Arc<World>, batch: usize, clients: usize) {
+    run_batch_across(std::slice::from_ref(world), batch, clients);
+}
+
+/// [`run_batch`] over the nodes of a cluster: client `t` submits to `nodes[t % len]`.
+pub fn run_batch_across(nodes: &[std::sync::Arc<World>], batch: usize, clients: usize) {
     let threads: Vec<_> = (0..clients)
         .map(|t| {
-            let world = world.clone();
+            let world = nodes[t % nodes.len()].clone();
             std::thread::spawn(move || {
                 let body = serde_json::json!({"capability": hello_capability(), "context": format!("box{}", t % 8), "wait": true, "waitSecs": 120});
                 for _ in 0..batch / clients {
@@ -285,6 +307,29 @@ pub fn run_batch(world: &std::sync::Arc<World>, batch: usize, clients: usize) {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+/// Eight daemons `box0`…`box7` over the nodes of a cluster, 8 slots each, online: `box{i}`
+/// joins through `nodes[i % len]`, and is connected to that node.
+#[allow(dead_code)]
+pub fn eight_daemons_across(nodes: &[std::sync::Arc<World>]) -> Vec<Daemon> {
+    let daemons = (0..8)
+        .map(|i| {
+            let world = &nodes[i % nodes.len()];
+            Daemon::start(
+                HostKind::Tokio,
+                world.dir.join(format!("home{i}")),
+                &format!("box{i}"),
+                &world.join,
+                8,
+                wasm_registry(),
+            )
+        })
+        .collect();
+    for i in 0..8 {
+        nodes[i % nodes.len()].online(&format!("box{i}"));
+    }
+    daemons
 }
 
 /// Eight daemons `box0`…`box7` of `world`, 8 slots each, online.
