@@ -785,3 +785,45 @@ fn a_node_without_this_databases_root_key_is_refused_and_names_the_file_to_copy(
     // The cluster serves on.
     assert_eq!(nodes(&a).len(), 2);
 }
+
+#[test]
+fn a_request_to_a_daemon_connected_to_another_node_is_answered_by_that_daemon() {
+    let (_, (_, a), (_, b)) = two_nodes("control");
+    let machine = Machine::new(85);
+    assert_eq!(machine.register(&a, "box").status, 201);
+    let mut daemon = Driver::answering_controls(&b);
+    daemon.online(&b, &machine, "box");
+    // Asked of a, which does not own box: b asks the daemon and writes its answer for a.
+    let addr = a.addr();
+    let admin = a.admin();
+    let asking = std::thread::spawn(move || {
+        http(
+            addr,
+            "POST",
+            "/v1/execution-contexts/box/daemon",
+            &[("authorization", &bearer(&admin))],
+            br#"{"action":"pause"}"#,
+        )
+    });
+    daemon.pump_until(
+        &b,
+        &machine,
+        "the request to reach the daemon on b",
+        Duration::from_secs(10),
+        |d| !d.controls.is_empty(),
+    );
+    // The daemon's answer goes out on the socket; b writes it for a.
+    while !asking.is_finished() {
+        daemon.pump(&b, &machine);
+    }
+    let answer = asking.join().expect("the request");
+    assert_eq!(answer.status, 200, "{}", answer.json());
+    let body = answer.json();
+    assert_eq!(body["action"], "pause");
+    assert_eq!(body["outcome"], "done");
+    assert_eq!(
+        body["message"], "done by the test's daemon",
+        "the daemon's own answer"
+    );
+    assert_eq!(daemon.controls, ["pause"], "asked once");
+}

@@ -39,7 +39,7 @@ pub(crate) use ends::{EndWatch, Ends};
 pub(crate) use outputs::{Cursor, LiveOutputs};
 pub(crate) use owners::{Fences, OwnerRow};
 pub(crate) use pending::{Pending, QueueFull};
-pub(crate) use requests::{ANSWER_WAIT, OwnerRequest};
+pub(crate) use requests::{ANSWER_WAIT, OwnerRequest, SharedControlAnswer};
 pub(crate) use waits::{Refused, may_execute, spec as wait_spec};
 
 use crate::clock::Clock;

@@ -76,7 +76,6 @@ pub(super) fn routes() -> Vec<Route> {
                 (404, "context_unknown"),
                 (403, "not_yours"),
                 (409, "context_revoked"),
-                (409, "context_owned_elsewhere"),
                 (409, "daemon_offline"),
                 (409, "control_unsupported"),
                 (504, "daemon_no_answer"),

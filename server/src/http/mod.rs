@@ -336,24 +336,73 @@ impl App {
         order: outpost_core::session::ControlOrder,
     ) -> Result<outpost_core::session::ControlAnswer, ApiError> {
         let (reply, rx) = oneshot::channel();
+        let asked = order.clone();
         self.tx
             .send(Msg::Control {
-                context_id,
+                context_id: context_id.clone(),
                 order,
                 reply,
             })
             .await
             .map_err(|_| Self::gone())?;
-        match tokio::time::timeout(crate::Limits::CONTROL_ANSWER, rx).await {
-            Ok(answer) => answer.map_err(|_| Self::gone()),
-            Err(_) => Err(ApiError::new(
-                504,
-                "daemon_no_answer",
-                format!(
-                    "the daemon did not answer within {} s (its connection may have dropped); what it did, if anything, shows in its state and the audit",
-                    crate::Limits::CONTROL_ANSWER.as_secs()
-                ),
-            )),
+        let answer = match tokio::time::timeout(crate::Limits::CONTROL_ANSWER, rx).await {
+            Ok(answer) => answer.map_err(|_| Self::gone())?,
+            Err(_) => return Err(Self::no_answer()),
+        };
+        if !answer.from_daemon && answer.code == "context_owned_elsewhere" {
+            // The daemon is connected to another node: that node asks it.
+            return self.control_through_owner(&context_id, asked).await;
+        }
+        Ok(answer)
+    }
+
+    /// The daemon did not answer in time.
+    fn no_answer() -> ApiError {
+        ApiError::new(
+            504,
+            "daemon_no_answer",
+            format!(
+                "the daemon did not answer within {} s (its connection may have dropped); what it did, if anything, shows in its state and the audit",
+                crate::Limits::CONTROL_ANSWER.as_secs()
+            ),
+        )
+    }
+
+    /// Asks the node that owns `context_id` to ask its daemon for `order`, and waits for the
+    /// daemon's answer as that node writes it.
+    async fn control_through_owner(
+        &self,
+        context_id: &str,
+        order: outpost_core::session::ControlOrder,
+    ) -> Result<outpost_core::session::ControlAnswer, ApiError> {
+        let id = crate::secrets::new_id("orq_")?;
+        let request = crate::dispatch::OwnerRequest::control(&order);
+        let body = serde_json::to_string(&request).map_err(ApiError::internal)?;
+        let store = self.shared.store.clone();
+        let (asked, context) = (id.clone(), context_id.to_owned());
+        tokio::task::spawn_blocking(move || store.ask_owner(&asked, &context, &body))
+            .await
+            .map_err(ApiError::internal)??;
+        // The owner waits as long for its daemon: a little more, for its write to land.
+        let deadline = tokio::time::Instant::now()
+            + crate::Limits::CONTROL_ANSWER
+            + std::time::Duration::from_secs(5);
+        loop {
+            let store = self.shared.store.clone();
+            let asked = id.clone();
+            let answer = tokio::task::spawn_blocking(move || store.owner_answer(&asked))
+                .await
+                .map_err(ApiError::internal)??;
+            match answer {
+                Some((true, text)) => {
+                    let shared: crate::dispatch::SharedControlAnswer =
+                        serde_json::from_str(&text).map_err(ApiError::internal)?;
+                    return Ok(shared.into_answer(order.control_id));
+                }
+                Some((false, _)) => return Err(Self::no_answer()),
+                None if tokio::time::Instant::now() >= deadline => return Err(Self::no_answer()),
+                None => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
         }
     }
 

@@ -26,6 +26,9 @@ pub struct Driver {
     pub tickets_from: Option<std::net::SocketAddr>,
     /// Every wait the daemon registered (saved), by id, in order.
     pub waits: Vec<String>,
+    /// Every request from afar the daemon was asked (`pause`, `logs`, …), in order; each is
+    /// answered `done` at once.
+    pub controls: Vec<String>,
 }
 
 impl Driver {
@@ -55,7 +58,29 @@ impl Driver {
             hold: false,
             tickets_from: None,
             waits: Vec::new(),
+            controls: Vec::new(),
         }
+    }
+
+    /// A shell-only daemon that announces `control` and answers every request from afar
+    /// `done`, not yet connected.
+    #[allow(dead_code)]
+    pub fn answering_controls(server: &TestServer) -> Driver {
+        let mut driver = Self::new(server);
+        let config = DaemonConfig {
+            environments: vec![Environment::Shell],
+            features: vec![outpost_core::wire::FEATURE_CONTROL.to_owned()],
+            ..DaemonConfig::default()
+        };
+        driver.daemon = Daemon::new(
+            config,
+            server.keys(),
+            Now {
+                instant: Instant::from_origin(Duration::ZERO),
+                wall: UnixTime(now_secs()),
+            },
+        );
+        driver
     }
 
     /// Connects and pumps until the server shows `name` online.
@@ -174,6 +199,20 @@ impl Driver {
                     if !self.waits.contains(&id) {
                         self.waits.push(id);
                     }
+                }
+                daemon::Output::Command(daemon::Command::Control {
+                    control_id, action, ..
+                }) => {
+                    self.controls.push(action.clone());
+                    let frame = DaemonFrame::ControlResult {
+                        control_id,
+                        action,
+                        outcome: outpost_core::wire::ControlOutcome::Done,
+                        code: String::new(),
+                        message: "done by the test's daemon".to_owned(),
+                        lines: Vec::new(),
+                    };
+                    self.input(daemon::Input::ControlAnswered(frame));
                 }
                 daemon::Output::Command(_)
                 | daemon::Output::Persist(_)
