@@ -232,6 +232,7 @@ impl Store {
             _driver: driver,
         };
         store.prepare_bundles()?;
+        store.place_old_records()?;
         Ok(store)
     }
 

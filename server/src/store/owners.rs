@@ -337,8 +337,12 @@ impl Store {
         let rows = self
             .lock()
             .query_map(
+                // By the index of placements; a row a node of an older version wrote has
+                // none (NULL) and is read and judged by its bytes.
                 "SELECT bytes FROM records
-                 WHERE (kind = 'context' AND key = ?1) OR kind = 'execution' ORDER BY seq",
+                 WHERE (kind = 'context' AND key = ?1)
+                    OR (kind = 'execution' AND (placed_on = ?1 OR placed_on IS NULL))
+                 ORDER BY seq",
                 params![context_id],
                 |r| r.get::<Vec<u8>>(0),
             )
@@ -363,6 +367,35 @@ impl Store {
         }
         snapshot.written_ms = latest;
         Ok(found.then_some(snapshot))
+    }
+
+    /// Fills in the placement of execution records written before it was kept (migration
+    /// 18), from their bytes: run at open, so that a take reads by the index.
+    pub(crate) fn place_old_records(&self) -> Result<usize, StoreError> {
+        let rows: Vec<(String, Vec<u8>)> = self
+            .lock()
+            .query_map(
+                "SELECT key, bytes FROM records WHERE kind = 'execution' AND placed_on IS NULL",
+                params![],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .doing("reading records to place")?;
+        let count = rows.len();
+        for (key, bytes) in rows {
+            let record = ServerRecord::decode(&bytes).doing("decoding a stored record")?;
+            let ServerChange::Execution(row) = record.change else {
+                continue;
+            };
+            let placed = placed_on(&row.place).unwrap_or("");
+            self.lock()
+                .execute(
+                    "UPDATE records SET placed_on = ?2
+                     WHERE kind = 'execution' AND key = ?1 AND placed_on IS NULL",
+                    params![key, placed],
+                )
+                .doing("placing a record")?;
+        }
+        Ok(count)
     }
 
     /// Every live record, split for node `node_id` at its start: the contexts in `owned` and

@@ -483,6 +483,43 @@ fn a_context_snapshot_holds_its_row_and_the_executions_placed_on_it_only() {
         let other = store.context_snapshot("ec_2").unwrap().unwrap();
         assert_eq!(ids(&other.executions, |r| &r.exec_id), ["ex_other"]);
         assert_eq!(store.context_snapshot("ec_9").unwrap(), None, "{kind}");
+        // Each execution record carries its machine, which a take reads by.
+        let placements = |store: &Store| -> Vec<(String, Option<String>)> {
+            store
+                .read()
+                .query_map(
+                    "SELECT key, placed_on FROM records WHERE kind = 'execution' ORDER BY key",
+                    params![],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .unwrap()
+        };
+        let placed = placements(store);
+        let expected: Vec<(String, Option<String>)> = [
+            ("ex_c", "ec_1"),
+            ("ex_cloud", ""),
+            ("ex_o", "ec_1"),
+            ("ex_other", "ec_2"),
+            ("ex_q", "ec_1"),
+            ("ex_u", ""),
+        ]
+        .iter()
+        .map(|(k, p)| ((*k).to_owned(), Some((*p).to_owned())))
+        .collect();
+        assert_eq!(placed, expected, "{kind}");
+        // Rows written before the column (NULL) are still found, and placed at the next open.
+        store
+            .lock()
+            .execute("UPDATE records SET placed_on = NULL", params![])
+            .unwrap();
+        let again = store.context_snapshot("ec_1").unwrap().unwrap();
+        assert_eq!(
+            ids(&again.executions, |r| &r.exec_id),
+            ["ex_c", "ex_o", "ex_q"]
+        );
+        assert_eq!(store.place_old_records().unwrap(), 6, "{kind}");
+        assert_eq!(placements(store), expected, "{kind}");
+        assert_eq!(store.place_old_records().unwrap(), 0, "{kind}: once");
     }
 }
 

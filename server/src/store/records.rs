@@ -150,6 +150,13 @@ fn write_records(
     let mut ended = Vec::new();
     for record in records {
         let bytes = record.encode();
+        // The machine an execution record is placed on ('' for none): what a take reads by.
+        let placed_on = match &record.change {
+            ServerChange::Execution(row) => {
+                Some(row.place.context_id().map_or("", |id| id.as_str()))
+            }
+            _ => None,
+        };
         let (kind, key) = match &record.change {
             ServerChange::Context(row) => {
                 exec(
@@ -243,12 +250,12 @@ fn write_records(
         exec(
             tx,
             &format!(
-                "INSERT INTO records (kind, key, seq, bytes, node_id)
-                 VALUES (?1, ?2, {next_seq}, ?3, ?4)
+                "INSERT INTO records (kind, key, seq, bytes, node_id, placed_on)
+                 VALUES (?1, ?2, {next_seq}, ?3, ?4, ?5)
                  ON CONFLICT (kind, key) DO UPDATE SET seq = excluded.seq, bytes = excluded.bytes,
-                     node_id = excluded.node_id"
+                     node_id = excluded.node_id, placed_on = excluded.placed_on"
             ),
-            params![kind, key, bytes, node_id],
+            params![kind, key, bytes, node_id, placed_on],
         )
         .doing("writing a record")?;
     }

@@ -268,6 +268,13 @@ const MIGRATIONS: &[&str] = &[
         bytes BLOB NOT NULL
     );
     ",
+    // 18: the machine each execution record is placed on ('' for none; NULL until the store
+    // reads it from the record at its next open), so that a node taking one machine reads that
+    // machine's records only.
+    "
+    ALTER TABLE records ADD COLUMN placed_on TEXT;
+    CREATE INDEX records_by_placement ON records (placed_on);
+    ",
 ];
 
 /// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
@@ -341,6 +348,11 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
         version BIGINT NOT NULL,
         bytes BYTEA NOT NULL
     );
+    ",
+    // 18: each execution record's machine, as SQLite's 18.
+    "
+    ALTER TABLE records ADD COLUMN placed_on TEXT;
+    CREATE INDEX records_by_placement ON records (placed_on);
     ",
 ];
 
