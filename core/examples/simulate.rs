@@ -124,12 +124,7 @@ fn main() -> ExitCode {
                         w.revoked += report.waits.revoked;
                     }
                     if let Ok(mut c) = cluster_totals.lock() {
-                        let r = report.cluster;
-                        c.handoffs += r.handoffs;
-                        c.takes += r.takes;
-                        c.taken_from_dead += r.taken_from_dead;
-                        c.fenced += r.fenced;
-                        c.notices_lost += r.notices_lost;
+                        c.add(&report.cluster);
                     }
                     if let Some(v) = report.violation
                         && let Ok(mut f) = failure.lock()

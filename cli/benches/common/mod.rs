@@ -311,7 +311,6 @@ pub fn run_batch_across(nodes: &[std::sync::Arc<World>], batch: usize, clients: 
 
 /// Eight daemons `box0`…`box7` over the nodes of a cluster, 8 slots each, online: `box{i}`
 /// joins through `nodes[i % len]`, and is connected to that node.
-#[allow(dead_code)]
 pub fn eight_daemons_across(nodes: &[std::sync::Arc<World>]) -> Vec<Daemon> {
     let daemons = (0..8)
         .map(|i| {
@@ -333,21 +332,6 @@ pub fn eight_daemons_across(nodes: &[std::sync::Arc<World>]) -> Vec<Daemon> {
 }
 
 /// Eight daemons `box0`…`box7` of `world`, 8 slots each, online.
-pub fn eight_daemons(world: &World) -> Vec<Daemon> {
-    let daemons = (0..8)
-        .map(|i| {
-            Daemon::start(
-                HostKind::Tokio,
-                world.dir.join(format!("home{i}")),
-                &format!("box{i}"),
-                &world.join,
-                8,
-                wasm_registry(),
-            )
-        })
-        .collect();
-    for i in 0..8 {
-        world.online(&format!("box{i}"));
-    }
-    daemons
+pub fn eight_daemons(world: &std::sync::Arc<World>) -> Vec<Daemon> {
+    eight_daemons_across(std::slice::from_ref(world))
 }

@@ -225,6 +225,35 @@ impl App {
         context_id: &str,
         request: &crate::dispatch::OwnerRequest,
     ) -> Result<(), ApiError> {
+        let id = self.write_owner_request(context_id, request).await?;
+        if !request.answer_awaited() {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + crate::dispatch::ANSWER_WAIT;
+        match self.owner_answer(&id, deadline).await? {
+            Some((true, _)) => Ok(()),
+            Some((false, why)) => Err(ApiError::new(409, "dispatcher_refused", why)),
+            None => {
+                let mut e = ApiError::new(
+                    503,
+                    "owner_unavailable",
+                    format!(
+                        "the node that owns context {context_id} did not carry the change out within {} s; it may still: read the context again before retrying",
+                        crate::dispatch::ANSWER_WAIT.as_secs()
+                    ),
+                );
+                e.retry_after = Some(2);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes `request` for the node that owns `context_id` (announced to it); its id.
+    async fn write_owner_request(
+        &self,
+        context_id: &str,
+        request: &crate::dispatch::OwnerRequest,
+    ) -> Result<String, ApiError> {
         let id = crate::secrets::new_id("orq_")?;
         let body = serde_json::to_string(request).map_err(ApiError::internal)?;
         let store = self.shared.store.clone();
@@ -232,33 +261,27 @@ impl App {
         tokio::task::spawn_blocking(move || store.ask_owner(&asked, &context, &body))
             .await
             .map_err(ApiError::internal)??;
-        if !request.answer_awaited() {
-            return Ok(());
-        }
-        let deadline = tokio::time::Instant::now() + crate::dispatch::ANSWER_WAIT;
+        Ok(id)
+    }
+
+    /// Owner request `id`'s answer, `(done, text)`, once the owner wrote it; `None` when it
+    /// did not by `deadline`.
+    async fn owner_answer(
+        &self,
+        id: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<(bool, String)>, ApiError> {
         loop {
             let store = self.shared.store.clone();
-            let asked = id.clone();
+            let asked = id.to_owned();
             let answer = tokio::task::spawn_blocking(move || store.owner_answer(&asked))
                 .await
                 .map_err(ApiError::internal)??;
-            match answer {
-                Some((true, _)) => return Ok(()),
-                Some((false, why)) => return Err(ApiError::new(409, "dispatcher_refused", why)),
-                None if tokio::time::Instant::now() >= deadline => {
-                    let mut e = ApiError::new(
-                        503,
-                        "owner_unavailable",
-                        format!(
-                            "the node that owns context {context_id} did not carry the change out within {} s; it may still: read the context again before retrying",
-                            crate::dispatch::ANSWER_WAIT.as_secs()
-                        ),
-                    );
-                    e.retry_after = Some(2);
-                    return Err(e);
-                }
-                None => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            if answer.is_some() || tokio::time::Instant::now() >= deadline {
+                return Ok(answer);
             }
+            // The answer is a row another node writes: it is read again shortly.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
 
@@ -375,34 +398,19 @@ impl App {
         context_id: &str,
         order: outpost_core::session::ControlOrder,
     ) -> Result<outpost_core::session::ControlAnswer, ApiError> {
-        let id = crate::secrets::new_id("orq_")?;
         let request = crate::dispatch::OwnerRequest::control(&order);
-        let body = serde_json::to_string(&request).map_err(ApiError::internal)?;
-        let store = self.shared.store.clone();
-        let (asked, context) = (id.clone(), context_id.to_owned());
-        tokio::task::spawn_blocking(move || store.ask_owner(&asked, &context, &body))
-            .await
-            .map_err(ApiError::internal)??;
+        let id = self.write_owner_request(context_id, &request).await?;
         // The owner waits as long for its daemon: a little more, for its write to land.
         let deadline = tokio::time::Instant::now()
             + crate::Limits::CONTROL_ANSWER
             + std::time::Duration::from_secs(5);
-        loop {
-            let store = self.shared.store.clone();
-            let asked = id.clone();
-            let answer = tokio::task::spawn_blocking(move || store.owner_answer(&asked))
-                .await
-                .map_err(ApiError::internal)??;
-            match answer {
-                Some((true, text)) => {
-                    let shared: crate::dispatch::SharedControlAnswer =
-                        serde_json::from_str(&text).map_err(ApiError::internal)?;
-                    return Ok(shared.into_answer(order.control_id));
-                }
-                Some((false, _)) => return Err(Self::no_answer()),
-                None if tokio::time::Instant::now() >= deadline => return Err(Self::no_answer()),
-                None => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        match self.owner_answer(&id, deadline).await? {
+            Some((true, text)) => {
+                let shared: crate::dispatch::SharedControlAnswer =
+                    serde_json::from_str(&text).map_err(ApiError::internal)?;
+                Ok(shared.into_answer(order.control_id))
             }
+            Some((false, _)) | None => Err(Self::no_answer()),
         }
     }
 

@@ -124,6 +124,17 @@ pub struct ClusterCounts {
     pub notices_lost: usize,
 }
 
+impl ClusterCounts {
+    /// Adds another run's counts to these (totals over seeds).
+    pub fn add(&mut self, other: &ClusterCounts) {
+        self.handoffs += other.handoffs;
+        self.takes += other.takes;
+        self.taken_from_dead += other.taken_from_dead;
+        self.fenced += other.fenced;
+        self.notices_lost += other.notices_lost;
+    }
+}
+
 /// Runs one seeded simulation.
 pub fn simulate(config: &SimConfig) -> SimReport {
     let mut world = World::new(config);

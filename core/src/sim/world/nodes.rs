@@ -135,15 +135,18 @@ impl World {
         node.paused_inputs.clear();
         node.down_until = Some(back.max(node.cut_until.unwrap_or_default()));
         self.cloud.retain(|_, (_, on)| *on != n);
-        let conns: Vec<ConnId> = self
-            .conns
+        for conn in self.conns_of(n) {
+            self.break_conn(conn);
+        }
+    }
+
+    /// The connections that reached node `n`.
+    fn conns_of(&self, n: usize) -> Vec<ConnId> {
+        self.conns
             .iter()
             .filter(|(_, (_, on))| *on == n)
             .map(|(c, _)| *c)
-            .collect();
-        for conn in conns {
-            self.break_conn(conn);
-        }
+            .collect()
     }
 
     /// Node `n`'s pending crash came due: it restarts at once, or stays down a while.
@@ -191,12 +194,7 @@ impl World {
             &elsewhere,
             process_now,
         );
-        let conns: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, (_, on))| *on == n)
-            .map(|(c, _)| *c)
-            .collect();
+        let conns = self.conns_of(n);
         let node = &mut self.nodes[n];
         node.server = server;
         node.started = now;

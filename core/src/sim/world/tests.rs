@@ -40,12 +40,7 @@ fn a_cluster_of_three_nodes_hands_off_fences_and_takes_over_and_every_seed_holds
         });
         assert_eq!(report.violation, None, "seed {seed}");
         assert_eq!(report.finished, 24, "seed {seed}: every execution ended");
-        let c = report.cluster;
-        totals.handoffs += c.handoffs;
-        totals.takes += c.takes;
-        totals.taken_from_dead += c.taken_from_dead;
-        totals.fenced += c.fenced;
-        totals.notices_lost += c.notices_lost;
+        totals.add(&report.cluster);
     }
     // The faults reach every path the cluster has: not a world where nothing moves.
     assert!(totals.handoffs > 30, "{totals:?}");
