@@ -23,6 +23,10 @@
 //!   also carries one ping per daemon and that one request. The throughput is heartbeats
 //!   per server CPU second.
 //!
+//! With `OUTPOST_IDLE_DATABASE=postgres` the server keeps its records in a PostgreSQL
+//! database of a throwaway cluster the bench starts (`initdb` in a temporary folder), as a
+//! node of a cluster does: the same figures, for one node over PostgreSQL.
+//!
 //! The kernel counts CPU time in clock ticks (10 ms at `CLK_TCK` 100): the windows are long
 //! enough (tenths of a second of server CPU and more) for that to matter little. The bench
 //! never changes the server's limits: the source addresses keep it under them.
@@ -53,6 +57,10 @@ use tokio::sync::{Notify, Semaphore, watch};
 
 /// Set in the server's process: the state folder it serves.
 const SERVER_ENV: &str = "OUTPOST_IDLE_SERVER";
+/// `postgres`: the server keeps its records in a PostgreSQL database the bench starts.
+const DATABASE_ENV: &str = "OUTPOST_IDLE_DATABASE";
+/// Set in the server's process: the PostgreSQL database's URL, when there is one.
+const DATABASE_URL_ENV: &str = "OUTPOST_IDLE_DATABASE_URL";
 /// The larger daemon count (default 10,000).
 const COUNT_ENV: &str = "OUTPOST_IDLE_DAEMONS";
 /// Daemons setting up at once.
@@ -65,6 +73,9 @@ const IO_TIMEOUT: Duration = Duration::from_secs(60);
 const REGISTER: &str = "/v1/execution-contexts";
 /// The route a daemon asks for a ticket on.
 const TICKET: &str = "/v1/execution-contexts/connect-ticket";
+
+#[path = "../../server/tests/common/postgres.rs"]
+mod postgres;
 
 type Ws = async_tungstenite::WebSocketStream<async_tungstenite::tokio::TokioAdapter<TcpStream>>;
 
@@ -101,7 +112,10 @@ fn serve(state_dir: PathBuf) {
         heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
         limits: Default::default(),
         xterm_dir: None,
-        database: outpost_server::Database::Sqlite,
+        database: match std::env::var(DATABASE_URL_ENV) {
+            Ok(url) => outpost_server::Database::Postgres(url),
+            Err(_) => outpost_server::Database::Sqlite,
+        },
     };
     let server = BlockingServer::start(config, Registry::new(), 2).expect("the server starts");
     {
@@ -139,7 +153,12 @@ struct Memory {
 impl Server {
     fn start(state: &std::path::Path) -> Server {
         let exe = std::env::current_exe().expect("the bench binary's path");
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        if std::env::var(DATABASE_ENV).as_deref() == Ok("postgres") {
+            let name = format!("idle_{}", std::process::id());
+            command.env(DATABASE_URL_ENV, postgres::shared().database(&name));
+        }
+        let mut child = command
             .env(SERVER_ENV, state)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
