@@ -112,6 +112,23 @@ fn nodes_over_one_database_list_each_other_and_one_that_stops_leaves_at_once() {
         seen[0]["sessions"].as_array().unwrap().is_empty(),
         "none on a"
     );
+    // a lists it as b does: since when it is online, and what its daemon announced.
+    let (on_b, on_a) = (&here[0]["sessions"][0], &seen[1]["sessions"][0]);
+    assert!(on_b["onlineSince"].as_u64().is_some(), "{on_b}");
+    for field in ["onlineSince", "features", "paused", "slotsTotal"] {
+        assert_eq!(on_a[field], on_b[field], "{field}: {on_a} against {on_b}");
+    }
+    // And so does the context as a shows it.
+    let context = http(
+        a.addr(),
+        "GET",
+        "/v1/execution-contexts/box",
+        &[("authorization", &bearer(&a.admin()))],
+        b"",
+    )
+    .json();
+    assert_eq!(context["online"], true, "{context}");
+    assert_eq!(context["onlineSince"], on_b["onlineSince"], "{context}");
     drop(daemon);
 
     // A signed request (as a load balancer in front of both would pass it: the same host) is

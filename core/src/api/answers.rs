@@ -273,6 +273,16 @@ pub struct NodeSession {
     pub slots_total: u32,
     /// It takes no new runs now (stopping, restarting, updating or paused).
     pub draining: bool,
+    /// An operator's pause holds (absent from a node of an earlier version: false).
+    #[serde(default)]
+    pub paused: bool,
+    /// What its daemon announced (`hello` / `capabilities.update`; absent from a node of an
+    /// earlier version: none).
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// When (Unix seconds) its connection became ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub online_since: Option<u64>,
 }
 
 /// `POST /v1/execution-contexts/{context}/daemon`: the daemon's answer (its owner's policy

@@ -288,7 +288,7 @@ impl App {
     /// The live state of these contexts.
     ///
     /// A machine whose daemon is connected to another node of a cluster is online as that
-    /// node's last heartbeat listed it (its slots and drain; no features, no `onlineSince`).
+    /// node's last heartbeat listed it (its slots, drain, pause, features and `onlineSince`).
     pub(crate) async fn live(&self, ids: Vec<String>) -> Result<HashMap<String, Live>, ApiError> {
         let mut live = self.live_here(ids).await?;
         if live.values().all(|l| l.online) {
@@ -311,8 +311,10 @@ impl App {
                         online: true,
                         slots_used: session.slots_used,
                         slots_total: session.slots_total,
+                        features: session.features,
                         draining: session.draining,
-                        ..Live::default()
+                        paused: session.paused,
+                        online_since: session.online_since,
                     };
                 }
             }

@@ -60,6 +60,9 @@ async fn sessions_here(app: &App) -> Result<Vec<views::NodeSession>, ApiError> {
                 slots_used: l.slots_used,
                 slots_total: l.slots_total,
                 draining: l.draining,
+                paused: l.paused,
+                features: l.features.clone(),
+                online_since: l.online_since,
             })
         })
         .collect())
