@@ -573,6 +573,11 @@ fn tls_of(url: &str) -> Result<(String, Tls), DbError> {
     let rest = if url.contains("://") {
         // A URL: the two are query parameters (their values percent-encoded).
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let percent_decoded = |v: &str| {
+            percent_encoding::percent_decode_str(v)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
         let kept: Vec<&str> = query
             .split('&')
             .filter(|pair| {
@@ -635,30 +640,6 @@ fn tls_of(url: &str) -> Result<(String, Tls), DbError> {
             connector: tokio_postgres_rustls::MakeRustlsConnect::new(config),
         },
     ))
-}
-
-/// `text` with its `%XX` escapes decoded (a malformed one is kept as it is).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A new client for `url`, its connection driven by `driver`.

@@ -64,17 +64,6 @@ pub(crate) struct OwnedSnapshot {
     pub(crate) elsewhere: Vec<ContextRow>,
 }
 
-/// The context an execution row is placed on (offered, committed or queued there), if any.
-pub(super) fn placed_on(place: &PlaceRow) -> Option<&str> {
-    match place {
-        PlaceRow::Offered { context_id, .. }
-        | PlaceRow::Committed { context_id, .. }
-        | PlaceRow::Queued { context_id, .. }
-        | PlaceRow::HandedOff { context_id } => Some(context_id.as_str()),
-        PlaceRow::Unplaced | PlaceRow::Cloud => None,
-    }
-}
-
 /// Checks `fence` inside `tx`, before anything is written: every context in it must be owned
 /// by `node_id` at the epoch given. Read `FOR SHARE` on PostgreSQL, so that no node takes a
 /// fenced context until `tx` ends. A fence without a node id never holds.
@@ -357,7 +346,9 @@ impl Store {
                     found |= row.id.as_str() == context_id;
                     row.id.as_str() == context_id
                 }
-                ServerChange::Execution(row) => placed_on(&row.place) == Some(context_id),
+                ServerChange::Execution(row) => {
+                    row.place.context_id().map(|c| c.as_str()) == Some(context_id)
+                }
                 ServerChange::Chain(_) | ServerChange::ExecutionEnded(_) => false,
             };
             if take {
@@ -386,7 +377,7 @@ impl Store {
             let ServerChange::Execution(row) = record.change else {
                 continue;
             };
-            let placed = placed_on(&row.place).unwrap_or("");
+            let placed = row.place.context_id().map_or("", |c| c.as_str());
             self.lock()
                 .execute(
                     "UPDATE records SET placed_on = ?2
@@ -445,7 +436,7 @@ impl Store {
                     false
                 }
                 ServerChange::Context(_) | ServerChange::Chain(_) => true,
-                ServerChange::Execution(row) => match placed_on(&row.place) {
+                ServerChange::Execution(row) => match row.place.context_id().map(|c| c.as_str()) {
                     Some(context_id) => owned.contains(context_id),
                     None => writer.as_deref().is_none_or(|writer| writer == node_id),
                 },
