@@ -31,57 +31,32 @@
 //! enough (tenths of a second of server CPU and more) for that to matter little. The bench
 //! never changes the server's limits: the source addresses keep it under them.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use async_tungstenite::tungstenite::Message;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
-use futures_util::{SinkExt as _, StreamExt as _};
-use outpost_adapters::clock::wall_now;
-use outpost_adapters::http::{RegisterRequest, SignedClient};
-use outpost_adapters::tls::{ServerUrl, Trust};
-use outpost_core::executor::Registry;
 use outpost_core::httpsig::HttpRequest;
-use outpost_core::join::Join;
-use outpost_core::wire::{DaemonFrame, Environment, PROTOCOL_VERSION};
-use outpost_server::{BlockingServer, ServeConfig};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpSocket, TcpStream};
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::watch;
 
-/// Set in the server's process: the state folder it serves.
-const SERVER_ENV: &str = "OUTPOST_IDLE_SERVER";
-/// `postgres`: the server keeps its records in a PostgreSQL database the bench starts.
-const DATABASE_ENV: &str = "OUTPOST_IDLE_DATABASE";
-/// Set in the server's process: the PostgreSQL database's URL, when there is one.
-const DATABASE_URL_ENV: &str = "OUTPOST_IDLE_DATABASE_URL";
-/// The larger daemon count (default 10,000).
-const COUNT_ENV: &str = "OUTPOST_IDLE_DAEMONS";
-/// Daemons setting up at once.
-const IN_FLIGHT: usize = 64;
-/// Attempts per request when the server asks to retry (429, 503) or the connection fails.
-const ATTEMPTS: u32 = 6;
-/// How long one HTTP exchange or handshake may take.
-const IO_TIMEOUT: Duration = Duration::from_secs(60);
-/// The route a daemon registers on.
-const REGISTER: &str = "/v1/execution-contexts";
-/// The route a daemon asks for a ticket on.
-const TICKET: &str = "/v1/execution-contexts/connect-ticket";
-
+#[path = "idle/daemon.rs"]
+mod daemon;
+#[path = "idle/node.rs"]
+mod node;
 #[path = "../../server/tests/common/postgres.rs"]
 mod postgres;
 
-type Ws = async_tungstenite::WebSocketStream<async_tungstenite::tokio::TokioAdapter<TcpStream>>;
+use daemon::{Ctx, IO_TIMEOUT, Machine, Tally, Target, error_code, http, idle, in_flight};
+use node::{Memory, Server, kib, per};
+
+/// `postgres`: the server keeps its records in a PostgreSQL database the bench starts.
+const DATABASE_ENV: &str = "OUTPOST_IDLE_DATABASE";
+/// The larger daemon count (default 10,000).
+const COUNT_ENV: &str = "OUTPOST_IDLE_DAEMONS";
 
 fn main() {
-    if let Some(state) = std::env::var_os(SERVER_ENV) {
-        serve(PathBuf::from(state));
+    if node::serve_if_asked() {
         return;
     }
     let large: usize = std::env::var(COUNT_ENV)
@@ -99,530 +74,6 @@ fn main() {
     criterion.final_summary();
 }
 
-/// The server's process: starts, tells the bench where it is, serves until stdin closes.
-fn serve(state_dir: PathBuf) {
-    let config = ServeConfig {
-        listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        state_dir,
-        tls: None,
-        cloud: Vec::new(),
-        public_url: None,
-        rate_limits: Default::default(),
-        terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
-        heartbeat: ServeConfig::DEFAULT_HEARTBEAT,
-        limits: Default::default(),
-        xterm_dir: None,
-        database: match std::env::var(DATABASE_URL_ENV) {
-            Ok(url) => outpost_server::Database::Postgres(url),
-            Err(_) => outpost_server::Database::Sqlite,
-        },
-    };
-    let server = BlockingServer::start(config, Registry::new(), 2).expect("the server starts");
-    {
-        let running = server.running();
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "url {}", running.url).expect("stdout");
-        writeln!(out, "join {}", running.join).expect("stdout");
-        writeln!(out, "admin {}", running.admin_token).expect("stdout");
-        out.flush().expect("stdout");
-    }
-    let mut rest = Vec::new();
-    let _ = std::io::stdin().read_to_end(&mut rest);
-    server.shutdown();
-}
-
-/// The server's process, seen from the bench.
-struct Server {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    pid: u32,
-    addr: SocketAddr,
-    url: ServerUrl,
-    join: Join,
-    admin: String,
-    clock_ticks: u64,
-}
-
-/// The server's resident memory, in KiB.
-#[derive(Debug, Clone, Copy)]
-struct Memory {
-    rss: u64,
-    anon: u64,
-}
-
-impl Server {
-    fn start(state: &std::path::Path) -> Server {
-        let exe = std::env::current_exe().expect("the bench binary's path");
-        let mut command = Command::new(exe);
-        if std::env::var(DATABASE_ENV).as_deref() == Ok("postgres") {
-            let name = format!("idle_{}", std::process::id());
-            command.env(DATABASE_URL_ENV, postgres::shared().database(&name));
-        }
-        let mut child = command
-            .env(SERVER_ENV, state)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the server's process starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let mut field = |name: &str| -> String {
-            let line = lines
-                .next()
-                .expect("the server prints its address")
-                .expect("stdout");
-            line.strip_prefix(name)
-                .and_then(|v| v.strip_prefix(' '))
-                .unwrap_or_else(|| panic!("expected {name}, got {line:?}"))
-                .to_owned()
-        };
-        let url = field("url");
-        let join = Join::parse(&field("join")).expect("the join parses");
-        let admin = field("admin");
-        let addr = url
-            .trim_start_matches("http://")
-            .parse()
-            .expect("the URL is http://ip:port");
-        let clock_ticks = Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(100);
-        Server {
-            pid: child.id(),
-            stdin: child.stdin.take(),
-            child,
-            addr,
-            url: ServerUrl::parse(&url).expect("the server's URL"),
-            join,
-            admin,
-            clock_ticks,
-        }
-    }
-
-    fn memory(&self) -> Memory {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
-            .expect("the server's /proc status");
-        let kib = |name: &str| -> u64 {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
-        Memory {
-            rss: kib("VmRSS:"),
-            anon: kib("RssAnon:"),
-        }
-    }
-
-    /// The CPU time the server's process has used (user + system, threads that ended too).
-    fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .expect("the server's /proc stat");
-        // Fields after the command name, which ends with the last ')': state is field 3,
-        // utime 14 and stime 15.
-        let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 =
-            fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-        Duration::from_nanos(ticks * 1_000_000_000 / self.clock_ticks)
-    }
-
-    fn stop(mut self) {
-        drop(self.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("idle_daemons: the server did not stop within 30 s; killing it");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// What the daemons share with the bench.
-#[derive(Default)]
-struct Tally {
-    /// `status` frames sent.
-    statuses: AtomicU64,
-    /// Pongs received.
-    pongs: AtomicU64,
-    pong: Notify,
-    /// Daemons whose connection is open.
-    open: AtomicUsize,
-    /// Anything the server did other than succeed or stay quiet, by kind.
-    events: Mutex<BTreeMap<String, u64>>,
-}
-
-impl Tally {
-    fn note(&self, what: String) {
-        *self
-            .events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(what)
-            .or_default() += 1;
-    }
-
-    fn events(&self) -> BTreeMap<String, u64> {
-        self.events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-}
-
-/// A fake daemon before it connects.
-struct Machine {
-    index: usize,
-    ip: Ipv4Addr,
-    client: SignedClient,
-}
-
-/// A loopback source address of its own for machine `index` (never 127.0.0.x).
-fn source_ip(index: usize) -> Ipv4Addr {
-    let a = 1 + index / (250 * 250);
-    let b = 1 + (index / 250) % 250;
-    let c = 1 + index % 250;
-    Ipv4Addr::new(
-        127,
-        u8::try_from(a).expect("under 15 million machines"),
-        u8::try_from(b).expect("b < 251"),
-        u8::try_from(c).expect("c < 251"),
-    )
-}
-
-async fn connect_from(ip: Ipv4Addr, server: SocketAddr) -> std::io::Result<TcpStream> {
-    let socket = TcpSocket::new_v4()?;
-    socket.bind(SocketAddr::new(IpAddr::V4(ip), 0))?;
-    socket.connect(server).await
-}
-
-/// An HTTP answer: status, `retry-after` seconds, body.
-struct Answer {
-    status: u16,
-    retry_after: Option<u64>,
-    body: Vec<u8>,
-}
-
-/// One HTTP/1.1 request on a fresh connection from `ip` (`Connection: close`).
-async fn http(
-    ip: Ipv4Addr,
-    server: SocketAddr,
-    path: &str,
-    req: &HttpRequest,
-    bearer: Option<&str>,
-) -> Result<Answer, String> {
-    let exchange = async {
-        let mut stream = connect_from(ip, server)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        let mut head = format!(
-            "{} {path} HTTP/1.1\r\nhost: {server}\r\nconnection: close\r\ncontent-length: {}\r\n",
-            req.method,
-            req.body.len()
-        );
-        for (name, value) in &req.headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        if let Some(token) = bearer {
-            head.push_str(&format!("authorization: Bearer {token}\r\n"));
-        }
-        head.push_str("\r\n");
-        let mut bytes = head.into_bytes();
-        bytes.extend_from_slice(&req.body);
-        stream
-            .write_all(&bytes)
-            .await
-            .map_err(|e| format!("write: {e}"))?;
-        let mut raw = Vec::new();
-        stream
-            .read_to_end(&mut raw)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        parse_answer(&raw)
-    };
-    tokio::time::timeout(IO_TIMEOUT, exchange)
-        .await
-        .map_err(|_| "timed out".to_owned())?
-}
-
-fn parse_answer(raw: &[u8]) -> Result<Answer, String> {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| format!("no header end in {} bytes", raw.len()))?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .ok_or("no status line")?;
-    let mut retry_after = None;
-    let mut chunked = false;
-    for (name, value) in lines.filter_map(|l| l.split_once(':')) {
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("retry-after") {
-            retry_after = value.parse().ok();
-        }
-        if name.eq_ignore_ascii_case("transfer-encoding") && value.contains("chunked") {
-            chunked = true;
-        }
-    }
-    let mut body = raw[split + 4..].to_vec();
-    if chunked {
-        let mut out = Vec::new();
-        let mut rest = &body[..];
-        while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
-            let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..end]).trim(), 16)
-                .unwrap_or(0);
-            if size == 0 || rest.len() < end + 2 + size {
-                break;
-            }
-            out.extend_from_slice(&rest[end + 2..end + 2 + size]);
-            rest = rest.get(end + 2 + size + 2..).unwrap_or_default();
-        }
-        body = out;
-    }
-    Ok(Answer {
-        status,
-        retry_after,
-        body,
-    })
-}
-
-/// Everything one set-up step needs.
-struct Ctx {
-    server: SocketAddr,
-    url: ServerUrl,
-    token: String,
-    admin: String,
-    tally: Arc<Tally>,
-}
-
-impl Machine {
-    fn new(index: usize, url: &ServerUrl) -> Machine {
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).expect("random bytes");
-        Machine {
-            index,
-            ip: source_ip(index),
-            client: SignedClient::new(url.clone(), seed, &Trust::public()),
-        }
-    }
-
-    /// A signed request, retried while the server asks to (each refusal is tallied).
-    async fn call(&self, ctx: &Ctx, path: &str, body: &[u8], bearer: bool) -> Answer {
-        let route = if path == REGISTER {
-            "register"
-        } else {
-            "ticket"
-        };
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let req = self
-                .client
-                .sign("POST", path, body, wall_now())
-                .expect("the request signs");
-            let token = bearer.then_some(ctx.token.as_str());
-            let wait = match http(self.ip, ctx.server, path, &req, token).await {
-                Ok(answer) if (200..300).contains(&answer.status) => return answer,
-                Ok(answer) => {
-                    ctx.tally.note(format!(
-                        "{route}: HTTP {} {}",
-                        answer.status,
-                        error_code(&answer.body)
-                    ));
-                    if attempt >= ATTEMPTS || !matches!(answer.status, 429 | 503) {
-                        return answer;
-                    }
-                    Duration::from_secs(answer.retry_after.unwrap_or(1).clamp(1, 10))
-                }
-                Err(e) => {
-                    ctx.tally.note(format!("{route}: {e}"));
-                    if attempt >= ATTEMPTS {
-                        return Answer {
-                            status: 0,
-                            retry_after: None,
-                            body: Vec::new(),
-                        };
-                    }
-                    Duration::from_secs(1)
-                }
-            };
-            tokio::time::sleep(wait).await;
-        }
-    }
-
-    async fn register(&self, ctx: &Ctx) -> bool {
-        let request = RegisterRequest {
-            name: format!("idle-{}", self.index),
-            public_key: self.client.public_key_b64(),
-            max_concurrent: Some(2),
-            environments: Some(vec![outpost_core::wire::Environment::Shell]),
-            daemon_version: Some(env!("CARGO_PKG_VERSION").into()),
-        };
-        let body = serde_json::to_vec(&request).expect("the request serialises");
-        let answer = self.call(ctx, REGISTER, &body, true).await;
-        (200..300).contains(&answer.status)
-    }
-
-    async fn ticket(&self, ctx: &Ctx) -> Option<String> {
-        let answer = self.call(ctx, TICKET, b"", false).await;
-        if !(200..300).contains(&answer.status) {
-            return None;
-        }
-        let json: serde_json::Value = serde_json::from_slice(&answer.body).ok()?;
-        json["ticket"].as_str().map(str::to_owned)
-    }
-
-    /// Ticket, WebSocket, `welcome`, `hello`: the socket and the heartbeat period.
-    async fn connect(&self, ctx: &Ctx) -> Option<(Ws, Duration)> {
-        let ticket = self.ticket(ctx).await?;
-        let url = ctx
-            .url
-            .ws_url(&format!("/v1/execution-contexts/connect?ticket={ticket}"));
-        let opened = async {
-            let stream = connect_from(self.ip, ctx.server)
-                .await
-                .map_err(|e| format!("connect: {e}"))?;
-            let (mut ws, _) = async_tungstenite::tokio::client_async(url.as_str(), stream)
-                .await
-                .map_err(|e| format!("handshake: {e}"))?;
-            let welcome = loop {
-                match ws.next().await {
-                    Some(Ok(Message::Text(text))) => break text,
-                    Some(Ok(Message::Close(frame))) => {
-                        return Err(format!(
-                            "closed before welcome: {:?}",
-                            frame.map(|f| u16::from(f.code))
-                        ));
-                    }
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => return Err(format!("before welcome: {e}")),
-                    None => return Err("ended before welcome".to_owned()),
-                }
-            };
-            let welcome: serde_json::Value =
-                serde_json::from_str(welcome.as_str()).map_err(|e| format!("welcome: {e}"))?;
-            if welcome["type"] != "welcome" {
-                return Err(format!("first frame is {}", welcome["type"]));
-            }
-            let heartbeat = welcome["heartbeatSecs"].as_u64().unwrap_or(15).max(1);
-            let hello = DaemonFrame::Hello {
-                protocol: PROTOCOL_VERSION,
-                features: Vec::new(),
-                max_concurrent: 2,
-                held_runs: Vec::new(),
-                pending_results: Vec::new(),
-                environments: vec![Environment::Shell],
-                paused: false,
-            };
-            ws.send(text_message(hello.to_json()))
-                .await
-                .map_err(|e| format!("hello: {e}"))?;
-            Ok((ws, Duration::from_secs(heartbeat)))
-        };
-        match tokio::time::timeout(IO_TIMEOUT, opened).await {
-            Ok(Ok(open)) => Some(open),
-            Ok(Err(e)) => {
-                ctx.tally.note(format!("connect: {e}"));
-                None
-            }
-            Err(_) => {
-                ctx.tally.note("connect: timed out".to_owned());
-                None
-            }
-        }
-    }
-}
-
-fn text_message(bytes: Vec<u8>) -> Message {
-    Message::Text(String::from_utf8(bytes).expect("frames are UTF-8").into())
-}
-
-fn error_code(body: &[u8]) -> String {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v["error"]["code"].as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
-/// An idle daemon: a `status` every heartbeat, and one more (then a ping) on each beat of the
-/// bench; a pong is counted.
-async fn idle(mut ws: Ws, heartbeat: Duration, mut beat: watch::Receiver<u64>, tally: Arc<Tally>) {
-    let status = DaemonFrame::Status {
-        slots_used: 0,
-        slots_total: 2,
-        draining: false,
-        paused: false,
-    }
-    .to_json();
-    let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
-    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = timer.tick() => {
-                if let Err(e) = ws.send(text_message(status.clone())).await {
-                    tally.note(format!("idle: send failed: {e}"));
-                    break;
-                }
-                tally.statuses.fetch_add(1, Ordering::Relaxed);
-            }
-            changed = beat.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-                timer.reset();
-                let generation = *beat.borrow_and_update();
-                let sent = async {
-                    ws.feed(text_message(status.clone())).await?;
-                    ws.send(Message::Ping(generation.to_be_bytes().to_vec().into())).await
-                };
-                if let Err(e) = sent.await {
-                    tally.note(format!("idle: send failed: {e}"));
-                    break;
-                }
-                tally.statuses.fetch_add(1, Ordering::Relaxed);
-            }
-            message = ws.next() => match message {
-                Some(Ok(Message::Pong(_))) => {
-                    tally.pongs.fetch_add(1, Ordering::Relaxed);
-                    tally.pong.notify_one();
-                }
-                Some(Ok(Message::Close(frame))) => {
-                    tally.note(format!("idle: server closed ({:?})", frame.map(|f| u16::from(f.code))));
-                    break;
-                }
-                Some(Ok(Message::Text(text))) => {
-                    let json: serde_json::Value = serde_json::from_str(text.as_str()).unwrap_or_default();
-                    tally.note(format!("idle: server sent {}", json["type"]));
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => {
-                    tally.note(format!("idle: socket failed: {e}"));
-                    break;
-                }
-                None => {
-                    tally.note("idle: socket ended".to_owned());
-                    break;
-                }
-            }
-        }
-    }
-    tally.open.fetch_sub(1, Ordering::Relaxed);
-}
-
 /// What one [`Fleet::grow`] did.
 struct Grown {
     registered: usize,
@@ -637,6 +88,7 @@ struct Grown {
 struct Fleet {
     rt: tokio::runtime::Runtime,
     ctx: Arc<Ctx>,
+    target: Target,
     beat: watch::Sender<u64>,
     next_index: usize,
     heartbeat: Duration,
@@ -650,8 +102,6 @@ impl Fleet {
             .build()
             .expect("a runtime");
         let ctx = Arc::new(Ctx {
-            server: server.addr,
-            url: server.url.clone(),
             token: server.join.token.clone(),
             admin: server.admin.clone(),
             tally: Arc::new(Tally::default()),
@@ -660,6 +110,10 @@ impl Fleet {
         Fleet {
             rt,
             ctx,
+            target: Target {
+                addr: server.addr,
+                url: server.url.clone(),
+            },
             beat,
             next_index: 0,
             heartbeat: Duration::from_secs(15),
@@ -673,15 +127,16 @@ impl Fleet {
     /// Registers `count` more machines, then connects them.
     fn grow(&mut self, count: usize, server: &Server) -> Grown {
         let machines: Vec<Arc<Machine>> = (self.next_index..self.next_index + count)
-            .map(|i| Arc::new(Machine::new(i, &self.ctx.url)))
+            .map(|i| Arc::new(Machine::new(i)))
             .collect();
         self.next_index += count;
         let ctx = self.ctx.clone();
+        let target = self.target.clone();
         let started = Instant::now();
         let registered: Vec<Arc<Machine>> =
             self.rt.block_on(in_flight(machines, "registered", |m| {
-                let ctx = ctx.clone();
-                async move { m.register(&ctx).await.then_some(m) }
+                let (ctx, target) = (ctx.clone(), target.clone());
+                async move { m.register(&ctx, &target).await.then_some(m) }
             }));
         let registering = started.elapsed();
         let mem = server.memory();
@@ -697,10 +152,10 @@ impl Fleet {
         let periods: Vec<Duration> =
             self.rt
                 .block_on(in_flight(registered.clone(), "connected", |m| {
-                    let ctx = ctx.clone();
+                    let (ctx, target) = (ctx.clone(), target.clone());
                     let beat = beat.subscribe();
                     async move {
-                        let (ws, heartbeat) = m.connect(&ctx).await?;
+                        let (ws, heartbeat) = m.connect(&ctx, &target).await?;
                         ctx.tally.open.fetch_add(1, Ordering::Relaxed);
                         tokio::spawn(idle(ws, heartbeat, beat, ctx.tally.clone()));
                         Some(heartbeat)
@@ -720,22 +175,7 @@ impl Fleet {
 
     /// `outpost_connected_daemons` from `/metrics`.
     fn connected(&self) -> Option<u64> {
-        let ctx = self.ctx.clone();
-        self.rt.block_on(async move {
-            let req = HttpRequest {
-                method: "GET".into(),
-                url: String::new(),
-                headers: Vec::new(),
-                body: Vec::new(),
-            };
-            let answer = http(Ipv4Addr::LOCALHOST, ctx.server, "/metrics", &req, None)
-                .await
-                .ok()?;
-            let text = String::from_utf8_lossy(&answer.body).into_owned();
-            text.lines()
-                .find_map(|l| l.strip_prefix("outpost_connected_daemons "))
-                .and_then(|v| v.trim().parse().ok())
-        })
+        self.rt.block_on(daemon::connected(self.target.addr))
     }
 
     /// Waits until the server counts `count` daemons connected (at most 60 s).
@@ -752,7 +192,7 @@ impl Fleet {
 
     /// An empty `PUT /v1/chain`: answered once the dispatcher took it, so after every frame
     /// queued before it.
-    async fn barrier(ctx: &Ctx) {
+    async fn barrier(ctx: &Ctx, server: SocketAddr) {
         let req = HttpRequest {
             method: "PUT".into(),
             url: String::new(),
@@ -761,7 +201,7 @@ impl Fleet {
         };
         match http(
             Ipv4Addr::LOCALHOST,
-            ctx.server,
+            server,
             "/v1/chain",
             &req,
             Some(&ctx.admin),
@@ -783,7 +223,7 @@ impl Fleet {
         let cpu = server.cpu();
         self.rt.block_on(async {
             for _ in 0..count {
-                Self::barrier(&self.ctx).await;
+                Self::barrier(&self.ctx, self.target.addr).await;
             }
         });
         (server.cpu() - cpu) / count
@@ -797,6 +237,7 @@ impl Fleet {
         self.beat.send_modify(|g| *g += 1);
         let tally = self.ctx.tally.clone();
         let ctx = self.ctx.clone();
+        let server = self.target.addr;
         self.rt.block_on(async move {
             let deadline = tokio::time::Instant::now() + IO_TIMEOUT;
             while tally.pongs.load(Ordering::Relaxed) < target {
@@ -808,59 +249,9 @@ impl Fleet {
                     break;
                 }
             }
-            Self::barrier(&ctx).await;
+            Self::barrier(&ctx, server).await;
         });
     }
-}
-
-/// Runs `step` over `items`, [`IN_FLIGHT`] at once, printing progress; keeps the `Some`s.
-async fn in_flight<T, R, F, Fut>(items: Vec<T>, what: &str, step: F) -> Vec<R>
-where
-    T: Send + 'static,
-    R: Send + 'static,
-    F: Fn(T) -> Fut,
-    Fut: std::future::Future<Output = Option<R>> + Send + 'static,
-{
-    let total = items.len();
-    let what = what.to_owned();
-    let gate = Arc::new(Semaphore::new(IN_FLIGHT));
-    let done = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::with_capacity(total);
-    for item in items {
-        let permit = gate
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the gate stays open");
-        let fut = step(item);
-        let done = done.clone();
-        let what = what.clone();
-        tasks.push(tokio::spawn(async move {
-            let out = fut.await;
-            drop(permit);
-            let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-            if n.is_multiple_of(1000) {
-                eprintln!(
-                    "idle_daemons: {n}/{total} {what} after {:.1} s",
-                    started.elapsed().as_secs_f64()
-                );
-            }
-            out
-        }));
-    }
-    let mut out = Vec::with_capacity(total);
-    for task in tasks {
-        if let Some(r) = task.await.expect("a set-up task") {
-            out.push(r);
-        }
-    }
-    eprintln!(
-        "idle_daemons: {}/{total} {what} in {:.1} s",
-        out.len(),
-        started.elapsed().as_secs_f64()
-    );
-    out
 }
 
 /// Server CPU per `status` over `periods` natural heartbeat periods.
@@ -871,15 +262,6 @@ fn natural_heartbeats(fleet: &Fleet, server: &Server, periods: u32) -> (Duration
     let cpu = server.cpu() - cpu;
     let sent = fleet.tally().statuses.load(Ordering::Relaxed) - sent;
     (cpu, sent)
-}
-
-/// KiB per item from `before` to `after`.
-fn kib(after: u64, before: u64, items: usize) -> f64 {
-    (after as f64 - before as f64) / items.max(1) as f64
-}
-
-fn per(cpu: Duration, count: u64) -> f64 {
-    cpu.as_secs_f64() * 1e6 / count.max(1) as f64
 }
 
 /// Criterion: server CPU per batch of one `status` from every daemon, normalised to the
@@ -916,7 +298,9 @@ fn run(criterion: &mut Criterion, small: usize, large: usize) {
     let state = std::env::temp_dir().join(format!("outpost-idle-daemons-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     let started = Instant::now();
-    let server = Server::start(&state);
+    let database = (std::env::var(DATABASE_ENV).as_deref() == Ok("postgres"))
+        .then(|| postgres::shared().database(&format!("idle_{}", std::process::id())));
+    let server = Server::start(&state, database.as_deref());
     let mut fleet = Fleet::new(&server);
     let base = server.memory();
     eprintln!(

@@ -246,7 +246,7 @@ pub struct Nodes {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Node {
-    /// `nd_…`, new at each start of the process.
+    /// `nd_…`, kept in the node's state folder: the same across its restarts.
     pub node_id: String,
     /// The URL daemons and clients reach it at.
     pub url: String,

@@ -171,8 +171,9 @@ pub(crate) enum Msg {
     /// Another node may have handed this one executions or asked it to cancel one (a
     /// notification, or the heartbeat's timer): the dispatcher reads its inbox.
     Inbox,
-    /// Machines another node just took (a notification): their owner rows are read and
-    /// each one this node held is let go at once.
+    /// Machines another node just took (the payloads of its notifications: owner rows
+    /// `context:node:epoch`, or bare ids whose rows are read): each one this node held is let
+    /// go at once.
     Taken(Vec<String>),
     /// Owner rows of nodes judged dead (their heartbeat is older than [`crate::http::nodes::LIVE`]
     /// by the database's clock): this node tries to take their machines and the executions
@@ -231,6 +232,8 @@ pub(crate) struct Dispatcher {
     online_since: HashMap<String, u64>,
     /// The machines this node owns, with the epochs that fence their records.
     fences: Fences,
+    /// The current batch's connect tickets and WebSockets, carried out together.
+    connects: tickets::Connects,
 }
 
 impl Dispatcher {
@@ -258,6 +261,7 @@ impl Dispatcher {
             controls: HashMap::new(),
             online_since: HashMap::new(),
             fences,
+            connects: tickets::Connects::default(),
         }
     }
 
@@ -322,8 +326,10 @@ impl Dispatcher {
     /// Handles `first` and what is already waiting behind it (at most [`BATCH`] messages):
     /// the inputs of consecutive `Input`, `Connect` and `Disconnected` messages go to the
     /// core one after another and their records are committed in one transaction (a group
-    /// commit) before any of their outputs is carried out or any reply sent. Returns whether
-    /// a shutdown was among them.
+    /// commit) before any of their outputs is carried out or any reply sent. The connect
+    /// tickets issued and the WebSockets presented between two other messages are carried
+    /// out together, in one transaction of their own ([`Dispatcher::flush_connects`]), before
+    /// the next message that could depend on them. Returns whether a shutdown was among them.
     fn on_batch(
         &mut self,
         first: Msg,
@@ -336,6 +342,7 @@ impl Dispatcher {
             taken += 1;
             match msg {
                 Msg::Shutdown => {
+                    self.flush_connects();
                     self.finish_batch(replies)?;
                     return Ok(true);
                 }
@@ -344,6 +351,9 @@ impl Dispatcher {
                     reply,
                     listing,
                 } => {
+                    // In the order they came: a daemon connected before this input is
+                    // connected when it is fed.
+                    self.flush_connects();
                     let admitted = match (&input, &listing) {
                         (Input::Execute(request), Some(_)) => {
                             self.pending.admit(request).map_err(Declined::QueueFull)
@@ -363,14 +373,24 @@ impl Dispatcher {
                     handle,
                 } => {
                     self.conns.insert(conn, handle);
-                    self.connect(context_id, conn, ticket);
+                    self.present(context_id, conn, ticket);
+                }
+                Msg::IssueTicket {
+                    context_id,
+                    secret,
+                    reply,
+                } => self.issue_ticket(context_id, secret, reply)?,
+                Msg::TicketContext { ticket, reply } => {
+                    let _ = reply.send(self.ticket_context(&ticket));
                 }
                 Msg::Disconnected { conn } => {
+                    self.flush_connects();
                     if self.conns.remove(&conn).is_some() {
                         let _ = self.apply(Input::Disconnected { conn });
                     }
                 }
                 other => {
+                    self.flush_connects();
                     self.finish_batch(std::mem::take(&mut replies))?;
                     self.on_msg(other)?;
                 }
@@ -379,6 +399,7 @@ impl Dispatcher {
                 next = rx.try_recv().ok();
             }
         }
+        self.flush_connects();
         self.finish_batch(replies)?;
         Ok(false)
     }
@@ -474,47 +495,6 @@ impl Dispatcher {
     /// The messages a batch does not take: they read the state the batch left.
     fn on_msg(&mut self, msg: Msg) -> Result<(), crate::store::StoreError> {
         match msg {
-            Msg::IssueTicket {
-                context_id,
-                secret,
-                reply,
-            } => {
-                // Any node issues a ticket, for a machine it owns or not (one registered
-                // through another node moments ago is learnt first): the node the WebSocket
-                // reaches takes the machine.
-                if let Err(e) = self.learn_machine(&context_id) {
-                    let _ = reply.send(Err(TicketRefused::Database(e)));
-                    return Ok(());
-                }
-                let now = self.shared.clock.now();
-                // Bring the dispatcher's clock up to now so the ticket is stamped with it.
-                let _ = self.server.handle_input(now, Input::Timeout);
-                self.drain()?;
-                let issued = self
-                    .server
-                    .issue_ticket(&context_id, secret)
-                    .map_err(TicketRefused::Ticket)
-                    .and_then(|issued| {
-                        // Kept where every node finds it: the WebSocket may reach another.
-                        self.share_ticket(&context_id, &issued)
-                            .map_err(TicketRefused::Database)?;
-                        Ok(issued)
-                    });
-                let drained = self.drain();
-                let _ = reply.send(issued);
-                drained
-            }
-            Msg::TicketContext { ticket, reply } => {
-                let now = self.shared.clock.now().wall;
-                let found = match self.server.ticket_context(&ticket, now) {
-                    Ok(id) => Ok(id.to_owned()),
-                    // Issued by another node, perhaps.
-                    Err(TicketError::Unknown) => self.shared_ticket_context(&ticket, now),
-                    Err(e) => Err(e),
-                };
-                let _ = reply.send(found);
-                Ok(())
-            }
             Msg::Live { ids, reply } => {
                 let live = ids
                     .into_iter()
@@ -577,7 +557,17 @@ impl Dispatcher {
             Msg::Owners(rows) => self.on_owners(rows),
             Msg::Inbox => self.read_inbox(),
             Msg::Dead(rows) => self.take_from_the_dead(rows),
-            Msg::Taken(ids) => self.check_owners(&ids),
+            Msg::Taken(payloads) => {
+                let mut rows = Vec::new();
+                let mut bare = Vec::new();
+                for payload in &payloads {
+                    let (heard, ids) = crate::store::heard_takes(payload);
+                    rows.extend(heard);
+                    bare.extend(ids);
+                }
+                self.on_owners(rows)?;
+                self.check_owners(&bare)
+            }
             Msg::Chains(chains) => {
                 for (user_id, chain) in chains {
                     // Equal to what this node holds: nothing happens, nothing is written.
@@ -586,9 +576,12 @@ impl Dispatcher {
                 self.drain()
             }
             // Taken by `on_batch` itself.
-            Msg::Input { .. } | Msg::Connect { .. } | Msg::Disconnected { .. } | Msg::Shutdown => {
-                Ok(())
-            }
+            Msg::Input { .. }
+            | Msg::Connect { .. }
+            | Msg::Disconnected { .. }
+            | Msg::IssueTicket { .. }
+            | Msg::TicketContext { .. }
+            | Msg::Shutdown => Ok(()),
         }
     }
 

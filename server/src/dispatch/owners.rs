@@ -2,8 +2,8 @@
 //! record the dispatcher writes for a machine is written under the epoch this node holds for
 //! it, so a node that lost a machine to another can never commit anything for it.
 //!
-//! It owns the epochs held, the take on a daemon's ticket request (with the adoption of what
-//! the machine's previous owner recorded), and letting go of machines the owners' table says
+//! It owns the epochs held, the adoption of what a machine's previous owner recorded when its
+//! daemon's WebSocket brings it here, and letting go of machines the owners' table says
 //! another node took. It never decides routing, and never writes a machine's records itself.
 
 use std::collections::HashMap;
@@ -12,6 +12,10 @@ use outpost_core::server::Input;
 
 use super::Dispatcher;
 use crate::store::{StoreError, off_the_runtime};
+
+/// The machines of dead nodes a node adopts per heartbeat at most: the rest wait for the
+/// next beat, so that the daemons coming back to this node get through in between.
+const ADOPTED_PER_BEAT: usize = 500;
 
 /// The epochs this node holds, by context id.
 pub(crate) struct Fences {
@@ -73,18 +77,16 @@ impl Dispatcher {
             && !self.server.is_owned_elsewhere(context_id)
     }
 
-    /// Takes `context_id` for this node as its daemon's WebSocket opens here: the epoch moves
-    /// on, so whoever held the machine before can write nothing more for it; and unless this
-    /// node held the epoch just before, what it knows of the machine is replaced by the
+    /// Holds `context_id` at `epoch`, just taken for this node as its daemon's WebSocket
+    /// opens here (whoever held the machine before can write nothing more for it); unless
+    /// this node held the epoch just before, what it knows of the machine is replaced by the
     /// records (the previous owner's runs, queue and offers).
-    pub(super) fn take(&mut self, context_id: &str) -> Result<(), StoreError> {
-        let store = &self.shared.store;
-        let node = &self.fences.node_id;
-        let epoch = off_the_runtime(|| store.take_context(context_id, node))?;
+    pub(super) fn took(&mut self, context_id: &str, epoch: i64) -> Result<(), StoreError> {
         let held_before = self.fences.epochs.insert(context_id.to_owned(), epoch);
         if held_before == Some(epoch - 1) && !self.server.is_owned_elsewhere(context_id) {
             return Ok(());
         }
+        let store = &self.shared.store;
         let snapshot = off_the_runtime(|| store.context_snapshot(context_id))?;
         let Some(snapshot) = snapshot else {
             // Registered, never recorded: nothing to adopt, the registration's row comes.
@@ -168,8 +170,10 @@ impl Dispatcher {
 
     /// Compares the owners' table with the fences held: a context another node has taken is
     /// let go (its connection here closed, its executions forgotten: they are the new
-    /// owner's), and a context this node never knew is learnt as owned elsewhere.
+    /// owner's), and a context this node never knew is learnt as owned elsewhere — their
+    /// records read together, a few queries for thousands of machines.
     pub(super) fn on_owners(&mut self, rows: Vec<OwnerRow>) -> Result<(), StoreError> {
+        let mut moved = Vec::new();
         for (context_id, node_id, epoch) in rows {
             if context_id.starts_with(crate::store::NODE_FENCE) {
                 // A node's own fence, not a machine (this node's moves only if it was judged
@@ -185,27 +189,39 @@ impl Dispatcher {
                     node_id != self.fences.node_id && !self.server.is_owned_elsewhere(&context_id)
                 }
             };
-            if !taken_from_us {
-                continue;
+            if taken_from_us {
+                if held.is_some() {
+                    tracing::info!(
+                        context = context_id,
+                        owner = node_id,
+                        "another node took a machine this node held: it lets it go"
+                    );
+                }
+                moved.push(context_id);
             }
-            let store = &self.shared.store;
-            let Some(snapshot) = off_the_runtime(|| store.context_snapshot(&context_id))? else {
-                continue;
-            };
-            let Some(row) = snapshot.contexts.into_iter().next() else {
-                continue;
-            };
-            if held.is_some() {
-                tracing::info!(
-                    context = context_id,
-                    owner = node_id,
-                    "another node took a machine this node held: it lets it go"
-                );
-            }
-            self.fences.epochs.remove(&context_id);
-            self.feed(Input::Elsewhere(Box::new(row)))?;
         }
-        Ok(())
+        if moved.is_empty() {
+            return Ok(());
+        }
+        let store = &self.shared.store;
+        let mut snapshots = off_the_runtime(|| store.context_snapshots(&moved))?;
+        let now = self.shared.clock.now();
+        for context_id in moved {
+            let Some(row) = snapshots
+                .remove(&context_id)
+                .and_then(|s| s.contexts.into_iter().next())
+            else {
+                continue;
+            };
+            self.fences.epochs.remove(&context_id);
+            if let Err(e) = self
+                .server
+                .handle_input(now, Input::Elsewhere(Box::new(row)))
+            {
+                tracing::warn!(error = %e, context = context_id, "a machine was not let go");
+            }
+        }
+        self.drain()
     }
 
     /// Reads this node's inbox: takes in the executions other nodes handed to the machines
@@ -241,10 +257,12 @@ impl Dispatcher {
 
     /// Takes what nodes judged dead owned: each machine (its epoch moves on, and its runs,
     /// queue and offers are adopted from the records, so its leases, queue deadlines and
-    /// waits keep firing here), and each dead node's executions no machine holds (taken in:
+    /// waits keep firing here), at most [`ADOPTED_PER_BEAT`] of them per heartbeat, in one
+    /// transaction and one read; and each dead node's executions no machine holds (taken in:
     /// an unplaced one is planned, one on that node's executor ends `lost`). A row another
     /// node moved first is left to it.
     pub(super) fn take_from_the_dead(&mut self, rows: Vec<OwnerRow>) -> Result<(), StoreError> {
+        let mut machines = Vec::new();
         for (id, dead, epoch) in rows {
             if dead == self.fences.node_id {
                 continue;
@@ -268,18 +286,30 @@ impl Dispatcher {
                 }
                 continue;
             }
-            let Some(new_epoch) =
-                off_the_runtime(|| store.take_context_from(&id, &dead, epoch, node))?
-            else {
-                continue;
-            };
-            self.fences.epochs.insert(id.clone(), new_epoch);
-            let snapshot = off_the_runtime(|| store.context_snapshot(&id))?;
-            tracing::info!(context = id, dead, "this node takes a dead node's machine");
-            if let Some(snapshot) = snapshot {
-                self.feed(Input::Adopt(Box::new(snapshot)))?;
+            if machines.len() < ADOPTED_PER_BEAT {
+                machines.push((id, dead, epoch));
             }
         }
-        Ok(())
+        let (store, node) = (&self.shared.store, &self.fences.node_id);
+        let taken = off_the_runtime(|| store.take_contexts_from(&machines, node))?;
+        if taken.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(count = taken.len(), "this node takes dead nodes' machines");
+        let ids: Vec<String> = taken.iter().map(|(id, _)| id.clone()).collect();
+        self.fences.epochs.extend(taken);
+        let store = &self.shared.store;
+        let mut snapshots = off_the_runtime(|| store.context_snapshots(&ids))?;
+        let now = self.shared.clock.now();
+        for id in ids {
+            if let Some(snapshot) = snapshots.remove(&id)
+                && let Err(e) = self
+                    .server
+                    .handle_input(now, Input::Adopt(Box::new(snapshot)))
+            {
+                tracing::warn!(error = %e, context = id, "a dead node's machine was not adopted");
+            }
+        }
+        self.drain()
     }
 }

@@ -183,11 +183,14 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
         // nothing, and no connection bound has fired yet) cuts the node off on time.
         let due = tokio::time::sleep_until(last_written + CUT_OFF);
         tokio::pin!(due);
+        // The heartbeat never waits long for the sessions: a dispatcher busy with a storm of
+        // connects must not make its node look dead.
         let sessions = tokio::select! {
-            listed = sessions_here(&app) => match listed {
-                Ok(s) => serde_json::to_string(&s).ok(),
-                // The dispatcher stopped: the heartbeat goes on, the sessions as last written.
-                Err(_) => None,
+            listed = tokio::time::timeout(HEARTBEAT, sessions_here(&app)) => match listed {
+                Ok(Ok(s)) => serde_json::to_string(&s).ok(),
+                // The dispatcher stopped or is busy: the heartbeat goes on, the sessions as
+                // last written.
+                Ok(Err(_)) | Err(_) => None,
             },
             () = &mut due, if !app.cut_off() => {
                 cut_off(&app, last_written);

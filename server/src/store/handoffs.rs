@@ -187,36 +187,6 @@ impl Store {
         Ok(())
     }
 
-    /// Keeps connect ticket `id` (hex), issued for `context_id` as `session_id`, until
-    /// `expires_at` (Unix seconds): what any node checks a WebSocket's ticket against. Tickets
-    /// past their expiry go at the same time.
-    pub(crate) fn put_connect_ticket(
-        &self,
-        ticket: &SharedTicket,
-        now: u64,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.lock();
-        let tx = conn.transaction().doing("keeping a connect ticket")?;
-        tx.execute(
-            "DELETE FROM connect_tickets WHERE expires_at <= ?1",
-            params![now as i64],
-        )
-        .doing("forgetting expired tickets")?;
-        tx.execute(
-            "INSERT INTO connect_tickets (id, context_id, secret_sha256, session_id, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                ticket.id,
-                ticket.context_id,
-                ticket.secret_sha256,
-                ticket.session_id,
-                ticket.expires_at as i64
-            ],
-        )
-        .doing("keeping a connect ticket")?;
-        tx.commit().doing("keeping a connect ticket")
-    }
-
     /// Connect ticket `id` (hex) as kept, if it is (not spent, not forgotten).
     pub(crate) fn connect_ticket(&self, id: &str) -> Result<Option<SharedTicket>, StoreError> {
         self.read()
@@ -228,23 +198,6 @@ impl Store {
             )
             .optional()
             .doing("reading a connect ticket")
-    }
-
-    /// Spends connect ticket `id` (hex) with one statement: it comes back once, to whichever
-    /// node spends it first, and never again.
-    pub(crate) fn spend_connect_ticket(
-        &self,
-        id: &str,
-    ) -> Result<Option<SharedTicket>, StoreError> {
-        self.lock()
-            .query_row(
-                "DELETE FROM connect_tickets WHERE id = ?1
-                 RETURNING id, context_id, secret_sha256, session_id, expires_at",
-                params![id],
-                shared_ticket,
-            )
-            .optional()
-            .doing("spending a connect ticket")
     }
 }
 
@@ -263,7 +216,7 @@ pub(crate) struct SharedTicket {
     pub(crate) expires_at: u64,
 }
 
-fn shared_ticket(r: &super::db::Row) -> Result<SharedTicket, super::db::DbError> {
+pub(super) fn shared_ticket(r: &super::db::Row) -> Result<SharedTicket, super::db::DbError> {
     Ok(SharedTicket {
         id: r.get(0)?,
         context_id: r.get(1)?,

@@ -14,8 +14,10 @@
 //! writes check). It never decides anything: the dispatcher and the routes do.
 
 mod access;
+mod adoption;
 mod bundles;
 pub mod changes;
+mod connects;
 pub(crate) mod db;
 mod handoffs;
 mod joins;
@@ -40,6 +42,7 @@ use db::{Conn, Driver, PgConn};
 pub(crate) use access::{ContextEntry, Removal};
 pub(crate) use bundles::{NewBundle, Stored};
 pub use changes::Topic;
+pub(crate) use connects::{Spend, Spent, heard_takes};
 pub(crate) use handoffs::SharedTicket;
 pub(crate) use joins::JoinTokenEntry;
 pub(crate) use owners::NODE_FENCE;

@@ -15,7 +15,7 @@ const FORGET_AFTER_MS: i64 = 3_600_000;
 /// A node as its last heartbeat left it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NodeRow {
-    /// `nd_…`, new at each start.
+    /// `nd_…`, kept in the node's state folder across its restarts.
     pub(crate) id: String,
     /// The URL daemons and clients reach it at.
     pub(crate) url: String,

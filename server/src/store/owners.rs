@@ -107,34 +107,6 @@ pub(super) fn check_fence(
 }
 
 impl Store {
-    /// Node `node_id` takes context `context_id` (a daemon connected to it): one committed
-    /// statement that makes the row (epoch 1) or moves it to this node with the next epoch.
-    /// Returns the epoch this node now holds; any earlier holder's is stale.
-    pub(crate) fn take_context(&self, context_id: &str, node_id: &str) -> Result<i64, StoreError> {
-        let mut conn = self.lock();
-        let tx = conn.transaction().doing("taking a context")?;
-        let epoch = tx
-            .query_row(
-                "INSERT INTO context_owner (context_id, node_id, epoch) VALUES (?1, ?2, 1)
-                 ON CONFLICT (context_id) DO UPDATE SET node_id = excluded.node_id,
-                     epoch = context_owner.epoch + 1
-                 RETURNING epoch",
-                params![context_id, node_id],
-                |r| r.get(0),
-            )
-            .doing("taking a context")?;
-        if tx.is_postgres() {
-            // The node that held it lets it go at once rather than at its next heartbeat.
-            tx.execute(
-                "SELECT pg_notify('outpost_owners', ?1)",
-                params![context_id],
-            )
-            .doing("announcing a take")?;
-        }
-        tx.commit().doing("taking a context")?;
-        Ok(epoch)
-    }
-
     /// Node `node_id` claims context `context_id` if no node owns it yet (a context just
     /// registered through it): one committed statement that makes the row at epoch 1.
     /// Returns `Some(1)` when it made the row, `None` when there was one already, whoever's
@@ -215,28 +187,6 @@ impl Store {
             .doing("claiming contexts")?;
         tx.commit().doing("claiming contexts")?;
         Ok(owned)
-    }
-
-    /// Node `node_id` takes context `context_id` from `dead`, a node judged dead, if its row
-    /// still names `dead` at `epoch` (one statement: of several nodes trying at once, one
-    /// wins). Returns the epoch now held, `None` when another node moved it first.
-    pub(crate) fn take_context_from(
-        &self,
-        context_id: &str,
-        dead: &str,
-        epoch: i64,
-        node_id: &str,
-    ) -> Result<Option<i64>, StoreError> {
-        self.lock()
-            .query_row(
-                "UPDATE context_owner SET node_id = ?4, epoch = epoch + 1
-                 WHERE context_id = ?1 AND node_id = ?2 AND epoch = ?3
-                 RETURNING epoch",
-                params![context_id, dead, epoch, node_id],
-                |r| r.get(0),
-            )
-            .optional()
-            .doing("taking a dead node's context")
     }
 
     /// Node `node_id` takes over the executions of `dead` (a node judged dead) that no machine
@@ -323,41 +273,8 @@ impl Store {
         &self,
         context_id: &str,
     ) -> Result<Option<ServerSnapshot>, StoreError> {
-        let rows = self
-            .lock()
-            .query_map(
-                // By the index of placements; a row a node of an older version wrote has
-                // none (NULL) and is read and judged by its bytes.
-                "SELECT bytes FROM records
-                 WHERE (kind = 'context' AND key = ?1)
-                    OR (kind = 'execution' AND (placed_on = ?1 OR placed_on IS NULL))
-                 ORDER BY seq",
-                params![context_id],
-                |r| r.get::<Vec<u8>>(0),
-            )
-            .doing("reading a context's records")?;
-        let mut snapshot = ServerSnapshot::default();
-        let mut found = false;
-        let mut latest = 0;
-        for bytes in rows {
-            let record = ServerRecord::decode(&bytes).doing("decoding a stored record")?;
-            let take = match &record.change {
-                ServerChange::Context(row) => {
-                    found |= row.id.as_str() == context_id;
-                    row.id.as_str() == context_id
-                }
-                ServerChange::Execution(row) => {
-                    row.place.context_id().map(|c| c.as_str()) == Some(context_id)
-                }
-                ServerChange::Chain(_) | ServerChange::ExecutionEnded(_) => false,
-            };
-            if take {
-                latest = latest.max(record.written_ms);
-                snapshot.apply(&record);
-            }
-        }
-        snapshot.written_ms = latest;
-        Ok(found.then_some(snapshot))
+        let mut snapshots = self.context_snapshots(&[context_id.to_owned()])?;
+        Ok(snapshots.remove(context_id))
     }
 
     /// Fills in the placement of execution records written before it was kept (migration

@@ -17,12 +17,169 @@ use super::db::{Sql as _, params};
 use super::owners::node_fence;
 use super::tests::stores;
 use super::{
-    AuditRow, Batch, ContextEntry, ExecutionEntry, RecordingAppend, RecordingEntry, Store,
-    contexts_written,
+    AuditRow, Batch, ContextEntry, ExecutionEntry, RecordingAppend, RecordingEntry, SharedTicket,
+    Spend, Spent, Store, contexts_written,
 };
 
 /// How recent a heartbeat must be for its node to count as live, as the server judges.
 const LIVE_MS: u64 = 15_000;
+
+impl Store {
+    /// Node `node_id` takes `context_id` as a daemon's WebSocket does: a ticket kept in one
+    /// batch, spent with a take in the next. The epoch it holds now.
+    fn take_context(&self, context_id: &str, node_id: &str) -> Result<i64, super::StoreError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ticket = ticket(&format!("t{n}"), context_id, "s");
+        self.connect_batch(node_id, std::slice::from_ref(&ticket), &[], 1)?;
+        let spent =
+            self.connect_batch(node_id, &[], &[spend(&ticket.id, "s", context_id, true)], 1)?;
+        match spent.as_slice() {
+            [
+                Spent::Opened {
+                    epoch: Some(epoch), ..
+                },
+            ] => Ok(*epoch),
+            other => panic!("a kept ticket opens its machine: {other:?}"),
+        }
+    }
+}
+
+fn ticket(id: &str, context_id: &str, secret_sha256: &str) -> SharedTicket {
+    SharedTicket {
+        id: id.to_owned(),
+        context_id: context_id.to_owned(),
+        secret_sha256: secret_sha256.to_owned(),
+        session_id: "cs_1".to_owned(),
+        expires_at: 1_000,
+    }
+}
+
+fn spend(ticket_id: &str, secret_sha256: &str, context_id: &str, take: bool) -> Spend {
+    Spend {
+        ticket_id: ticket_id.to_owned(),
+        secret_sha256: secret_sha256.to_owned(),
+        context_id: context_id.to_owned(),
+        take,
+    }
+}
+
+#[test]
+fn a_connect_batch_keeps_spends_once_and_takes_what_it_was_asked_to() {
+    for fresh in stores("connect_batch") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        let kept = [
+            ticket("a", "ec_1", "sa"),
+            ticket("b", "ec_2", "sb"),
+            ticket("c", "ec_3", "sc"),
+        ];
+        assert!(
+            store
+                .connect_batch("nd_a", &kept, &[], 10)
+                .unwrap()
+                .is_empty(),
+            "{kind}"
+        );
+        let spends = [
+            spend("a", "sa", "ec_1", true),
+            // Shown another secret: refused, and spent all the same.
+            spend("b", "wrong", "ec_2", true),
+            // For another machine: refused.
+            spend("c", "sc", "ec_9", true),
+            // Never issued.
+            spend("z", "sz", "ec_1", true),
+        ];
+        let spent = store.connect_batch("nd_b", &[], &spends, 10).unwrap();
+        assert!(
+            matches!(&spent[0], Spent::Opened { shared, epoch: Some(1) } if shared.session_id == "cs_1"),
+            "{kind}: {spent:?}"
+        );
+        assert_eq!(
+            spent[1..],
+            [Spent::Refused, Spent::Refused, Spent::Refused],
+            "{kind}"
+        );
+        assert_eq!(
+            store.context_owner("ec_1").unwrap(),
+            Some(("nd_b".into(), 1)),
+            "{kind}"
+        );
+        assert_eq!(
+            store.context_owner("ec_2").unwrap(),
+            None,
+            "{kind}: refused, not taken"
+        );
+        // Spent once: a second node finds nothing; `c` (refused) was spent too.
+        let again = store
+            .connect_batch(
+                "nd_a",
+                &[],
+                &[
+                    spend("a", "sa", "ec_1", true),
+                    spend("b", "sb", "ec_2", true),
+                ],
+                10,
+            )
+            .unwrap();
+        assert_eq!(again, [Spent::Refused, Spent::Refused], "{kind}");
+        assert!(store.connect_ticket("c").unwrap().is_none(), "{kind}");
+        // Opened without a take: the owner row stays.
+        store
+            .connect_batch("nd_a", &[ticket("d", "ec_1", "sd")], &[], 10)
+            .unwrap();
+        let spent = store
+            .connect_batch("nd_a", &[], &[spend("d", "sd", "ec_1", false)], 10)
+            .unwrap();
+        assert!(
+            matches!(&spent[0], Spent::Opened { epoch: None, .. }),
+            "{kind}: {spent:?}"
+        );
+        assert_eq!(
+            store.context_owner("ec_1").unwrap(),
+            Some(("nd_b".into(), 1)),
+            "{kind}"
+        );
+        // Keeping forgets the expired ones: `e` expires at 1,000.
+        store
+            .connect_batch("nd_a", &[ticket("e", "ec_1", "se")], &[], 10)
+            .unwrap();
+        store
+            .connect_batch("nd_a", &[ticket("f", "ec_1", "sf")], &[], 1_000)
+            .unwrap();
+        assert!(store.connect_ticket("e").unwrap().is_none(), "{kind}");
+    }
+}
+
+#[test]
+fn a_connect_batch_that_fails_keeps_spends_and_takes_nothing() {
+    for fresh in stores("connect_batch_fails") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        store
+            .connect_batch("nd_a", &[ticket("a", "ec_1", "sa")], &[], 10)
+            .unwrap();
+        // Keeping `a` again breaks the transaction: nothing of it stays (`n` kept first).
+        let failed = store.connect_batch(
+            "nd_b",
+            &[ticket("n", "ec_2", "sn"), ticket("a", "ec_1", "sa")],
+            &[spend("a", "sa", "ec_1", true)],
+            10,
+        );
+        assert!(failed.is_err(), "{kind}");
+        assert!(
+            store.connect_ticket("a").unwrap().is_some(),
+            "{kind}: not spent"
+        );
+        assert!(
+            store.connect_ticket("n").unwrap().is_none(),
+            "{kind}: not kept"
+        );
+        assert_eq!(
+            store.context_owner("ec_1").unwrap(),
+            None,
+            "{kind}: not taken"
+        );
+    }
+}
 
 fn context_row(id: &str) -> ContextRow {
     ContextRow {
@@ -483,6 +640,12 @@ fn a_context_snapshot_holds_its_row_and_the_executions_placed_on_it_only() {
         let other = store.context_snapshot("ec_2").unwrap().unwrap();
         assert_eq!(ids(&other.executions, |r| &r.exec_id), ["ex_other"]);
         assert_eq!(store.context_snapshot("ec_9").unwrap(), None, "{kind}");
+        // Read together, each is what it is alone; a machine without a record has none.
+        let ask: Vec<String> = ["ec_1", "ec_2", "ec_9"].map(String::from).to_vec();
+        let together = store.context_snapshots(&ask).unwrap();
+        assert_eq!(together.len(), 2, "{kind}");
+        assert_eq!(together.get("ec_1"), Some(&snapshot), "{kind}");
+        assert_eq!(together.get("ec_2"), Some(&other), "{kind}");
         // Each execution record carries its machine, which a take reads by.
         let placements = |store: &Store| -> Vec<(String, Option<String>)> {
             store
@@ -738,15 +901,22 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
             .find(|(id, ..)| id == "ec_1")
             .unwrap()
             .2;
-        // Two live nodes try at once: one wins each.
-        let won = store
-            .take_context_from("ec_1", "nd_dead", epoch, "nd_a")
-            .unwrap();
-        assert_eq!(won, Some(epoch + 1), "{kind}");
-        let lost = store
-            .take_context_from("ec_1", "nd_dead", epoch, "nd_b")
-            .unwrap();
-        assert_eq!(lost, None, "{kind}");
+        // Two live nodes try at once: one wins each (a row judged at an old epoch moves not).
+        let rows = |epoch: i64| {
+            vec![
+                ("ec_1".to_owned(), "nd_dead".to_owned(), epoch),
+                ("ec_x".to_owned(), "nd_dead".to_owned(), 1),
+            ]
+        };
+        let won = store.take_contexts_from(&rows(epoch), "nd_a").unwrap();
+        assert_eq!(won, vec![("ec_1".to_owned(), epoch + 1)], "{kind}");
+        let lost = store.take_contexts_from(&rows(epoch), "nd_b").unwrap();
+        assert_eq!(lost, Vec::new(), "{kind}");
+        assert_eq!(
+            store.context_owner("ec_1").unwrap(),
+            Some(("nd_a".to_owned(), epoch + 1)),
+            "{kind}"
+        );
         let taken = store
             .take_over_node("nd_dead", dead_fence, "nd_a")
             .unwrap()

@@ -284,19 +284,11 @@ fn notify_other_nodes(
         .into_iter()
         .map(|context_id| ("outpost_handoffs", context_id))
         .collect();
-    let mut joined = String::new();
-    for exec_id in ended {
-        if !joined.is_empty() && joined.len() + exec_id.len() >= NOTIFY_PAYLOAD {
-            payloads.push(("outpost_ends", std::mem::take(&mut joined)));
-        }
-        if !joined.is_empty() {
-            joined.push(',');
-        }
-        joined.push_str(&exec_id);
-    }
-    if !joined.is_empty() {
-        payloads.push(("outpost_ends", joined));
-    }
+    payloads.extend(
+        joined_payloads(ended)
+            .into_iter()
+            .map(|joined| ("outpost_ends", joined)),
+    );
     for (channel, payload) in payloads {
         // `execute`: the function returns `void`, which no row would hold.
         tx.execute(
@@ -306,6 +298,26 @@ fn notify_other_nodes(
         .doing("notifying the other nodes")?;
     }
     Ok(())
+}
+
+/// `items` joined by commas into as few notification payloads as fit ([`NOTIFY_PAYLOAD`]
+/// bytes each at most, but for an item longer than that alone).
+pub(super) fn joined_payloads(items: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut payloads = Vec::new();
+    let mut joined = String::new();
+    for item in items {
+        if !joined.is_empty() && joined.len() + item.len() >= NOTIFY_PAYLOAD {
+            payloads.push(std::mem::take(&mut joined));
+        }
+        if !joined.is_empty() {
+            joined.push(',');
+        }
+        joined.push_str(&item);
+    }
+    if !joined.is_empty() {
+        payloads.push(joined);
+    }
+    payloads
 }
 
 impl Store {
