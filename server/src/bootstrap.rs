@@ -265,9 +265,8 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     // run and record is theirs, not this start's to restore or end.
     let live_ms = crate::http::nodes::LIVE.as_millis() as u64;
     let live_elsewhere: std::collections::HashSet<String> = store
-        .live_nodes(live_ms)?
+        .live_node_ids(live_ms)?
         .into_iter()
-        .map(|row| row.id)
         .filter(|id| *id != node_id)
         .collect();
     // Sessions a killed server left open have no relay any more: their recordings end here.

@@ -46,6 +46,16 @@ impl Server {
         self.machines.get(context_id).map(|m| &m.session)
     }
 
+    /// Every machine whose daemon is connected here and ready (its `hello` taken), with its
+    /// access record, in id order: what a node lists as its sessions, without asking anything
+    /// of its store.
+    pub fn ready_sessions(&self) -> impl Iterator<Item = (&ContextRecord, &Session)> {
+        self.machines
+            .in_order()
+            .filter(|m| !m.elsewhere && m.session.is_ready())
+            .map(|m| (&m.record, &m.session))
+    }
+
     /// Registers a machine not registered yet; a rank change re-keys the wake-up table.
     pub(super) fn add_machine(&mut self, id: String, machine: Machine) {
         let (slot, reranked) = self.machines.insert(id, machine);

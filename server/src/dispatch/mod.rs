@@ -147,6 +147,11 @@ pub(crate) enum Msg {
         ids: Vec<String>,
         reply: oneshot::Sender<HashMap<String, Live>>,
     },
+    /// The machines whose daemon is connected here and ready: (id, name, live state), in id
+    /// order.
+    Sessions {
+        reply: oneshot::Sender<Vec<(String, String, Live)>>,
+    },
     /// The run `run_id` if it is committed on a machine and not finished.
     LiveRun {
         run_id: String,
@@ -492,6 +497,22 @@ impl Dispatcher {
         drained
     }
 
+    /// The live state of machine `id`'s session `s`.
+    fn live(&self, id: &str, s: &session::Session) -> Live {
+        Live {
+            online: s.is_ready(),
+            slots_used: s.in_flight(),
+            slots_total: s.max_concurrent(),
+            features: s.features().to_vec(),
+            draining: s.is_draining(),
+            paused: s.is_paused(),
+            online_since: s
+                .is_ready()
+                .then(|| self.online_since.get(id).copied())
+                .flatten(),
+        }
+    }
+
     /// The messages a batch does not take: they read the state the batch left.
     fn on_msg(&mut self, msg: Msg) -> Result<(), crate::store::StoreError> {
         match msg {
@@ -499,22 +520,24 @@ impl Dispatcher {
                 let live = ids
                     .into_iter()
                     .map(|id| {
-                        let live = self.server.session(&id).map(|s| Live {
-                            online: s.is_ready(),
-                            slots_used: s.in_flight(),
-                            slots_total: s.max_concurrent(),
-                            features: s.features().to_vec(),
-                            draining: s.is_draining(),
-                            paused: s.is_paused(),
-                            online_since: s
-                                .is_ready()
-                                .then(|| self.online_since.get(&id).copied())
-                                .flatten(),
-                        });
+                        let live = self.server.session(&id).map(|s| self.live(&id, s));
                         (id, live.unwrap_or_default())
                     })
                     .collect();
                 let _ = reply.send(live);
+                Ok(())
+            }
+            Msg::Sessions { reply } => {
+                let sessions = self
+                    .server
+                    .ready_sessions()
+                    .map(|(record, session)| {
+                        let id = record.id.to_string();
+                        let live = self.live(&id, session);
+                        (id, record.name.clone(), live)
+                    })
+                    .collect();
+                let _ = reply.send(sessions);
                 Ok(())
             }
             Msg::LiveRun { run_id, reply } => {

@@ -77,27 +77,42 @@ impl Dispatcher {
             && !self.server.is_owned_elsewhere(context_id)
     }
 
-    /// Holds `context_id` at `epoch`, just taken for this node as its daemon's WebSocket
-    /// opens here (whoever held the machine before can write nothing more for it); unless
-    /// this node held the epoch just before, what it knows of the machine is replaced by the
-    /// records (the previous owner's runs, queue and offers).
-    pub(super) fn took(&mut self, context_id: &str, epoch: i64) -> Result<(), StoreError> {
-        let held_before = self.fences.epochs.insert(context_id.to_owned(), epoch);
-        if held_before == Some(epoch - 1) && !self.server.is_owned_elsewhere(context_id) {
+    /// Holds each machine of `taken` (context id, epoch) just taken for this node as its
+    /// daemon's WebSocket opens here (whoever held it before can write nothing more for it);
+    /// unless this node held the epoch just before, what it knows of the machine is replaced
+    /// by the records (the previous owner's runs, queue and offers), all of them read in one
+    /// query. Fed, not drained: the batch's connects follow.
+    pub(super) fn took(&mut self, taken: &[(String, i64)]) -> Result<(), StoreError> {
+        let mut adopt = Vec::new();
+        for (context_id, epoch) in taken {
+            let held_before = self.fences.epochs.insert(context_id.clone(), *epoch);
+            if held_before != Some(epoch - 1) || self.server.is_owned_elsewhere(context_id) {
+                adopt.push(context_id.clone());
+            }
+        }
+        if adopt.is_empty() {
             return Ok(());
         }
         let store = &self.shared.store;
-        let snapshot = off_the_runtime(|| store.context_snapshot(context_id))?;
-        let Some(snapshot) = snapshot else {
+        let mut snapshots = off_the_runtime(|| store.context_snapshots(&adopt))?;
+        let now = self.shared.clock.now();
+        for context_id in adopt {
             // Registered, never recorded: nothing to adopt, the registration's row comes.
-            return Ok(());
-        };
-        tracing::info!(
-            context = context_id,
-            epoch,
-            "this node takes a machine another node held"
-        );
-        self.feed(Input::Adopt(Box::new(snapshot)))
+            let Some(snapshot) = snapshots.remove(&context_id) else {
+                continue;
+            };
+            tracing::info!(
+                context = context_id,
+                "this node takes a machine another node held"
+            );
+            if let Err(e) = self
+                .server
+                .handle_input(now, Input::Adopt(Box::new(snapshot)))
+            {
+                tracing::warn!(error = %e, context = context_id, "a machine was not adopted");
+            }
+        }
+        Ok(())
     }
 
     /// Makes sure the dispatcher knows machine `context_id` before something names it: one

@@ -163,9 +163,29 @@ impl Dispatcher {
                 for i in issued {
                     let _ = i.reply.send(Ok(i.issued));
                 }
+                let taken: Vec<(String, i64)> = spent
+                    .iter()
+                    .filter_map(|s| match s {
+                        Spent::Opened {
+                            shared,
+                            epoch: Some(epoch),
+                        } => Some((shared.context_id.clone(), *epoch)),
+                        _ => None,
+                    })
+                    .collect();
+                // The machines taken are adopted before any of their sessions opens.
+                let adopted = self.took(&taken);
+                if let Err(e) = &adopted {
+                    tracing::warn!(error = %e, "machines taken could not be adopted");
+                }
                 let mut spent = spent.into_iter();
                 for ((context_id, conn, ticket), spend) in presented.into_iter().zip(spends) {
                     let outcome = spend.and_then(|_| spent.next());
+                    let took = matches!(outcome, Some(Spent::Opened { epoch: Some(_), .. }));
+                    if took && adopted.is_err() {
+                        self.refuse(conn, "database_unavailable");
+                        continue;
+                    }
                     self.open(context_id, conn, ticket, outcome);
                 }
             }
@@ -185,19 +205,13 @@ impl Dispatcher {
     }
 
     /// One presented WebSocket, its ticket spent (`None`: malformed, for the session to
-    /// refuse): a machine taken is adopted, a ticket another node issued is taken into the
-    /// machine's session, then the session opens.
+    /// refuse) and its machine, if taken, adopted: a ticket another node issued is taken into
+    /// the machine's session, then the session opens.
     fn open(&mut self, context_id: String, conn: ConnId, ticket: String, spent: Option<Spent>) {
         match spent {
             None => {}
             Some(Spent::Refused) => return self.refuse(conn, TicketError::Unknown.code()),
-            Some(Spent::Opened { shared, epoch }) => {
-                if let Some(epoch) = epoch
-                    && let Err(e) = self.took(&context_id, epoch)
-                {
-                    tracing::warn!(error = %e, context = context_id, "a machine could not be taken");
-                    return self.refuse(conn, "database_unavailable");
-                }
+            Some(Spent::Opened { shared, .. }) => {
                 let now = self.shared.clock.now().wall;
                 let issued_here = self
                     .server

@@ -336,6 +336,17 @@ impl App {
         rx.await.map_err(|_| Self::gone())
     }
 
+    /// The machines whose daemon is connected to this node and ready, as the dispatcher
+    /// knows them now: (id, name, live state), in id order.
+    pub(crate) async fn sessions_here(&self) -> Result<Vec<(String, String, Live)>, ApiError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Sessions { reply })
+            .await
+            .map_err(|_| Self::gone())?;
+        rx.await.map_err(|_| Self::gone())
+    }
+
     /// The run `run_id` if it is committed on a machine and not finished, as the
     /// dispatcher knows it now.
     pub(crate) async fn live_run(

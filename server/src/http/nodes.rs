@@ -41,29 +41,21 @@ fn cut_off(app: &App, since: tokio::time::Instant) {
     );
 }
 
-/// The daemons connected to this node now.
+/// The daemons connected to this node now, as its dispatcher knows them (no read of the
+/// store: a node with thousands of machines lists them every heartbeat).
 async fn sessions_here(app: &App) -> Result<Vec<views::NodeSession>, ApiError> {
-    let store = app.shared.store.clone();
-    let contexts = tokio::task::spawn_blocking(move || store.contexts())
-        .await
-        .map_err(ApiError::internal)??;
-    let live = app
-        .live_here(contexts.iter().map(|c| c.id.clone()).collect())
-        .await?;
-    Ok(contexts
-        .iter()
-        .filter_map(|c| {
-            let l = live.get(&c.id).filter(|l| l.online)?;
-            Some(views::NodeSession {
-                context_id: c.id.as_str().into(),
-                name: c.name.clone(),
-                slots_used: l.slots_used,
-                slots_total: l.slots_total,
-                draining: l.draining,
-                paused: l.paused,
-                features: l.features.clone(),
-                online_since: l.online_since,
-            })
+    let sessions = app.sessions_here().await?;
+    Ok(sessions
+        .into_iter()
+        .map(|(id, name, l)| views::NodeSession {
+            context_id: id.as_str().into(),
+            name,
+            slots_used: l.slots_used,
+            slots_total: l.slots_total,
+            draining: l.draining,
+            paused: l.paused,
+            features: l.features,
+            online_since: l.online_since,
         })
         .collect())
 }
@@ -115,9 +107,8 @@ async fn learn_from_the_others(app: &App, node_id: &str, seen: &mut ChainsSeen) 
     let (node, after) = (node_id.to_owned(), seen.before);
     let read = tokio::task::spawn_blocking(move || {
         let live: std::collections::HashSet<String> = store
-            .live_nodes(LIVE.as_millis() as u64)?
+            .live_node_ids(LIVE.as_millis() as u64)?
             .into_iter()
-            .map(|row| row.id)
             .collect();
         Ok::<_, crate::store::StoreError>((
             store.context_owners()?,
@@ -166,7 +157,10 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
         tracing::warn!(error = %e, "an earlier start of this node stays listed for 15 s");
     }
     let mut written: Option<String> = None;
-    let mut chains_seen = ChainsSeen::default();
+    // What the beats learn runs beside them, one learning at a time: a dispatcher busy with
+    // a storm of connects takes what it learnt late, and the heartbeat is written on time.
+    let mut learning: Option<tokio::task::JoinHandle<ChainsSeen>> = None;
+    let mut chains_seen = Some(ChainsSeen::default());
     // The store was just opened (and migrated): that counts as the last write.
     let mut last_written = tokio::time::Instant::now();
     let mut tick = tokio::time::interval(HEARTBEAT);
@@ -222,7 +216,17 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
                 if sessions.is_some() {
                     written = sessions;
                 }
-                learn_from_the_others(&app, &node_id, &mut chains_seen).await;
+                if let Some(done) = learning.take_if(|task| task.is_finished()) {
+                    // A learning that failed starts over: chains read twice change nothing.
+                    chains_seen = Some(done.await.unwrap_or_default());
+                }
+                if let Some(mut seen) = chains_seen.take() {
+                    let (app, node_id) = (app.clone(), node_id.clone());
+                    learning = Some(tokio::spawn(async move {
+                        learn_from_the_others(&app, &node_id, &mut seen).await;
+                        seen
+                    }));
+                }
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "this node's heartbeat was not written");

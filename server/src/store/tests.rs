@@ -212,6 +212,11 @@ fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
         let live = store.live_nodes(15_000).unwrap();
         let ids: Vec<&str> = live.iter().map(|n| n.id.as_str()).collect();
         assert_eq!(ids, ["nd_b", "nd_a"], "{kind}: oldest start first");
+        assert_eq!(
+            store.live_node_ids(15_000).unwrap(),
+            ["nd_a", "nd_b"],
+            "{kind}"
+        );
         assert!(live.iter().all(|n| n.silent_ms < 15_000), "{kind}");
         // A heartbeat without sessions keeps the ones written before.
         store
@@ -235,6 +240,7 @@ fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
             .map(|n| n.id)
             .collect();
         assert_eq!(ids, ["nd_a"], "{kind}");
+        assert_eq!(store.live_node_ids(15_000).unwrap(), ["nd_a"], "{kind}");
         // An hour of silence: the next heartbeat of any node forgets the row.
         store
             .lock()
