@@ -89,44 +89,53 @@ pub(super) async fn list(State(app): State<App>, req: Request) -> ApiResult {
     Ok(axum::Json(views::Nodes { nodes }).into_response())
 }
 
-/// How far a node has read the chains other nodes wrote: the record number read up to at
-/// the last beat and at the one before (a transaction may commit a number lower than one
-/// already read, so each read goes back one beat; a chain read twice changes nothing).
-#[derive(Default)]
-struct ChainsSeen {
+/// How far a node has read a numbered table (the chains other nodes wrote, the owners'
+/// table's changes): the number read up to at the last learning and at the one before (a
+/// transaction may commit a number lower than one already read, so each read goes back one
+/// learning; a chain or an owner row read twice changes nothing).
+#[derive(Default, Clone, Copy)]
+struct Mark {
     last: i64,
     before: i64,
 }
 
-/// What a node learns from the database after each heartbeat (docs/CLUSTER.md §2, §4): the
-/// machines another node took since (let go here) or registered (known here as owned
-/// elsewhere), what nodes judged dead owned (taken here), and the chains set through other
-/// nodes.
-async fn learn_from_the_others(app: &App, node_id: &str, seen: &mut ChainsSeen) {
+impl Mark {
+    /// One more learning read up to `newest` (`None`: nothing new).
+    fn advance(&mut self, newest: Option<i64>) {
+        self.before = self.last;
+        self.last = newest.unwrap_or(self.last).max(self.last);
+    }
+}
+
+/// How far a node has read what other nodes wrote.
+#[derive(Default)]
+struct Seen {
+    chains: Mark,
+    owners: Mark,
+}
+
+/// What a node learns from the database after each heartbeat (docs/CLUSTER.md §2, §4, §9):
+/// the machines another node took since (let go here) or registered (known here as owned
+/// elsewhere), read from the owner rows changed since the last learning; what nodes judged
+/// dead own (taken here), read by node; and the chains set through other nodes.
+async fn learn_from_the_others(app: &App, node_id: &str, seen: &mut Seen) {
     let store = app.shared.store.clone();
-    let (node, after) = (node_id.to_owned(), seen.before);
+    let node = node_id.to_owned();
+    let (chains_after, owners_after) = (seen.chains.before, seen.owners.before);
     let read = tokio::task::spawn_blocking(move || {
-        let live: std::collections::HashSet<String> = store
-            .live_node_ids(LIVE.as_millis() as u64)?
-            .into_iter()
-            .collect();
+        let live = store.live_node_ids(LIVE.as_millis() as u64)?;
         Ok::<_, crate::store::StoreError>((
-            store.context_owners()?,
-            live,
-            store.chains_written_since(after, &node)?,
+            store.context_owners_changed_since(owners_after)?,
+            store.context_owners_not_of(&live)?,
+            store.chains_written_since(chains_after, &node)?,
         ))
     })
     .await;
     match read {
-        Ok(Ok((owners, live, chains))) => {
-            // What nodes judged dead by the database's clock owned is taken here (of the
-            // live nodes trying at once, one wins each).
-            let dead: Vec<_> = owners
-                .iter()
-                .filter(|(_, owner, _)| owner != node_id && !live.contains(owner))
-                .cloned()
-                .collect();
+        Ok(Ok(((owners, newest_owner), dead, chains))) => {
             let _ = app.tx.send(crate::dispatch::Msg::Owners(owners)).await;
+            // What nodes judged dead by the database's clock own is taken here (of the live
+            // nodes trying at once, one wins each).
             if !dead.is_empty() {
                 let _ = app.tx.send(crate::dispatch::Msg::Dead(dead)).await;
             }
@@ -137,8 +146,8 @@ async fn learn_from_the_others(app: &App, node_id: &str, seen: &mut ChainsSeen) 
                 let chains = chains.into_iter().map(|(_, u, c)| (u, c)).collect();
                 let _ = app.tx.send(crate::dispatch::Msg::Chains(chains)).await;
             }
-            seen.before = seen.last;
-            seen.last = newest.unwrap_or(seen.last).max(seen.last);
+            seen.chains.advance(newest);
+            seen.owners.advance(Some(newest_owner));
         }
         Ok(Err(e)) => tracing::warn!(error = %e, "what other nodes wrote was not read"),
         Err(e) => tracing::warn!(error = %e, "reading what other nodes wrote failed"),
@@ -159,8 +168,8 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
     let mut written: Option<String> = None;
     // What the beats learn runs beside them, one learning at a time: a dispatcher busy with
     // a storm of connects takes what it learnt late, and the heartbeat is written on time.
-    let mut learning: Option<tokio::task::JoinHandle<ChainsSeen>> = None;
-    let mut chains_seen = Some(ChainsSeen::default());
+    let mut learning: Option<tokio::task::JoinHandle<Seen>> = None;
+    let mut chains_seen = Some(Seen::default());
     // The store was just opened (and migrated): that counts as the last write.
     let mut last_written = tokio::time::Instant::now();
     let mut tick = tokio::time::interval(HEARTBEAT);
@@ -217,7 +226,7 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
                     written = sessions;
                 }
                 if let Some(done) = learning.take_if(|task| task.is_finished()) {
-                    // A learning that failed starts over: chains read twice change nothing.
+                    // A learning that failed starts over: rows read twice change nothing.
                     chains_seen = Some(done.await.unwrap_or_default());
                 }
                 if let Some(mut seen) = chains_seen.take() {

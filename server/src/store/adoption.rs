@@ -99,9 +99,12 @@ impl Store {
         for (context_id, dead, epoch) in rows {
             let moved: Option<i64> = tx
                 .query_row(
-                    "UPDATE context_owner SET node_id = ?4, epoch = epoch + 1
-                     WHERE context_id = ?1 AND node_id = ?2 AND epoch = ?3
-                     RETURNING epoch",
+                    &format!(
+                        "UPDATE context_owner SET node_id = ?4, epoch = epoch + 1, changed = {}
+                         WHERE context_id = ?1 AND node_id = ?2 AND epoch = ?3
+                         RETURNING epoch",
+                        tx.next_owner_change()
+                    ),
                     params![context_id, dead, epoch, node_id],
                     |r| r.get(0),
                 )

@@ -107,10 +107,14 @@ impl Store {
             let epoch = if spend.take {
                 let epoch: i64 = tx
                     .query_row(
-                        "INSERT INTO context_owner (context_id, node_id, epoch) VALUES (?1, ?2, 1)
-                         ON CONFLICT (context_id) DO UPDATE SET node_id = excluded.node_id,
-                             epoch = context_owner.epoch + 1
-                         RETURNING epoch",
+                        &format!(
+                            "INSERT INTO context_owner (context_id, node_id, epoch, changed)
+                             VALUES (?1, ?2, 1, {})
+                             ON CONFLICT (context_id) DO UPDATE SET node_id = excluded.node_id,
+                                 epoch = context_owner.epoch + 1, changed = excluded.changed
+                             RETURNING epoch",
+                            tx.next_owner_change()
+                        ),
                         params![spend.context_id, node_id],
                         |r| r.get(0),
                     )

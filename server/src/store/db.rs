@@ -300,6 +300,15 @@ pub(crate) trait Sql {
         }
     }
 
+    /// The SQL for the next change number of the owners' table (`context_owner.changed`).
+    fn next_owner_change(&self) -> &'static str {
+        if self.is_postgres() {
+            POSTGRES_NEXT_OWNER_CHANGE
+        } else {
+            SQLITE_NEXT_OWNER_CHANGE
+        }
+    }
+
     /// The first row `sql` returns, read by `read`; [`DbError::NoRows`] when there is none.
     fn query_row<T>(
         &self,
@@ -375,6 +384,12 @@ impl Sql for Conn {
 const SQLITE_NEXT_RECORD_SEQ: &str = "(SELECT COALESCE(MAX(seq), 0) + 1 FROM records)";
 /// PostgreSQL's next record number: its sequence (migration 12), never handed out twice.
 const POSTGRES_NEXT_RECORD_SEQ: &str = "nextval('records_seq')";
+
+/// SQLite's next owner change number: one more than the largest (an index lookup; its one
+/// writer makes it safe).
+const SQLITE_NEXT_OWNER_CHANGE: &str = "(SELECT COALESCE(MAX(changed), 0) + 1 FROM context_owner)";
+/// PostgreSQL's next owner change number: its sequence (migration 19).
+const POSTGRES_NEXT_OWNER_CHANGE: &str = "nextval('context_owner_changes')";
 
 /// SQLite's clock in Unix milliseconds.
 const SQLITE_NOW_MS: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";

@@ -29,6 +29,9 @@ pub(crate) fn node_fence(node_id: &str) -> String {
 /// What a node's own fence row's id starts with (no context id does: they start `ec_`).
 pub(crate) const NODE_FENCE: &str = "@node:";
 
+/// One row of the owners' table: (context id, node id, epoch).
+pub(crate) type OwnerRow = (String, String, i64);
+
 /// A write refused by its fence: the context is another node's now, or this node's at a later
 /// epoch, or no node's. Nothing of the transaction was written.
 #[derive(Debug, thiserror::Error)]
@@ -110,22 +113,26 @@ impl Store {
     /// Node `node_id` claims context `context_id` if no node owns it yet (a context just
     /// registered through it): one committed statement that makes the row at epoch 1.
     /// Returns `Some(1)` when it made the row, `None` when there was one already, whoever's
-    /// (then nothing changed: a context someone holds moves only by [`Store::take_context`]).
+    /// (then nothing changed: a context someone holds moves only by a daemon's connect).
     pub(crate) fn claim_unowned_context(
         &self,
         context_id: &str,
         node_id: &str,
     ) -> Result<Option<i64>, StoreError> {
-        self.lock()
-            .query_row(
-                "INSERT INTO context_owner (context_id, node_id, epoch) VALUES (?1, ?2, 1)
-                 ON CONFLICT (context_id) DO NOTHING
-                 RETURNING epoch",
-                params![context_id, node_id],
-                |r| r.get(0),
-            )
-            .optional()
-            .doing("claiming a context")
+        let conn = self.lock();
+        conn.query_row(
+            &format!(
+                "INSERT INTO context_owner (context_id, node_id, epoch, changed)
+                     VALUES (?1, ?2, 1, {})
+                     ON CONFLICT (context_id) DO NOTHING
+                     RETURNING epoch",
+                conn.next_owner_change()
+            ),
+            params![context_id, node_id],
+            |r| r.get(0),
+        )
+        .optional()
+        .doing("claiming a context")
     }
 
     /// Node `node_id` claims, at its start and in one transaction, what no live node holds:
@@ -153,10 +160,11 @@ impl Store {
         // Moved first, so that the rows made next start at epoch 1.
         tx.execute(
             &format!(
-                "UPDATE context_owner SET node_id = ?1, epoch = epoch + 1
+                "UPDATE context_owner SET node_id = ?1, epoch = epoch + 1, changed = {change}
                  WHERE (node_id = ?1
                     OR node_id NOT IN (SELECT id FROM nodes WHERE heartbeat_at_ms >= {now} - ?2))
-                   AND context_id NOT LIKE '{NODE_FENCE}%'"
+                   AND context_id NOT LIKE '{NODE_FENCE}%'",
+                change = tx.next_owner_change()
             ),
             params![node_id, i64::try_from(live_ms).unwrap_or(i64::MAX)],
         )
@@ -164,16 +172,24 @@ impl Store {
         // This node's own executions: its fence moves on too (an earlier start of it, paused,
         // writes none of them again).
         tx.execute(
-            "INSERT INTO context_owner (context_id, node_id, epoch) VALUES (?1, ?2, 1)
-             ON CONFLICT (context_id) DO UPDATE SET epoch = context_owner.epoch + 1",
+            &format!(
+                "INSERT INTO context_owner (context_id, node_id, epoch, changed)
+                 VALUES (?1, ?2, 1, {})
+                 ON CONFLICT (context_id) DO UPDATE SET epoch = context_owner.epoch + 1,
+                     changed = excluded.changed",
+                tx.next_owner_change()
+            ),
             params![node_fence(node_id), node_id],
         )
         .doing("claiming this node's own executions")?;
         tx.execute(
-            "INSERT INTO context_owner (context_id, node_id, epoch)
-             SELECT id, ?1, 1 FROM contexts
-             WHERE id NOT IN (SELECT context_id FROM context_owner)
-             ON CONFLICT (context_id) DO NOTHING",
+            &format!(
+                "INSERT INTO context_owner (context_id, node_id, epoch, changed)
+                 SELECT id, ?1, 1, {} FROM contexts
+                 WHERE id NOT IN (SELECT context_id FROM context_owner)
+                 ON CONFLICT (context_id) DO NOTHING",
+                tx.next_owner_change()
+            ),
             params![node_id],
         )
         .doing("claiming unowned contexts")?;
@@ -256,6 +272,7 @@ impl Store {
     }
 
     /// Every owner row: (context id, node id, epoch), by context id.
+    #[cfg(test)]
     pub(crate) fn context_owners(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
         self.read()
             .query_map(
@@ -264,6 +281,48 @@ impl Store {
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .doing("listing context owners")
+    }
+
+    /// The owner rows changed (taken, claimed, adopted) after change number `after`:
+    /// (context id, node id, epoch) in the order of their change, and the largest change
+    /// number among them (`after` when there is none). A transaction commits the number it
+    /// took when it commits, so a reader goes back a little (see the heartbeat's learning).
+    pub(crate) fn context_owners_changed_since(
+        &self,
+        after: i64,
+    ) -> Result<(Vec<OwnerRow>, i64), StoreError> {
+        let rows: Vec<(String, String, i64, i64)> = self
+            .read()
+            .query_map(
+                "SELECT context_id, node_id, epoch, changed FROM context_owner
+                 WHERE changed > ?1 ORDER BY changed, context_id",
+                params![after],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .doing("reading the owners changed")?;
+        let newest = rows.iter().map(|r| r.3).max().unwrap_or(after).max(after);
+        Ok((
+            rows.into_iter().map(|(c, n, e, _)| (c, n, e)).collect(),
+            newest,
+        ))
+    }
+
+    /// The owner rows of every node but `live` (by the index of nodes): what nodes judged dead
+    /// own, for a live node to take.
+    pub(crate) fn context_owners_not_of(
+        &self,
+        live: &[String],
+    ) -> Result<Vec<OwnerRow>, StoreError> {
+        let mut sql = "SELECT context_id, node_id, epoch FROM context_owner".to_owned();
+        if !live.is_empty() {
+            let marks: Vec<String> = (1..=live.len()).map(|i| format!("?{i}")).collect();
+            sql.push_str(&format!(" WHERE node_id NOT IN ({})", marks.join(", ")));
+        }
+        sql.push_str(" ORDER BY context_id");
+        let args: Vec<&dyn ToValue> = live.iter().map(|id| id as &dyn ToValue).collect();
+        self.read()
+            .query_map(&sql, &args, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .doing("reading dead nodes' owners")
     }
 
     /// Context `context_id`'s row and the live executions placed on it (offered, committed,

@@ -958,3 +958,74 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
         );
     }
 }
+
+#[test]
+fn the_owners_changed_since_a_mark_are_read_and_the_dead_by_node() {
+    for fresh in stores("owners_changed") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        let (all, start) = store.context_owners_changed_since(0).unwrap();
+        assert!(all.is_empty(), "{kind}");
+        assert_eq!(start, 0, "{kind}");
+        store.take_context("ec_1", "nd_a").unwrap();
+        store.take_context("ec_2", "nd_b").unwrap();
+        let (rows, mark) = store.context_owners_changed_since(0).unwrap();
+        assert_eq!(
+            rows,
+            [
+                ("ec_1".to_owned(), "nd_a".to_owned(), 1),
+                ("ec_2".to_owned(), "nd_b".to_owned(), 1)
+            ],
+            "{kind}"
+        );
+        // Nothing since: nothing read, the mark stays.
+        assert_eq!(
+            store.context_owners_changed_since(mark).unwrap(),
+            (vec![], mark),
+            "{kind}"
+        );
+        // A take, a claim and an adoption each change their row past the mark.
+        store.take_context("ec_1", "nd_b").unwrap();
+        assert_eq!(
+            store.claim_unowned_context("ec_3", "nd_a").unwrap(),
+            Some(1),
+            "{kind}"
+        );
+        assert_eq!(
+            store
+                .take_contexts_from(&[("ec_2".to_owned(), "nd_b".to_owned(), 1)], "nd_c")
+                .unwrap(),
+            [("ec_2".to_owned(), 2)],
+            "{kind}"
+        );
+        let (rows, newer) = store.context_owners_changed_since(mark).unwrap();
+        assert_eq!(
+            rows,
+            [
+                ("ec_1".to_owned(), "nd_b".to_owned(), 2),
+                ("ec_3".to_owned(), "nd_a".to_owned(), 1),
+                ("ec_2".to_owned(), "nd_c".to_owned(), 2)
+            ],
+            "{kind}: in the order of their change"
+        );
+        assert!(newer > mark, "{kind}");
+        // A claim that changes nothing (the row is someone's) moves no mark.
+        assert_eq!(
+            store.claim_unowned_context("ec_3", "nd_b").unwrap(),
+            None,
+            "{kind}"
+        );
+        assert_eq!(
+            store.context_owners_changed_since(newer).unwrap().0,
+            vec![],
+            "{kind}"
+        );
+        // The rows of every node but the live ones.
+        let live = ["nd_a".to_owned(), "nd_c".to_owned()];
+        assert_eq!(
+            store.context_owners_not_of(&live).unwrap(),
+            [("ec_1".to_owned(), "nd_b".to_owned(), 2)],
+            "{kind}"
+        );
+        assert_eq!(store.context_owners_not_of(&[]).unwrap().len(), 3, "{kind}");
+    }
+}

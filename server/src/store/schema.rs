@@ -275,6 +275,14 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE records ADD COLUMN placed_on TEXT;
     CREATE INDEX records_by_placement ON records (placed_on);
     ",
+    // 19: each owner row's change number (every take, claim and adoption sets the next), so
+    // that a node's heartbeat reads the rows changed since its last one, not all of them; and
+    // the rows by node, which is how a dead node's machines are found.
+    "
+    ALTER TABLE context_owner ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX context_owner_by_change ON context_owner (changed);
+    CREATE INDEX context_owner_by_node ON context_owner (node_id);
+    ",
 ];
 
 /// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
@@ -353,6 +361,13 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE records ADD COLUMN placed_on TEXT;
     CREATE INDEX records_by_placement ON records (placed_on);
+    ",
+    // 19: each owner row's change number, as SQLite's 19, from a sequence of its own.
+    "
+    CREATE SEQUENCE context_owner_changes;
+    ALTER TABLE context_owner ADD COLUMN changed BIGINT NOT NULL DEFAULT 0;
+    CREATE INDEX context_owner_by_change ON context_owner (changed);
+    CREATE INDEX context_owner_by_node ON context_owner (node_id);
     ",
 ];
 
