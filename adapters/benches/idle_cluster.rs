@@ -292,8 +292,9 @@ async fn seed(url: &str, template: &str, machines: &[Machine], owners: &[String]
             "INSERT INTO records (kind, key, seq, bytes, node_id, placed_on)
              SELECT 'context', u.id, nextval('records_seq'), u.bytes, u.node, NULL
              FROM unnest($1::text[], $2::bytea[], $3::text[]) AS u(id, bytes, node)",
-            "INSERT INTO context_owner (context_id, node_id, epoch)
-             SELECT u.id, u.node, 1 FROM unnest($1::text[], $2::text[]) AS u(id, node)",
+            "INSERT INTO context_owner (context_id, node_id, epoch, changed)
+             SELECT u.id, u.node, 1, nextval('context_owner_changes')
+             FROM unnest($1::text[], $2::text[]) AS u(id, node)",
         ];
         let template = template.to_owned();
         client

@@ -94,7 +94,17 @@ impl Dispatcher {
             return Ok(());
         }
         let store = &self.shared.store;
-        let mut snapshots = off_the_runtime(|| store.context_snapshots(&adopt))?;
+        let mut snapshots = match off_the_runtime(|| store.context_snapshots(&adopt)) {
+            Ok(snapshots) => snapshots,
+            Err(e) => {
+                // Not held without what the records say: the next connect takes and adopts
+                // again, rather than keep what this node knew before another node's runs.
+                for context_id in &adopt {
+                    self.fences.epochs.remove(context_id);
+                }
+                return Err(e);
+            }
+        };
         let now = self.shared.clock.now();
         for context_id in adopt {
             // Registered, never recorded: nothing to adopt, the registration's row comes.
@@ -305,16 +315,32 @@ impl Dispatcher {
                 machines.push((id, dead, epoch));
             }
         }
+        // A database that refuses (two nodes' takes waiting on each other) or does not
+        // answer costs this beat's adoption, not the dispatcher: the next beat tries again.
         let (store, node) = (&self.shared.store, &self.fences.node_id);
-        let taken = off_the_runtime(|| store.take_contexts_from(&machines, node))?;
+        let taken = match off_the_runtime(|| store.take_contexts_from(&machines, node)) {
+            Ok(taken) => taken,
+            Err(e) => {
+                tracing::warn!(error = %e, "dead nodes' machines were not taken this beat");
+                return Ok(());
+            }
+        };
         if taken.is_empty() {
             return Ok(());
         }
         tracing::info!(count = taken.len(), "this node takes dead nodes' machines");
         let ids: Vec<String> = taken.iter().map(|(id, _)| id.clone()).collect();
-        self.fences.epochs.extend(taken);
         let store = &self.shared.store;
-        let mut snapshots = off_the_runtime(|| store.context_snapshots(&ids))?;
+        let mut snapshots = match off_the_runtime(|| store.context_snapshots(&ids)) {
+            Ok(snapshots) => snapshots,
+            Err(e) => {
+                // Taken but not held here: a write for them fails its fence, and a daemon's
+                // connect takes and adopts them afresh; a beat judges them again.
+                tracing::warn!(error = %e, "dead nodes' machines taken were not read");
+                return Ok(());
+            }
+        };
+        self.fences.epochs.extend(taken);
         let now = self.shared.clock.now();
         for id in ids {
             if let Some(snapshot) = snapshots.remove(&id)

@@ -107,11 +107,32 @@ impl Mark {
     }
 }
 
+/// Every how many learnings the whole owners' table is read again: what a late commit, a
+/// node of an earlier version (which writes no change numbers) or a machine claimed before
+/// its record was written slipped past is learnt within 30 s.
+const OWNERS_READ_WHOLE_EVERY: u32 = 15;
+
 /// How far a node has read what other nodes wrote.
-#[derive(Default)]
 struct Seen {
     chains: Mark,
     owners: Mark,
+    /// Learnings since the whole owners' table was last read.
+    learnings: u32,
+}
+
+impl Default for Seen {
+    /// Nothing read yet: the first learning reads every owner row, those written before
+    /// change numbers were kept (number 0) too.
+    fn default() -> Self {
+        Self {
+            chains: Mark::default(),
+            owners: Mark {
+                last: -1,
+                before: -1,
+            },
+            learnings: 0,
+        }
+    }
 }
 
 /// What a node learns from the database after each heartbeat (docs/CLUSTER.md §2, §4, §9):
@@ -121,7 +142,10 @@ struct Seen {
 async fn learn_from_the_others(app: &App, node_id: &str, seen: &mut Seen) {
     let store = app.shared.store.clone();
     let node = node_id.to_owned();
-    let (chains_after, owners_after) = (seen.chains.before, seen.owners.before);
+    let whole = seen.learnings.is_multiple_of(OWNERS_READ_WHOLE_EVERY);
+    seen.learnings = seen.learnings.wrapping_add(1);
+    let owners_after = if whole { -1 } else { seen.owners.before };
+    let chains_after = seen.chains.before;
     let read = tokio::task::spawn_blocking(move || {
         let live = store.live_node_ids(LIVE.as_millis() as u64)?;
         Ok::<_, crate::store::StoreError>((

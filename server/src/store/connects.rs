@@ -29,8 +29,8 @@ pub(crate) struct Spend {
 /// What one [`Spend`] came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Spent {
-    /// Spent on another node, never issued, expired and forgotten, or presented with another
-    /// secret or for another machine: it opens nothing (a kept one is spent all the same).
+    /// Spent on another node, never issued, expired, or presented with another secret or for
+    /// another machine: it opens nothing (a kept one is spent all the same) and takes nothing.
     Refused,
     /// It opens the machine: the kept ticket, and the epoch this node now holds when it took
     /// the machine.
@@ -50,9 +50,11 @@ impl Store {
     /// are kept (and expired ones forgotten, `now` in Unix seconds), then each of `spends` is
     /// spent (one statement each: a ticket comes back once, to whichever node spends it
     /// first) and, when it opens its machine and asks to, the machine is taken (its epoch
-    /// moves on: whoever held it before can write nothing more for it). Over PostgreSQL the
-    /// other nodes hear of every take at the commit, in as few notifications as fit. Returns
-    /// what each spend came to, in order; nothing is kept, spent or taken on an error.
+    /// moves on: whoever held it before can write nothing more for it); a ticket past its
+    /// expiry at `now` opens nothing. Owner rows are taken in context order. Over PostgreSQL
+    /// the other nodes hear of every take at the commit, in as few notifications as fit.
+    /// Returns what each spend came to, in the order given; nothing is kept, spent or taken on
+    /// an error.
     pub(crate) fn connect_batch(
         &self,
         node_id: &str,
@@ -86,9 +88,14 @@ impl Store {
             )
             .doing("keeping a connect ticket")?;
         }
-        let mut spent = Vec::with_capacity(spends.len());
+        // Owner rows are locked in context order, as every other bulk take locks them, so
+        // that two nodes' transactions never wait on each other in a circle.
+        let mut order: Vec<usize> = (0..spends.len()).collect();
+        order.sort_by(|a, b| spends[*a].context_id.cmp(&spends[*b].context_id));
+        let mut spent = vec![Spent::Refused; spends.len()];
         let mut takes: Vec<Take> = Vec::new();
-        for spend in spends {
+        for index in order {
+            let spend = &spends[index];
             let kept = tx
                 .query_row(
                     "DELETE FROM connect_tickets WHERE id = ?1
@@ -99,9 +106,10 @@ impl Store {
                 .optional()
                 .doing("spending a connect ticket")?;
             let Some(shared) = kept.filter(|t| {
-                t.secret_sha256 == spend.secret_sha256 && t.context_id == spend.context_id
+                t.secret_sha256 == spend.secret_sha256
+                    && t.context_id == spend.context_id
+                    && t.expires_at > now
             }) else {
-                spent.push(Spent::Refused);
                 continue;
             };
             let epoch = if spend.take {
@@ -124,7 +132,7 @@ impl Store {
             } else {
                 None
             };
-            spent.push(Spent::Opened { shared, epoch });
+            spent[index] = Spent::Opened { shared, epoch };
         }
         announce_takes(&tx, node_id, &takes)?;
         tx.commit().doing("connecting daemons")?;

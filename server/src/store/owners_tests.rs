@@ -147,6 +147,34 @@ fn a_connect_batch_keeps_spends_once_and_takes_what_it_was_asked_to() {
             .connect_batch("nd_a", &[ticket("f", "ec_1", "sf")], &[], 1_000)
             .unwrap();
         assert!(store.connect_ticket("e").unwrap().is_none(), "{kind}");
+        // Presented after its expiry: it opens and takes nothing.
+        store
+            .connect_batch("nd_a", &[ticket("g", "ec_5", "sg")], &[], 10)
+            .unwrap();
+        let late = store
+            .connect_batch("nd_b", &[], &[spend("g", "sg", "ec_5", true)], 1_000)
+            .unwrap();
+        assert_eq!(late, [Spent::Refused], "{kind}");
+        assert_eq!(store.context_owner("ec_5").unwrap(), None, "{kind}");
+        // Results come back in the order given, whatever order the rows were taken in.
+        let kept = [ticket("h", "ec_9", "sh"), ticket("i", "ec_0", "si")];
+        store.connect_batch("nd_a", &kept, &[], 10).unwrap();
+        let spent = store
+            .connect_batch(
+                "nd_b",
+                &[],
+                &[
+                    spend("h", "sh", "ec_9", true),
+                    spend("i", "si", "ec_0", false),
+                ],
+                10,
+            )
+            .unwrap();
+        assert!(
+            matches!(&spent[..], [Spent::Opened { shared: h, epoch: Some(1) }, Spent::Opened { shared: i, epoch: None }]
+                if h.id == "h" && i.id == "i"),
+            "{kind}: {spent:?}"
+        );
     }
 }
 
@@ -1027,5 +1055,25 @@ fn the_owners_changed_since_a_mark_are_read_and_the_dead_by_node() {
             "{kind}"
         );
         assert_eq!(store.context_owners_not_of(&[]).unwrap().len(), 3, "{kind}");
+        // A row written before change numbers were kept has number 0: a first learning
+        // (from -1) reads it, a later one does not.
+        store
+            .lock()
+            .execute(
+                "INSERT INTO context_owner (context_id, node_id, epoch) VALUES ('ec_old', 'nd_a', 4)",
+                params![],
+            )
+            .unwrap();
+        let (first, _) = store.context_owners_changed_since(-1).unwrap();
+        assert_eq!(first.len(), 4, "{kind}");
+        assert_eq!(
+            first[0],
+            ("ec_old".to_owned(), "nd_a".to_owned(), 4),
+            "{kind}"
+        );
+        assert!(
+            store.context_owners_changed_since(0).unwrap().0.len() == 3,
+            "{kind}"
+        );
     }
 }
