@@ -38,8 +38,7 @@ impl Fences {
     }
 }
 
-/// One row of the owners' table: (context id, node id, epoch).
-pub(crate) type OwnerRow = (String, String, i64);
+pub(crate) use crate::store::OwnerRow;
 
 impl Dispatcher {
     /// The fence of every context `records` write for, claiming a context no node owns yet

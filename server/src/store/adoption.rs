@@ -87,7 +87,7 @@ impl Store {
     /// for each taken; the others another node moved first.
     pub(crate) fn take_contexts_from(
         &self,
-        rows: &[(String, String, i64)],
+        rows: &[super::OwnerRow],
         node_id: &str,
     ) -> Result<Vec<(String, i64)>, StoreError> {
         if rows.is_empty() {

@@ -168,7 +168,7 @@ pub(super) fn announce_takes(
 /// The takes a notification on `outpost_owners` announces, as owner rows (context, node,
 /// epoch); an entry that is a context id alone (a node of an earlier version announces
 /// that) comes back in the second list, to be read.
-pub(crate) fn heard_takes(payload: &str) -> (Vec<(String, String, i64)>, Vec<String>) {
+pub(crate) fn heard_takes(payload: &str) -> (Vec<super::OwnerRow>, Vec<String>) {
     let mut rows = Vec::new();
     let mut bare = Vec::new();
     for entry in payload.split(',').filter(|e| !e.is_empty()) {

@@ -271,18 +271,6 @@ impl Store {
             .doing("reading a context's owner")
     }
 
-    /// Every owner row: (context id, node id, epoch), by context id.
-    #[cfg(test)]
-    pub(crate) fn context_owners(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        self.read()
-            .query_map(
-                "SELECT context_id, node_id, epoch FROM context_owner ORDER BY context_id",
-                params![],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .doing("listing context owners")
-    }
-
     /// The owner rows changed (taken, claimed, adopted) after change number `after`:
     /// (context id, node id, epoch) in the order of their change, and the largest change
     /// number among them (`after` when there is none). A transaction commits the number it
@@ -307,8 +295,8 @@ impl Store {
         ))
     }
 
-    /// The owner rows of every node but `live` (by the index of nodes): what nodes judged dead
-    /// own, for a live node to take.
+    /// The owner rows of every node but `live` (by the index of nodes), by context id: what
+    /// nodes judged dead own, for a live node to take (every row when `live` is empty).
     pub(crate) fn context_owners_not_of(
         &self,
         live: &[String],

@@ -403,7 +403,7 @@ fn taking_a_context_bumps_its_epoch_whoever_takes_it() {
             assert_eq!(store.claim_unowned_context("ec_1", node).unwrap(), None);
         }
         assert_eq!(
-            store.context_owners().unwrap(),
+            store.context_owners_not_of(&[]).unwrap(),
             [
                 ("ec_1".to_owned(), "nd_b".to_owned(), 3),
                 ("ec_2".to_owned(), "nd_a".to_owned(), 1),
@@ -487,7 +487,7 @@ fn a_batch_behind_a_stale_fence_writes_nothing_and_names_the_context() {
             assert!(store.execution("ex_1").unwrap().is_none(), "{kind}");
         }
         assert_eq!(
-            store.context_owners().unwrap(),
+            store.context_owners_not_of(&[]).unwrap(),
             [("ec_1".to_owned(), "nd_b".to_owned(), 2)],
             "{kind}: the fence changes no owner"
         );
@@ -606,7 +606,7 @@ fn a_starting_node_claims_unowned_and_dead_nodes_contexts_not_a_live_nodes() {
             ],
             "{kind}"
         );
-        let owners = store.context_owners().unwrap();
+        let owners = store.context_owners_not_of(&[]).unwrap();
         assert_eq!(
             owners[3],
             ("ec_c".to_owned(), "nd_live".to_owned(), 2),
@@ -622,7 +622,7 @@ fn a_starting_node_claims_unowned_and_dead_nodes_contexts_not_a_live_nodes() {
             "{kind}"
         );
         let mine = store
-            .context_owners()
+            .context_owners_not_of(&[])
             .unwrap()
             .into_iter()
             .find(|(id, ..)| *id == node_fence("nd_me"));
@@ -923,7 +923,7 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
             ],
         );
         let epoch = store
-            .context_owners()
+            .context_owners_not_of(&[])
             .unwrap()
             .into_iter()
             .find(|(id, ..)| id == "ec_1")
