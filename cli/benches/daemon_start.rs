@@ -95,6 +95,7 @@ fn start(c: &mut Criterion) {
             tls: None,
             cloud: Vec::new(),
             public_url: None,
+            node_url: None,
             // A restart loop from one address is this bench's whole job: limits high enough
             // that no start waits on a 429, so the figure is the start's own cost.
             rate_limits: RateLimits::new(10_000.0, 10_000.0),

@@ -146,6 +146,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
             tls: None,
             cloud: cloud.to_vec(),
             public_url: None,
+            node_url: None,
             rate_limits: Default::default(),
             terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,

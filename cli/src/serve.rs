@@ -37,6 +37,12 @@ pub struct ServeArgs {
     /// join that points at loopback).
     #[arg(long)]
     pub public_url: Option<String>,
+    /// In a cluster (--database postgres://…), the URL the other nodes reach this node itself
+    /// at, when --public-url is a load balancer's in front of them all: they relay terminals
+    /// and live output to the node a machine is connected to through it. Default: the address
+    /// listened on (loopback for plain HTTP on 0.0.0.0: only nodes on this machine).
+    #[arg(long, value_name = "URL")]
+    pub node_url: Option<String>,
     /// Print one JSON line (url, join, rootKey, stateDir, cloud, database, publishedDaemon)
     /// instead of the text lines; with `migrate`, {"database","schemaVersion"}.
     #[arg(long)]
@@ -142,6 +148,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tls,
         cloud: cloud.clone(),
         public_url: args.public_url,
+        node_url: args.node_url,
         rate_limits: RateLimits::new(args.rate_per_address, args.rate_per_context),
         terminal_idle: std::time::Duration::from_secs(args.terminal_idle_secs),
         heartbeat: std::time::Duration::from_secs(args.heartbeat_secs),

@@ -69,6 +69,7 @@ impl World {
                 tls: None,
                 cloud: Vec::new(),
                 public_url: None,
+                node_url: None,
                 rate_limits: Default::default(),
                 terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
                 heartbeat,

@@ -292,6 +292,16 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         source,
     })?;
     let url = crate::public_url::base_url(&config, bound)?;
+    let reach = crate::store::NodeReach {
+        url: crate::public_url::node_url(&config, bound),
+        tls_sha256: tls.as_ref().map(|(_, pin)| pin.clone()),
+    };
+    if let Err(e) = outpost_adapters::tls::ServerUrl::parse(&reach.url) {
+        return Err(ServeError::Runtime(format!(
+            "--node-url {}: {e}; give this node's own https:// URL (or http:// on loopback)",
+            reach.url
+        )));
+    }
     // The first start's join token is `jt_first` among the join tokens (listed, revocable).
     store.adopt_join_token(
         "jt_first",
@@ -332,7 +342,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     // This node is live before it claims anything (another node starting now must not count
     // it dead); then it owns what it owned before its restart, what no node owns and what
     // dead nodes owned: each such machine's epoch moves on, fencing out any earlier holder.
-    store.node_heartbeat(&node_id, &url, wall_now().0, None)?;
+    store.node_heartbeat(&node_id, &url, &reach, wall_now().0, None)?;
     let owned = store.claim_contexts(&node_id, live_ms)?;
     let owned_ids: std::collections::HashSet<String> =
         owned.iter().map(|(id, _)| id.clone()).collect();
@@ -398,6 +408,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
             join: join_template,
             xterm_dir: config.xterm_dir.clone(),
             node_id: node_id.clone(),
+            reach,
         },
     );
     // A user removal a crash cut short is finished before anything is served.

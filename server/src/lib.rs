@@ -74,6 +74,11 @@ pub struct ServeConfig {
     /// The base URL daemons should use (behind a proxy, a DNS name); default the address
     /// actually bound (an unspecified address is shown as loopback).
     pub public_url: Option<String>,
+    /// The URL the other nodes of a cluster reach this node itself at (not a load balancer in
+    /// front of them all): they relay terminals and live output to the node a machine is
+    /// connected to through it. Default: the address listened on, as `public_url`'s default
+    /// (for a plain-HTTP node on every address, loopback: only nodes on this machine).
+    pub node_url: Option<String>,
     /// The limits on signed machine requests and connects.
     pub rate_limits: RateLimits,
     /// With no viewer for this long, an open terminal is closed (its sessions and the

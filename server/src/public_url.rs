@@ -16,6 +16,31 @@ pub(crate) fn base_url(config: &ServeConfig, bound: SocketAddr) -> Result<String
     if let Some(url) = &config.public_url {
         return Ok(url.trim_end_matches('/').to_owned());
     }
+    own_url(config, bound)
+}
+
+/// The URL the other nodes of a cluster reach this node at, without a trailing `/`:
+/// `--node-url`; else the address listened on, as [`base_url`] finds it without
+/// `--public-url` (a node behind a load balancer gives the balancer's as its public URL); a
+/// plain-HTTP node listening on every address is reached on loopback, by the nodes on its
+/// own machine only (the others refuse plain HTTP to another machine).
+pub(crate) fn node_url(config: &ServeConfig, bound: SocketAddr) -> String {
+    if let Some(url) = &config.node_url {
+        return url.trim_end_matches('/').to_owned();
+    }
+    own_url(config, bound).unwrap_or_else(|_| {
+        let loopback: IpAddr = if bound.is_ipv6() {
+            Ipv6Addr::LOCALHOST.into()
+        } else {
+            Ipv4Addr::LOCALHOST.into()
+        };
+        format!("http://{}", SocketAddr::new(loopback, bound.port()))
+    })
+}
+
+/// This node's own address as a URL: the one listened on, or for every address this
+/// machine's routable one (which only TLS may serve to other machines).
+fn own_url(config: &ServeConfig, bound: SocketAddr) -> Result<String, ServeError> {
     let scheme = if config.tls.is_some() {
         "https"
     } else {
@@ -124,6 +149,30 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_node_is_reached_at_its_own_address_not_at_the_public_url() {
+        let behind = crate::ServeConfig {
+            public_url: Some("https://balancer.example".into()),
+            ..test_config()
+        };
+        let bound: SocketAddr = "127.0.0.1:8441".parse().unwrap();
+        assert_eq!(node_url(&behind, bound), "http://127.0.0.1:8441");
+        let given = crate::ServeConfig {
+            node_url: Some("https://node-b.internal:8440/".into()),
+            ..behind
+        };
+        assert_eq!(node_url(&given, bound), "https://node-b.internal:8440");
+        assert_eq!(
+            node_url(&test_config(), "0.0.0.0:8442".parse().unwrap()),
+            "http://127.0.0.1:8442",
+            "plain HTTP on every address: the nodes of this machine only"
+        );
+        assert_eq!(
+            node_url(&test_config(), "[::]:8443".parse().unwrap()),
+            "http://[::1]:8443"
+        );
+    }
+
     fn test_config() -> crate::ServeConfig {
         crate::ServeConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -131,6 +180,7 @@ mod tests {
             tls: None,
             cloud: Vec::new(),
             public_url: None,
+            node_url: None,
             rate_limits: Default::default(),
             terminal_idle: crate::ServeConfig::DEFAULT_TERMINAL_IDLE,
             heartbeat: crate::ServeConfig::DEFAULT_HEARTBEAT,

@@ -37,6 +37,7 @@ fn the_server_serves_https_with_the_given_certificate() {
         }),
         cloud: Vec::new(),
         public_url: None,
+        node_url: None,
         rate_limits: Default::default(),
         terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
         heartbeat: ServeConfig::DEFAULT_HEARTBEAT,

@@ -45,6 +45,7 @@ fn serve(state_dir: PathBuf) {
         tls: None,
         cloud: Vec::new(),
         public_url: None,
+        node_url: None,
         rate_limits: Default::default(),
         terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
         heartbeat: ServeConfig::DEFAULT_HEARTBEAT,

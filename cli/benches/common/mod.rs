@@ -114,6 +114,7 @@ pub fn serve_config(state_dir: PathBuf, cloud: Vec<Environment>) -> ServeConfig 
         tls: None,
         cloud,
         public_url: None,
+        node_url: None,
         rate_limits: Default::default(),
         terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
         heartbeat: ServeConfig::DEFAULT_HEARTBEAT,

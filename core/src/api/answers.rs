@@ -250,6 +250,10 @@ pub struct Node {
     pub node_id: String,
     /// The URL daemons and clients reach it at.
     pub url: String,
+    /// The URL the other nodes reach it itself at (`--node-url`), to relay terminals and live
+    /// output to it; absent for a node of an earlier version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_url: Option<String>,
     /// When the process started (Unix seconds).
     pub started_at: u64,
     /// Whether it is the node that answered.
@@ -723,8 +727,12 @@ pub struct Recordings {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Terminals {
-    /// The terminals the caller may see.
+    /// The terminals the caller may see, on every node of a cluster, oldest first.
     pub terminals: Vec<TerminalRow>,
+    /// The nodes of a cluster that did not answer for their terminals (`nd_…`): theirs are
+    /// missing from the list. Absent when every node answered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreached_nodes: Vec<String>,
 }
 
 /// `GET /healthz`.

@@ -16,6 +16,7 @@ mod error;
 mod events;
 mod executions;
 mod extract;
+mod forward;
 mod joins;
 mod machine;
 pub(crate) mod nodes;
@@ -86,6 +87,8 @@ pub(crate) struct AppInner {
     /// This process as a node (`GET /v1/nodes`): its id, kept in the state folder across
     /// restarts, and its start.
     pub(crate) node: (String, u64),
+    /// How the other nodes reach this one (its heartbeat writes it).
+    pub(crate) reach: crate::store::NodeReach,
 }
 
 /// The handlers' state.
@@ -115,6 +118,8 @@ pub(crate) struct AppSettings {
     pub(crate) xterm_dir: Option<std::path::PathBuf>,
     /// This node's id (the state folder's `node-id`).
     pub(crate) node_id: String,
+    /// How the other nodes reach this one.
+    pub(crate) reach: crate::store::NodeReach,
 }
 
 impl App {
@@ -140,6 +145,7 @@ impl App {
             join,
             xterm_dir,
             node_id,
+            reach,
         } = settings;
         Self(Arc::new(AppInner {
             tx,
@@ -162,6 +168,7 @@ impl App {
             refusals: Mutex::default(),
             xterm: xterm::Xterm::new(xterm_dir),
             node: (node_id, crate::clock::wall_now().0),
+            reach,
             shared,
         }))
     }

@@ -70,6 +70,7 @@ pub(super) async fn list(State(app): State<App>, req: Request) -> ApiResult {
     let mut nodes = vec![views::Node {
         node_id: node_id.clone(),
         url: app.join.url.clone(),
+        node_url: Some(app.reach.url.clone()),
         started_at,
         this: true,
         sessions,
@@ -82,6 +83,7 @@ pub(super) async fn list(State(app): State<App>, req: Request) -> ApiResult {
                 sessions: serde_json::from_str(&row.sessions_json).unwrap_or_default(),
                 node_id: row.id,
                 url: row.url,
+                node_url: row.reach.map(|r| r.url),
                 started_at: row.started_at,
                 this: false,
             }),
@@ -226,9 +228,9 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
         };
         let changed = sessions.clone().filter(|s| written.as_ref() != Some(s));
         let store = app.shared.store.clone();
-        let (id, at) = (node_id.clone(), url.clone());
+        let (id, at, reach) = (node_id.clone(), url.clone(), app.reach.clone());
         let write = tokio::task::spawn_blocking(move || {
-            store.node_heartbeat(&id, &at, started_at, changed.as_deref())
+            store.node_heartbeat(&id, &at, &reach, started_at, changed.as_deref())
         });
         tokio::pin!(write);
         let wrote = loop {

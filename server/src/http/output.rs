@@ -28,7 +28,7 @@ use super::auth::{self, READ};
 use super::error::ApiError;
 use super::extract::{self, PathParam};
 use super::openapi::{Auth, Carries, api};
-use super::{App, Route, route, views};
+use super::{App, Route, forward, route, views};
 use crate::dispatch::Cursor;
 use crate::store::ExecutionEntry;
 
@@ -63,6 +63,7 @@ pub(super) fn routes() -> Vec<Route> {
             (404, "execution_unknown"),
             (400, "invalid_query"),
             (400, "invalid_last_event_id"),
+            (502, "node_unreachable"),
         ]),
         get(output),
     )]
@@ -97,6 +98,13 @@ async fn start(app: App, id: String, req: Request) -> Result<Response, ApiError>
         query.stderr.or(resumed.map(|r| r.1)).unwrap_or(0),
     );
     super::executions::visible(&app, &caller, &id)?;
+    // A run's output lives on the node its machine is connected to: asked of another node
+    // of a cluster, the stream is carried from that one.
+    if !forward::relayed(req.headers())
+        && let Some(peer) = running_elsewhere(&app, &id).await?
+    {
+        return forward::relay(&app, &peer, req).await;
+    }
     let (tx, rx) = mpsc::channel(BUFFERED_EVENTS);
     let follow = query.follow.unwrap_or(true);
     tokio::spawn(async move {
@@ -114,6 +122,21 @@ async fn start(app: App, id: String, req: Request) -> Result<Response, ApiError>
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response())
+}
+
+/// The other node whose machine runs execution `id` now, if it has not ended and its machine
+/// is connected to another node of this cluster. An execution not placed yet is followed here
+/// (its output comes at its end if it then runs elsewhere).
+async fn running_elsewhere(app: &App, id: &str) -> Result<Option<forward::Peer>, ApiError> {
+    let entry = stored(app, id)?;
+    let Some(context) = entry.context_id.filter(|_| !entry.status.is_final()) else {
+        return Ok(None);
+    };
+    let here = app.live_here(vec![context.clone()]).await?;
+    if here.get(&context).is_some_and(|l| l.online) {
+        return Ok(None);
+    }
+    forward::holder(app, &context).await
 }
 
 /// `Last-Event-ID: <stdout>.<stderr>`, as an `output` event's id says.

@@ -7,8 +7,7 @@
 //! terminals actor; they never see a terminal's bytes and never log a ticket.
 
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::{Request, State};
+use axum::extract::{FromRequestParts as _, Request, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -22,7 +21,7 @@ use super::auth::{self, EXECUTE, READ};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathParam;
 use super::openapi::{Auth, Carries, api};
-use super::{App, Route, body, route, views};
+use super::{App, Route, body, forward, route, views};
 use crate::clock::wall_now;
 use crate::dispatch::terminals::viewer::{self, VIEWER_MESSAGE_LIMIT};
 use crate::dispatch::terminals::{IssueRefused, TermMsg, TicketRefused};
@@ -51,6 +50,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (409, "context_offline"),
                 (409, "context_owned_elsewhere"),
                 (409, "environment_unavailable"),
+                (502, "node_unreachable"),
                 (429, "queue_full"),
                 (503, "ticket_store_full"),
                 (503, "random_unavailable"),
@@ -60,7 +60,8 @@ pub(super) fn routes() -> Vec<Route> {
         route(
             api("GET", "/v1/terminals", "The caller's open terminals")
                 .auth(Auth::Bearer(READ))
-                .answer::<views::Terminals>(200),
+                .answer::<views::Terminals>(200)
+                .errors(&[(503, "database_unavailable")]),
             get(list),
         ),
         route(
@@ -73,6 +74,7 @@ pub(super) fn routes() -> Vec<Route> {
             .answer::<views::TerminalTicket>(201)
             .errors(&[
                 (404, "terminal_unknown"),
+                (502, "node_unreachable"),
                 (503, "ticket_store_full"),
                 (503, "random_unavailable"),
             ]),
@@ -92,6 +94,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (401, "ticket_invalid"),
                 (401, "ticket_expired"),
                 (400, "websocket_required"),
+                (502, "node_unreachable"),
             ]),
             get(connect),
         ),
@@ -118,10 +121,7 @@ fn shell_manifest(size: TerminalSize) -> String {
 }
 
 async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request) -> ApiResult {
-    let (parts, raw) = req.into_parts();
-    let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
-    let bytes = body::read_json(&parts.headers, raw).await?;
-    let size = crate::bodies::decode_terminal_open(&bytes)?;
+    let caller = auth::bearer(&app, req.headers(), EXECUTE)?;
     let entry = super::contexts::lookup(&app, &caller, &given)?;
     if entry.operator != caller.user {
         return Err(ApiError::new(
@@ -137,11 +137,18 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
             "the context is revoked",
         ));
     }
-    // A terminal is relayed by the node its daemon is connected to.
+    // A terminal is relayed by the node its daemon is connected to: asked of another node of
+    // a cluster, the request is carried to that one.
     let here = app.live_here(vec![entry.id.clone()]).await?;
     let online = |live: &std::collections::HashMap<String, crate::dispatch::Live>| {
         live.get(&entry.id).is_some_and(|l| l.online)
     };
+    if !online(&here)
+        && !forward::relayed(req.headers())
+        && let Some(peer) = forward::holder(&app, &entry.id).await?
+    {
+        return forward::relay(&app, &peer, req).await;
+    }
     if !online(&here) && online(&app.live(vec![entry.id.clone()]).await?) {
         return Err(ApiError::owned_elsewhere(&entry.id));
     }
@@ -169,6 +176,9 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
             ),
         ));
     }
+    let (parts, raw) = req.into_parts();
+    let bytes = body::read_json(&parts.headers, raw).await?;
+    let size = crate::bodies::decode_terminal_open(&bytes)?;
     let exec_id = secrets::new_id("ex_")?;
     let listing = ExecutionEntry {
         id: exec_id.clone(),
@@ -270,7 +280,7 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
         })
         .await
         .ok_or_else(App::gone)?;
-    let terminals = open
+    let mut terminals: Vec<views::TerminalRow> = open
         .into_iter()
         .map(|t| views::TerminalRow {
             terminal_id: t.terminal_id,
@@ -285,11 +295,110 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
             records_input: t.records_input,
         })
         .collect();
-    Ok(axum::Json(views::Terminals { terminals }).into_response())
+    // In a cluster each node lists the terminals its relay holds: asked of one node, the
+    // list is every node's.
+    let mut unreached_nodes = Vec::new();
+    if !forward::relayed(req.headers()) {
+        let peers = forward::others(&app).await?;
+        let asked = peers
+            .iter()
+            .map(|(peer, _)| listed_on(&app, peer, req.headers()));
+        for ((peer, _), listed) in peers
+            .iter()
+            .zip(futures_util::future::join_all(asked).await)
+        {
+            match listed {
+                Ok(theirs) => terminals.extend(theirs),
+                Err(e) => {
+                    tracing::warn!(node = %peer.id, error = %e.message, "a node did not list its terminals");
+                    unreached_nodes.push(peer.id.clone());
+                }
+            }
+        }
+        terminals.sort_by(|a, b| {
+            (a.opened_at, a.terminal_id.as_str()).cmp(&(b.opened_at, b.terminal_id.as_str()))
+        });
+    }
+    Ok(axum::Json(views::Terminals {
+        terminals,
+        unreached_nodes,
+    })
+    .into_response())
+}
+
+/// The terminals `peer`'s relay holds that the caller (by its own headers) may see.
+async fn listed_on(
+    app: &App,
+    peer: &forward::Peer,
+    headers: &axum::http::HeaderMap,
+) -> Result<Vec<views::TerminalRow>, ApiError> {
+    let mut asked = Request::new(axum::body::Body::empty());
+    *asked.uri_mut() = Uri::from_static("/v1/terminals");
+    *asked.headers_mut() = headers.clone();
+    let answer = forward::relay(app, peer, asked).await?;
+    let status = answer.status();
+    let bytes = axum::body::to_bytes(answer.into_body(), LIST_LIMIT)
+        .await
+        .map_err(|e| ApiError::new(502, "node_unreachable", e.to_string()))?;
+    if !status.is_success() {
+        return Err(ApiError::new(
+            502,
+            "node_unreachable",
+            format!("node {} answered {status}", peer.id),
+        ));
+    }
+    serde_json::from_slice::<views::Terminals>(&bytes)
+        .map(|t| t.terminals)
+        .map_err(|e| ApiError::new(502, "node_unreachable", e.to_string()))
+}
+
+/// The largest terminal list read from another node.
+const LIST_LIMIT: usize = 16 << 20;
+
+/// Whether this node's relay holds terminal `id`.
+async fn held_here(app: &App, id: &str) -> Result<bool, ApiError> {
+    app.shared
+        .terminals
+        .ask(|reply| TermMsg::Holds {
+            terminal_id: id.into(),
+            reply,
+        })
+        .await
+        .ok_or_else(App::gone)
+}
+
+/// The other node whose relay holds terminal `id`, for a request this node cannot answer:
+/// the node the terminal's machine is connected to, as its recording (or its execution)
+/// names the machine.
+async fn holder_of(
+    app: &App,
+    headers: &axum::http::HeaderMap,
+    id: &str,
+) -> Result<Option<forward::Peer>, ApiError> {
+    if forward::relayed(headers) || held_here(app, id).await? {
+        return Ok(None);
+    }
+    let store = app.shared.store.clone();
+    let terminal = id.to_owned();
+    let context = tokio::task::spawn_blocking(move || {
+        if let Some(recording) = store.recording(&terminal)? {
+            return Ok::<_, crate::store::StoreError>(Some(recording.context_id));
+        }
+        Ok(store.execution(&terminal)?.and_then(|e| e.context_id))
+    })
+    .await
+    .map_err(ApiError::internal)??;
+    match context {
+        Some(context) => forward::holder(app, &context).await,
+        None => Ok(None),
+    }
 }
 
 async fn ticket(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {
     let caller = auth::bearer(&app, req.headers(), EXECUTE)?;
+    if let Some(peer) = holder_of(&app, req.headers(), &id).await? {
+        return forward::relay(&app, &peer, req).await;
+    }
     let (ticket, role) = issue(&app, &id, &caller.user, caller.is_admin()).await?;
     Ok((
         StatusCode::CREATED,
@@ -302,20 +411,24 @@ async fn ticket(State(app): State<App>, PathParam(id): PathParam, req: Request) 
         .into_response())
 }
 
-async fn connect(
-    State(app): State<App>,
-    PathParam(id): PathParam,
-    uri: Uri,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> ApiResult {
-    let ticket = super::extract::ticket_query(&uri);
-    let upgrade = upgrade.map_err(|_| {
-        ApiError::new(
-            400,
-            "websocket_required",
-            "this route only opens a WebSocket",
-        )
-    })?;
+async fn connect(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {
+    // The ticket is checked by the node whose relay holds the terminal (it issued it).
+    if forward::wants_upgrade(req.headers())
+        && let Some(peer) = holder_of(&app, req.headers(), &id).await?
+    {
+        return forward::relay(&app, &peer, req).await;
+    }
+    let (mut parts, _) = req.into_parts();
+    let upgrade = WebSocketUpgrade::from_request_parts(&mut parts, &app)
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                400,
+                "websocket_required",
+                "this route only opens a WebSocket",
+            )
+        })?;
+    let ticket = super::extract::ticket_query(&parts.uri);
     let redeemed = app
         .shared
         .terminals

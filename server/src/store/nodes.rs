@@ -19,12 +19,25 @@ pub(crate) struct NodeRow {
     pub(crate) id: String,
     /// The URL daemons and clients reach it at.
     pub(crate) url: String,
+    /// The URL the other nodes reach it at, with its TLS certificate's SHA-256 (`None` for a
+    /// node of an earlier version, which is never relayed to).
+    pub(crate) reach: Option<NodeReach>,
     /// When it started (Unix seconds, its own clock: shown, never compared).
     pub(crate) started_at: u64,
     /// The daemons connected to it at its last heartbeat (JSON, a `NodeSession` list).
     pub(crate) sessions_json: String,
     /// How long ago its last heartbeat was, by the database's clock.
     pub(crate) silent_ms: u64,
+}
+
+/// How the other nodes reach a node: its own URL, not a load balancer's in front of all of
+/// them, and the certificate they pin on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeReach {
+    /// `https://host:port` (or `http://` to a loopback host) of this node itself.
+    pub(crate) url: String,
+    /// The SHA-256 (hex) of the DER of the certificate it serves, when it serves TLS.
+    pub(crate) tls_sha256: Option<String>,
 }
 
 impl Store {
@@ -35,6 +48,7 @@ impl Store {
         &self,
         id: &str,
         url: &str,
+        reach: &NodeReach,
         started_at: u64,
         sessions_json: Option<&str>,
     ) -> Result<(), StoreError> {
@@ -43,13 +57,22 @@ impl Store {
         let now = tx.now_ms();
         tx.execute(
             &format!(
-                "INSERT INTO nodes (id, url, started_at, heartbeat_at_ms, sessions)
-                 VALUES (?1, ?2, ?3, {now}, COALESCE(?4, '[]'))
+                "INSERT INTO nodes
+                     (id, url, started_at, heartbeat_at_ms, sessions, node_url, tls_sha256)
+                 VALUES (?1, ?2, ?3, {now}, COALESCE(?4, '[]'), ?5, ?6)
                  ON CONFLICT (id) DO UPDATE SET url = excluded.url,
                      heartbeat_at_ms = excluded.heartbeat_at_ms,
-                     sessions = COALESCE(?4, nodes.sessions)"
+                     sessions = COALESCE(?4, nodes.sessions),
+                     node_url = excluded.node_url, tls_sha256 = excluded.tls_sha256"
             ),
-            params![id, url, started_at as i64, sessions_json],
+            params![
+                id,
+                url,
+                started_at as i64,
+                sessions_json,
+                reach.url.as_str(),
+                reach.tls_sha256.as_deref()
+            ],
         )
         .doing("writing a heartbeat")?;
         tx.execute(
@@ -67,14 +90,18 @@ impl Store {
         let now = conn.now_ms();
         conn.query_map(
             &format!(
-                "SELECT id, url, started_at, sessions, {now} - heartbeat_at_ms FROM nodes
-                 WHERE heartbeat_at_ms >= {now} - ?1 ORDER BY started_at, id"
+                "SELECT id, url, started_at, sessions, {now} - heartbeat_at_ms, node_url,
+                        tls_sha256
+                 FROM nodes WHERE heartbeat_at_ms >= {now} - ?1 ORDER BY started_at, id"
             ),
             params![i64::try_from(live_ms).unwrap_or(i64::MAX)],
             |r| {
+                let node_url: Option<String> = r.get(5)?;
+                let tls_sha256: Option<String> = r.get(6)?;
                 Ok(NodeRow {
                     id: r.get(0)?,
                     url: r.get(1)?,
+                    reach: node_url.map(|url| NodeReach { url, tls_sha256 }),
                     started_at: r.get::<i64>(2)?.max(0) as u64,
                     sessions_json: r.get(3)?,
                     silent_ms: r.get::<i64>(4)?.max(0) as u64,

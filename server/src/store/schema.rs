@@ -283,6 +283,14 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX context_owner_by_change ON context_owner (changed);
     CREATE INDEX context_owner_by_node ON context_owner (node_id);
     ",
+    // 20: how the other nodes reach each node (docs/CLUSTER.md §3): the URL of the node itself,
+    // not of a load balancer in front of all of them, and the SHA-256 of its TLS certificate,
+    // pinned by the node that relays a terminal or a live output to it. Both are null in rows
+    // of nodes of an earlier version, which no request is relayed to.
+    "
+    ALTER TABLE nodes ADD COLUMN node_url TEXT;
+    ALTER TABLE nodes ADD COLUMN tls_sha256 TEXT;
+    ",
 ];
 
 /// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
@@ -368,6 +376,11 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
     ALTER TABLE context_owner ADD COLUMN changed BIGINT NOT NULL DEFAULT 0;
     CREATE INDEX context_owner_by_change ON context_owner (changed);
     CREATE INDEX context_owner_by_node ON context_owner (node_id);
+    ",
+    // 20: how the other nodes reach each node, as SQLite's 20.
+    "
+    ALTER TABLE nodes ADD COLUMN node_url TEXT;
+    ALTER TABLE nodes ADD COLUMN tls_sha256 TEXT;
     ",
 ];
 

@@ -200,15 +200,25 @@ fn a_bad_url_or_an_unreachable_database_is_an_error_that_says_so() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// How the other nodes reach node `id` in these tests: its own URL and a certificate pin.
+pub(super) fn reach(id: &str) -> super::NodeReach {
+    super::NodeReach {
+        url: format!("https://{id}.internal:8440"),
+        tls_sha256: Some(format!("{:0>64}", id.len())),
+    }
+}
+
 #[test]
 fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
     for fresh in stores("nodes") {
         let kind = fresh.kind;
         let store = &fresh.store;
         store
-            .node_heartbeat("nd_a", "http://a", 100, Some("[]"))
+            .node_heartbeat("nd_a", "http://a", &reach("nd_a"), 100, Some("[]"))
             .unwrap();
-        store.node_heartbeat("nd_b", "http://b", 50, None).unwrap();
+        store
+            .node_heartbeat("nd_b", "http://b", &reach("nd_b"), 50, None)
+            .unwrap();
         let live = store.live_nodes(15_000).unwrap();
         let ids: Vec<&str> = live.iter().map(|n| n.id.as_str()).collect();
         assert_eq!(ids, ["nd_b", "nd_a"], "{kind}: oldest start first");
@@ -220,11 +230,24 @@ fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
         assert!(live.iter().all(|n| n.silent_ms < 15_000), "{kind}");
         // A heartbeat without sessions keeps the ones written before.
         store
-            .node_heartbeat("nd_a", "http://a", 100, Some("[{\"name\":\"x\"}]"))
+            .node_heartbeat(
+                "nd_a",
+                "http://a",
+                &reach("nd_a"),
+                100,
+                Some("[{\"name\":\"x\"}]"),
+            )
             .unwrap();
-        store.node_heartbeat("nd_a", "http://a", 100, None).unwrap();
+        store
+            .node_heartbeat("nd_a", "http://a", &reach("nd_a"), 100, None)
+            .unwrap();
         let a = store.live_nodes(15_000).unwrap().remove(1);
         assert_eq!(a.sessions_json, "[{\"name\":\"x\"}]", "{kind}");
+        assert_eq!(
+            a.reach,
+            Some(reach("nd_a")),
+            "{kind}: how the others reach it"
+        );
         // Twenty seconds of silence, by the database's clock: no longer live.
         store
             .lock()
@@ -249,7 +272,9 @@ fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
                 params![],
             )
             .unwrap();
-        store.node_heartbeat("nd_a", "http://a", 100, None).unwrap();
+        store
+            .node_heartbeat("nd_a", "http://a", &reach("nd_a"), 100, None)
+            .unwrap();
         let rows: i64 = store
             .read()
             .query_row("SELECT COUNT(*) FROM nodes", params![], |r| r.get(0))
@@ -264,8 +289,12 @@ fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
 fn a_restarted_sqlite_node_forgets_its_earlier_start_and_postgres_keeps_other_nodes() {
     for fresh in stores("earlier_starts") {
         let store = &fresh.store;
-        store.node_heartbeat("nd_old", "http://a", 1, None).unwrap();
-        store.node_heartbeat("nd_new", "http://a", 2, None).unwrap();
+        store
+            .node_heartbeat("nd_old", "http://a", &reach("nd_old"), 1, None)
+            .unwrap();
+        store
+            .node_heartbeat("nd_new", "http://a", &reach("nd_new"), 2, None)
+            .unwrap();
         store.forget_earlier_starts("nd_new").unwrap();
         let ids: Vec<String> = store
             .live_nodes(15_000)

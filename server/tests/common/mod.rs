@@ -202,6 +202,7 @@ impl TestServer {
             tls: None,
             cloud,
             public_url: None,
+            node_url: None,
             rate_limits: Default::default(),
             terminal_idle: ServeConfig::DEFAULT_TERMINAL_IDLE,
             heartbeat: ServeConfig::DEFAULT_HEARTBEAT,

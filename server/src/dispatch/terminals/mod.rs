@@ -143,6 +143,12 @@ pub(crate) enum TermMsg {
         admin: bool,
         reply: oneshot::Sender<Vec<TerminalView>>,
     },
+    /// Whether this node's relay holds terminal `terminal_id` (open or ending): a request for
+    /// one it does not hold is relayed to the node that does.
+    Holds {
+        terminal_id: TerminalId,
+        reply: oneshot::Sender<bool>,
+    },
 }
 
 /// The handle the dispatcher and routes hold.
@@ -427,6 +433,12 @@ impl Actor {
                 }
                 self.recordings.drain().await;
                 let _ = done.send(());
+            }
+            TermMsg::Holds { terminal_id, reply } => {
+                let held = self
+                    .terminals
+                    .contains_key(&ExecutionId::new(terminal_id.as_str()));
+                let _ = reply.send(held);
             }
             TermMsg::List { user, admin, reply } => {
                 let views = self

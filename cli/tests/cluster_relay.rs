@@ -1,0 +1,246 @@
+//! Two `outpost serve` nodes over one PostgreSQL database, the daemon of `box` connected to
+//! the second (docs/CLUSTER.md §3): a terminal asked of the first is opened, viewed, listed
+//! and given new tickets through the first, relayed to the second, whose relay holds it; and
+//! a run's output followed through the first comes while the run is still running.
+
+mod common;
+
+use std::io::{BufRead as _, BufReader};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{Daemon, Server, api, shell_capability, temp_dir, wait_for};
+use serde_json::{Value, json};
+use tungstenite::stream::MaybeTlsStream;
+use tungstenite::{Message, WebSocket};
+
+/// Node `a` (the machine is not connected to it), node `b` (it is), and the daemon.
+struct Cluster {
+    dir: PathBuf,
+    a: Server,
+    b: Server,
+    _daemon: Daemon,
+}
+
+fn cluster(tag: &str) -> Cluster {
+    let dir = temp_dir(tag);
+    let url = common::postgres::shared().database(&format!("{tag}_{}", std::process::id()));
+    let database: [&std::ffi::OsStr; 2] = ["--database".as_ref(), url.as_ref()];
+    let (a_state, b_state) = (dir.join("a"), dir.join("b"));
+    std::fs::create_dir_all(&a_state).expect("a state folder");
+    std::fs::create_dir_all(&b_state).expect("a state folder");
+    let a = Server::start_with(&a_state, 0, &database);
+    std::fs::copy(a_state.join("keys.json"), b_state.join("keys.json")).expect("keys.json");
+    let b = Server::start_with(&b_state, 0, &database);
+    let mut join = outpost_core::join::Join::parse(&a.join).expect("the join");
+    join.url = b.url.clone();
+    let daemon = Daemon::start(&dir.join("home"), "box", Some(&join.encode()), "tokio");
+    // `a` knows where box is from b's heartbeat.
+    wait_for("b's heartbeat to list box", || {
+        let (_, nodes) = a.api("GET", "/v1/nodes", None);
+        nodes["nodes"]
+            .as_array()?
+            .iter()
+            .any(|n| {
+                n["this"] == false
+                    && n["nodeUrl"] == b.url.as_str()
+                    && n["sessions"]
+                        .as_array()
+                        .is_some_and(|s| s.iter().any(|s| s["name"] == "box"))
+            })
+            .then_some(())
+    });
+    Cluster {
+        dir,
+        a,
+        b,
+        _daemon: daemon,
+    }
+}
+
+/// A viewer socket and what it was shown.
+struct Viewer {
+    socket: WebSocket<MaybeTlsStream<TcpStream>>,
+    screen: Vec<u8>,
+    texts: Vec<Value>,
+}
+
+impl Viewer {
+    fn connect(server: &Server, terminal: &str, ticket: &str) -> Viewer {
+        let url = format!(
+            "ws://127.0.0.1:{}/v1/terminals/{terminal}/connect?ticket={ticket}",
+            server.port
+        );
+        let (socket, _) = tungstenite::connect(url).expect("the viewer socket opens");
+        if let MaybeTlsStream::Plain(tcp) = socket.get_ref() {
+            tcp.set_read_timeout(Some(Duration::from_millis(200)))
+                .expect("a read timeout");
+        }
+        Viewer {
+            socket,
+            screen: Vec::new(),
+            texts: Vec::new(),
+        }
+    }
+
+    fn until(&mut self, what: &str, done: impl Fn(&Viewer) -> bool) {
+        let deadline = Instant::now() + common::PATIENCE;
+        while !done(self) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; screen: {:?}; messages: {:?}",
+                String::from_utf8_lossy(&self.screen),
+                self.texts
+            );
+            match self.socket.read() {
+                Ok(Message::Binary(bytes)) => self.screen.extend_from_slice(&bytes),
+                Ok(Message::Text(text)) => {
+                    self.texts
+                        .push(serde_json::from_str(&text).expect("a JSON text message"));
+                }
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => {
+                    assert!(done(self), "the socket ended ({e}) before {what}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn shows(&self, text: &str) -> bool {
+        self.screen
+            .windows(text.len())
+            .any(|w| w == text.as_bytes())
+    }
+
+    fn said(&self, kind: &str) -> Option<&Value> {
+        self.texts.iter().find(|t| t["type"] == kind)
+    }
+
+    fn type_keys(&mut self, keys: &str) {
+        self.socket
+            .send(Message::Binary(keys.as_bytes().to_vec().into()))
+            .expect("keys sent");
+    }
+}
+
+/// `terminal`'s row in `server`'s `GET /v1/terminals`, and whether a node went unreached.
+fn listed(server: &Server, terminal: &str) -> (Option<Value>, bool) {
+    let (status, body) = server.api("GET", "/v1/terminals", None);
+    assert_eq!(status, 200, "{body}");
+    let row = body["terminals"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["terminalId"] == terminal))
+        .cloned();
+    (row, body.get("unreachedNodes").is_some())
+}
+
+#[test]
+fn a_terminal_asked_of_a_node_its_machine_is_not_connected_to_is_relayed_to_the_one_it_is() {
+    let c = cluster("relay_terminal");
+    let (status, opened) = c.a.api(
+        "POST",
+        "/v1/execution-contexts/box/terminals",
+        Some(json!({"cols": 80, "rows": 24})),
+    );
+    assert_eq!(status, 201, "opened through a: {opened}");
+    let terminal = opened["terminalId"].as_str().expect("an id").to_owned();
+    let mut first = Viewer::connect(&c.a, &terminal, opened["ticket"].as_str().unwrap());
+    first.until("live", |v| v.said("live").is_some());
+    first.type_keys("echo $((6*7))-relayed\r");
+    first.until("the shell's answer", |v| v.shows("42-relayed"));
+
+    // Both nodes list it, once, b's relay holding it.
+    for node in [&c.a, &c.b] {
+        let (row, unreached) = listed(node, &terminal);
+        let row = row.unwrap_or_else(|| panic!("{} lists the terminal", node.url));
+        assert_eq!(row["context"], "box");
+        assert_eq!(row["viewers"], 1, "{row}");
+        assert!(!unreached, "every node answered");
+    }
+    let (_, all) = c.a.api("GET", "/v1/terminals", None);
+    assert_eq!(
+        all["terminals"].as_array().map(Vec::len),
+        Some(1),
+        "listed once: {all}"
+    );
+
+    // A ticket bought of a joins a second viewer through a, who is shown the screen again.
+    let (status, bought) = api(
+        &c.a.url,
+        &c.a.admin,
+        "POST",
+        &format!("/v1/terminals/{terminal}/tickets"),
+        None,
+    );
+    assert_eq!(status, 201, "{bought}");
+    let ticket = bought["ticket"].as_str().expect("a ticket").to_owned();
+    let mut second = Viewer::connect(&c.a, &terminal, &ticket);
+    second.until("the replay", |v| {
+        v.said("live").is_some() && v.shows("42-relayed")
+    });
+    // The ticket is spent, whichever node it is shown to again.
+    for node in [&c.a, &c.b] {
+        let url = format!(
+            "ws://127.0.0.1:{}/v1/terminals/{terminal}/connect?ticket={ticket}",
+            node.port
+        );
+        match tungstenite::connect(url) {
+            Err(tungstenite::Error::Http(answer)) => assert_eq!(answer.status(), 401),
+            other => panic!("a spent ticket opened a socket: {:?}", other.map(|_| ())),
+        }
+    }
+    // Keys typed by the second viewer reach the shell on b, and the first sees the answer.
+    second.type_keys("exit 3\r");
+    first.until("the exit", |v| v.said("exit").is_some());
+    assert_eq!(first.said("exit").unwrap()["exitCode"], 3);
+    let execution = c.a.wait_status(&terminal, "exited");
+    assert_eq!(execution["exitCode"], 3, "{execution}");
+}
+
+#[test]
+fn a_run_s_output_followed_through_another_node_comes_while_the_run_runs() {
+    let c = cluster("relay_output");
+    let go = c.dir.join("go");
+    let script = format!(
+        "echo first\nwhile [ ! -e {go} ]; do sleep 0.05; done\necho second\n",
+        go = go.display()
+    );
+    let id = c.a.submit(&shell_capability("gated", &script), "box");
+    c.a.wait_status(&id, "running");
+    let mut follower = Command::new(common::binary())
+        .args(["runs", "logs", &id, "-f", "--server", &c.a.url])
+        .env("OUTPOST_TOKEN", &c.a.admin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("outpost runs logs");
+    let (tx, lines) = mpsc::channel();
+    let out = follower.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let next = |what: &str| {
+        lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{what}: no line ({e})"))
+    };
+    // The run waits for `go`: its first line came through a before the run could end.
+    assert_eq!(next("the first line, live"), "first");
+    let (_, running) = c.a.api("GET", &format!("/v1/executions/{id}"), None);
+    assert_eq!(running["status"], "running", "{running}");
+    std::fs::write(&go, b"").expect("go");
+    assert_eq!(next("the second line"), "second");
+    let done = common::finish(follower, "outpost runs logs -f");
+    assert_eq!(done.status.code(), Some(0), "{done:?}");
+}
