@@ -228,6 +228,22 @@ impl World {
         serde_json::from_str(&text).unwrap()
     }
 
+    /// `POST path` with `body`, as admin; the answer (null if not JSON).
+    #[allow(dead_code)]
+    pub fn post_to(&self, path: &str, body: &Value) -> Value {
+        let text = self
+            .agent
+            .post(&format!("{}{path}", self.url))
+            .header("authorization", &format!("Bearer {}", self.admin))
+            .header("content-type", "application/json")
+            .send(body.to_string().as_bytes())
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
     /// `GET path` as admin; the answer (null if not JSON).
     pub fn get(&self, path: &str) -> Value {
         let text = self
