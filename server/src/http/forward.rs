@@ -63,38 +63,42 @@ pub(crate) fn relayed(headers: &HeaderMap) -> bool {
     headers.contains_key(RELAYED_BY)
 }
 
-/// The live node other than this one whose daemon sessions, at its last heartbeat, list
-/// `context_id`; `None` when no other node lists it, or the one that does is of an earlier
-/// version that wrote no address to reach it at.
+/// The live node other than this one that owns machine `context_id` now: the node its
+/// daemon's connection last reached (a connect takes the machine at once, before any
+/// heartbeat lists it), or the one that adopted it from a dead node. `None` when this node
+/// owns it, no node does, or its owner is not live or is of an earlier version that wrote no
+/// address to reach it at.
 pub(crate) async fn holder(app: &App, context_id: &str) -> Result<Option<Peer>, ApiError> {
-    let context_id = context_id.to_owned();
-    Ok(others(app).await?.into_iter().find_map(|(peer, sessions)| {
-        sessions
-            .iter()
-            .any(|s| s.context_id.as_str() == context_id)
-            .then_some(peer)
-    }))
+    let store = app.shared.store.clone();
+    let (context, here) = (context_id.to_owned(), app.node.0.clone());
+    let found = tokio::task::spawn_blocking(move || {
+        let Some((owner, _)) = store.context_owner(&context)? else {
+            return Ok(None);
+        };
+        if owner == here {
+            return Ok(None);
+        }
+        let reach = store.live_node_reach(&owner, nodes::LIVE.as_millis() as u64)?;
+        Ok::<_, crate::store::StoreError>(reach.map(|reach| Peer { id: owner, reach }))
+    })
+    .await
+    .map_err(ApiError::internal)??;
+    Ok(found)
 }
 
-/// Every other live node that wrote an address to reach it at, with its sessions at its
-/// last heartbeat.
-pub(crate) async fn others(
-    app: &App,
-) -> Result<Vec<(Peer, Vec<outpost_core::api::NodeSession>)>, ApiError> {
+/// Every other live node that wrote an address to reach it at.
+pub(crate) async fn others(app: &App) -> Result<Vec<Peer>, ApiError> {
     let store = app.shared.store.clone();
-    let rows =
-        tokio::task::spawn_blocking(move || store.live_nodes(nodes::LIVE.as_millis() as u64))
-            .await
-            .map_err(ApiError::internal)??;
-    let here = app.node.0.clone();
+    let rows = tokio::task::spawn_blocking(move || {
+        store.live_node_reaches(nodes::LIVE.as_millis() as u64)
+    })
+    .await
+    .map_err(ApiError::internal)??;
+    let here = &app.node.0;
     Ok(rows
         .into_iter()
-        .filter(|row| row.id != here)
-        .filter_map(|row| {
-            let reach = row.reach?;
-            let sessions = serde_json::from_str(&row.sessions_json).unwrap_or_default();
-            Some((Peer { id: row.id, reach }, sessions))
-        })
+        .filter(|(id, _)| id != here)
+        .map(|(id, reach)| Peer { id, reach })
         .collect())
 }
 

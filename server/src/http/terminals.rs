@@ -302,8 +302,8 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
         let peers = forward::others(&app).await?;
         let asked = peers
             .iter()
-            .map(|(peer, _)| listed_on(&app, peer, req.headers()));
-        for ((peer, _), listed) in peers
+            .map(|peer| listed_on(&app, peer, req.headers()));
+        for (peer, listed) in peers
             .iter()
             .zip(futures_util::future::join_all(asked).await)
         {

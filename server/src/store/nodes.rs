@@ -6,7 +6,7 @@
 //! It stores and lists; the heartbeat's pace and what a node does when it cannot write one are
 //! the server's (`http/nodes.rs`).
 
-use super::db::{Sql as _, params};
+use super::db::{OptionalExtension as _, Sql as _, params};
 use super::{Doing as _, Store, StoreError};
 
 /// How long a row of a node that stopped heartbeating stays before a heartbeat deletes it.
@@ -109,6 +109,62 @@ impl Store {
             },
         )
         .doing("listing the nodes")
+    }
+
+    /// How the other nodes reach node `id`, if its last heartbeat is at most `live_ms` old
+    /// by the database's clock and wrote an address (a node of an earlier version wrote none).
+    pub(crate) fn live_node_reach(
+        &self,
+        id: &str,
+        live_ms: u64,
+    ) -> Result<Option<NodeReach>, StoreError> {
+        let conn = self.read();
+        let now = conn.now_ms();
+        let row: Option<(Option<String>, Option<String>)> = conn
+            .query_row(
+                &format!(
+                    "SELECT node_url, tls_sha256 FROM nodes
+                     WHERE id = ?1 AND heartbeat_at_ms >= {now} - ?2"
+                ),
+                params![id, i64::try_from(live_ms).unwrap_or(i64::MAX)],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .doing("reading a node's address")?;
+        Ok(row.and_then(|(url, tls_sha256)| {
+            Some(NodeReach {
+                url: url?,
+                tls_sha256,
+            })
+        }))
+    }
+
+    /// Every node whose last heartbeat is at most `live_ms` old by the database's clock and
+    /// wrote an address, with how the others reach it: (id, reach), in id order, without the
+    /// sessions [`Store::live_nodes`] reads.
+    pub(crate) fn live_node_reaches(
+        &self,
+        live_ms: u64,
+    ) -> Result<Vec<(String, NodeReach)>, StoreError> {
+        let conn = self.read();
+        let now = conn.now_ms();
+        conn.query_map(
+            &format!(
+                "SELECT id, node_url, tls_sha256 FROM nodes
+                 WHERE heartbeat_at_ms >= {now} - ?1 AND node_url IS NOT NULL ORDER BY id"
+            ),
+            params![i64::try_from(live_ms).unwrap_or(i64::MAX)],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    NodeReach {
+                        url: r.get(1)?,
+                        tls_sha256: r.get(2)?,
+                    },
+                ))
+            },
+        )
+        .doing("listing the nodes' addresses")
     }
 
     /// The ids of the nodes whose last heartbeat is at most `live_ms` old by the database's

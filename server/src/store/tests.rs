@@ -248,6 +248,19 @@ fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
             Some(reach("nd_a")),
             "{kind}: how the others reach it"
         );
+        assert_eq!(
+            store.live_node_reach("nd_b", 15_000).unwrap(),
+            Some(reach("nd_b")),
+            "{kind}"
+        );
+        assert_eq!(
+            store.live_node_reaches(15_000).unwrap(),
+            [
+                ("nd_a".to_owned(), reach("nd_a")),
+                ("nd_b".to_owned(), reach("nd_b"))
+            ],
+            "{kind}"
+        );
         // Twenty seconds of silence, by the database's clock: no longer live.
         store
             .lock()
@@ -255,6 +268,32 @@ fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
                 "UPDATE nodes SET heartbeat_at_ms = heartbeat_at_ms - 20000 WHERE id = 'nd_b'",
                 params![],
             )
+            .unwrap();
+        assert_eq!(
+            store.live_node_reach("nd_b", 15_000).unwrap(),
+            None,
+            "{kind}: a silent node is relayed to no more"
+        );
+        assert_eq!(store.live_node_reaches(15_000).unwrap().len(), 1, "{kind}");
+        // A node of an earlier version wrote no address: nothing is relayed to it.
+        store
+            .lock()
+            .execute(
+                "UPDATE nodes SET node_url = NULL WHERE id = 'nd_a'",
+                params![],
+            )
+            .unwrap();
+        assert_eq!(
+            store.live_node_reach("nd_a", 15_000).unwrap(),
+            None,
+            "{kind}"
+        );
+        assert!(
+            store.live_node_reaches(15_000).unwrap().is_empty(),
+            "{kind}"
+        );
+        store
+            .node_heartbeat("nd_a", "http://a", &reach("nd_a"), 100, None)
             .unwrap();
         let ids: Vec<String> = store
             .live_nodes(15_000)
