@@ -59,6 +59,10 @@ pub struct Trust {
     pub extra: Vec<CertificateDer<'static>>,
     /// The SHA-256 of a server certificate (its DER) trusted as it is, from a join.
     pub pinned: Option<[u8; 32]>,
+    /// Trust the pinned certificate only: neither the roots nor the extra CA vouch for any
+    /// other (a server's node relaying to another node, whose certificate it read from their
+    /// shared database).
+    pub pinned_only: bool,
 }
 
 impl Trust {
@@ -88,6 +92,17 @@ impl Trust {
         Ok(Self {
             extra,
             pinned: None,
+            pinned_only: false,
+        })
+    }
+
+    /// The certificate whose SHA-256 is `hex` and no other; `None` when `hex` is not 64 hex
+    /// digits.
+    pub fn only(hex: &str) -> Option<Self> {
+        Some(Self {
+            extra: Vec::new(),
+            pinned: Some(parse_pin(hex)?),
+            pinned_only: true,
         })
     }
 
@@ -133,7 +148,11 @@ impl Trust {
                         .unwrap_or_else(|_| unreachable!("the web roots are not empty"));
                 builder
                     .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(PinnedOrRoots { pin, by_roots }))
+                    .with_custom_certificate_verifier(Arc::new(PinnedOrRoots {
+                        pin,
+                        only: self.pinned_only,
+                        by_roots,
+                    }))
                     .with_no_client_auth()
             }
         };
@@ -190,10 +209,12 @@ fn parse_pin(hex: &str) -> Option<[u8; 32]> {
     Some(pin)
 }
 
-/// Trusts the pinned certificate as it is, and any other one the roots vouch for.
+/// Trusts the pinned certificate as it is, and (unless `only`) any other one the roots vouch
+/// for.
 #[derive(Debug)]
 struct PinnedOrRoots {
     pin: [u8; 32],
+    only: bool,
     by_roots: Arc<WebPkiServerVerifier>,
 }
 
@@ -208,6 +229,11 @@ impl ServerCertVerifier for PinnedOrRoots {
     ) -> Result<ServerCertVerified, rustls::Error> {
         if <[u8; 32]>::from(Sha256::digest(end_entity.as_ref())) == self.pin {
             return Ok(ServerCertVerified::assertion());
+        }
+        if self.only {
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ));
         }
         self.by_roots
             .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)

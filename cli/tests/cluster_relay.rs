@@ -206,6 +206,50 @@ fn a_terminal_asked_of_a_node_its_machine_is_not_connected_to_is_relayed_to_the_
     assert_eq!(execution["exitCode"], 3, "{execution}");
 }
 
+/// `GET /v1/terminals` on `server` as a relay from node `by` meant for node `to` would ask it.
+fn relayed_list(server: &Server, by: &str, to: &str) -> (u16, Value) {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let answer = agent
+        .get(&format!("{}/v1/terminals", server.url))
+        .header("authorization", &format!("Bearer {}", server.admin))
+        .header("outpost-relayed-by", by)
+        .header("outpost-relayed-to", to)
+        .call()
+        .expect("an answer");
+    let status = answer.status().as_u16();
+    let text = answer.into_body().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[test]
+fn a_relay_that_reaches_a_node_it_was_not_meant_for_is_refused_there() {
+    let c = cluster("relay_misdirected");
+    let (_, nodes) = c.a.api("GET", "/v1/nodes", None);
+    let id = |this: bool| {
+        nodes["nodes"]
+            .as_array()
+            .and_then(|n| n.iter().find(|n| n["this"] == this))
+            .and_then(|n| n["nodeId"].as_str())
+            .expect("a node id")
+            .to_owned()
+    };
+    let (a_id, b_id) = (id(true), id(false));
+    // Meant for b, it reached a (an address that leads elsewhere): refused, not answered.
+    let (status, body) = relayed_list(&c.a, &b_id, &b_id);
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"]["code"], "node_unreachable", "{body}");
+    // From a itself (its own address led back to it): refused too.
+    let (status, body) = relayed_list(&c.a, &a_id, &a_id);
+    assert_eq!(status, 502, "{body}");
+    // Meant for a, from b: answered with a's own terminals, not relayed again.
+    let (status, body) = relayed_list(&c.a, &b_id, &a_id);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("unreachedNodes").is_none(), "{body}");
+}
+
 #[test]
 fn a_run_s_output_followed_through_another_node_comes_while_the_run_runs() {
     let c = cluster("relay_output");

@@ -292,14 +292,15 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         source,
     })?;
     let url = crate::public_url::base_url(&config, bound)?;
-    let reach = crate::store::NodeReach {
-        url: crate::public_url::node_url(&config, bound),
+    let reach = crate::public_url::node_url(&config, bound).map(|url| crate::store::NodeReach {
+        url,
         tls_sha256: tls.as_ref().map(|(_, pin)| pin.clone()),
-    };
-    if let Err(e) = outpost_adapters::tls::ServerUrl::parse(&reach.url) {
+    });
+    if let (Some(given), Some(reach)) = (&config.node_url, &reach)
+        && let Err(e) = outpost_adapters::tls::ServerUrl::parse(&reach.url)
+    {
         return Err(ServeError::Runtime(format!(
-            "--node-url {}: {e}; give this node's own https:// URL (or http:// on loopback)",
-            reach.url
+            "--node-url {given}: {e}; give this node's own https:// URL (or http:// on loopback)"
         )));
     }
     // The first start's join token is `jt_first` among the join tokens (listed, revocable).
@@ -342,7 +343,7 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     // This node is live before it claims anything (another node starting now must not count
     // it dead); then it owns what it owned before its restart, what no node owns and what
     // dead nodes owned: each such machine's epoch moves on, fencing out any earlier holder.
-    store.node_heartbeat(&node_id, &url, &reach, wall_now().0, None)?;
+    store.node_heartbeat(&node_id, &url, reach.as_ref(), wall_now().0, None)?;
     let owned = store.claim_contexts(&node_id, live_ms)?;
     let owned_ids: std::collections::HashSet<String> =
         owned.iter().map(|(id, _)| id.clone()).collect();

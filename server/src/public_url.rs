@@ -21,21 +21,19 @@ pub(crate) fn base_url(config: &ServeConfig, bound: SocketAddr) -> Result<String
 
 /// The URL the other nodes of a cluster reach this node at, without a trailing `/`:
 /// `--node-url`; else the address listened on, as [`base_url`] finds it without
-/// `--public-url` (a node behind a load balancer gives the balancer's as its public URL); a
-/// plain-HTTP node listening on every address is reached on loopback, by the nodes on its
-/// own machine only (the others refuse plain HTTP to another machine).
-pub(crate) fn node_url(config: &ServeConfig, bound: SocketAddr) -> String {
+/// `--public-url` (a node behind a load balancer gives the balancer's as its public URL), when
+/// the other nodes may use it: `https`, or plain `http` on a loopback address they share only
+/// if they run on this machine. `None` otherwise (plain HTTP on every address, or on an
+/// address of the network): requests are then never relayed to this node — a loopback
+/// address on another machine would lead back to the node that relays.
+pub(crate) fn node_url(config: &ServeConfig, bound: SocketAddr) -> Option<String> {
     if let Some(url) = &config.node_url {
-        return url.trim_end_matches('/').to_owned();
+        return Some(url.trim_end_matches('/').to_owned());
     }
-    own_url(config, bound).unwrap_or_else(|_| {
-        let loopback: IpAddr = if bound.is_ipv6() {
-            Ipv6Addr::LOCALHOST.into()
-        } else {
-            Ipv4Addr::LOCALHOST.into()
-        };
-        format!("http://{}", SocketAddr::new(loopback, bound.port()))
-    })
+    if config.tls.is_none() && !bound.ip().is_loopback() {
+        return None;
+    }
+    own_url(config, bound).ok()
 }
 
 /// This node's own address as a URL: the one listened on, or for every address this
@@ -156,20 +154,35 @@ mod tests {
             ..test_config()
         };
         let bound: SocketAddr = "127.0.0.1:8441".parse().unwrap();
-        assert_eq!(node_url(&behind, bound), "http://127.0.0.1:8441");
+        assert_eq!(
+            node_url(&behind, bound).as_deref(),
+            Some("http://127.0.0.1:8441")
+        );
         let given = crate::ServeConfig {
             node_url: Some("https://node-b.internal:8440/".into()),
+            ..behind.clone()
+        };
+        assert_eq!(
+            node_url(&given, bound).as_deref(),
+            Some("https://node-b.internal:8440")
+        );
+        for plain in ["0.0.0.0:8442", "[::]:8443", "10.0.0.5:8440"] {
+            assert_eq!(
+                node_url(&behind, plain.parse().unwrap()),
+                None,
+                "plain HTTP on {plain}: no address another node may use"
+            );
+        }
+        let tls = crate::ServeConfig {
+            tls: Some(crate::TlsFiles {
+                cert: "cert.pem".into(),
+                key: "key.pem".into(),
+            }),
             ..behind
         };
-        assert_eq!(node_url(&given, bound), "https://node-b.internal:8440");
         assert_eq!(
-            node_url(&test_config(), "0.0.0.0:8442".parse().unwrap()),
-            "http://127.0.0.1:8442",
-            "plain HTTP on every address: the nodes of this machine only"
-        );
-        assert_eq!(
-            node_url(&test_config(), "[::]:8443".parse().unwrap()),
-            "http://[::1]:8443"
+            node_url(&tls, "10.0.0.5:8440".parse().unwrap()).as_deref(),
+            Some("https://10.0.0.5:8440")
         );
     }
 

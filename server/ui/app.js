@@ -565,6 +565,13 @@
 
   function loadTerminals() {
     return api("GET", "/v1/terminals").then(function (value) {
+      // In a cluster, nodes that did not answer: their terminals are not in the list.
+      var unreached = (value && value.unreachedNodes) || [];
+      var note = $("terminals-unreached");
+      note.hidden = unreached.length === 0;
+      note.textContent = unreached.length ? "Terminals held by " + unreached.join(", ") +
+        " are missing: " + (unreached.length === 1 ? "that node" : "those nodes") +
+        " did not answer. Reload to ask again." : "";
       fill("terminals", (value && value.terminals) || [], function (t, row) {
         cell(row, t.terminalId);
         cell(row, t.context);

@@ -87,8 +87,8 @@ pub(crate) struct AppInner {
     /// This process as a node (`GET /v1/nodes`): its id, kept in the state folder across
     /// restarts, and its start.
     pub(crate) node: (String, u64),
-    /// How the other nodes reach this one (its heartbeat writes it).
-    pub(crate) reach: crate::store::NodeReach,
+    /// How the other nodes reach this one (its heartbeat writes it); `None` when they cannot.
+    pub(crate) reach: Option<crate::store::NodeReach>,
 }
 
 /// The handlers' state.
@@ -118,8 +118,8 @@ pub(crate) struct AppSettings {
     pub(crate) xterm_dir: Option<std::path::PathBuf>,
     /// This node's id (the state folder's `node-id`).
     pub(crate) node_id: String,
-    /// How the other nodes reach this one.
-    pub(crate) reach: crate::store::NodeReach,
+    /// How the other nodes reach this one; `None` when they cannot.
+    pub(crate) reach: Option<crate::store::NodeReach>,
 }
 
 impl App {

@@ -70,7 +70,7 @@ pub(super) async fn list(State(app): State<App>, req: Request) -> ApiResult {
     let mut nodes = vec![views::Node {
         node_id: node_id.clone(),
         url: app.join.url.clone(),
-        node_url: Some(app.reach.url.clone()),
+        node_url: app.reach.as_ref().map(|r| r.url.clone()),
         started_at,
         this: true,
         sessions,
@@ -230,7 +230,7 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
         let store = app.shared.store.clone();
         let (id, at, reach) = (node_id.clone(), url.clone(), app.reach.clone());
         let write = tokio::task::spawn_blocking(move || {
-            store.node_heartbeat(&id, &at, &reach, started_at, changed.as_deref())
+            store.node_heartbeat(&id, &at, reach.as_ref(), started_at, changed.as_deref())
         });
         tokio::pin!(write);
         let wrote = loop {

@@ -64,6 +64,7 @@ pub(super) fn routes() -> Vec<Route> {
             (400, "invalid_query"),
             (400, "invalid_last_event_id"),
             (502, "node_unreachable"),
+            (503, "database_unavailable"),
         ]),
         get(output),
     )]
@@ -100,7 +101,7 @@ async fn start(app: App, id: String, req: Request) -> Result<Response, ApiError>
     super::executions::visible(&app, &caller, &id)?;
     // A run's output lives on the node its machine is connected to: asked of another node
     // of a cluster, the stream is carried from that one.
-    if !forward::relayed(req.headers())
+    if !forward::relayed(&app, req.headers())?
         && let Some(peer) = running_elsewhere(&app, &id).await?
     {
         return forward::relay(&app, &peer, req).await;

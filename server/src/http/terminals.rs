@@ -61,7 +61,7 @@ pub(super) fn routes() -> Vec<Route> {
             api("GET", "/v1/terminals", "The caller's open terminals")
                 .auth(Auth::Bearer(READ))
                 .answer::<views::Terminals>(200)
-                .errors(&[(503, "database_unavailable")]),
+                .errors(&[(502, "node_unreachable"), (503, "database_unavailable")]),
             get(list),
         ),
         route(
@@ -75,6 +75,7 @@ pub(super) fn routes() -> Vec<Route> {
             .errors(&[
                 (404, "terminal_unknown"),
                 (502, "node_unreachable"),
+                (503, "database_unavailable"),
                 (503, "ticket_store_full"),
                 (503, "random_unavailable"),
             ]),
@@ -95,6 +96,7 @@ pub(super) fn routes() -> Vec<Route> {
                 (401, "ticket_expired"),
                 (400, "websocket_required"),
                 (502, "node_unreachable"),
+                (503, "database_unavailable"),
             ]),
             get(connect),
         ),
@@ -144,7 +146,7 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
         live.get(&entry.id).is_some_and(|l| l.online)
     };
     if !online(&here)
-        && !forward::relayed(req.headers())
+        && !forward::relayed(&app, req.headers())?
         && let Some(peer) = forward::holder(&app, &entry.id).await?
     {
         return forward::relay(&app, &peer, req).await;
@@ -298,20 +300,34 @@ async fn list(State(app): State<App>, req: Request) -> ApiResult {
     // In a cluster each node lists the terminals its relay holds: asked of one node, the
     // list is every node's.
     let mut unreached_nodes = Vec::new();
-    if !forward::relayed(req.headers()) {
-        let peers = forward::others(&app).await?;
-        let asked = peers
-            .iter()
-            .map(|peer| listed_on(&app, peer, req.headers()));
-        for (peer, listed) in peers
-            .iter()
-            .zip(futures_util::future::join_all(asked).await)
-        {
+    let headers = req.headers().clone();
+    if !forward::relayed(&app, &headers)? {
+        let others = forward::others(&app).await?;
+        let asked = others.iter().map(|(id, reach)| async {
+            let peer = reach.clone().map(|reach| forward::Peer {
+                id: id.clone(),
+                reach,
+            });
+            match peer {
+                Some(peer) => tokio::time::timeout(LIST_WITHIN, listed_on(&app, &peer, &headers))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(ApiError::new(502, "node_unreachable", "no list in time"))
+                    }),
+                None => Err(ApiError::new(
+                    502,
+                    "node_unreachable",
+                    "no address to reach it at",
+                )),
+            }
+        });
+        let listed = futures_util::future::join_all(asked).await;
+        for ((id, _), listed) in others.iter().zip(listed) {
             match listed {
                 Ok(theirs) => terminals.extend(theirs),
                 Err(e) => {
-                    tracing::warn!(node = %peer.id, error = %e.message, "a node did not list its terminals");
-                    unreached_nodes.push(peer.id.clone());
+                    tracing::warn!(node = %id, error = %e.message, "a node did not list its terminals");
+                    unreached_nodes.push(id.clone());
                 }
             }
         }
@@ -355,6 +371,9 @@ async fn listed_on(
 /// The largest terminal list read from another node.
 const LIST_LIMIT: usize = 16 << 20;
 
+/// The longest another node has to list its terminals, from connecting to the list's end.
+const LIST_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Whether this node's relay holds terminal `id`.
 async fn held_here(app: &App, id: &str) -> Result<bool, ApiError> {
     app.shared
@@ -375,7 +394,7 @@ async fn holder_of(
     headers: &axum::http::HeaderMap,
     id: &str,
 ) -> Result<Option<forward::Peer>, ApiError> {
-    if forward::relayed(headers) || held_here(app, id).await? {
+    if forward::relayed(app, headers)? || held_here(app, id).await? {
         return Ok(None);
     }
     let store = app.shared.store.clone();
@@ -412,8 +431,10 @@ async fn ticket(State(app): State<App>, PathParam(id): PathParam, req: Request) 
 }
 
 async fn connect(State(app): State<App>, PathParam(id): PathParam, req: Request) -> ApiResult {
-    // The ticket is checked by the node whose relay holds the terminal (it issued it).
+    // The ticket is checked by the node whose relay holds the terminal (it issued it); one
+    // that is not even a ticket's text costs no relay.
     if forward::wants_upgrade(req.headers())
+        && crate::dispatch::terminals::well_formed(&super::extract::ticket_query(req.uri()))
         && let Some(peer) = holder_of(&app, req.headers(), &id).await?
     {
         return forward::relay(&app, &peer, req).await;

@@ -48,7 +48,7 @@ impl Store {
         &self,
         id: &str,
         url: &str,
-        reach: &NodeReach,
+        reach: Option<&NodeReach>,
         started_at: u64,
         sessions_json: Option<&str>,
     ) -> Result<(), StoreError> {
@@ -70,8 +70,8 @@ impl Store {
                 url,
                 started_at as i64,
                 sessions_json,
-                reach.url.as_str(),
-                reach.tls_sha256.as_deref()
+                reach.map(|r| r.url.as_str()),
+                reach.and_then(|r| r.tls_sha256.as_deref())
             ],
         )
         .doing("writing a heartbeat")?;
@@ -139,29 +139,25 @@ impl Store {
         }))
     }
 
-    /// Every node whose last heartbeat is at most `live_ms` old by the database's clock and
-    /// wrote an address, with how the others reach it: (id, reach), in id order, without the
-    /// sessions [`Store::live_nodes`] reads.
+    /// Every node whose last heartbeat is at most `live_ms` old by the database's clock, with
+    /// how the others reach it (`None`: a node of an earlier version, which wrote no address),
+    /// in id order, without the sessions [`Store::live_nodes`] reads.
     pub(crate) fn live_node_reaches(
         &self,
         live_ms: u64,
-    ) -> Result<Vec<(String, NodeReach)>, StoreError> {
+    ) -> Result<Vec<(String, Option<NodeReach>)>, StoreError> {
         let conn = self.read();
         let now = conn.now_ms();
         conn.query_map(
             &format!(
                 "SELECT id, node_url, tls_sha256 FROM nodes
-                 WHERE heartbeat_at_ms >= {now} - ?1 AND node_url IS NOT NULL ORDER BY id"
+                 WHERE heartbeat_at_ms >= {now} - ?1 ORDER BY id"
             ),
             params![i64::try_from(live_ms).unwrap_or(i64::MAX)],
             |r| {
-                Ok((
-                    r.get(0)?,
-                    NodeReach {
-                        url: r.get(1)?,
-                        tls_sha256: r.get(2)?,
-                    },
-                ))
+                let url: Option<String> = r.get(1)?;
+                let tls_sha256: Option<String> = r.get(2)?;
+                Ok((r.get(0)?, url.map(|url| NodeReach { url, tls_sha256 })))
             },
         )
         .doing("listing the nodes' addresses")

@@ -574,7 +574,7 @@ fn a_starting_node_claims_unowned_and_dead_nodes_contexts_not_a_live_nodes() {
             .node_heartbeat(
                 "nd_dead",
                 "http://d",
-                &super::tests::reach("nd_dead"),
+                Some(&super::tests::reach("nd_dead")),
                 1,
                 None,
             )
@@ -583,13 +583,19 @@ fn a_starting_node_claims_unowned_and_dead_nodes_contexts_not_a_live_nodes() {
             .node_heartbeat(
                 "nd_live",
                 "http://l",
-                &super::tests::reach("nd_live"),
+                Some(&super::tests::reach("nd_live")),
                 2,
                 None,
             )
             .unwrap();
         store
-            .node_heartbeat("nd_me", "http://m", &super::tests::reach("nd_me"), 3, None)
+            .node_heartbeat(
+                "nd_me",
+                "http://m",
+                Some(&super::tests::reach("nd_me")),
+                3,
+                None,
+            )
             .unwrap();
         // ec_a has no owner row.
         assert_eq!(store.take_context("ec_b", "nd_dead").unwrap(), 1);

@@ -28,7 +28,7 @@ use outpost_core::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 pub(crate) use recording::RecordingConfig;
-pub(crate) use tickets::{IssueRefused, TicketRefused};
+pub(crate) use tickets::{IssueRefused, TicketRefused, well_formed};
 
 /// How long a viewer ticket may wait to be used, in milliseconds (for the answers).
 pub(crate) const TICKET_LIFETIME_MS: u64 = tickets::TICKET_LIFETIME.as_millis() as u64;

@@ -33,6 +33,17 @@ pub(crate) struct ViewerTicket {
     pub(crate) role: Role,
 }
 
+/// Whether `text` has a viewer ticket's form (`vtk_` and 64 base64url characters), whatever
+/// store issued it: a node checks that before it relays a socket to the node that did.
+pub(crate) fn well_formed(text: &str) -> bool {
+    text.strip_prefix(VIEWER_TICKET_PREFIX).is_some_and(|rest| {
+        rest.len() == 64
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
+
 /// Why a ticket was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum TicketRefused {
@@ -137,6 +148,25 @@ impl Tickets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_issued_ticket_is_well_formed_and_other_text_is_not() {
+        let mut tickets = Tickets::default();
+        let now = UnixTime(1_700_000_000);
+        let text = tickets
+            .issue(now, "ex_1".into(), "ana".into(), Role::Operator)
+            .expect("a ticket");
+        assert!(well_formed(&text), "{text}");
+        for bad in [
+            "",
+            "vtk_",
+            "ctk_abc",
+            &format!("{text}x"),
+            &text.replace('_', "/"),
+        ] {
+            assert!(!well_formed(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_full_store_refuses_as_full_and_a_ticket_opens_its_own_terminal_alone() {
