@@ -301,29 +301,35 @@ impl App {
         if live.values().all(|l| l.online) {
             return Ok(live);
         }
+        let offline: Vec<String> = live
+            .iter()
+            .filter(|(_, l)| !l.online)
+            .map(|(id, _)| id.clone())
+            .collect();
         let store = self.shared.store.clone();
         let here = self.node.0.clone();
-        let others =
-            tokio::task::spawn_blocking(move || store.live_nodes(nodes::LIVE.as_millis() as u64))
-                .await
-                .map_err(ApiError::internal)??;
-        for node in others.into_iter().filter(|n| n.id != here) {
-            let sessions: Vec<outpost_core::api::NodeSession> =
-                serde_json::from_str(&node.sessions_json).unwrap_or_default();
-            for session in sessions {
-                if let Some(l) = live.get_mut(session.context_id.as_str())
-                    && !l.online
-                {
-                    *l = Live {
-                        online: true,
-                        slots_used: session.slots_used,
-                        slots_total: session.slots_total,
-                        features: session.features,
-                        draining: session.draining,
-                        paused: session.paused,
-                        online_since: session.online_since,
-                    };
-                }
+        let elsewhere = tokio::task::spawn_blocking(move || {
+            store.sessions_of(&offline, &here, nodes::LIVE.as_millis() as u64)
+        })
+        .await
+        .map_err(ApiError::internal)??;
+        for (context_id, _, session) in elsewhere {
+            let Ok(session) = serde_json::from_str::<outpost_core::api::NodeSession>(&session)
+            else {
+                continue;
+            };
+            if let Some(l) = live.get_mut(&context_id)
+                && !l.online
+            {
+                *l = Live {
+                    online: true,
+                    slots_used: session.slots_used,
+                    slots_total: session.slots_total,
+                    features: session.features,
+                    draining: session.draining,
+                    paused: session.paused,
+                    online_since: session.online_since,
+                };
             }
         }
         Ok(live)

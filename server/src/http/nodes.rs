@@ -10,6 +10,7 @@
 //!
 //! It never decides who owns a machine: that is the fencing of CLUSTER.md §2.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 use super::auth::{self, ADMIN};
 use super::error::{ApiError, ApiResult};
 use super::{App, views};
+use crate::store::SessionsChange;
 
 /// How often a node writes its heartbeat.
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -80,7 +82,11 @@ pub(super) async fn list(State(app): State<App>, req: Request) -> ApiResult {
             .into_iter()
             .filter(|row| row.id != node_id)
             .map(|row| views::Node {
-                sessions: serde_json::from_str(&row.sessions_json).unwrap_or_default(),
+                sessions: row
+                    .sessions
+                    .iter()
+                    .filter_map(|s| serde_json::from_str(s).ok())
+                    .collect(),
                 node_id: row.id,
                 url: row.url,
                 node_url: row.reach.map(|r| r.url),
@@ -180,6 +186,14 @@ async fn learn_from_the_others(app: &App, node_id: &str, seen: &mut Seen) {
     }
 }
 
+/// Each session as the rows of `node_sessions` hold it: by context id, as JSON.
+fn by_context(sessions: &[outpost_core::api::NodeSession]) -> BTreeMap<String, String> {
+    sessions
+        .iter()
+        .filter_map(|s| Some((s.context_id.to_string(), serde_json::to_string(s).ok()?)))
+        .collect()
+}
+
 /// Writes this node's heartbeat every [`HEARTBEAT`] until `stop`, then removes its row, so
 /// that no list shows a node that stopped.
 pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
@@ -191,7 +205,8 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
     {
         tracing::warn!(error = %e, "an earlier start of this node stays listed for 15 s");
     }
-    let mut written: Option<String> = None;
+    // The sessions last written, by context id (`None`: none since this node started).
+    let mut written: Option<BTreeMap<String, String>> = None;
     // What the beats learn runs beside them, one learning at a time: a dispatcher busy with
     // a storm of connects takes what it learnt late, and the heartbeat is written on time.
     let mut learning: Option<tokio::task::JoinHandle<Seen>> = None;
@@ -216,7 +231,7 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
         // connects must not make its node look dead.
         let sessions = tokio::select! {
             listed = tokio::time::timeout(HEARTBEAT, sessions_here(&app)) => match listed {
-                Ok(Ok(s)) => serde_json::to_string(&s).ok(),
+                Ok(Ok(s)) => Some(by_context(&s)),
                 // The dispatcher stopped or is busy: the heartbeat goes on, the sessions as
                 // last written.
                 Ok(Err(_)) | Err(_) => None,
@@ -226,11 +241,13 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
                 None
             }
         };
-        let changed = sessions.clone().filter(|s| written.as_ref() != Some(s));
+        let changed = sessions
+            .as_ref()
+            .and_then(|now| SessionsChange::between(written.as_ref(), now));
         let store = app.shared.store.clone();
         let (id, at, reach) = (node_id.clone(), url.clone(), app.reach.clone());
         let write = tokio::task::spawn_blocking(move || {
-            store.node_heartbeat(&id, &at, reach.as_ref(), started_at, changed.as_deref())
+            store.node_heartbeat(&id, &at, reach.as_ref(), started_at, changed.as_ref())
         });
         tokio::pin!(write);
         let wrote = loop {

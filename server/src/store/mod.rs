@@ -30,6 +30,7 @@ mod records;
 mod runs;
 mod schema;
 mod sealed;
+mod sessions;
 #[cfg(test)]
 pub(crate) mod tests;
 mod waits;
@@ -50,6 +51,7 @@ pub(crate) use owners::{NODE_FENCE, OwnerRow};
 pub(crate) use recordings::{RecordingAppend, RecordingEntry};
 pub(crate) use records::{Batch, contexts_written};
 pub(crate) use runs::{AuditRow, ExecutionEntry, KeptOutput, RunsFilter};
+pub(crate) use sessions::SessionsChange;
 pub(crate) use waits::{Recorded, WaitEntry};
 /// The states of a wait and of its continuation.
 pub(crate) mod wait_states {

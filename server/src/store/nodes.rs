@@ -1,13 +1,13 @@
 //! The nodes serving this database (docs/CLUSTER.md §4): one row per `outpost serve`
-//! process, its heartbeat stamped by the database's clock (never a node's), and the daemons
-//! connected to it at that heartbeat. A node is live while its heartbeat is recent; liveness
+//! process, its heartbeat stamped by the database's clock (never a node's), and how the other
+//! nodes reach it; the daemons connected to it at that heartbeat are `sessions.rs`' rows. A node is live while its heartbeat is recent; liveness
 //! is judged here, in SQL, so that no two nodes' clocks are ever compared.
 //!
 //! It stores and lists; the heartbeat's pace and what a node does when it cannot write one are
 //! the server's (`http/nodes.rs`).
 
 use super::db::{OptionalExtension as _, Sql as _, params};
-use super::{Doing as _, Store, StoreError};
+use super::{Doing as _, SessionsChange, Store, StoreError};
 
 /// How long a row of a node that stopped heartbeating stays before a heartbeat deletes it.
 const FORGET_AFTER_MS: i64 = 3_600_000;
@@ -24,8 +24,9 @@ pub(crate) struct NodeRow {
     pub(crate) reach: Option<NodeReach>,
     /// When it started (Unix seconds, its own clock: shown, never compared).
     pub(crate) started_at: u64,
-    /// The daemons connected to it at its last heartbeat (JSON, a `NodeSession` list).
-    pub(crate) sessions_json: String,
+    /// The daemons connected to it at its last heartbeat, each a `NodeSession` as JSON, in
+    /// context order.
+    pub(crate) sessions: Vec<String>,
     /// How long ago its last heartbeat was, by the database's clock.
     pub(crate) silent_ms: u64,
 }
@@ -41,74 +42,91 @@ pub(crate) struct NodeReach {
 }
 
 impl Store {
-    /// Writes node `id`'s heartbeat now (the database's clock), with its sessions when they
-    /// are given (`None`: unchanged since its last heartbeat), and forgets the rows of nodes
-    /// silent for an hour.
+    /// Writes node `id`'s heartbeat now (the database's clock), with what changed in its
+    /// sessions when that is given (`None`: unchanged since its last heartbeat), and forgets
+    /// the rows of nodes silent for an hour.
     pub(crate) fn node_heartbeat(
         &self,
         id: &str,
         url: &str,
         reach: Option<&NodeReach>,
         started_at: u64,
-        sessions_json: Option<&str>,
+        sessions: Option<&SessionsChange>,
     ) -> Result<(), StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction().doing("writing a heartbeat")?;
         let now = tx.now_ms();
+        // `sessions` stays empty: the sessions are `node_sessions`' rows (migration 21).
         tx.execute(
             &format!(
                 "INSERT INTO nodes
                      (id, url, started_at, heartbeat_at_ms, sessions, node_url, tls_sha256)
-                 VALUES (?1, ?2, ?3, {now}, COALESCE(?4, '[]'), ?5, ?6)
+                 VALUES (?1, ?2, ?3, {now}, '[]', ?4, ?5)
                  ON CONFLICT (id) DO UPDATE SET url = excluded.url,
-                     heartbeat_at_ms = excluded.heartbeat_at_ms,
-                     sessions = COALESCE(?4, nodes.sessions),
+                     heartbeat_at_ms = excluded.heartbeat_at_ms, sessions = '[]',
                      node_url = excluded.node_url, tls_sha256 = excluded.tls_sha256"
             ),
             params![
                 id,
                 url,
                 started_at as i64,
-                sessions_json,
                 reach.map(|r| r.url.as_str()),
                 reach.and_then(|r| r.tls_sha256.as_deref())
             ],
         )
         .doing("writing a heartbeat")?;
-        tx.execute(
-            &format!("DELETE FROM nodes WHERE heartbeat_at_ms < {now} - ?1"),
-            params![FORGET_AFTER_MS],
-        )
-        .doing("forgetting silent nodes")?;
+        if let Some(change) = sessions {
+            super::sessions::write(&tx, id, change)?;
+        }
+        let forgotten = tx
+            .execute(
+                &format!("DELETE FROM nodes WHERE heartbeat_at_ms < {now} - ?1"),
+                params![FORGET_AFTER_MS],
+            )
+            .doing("forgetting silent nodes")?;
+        if forgotten > 0 {
+            tx.execute(
+                "DELETE FROM node_sessions WHERE node_id NOT IN (SELECT id FROM nodes)",
+                params![],
+            )
+            .doing("forgetting silent nodes' sessions")?;
+        }
         tx.commit().doing("writing a heartbeat")
     }
 
     /// The nodes whose last heartbeat is at most `live_ms` old by the database's clock,
-    /// oldest start first.
+    /// oldest start first, each with its sessions.
     pub(crate) fn live_nodes(&self, live_ms: u64) -> Result<Vec<NodeRow>, StoreError> {
-        let conn = self.read();
-        let now = conn.now_ms();
-        conn.query_map(
-            &format!(
-                "SELECT id, url, started_at, sessions, {now} - heartbeat_at_ms, node_url,
-                        tls_sha256
-                 FROM nodes WHERE heartbeat_at_ms >= {now} - ?1 ORDER BY started_at, id"
-            ),
-            params![i64::try_from(live_ms).unwrap_or(i64::MAX)],
-            |r| {
-                let node_url: Option<String> = r.get(5)?;
-                let tls_sha256: Option<String> = r.get(6)?;
-                Ok(NodeRow {
-                    id: r.get(0)?,
-                    url: r.get(1)?,
-                    reach: node_url.map(|url| NodeReach { url, tls_sha256 }),
-                    started_at: r.get::<i64>(2)?.max(0) as u64,
-                    sessions_json: r.get(3)?,
-                    silent_ms: r.get::<i64>(4)?.max(0) as u64,
-                })
-            },
-        )
-        .doing("listing the nodes")
+        let mut rows = {
+            let conn = self.read();
+            let now = conn.now_ms();
+            conn.query_map(
+                &format!(
+                    "SELECT id, url, started_at, {now} - heartbeat_at_ms, node_url, tls_sha256
+                     FROM nodes WHERE heartbeat_at_ms >= {now} - ?1 ORDER BY started_at, id"
+                ),
+                params![i64::try_from(live_ms).unwrap_or(i64::MAX)],
+                |r| {
+                    let node_url: Option<String> = r.get(4)?;
+                    let tls_sha256: Option<String> = r.get(5)?;
+                    Ok(NodeRow {
+                        id: r.get(0)?,
+                        url: r.get(1)?,
+                        reach: node_url.map(|url| NodeReach { url, tls_sha256 }),
+                        started_at: r.get::<i64>(2)?.max(0) as u64,
+                        sessions: Vec::new(),
+                        silent_ms: r.get::<i64>(3)?.max(0) as u64,
+                    })
+                },
+            )
+            .doing("listing the nodes")?
+        };
+        let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        let mut sessions = self.sessions_by_node(&ids)?;
+        for row in &mut rows {
+            row.sessions = sessions.remove(&row.id).unwrap_or_default();
+        }
+        Ok(rows)
     }
 
     /// How the other nodes reach node `id`, if its last heartbeat is at most `live_ms` old
@@ -187,14 +205,20 @@ impl Store {
         }
         conn.execute("DELETE FROM nodes WHERE id <> ?1", params![id])
             .doing("forgetting earlier starts")?;
+        conn.execute("DELETE FROM node_sessions WHERE node_id <> ?1", params![id])
+            .doing("forgetting earlier starts' sessions")?;
         Ok(())
     }
 
     /// Removes node `id`'s row (it stops).
     pub(crate) fn forget_node(&self, id: &str) -> Result<(), StoreError> {
-        self.lock()
-            .execute("DELETE FROM nodes WHERE id = ?1", params![id])
+        let mut conn = self.lock();
+        let tx = conn.transaction().doing("forgetting a node")?;
+        tx.execute("DELETE FROM nodes WHERE id = ?1", params![id])
             .doing("forgetting a node")?;
+        tx.execute("DELETE FROM node_sessions WHERE node_id = ?1", params![id])
+            .doing("forgetting a node's sessions")?;
+        tx.commit().doing("forgetting a node")?;
         Ok(())
     }
 }

@@ -291,6 +291,18 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE nodes ADD COLUMN node_url TEXT;
     ALTER TABLE nodes ADD COLUMN tls_sha256 TEXT;
     ",
+    // 21: the daemons connected to each node, one row per node and machine (docs/CLUSTER.md
+    // §9), written by the heartbeat as changes and read by machine, instead of the whole list
+    // in `nodes.sessions` (megabytes with tens of thousands of daemons), which is left empty.
+    "
+    CREATE TABLE node_sessions (
+        node_id TEXT NOT NULL,
+        context_id TEXT NOT NULL,
+        session TEXT NOT NULL,
+        PRIMARY KEY (node_id, context_id)
+    );
+    CREATE INDEX node_sessions_by_context ON node_sessions (context_id);
+    ",
 ];
 
 /// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
@@ -381,6 +393,16 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE nodes ADD COLUMN node_url TEXT;
     ALTER TABLE nodes ADD COLUMN tls_sha256 TEXT;
+    ",
+    // 21: the daemons connected to each node, as SQLite's 21.
+    "
+    CREATE TABLE node_sessions (
+        node_id TEXT NOT NULL,
+        context_id TEXT NOT NULL,
+        session TEXT NOT NULL,
+        PRIMARY KEY (node_id, context_id)
+    );
+    CREATE INDEX node_sessions_by_context ON node_sessions (context_id);
     ",
 ];
 

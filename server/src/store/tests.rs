@@ -4,11 +4,12 @@
 #[path = "../../tests/common/postgres.rs"]
 mod postgres;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::db::{Sql as _, params};
-use super::{Database, Store};
+use super::{Database, SessionsChange, Store};
 
 /// A fresh store and its state folder (removed when dropped).
 pub(crate) struct Fresh {
@@ -209,12 +210,106 @@ pub(super) fn reach(id: &str) -> super::NodeReach {
 }
 
 #[test]
+fn a_node_s_sessions_are_written_as_changes_and_read_by_machine_from_live_nodes_only() {
+    for fresh in stores("node_sessions") {
+        let kind = fresh.kind;
+        let store = &fresh.store;
+        let beat = |id: &str, change: Option<SessionsChange>| {
+            store
+                .node_heartbeat(id, "http://x", Some(&reach(id)), 1, change.as_ref())
+                .unwrap();
+        };
+        let sessions = |rows: &[(&str, &str)]| -> BTreeMap<String, String> {
+            rows.iter()
+                .map(|(c, s)| ((*c).to_owned(), (*s).to_owned()))
+                .collect()
+        };
+        let a1 = sessions(&[("ec_1", "a1"), ("ec_2", "a2"), ("ec_3", "a3")]);
+        beat("nd_a", SessionsChange::between(None, &a1));
+        beat(
+            "nd_b",
+            SessionsChange::between(None, &sessions(&[("ec_9", "b9")])),
+        );
+        let wanted: Vec<String> = ["ec_1", "ec_3", "ec_9", "ec_none"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        let read = |except: &str| store.sessions_of(&wanted, except, 15_000).unwrap();
+        assert_eq!(
+            read("nd_b"),
+            [
+                ("ec_1".to_owned(), "nd_a".to_owned(), "a1".to_owned()),
+                ("ec_3".to_owned(), "nd_a".to_owned(), "a3".to_owned())
+            ],
+            "{kind}: b reads a's, never its own"
+        );
+        // A change: one updated, one gone, one new; the rest stays.
+        let a2 = sessions(&[("ec_1", "a1'"), ("ec_2", "a2"), ("ec_4", "a4")]);
+        beat("nd_a", SessionsChange::between(Some(&a1), &a2));
+        let listed = store.live_nodes(15_000).unwrap();
+        let a = listed.iter().find(|n| n.id == "nd_a").expect("a");
+        assert_eq!(a.sessions, ["a1'", "a2", "a4"], "{kind}: in context order");
+        // A restart's first heartbeat replaces whatever its last run left.
+        beat(
+            "nd_a",
+            SessionsChange::between(None, &sessions(&[("ec_5", "a5")])),
+        );
+        let listed = store.live_nodes(15_000).unwrap();
+        let a = listed.iter().find(|n| n.id == "nd_a").expect("a");
+        assert_eq!(a.sessions, ["a5"], "{kind}");
+        // A node judged dead is read no more; one that stops takes its rows with it.
+        store
+            .lock()
+            .execute(
+                "UPDATE nodes SET heartbeat_at_ms = heartbeat_at_ms - 20000 WHERE id = 'nd_b'",
+                params![],
+            )
+            .unwrap();
+        assert_eq!(read("nd_a"), [], "{kind}");
+        store.forget_node("nd_b").unwrap();
+        let rows: i64 = store
+            .read()
+            .query_row(
+                "SELECT COUNT(*) FROM node_sessions WHERE node_id = 'nd_b'",
+                params![],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(rows, 0, "{kind}");
+        // More machines than one statement holds.
+        let many: BTreeMap<String, String> = (0..700)
+            .map(|i| (format!("ec_m{i:04}"), format!("s{i}")))
+            .collect();
+        beat("nd_a", SessionsChange::between(None, &many));
+        let ids: Vec<String> = many.keys().cloned().collect();
+        assert_eq!(
+            store.sessions_of(&ids, "nd_c", 15_000).unwrap().len(),
+            700,
+            "{kind}"
+        );
+        let gone = SessionsChange::between(Some(&many), &BTreeMap::new()).expect("a change");
+        beat("nd_a", Some(gone));
+        assert_eq!(
+            store.sessions_of(&ids, "nd_c", 15_000).unwrap().len(),
+            0,
+            "{kind}"
+        );
+    }
+}
+
+#[test]
 fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
     for fresh in stores("nodes") {
         let kind = fresh.kind;
         let store = &fresh.store;
         store
-            .node_heartbeat("nd_a", "http://a", Some(&reach("nd_a")), 100, Some("[]"))
+            .node_heartbeat(
+                "nd_a",
+                "http://a",
+                Some(&reach("nd_a")),
+                100,
+                SessionsChange::between(None, &BTreeMap::new()).as_ref(),
+            )
             .unwrap();
         store
             .node_heartbeat("nd_b", "http://b", Some(&reach("nd_b")), 50, None)
@@ -235,14 +330,17 @@ fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
                 "http://a",
                 Some(&reach("nd_a")),
                 100,
-                Some("[{\"name\":\"x\"}]"),
+                Some(&SessionsChange {
+                    put: vec![("ec_x".into(), "{\"name\":\"x\"}".into())],
+                    ..SessionsChange::default()
+                }),
             )
             .unwrap();
         store
             .node_heartbeat("nd_a", "http://a", Some(&reach("nd_a")), 100, None)
             .unwrap();
         let a = store.live_nodes(15_000).unwrap().remove(1);
-        assert_eq!(a.sessions_json, "[{\"name\":\"x\"}]", "{kind}");
+        assert_eq!(a.sessions, ["{\"name\":\"x\"}"], "{kind}");
         assert_eq!(
             a.reach,
             Some(reach("nd_a")),
