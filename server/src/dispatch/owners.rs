@@ -17,6 +17,10 @@ use crate::store::{StoreError, off_the_runtime};
 /// next beat, so that the daemons coming back to this node get through in between.
 const ADOPTED_PER_BEAT: usize = 500;
 
+/// A node is live while its heartbeat is this recent (ms): a take from a node judged dead
+/// checks it again in its own statement.
+const LIVE_MS: u64 = crate::http::nodes::LIVE.as_millis() as u64;
+
 /// The epochs this node holds, by context id.
 pub(crate) struct Fences {
     node_id: String,
@@ -294,7 +298,8 @@ impl Dispatcher {
             let store = &self.shared.store;
             let node = &self.fences.node_id;
             if let Some(dead_node) = id.strip_prefix(crate::store::NODE_FENCE) {
-                let taken = off_the_runtime(|| store.take_over_node(dead_node, epoch, node))?;
+                let taken =
+                    off_the_runtime(|| store.take_over_node(dead_node, epoch, node, LIVE_MS))?;
                 if let Some(rows) = taken.filter(|rows| !rows.is_empty()) {
                     tracing::info!(
                         node = dead_node,
@@ -323,7 +328,7 @@ impl Dispatcher {
         // A database that refuses (two nodes' takes waiting on each other) or does not
         // answer costs this beat's adoption, not the dispatcher: the next beat tries again.
         let (store, node) = (&self.shared.store, &self.fences.node_id);
-        let taken = match off_the_runtime(|| store.take_contexts_from(&machines, node)) {
+        let taken = match off_the_runtime(|| store.take_contexts_from(&machines, node, LIVE_MS)) {
             Ok(taken) => taken,
             Err(e) => {
                 tracing::warn!(error = %e, "dead nodes' machines were not taken this beat");

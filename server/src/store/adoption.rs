@@ -89,10 +89,12 @@ impl Store {
         &self,
         rows: &[super::OwnerRow],
         node_id: &str,
+        live_ms: u64,
     ) -> Result<Vec<(String, i64)>, StoreError> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
+        let live = i64::try_from(live_ms).unwrap_or(i64::MAX);
         let mut conn = self.lock();
         let tx = conn.transaction().doing("taking dead nodes' machines")?;
         let mut taken = Vec::new();
@@ -101,11 +103,12 @@ impl Store {
                 .query_row(
                     &format!(
                         "UPDATE context_owner SET node_id = ?4, epoch = epoch + 1, changed = {}
-                         WHERE context_id = ?1 AND node_id = ?2 AND epoch = ?3
+                         WHERE context_id = ?1 AND node_id = ?2 AND epoch = ?3 AND {}
                          RETURNING epoch",
-                        tx.next_owner_change()
+                        tx.next_owner_change(),
+                        super::owners::still_dead(&tx, "?2", "?5")
                     ),
-                    params![context_id, dead, epoch, node_id],
+                    params![context_id, dead, epoch, node_id, live],
                     |r| r.get(0),
                 )
                 .optional()

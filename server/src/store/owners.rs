@@ -29,6 +29,17 @@ pub(crate) fn node_fence(node_id: &str) -> String {
 /// What a node's own fence row's id starts with (no context id does: they start `ec_`).
 pub(crate) const NODE_FENCE: &str = "@node:";
 
+/// The SQL condition that node `node` (a parameter) has written no heartbeat within `live_ms`
+/// (a parameter) by the database's clock: a take from a node judged dead checks it in the same
+/// statement, so a node whose heartbeat came back between the judging and the take keeps
+/// what it owns.
+pub(super) fn still_dead(tx: &impl Sql, node: &str, live_ms: &str) -> String {
+    format!(
+        "NOT EXISTS (SELECT 1 FROM nodes WHERE id = {node} AND heartbeat_at_ms >= {} - {live_ms})",
+        tx.now_ms()
+    )
+}
+
 /// One row of the owners' table: (context id, node id, epoch).
 pub(crate) type OwnerRow = (String, String, i64);
 
@@ -209,12 +220,14 @@ impl Store {
     /// holds — unplaced, or on its executor — if `dead`'s own fence is still at `epoch`: the
     /// fence row goes (so `dead` writes none of them again, and no other node takes them
     /// too), the rows are marked as this node's, and they come back to be taken in. `None`
-    /// when another node took them first.
+    /// when another node took them first, or `dead` wrote a heartbeat within `live_ms` after
+    /// all (judged at the take, not when it was read).
     pub(crate) fn take_over_node(
         &self,
         dead: &str,
         epoch: i64,
         node_id: &str,
+        live_ms: u64,
     ) -> Result<Option<Vec<outpost_core::server::ExecutionRow>>, StoreError> {
         let mut conn = self.lock();
         let tx = conn
@@ -222,8 +235,17 @@ impl Store {
             .doing("taking over a dead node's executions")?;
         let gone = tx
             .execute(
-                "DELETE FROM context_owner WHERE context_id = ?1 AND epoch = ?2",
-                params![node_fence(dead), epoch],
+                &format!(
+                    "DELETE FROM context_owner WHERE context_id = ?1 AND epoch = ?2
+                       AND {}",
+                    still_dead(&tx, "?3", "?4")
+                ),
+                params![
+                    node_fence(dead),
+                    epoch,
+                    dead,
+                    i64::try_from(live_ms).unwrap_or(i64::MAX)
+                ],
             )
             .doing("taking over a dead node's executions")?;
         if gone == 0 {

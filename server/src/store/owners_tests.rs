@@ -956,9 +956,32 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
                 ("ec_x".to_owned(), "nd_dead".to_owned(), 1),
             ]
         };
-        let won = store.take_contexts_from(&rows(epoch), "nd_a").unwrap();
+        // Judged dead, it wrote a heartbeat after all: nothing of it is taken.
+        store
+            .node_heartbeat("nd_dead", "http://d", None, 1, None)
+            .unwrap();
+        assert_eq!(
+            store
+                .take_contexts_from(&rows(epoch), "nd_a", LIVE_MS)
+                .unwrap(),
+            Vec::new(),
+            "{kind}: a node live again keeps its machines"
+        );
+        assert_eq!(
+            store
+                .take_over_node("nd_dead", dead_fence, "nd_a", LIVE_MS)
+                .unwrap(),
+            None,
+            "{kind}: and its executions"
+        );
+        store.forget_node("nd_dead").unwrap();
+        let won = store
+            .take_contexts_from(&rows(epoch), "nd_a", LIVE_MS)
+            .unwrap();
         assert_eq!(won, vec![("ec_1".to_owned(), epoch + 1)], "{kind}");
-        let lost = store.take_contexts_from(&rows(epoch), "nd_b").unwrap();
+        let lost = store
+            .take_contexts_from(&rows(epoch), "nd_b", LIVE_MS)
+            .unwrap();
         assert_eq!(lost, Vec::new(), "{kind}");
         assert_eq!(
             store.context_owner("ec_1").unwrap(),
@@ -966,7 +989,7 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
             "{kind}"
         );
         let taken = store
-            .take_over_node("nd_dead", dead_fence, "nd_a")
+            .take_over_node("nd_dead", dead_fence, "nd_a", LIVE_MS)
             .unwrap()
             .expect("the first taker wins");
         let mut ids: Vec<&str> = taken.iter().map(|r| r.exec_id.as_str()).collect();
@@ -977,7 +1000,9 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
             "{kind}: only what no machine holds"
         );
         assert_eq!(
-            store.take_over_node("nd_dead", dead_fence, "nd_b").unwrap(),
+            store
+                .take_over_node("nd_dead", dead_fence, "nd_b", LIVE_MS)
+                .unwrap(),
             None,
             "{kind}: taken once"
         );
@@ -1040,7 +1065,11 @@ fn the_owners_changed_since_a_mark_are_read_and_the_dead_by_node() {
         );
         assert_eq!(
             store
-                .take_contexts_from(&[("ec_2".to_owned(), "nd_b".to_owned(), 1)], "nd_c")
+                .take_contexts_from(
+                    &[("ec_2".to_owned(), "nd_b".to_owned(), 1)],
+                    "nd_c",
+                    LIVE_MS
+                )
                 .unwrap(),
             [("ec_2".to_owned(), 2)],
             "{kind}"
