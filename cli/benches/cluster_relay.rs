@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use common::{Daemon, World};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use outpost_core::executor::Registry;
+use outpost_core::grant::{ConfinementPolicy, LocalPolicy};
 use outpost_daemon::HostKind;
 use outpost_exec_pty::PtyExecutor;
 use outpost_server::Database;
@@ -63,13 +64,20 @@ impl Cluster {
         let b = a.another_node("relay-bench-b");
         let mut registry = Registry::new();
         registry.register(Box::new(PtyExecutor::default()));
-        let daemon = Daemon::start(
+        // The operator's terminals run as the owner, unsandboxed (the owner's policy allows
+        // it): what is measured is the relay, and the sandbox's helper is the `outpost`
+        // binary, not this bench's.
+        let daemon = Daemon::start_with_policy(
             HostKind::Tokio,
             b.dir.join("home"),
             "box",
             &b.join,
             8,
             registry,
+            LocalPolicy {
+                confinement: ConfinementPolicy::OperatorMayOptOut,
+                ..LocalPolicy::default()
+            },
         );
         b.online("box");
         // Node A learns from B's heartbeat (every 2 s) where box is connected.
@@ -134,9 +142,16 @@ fn type_keys(socket: &mut Socket, keys: &str) {
 /// Reads until `needle` was shown.
 fn until_shown(socket: &mut Socket, needle: &[u8]) {
     let mut seen = Vec::new();
+    let mut said = Vec::new();
     while !seen.windows(needle.len()).any(|w| w == needle) {
-        if let Message::Binary(bytes) = socket.read().expect("the terminal's bytes") {
-            seen.extend_from_slice(&bytes);
+        match socket.read() {
+            Ok(Message::Binary(bytes)) => seen.extend_from_slice(&bytes),
+            Ok(Message::Text(text)) => said.push(text.to_string()),
+            Ok(_) => {}
+            Err(e) => panic!(
+                "the terminal's bytes: {e}; shown {:?}; said {said:?}",
+                String::from_utf8_lossy(&seen)
+            ),
         }
     }
 }
@@ -182,7 +197,8 @@ fn relay(c: &mut Criterion) {
     let cluster = Cluster::new();
     let mut direct = terminal(&cluster.b);
     let mut relayed = terminal(&cluster.a);
-    for socket in [&mut direct, &mut relayed] {
+    for (name, socket) in [("direct", &mut direct), ("relayed", &mut relayed)] {
+        println!("cluster_relay: setting up the {name} terminal");
         type_keys(socket, ECHO_SETUP);
         until_shown(socket, b"ready-42");
     }

@@ -216,14 +216,16 @@ pub(crate) async fn relay(app: &App, peer: &Peer, mut req: Request) -> Result<Re
     } else {
         send(tcp, out).await
     };
-    let mut answer = answer.map_err(unreachable)?;
+    let (sender, mut answer) = answer.map_err(unreachable)?;
     if answer.status() == hyper::StatusCode::SWITCHING_PROTOCOLS
         && let Some(caller_upgrade) = caller_upgrade
     {
         let peer_upgrade = hyper::upgrade::on(&mut answer);
         let peer_id = peer.id.clone();
         tokio::spawn(async move {
-            match tokio::join!(caller_upgrade, peer_upgrade) {
+            let upgraded = tokio::join!(caller_upgrade, peer_upgrade);
+            drop(sender);
+            match upgraded {
                 (Ok(caller), Ok(peer_side)) => join(caller, peer_side).await,
                 (Err(e), _) | (_, Err(e)) => {
                     tracing::debug!(error = %e, peer = %peer_id, "a relayed upgrade failed");
@@ -235,7 +237,8 @@ pub(crate) async fn relay(app: &App, peer: &Peer, mut req: Request) -> Result<Re
     }
     let (mut parts, body) = answer.into_parts();
     drop_hop_by_hop(&mut parts.headers);
-    Ok(Response::from_parts(parts, Body::new(SilenceLimited::new(body))).into_response())
+    let body = SilenceLimited::new(body, sender);
+    Ok(Response::from_parts(parts, Body::new(body)).into_response())
 }
 
 /// The TLS client configuration for a node whose certificate's SHA-256 is `pin`: that
@@ -291,13 +294,16 @@ async fn join(caller: hyper::upgrade::Upgraded, peer: hyper::upgrade::Upgraded) 
 struct SilenceLimited {
     body: Pin<Box<hyper::body::Incoming>>,
     silent: Pin<Box<tokio::time::Sleep>>,
+    /// Held while the body is read: its connection stays open for it.
+    _sender: Sender,
 }
 
 impl SilenceLimited {
-    fn new(body: hyper::body::Incoming) -> Self {
+    fn new(body: hyper::body::Incoming, sender: Sender) -> Self {
         Self {
             body: Box::pin(body),
             silent: Box::pin(tokio::time::sleep(SILENT_LIMIT)),
+            _sender: sender,
         }
     }
 }
@@ -357,10 +363,12 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
 
 /// One request on a connection of its own (HTTP/1.1, upgrades allowed), its answer's head
 /// within [`ANSWER_WITHIN`].
+/// The connection's sender comes back with the answer: a connection whose every sender is
+/// gone closes, and one handing its socket over to an upgrade must stay open until it did.
 async fn send<S>(
     io: S,
     req: hyper::Request<Body>,
-) -> Result<hyper::Response<hyper::body::Incoming>, String>
+) -> Result<(Sender, hyper::Response<hyper::body::Incoming>), String>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -372,11 +380,15 @@ where
             tracing::debug!(error = %e, "a relayed connection ended");
         }
     });
-    tokio::time::timeout(ANSWER_WITHIN, sender.send_request(req))
+    let answer = tokio::time::timeout(ANSWER_WITHIN, sender.send_request(req))
         .await
         .map_err(|_| format!("no answer within {ANSWER_WITHIN:?}"))?
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    Ok((sender, answer))
 }
+
+/// The sending half of a relayed connection.
+type Sender = hyper::client::conn::http1::SendRequest<Body>;
 
 /// Whether the caller asks to switch protocols (a WebSocket).
 pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {

@@ -188,6 +188,10 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
         requested: Some(entry.name.clone()),
         status: outpost_core::server::ExecutionStatus::Pending,
         created_at: wall_now().0,
+        // A terminal runs on this machine or not at all: named from the start, so that a
+        // node its viewer's socket reaches first finds where it is at once.
+        context_id: Some(entry.id.to_string()),
+        context_name: Some(entry.name.clone()),
         ..ExecutionEntry::default()
     };
     let request = ExecuteRequest {
