@@ -22,10 +22,9 @@ mod common;
 #[path = "../../server/tests/common/postgres.rs"]
 mod postgres;
 
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{Daemon, World};
+use common::{Daemon, World, keystroke};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use outpost_core::executor::Registry;
 use outpost_core::grant::{ConfinementPolicy, LocalPolicy};
@@ -33,10 +32,10 @@ use outpost_daemon::HostKind;
 use outpost_exec_pty::PtyExecutor;
 use outpost_server::Database;
 use serde_json::{Value, json};
+use tungstenite::Message;
 use tungstenite::stream::MaybeTlsStream;
-use tungstenite::{Message, WebSocket};
 
-type Socket = WebSocket<MaybeTlsStream<TcpStream>>;
+type Socket = common::ViewerSocket;
 
 /// Raw mode with the kernel's echo on, and a program that reads the keys.
 const ECHO_SETUP: &str = "stty raw; echo ready-$((6*7)); cat > /dev/null\r";
@@ -152,22 +151,6 @@ fn until_shown(socket: &mut Socket, needle: &[u8]) {
                 "the terminal's bytes: {e}; shown {:?}; said {said:?}",
                 String::from_utf8_lossy(&seen)
             ),
-        }
-    }
-}
-
-/// One byte out and its echo back.
-fn keystroke(socket: &mut Socket) -> Duration {
-    let start = Instant::now();
-    type_keys(socket, "k");
-    loop {
-        match socket.read().expect("the echo") {
-            Message::Binary(bytes) if !bytes.is_empty() => {
-                assert_eq!(&bytes[..], b"k", "one echoed byte");
-                return start.elapsed();
-            }
-            Message::Close(frame) => panic!("closed while waiting for an echo: {frame:?}"),
-            _ => {}
         }
     }
 }

@@ -31,24 +31,25 @@
 mod common;
 
 use std::io::Read as _;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, temp_dir};
+use common::{Daemon, keystroke, temp_dir};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use outpost_core::executor::Registry;
+use outpost_core::grant::{ConfinementPolicy, LocalPolicy};
 use outpost_core::join::Join;
 use outpost_daemon::HostKind;
 use outpost_exec_pty::PtyExecutor;
 use outpost_server::BlockingServer;
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 use serde_json::{Value, json};
+use tungstenite::Message;
 use tungstenite::stream::MaybeTlsStream;
-use tungstenite::{Message, WebSocket};
 
-type Socket = WebSocket<MaybeTlsStream<TcpStream>>;
+type Socket = common::ViewerSocket;
 
 /// What `relay_100mb` moves per iteration.
 const BYTES: u64 = 100_000_000;
@@ -119,13 +120,20 @@ impl World {
         let mut registry = Registry::new();
         registry.register(Box::new(PtyExecutor::default()));
         let home = world.dir.join("home");
-        world.daemon = Some(Daemon::start(
+        // The operator's terminals run as the owner, unsandboxed (the owner's policy allows
+        // it): what is measured is the relay, and the sandbox's helper is the `outpost`
+        // binary, not this bench's.
+        world.daemon = Some(Daemon::start_with_policy(
             HostKind::Tokio,
             home,
             "box",
             &join,
             4,
             registry,
+            LocalPolicy {
+                confinement: ConfinementPolicy::OperatorMayOptOut,
+                ..LocalPolicy::default()
+            },
         ));
         world.online("box");
         world
@@ -375,24 +383,6 @@ impl Viewer {
         self.socket
             .send(Message::Binary(keys.as_bytes().to_vec().into()))
             .expect("keys sent");
-    }
-}
-
-/// One byte out and its echo back.
-fn keystroke(socket: &mut Socket) -> Duration {
-    let start = Instant::now();
-    socket
-        .send(Message::Binary(b"k".to_vec().into()))
-        .expect("a keystroke sent");
-    loop {
-        match socket.read().expect("the echo") {
-            Message::Binary(bytes) if !bytes.is_empty() => {
-                assert_eq!(&bytes[..], b"k", "one echoed byte");
-                return start.elapsed();
-            }
-            Message::Close(frame) => panic!("closed while waiting for an echo: {frame:?}"),
-            _ => {}
-        }
     }
 }
 

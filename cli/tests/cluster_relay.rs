@@ -6,16 +6,14 @@
 mod common;
 
 use std::io::{BufRead as _, BufReader};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::viewer::Viewer;
 use common::{Daemon, Server, api, shell_capability, temp_dir, wait_for};
 use serde_json::{Value, json};
-use tungstenite::stream::MaybeTlsStream;
-use tungstenite::{Message, WebSocket};
 
 /// Node `a` (the machine is not connected to it), node `b` (it is), and the daemon.
 struct Cluster {
@@ -58,77 +56,6 @@ fn cluster(tag: &str) -> Cluster {
         a,
         b,
         _daemon: daemon,
-    }
-}
-
-/// A viewer socket and what it was shown.
-struct Viewer {
-    socket: WebSocket<MaybeTlsStream<TcpStream>>,
-    screen: Vec<u8>,
-    texts: Vec<Value>,
-}
-
-impl Viewer {
-    fn connect(server: &Server, terminal: &str, ticket: &str) -> Viewer {
-        let url = format!(
-            "ws://127.0.0.1:{}/v1/terminals/{terminal}/connect?ticket={ticket}",
-            server.port
-        );
-        let (socket, _) = tungstenite::connect(url).expect("the viewer socket opens");
-        if let MaybeTlsStream::Plain(tcp) = socket.get_ref() {
-            tcp.set_read_timeout(Some(Duration::from_millis(200)))
-                .expect("a read timeout");
-        }
-        Viewer {
-            socket,
-            screen: Vec::new(),
-            texts: Vec::new(),
-        }
-    }
-
-    fn until(&mut self, what: &str, done: impl Fn(&Viewer) -> bool) {
-        let deadline = Instant::now() + common::PATIENCE;
-        while !done(self) {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; screen: {:?}; messages: {:?}",
-                String::from_utf8_lossy(&self.screen),
-                self.texts
-            );
-            match self.socket.read() {
-                Ok(Message::Binary(bytes)) => self.screen.extend_from_slice(&bytes),
-                Ok(Message::Text(text)) => {
-                    self.texts
-                        .push(serde_json::from_str(&text).expect("a JSON text message"));
-                }
-                Ok(_) => {}
-                Err(tungstenite::Error::Io(e))
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => {
-                    assert!(done(self), "the socket ended ({e}) before {what}");
-                    return;
-                }
-            }
-        }
-    }
-
-    fn shows(&self, text: &str) -> bool {
-        self.screen
-            .windows(text.len())
-            .any(|w| w == text.as_bytes())
-    }
-
-    fn said(&self, kind: &str) -> Option<&Value> {
-        self.texts.iter().find(|t| t["type"] == kind)
-    }
-
-    fn type_keys(&mut self, keys: &str) {
-        self.socket
-            .send(Message::Binary(keys.as_bytes().to_vec().into()))
-            .expect("keys sent");
     }
 }
 

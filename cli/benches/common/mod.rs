@@ -215,21 +215,10 @@ impl World {
 
     /// `POST /v1/executions` with `body`, as admin; the answer.
     pub fn post(&self, body: &Value) -> Value {
-        let text = self
-            .agent
-            .post(&format!("{}/v1/executions", self.url))
-            .header("authorization", &format!("Bearer {}", self.admin))
-            .header("content-type", "application/json")
-            .send(body.to_string().as_bytes())
-            .unwrap()
-            .into_body()
-            .read_to_string()
-            .unwrap();
-        serde_json::from_str(&text).unwrap()
+        self.post_to("/v1/executions", body)
     }
 
     /// `POST path` with `body`, as admin; the answer (null if not JSON).
-    #[allow(dead_code)]
     pub fn post_to(&self, path: &str, body: &Value) -> Value {
         let text = self
             .agent
@@ -351,4 +340,30 @@ pub fn eight_daemons_across(nodes: &[std::sync::Arc<World>]) -> Vec<Daemon> {
 /// Eight daemons `box0`…`box7` of `world`, 8 slots each, online.
 pub fn eight_daemons(world: &std::sync::Arc<World>) -> Vec<Daemon> {
     eight_daemons_across(std::slice::from_ref(world))
+}
+
+/// A viewer's WebSocket on a terminal.
+#[allow(dead_code)]
+pub type ViewerSocket =
+    tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>;
+
+/// One keystroke out on a viewer's socket and its echo back (the terminal in raw mode, echo
+/// on, a program reading the keys): the time between.
+#[allow(dead_code)]
+pub fn keystroke(socket: &mut ViewerSocket) -> Duration {
+    use tungstenite::Message;
+    let start = std::time::Instant::now();
+    socket
+        .send(Message::Binary(b"k".to_vec().into()))
+        .expect("a keystroke sent");
+    loop {
+        match socket.read().expect("the echo") {
+            Message::Binary(bytes) if !bytes.is_empty() => {
+                assert_eq!(&bytes[..], b"k", "one echoed byte");
+                return start.elapsed();
+            }
+            Message::Close(frame) => panic!("closed while waiting for an echo: {frame:?}"),
+            _ => {}
+        }
+    }
 }

@@ -5,6 +5,7 @@
 
 #[path = "../../../server/tests/common/postgres.rs"]
 pub mod postgres;
+pub mod viewer;
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};

@@ -201,6 +201,17 @@ fn a_bad_url_or_an_unreachable_database_is_an_error_that_says_so() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Twenty seconds of silence for node `id`, by the database's clock: no longer live.
+fn silence(store: &Store, id: &str) {
+    store
+        .lock()
+        .execute(
+            "UPDATE nodes SET heartbeat_at_ms = heartbeat_at_ms - 20000 WHERE id = ?1",
+            params![id],
+        )
+        .unwrap();
+}
+
 /// How the other nodes reach node `id` in these tests: its own URL and a certificate pin.
 pub(super) fn reach(id: &str) -> super::NodeReach {
     super::NodeReach {
@@ -258,13 +269,7 @@ fn a_node_s_sessions_are_written_as_changes_and_read_by_machine_from_live_nodes_
         let a = listed.iter().find(|n| n.id == "nd_a").expect("a");
         assert_eq!(a.sessions, ["a5"], "{kind}");
         // A node judged dead is read no more; one that stops takes its rows with it.
-        store
-            .lock()
-            .execute(
-                "UPDATE nodes SET heartbeat_at_ms = heartbeat_at_ms - 20000 WHERE id = 'nd_b'",
-                params![],
-            )
-            .unwrap();
+        silence(store, "nd_b");
         assert_eq!(read("nd_a"), [], "{kind}");
         store.forget_node("nd_b").unwrap();
         let rows: i64 = store
@@ -360,13 +365,7 @@ fn a_node_is_live_while_its_heartbeat_is_recent_by_the_database_clock() {
             "{kind}"
         );
         // Twenty seconds of silence, by the database's clock: no longer live.
-        store
-            .lock()
-            .execute(
-                "UPDATE nodes SET heartbeat_at_ms = heartbeat_at_ms - 20000 WHERE id = 'nd_b'",
-                params![],
-            )
-            .unwrap();
+        silence(store, "nd_b");
         assert_eq!(
             store.live_node_reach("nd_b", 15_000).unwrap(),
             None,
