@@ -11,8 +11,9 @@
 //! empty body, which no route ever answers: every route's error carries a JSON body) and
 //! writes the JSON answer instead, and it keeps a handle by which the accept loop answers 408
 //! after hyper gave up on a head the client had begun (an idle connection is closed without
-//! an answer). It never reads, parses or alters anything else a
-//! connection carries, and it never decides what a route answers.
+//! an answer). It also sets TCP keep-alive on the connections the server takes and makes
+//! ([`keep_alive`]). It never reads, parses or alters anything else a connection carries,
+//! and it never decides what a route answers.
 
 use std::io;
 use std::pin::Pin;
@@ -272,6 +273,21 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for JsonErrors<S> {
         ready!(state.drain(cx))?;
         Pin::new(&mut state.io).poll_shutdown(cx)
     }
+}
+
+/// TCP keep-alive: probes after this much silence, every 10 s, 3 of them, so that a peer
+/// that vanished without a word (a viewer whose network dropped, a node cut off) is let go
+/// within about a minute, and what was relayed for it with it.
+const KEEPALIVE_IDLE_SECS: u32 = 30;
+
+/// Sets TCP keep-alive on `tcp` ([`KEEPALIVE_IDLE_SECS`]); a socket that refuses keeps
+/// working without it.
+pub(crate) fn keep_alive(tcp: &tokio::net::TcpStream) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let _ = setsockopt(tcp, sockopt::KeepAlive, &true);
+    let _ = setsockopt(tcp, sockopt::TcpKeepIdle, &KEEPALIVE_IDLE_SECS);
+    let _ = setsockopt(tcp, sockopt::TcpKeepInterval, &10);
+    let _ = setsockopt(tcp, sockopt::TcpKeepCount, &3);
 }
 
 #[cfg(test)]

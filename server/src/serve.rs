@@ -94,7 +94,7 @@ pub(crate) async fn accept_loop(
             }
         };
         let _ = tcp.set_nodelay(true);
-        keep_alive(&tcp);
+        http_layer::keep_alive(&tcp);
         let serving = serving.clone();
         let tls = tls.clone();
         let stop = stop.clone();
@@ -114,21 +114,6 @@ pub(crate) async fn accept_loop(
     }
     let _ = tokio::time::timeout(DRAIN, async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
-}
-
-/// TCP keep-alive: probes after this much silence, every 10 s, 3 of them, so that a peer
-/// that vanished without a word (a viewer whose network dropped, a node cut off) is let go
-/// within about a minute, and what was relayed for it with it.
-const KEEPALIVE_IDLE_SECS: u32 = 30;
-
-/// Sets TCP keep-alive on `tcp` ([`KEEPALIVE_IDLE_SECS`]); a socket that refuses keeps
-/// working without it.
-pub(crate) fn keep_alive(tcp: &tokio::net::TcpStream) {
-    use nix::sys::socket::{setsockopt, sockopt};
-    let _ = setsockopt(tcp, sockopt::KeepAlive, &true);
-    let _ = setsockopt(tcp, sockopt::TcpKeepIdle, &KEEPALIVE_IDLE_SECS);
-    let _ = setsockopt(tcp, sockopt::TcpKeepInterval, &10);
-    let _ = setsockopt(tcp, sockopt::TcpKeepCount, &3);
 }
 
 async fn serve_one<S>(

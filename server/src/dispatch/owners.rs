@@ -19,7 +19,7 @@ const ADOPTED_PER_BEAT: usize = 500;
 
 /// A node is live while its heartbeat is this recent (ms): a take from a node judged dead
 /// checks it again in its own statement.
-const LIVE_MS: u64 = crate::http::nodes::LIVE.as_millis() as u64;
+const LIVE_MS: u64 = crate::store::NODE_LIVE.as_millis() as u64;
 
 /// The epochs this node holds, by context id.
 pub(crate) struct Fences {

@@ -201,7 +201,7 @@ pub(crate) async fn relay(app: &App, peer: &Peer, mut req: Request) -> Result<Re
     .map_err(|_| unreachable(format!("no connection within {CONNECT_WITHIN:?}")))?
     .map_err(|e| unreachable(e.to_string()))?;
     let _ = tcp.set_nodelay(true);
-    crate::serve::keep_alive(&tcp);
+    crate::http_layer::keep_alive(&tcp);
     let answer = if url.secure {
         let config = client_config(peer.reach.tls_sha256.as_deref())
             .map_err(|e| unreachable(e.to_string()))?;

@@ -26,7 +26,7 @@ use crate::store::SessionsChange;
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// How old a heartbeat may be for its node to be listed (live).
-pub(crate) const LIVE: Duration = Duration::from_secs(15);
+pub(crate) const LIVE: Duration = crate::store::NODE_LIVE;
 
 /// How long a node goes without writing its heartbeat before it cuts itself off: well before
 /// [`LIVE`], so it has let its daemons go by the time other nodes judge it dead.

@@ -46,7 +46,7 @@ pub use changes::Topic;
 pub(crate) use connects::{Spend, Spent, heard_takes};
 pub(crate) use handoffs::SharedTicket;
 pub(crate) use joins::JoinTokenEntry;
-pub(crate) use nodes::NodeReach;
+pub(crate) use nodes::{NODE_LIVE, NodeReach};
 pub(crate) use owners::{NODE_FENCE, OwnerRow};
 pub(crate) use recordings::{RecordingAppend, RecordingEntry};
 pub(crate) use records::{Batch, contexts_written};

@@ -9,6 +9,10 @@
 use super::db::{OptionalExtension as _, Sql as _, params};
 use super::{Doing as _, SessionsChange, Store, StoreError};
 
+/// How old a node's last heartbeat may be, by the database's clock, for the node to be live:
+/// listed, relayed to, and not taken from.
+pub(crate) const NODE_LIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// How long a row of a node that stopped heartbeating stays before a heartbeat deletes it.
 const FORGET_AFTER_MS: i64 = 3_600_000;
 
