@@ -343,7 +343,18 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
     // This node is live before it claims anything (another node starting now must not count
     // it dead); then it owns what it owned before its restart, what no node owns and what
     // dead nodes owned: each such machine's epoch moves on, fencing out any earlier holder.
-    store.node_heartbeat(&node_id, &url, reach.as_ref(), wall_now().0, None)?;
+    // Nothing is connected yet: the sessions an earlier start left are removed with it.
+    let no_sessions = crate::store::SessionsChange {
+        replace: true,
+        ..Default::default()
+    };
+    store.node_heartbeat(
+        &node_id,
+        &url,
+        reach.as_ref(),
+        wall_now().0,
+        Some(&no_sessions),
+    )?;
     let owned = store.claim_contexts(&node_id, live_ms)?;
     let owned_ids: std::collections::HashSet<String> =
         owned.iter().map(|(id, _)| id.clone()).collect();

@@ -298,8 +298,16 @@ impl Dispatcher {
             let store = &self.shared.store;
             let node = &self.fences.node_id;
             if let Some(dead_node) = id.strip_prefix(crate::store::NODE_FENCE) {
-                let taken =
-                    off_the_runtime(|| store.take_over_node(dead_node, epoch, node, LIVE_MS))?;
+                let taken = match off_the_runtime(|| {
+                    store.take_over_node(dead_node, epoch, node, LIVE_MS)
+                }) {
+                    Ok(taken) => taken,
+                    Err(e) => {
+                        // As for machines below: this beat's take, not the dispatcher.
+                        tracing::warn!(error = %e, node = dead_node, "a dead node's executions were not taken this beat");
+                        continue;
+                    }
+                };
                 if let Some(rows) = taken.filter(|rows| !rows.is_empty()) {
                     tracing::info!(
                         node = dead_node,
@@ -322,8 +330,15 @@ impl Dispatcher {
         // different machines rather than racing for the same ones; the share is then taken in
         // context order, the order every take locks rows in, so that no two deadlock.
         let node = &self.fences.node_id;
-        machines.sort_by_cached_key(|(id, _, _)| spread(node, id));
-        machines.truncate(ADOPTED_PER_BEAT);
+        let mut keyed: Vec<(u64, OwnerRow)> = machines
+            .into_iter()
+            .map(|row| (spread(node, &row.0), row))
+            .collect();
+        if keyed.len() > ADOPTED_PER_BEAT {
+            keyed.select_nth_unstable_by_key(ADOPTED_PER_BEAT, |(key, _)| *key);
+            keyed.truncate(ADOPTED_PER_BEAT);
+        }
+        let mut machines: Vec<OwnerRow> = keyed.into_iter().map(|(_, row)| row).collect();
         machines.sort();
         // A database that refuses (two nodes' takes waiting on each other) or does not
         // answer costs this beat's adoption, not the dispatcher: the next beat tries again.

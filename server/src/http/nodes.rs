@@ -205,8 +205,10 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
     {
         tracing::warn!(error = %e, "an earlier start of this node stays listed for 15 s");
     }
-    // The sessions last written, by context id (`None`: none since this node started).
-    let mut written: Option<BTreeMap<String, String>> = None;
+    // The sessions last written, by context id: none at first (the start's own heartbeat
+    // replaced what an earlier start left); `None` after a write that failed or a drift, so
+    // that the next write replaces them all.
+    let mut written: Option<BTreeMap<String, String>> = Some(BTreeMap::new());
     // What the beats learn runs beside them, one learning at a time: a dispatcher busy with
     // a storm of connects takes what it learnt late, and the heartbeat is written on time.
     let mut learning: Option<tokio::task::JoinHandle<Seen>> = None;
@@ -244,6 +246,7 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
         let changed = sessions
             .as_ref()
             .and_then(|now| SessionsChange::between(written.as_ref(), now));
+        let expected = sessions.as_ref().or(written.as_ref()).map(BTreeMap::len);
         let store = app.shared.store.clone();
         let (id, at, reach) = (node_id.clone(), url.clone(), app.reach.clone());
         let write = tokio::task::spawn_blocking(move || {
@@ -257,7 +260,7 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
             }
         };
         match wrote {
-            Ok(Ok(())) => {
+            Ok(Ok(rows)) => {
                 last_written = tokio::time::Instant::now();
                 if app.cut_off() {
                     app.shared.cut_off.send_replace(false);
@@ -267,6 +270,16 @@ pub(crate) async fn heartbeat(app: App, mut stop: watch::Receiver<bool>) {
                 }
                 if sessions.is_some() {
                     written = sessions;
+                }
+                if expected.is_some_and(|expected| expected != rows) {
+                    // Another process of this node (an earlier start, paused and woken) wrote
+                    // or removed some: the next write replaces them all.
+                    tracing::warn!(
+                        rows,
+                        expected = expected.unwrap_or_default(),
+                        "this node's session rows are not the ones it wrote; they are written whole again"
+                    );
+                    written = None;
                 }
                 if let Some(done) = learning.take_if(|task| task.is_finished()) {
                     // A learning that failed starts over: rows read twice change nothing.

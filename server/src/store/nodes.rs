@@ -46,9 +46,12 @@ pub(crate) struct NodeReach {
 }
 
 impl Store {
-    /// Writes node `id`'s heartbeat now (the database's clock), with what changed in its
-    /// sessions when that is given (`None`: unchanged since its last heartbeat), and forgets
-    /// the rows of nodes silent for an hour.
+    /// Writes node `id`'s heartbeat now (the database's clock) and forgets the rows of nodes
+    /// silent for an hour; then, in a transaction of its own (a first beat's thousands of rows
+    /// never hold the heartbeat's stamp back), what changed in its sessions (`None`: nothing
+    /// since its last heartbeat). Returns how many session rows the node has then, by which
+    /// the heartbeat tells that another process of the same node (an earlier start, paused
+    /// and woken) wrote or removed some.
     pub(crate) fn node_heartbeat(
         &self,
         id: &str,
@@ -56,46 +59,60 @@ impl Store {
         reach: Option<&NodeReach>,
         started_at: u64,
         sessions: Option<&SessionsChange>,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.lock();
-        let tx = conn.transaction().doing("writing a heartbeat")?;
-        let now = tx.now_ms();
-        // `sessions` stays empty: the sessions are `node_sessions`' rows (migration 21).
-        tx.execute(
-            &format!(
-                "INSERT INTO nodes
-                     (id, url, started_at, heartbeat_at_ms, sessions, node_url, tls_sha256)
-                 VALUES (?1, ?2, ?3, {now}, '[]', ?4, ?5)
-                 ON CONFLICT (id) DO UPDATE SET url = excluded.url,
-                     heartbeat_at_ms = excluded.heartbeat_at_ms, sessions = '[]',
-                     node_url = excluded.node_url, tls_sha256 = excluded.tls_sha256"
-            ),
-            params![
-                id,
-                url,
-                started_at as i64,
-                reach.map(|r| r.url.as_str()),
-                reach.and_then(|r| r.tls_sha256.as_deref())
-            ],
-        )
-        .doing("writing a heartbeat")?;
-        if let Some(change) = sessions {
-            super::sessions::write(&tx, id, change)?;
-        }
-        let forgotten = tx
-            .execute(
-                &format!("DELETE FROM nodes WHERE heartbeat_at_ms < {now} - ?1"),
-                params![FORGET_AFTER_MS],
-            )
-            .doing("forgetting silent nodes")?;
-        if forgotten > 0 {
+    ) -> Result<usize, StoreError> {
+        {
+            let mut conn = self.lock();
+            let tx = conn.transaction().doing("writing a heartbeat")?;
+            let now = tx.now_ms();
+            // `sessions` stays empty: the sessions are `node_sessions`' rows (migration 21).
             tx.execute(
-                "DELETE FROM node_sessions WHERE node_id NOT IN (SELECT id FROM nodes)",
-                params![],
+                &format!(
+                    "INSERT INTO nodes
+                         (id, url, started_at, heartbeat_at_ms, sessions, node_url, tls_sha256)
+                     VALUES (?1, ?2, ?3, {now}, '[]', ?4, ?5)
+                     ON CONFLICT (id) DO UPDATE SET url = excluded.url,
+                         started_at = excluded.started_at,
+                         heartbeat_at_ms = excluded.heartbeat_at_ms, sessions = '[]',
+                         node_url = excluded.node_url, tls_sha256 = excluded.tls_sha256"
+                ),
+                params![
+                    id,
+                    url,
+                    started_at as i64,
+                    reach.map(|r| r.url.as_str()),
+                    reach.and_then(|r| r.tls_sha256.as_deref())
+                ],
             )
-            .doing("forgetting silent nodes' sessions")?;
+            .doing("writing a heartbeat")?;
+            let forgotten = tx
+                .execute(
+                    &format!("DELETE FROM nodes WHERE heartbeat_at_ms < {now} - ?1"),
+                    params![FORGET_AFTER_MS],
+                )
+                .doing("forgetting silent nodes")?;
+            if forgotten > 0 {
+                tx.execute(
+                    "DELETE FROM node_sessions WHERE node_id NOT IN (SELECT id FROM nodes)",
+                    params![],
+                )
+                .doing("forgetting silent nodes' sessions")?;
+            }
+            tx.commit().doing("writing a heartbeat")?;
         }
-        tx.commit().doing("writing a heartbeat")
+        let mut conn = self.lock();
+        if let Some(change) = sessions {
+            let tx = conn.transaction().doing("writing a node's sessions")?;
+            super::sessions::write(&tx, id, change)?;
+            tx.commit().doing("writing a node's sessions")?;
+        }
+        let rows: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM node_sessions WHERE node_id = ?1",
+                params![id],
+                |r| r.get(0),
+            )
+            .doing("counting a node's sessions")?;
+        Ok(usize::try_from(rows).unwrap_or(0))
     }
 
     /// The nodes whose last heartbeat is at most `live_ms` old by the database's clock,

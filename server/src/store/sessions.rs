@@ -144,8 +144,7 @@ impl Store {
                         "SELECT s.context_id, s.node_id, s.session
                          FROM node_sessions s JOIN nodes n ON n.id = s.node_id
                          WHERE s.node_id <> ?1 AND n.heartbeat_at_ms >= {now} - ?2
-                           AND s.context_id IN ({})
-                         ORDER BY s.context_id, s.node_id",
+                           AND s.context_id IN ({})",
                         keys.join(", ")
                     ),
                     &args,
@@ -154,10 +153,13 @@ impl Store {
                 .doing("reading machines' sessions")?,
             );
         }
+        // By machine, then node, in the ids' bytes' order whatever the database's collation.
+        found.sort_unstable();
         Ok(found)
     }
 
-    /// Every session of `node_ids`, by node, each node's in context order.
+    /// Every session of `node_ids`, by node, each node's in context order (the ids' bytes',
+    /// whatever the database's collation).
     pub(crate) fn sessions_by_node(
         &self,
         node_ids: &[String],
@@ -165,14 +167,15 @@ impl Store {
         let conn = self.read();
         let mut by_node: HashMap<String, Vec<String>> = HashMap::new();
         for node in node_ids {
-            let sessions = conn
+            let mut rows: Vec<(String, String)> = conn
                 .query_map(
-                    "SELECT session FROM node_sessions WHERE node_id = ?1 ORDER BY context_id",
+                    "SELECT context_id, session FROM node_sessions WHERE node_id = ?1",
                     params![node],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .doing("reading a node's sessions")?;
-            by_node.insert(node.clone(), sessions);
+            rows.sort_unstable();
+            by_node.insert(node.clone(), rows.into_iter().map(|(_, s)| s).collect());
         }
         Ok(by_node)
     }

@@ -228,7 +228,7 @@ fn a_node_s_sessions_are_written_as_changes_and_read_by_machine_from_live_nodes_
         let beat = |id: &str, change: Option<SessionsChange>| {
             store
                 .node_heartbeat(id, "http://x", Some(&reach(id)), 1, change.as_ref())
-                .unwrap();
+                .unwrap()
         };
         let sessions = |rows: &[(&str, &str)]| -> BTreeMap<String, String> {
             rows.iter()
@@ -236,7 +236,11 @@ fn a_node_s_sessions_are_written_as_changes_and_read_by_machine_from_live_nodes_
                 .collect()
         };
         let a1 = sessions(&[("ec_1", "a1"), ("ec_2", "a2"), ("ec_3", "a3")]);
-        beat("nd_a", SessionsChange::between(None, &a1));
+        assert_eq!(
+            beat("nd_a", SessionsChange::between(None, &a1)),
+            3,
+            "{kind}: rows now"
+        );
         beat(
             "nd_b",
             SessionsChange::between(None, &sessions(&[("ec_9", "b9")])),
@@ -260,6 +264,15 @@ fn a_node_s_sessions_are_written_as_changes_and_read_by_machine_from_live_nodes_
         let listed = store.live_nodes(15_000).unwrap();
         let a = listed.iter().find(|n| n.id == "nd_a").expect("a");
         assert_eq!(a.sessions, ["a1'", "a2", "a4"], "{kind}: in context order");
+        // Rows another process of the node removed show in the count the next beat returns.
+        store
+            .lock()
+            .execute(
+                "DELETE FROM node_sessions WHERE context_id = 'ec_2'",
+                params![],
+            )
+            .unwrap();
+        assert_eq!(beat("nd_a", None), 2, "{kind}: one fewer than written");
         // A restart's first heartbeat replaces whatever its last run left.
         beat(
             "nd_a",
