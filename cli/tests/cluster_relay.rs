@@ -215,3 +215,23 @@ fn a_run_s_output_followed_through_another_node_comes_while_the_run_runs() {
     let done = common::finish(follower, "outpost runs logs -f");
     assert_eq!(done.status.code(), Some(0), "{done:?}");
 }
+
+#[test]
+fn a_node_url_the_other_nodes_may_not_use_stops_the_start_and_says_what_to_give() {
+    let dir = temp_dir("relay_node_url");
+    // Plain HTTP to another machine: the other nodes would send bearer tokens in the clear.
+    let out = Command::new(common::binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+        .arg(dir.join("state"))
+        .args(["--node-url", "http://10.0.0.5:8440"])
+        .env("OUTPOST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("outpost serve starts");
+    let done = common::finish(out, "outpost serve with a bad --node-url");
+    assert_ne!(done.status.code(), Some(0), "{done:?}");
+    let said = String::from_utf8_lossy(&done.stderr);
+    assert!(said.contains("--node-url http://10.0.0.5:8440"), "{said}");
+    assert!(said.contains("https://"), "it says what to give: {said}");
+}
