@@ -10,6 +10,7 @@
 //! request bytes and the reading of answers; it never retries and never follows a redirect
 //! (a signature covers one target).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub use outpost_core::api::answers::{
@@ -113,10 +114,18 @@ impl HttpError {
     }
 }
 
-/// The signed client of one machine for one server.
+/// The signed client of one machine for one server, reached at one URL or (a server of
+/// several nodes) at the first of a list that answers.
+///
+/// A request that cannot reach the URL in use moves the client on to the next one of the
+/// list (after the last, the first again) and fails as it would have: the caller's own retry
+/// goes to the next URL. Each request is signed for the URL it is sent to.
 pub struct SignedClient {
     agent: ureq::Agent,
-    server: ServerUrl,
+    /// Never empty: the joined URL first, then the alternates in the join's order.
+    servers: Vec<ServerUrl>,
+    /// The index into `servers` in use now.
+    current: AtomicUsize,
     signer: Ed25519Signer,
     key_id: String,
 }
@@ -124,7 +133,7 @@ pub struct SignedClient {
 impl std::fmt::Debug for SignedClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SignedClient")
-            .field("server", &self.server.base)
+            .field("server", &self.server().base)
             .field("key_id", &self.key_id)
             .finish_non_exhaustive()
     }
@@ -150,7 +159,8 @@ impl SignedClient {
         let key_id = machine_key_id(&probe.verifying_key());
         Self {
             agent,
-            server,
+            servers: vec![server],
+            current: AtomicUsize::new(0),
             signer: Ed25519Signer::from_seed(key_id.clone(), seed),
             key_id,
         }
@@ -166,12 +176,48 @@ impl SignedClient {
         outpost_core::b64::encode(self.signer.verifying_key().as_bytes())
     }
 
-    /// The server's URL this client signs its requests for, as joined.
-    pub fn server(&self) -> &ServerUrl {
-        &self.server
+    /// This client, trying `alternates` in turn after the URL it was made for whenever the
+    /// one in use cannot be reached (a join's other URLs, [`outpost_core::join::Join`]).
+    pub fn with_alternates(mut self, alternates: Vec<ServerUrl>) -> Self {
+        for other in alternates {
+            if !self.servers.contains(&other) {
+                self.servers.push(other);
+            }
+        }
+        self
     }
 
-    /// Builds and signs a request (exposed so tests can check the exact bytes).
+    /// The server's URL this client signs its requests for now.
+    pub fn server(&self) -> &ServerUrl {
+        &self.servers[self.in_use()]
+    }
+
+    /// The index of the URL in use now, among the joined one (0) and the alternates; give it
+    /// to [`SignedClient::move_on_from`] when a connection made to it fails.
+    pub fn in_use(&self) -> usize {
+        self.current.load(Ordering::Relaxed) % self.servers.len()
+    }
+
+    /// The URL at index `at` could not be reached: the next requests go to the next URL of
+    /// the list, unless another failure moved on from `at` already. A client of one URL stays.
+    pub fn move_on_from(&self, at: usize) {
+        let next = (at + 1) % self.servers.len();
+        if next != at
+            && self
+                .current
+                .compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::info!(
+                unreachable = %self.servers[at].base,
+                next = %self.servers[next].base,
+                "cannot reach the server at one of its URLs: trying the next one the join listed"
+            );
+        }
+    }
+
+    /// Builds and signs a request for the URL in use (exposed so tests can check the exact
+    /// bytes).
     pub fn sign(
         &self,
         method: &str,
@@ -179,9 +225,20 @@ impl SignedClient {
         body: &[u8],
         now: outpost_core::time::UnixTime,
     ) -> Result<HttpRequest, HttpError> {
+        self.sign_for(self.server(), method, path, body, now)
+    }
+
+    fn sign_for(
+        &self,
+        server: &ServerUrl,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        now: outpost_core::time::UnixTime,
+    ) -> Result<HttpRequest, HttpError> {
         let mut req = HttpRequest {
             method: method.to_owned(),
-            url: self.server.http_url(path),
+            url: server.http_url(path),
             headers: Vec::new(),
             body: body.to_vec(),
         };
@@ -223,17 +280,20 @@ impl SignedClient {
         limit: u64,
     ) -> Result<Answer, HttpError> {
         let route = format!("{method} {path}");
+        let at = self.in_use();
+        let server = &self.servers[at];
         let req = if signed {
-            self.sign(method, path, body, crate::clock::wall_now())?
+            self.sign_for(server, method, path, body, crate::clock::wall_now())?
         } else {
             HttpRequest {
                 method: method.to_owned(),
-                url: self.server.http_url(path),
+                url: server.http_url(path),
                 headers: Vec::new(),
                 body: body.to_vec(),
             }
         };
         let transport = |e: ureq::Error| {
+            self.move_on_from(at);
             let text = e.to_string();
             HttpError::Transport {
                 route: route.clone(),
@@ -379,7 +439,7 @@ impl SignedClient {
 
     /// The WebSocket URL of a ticket (`…/connect?ticket=otk_…`; never log it).
     pub fn connect_url(&self, ticket: &ConnectTicket) -> String {
-        self.server.ws_url(&format!(
+        self.server().ws_url(&format!(
             "/v1/execution-contexts/connect?ticket={}",
             ticket.ticket
         ))

@@ -52,14 +52,14 @@ impl TlsError {
 }
 
 /// What a client trusts: the public roots, plus the certificates of an extra CA file, plus
-/// one pinned certificate.
+/// the pinned certificates (a join's, one per node of the server).
 #[derive(Debug, Clone, Default)]
 pub struct Trust {
     /// The extra CA's certificates (DER), empty when none was given.
     pub extra: Vec<CertificateDer<'static>>,
-    /// The SHA-256 of a server certificate (its DER) trusted as it is, from a join.
-    pub pinned: Option<[u8; 32]>,
-    /// Trust the pinned certificate only: neither the roots nor the extra CA vouch for any
+    /// The SHA-256 of each server certificate (its DER) trusted as it is, from a join.
+    pub pinned: Vec<[u8; 32]>,
+    /// Trust the pinned certificates only: neither the roots nor the extra CA vouch for any
     /// other (a server's node relaying to another node, whose certificate it read from their
     /// shared database).
     pub pinned_only: bool,
@@ -91,7 +91,7 @@ impl Trust {
         }
         Ok(Self {
             extra,
-            pinned: None,
+            pinned: Vec::new(),
             pinned_only: false,
         })
     }
@@ -101,15 +101,25 @@ impl Trust {
     pub fn only(hex: &str) -> Option<Self> {
         Some(Self {
             extra: Vec::new(),
-            pinned: Some(parse_pin(hex)?),
+            pinned: vec![parse_pin(hex)?],
             pinned_only: true,
         })
     }
 
     /// This trust, plus the certificate whose SHA-256 is `hex` (a join's `tlsSha256`; a
     /// malformed one pins nothing: [`outpost_core::join::Join::parse`] refused it already).
-    pub fn pinning(mut self, hex: Option<&str>) -> Self {
-        self.pinned = hex.and_then(parse_pin);
+    pub fn pinning(self, hex: Option<&str>) -> Self {
+        self.pinning_all(hex)
+    }
+
+    /// This trust, plus every certificate whose SHA-256 `pins` lists (a join's `tlsPins`:
+    /// one per node, each trusted at any of the server's URLs).
+    pub fn pinning_all<'a>(mut self, pins: impl IntoIterator<Item = &'a str>) -> Self {
+        for pin in pins.into_iter().filter_map(parse_pin) {
+            if !self.pinned.contains(&pin) {
+                self.pinned.push(pin);
+            }
+        }
         self
     }
 
@@ -138,9 +148,9 @@ impl Trust {
             .with_safe_default_protocol_versions()
             // The ring provider supports the default protocol versions.
             .unwrap_or_else(|_| unreachable!("ring supports TLS 1.2 and 1.3"));
-        let config = match self.pinned {
-            None => builder.with_root_certificates(roots).with_no_client_auth(),
-            Some(pin) => {
+        let config = match self.pinned.as_slice() {
+            [] => builder.with_root_certificates(roots).with_no_client_auth(),
+            pins => {
                 let by_roots =
                     WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
                         .build()
@@ -149,7 +159,7 @@ impl Trust {
                 builder
                     .dangerous()
                     .with_custom_certificate_verifier(Arc::new(PinnedOrRoots {
-                        pin,
+                        pins: pins.to_vec(),
                         only: self.pinned_only,
                         by_roots,
                     }))
@@ -209,11 +219,11 @@ fn parse_pin(hex: &str) -> Option<[u8; 32]> {
     Some(pin)
 }
 
-/// Trusts the pinned certificate as it is, and (unless `only`) any other one the roots vouch
-/// for.
+/// Trusts the pinned certificates as they are, and (unless `only`) any other one the roots
+/// vouch for.
 #[derive(Debug)]
 struct PinnedOrRoots {
-    pin: [u8; 32],
+    pins: Vec<[u8; 32]>,
     only: bool,
     by_roots: Arc<WebPkiServerVerifier>,
 }
@@ -227,7 +237,10 @@ impl ServerCertVerifier for PinnedOrRoots {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        if <[u8; 32]>::from(Sha256::digest(end_entity.as_ref())) == self.pin {
+        if self
+            .pins
+            .contains(&<[u8; 32]>::from(Sha256::digest(end_entity.as_ref())))
+        {
             return Ok(ServerCertVerified::assertion());
         }
         if self.only {

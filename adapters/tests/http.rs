@@ -174,3 +174,51 @@ fn plain_http_is_refused_to_a_host_that_is_not_loopback() {
     let url = ServerUrl::parse("http://[::1]:8440/").unwrap();
     assert_eq!((url.host.as_str(), url.port), ("::1", 8440));
 }
+
+#[test]
+fn a_client_that_cannot_reach_one_url_moves_to_the_next_and_signs_for_it() {
+    let ticket = r#"{"ticket":"otk_secret","sessionId":"sess_2","expiresAt":1767225660}"#;
+    let (live, rx) = server(vec![(200, ticket.into()), (200, ticket.into())]);
+    let dead_port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead = format!("http://127.0.0.1:{dead_port}");
+    let client = SignedClient::new(ServerUrl::parse(&dead).unwrap(), SEED, &Trust::public())
+        .with_alternates(vec![
+            ServerUrl::parse(&live).unwrap(),
+            // Listed twice: kept once.
+            ServerUrl::parse(&live).unwrap(),
+        ]);
+    assert_eq!(client.in_use(), 0);
+    // The failed request fails as it would have, and moves the client on.
+    assert_eq!(
+        client.connect_ticket().unwrap_err().code(),
+        "server_unreachable"
+    );
+    assert_eq!(client.server().base, live);
+    let t = client.connect_ticket().unwrap();
+    assert_eq!(t.session_id, "sess_2");
+    assert!(
+        client
+            .connect_url(&t)
+            .starts_with(&live.replace("http", "ws"))
+    );
+    // Signed for the authority it reached, not the one it was made for.
+    let public = Ed25519Signer::from_seed("k", SEED).verifying_key();
+    let key_id = client.key_id().to_owned();
+    let lookup = move |id: &str| (id == key_id).then_some(public);
+    let reached = rx.recv().unwrap();
+    verify_signature(&reached, OUTPOST_LABEL, &lookup, &Profile::outpost())
+        .expect("the request verifies at the URL it reached");
+    // A failure reported late, for a URL the client already left, moves nothing.
+    client.move_on_from(0);
+    assert_eq!(client.server().base, live);
+    // Moving on from the last goes back to the first.
+    client.move_on_from(1);
+    assert_eq!(
+        (client.in_use(), client.server().base.as_str()),
+        (0, dead.as_str())
+    );
+}

@@ -84,35 +84,12 @@ impl Drop for Namespace {
     }
 }
 
-/// A default self-signed certificate and its key, as `openssl req -x509` makes them.
-fn self_signed(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let out = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        ])
-        .args(["-subj", "/CN=outpost-test", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("openssl (Debian's openssl; ./test installs it) cannot run: {e}")
-        });
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (cert, key)
-}
-
 #[test]
 fn a_join_printed_for_every_address_is_usable_from_another_network_namespace() {
     let dir = temp_dir("network-join");
     std::fs::create_dir_all(&dir).expect("dir");
     let ns = Namespace::new(1);
-    let (cert, key) = self_signed(&dir);
+    let (cert, key) = common::self_signed(&dir);
     let state = dir.join("server");
     let server = Server::start_with_listen(
         &state,

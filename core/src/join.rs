@@ -14,6 +14,10 @@ use crate::keyset::{RootKey, is_loopback_host};
 /// The prefix every join string starts with.
 pub const JOIN_PREFIX: &str = "outpost-join-v1.";
 
+/// The most URLs (and, apart, the most certificate pins) one join may list: a server of that
+/// many nodes lists them all, and a reader never holds an unbounded list.
+pub const MAX_JOIN_URLS: usize = 16;
+
 /// What a daemon needs to trust a server on first contact: where it is, the root key to pin,
 /// and a token that may register machines.
 #[derive(Clone, PartialEq, Eq)]
@@ -28,6 +32,14 @@ pub struct Join {
     /// server serves HTTPS: a client that holds the join trusts that certificate even where
     /// no CA it knows signed it (a self-signed one), as it pins the root key.
     pub tls_sha256: Option<String>,
+    /// The other URLs the same server is reached at (its other nodes, docs/CLUSTER.md §3),
+    /// tried in this order after `url` when the one in use cannot be reached; each is
+    /// checked as `url` is, none repeats `url`.
+    pub alternates: Vec<String>,
+    /// The SHA-256 of the certificates the server's other nodes serve (lowercase hex, none
+    /// repeating `tls_sha256`): a client trusts any of them, or `tls_sha256`, at any of the
+    /// URLs (a TCP front passes each node's own certificate through).
+    pub other_pins: Vec<String>,
 }
 
 impl std::fmt::Debug for Join {
@@ -37,6 +49,8 @@ impl std::fmt::Debug for Join {
             .field("root", &self.root.id)
             .field("token", &"[redacted]")
             .field("tls_sha256", &self.tls_sha256)
+            .field("alternates", &self.alternates)
+            .field("other_pins", &self.other_pins)
             .finish()
     }
 }
@@ -79,6 +93,12 @@ struct JoinJson {
     token: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tls_sha256: Option<String>,
+    /// Every URL, `url` first; written only when there is more than one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    urls: Vec<String>,
+    /// Every pin, `tlsSha256` among them; written only when there is one beyond it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tls_pins: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -89,8 +109,53 @@ struct RootJson {
 }
 
 impl Join {
+    /// Every URL the server is reached at: `url`, then the alternates.
+    pub fn urls(&self) -> Vec<String> {
+        std::iter::once(self.url.clone())
+            .chain(self.alternates.iter().cloned())
+            .collect()
+    }
+
+    /// Every certificate pin: `tls_sha256` when there is one, then the other nodes'.
+    pub fn pins(&self) -> Vec<String> {
+        self.tls_sha256
+            .iter()
+            .chain(self.other_pins.iter())
+            .cloned()
+            .collect()
+    }
+
+    /// This join (a node's own URL and certificate) listing after them every other node's URL
+    /// and certificate in `nodes` (each node's URL for daemons and the SHA-256 of the
+    /// certificate it serves, in the order to try them), so that a daemon that cannot reach
+    /// one node tries the next. Nodes behind one front share its URL, which is listed once;
+    /// each node's own certificate is pinned, since a TCP front passes it through. A URL a
+    /// reader would refuse is left out, and each list stops at [`MAX_JOIN_URLS`] entries.
+    pub fn listing(&self, nodes: &[(String, Option<String>)]) -> Join {
+        let mut join = self.clone();
+        for (url, pin) in nodes {
+            let url = url.trim_end_matches('/');
+            if url != join.url
+                && !join.alternates.iter().any(|a| a == url)
+                && join.alternates.len() + 1 < MAX_JOIN_URLS
+                && check_server_url(url).is_ok()
+            {
+                join.alternates.push(url.to_owned());
+            }
+            if let Some(pin) = pin
+                && join.tls_sha256.as_ref() != Some(pin)
+                && !join.other_pins.contains(pin)
+                && join.other_pins.len() + 1 < MAX_JOIN_URLS
+            {
+                join.other_pins.push(pin.clone());
+            }
+        }
+        join
+    }
+
     /// The join string: [`JOIN_PREFIX`] followed by the base64url of its JSON (`url`, `root`,
-    /// `token`, and `tlsSha256` when pinned); [`Join::parse`] reads it back.
+    /// `token`, `tlsSha256` when pinned, and `urls` and `tlsPins` when the server has more
+    /// than one node to list); [`Join::parse`] reads it back.
     pub fn encode(&self) -> String {
         let json = JoinJson {
             url: self.url.clone(),
@@ -100,13 +165,24 @@ impl Join {
             },
             token: self.token.clone(),
             tls_sha256: self.tls_sha256.clone(),
+            urls: if self.alternates.is_empty() {
+                Vec::new()
+            } else {
+                self.urls()
+            },
+            tls_pins: if self.other_pins.is_empty() {
+                Vec::new()
+            } else {
+                self.pins()
+            },
         };
         let text = serde_json::to_string(&json).unwrap_or_default();
         format!("{JOIN_PREFIX}{}", b64::encode(text.as_bytes()))
     }
 
-    /// Reads a join string (surrounding whitespace allowed) and checks its URL with
-    /// [`check_server_url`].
+    /// Reads a join string (surrounding whitespace allowed) and checks each of its URLs with
+    /// [`check_server_url`]. A join of an earlier version, without `urls` and `tlsPins`, has
+    /// no alternates; a reader of an earlier version reads `url` and `tlsSha256` alone.
     pub fn parse(text: &str) -> Result<Join, JoinError> {
         let text = text.trim();
         let body = text.strip_prefix(JOIN_PREFIX).ok_or_else(|| {
@@ -125,21 +201,51 @@ impl Join {
             return Err(JoinError::Malformed("token is empty".into()));
         }
         check_server_url(&json.url)?;
+        let well_formed_pin = |pin: &str| {
+            pin.len() == 64 && pin.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        };
         if let Some(pin) = &json.tls_sha256
-            && !(pin.len() == 64 && pin.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            && !well_formed_pin(pin)
         {
             return Err(JoinError::Malformed(
                 "tlsSha256 is not 64 lowercase hex digits".into(),
             ));
         }
+        if json.urls.len() > MAX_JOIN_URLS || json.tls_pins.len() > MAX_JOIN_URLS {
+            return Err(JoinError::Malformed(format!(
+                "it lists more than {MAX_JOIN_URLS} urls or tlsPins"
+            )));
+        }
+        let url = json.url.trim_end_matches('/').to_owned();
+        let mut alternates: Vec<String> = Vec::new();
+        for other in &json.urls {
+            check_server_url(other)?;
+            let other = other.trim_end_matches('/');
+            if other != url && !alternates.iter().any(|a| a == other) {
+                alternates.push(other.to_owned());
+            }
+        }
+        let mut other_pins: Vec<String> = Vec::new();
+        for pin in &json.tls_pins {
+            if !well_formed_pin(pin) {
+                return Err(JoinError::Malformed(
+                    "a tlsPins entry is not 64 lowercase hex digits".into(),
+                ));
+            }
+            if json.tls_sha256.as_deref() != Some(pin) && !other_pins.contains(pin) {
+                other_pins.push(pin.clone());
+            }
+        }
         Ok(Join {
-            url: json.url.trim_end_matches('/').to_owned(),
+            url,
             root: RootKey {
                 id: json.root.id,
                 public_key,
             },
             token: json.token,
             tls_sha256: json.tls_sha256,
+            alternates,
+            other_pins,
         })
     }
 }
@@ -182,7 +288,123 @@ mod tests {
             root: crate::keyset::test_root::root_key(),
             token: "opt_abc".into(),
             tls_sha256: None,
+            alternates: Vec::new(),
+            other_pins: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_join_of_several_nodes_lists_every_url_and_pin_and_an_earlier_reader_sees_the_first() {
+        let j = Join {
+            tls_sha256: Some("ab".repeat(32)),
+            alternates: vec![
+                "https://b.example:8440".into(),
+                "https://c.example:8440".into(),
+            ],
+            other_pins: vec!["cd".repeat(32)],
+            ..join("https://a.example:8440")
+        };
+        let text = j.encode();
+        let back = Join::parse(&text).unwrap();
+        assert_eq!(back, j);
+        assert_eq!(
+            back.urls(),
+            [
+                "https://a.example:8440",
+                "https://b.example:8440",
+                "https://c.example:8440"
+            ]
+        );
+        assert_eq!(back.pins(), ["ab".repeat(32), "cd".repeat(32)]);
+        // The JSON an earlier reader reads: `url` and `tlsSha256` as before.
+        let json: serde_json::Value =
+            serde_json::from_slice(&b64::decode(&text[JOIN_PREFIX.len()..]).unwrap()).unwrap();
+        assert_eq!(json["url"], "https://a.example:8440");
+        assert_eq!(json["urls"].as_array().map(Vec::len), Some(3));
+        assert_eq!(json["tlsPins"].as_array().map(Vec::len), Some(2));
+        // One node: neither list is written.
+        let single = join("https://a.example:8440").encode();
+        let json: serde_json::Value =
+            serde_json::from_slice(&b64::decode(&single[JOIN_PREFIX.len()..]).unwrap()).unwrap();
+        assert!(
+            json.get("urls").is_none() && json.get("tlsPins").is_none(),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn a_join_lists_the_other_nodes_after_this_one_each_once() {
+        let this = Join {
+            tls_sha256: Some("aa".repeat(32)),
+            ..join("https://a.example:8440")
+        };
+        let nodes = [
+            ("https://a.example:8440".to_owned(), Some("aa".repeat(32))),
+            ("https://b.example:8440/".to_owned(), Some("bb".repeat(32))),
+            ("https://b.example:8440".to_owned(), Some("cc".repeat(32))),
+            ("http://c.example:8440".to_owned(), None),
+        ];
+        let listed = this.listing(&nodes);
+        assert_eq!(
+            listed.urls(),
+            ["https://a.example:8440", "https://b.example:8440"]
+        );
+        assert_eq!(
+            listed.pins(),
+            ["aa".repeat(32), "bb".repeat(32), "cc".repeat(32)]
+        );
+        assert_eq!(Join::parse(&listed.encode()).unwrap(), listed);
+        // One node: the join is the one it always was.
+        assert_eq!(this.listing(&nodes[..1]), this);
+        // Many: each list stops at the bound a reader accepts.
+        let many: Vec<(String, Option<String>)> = (0..40)
+            .map(|i| (format!("https://n{i}.example"), Some(format!("{i:064x}"))))
+            .collect();
+        let listed = this.listing(&many);
+        assert_eq!(listed.urls().len(), MAX_JOIN_URLS);
+        assert_eq!(listed.pins().len(), MAX_JOIN_URLS);
+        assert_eq!(Join::parse(&listed.encode()).unwrap(), listed);
+    }
+
+    #[test]
+    fn a_listed_url_or_pin_is_checked_as_the_first_is_and_the_lists_are_bounded() {
+        let with = |urls: Vec<&str>, pins: Vec<String>| {
+            let json = serde_json::json!({
+                "url": "https://a.example:8440",
+                "root": {"id": "r", "publicKey": b64::encode(crate::keyset::test_root::root_key().public_key.as_bytes())},
+                "token": "opt_abc",
+                "urls": urls,
+                "tlsPins": pins,
+            });
+            Join::parse(&format!(
+                "{JOIN_PREFIX}{}",
+                b64::encode(json.to_string().as_bytes())
+            ))
+        };
+        let insecure = with(
+            vec!["https://a.example:8440", "http://b.example:8440"],
+            vec![],
+        );
+        assert_eq!(insecure.unwrap_err().code(), "insecure_server_url");
+        let bad_pin = with(vec![], vec!["XY".repeat(32)]);
+        assert!(bad_pin.unwrap_err().to_string().contains("tlsPins"));
+        let many: Vec<String> = (0..=MAX_JOIN_URLS)
+            .map(|i| format!("https://n{i}.example"))
+            .collect();
+        let too_many = with(many.iter().map(String::as_str).collect(), vec![]);
+        assert_eq!(too_many.unwrap_err().code(), "join_malformed");
+        // Repeats and the first URL listed again are dropped.
+        let repeated = with(
+            vec![
+                "https://a.example:8440",
+                "https://b.example/",
+                "https://b.example",
+            ],
+            vec!["ab".repeat(32), "ab".repeat(32)],
+        )
+        .unwrap();
+        assert_eq!(repeated.alternates, ["https://b.example"]);
+        assert_eq!(repeated.other_pins, ["ab".repeat(32)]);
     }
 
     #[test]

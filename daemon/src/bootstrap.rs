@@ -31,7 +31,7 @@ use crate::store::DaemonStore;
 use crate::{DaemonError, DaemonOptions, ServerChoice, StopSignal};
 use crate::{Event, update, watch};
 use outpost_adapters::clock::Clock;
-use outpost_adapters::http::{RegisterRequest, Registered, SignedClient};
+use outpost_adapters::http::{RegisterRequest, SignedClient};
 use outpost_adapters::runtime::Host;
 use outpost_adapters::tls::{ServerUrl, Trust};
 
@@ -75,45 +75,96 @@ pub(crate) fn join(
 ) -> Result<Option<Joined>, DaemonError> {
     let seed = crate::key::machine_seed(&home.folders.config, options.passphrase.as_deref())?;
     let saved = home.server()?;
-    let (url, root, token, pin) = match &options.server {
-        ServerChoice::Join(join) => (
-            join.url.clone(),
-            join.root.clone(),
-            Some(join.token.clone()),
-            join.tls_sha256.clone(),
-        ),
+    let given = match &options.server {
+        ServerChoice::Join(join) => Some(Given {
+            url: join.url.clone(),
+            alternates: join.alternates.clone(),
+            root: join.root.clone(),
+            token: join.token.clone(),
+            pin: join.tls_sha256.clone(),
+            other_pins: join.other_pins.clone(),
+            from_join: true,
+        }),
         ServerChoice::Explicit { url, root, token } => {
             check_server_url(url)?;
-            (
-                url.trim_end_matches('/').to_owned(),
-                root.clone(),
-                Some(token.clone()),
-                None,
-            )
+            Some(Given {
+                url: url.trim_end_matches('/').to_owned(),
+                alternates: Vec::new(),
+                root: root.clone(),
+                token: token.clone(),
+                pin: None,
+                other_pins: Vec::new(),
+                from_join: false,
+            })
         }
-        ServerChoice::Saved => {
-            let saved = saved.as_ref().ok_or(DaemonError::NotJoined)?;
+        ServerChoice::Saved => None,
+    };
+    let (url, root, token) = match (&given, &saved) {
+        (Some(given), _) => (
+            given.url.clone(),
+            given.root.clone(),
+            Some(given.token.clone()),
+        ),
+        (None, Some(saved)) => {
             let root = saved.root().map_err(|reason| DaemonError::BadServerFile {
                 path: home.folders.config.join(SERVER_FILE),
                 reason,
             })?;
-            (saved.url.clone(), root, None, None)
+            (saved.url.clone(), root, None)
         }
+        (None, None) => return Err(DaemonError::NotJoined),
     };
-    // The certificate the join pinned, as the first start saved it (a join given again
-    // names the same server, checked below; its pin is the one it carries).
-    let pin = pin.or_else(|| saved.as_ref().and_then(|s| s.tls_sha256.clone()));
-    if let Some(saved) = &saved
-        && (saved.url != url || saved.root_id != root.id)
+    if let (Some(saved), Some(given)) = (&saved, &given)
+        && !given.names(saved)
     {
         return Err(DaemonError::OtherServer {
             saved: saved.url.clone(),
             given: url,
         });
     }
-    let trust = Trust::from_option(options.ca_file.as_deref())?.pinning(pin.as_deref());
+    // The URLs and certificates of a first start's join, as it saved them; a join given
+    // again names the same server (checked above) and its lists are the newer ones, saved
+    // below.
+    let (alternates, pin, other_pins) = match (&given, &saved) {
+        (Some(given), _) if given.from_join => (
+            given.alternates.clone(),
+            given
+                .pin
+                .clone()
+                .or_else(|| saved.as_ref().and_then(|s| s.tls_sha256.clone())),
+            given.other_pins.clone(),
+        ),
+        (_, Some(saved)) => (
+            saved.urls.clone(),
+            saved.tls_sha256.clone(),
+            saved.tls_pins.clone(),
+        ),
+        (_, None) => (Vec::new(), None, Vec::new()),
+    };
+    let trust = Trust::from_option(options.ca_file.as_deref())?
+        .pinning(pin.as_deref())
+        .pinning_all(other_pins.iter().map(String::as_str));
     let server = ServerUrl::parse(&url)?;
-    let client = Arc::new(SignedClient::new(server, seed, &trust));
+    let alternate_urls = alternates
+        .iter()
+        .map(|u| ServerUrl::parse(u))
+        .collect::<Result<Vec<_>, _>>()?;
+    let client = Arc::new(SignedClient::new(server, seed, &trust).with_alternates(alternate_urls));
+    if let (Some(saved), Some(_)) = (&saved, &given)
+        && (saved.url != url
+            || saved.urls != alternates
+            || saved.tls_sha256 != pin
+            || saved.tls_pins != other_pins)
+    {
+        // The same server's newer join: its list of nodes replaces the saved one.
+        home.save_server(&ServerFile {
+            url: url.clone(),
+            tls_sha256: pin.clone(),
+            urls: alternates.clone(),
+            tls_pins: other_pins.clone(),
+            ..saved.clone()
+        })?;
+    }
     let roots = Arc::new(PinnedRoots::new(vec![root.clone()]));
     let unreachable = if saved.is_some() {
         Unreachable::Waits
@@ -154,7 +205,20 @@ pub(crate) fn join(
                 });
             }
         };
-        save_registration(home, &url, &root, pin.as_deref(), &registered)?;
+        save_registration(
+            home,
+            &ServerFile {
+                url: url.clone(),
+                root_id: root.id.clone(),
+                root_public_key: outpost_core::b64::encode(root.public_key.as_bytes()),
+                context_id: registered.context_id.to_string(),
+                name: registered.name.clone(),
+                key_id: registered.key_id.clone(),
+                tls_sha256: pin.clone(),
+                urls: alternates,
+                tls_pins: other_pins,
+            },
+        )?;
     }
     Ok(Some(Joined {
         url,
@@ -230,24 +294,35 @@ pub(crate) fn restore(
     })
 }
 
-fn save_registration(
-    home: &Home,
-    url: &str,
-    root: &RootKey,
-    tls_sha256: Option<&str>,
-    registered: &Registered,
-) -> Result<(), DaemonError> {
-    home.save_server(&ServerFile {
-        url: url.to_owned(),
-        root_id: root.id.clone(),
-        root_public_key: outpost_core::b64::encode(root.public_key.as_bytes()),
-        context_id: registered.context_id.to_string(),
-        name: registered.name.clone(),
-        key_id: registered.key_id.clone(),
-        tls_sha256: tls_sha256.map(str::to_owned),
-    })?;
-    tracing::info!(context = %registered.context_id, name = %registered.name, key = %registered.key_id, "registered");
+fn save_registration(home: &Home, server: &ServerFile) -> Result<(), DaemonError> {
+    home.save_server(server)?;
+    tracing::info!(context = %server.context_id, name = %server.name, key = %server.key_id, "registered");
     Ok(())
+}
+
+/// The server a join (or `--server`, `--root`, `--token`) names on this start.
+struct Given {
+    url: String,
+    alternates: Vec<String>,
+    root: RootKey,
+    token: String,
+    pin: Option<String>,
+    other_pins: Vec<String>,
+    /// A join (which carries the server's lists), not `--server` (which does not).
+    from_join: bool,
+}
+
+impl Given {
+    /// Whether it names the server `saved` records: the same root, reached at one of the
+    /// URLs the saved join listed (a newer join of the same server may list more or fewer
+    /// nodes, in another order).
+    fn names(&self, saved: &ServerFile) -> bool {
+        let saved_urls: Vec<&String> = std::iter::once(&saved.url).chain(&saved.urls).collect();
+        saved.root_id == self.root.id
+            && std::iter::once(&self.url)
+                .chain(&self.alternates)
+                .any(|u| saved_urls.contains(&u))
+    }
 }
 
 /// The key set a starting daemon takes: the one it fetched, unless the set it stored (checked

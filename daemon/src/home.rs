@@ -64,6 +64,13 @@ pub struct ServerFile {
     /// on every later start as on the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_sha256: Option<String>,
+    /// The other URLs the join listed for the same server (its other nodes), tried in turn
+    /// when the one in use cannot be reached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub urls: Vec<String>,
+    /// The certificates of the server's other nodes the join pinned (lowercase hex).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_pins: Vec<String>,
 }
 
 impl ServerFile {

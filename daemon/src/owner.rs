@@ -28,10 +28,13 @@ pub fn machine_client(
         Err(e) => return Err(DaemonError::home(&path, e)),
     };
     let seed = super::key::machine_seed(&folders.config, passphrase)?;
-    let trust = Trust::from_option(ca_file)?.pinning(saved.tls_sha256.as_deref());
-    Ok(SignedClient::new(
-        ServerUrl::parse(&saved.url)?,
-        seed,
-        &trust,
-    ))
+    let trust = Trust::from_option(ca_file)?
+        .pinning(saved.tls_sha256.as_deref())
+        .pinning_all(saved.tls_pins.iter().map(String::as_str));
+    let alternates = saved
+        .urls
+        .iter()
+        .map(|u| ServerUrl::parse(u))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(SignedClient::new(ServerUrl::parse(&saved.url)?, seed, &trust).with_alternates(alternates))
 }

@@ -315,8 +315,13 @@ pub(crate) async fn start(config: ServeConfig, cloud: Registry) -> Result<Runnin
         root: keys.root.clone(),
         token: join_token,
         tls_sha256: tls.as_ref().map(|(_, pin)| pin.clone()),
+        alternates: Vec::new(),
+        other_pins: Vec::new(),
     };
-    let join = join_template.encode();
+    // The join file lists the nodes live now (a node started later is in the joins that
+    // `POST /v1/join-tokens` makes from then on).
+    let live = store.live_node_urls(crate::store::NODE_LIVE.as_millis() as u64)?;
+    let join = join_template.listing(&live).encode();
     state::write_secret(&dir.join("join"), format!("{join}\n").as_bytes())?;
 
     let (terminals, terminals_rx) = crate::dispatch::terminals::Terminals::channel();

@@ -658,3 +658,28 @@ pub fn daemon_pid(home: &Path) -> Option<u64> {
         .then(|| v["pid"].as_u64())
         .flatten()
 }
+
+/// A default self-signed certificate and its key in `dir` (`cert.pem`, `key.pem`), as
+/// `openssl req -x509` makes them.
+#[allow(dead_code)]
+pub fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let out = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=outpost-test", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("openssl (Debian's openssl; ./test installs it) cannot run: {e}")
+        });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cert, key)
+}

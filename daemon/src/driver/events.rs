@@ -244,6 +244,7 @@ impl Driver {
                 match ticket {
                     Ok(ticket) => {
                         self.connection.session_id = Some(ticket.session_id.clone());
+                        self.connection.server_at = self.client.in_use();
                         let url = self.client.connect_url(&ticket);
                         let tx = self.tx.clone();
                         let conn = self.connection.attempt;
@@ -289,6 +290,7 @@ impl Driver {
                 }
                 LinkEvent::Failed(reason) => {
                     tracing::warn!("cannot connect: {reason}");
+                    self.client.move_on_from(self.connection.server_at);
                     self.standing.error(format!("cannot connect: {reason}"));
                     self.input(Input::ConnectFailed {
                         stop_forever: false,

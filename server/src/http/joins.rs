@@ -92,9 +92,10 @@ async fn create(State(app): State<App>, req: Request) -> ApiResult {
     let store = &app.shared.store;
     store.add_join_token(&entry, &secrets::hash(&token), &[CREATE.to_owned()])?;
     store.audit(now, "join_token_created", &caller.user, None, &entry.id)?;
+    let nodes = store.live_node_urls(crate::store::NODE_LIVE.as_millis() as u64)?;
     let join = Join {
         token,
-        ..app.join.clone()
+        ..app.join.listing(&nodes)
     }
     .encode();
     Ok((StatusCode::CREATED, axum::Json(view(entry, Some(join)))).into_response())

@@ -202,6 +202,26 @@ impl Store {
         .doing("listing the nodes' addresses")
     }
 
+    /// The URL daemons reach each live node at (a node's `--public-url`, the same for nodes
+    /// behind one front) with the SHA-256 of the certificate it serves, oldest start first:
+    /// what a join lists (docs/CLUSTER.md §3).
+    pub(crate) fn live_node_urls(
+        &self,
+        live_ms: u64,
+    ) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        let conn = self.read();
+        let now = conn.now_ms();
+        conn.query_map(
+            &format!(
+                "SELECT url, tls_sha256 FROM nodes
+                 WHERE heartbeat_at_ms >= {now} - ?1 ORDER BY started_at, id"
+            ),
+            params![i64::try_from(live_ms).unwrap_or(i64::MAX)],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .doing("listing the nodes' URLs")
+    }
+
     /// The ids of the nodes whose last heartbeat is at most `live_ms` old by the database's
     /// clock: what [`Store::live_nodes`] lists, without the sessions every heartbeat would
     /// otherwise read (megabytes, with tens of thousands of daemons).
