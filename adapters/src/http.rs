@@ -124,8 +124,10 @@ pub struct SignedClient {
     agent: ureq::Agent,
     /// Never empty: the joined URL first, then the alternates in the join's order.
     servers: Vec<ServerUrl>,
-    /// The index into `servers` in use now.
-    current: AtomicUsize,
+    /// How many times the client moved on; the URL in use is `servers[moves % len]`. It only
+    /// grows, so a failure reported late for a URL the client has since left and come back
+    /// to (0 → 1 → 0) is told apart from one for the URL now in use.
+    moves: AtomicUsize,
     signer: Ed25519Signer,
     key_id: String,
 }
@@ -160,7 +162,7 @@ impl SignedClient {
         Self {
             agent,
             servers: vec![server],
-            current: AtomicUsize::new(0),
+            moves: AtomicUsize::new(0),
             signer: Ed25519Signer::from_seed(key_id.clone(), seed),
             key_id,
         }
@@ -189,28 +191,33 @@ impl SignedClient {
 
     /// The server's URL this client signs its requests for now.
     pub fn server(&self) -> &ServerUrl {
-        &self.servers[self.in_use()]
+        self.server_at(self.in_use())
     }
 
-    /// The index of the URL in use now, among the joined one (0) and the alternates; give it
-    /// to [`SignedClient::move_on_from`] when a connection made to it fails.
+    /// Which URL is in use now, as a token: give it to [`SignedClient::server_at`] for the
+    /// URL itself, and to [`SignedClient::move_on_from`] when a connection made to it fails.
     pub fn in_use(&self) -> usize {
-        self.current.load(Ordering::Relaxed) % self.servers.len()
+        self.moves.load(Ordering::Relaxed)
     }
 
-    /// The URL at index `at` could not be reached: the next requests go to the next URL of
-    /// the list, unless another failure moved on from `at` already. A client of one URL stays.
+    /// The URL an [`SignedClient::in_use`] token names.
+    pub fn server_at(&self, at: usize) -> &ServerUrl {
+        &self.servers[at % self.servers.len()]
+    }
+
+    /// The URL `at` (an [`SignedClient::in_use`] token) could not be reached: the next
+    /// requests go to the next URL of the list (after the last, the first), unless the client
+    /// has moved on since `at` was taken. A client of one URL stays.
     pub fn move_on_from(&self, at: usize) {
-        let next = (at + 1) % self.servers.len();
-        if next != at
+        if self.servers.len() > 1
             && self
-                .current
-                .compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed)
+                .moves
+                .compare_exchange(at, at.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
             tracing::info!(
-                unreachable = %self.servers[at].base,
-                next = %self.servers[next].base,
+                unreachable = %self.server_at(at).base,
+                next = %self.server_at(at.wrapping_add(1)).base,
                 "cannot reach the server at one of its URLs: trying the next one the join listed"
             );
         }
@@ -281,7 +288,7 @@ impl SignedClient {
     ) -> Result<Answer, HttpError> {
         let route = format!("{method} {path}");
         let at = self.in_use();
-        let server = &self.servers[at];
+        let server = self.server_at(at);
         let req = if signed {
             self.sign_for(server, method, path, body, crate::clock::wall_now())?
         } else {
@@ -293,7 +300,6 @@ impl SignedClient {
             }
         };
         let transport = |e: ureq::Error| {
-            self.move_on_from(at);
             let text = e.to_string();
             HttpError::Transport {
                 route: route.clone(),
@@ -313,7 +319,12 @@ impl SignedClient {
                 route: route.clone(),
                 reason: e.to_string(),
             })?;
-        let response = self.agent.run(request).map_err(transport)?;
+        // A request that could not be made (no connection, TLS refused, no answer in time)
+        // moves the client on; a body that breaks its limit says nothing about the node.
+        let response = self.agent.run(request).map_err(|e| {
+            self.move_on_from(at);
+            transport(e)
+        })?;
         let status = response.status().as_u16();
         let body = response
             .into_body()
@@ -437,9 +448,15 @@ impl SignedClient {
         Self::json::<JobAuthorized>(&format!("POST {path}"), answer)
     }
 
-    /// The WebSocket URL of a ticket (`…/connect?ticket=otk_…`; never log it).
+    /// The WebSocket URL of a ticket (`…/connect?ticket=otk_…`; never log it) at the URL in
+    /// use.
     pub fn connect_url(&self, ticket: &ConnectTicket) -> String {
-        self.server().ws_url(&format!(
+        self.connect_url_at(self.in_use(), ticket)
+    }
+
+    /// [`SignedClient::connect_url`] at the URL an [`SignedClient::in_use`] token names.
+    pub fn connect_url_at(&self, at: usize, ticket: &ConnectTicket) -> String {
+        self.server_at(at).ws_url(&format!(
             "/v1/execution-contexts/connect?ticket={}",
             ticket.ticket
         ))

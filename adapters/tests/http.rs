@@ -215,10 +215,13 @@ fn a_client_that_cannot_reach_one_url_moves_to_the_next_and_signs_for_it() {
     // A failure reported late, for a URL the client already left, moves nothing.
     client.move_on_from(0);
     assert_eq!(client.server().base, live);
-    // Moving on from the last goes back to the first.
+    // Moving on from the last goes back to the first...
     client.move_on_from(1);
+    assert_eq!(client.server().base, dead);
+    // ...and a late failure from the first time the first was in use still moves nothing.
+    client.move_on_from(0);
     assert_eq!(
         (client.in_use(), client.server().base.as_str()),
-        (0, dead.as_str())
+        (2, dead.as_str())
     );
 }

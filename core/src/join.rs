@@ -135,10 +135,12 @@ impl Join {
         let mut join = self.clone();
         for (url, pin) in nodes {
             let url = url.trim_end_matches('/');
+            if check_server_url(url).is_err() {
+                continue;
+            }
             if url != join.url
                 && !join.alternates.iter().any(|a| a == url)
                 && join.alternates.len() + 1 < MAX_JOIN_URLS
-                && check_server_url(url).is_ok()
             {
                 join.alternates.push(url.to_owned());
             }
@@ -211,10 +213,15 @@ impl Join {
                 "tlsSha256 is not 64 lowercase hex digits".into(),
             ));
         }
-        if json.urls.len() > MAX_JOIN_URLS || json.tls_pins.len() > MAX_JOIN_URLS {
-            return Err(JoinError::Malformed(format!(
-                "it lists more than {MAX_JOIN_URLS} urls or tlsPins"
-            )));
+        // Bounded before the work, and again below once repeats are dropped, counting `url`
+        // and `tlsSha256` (what `encode` writes back).
+        let too_many = || {
+            JoinError::Malformed(format!(
+                "it lists more than {MAX_JOIN_URLS} URLs or certificate pins (urls, tlsPins)"
+            ))
+        };
+        if json.urls.len() > MAX_JOIN_URLS + 1 || json.tls_pins.len() > MAX_JOIN_URLS + 1 {
+            return Err(too_many());
         }
         let url = json.url.trim_end_matches('/').to_owned();
         let mut alternates: Vec<String> = Vec::new();
@@ -236,6 +243,11 @@ impl Join {
                 other_pins.push(pin.clone());
             }
         }
+        if alternates.len() + 1 > MAX_JOIN_URLS
+            || other_pins.len() + usize::from(json.tls_sha256.is_some()) > MAX_JOIN_URLS
+        {
+            return Err(too_many());
+        }
         Ok(Join {
             url,
             root: RootKey {
@@ -250,8 +262,9 @@ impl Join {
     }
 }
 
-/// The `host[:port]` of an `http(s)://` URL, after checking that plain `http` goes only to a
-/// loopback host (a ticket travels in the WebSocket URL).
+/// The `host[:port]` of an `http(s)://` URL, after checking that it names a host and, when it
+/// gives one, a port (1–65535 digits that fit 16 bits; an IPv6 address in brackets), and that
+/// plain `http` goes only to a loopback host (a ticket travels in the WebSocket URL).
 pub fn check_server_url(url: &str) -> Result<&str, JoinError> {
     let (secure, rest) = if let Some(rest) = url.strip_prefix("https://") {
         (true, rest)
@@ -261,8 +274,26 @@ pub fn check_server_url(url: &str) -> Result<&str, JoinError> {
         return Err(JoinError::BadUrl(url.to_owned()));
     };
     let authority = rest.split('/').next().unwrap_or_default();
+    let bad = || JoinError::BadUrl(url.to_owned());
     if authority.is_empty() || authority.contains('@') {
-        return Err(JoinError::BadUrl(url.to_owned()));
+        return Err(bad());
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(bracketed) => {
+            let (host, after) = bracketed.split_once(']').ok_or_else(bad)?;
+            match after.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None if after.is_empty() => (host, None),
+                None => return Err(bad()),
+            }
+        }
+        None => match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() || port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return Err(bad());
     }
     if !secure && !is_loopback_host(authority) {
         return Err(JoinError::InsecureUrl(url.to_owned()));
@@ -388,11 +419,23 @@ mod tests {
         assert_eq!(insecure.unwrap_err().code(), "insecure_server_url");
         let bad_pin = with(vec![], vec!["XY".repeat(32)]);
         assert!(bad_pin.unwrap_err().to_string().contains("tlsPins"));
-        let many: Vec<String> = (0..=MAX_JOIN_URLS)
+        let many: Vec<String> = (0..=MAX_JOIN_URLS + 1)
             .map(|i| format!("https://n{i}.example"))
             .collect();
         let too_many = with(many.iter().map(String::as_str).collect(), vec![]);
         assert_eq!(too_many.unwrap_err().code(), "join_malformed");
+        // Sixteen others besides `url` are seventeen in all: refused, as `encode` would
+        // write them back.
+        let others: Vec<String> = (0..MAX_JOIN_URLS)
+            .map(|i| format!("https://n{i}.example"))
+            .collect();
+        let over = with(others.iter().map(String::as_str).collect(), vec![]);
+        assert_eq!(over.unwrap_err().code(), "join_malformed");
+        let fifteen = with(others[1..].iter().map(String::as_str).collect(), vec![]).unwrap();
+        assert_eq!(Join::parse(&fifteen.encode()).unwrap(), fifteen);
+        // A listed URL whose port is not one is refused, as `url` would be.
+        let bad_port = with(vec!["https://b.example:notaport"], vec![]);
+        assert_eq!(bad_port.unwrap_err().code(), "invalid_server_url");
         // Repeats and the first URL listed again are dropped.
         let repeated = with(
             vec![
@@ -445,6 +488,21 @@ mod tests {
             check_server_url("https://u:p@x").unwrap_err().code(),
             "invalid_server_url"
         );
+        for bad in [
+            "https://x:99999",
+            "https://x:",
+            "https://:8440",
+            "https://[::1",
+            "https://[::1]x",
+            "https://x:1:2",
+        ] {
+            assert_eq!(
+                check_server_url(bad).unwrap_err().code(),
+                "invalid_server_url",
+                "{bad}"
+            );
+        }
+        assert!(check_server_url("https://[2001:db8::1]:8440").is_ok());
     }
 
     #[test]

@@ -75,96 +75,33 @@ pub(crate) fn join(
 ) -> Result<Option<Joined>, DaemonError> {
     let seed = crate::key::machine_seed(&home.folders.config, options.passphrase.as_deref())?;
     let saved = home.server()?;
-    let given = match &options.server {
-        ServerChoice::Join(join) => Some(Given {
-            url: join.url.clone(),
-            alternates: join.alternates.clone(),
-            root: join.root.clone(),
-            token: join.token.clone(),
-            pin: join.tls_sha256.clone(),
-            other_pins: join.other_pins.clone(),
-            from_join: true,
-        }),
-        ServerChoice::Explicit { url, root, token } => {
-            check_server_url(url)?;
-            Some(Given {
-                url: url.trim_end_matches('/').to_owned(),
-                alternates: Vec::new(),
-                root: root.clone(),
-                token: token.clone(),
-                pin: None,
-                other_pins: Vec::new(),
-                from_join: false,
-            })
-        }
-        ServerChoice::Saved => None,
-    };
-    let (url, root, token) = match (&given, &saved) {
-        (Some(given), _) => (
-            given.url.clone(),
-            given.root.clone(),
-            Some(given.token.clone()),
-        ),
-        (None, Some(saved)) => {
-            let root = saved.root().map_err(|reason| DaemonError::BadServerFile {
-                path: home.folders.config.join(SERVER_FILE),
-                reason,
-            })?;
-            (saved.url.clone(), root, None)
-        }
-        (None, None) => return Err(DaemonError::NotJoined),
-    };
-    if let (Some(saved), Some(given)) = (&saved, &given)
-        && !given.names(saved)
-    {
-        return Err(DaemonError::OtherServer {
-            saved: saved.url.clone(),
-            given: url,
-        });
-    }
-    // The URLs and certificates of a first start's join, as it saved them; a join given
-    // again names the same server (checked above) and its lists are the newer ones, saved
-    // below.
-    let (alternates, pin, other_pins) = match (&given, &saved) {
-        (Some(given), _) if given.from_join => (
-            given.alternates.clone(),
-            given
-                .pin
-                .clone()
-                .or_else(|| saved.as_ref().and_then(|s| s.tls_sha256.clone())),
-            given.other_pins.clone(),
-        ),
-        (_, Some(saved)) => (
-            saved.urls.clone(),
-            saved.tls_sha256.clone(),
-            saved.tls_pins.clone(),
-        ),
-        (_, None) => (Vec::new(), None, Vec::new()),
-    };
+    let Reach {
+        url,
+        root,
+        token,
+        alternates,
+        pin,
+        other_pins,
+    } = reach(
+        &options.server,
+        saved.as_ref(),
+        &home.folders.config.join(SERVER_FILE),
+    )?;
     let trust = Trust::from_option(options.ca_file.as_deref())?
         .pinning(pin.as_deref())
         .pinning_all(other_pins.iter().map(String::as_str));
     let server = ServerUrl::parse(&url)?;
     let alternate_urls = alternates
         .iter()
-        .map(|u| ServerUrl::parse(u))
-        .collect::<Result<Vec<_>, _>>()?;
+        .filter_map(|u| match ServerUrl::parse(u) {
+            Ok(parsed) => Some(parsed),
+            Err(e) => {
+                tracing::warn!(url = %u, "a URL the join listed is left out: {e}");
+                None
+            }
+        })
+        .collect();
     let client = Arc::new(SignedClient::new(server, seed, &trust).with_alternates(alternate_urls));
-    if let (Some(saved), Some(_)) = (&saved, &given)
-        && (saved.url != url
-            || saved.urls != alternates
-            || saved.tls_sha256 != pin
-            || saved.tls_pins != other_pins)
-    {
-        // The same server's newer join: its list of nodes replaces the saved one.
-        home.save_server(&ServerFile {
-            url: url.clone(),
-            tls_sha256: pin.clone(),
-            urls: alternates.clone(),
-            tls_pins: other_pins.clone(),
-            ..saved.clone()
-        })?;
-    }
     let roots = Arc::new(PinnedRoots::new(vec![root.clone()]));
     let unreachable = if saved.is_some() {
         Unreachable::Waits
@@ -183,6 +120,22 @@ pub(crate) fn join(
             });
         }
     };
+    if let Some(saved) = &saved
+        && (saved.url != url
+            || saved.urls != alternates
+            || saved.tls_sha256 != pin
+            || saved.tls_pins != other_pins)
+    {
+        // The same server (the key set verified against the saved root), given again: its
+        // URL and lists replace the saved ones.
+        home.save_server(&ServerFile {
+            url: url.clone(),
+            tls_sha256: pin.clone(),
+            urls: alternates.clone(),
+            tls_pins: other_pins.clone(),
+            ..saved.clone()
+        })?;
+    }
     let environments = registry.available();
     if saved.is_none() {
         let token = token.ok_or(DaemonError::NotJoined)?;
@@ -300,29 +253,103 @@ fn save_registration(home: &Home, server: &ServerFile) -> Result<(), DaemonError
     Ok(())
 }
 
-/// The server a join (or `--server`, `--root`, `--token`) names on this start.
-struct Given {
+/// Where this start reaches its server, and what it trusts there.
+struct Reach {
+    /// The URL tried first.
     url: String,
-    alternates: Vec<String>,
+    /// The root key pinned.
     root: RootKey,
-    token: String,
+    /// The token a first start registers with (`None`: started from `server.json`).
+    token: Option<String>,
+    /// The other URLs of the same server, in the order to try them.
+    alternates: Vec<String>,
+    /// The certificate pinned at `url` (and the others).
     pin: Option<String>,
+    /// The other nodes' certificates pinned.
     other_pins: Vec<String>,
-    /// A join (which carries the server's lists), not `--server` (which does not).
-    from_join: bool,
 }
 
-impl Given {
-    /// Whether it names the server `saved` records: the same root, reached at one of the
-    /// URLs the saved join listed (a newer join of the same server may list more or fewer
-    /// nodes, in another order).
-    fn names(&self, saved: &ServerFile) -> bool {
+/// Where `choice` (with the registration `saved`, if any) says the server is.
+///
+/// A join is the server's own word: its URLs and certificates replace the saved ones. A
+/// `--server URL` keeps the saved lists, with the saved URL among the others. With a
+/// registration saved, what is given must name the same server — the same root, id and key,
+/// at one of the saved URLs — else `joined_elsewhere`: a root's id is public, so a join
+/// that borrowed it with another key must not move a machine to another server.
+/// `saved_path` is where `saved` was read, for the error when it names no usable root.
+fn reach(
+    choice: &ServerChoice,
+    saved: Option<&ServerFile>,
+    saved_path: &std::path::Path,
+) -> Result<Reach, DaemonError> {
+    let saved_root = saved
+        .map(|s| {
+            s.root().map_err(|reason| DaemonError::BadServerFile {
+                path: saved_path.to_path_buf(),
+                reason,
+            })
+        })
+        .transpose()?;
+    let given = match choice {
+        ServerChoice::Saved => {
+            let (Some(saved), Some(root)) = (saved, saved_root) else {
+                return Err(DaemonError::NotJoined);
+            };
+            return Ok(Reach {
+                url: saved.url.clone(),
+                root,
+                token: None,
+                alternates: saved.urls.clone(),
+                pin: saved.tls_sha256.clone(),
+                other_pins: saved.tls_pins.clone(),
+            });
+        }
+        ServerChoice::Join(join) => Reach {
+            url: join.url.clone(),
+            root: join.root.clone(),
+            token: Some(join.token.clone()),
+            alternates: join.alternates.clone(),
+            pin: join.tls_sha256.clone(),
+            other_pins: join.other_pins.clone(),
+        },
+        ServerChoice::Explicit { url, root, token } => {
+            check_server_url(url)?;
+            let url = url.trim_end_matches('/').to_owned();
+            let (alternates, pin, other_pins) = match saved {
+                Some(saved) => (
+                    std::iter::once(&saved.url)
+                        .chain(&saved.urls)
+                        .filter(|u| **u != url)
+                        .cloned()
+                        .collect(),
+                    saved.tls_sha256.clone(),
+                    saved.tls_pins.clone(),
+                ),
+                None => (Vec::new(), None, Vec::new()),
+            };
+            Reach {
+                url,
+                root: root.clone(),
+                token: Some(token.clone()),
+                alternates,
+                pin,
+                other_pins,
+            }
+        }
+    };
+    if let (Some(saved), Some(saved_root)) = (saved, saved_root) {
         let saved_urls: Vec<&String> = std::iter::once(&saved.url).chain(&saved.urls).collect();
-        saved.root_id == self.root.id
-            && std::iter::once(&self.url)
-                .chain(&self.alternates)
-                .any(|u| saved_urls.contains(&u))
+        let same_place = std::iter::once(&given.url)
+            .chain(&given.alternates)
+            .any(|u| saved_urls.contains(&u));
+        if saved_root != given.root || !same_place {
+            return Err(DaemonError::OtherServer {
+                saved: saved.url.clone(),
+                given: given.url,
+            });
+        }
     }
+    Ok(given)
 }
 
 /// The key set a starting daemon takes: the one it fetched, unless the set it stored (checked
@@ -546,5 +573,108 @@ mod tests {
         // A stored document that no longer verifies is not trusted: the fetched set stands.
         let forged = Some((9, String::from("{\"type\":\"outpost.key-set\"}")));
         assert_eq!(keys_at_start(set(2), forged, &roots).version(), 2);
+    }
+
+    mod reaching {
+        use std::path::Path;
+
+        use outpost_core::join::Join;
+        use outpost_core::keyset::RootKey;
+        use outpost_core::sign::Ed25519Signer;
+
+        use crate::ServerChoice;
+        use crate::home::ServerFile;
+
+        use super::super::reach;
+
+        fn root(seed: u8) -> RootKey {
+            RootKey {
+                id: "root-unit".into(),
+                public_key: Ed25519Signer::from_seed("root-unit", [seed; 32]).verifying_key(),
+            }
+        }
+
+        fn saved() -> ServerFile {
+            ServerFile {
+                url: "https://a.example".into(),
+                root_id: "root-unit".into(),
+                root_public_key: outpost_core::b64::encode(root(1).public_key.as_bytes()),
+                context_id: "ec_1".into(),
+                name: "box".into(),
+                key_id: "mk_1".into(),
+                tls_sha256: Some("aa".repeat(32)),
+                urls: vec!["https://b.example".into()],
+                tls_pins: vec!["bb".repeat(32)],
+            }
+        }
+
+        fn join(url: &str, alternates: &[&str], root: RootKey) -> ServerChoice {
+            ServerChoice::Join(Join {
+                url: url.into(),
+                root,
+                token: "opt_x".into(),
+                tls_sha256: Some("cc".repeat(32)),
+                alternates: alternates.iter().map(|u| (*u).to_owned()).collect(),
+                other_pins: Vec::new(),
+            })
+        }
+
+        const PATH: &str = "/home/server.json";
+
+        #[test]
+        fn a_start_from_the_saved_registration_tries_its_urls_in_order() {
+            let r = reach(&ServerChoice::Saved, Some(&saved()), Path::new(PATH)).unwrap();
+            assert_eq!(
+                (r.url.as_str(), r.alternates.as_slice()),
+                (
+                    "https://a.example",
+                    ["https://b.example".to_owned()].as_slice()
+                )
+            );
+            assert_eq!(r.pin, Some("aa".repeat(32)));
+            assert_eq!(r.other_pins, ["bb".repeat(32)]);
+            assert!(r.token.is_none());
+        }
+
+        #[test]
+        fn a_newer_join_of_the_same_server_replaces_the_lists() {
+            let given = join("https://b.example", &["https://c.example"], root(1));
+            let r = reach(&given, Some(&saved()), Path::new(PATH)).unwrap();
+            assert_eq!(r.url, "https://b.example");
+            assert_eq!(r.alternates, ["https://c.example"]);
+            assert_eq!((r.pin, r.other_pins), (Some("cc".repeat(32)), Vec::new()));
+        }
+
+        #[test]
+        fn a_join_that_borrows_the_root_s_id_with_another_key_is_another_server() {
+            // The attacker's URL first, the real one listed: the id matches, the key does not.
+            let given = join("https://evil.example", &["https://a.example"], root(9));
+            let err = reach(&given, Some(&saved()), Path::new(PATH))
+                .err()
+                .unwrap();
+            assert_eq!(err.code(), "joined_elsewhere");
+            // The same root at none of the saved URLs is refused too.
+            let given = join("https://z.example", &[], root(1));
+            let err = reach(&given, Some(&saved()), Path::new(PATH))
+                .err()
+                .unwrap();
+            assert_eq!(err.code(), "joined_elsewhere");
+        }
+
+        #[test]
+        fn a_server_url_given_by_hand_keeps_the_saved_lists_with_the_saved_url_among_them() {
+            let given = ServerChoice::Explicit {
+                url: "https://b.example/".into(),
+                root: root(1),
+                token: "opt_x".into(),
+            };
+            let r = reach(&given, Some(&saved()), Path::new(PATH)).unwrap();
+            assert_eq!(r.url, "https://b.example");
+            assert_eq!(r.alternates, ["https://a.example"]);
+            assert_eq!(
+                (r.pin, r.other_pins),
+                (Some("aa".repeat(32)), vec!["bb".repeat(32)])
+            );
+        }
     }
 }

@@ -111,7 +111,8 @@ struct Connection {
     /// The server's id for the current session, once it is ready (for the logs).
     session_id: Option<String>,
     /// Which of the server's URLs the current attempt's WebSocket went to (the client's
-    /// [`SignedClient::in_use`]): a failure to open it moves the client on from that one.
+    /// [`SignedClient::in_use`] token): a failure to open it moves the client on from that
+    /// one.
     server_at: usize,
     /// The close code the last connection ended with, if one came.
     last_close: Option<u16>,

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::routing::{
-    AttemptOutcome, Candidate, ContextView, Plan, RoutingError, check_access, friendly_line, plan,
+    AttemptOutcome, Candidate, ContextView, Plan, RoutingError, WhenOffline, check_access,
+    friendly_line, plan,
 };
 use crate::session::{self, IssuedTicket, RunSpec};
 use crate::ticket::TicketError;
@@ -454,25 +455,7 @@ impl Server {
         }
         match planned {
             Ok(Plan::Dispatch(route)) => self.dispatch(exec_id, route),
-            Ok(Plan::Queue(q)) => {
-                let until = self
-                    .now
-                    .instant
-                    .saturating_add(Duration::from_secs(u64::from(q.minutes) * 60));
-                if let Some(e) = self.executions.get_mut(exec_id) {
-                    // Keep the first deadline when re-planning a run that was already waiting.
-                    let until = match e.place {
-                        Place::Queued { until: first, .. } => first,
-                        _ => until,
-                    };
-                    e.place = Place::Queued {
-                        context_id: q.id.into(),
-                        until,
-                    };
-                    self.queue_wakes
-                        .set(&ExecutionId::new(exec_id), Some((until, "queue")));
-                }
-            }
+            Ok(Plan::Queue(q)) => self.queue(exec_id, q.id, q.minutes),
             // A queued execution whose machine came back with every slot taken keeps its
             // place and its deadline: it is planned again when a slot frees.
             Err(RoutingError::Busy { .. })
@@ -481,6 +464,28 @@ impl Server {
                     Some(Place::Queued { .. })
                 ) => {}
             Err(err) => self.routing_failed(exec_id, &err),
+        }
+    }
+
+    /// Puts an execution in the queue of machine `context_id` for `minutes` from now; one that
+    /// was waiting already keeps its first deadline.
+    fn queue(&mut self, exec_id: &str, context_id: String, minutes: u32) {
+        let until = self
+            .now
+            .instant
+            .saturating_add(Duration::from_secs(u64::from(minutes) * 60));
+        if let Some(e) = self.executions.get_mut(exec_id) {
+            let until = match e.place {
+                Place::Queued { until: first, .. } => first,
+                _ => until,
+            };
+            e.place = Place::Queued {
+                context_id: context_id.into(),
+                until,
+            };
+            self.journal.touch_execution(exec_id);
+            self.queue_wakes
+                .set(&ExecutionId::new(exec_id), Some((until, "queue")));
         }
     }
 
@@ -583,6 +588,19 @@ impl Server {
         let Some(e) = self.executions.get_mut(exec_id) else {
             return;
         };
+        // The machine the caller named went offline under its offer (the connection dropped,
+        // or its node died and this one adopted the offer): a caller who asked to wait for
+        // it when offline waits in its queue, as if it had been offline when asked.
+        if outcome == AttemptOutcome::Offline
+            && let WhenOffline::Queue { minutes } = e.request.target.when_offline
+            && let Some(route) = &e.route
+            && e.request.target.context.as_deref() == Some(route.current().id())
+        {
+            let context_id = route.current().id().to_owned();
+            // Queued as a new execution is: planned afresh when it leaves the queue.
+            e.route = None;
+            return self.queue(exec_id, context_id, minutes);
+        }
         let Some(route) = e.route.take() else {
             return;
         };

@@ -244,8 +244,9 @@ impl Driver {
                 match ticket {
                     Ok(ticket) => {
                         self.connection.session_id = Some(ticket.session_id.clone());
-                        self.connection.server_at = self.client.in_use();
-                        let url = self.client.connect_url(&ticket);
+                        let at = self.client.in_use();
+                        self.connection.server_at = at;
+                        let url = self.client.connect_url_at(at, &ticket);
                         let tx = self.tx.clone();
                         let conn = self.connection.attempt;
                         self.host.open(

@@ -205,6 +205,58 @@ fn a_run_waits_for_its_offline_machine_and_starts_when_it_comes_back() {
 }
 
 #[test]
+fn a_run_that_may_wait_for_its_machine_waits_when_the_machine_drops_under_its_offer() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    // Past a restart's grace: an offer cut now is not a restart's.
+    h.advance(Duration::from_secs(600));
+    let a = h.connect("a", 1);
+    let target = ExecuteTarget {
+        when_offline: WhenOffline::queue(2).expect("2 minutes"),
+        ..ExecuteTarget::named("a")
+    };
+    h.input(Input::Execute(Box::new(request("x1", "ada", target))));
+    assert_eq!(h.requests(a), ["x1.1"]);
+    // Gone before it accepted: the caller asked to wait for it when offline.
+    h.disconnect("a");
+    assert!(h.finished("x1").is_empty(), "queued, not failed offline");
+    let (_, reason) = h.server.next_deadline().expect("the queue's end");
+    assert_eq!(reason, "queue");
+    let a = h.connect("a", 1);
+    let offered = h.requests(a);
+    assert_eq!(
+        offered.len(),
+        1,
+        "offered again once it is back: {offered:?}"
+    );
+    let run = offered[0].clone();
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunAccept {
+            run_id: run.clone().into(),
+        },
+    );
+    h.result("a", &run);
+    assert!(matches!(
+        h.finished("x1")[..],
+        [ExecutionOutcome::Completed(_)]
+    ));
+    // One that may not wait fails, as before.
+    let a_again = a;
+    h.input(Input::Execute(Box::new(request(
+        "x2",
+        "ada",
+        ExecuteTarget::named("a"),
+    ))));
+    assert_eq!(h.requests(a_again).len(), 2);
+    h.disconnect("a");
+    assert!(matches!(
+        h.finished("x2")[..],
+        [ExecutionOutcome::Failed { .. }]
+    ));
+}
+
+#[test]
 fn queued_runs_beyond_the_machine_s_slots_wait_for_a_free_slot_instead_of_failing_busy() {
     let mut h = Harness::new();
     h.register(record("a", "ada", &[]));
