@@ -41,24 +41,8 @@ fn call(server: &Server, pins: &[String], path: &str, body: Option<Value>) -> (u
         .timeout_global(Some(Duration::from_secs(30)))
         .build();
     let agent = outpost_adapters::https::agent(config, &trust);
-    let url = format!("{}{path}", server.url);
-    let auth = format!("Bearer {}", server.admin);
-    let answer = match body {
-        None => agent.get(&url).header("authorization", &auth).call(),
-        Some(body) => agent
-            .post(&url)
-            .header("authorization", &auth)
-            .header("content-type", "application/json")
-            .send(body.to_string().as_bytes()),
-    };
-    match answer {
-        Ok(r) => {
-            let status = r.status().as_u16();
-            let text = r.into_body().read_to_string().unwrap_or_default();
-            (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-        }
-        Err(_) => (0, Value::Null),
-    }
+    let method = if body.is_some() { "POST" } else { "GET" };
+    common::api_through(&agent, &server.url, &server.admin, method, path, body)
 }
 
 /// Whether `server` lists `name` among the sessions of its own node.

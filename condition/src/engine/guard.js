@@ -118,6 +118,8 @@
     },
   }.flatMap;
 
+  const nameDescriptor = { value: undefined };
+  const lengthDescriptor = { value: undefined };
   const wrap = (target, key, capped) => {
     const descriptor = getDescriptor(target, key);
     if (!descriptor || typeof descriptor.value !== "function" || key === "constructor") {
@@ -156,14 +158,18 @@
         },
       }.wrapped;
     }
-    defineProperty(wrapped, "name", { value: original.name });
-    defineProperty(wrapped, "length", { value: original.length });
-    defineProperty(target, key, {
-      value: wrapped,
-      writable: descriptor.writable,
-      enumerable: descriptor.enumerable,
-      configurable: descriptor.configurable,
-    });
+    // The name and length the original had; one descriptor object each, reused.
+    nameDescriptor.value = original.name;
+    defineProperty(wrapped, "name", nameDescriptor);
+    lengthDescriptor.value = original.length;
+    defineProperty(wrapped, "length", lengthDescriptor);
+    if (descriptor.writable) {
+      // An assignment keeps the property's other attributes, and costs less.
+      target[key] = wrapped;
+    } else {
+      descriptor.value = wrapped;
+      defineProperty(target, key, descriptor);
+    }
   };
   const wrapAll = (target, capped) => {
     const keys = ownKeys(target);

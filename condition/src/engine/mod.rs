@@ -5,6 +5,7 @@
 //! limits) and the loop that runs jobs and waits for host calls. Must never return while a host call of the check is still running, and
 //! must never let the program see a time other than the check's `now`.
 
+mod bytecode;
 mod calls;
 mod values;
 
@@ -46,9 +47,6 @@ type Intrinsics = (
 
 /// The greatest time a JavaScript `Date` holds, in ms since the epoch.
 const MAX_DATE_MS: u64 = 8_640_000_000_000_000;
-
-const PRELUDE: &str = include_str!("prelude.js");
-const GUARD: &str = include_str!("guard.js");
 
 /// When the program must stop; read by the interrupt handler and the loop.
 #[derive(Clone)]
@@ -111,6 +109,9 @@ pub(crate) fn run(
         })
     };
 
+    let sandbox = bytecode::compiled().map_err(|e| CheckError::Engine {
+        message: format!("could not compile the sandbox's own JavaScript: {e}"),
+    })?;
     let engine = |e: rquickjs::Error| CheckError::Engine {
         message: format!("could not start QuickJS: {e}"),
     };
@@ -135,6 +136,7 @@ pub(crate) fn run(
             calls: &calls,
             stop: &stop,
             limits,
+            sandbox,
         };
         let result = loop_.evaluate(source, identity, now_unix_ms, &rx);
         // Any outcome: no host call of this check runs past this point, and no JS value is
@@ -144,11 +146,25 @@ pub(crate) fn run(
     })
 }
 
+/// See [`crate::fresh_sandbox_only`].
+pub(crate) fn fresh_sandbox_only(limits: &Limits) -> Result<(), CheckError> {
+    let engine = |e: rquickjs::Error| CheckError::Engine {
+        message: format!("could not start QuickJS: {e}"),
+    };
+    let runtime = Runtime::new().map_err(engine)?;
+    runtime.set_memory_limit(limits.memory_bytes);
+    let context = Context::custom::<Intrinsics>(&runtime).map_err(engine)?;
+    drop(context);
+    Ok(())
+}
+
 struct Loop<'a, 'js> {
     ctx: &'a Ctx<'js>,
     calls: &'a Rc<Calls<'js>>,
     stop: &'a Stop,
     limits: &'a Limits,
+    /// The prelude's and the guard's bytecode ([`bytecode::compiled`]).
+    sandbox: &'static [u8],
 }
 
 impl<'js> Loop<'_, 'js> {
@@ -244,7 +260,7 @@ impl<'js> Loop<'_, 'js> {
     /// as ISO-8601.
     fn prelude(&self, identity: &Identity, now_unix_ms: u64) -> rquickjs::Result<String> {
         let ctx = self.ctx;
-        let install: Function = ctx.eval(PRELUDE)?;
+        let (install, guard) = bytecode::functions(ctx, self.sandbox)?;
         let now_iso = install.call((now_unix_ms as f64, seed(identity, now_unix_ms)))?;
 
         let stop = self.stop.clone();
@@ -261,7 +277,6 @@ impl<'js> Loop<'_, 'js> {
             0 => 1 << 24,
             bytes => (bytes / 8).max(1 << 10),
         };
-        let guard: Function = ctx.eval(GUARD)?;
         guard.call::<_, ()>((checkpoint, is_proxy, max_length as f64))?;
         Ok(now_iso)
     }
