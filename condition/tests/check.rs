@@ -294,6 +294,13 @@ fn there_is_no_module_loading_no_timers_and_no_console() {
         got,
         json!(["undefined", "undefined", "undefined", "undefined"])
     );
+    // The sandbox's own module is loaded in every context under its name: importing it
+    // finds nothing to call, so the prelude and the guard cannot be run again.
+    let got = payload(run(
+        "async () => { const m = await import('outpost:sandbox'); \
+         return { resumeText: 'x', payload: [typeof m.prelude, typeof m.guard, Date.now()] }; }",
+    ));
+    assert_eq!(got, json!(["undefined", "undefined", NOW]));
 }
 
 #[test]

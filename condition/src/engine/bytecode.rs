@@ -16,9 +16,14 @@ use super::Intrinsics;
 const PRELUDE: &str = include_str!("prelude.js");
 const GUARD: &str = include_str!("guard.js");
 
-/// The module the two files become: each exports its function.
+/// The module the two files become: each exports its function, and `forget` empties both
+/// exports once the engine has taken them. A loaded module stays importable by its name in
+/// its context, and a condition's `import('outpost:sandbox')` must find nothing it can call.
 fn source() -> String {
-    format!("export const prelude = (\n{PRELUDE}\n);\nexport const guard = (\n{GUARD}\n);\n")
+    format!(
+        "export let prelude = (\n{PRELUDE}\n);\nexport let guard = (\n{GUARD}\n);\n\
+         export function forget() {{ prelude = undefined; guard = undefined; }}\n"
+    )
 }
 
 /// The compiled module, made on first use; `Err` (the engine's message) if QuickJS could not
@@ -42,23 +47,27 @@ pub(super) fn compiled() -> Result<&'static [u8], String> {
         .map_err(Clone::clone)
 }
 
-/// The prelude's and the guard's functions, made in `ctx` from `bytes` ([`compiled`]).
-pub(super) fn functions<'js>(
-    ctx: &Ctx<'js>,
-    bytes: &'static [u8],
-) -> rquickjs::Result<(Function<'js>, Function<'js>)> {
-    let module = load(ctx, bytes)?;
+/// The prelude's and the guard's functions, made in `ctx` from the compiled module (call
+/// [`compiled`] first: its error is the caller's to report), and no longer reachable through
+/// the module's exports.
+pub(super) fn functions<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<(Function<'js>, Function<'js>)> {
+    let module = load(ctx)?;
     let (module, evaluated) = module.eval()?;
     evaluated.finish::<()>()?;
-    Ok((module.get("prelude")?, module.get("guard")?))
+    let functions = (module.get("prelude")?, module.get("guard")?);
+    module.get::<_, Function>("forget")?.call::<_, ()>(())?;
+    Ok(functions)
 }
 
 #[allow(unsafe_code)]
-fn load<'js>(ctx: &Ctx<'js>, bytes: &'static [u8]) -> rquickjs::Result<Module<'js>> {
-    // SAFETY: `Module::load` trusts its bytes to be a module QuickJS wrote, and (it reads them
-    // as ROM data) to outlive what it makes. These are exactly what `Module::write` of the
-    // same QuickJS, linked into this binary, wrote in this process from the two files above;
-    // they sit in a `static` that is never changed, so they outlive every runtime.
+fn load<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Module<'js>> {
+    let bytes =
+        compiled().map_err(|e| rquickjs::Error::new_from_js_message("bytecode", "module", e))?;
+    // SAFETY: `Module::load` (QuickJS's `JS_ReadObject`) trusts its bytes to be well-formed
+    // bytecode of the same QuickJS: it does not check them. These are exactly what
+    // `Module::write` of the QuickJS linked into this binary wrote, in this process, from the
+    // two files above, and nothing else can reach this call: the bytes come from `compiled`
+    // here, not from a caller. (QuickJS copies what it reads; it keeps no pointer into them.)
     unsafe { Module::load(ctx.clone(), bytes) }
 }
 
@@ -82,7 +91,7 @@ mod tests {
         );
         let installed = |context: &Context| {
             context.with(|ctx| {
-                let (prelude, _guard) = functions(&ctx, compiled().unwrap()).unwrap();
+                let (prelude, _guard) = functions(&ctx).unwrap();
                 let iso: String = prelude.call((0.0, 1)).unwrap();
                 let now: f64 = ctx.eval("Date.now()").unwrap();
                 (iso, now)

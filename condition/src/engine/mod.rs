@@ -109,7 +109,7 @@ pub(crate) fn run(
         })
     };
 
-    let sandbox = bytecode::compiled().map_err(|e| CheckError::Engine {
+    bytecode::compiled().map_err(|e| CheckError::Engine {
         message: format!("could not compile the sandbox's own JavaScript: {e}"),
     })?;
     let engine = |e: rquickjs::Error| CheckError::Engine {
@@ -136,7 +136,6 @@ pub(crate) fn run(
             calls: &calls,
             stop: &stop,
             limits,
-            sandbox,
         };
         let result = loop_.evaluate(source, identity, now_unix_ms, &rx);
         // Any outcome: no host call of this check runs past this point, and no JS value is
@@ -153,7 +152,12 @@ pub(crate) fn fresh_sandbox_only(limits: &Limits) -> Result<(), CheckError> {
     };
     let runtime = Runtime::new().map_err(engine)?;
     runtime.set_memory_limit(limits.memory_bytes);
-    let context = Context::custom::<Intrinsics>(&runtime).map_err(engine)?;
+    let context = Context::custom::<Intrinsics>(&runtime).map_err(|e| match e {
+        rquickjs::Error::Allocation => CheckError::MemoryLimit {
+            limit: limits.memory_bytes,
+        },
+        other => engine(other),
+    })?;
     drop(context);
     Ok(())
 }
@@ -163,8 +167,6 @@ struct Loop<'a, 'js> {
     calls: &'a Rc<Calls<'js>>,
     stop: &'a Stop,
     limits: &'a Limits,
-    /// The prelude's and the guard's bytecode ([`bytecode::compiled`]).
-    sandbox: &'static [u8],
 }
 
 impl<'js> Loop<'_, 'js> {
@@ -260,7 +262,7 @@ impl<'js> Loop<'_, 'js> {
     /// as ISO-8601.
     fn prelude(&self, identity: &Identity, now_unix_ms: u64) -> rquickjs::Result<String> {
         let ctx = self.ctx;
-        let (install, guard) = bytecode::functions(ctx, self.sandbox)?;
+        let (install, guard) = bytecode::functions(ctx)?;
         let now_iso = install.call((now_unix_ms as f64, seed(identity, now_unix_ms)))?;
 
         let stop = self.stop.clone();
