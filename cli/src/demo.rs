@@ -158,7 +158,7 @@ fn run_demo(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
         2,
     )?;
     let running = server.running();
-    let api = Api::new(&running.url, &running.admin_token, None, None)?;
+    let api = Api::new(&running.url, &running.admin_token, None, &[])?;
     if !json {
         eprintln!("      listening on {}", running.url);
     }

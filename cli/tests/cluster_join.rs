@@ -2,7 +2,8 @@
 //! self-signed certificate and no front before them (docs/CLUSTER.md §3): a join lists both
 //! nodes' URLs and certificates, and a daemon that joined through the first moves to the
 //! second when the first is killed -9 — while it runs, and when it starts again from what its
-//! first start saved — and runs what is submitted there.
+//! first start saved — and runs what is submitted there. The CLI on the second node's machine
+//! trusts the first's certificate through its local join too.
 
 mod common;
 
@@ -129,6 +130,28 @@ fn a_daemon_moves_to_the_next_url_its_join_lists_when_its_node_is_killed() {
     assert_eq!(saved["tlsPins"], json!([pin_b]), "{saved}");
     let marker = dir.join("marker");
     runs_through(&a, &pins, "roamer", &marker, "first");
+
+    // The CLI on b's machine asked of a: b's local join lists a, so a's certificate is pinned.
+    let out = std::process::Command::new(common::binary())
+        .args(["context", "list", "--json"])
+        .env("OUTPOST_STATE", dir.join("b"))
+        .env("OUTPOST_SERVER", &a.url)
+        .env_remove("OUTPOST_TOKEN")
+        .env_remove("OUTPOST_CA_FILE")
+        .output()
+        .expect("outpost context list runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).expect("its JSON");
+    assert!(
+        listed["contexts"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["name"] == "roamer")),
+        "{listed}"
+    );
 
     // a dies: the daemon reaches b, with b's certificate, and runs what b is given.
     a.kill();

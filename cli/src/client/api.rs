@@ -69,25 +69,27 @@ pub struct Api {
     token: String,
     agent: ureq::Agent,
     ca_file: Option<PathBuf>,
-    /// The certificate the local join pins, when this client talks to that server.
-    pin: Option<String>,
+    /// The certificates the local join pins, when this client talks to that server (at any
+    /// of the URLs the join lists).
+    pins: Vec<String>,
 }
 
 impl Api {
     /// A client of `base` (an `http(s)://host:port` URL) with `token`, trusting the public
-    /// roots, the CA in `ca_file` and the certificate `pin` names (a join's `tlsSha256`).
+    /// roots, the CA in `ca_file` and the certificates `pins` names (a join's `tlsSha256` and
+    /// `tlsPins`).
     pub fn new(
         base: &str,
         token: &str,
         ca_file: Option<&Path>,
-        pin: Option<&str>,
+        pins: &[String],
     ) -> anyhow::Result<Self> {
         outpost_core::join::check_server_url(base).map_err(|e| anyhow::anyhow!("{e}"))?;
         let trust = match ca_file {
             Some(path) => Trust::with_ca_file(path).map_err(|e| anyhow::anyhow!("{e}"))?,
             None => Trust::public(),
         }
-        .pinning(pin);
+        .pinning_all(pins.iter().map(String::as_str));
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(330)))
@@ -97,7 +99,7 @@ impl Api {
             token: token.to_owned(),
             agent: outpost_adapters::https::agent(config, &trust),
             ca_file: ca_file.map(Path::to_path_buf),
-            pin: pin.map(str::to_owned),
+            pins: pins.to_vec(),
         })
     }
 
@@ -128,9 +130,12 @@ impl Api {
                     .url
             }
         };
-        let pin = local
-            .filter(|j| j.url == server.trim_end_matches('/'))
-            .and_then(|j| j.tls_sha256);
+        // The local join's certificates, when the server asked for is one of its URLs (a
+        // cluster's join lists every node).
+        let pins = local
+            .filter(|j| j.urls().iter().any(|u| u == server.trim_end_matches('/')))
+            .map(|j| j.pins())
+            .unwrap_or_default();
         let token = match std::env::var("OUTPOST_TOKEN") {
             Ok(token) => token,
             Err(_) => {
@@ -152,7 +157,7 @@ impl Api {
             .cloned()
             .flatten()
             .or_else(|| std::env::var_os("OUTPOST_CA_FILE").map(PathBuf::from));
-        Self::new(&server, &token, ca.as_deref(), pin.as_deref())
+        Self::new(&server, &token, ca.as_deref(), &pins)
     }
 
     /// The server's base URL, without a trailing `/`.
@@ -166,7 +171,7 @@ impl Api {
             Some(path) => Trust::with_ca_file(path).map_err(|e| anyhow::anyhow!("{e}"))?,
             None => Trust::public(),
         };
-        Ok(trust.pinning(self.pin.as_deref()))
+        Ok(trust.pinning_all(self.pins.iter().map(String::as_str)))
     }
 
     /// `GET path`, its answer read as `T` (a type of [`outpost_core::api`], or `Value`).
