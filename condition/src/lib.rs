@@ -67,10 +67,19 @@
 //! builtins whose cost grows with their input: each checks for a stop first, and the generic
 //! Array methods refuse lengths that no dense array fits in [`Limits::memory_bytes`] (only
 //! sparse arrays and array-likes are that long, and walking their holes natively would never
-//! be interrupted). What remains is operators, which cannot be wrapped: a loop of arithmetic on
-//! near-maximum BigInts (1 Mbit) or of comparisons of multi-megabyte strings may run up to
-//! 10 000 such operations past the deadline or a cancel (minutes, not forever). A daemon that
-//! needs a hard bound must run checks in a process it can kill.
+//! be interrupted). `Iterator.prototype.drop`, whose native version skips its count in one
+//! call without asking (billions of steps, from an array iterator over a length raised after
+//! it was made), is replaced by one written in JavaScript, whose loop asks like any other.
+//!
+//! What remains is work one call or operator does natively before the next check: operators,
+//! which cannot be wrapped (a loop of arithmetic on near-maximum BigInts, 1 Mbit, or of
+//! comparisons of multi-megabyte strings may run up to 10 000 such operations past the
+//! deadline or a cancel), and a few wrapped builtins whose one call is long on the largest
+//! inputs the memory limit lets a program build — `String.prototype.indexOf` and its kin
+//! compare in time that grows with the product of the two strings' lengths, and
+//! `Array.prototype.includes` / `indexOf` compare long strings element by element (seconds to
+//! minutes, not forever). A daemon that needs a hard bound must run checks in a process it
+//! can kill.
 //!
 //! # Panics, errors and unwraps
 //!

@@ -520,6 +520,43 @@ fn builtins_that_would_walk_huge_sparse_lengths_natively_refuse() {
 }
 
 #[test]
+fn an_iterator_told_to_skip_billions_of_values_stops_at_the_deadline() {
+    // `arguments` iterates with the native array iterator, which re-reads the length it may
+    // be given after the iterator was made; the native `drop` skipped it all in one call.
+    let limits = Limits {
+        deadline: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let started = std::time::Instant::now();
+    let verdict = run_with(
+        "async () => { \
+           const it = (function () { arguments.length = 2 ** 32 - 1; return arguments[Symbol.iterator](); })(); \
+           it.drop(2 ** 32 - 2).next(); return false; }",
+        TestHost::new(Mode::Answer),
+        &limits,
+    );
+    assert!(
+        matches!(verdict, Err(CheckError::DeadlineExceeded { .. })),
+        "{verdict:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "stopped near its deadline, not after the skipping: {:?}",
+        started.elapsed()
+    );
+    // It still drops as `drop` does, and closes what it took over when closed early.
+    let got = payload(run("async () => { \
+           const dropped = [1, 2, 3, 4].values().drop(2).toArray(); \
+           let closed = false; \
+           const source = { i: 0, next() { return { value: this.i++, done: false }; }, return() { closed = true; return {}; } }; \
+           const it = Iterator.prototype.drop.call(source, 1); \
+           const first = it.next().value; it.return(); \
+           let refused = ''; try { [].values().drop(-1); } catch (e) { refused = e.name; } \
+           return { resumeText: 'x', payload: [dropped, first, closed, refused, [].values().drop.name, [].values().drop.length] }; }"));
+    assert_eq!(got, json!([[3, 4], 1, true, "RangeError", "drop", 1]));
+}
+
+#[test]
 fn the_default_limits_are_the_specs() {
     let limits = Limits::default();
     assert_eq!(limits.deadline, Duration::from_secs(30));

@@ -178,6 +178,69 @@
     }
   };
 
+  // `Iterator.prototype.drop` skips its count natively, asking nothing, however many steps
+  // that takes (an array iterator re-reads a length the program may raise to 2^32 - 1 after
+  // making it). Its skipping is written here instead, as a generator whose loop asks like any
+  // other; it closes the iterator it took over when it is closed early, as the native one does.
+  const iteratorPrototype = getPrototypeOf(getPrototypeOf([][Symbol.iterator]()));
+  const dropDescriptor = getDescriptor(iteratorPrototype, "drop");
+  if (dropDescriptor !== undefined && typeof dropDescriptor.value === "function") {
+    const stepOf = (iterator, next) => {
+      const step = apply(next, iterator, []);
+      if (step === null || (typeof step !== "object" && typeof step !== "function")) {
+        throw new TypeErrorCtor("the iterator's next() did not return an object");
+      }
+      return step;
+    };
+    const dropping = function* (iterator, next, count) {
+      let suspended = false;
+      try {
+        for (let skipped = 0; skipped < count; skipped++) {
+          if (stepOf(iterator, next).done) {
+            return;
+          }
+        }
+        for (;;) {
+          const step = stepOf(iterator, next);
+          if (step.done) {
+            return;
+          }
+          suspended = true;
+          yield step.value;
+          suspended = false;
+        }
+      } finally {
+        // Closed while it waited at a value: close the iterator it took over.
+        if (suspended) {
+          const close = iterator.return;
+          if (close !== undefined && close !== null) {
+            apply(close, iterator, []);
+          }
+        }
+      }
+    };
+    const drop = {
+      drop(limit) {
+        checkpoint();
+        if (this === null || (typeof this !== "object" && typeof this !== "function")) {
+          throw new TypeErrorCtor("Iterator.prototype.drop needs an object");
+        }
+        const number = NumberCtor(limit);
+        if (number !== number) {
+          throw new RangeErrorCtor("drop needs a number of values to skip");
+        }
+        const count = mathTrunc(number);
+        if (count < 0) {
+          throw new RangeErrorCtor("drop needs a number of values to skip of at least 0");
+        }
+        const iterator = this;
+        return dropping(iterator, iterator.next, count);
+      },
+    }.drop;
+    dropDescriptor.value = drop;
+    defineProperty(iteratorPrototype, "drop", dropDescriptor);
+  }
+
   wrapAll(Array.prototype, true);
   wrapAll(Array, false);
   wrapAll(String.prototype, false);
