@@ -90,9 +90,14 @@ fn stty_sees_the_initial_size_then_each_resize() {
     screen.resize(100, 30);
     screen.type_text("stty size\r");
     screen.expect("\r30 100\r\n");
-    // The shell learned the size from SIGWINCH too.
+    // The shell learned the size from SIGWINCH too. Resized at its prompt, where the shell
+    // itself holds the terminal (while `stty` ran, the signal went to stty's group), and
+    // asked on the next line, once the shell has taken the signal in.
+    screen.expect("$ ");
     screen.resize(77, 19);
-    screen.type_text("kill -WINCH $$; echo cols=$COLUMNS\r");
+    screen.type_text("kill -WINCH $$\r");
+    screen.expect("$ ");
+    screen.type_text("echo cols=$COLUMNS\r");
     screen.expect("cols=77");
     run.cancel().unwrap();
     assert_eq!(finish(run.as_mut()).ending, Ending::Cancelled);
