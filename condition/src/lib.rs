@@ -64,29 +64,43 @@
 //!
 //! QuickJS asks its interrupt handler (deadline, cancel) only every 10 000 backward jumps or
 //! calls, and many of its builtins loop natively without asking. The engine therefore wraps the
-//! builtins whose cost grows with their input: each checks for a stop first, and the generic
-//! Array methods refuse lengths that no dense array fits in [`Limits::memory_bytes`] (only
-//! sparse arrays and array-likes are that long, and walking their holes natively would never
-//! be interrupted). `Iterator.prototype.drop`, whose native version skips its count in one
-//! call without asking (billions of steps, from an array iterator over a length raised after
-//! it was made), is replaced by one written in JavaScript, whose loop asks like any other.
+//! builtins whose cost grows with their input (the lists in `engine/guard.js`): each checks
+//! for a stop first, and the generic Array methods refuse lengths that no dense array fits in
+//! [`Limits::memory_bytes`] (only sparse arrays and array-likes are that long, and walking
+//! their holes natively would never be interrupted). `Iterator.prototype.drop`, whose native
+//! version skips its count in one call without asking (billions of steps, from an array
+//! iterator over a length raised after it was made), and `Array.prototype.flat` / `flatMap`
+//! are replaced by versions written in JavaScript, whose loops ask like any other. Every
+//! other native builtin a condition can reach is listed in `engine/unwrapped.tsv` with the
+//! reason it needs no wrapper (constant cost, a loop that asks, or no more than an operator
+//! costs), and a test fails on any builtin in neither list.
 //!
-//! What remains is work one call or operator does natively before the next check: operators,
-//! which cannot be wrapped (a loop of arithmetic on near-maximum BigInts, 1 Mbit, or of
-//! comparisons of multi-megabyte strings may run up to 10 000 such operations past the
-//! deadline or a cancel), and a few wrapped builtins whose one call is long on the largest
-//! inputs the memory limit lets a program build — `String.prototype.indexOf` and its kin
-//! compare in time that grows with the product of the two strings' lengths, and
-//! `Array.prototype.includes` / `indexOf` compare long strings element by element (seconds to
-//! minutes, not forever). A daemon that needs a hard bound must run checks in a process it
-//! can kill.
+//! What remains is work one call or operator does natively before the next check:
+//! - operators, which cannot be wrapped (a loop of arithmetic on near-maximum BigInts, 1 Mbit,
+//!   or of comparisons of multi-megabyte strings may run up to 10 000 such operations past the
+//!   deadline or a cancel);
+//! - wrapped builtins whose one call is long on the largest inputs a program can build:
+//!   `String.prototype.indexOf` and its kin compare in time that grows with the product of
+//!   the two strings' lengths; `Array.prototype.includes` / `indexOf` compare long strings
+//!   element by element; `Map` and `Set` hash a key string whole (a rope of 2^30 characters
+//!   takes most of a second in a small heap); `Math.max`, `min` and `hypot` convert every
+//!   argument natively (each may be a numeric string of megabytes); the `Set` methods that
+//!   take a set-like, `Iterator.prototype.includes` / `join` and `Math.sumPrecise` step a
+//!   builtin iterator natively, without asking (seconds to minutes, not forever);
+//! - the builtins `unwrapped.tsv` marks `open`: the compiler (`eval`, `Function`), the
+//!   `RegExp` constructor (its compiling is quadratic in some patterns), the typed array,
+//!   `ArrayBuffer` and `AggregateError` constructors (they copy an array-like natively,
+//!   converting each element) and the `RegExp.prototype.source` getter.
+//!
+//! A daemon that needs a hard bound must run checks in a process it can kill.
 //!
 //! # Panics, errors and unwraps
 //!
 //! Nothing here panics on any source, return value or host answer; a panic would be a bug. A
 //! panicking [`Host`] method rejects its call with [`CallError::HOST_PANICKED`].
-// One function may use `unsafe`: the loading of the sandbox's own bytecode, which this crate
-// compiled itself (`engine/bytecode.rs` says why that is sound).
+// Two places may use `unsafe`: the loading of the sandbox's own bytecode, which this crate
+// compiled itself (`engine/bytecode.rs` says why that is sound), and the guard's native
+// wrappers (`engine/native.rs`), which call QuickJS's C API directly.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 

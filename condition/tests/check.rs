@@ -520,6 +520,45 @@ fn builtins_that_would_walk_huge_sparse_lengths_natively_refuse() {
 }
 
 #[test]
+fn wrapped_builtins_look_and_behave_as_the_originals() {
+    let got = payload(run("async () => { \
+        const map = [].map; \
+        const d = Object.getOwnPropertyDescriptor(Array.prototype, 'map'); \
+        let notConstructor = ''; try { new map(() => 0); } catch (e) { notConstructor = e.name; } \
+        let thrown = ''; try { 'x'.repeat(-1); } catch (e) { thrown = e.name; } \
+        return { resumeText: 'x', payload: [ \
+          map.name, map.length, 'prototype' in map, notConstructor, \
+          [d.writable, d.enumerable, d.configurable].join(), \
+          Function.prototype.toString.call(map).includes('[native code]'), \
+          [1, 2, 3].splice(1).join(), [1, 2, 3].splice(1, undefined).join(), \
+          String.prototype.padStart.call(7, 3, '0'), \
+          [1, 2, 3].map(function (x) { return x * this.k; }, { k: 2 }).join(), \
+          thrown, [][Symbol.iterator].name, 'a-b'.split('-').length, \
+          Object.keys({ a: 1, b: 2 }).join(), JSON.stringify({ a: [1] }), \
+        ] }; }"));
+    assert_eq!(
+        got,
+        json!([
+            "map",
+            1,
+            false,
+            "TypeError",
+            "true,false,true",
+            true,
+            "2,3",
+            "",
+            "007",
+            "2,4,6",
+            "RangeError",
+            "values",
+            2,
+            "a,b",
+            "{\"a\":[1]}"
+        ])
+    );
+}
+
+#[test]
 fn an_iterator_told_to_skip_billions_of_values_stops_at_the_deadline() {
     // `arguments` iterates with the native array iterator, which re-reads the length it may
     // be given after the iterator was made; the native `drop` skipped it all in one call.

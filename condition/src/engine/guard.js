@@ -10,7 +10,7 @@
 //   checked is what the builtin will see;
 // - `flat` and `flatMap` are written here in JavaScript (their native versions walk nested
 //   arrays, which nothing can check beforehand), so their loops ask like any other loop.
-(function (checkpoint, isProxy, maxLength) {
+(function (checkpoint, isProxy, maxLength, makeWrapper) {
   "use strict";
   const apply = Reflect.apply;
   const ownKeys = Reflect.ownKeys;
@@ -27,7 +27,9 @@
   const mathTrunc = Math.trunc;
   const typedArrayLength = getDescriptor(getPrototypeOf(Uint8Array.prototype), "length").get;
 
-  const checkLength = (value, what) => {
+  // `which`: 0 for the array a builtin is called on, 1 for an argument.
+  const checkLength = (value, which) => {
+    const what = which === 1 ? "an argument" : "the array";
     if (value === null || (typeof value !== "object" && typeof value !== "function")) {
       return;
     }
@@ -118,66 +120,6 @@
     },
   }.flatMap;
 
-  const nameDescriptor = { value: undefined };
-  const lengthDescriptor = { value: undefined };
-  const wrap = (target, key, capped) => {
-    const descriptor = getDescriptor(target, key);
-    if (!descriptor || typeof descriptor.value !== "function" || key === "constructor") {
-      return;
-    }
-    const original = descriptor.value;
-    let wrapped;
-    if (capped && key === "flat") {
-      wrapped = flat;
-    } else if (capped && key === "flatMap") {
-      wrapped = flatMap;
-    } else if (capped && key === "concat") {
-      wrapped = {
-        wrapped(...args) {
-          checkpoint();
-          checkLength(this, "the array");
-          for (let i = 0; i < args.length; i++) {
-            checkLength(args[i], "an argument");
-          }
-          return apply(original, this, args);
-        },
-      }.wrapped;
-    } else if (capped) {
-      wrapped = {
-        wrapped(...args) {
-          checkpoint();
-          checkLength(this, "the array");
-          return apply(original, this, args);
-        },
-      }.wrapped;
-    } else {
-      wrapped = {
-        wrapped(...args) {
-          checkpoint();
-          return apply(original, this, args);
-        },
-      }.wrapped;
-    }
-    // The name and length the original had; one descriptor object each, reused.
-    nameDescriptor.value = original.name;
-    defineProperty(wrapped, "name", nameDescriptor);
-    lengthDescriptor.value = original.length;
-    defineProperty(wrapped, "length", lengthDescriptor);
-    if (descriptor.writable) {
-      // An assignment keeps the property's other attributes, and costs less.
-      target[key] = wrapped;
-    } else {
-      descriptor.value = wrapped;
-      defineProperty(target, key, descriptor);
-    }
-  };
-  const wrapAll = (target, capped) => {
-    const keys = ownKeys(target);
-    for (let i = 0; i < keys.length; i++) {
-      wrap(target, keys[i], capped);
-    }
-  };
-
   // `Iterator.prototype.drop` skips its count natively, asking nothing, however many steps
   // that takes (an array iterator re-reads a length the program may raise to 2^32 - 1 after
   // making it). Its skipping is written here instead, as a generator whose loop asks like any
@@ -241,19 +183,81 @@
     defineProperty(iteratorPrototype, "drop", dropDescriptor);
   }
 
-  wrapAll(Array.prototype, true);
-  wrapAll(Array, false);
-  wrapAll(String.prototype, false);
-  wrapAll(String, false);
-  wrapAll(getPrototypeOf(Uint8Array.prototype), false);
-  wrapAll(getPrototypeOf(Uint8Array), false);
-  wrapAll(RegExp.prototype, false);
-  wrapAll(BigInt.prototype, false);
-  wrapAll(BigInt, false);
-  wrapAll(Number.prototype, false);
-  wrapAll(JSON, false);
-  wrapAll(Object, false);
-  wrapAll(Reflect, false);
-  wrapAll(Map, false);
-  wrapAll(ArrayBuffer.prototype, false);
+  // Each builtin below is replaced by `makeWrapper`'s wrapper (engine/native.rs): the same
+  // `name` and `length`, and a call that tests the check's stop first (CHECKPOINT); the
+  // generic Array builtins also refuse a `this` longer than `maxLength` (THIS_LENGTH), and
+  // `concat` each argument too (ALL_LENGTHS). Every native builtin a condition can reach and
+  // this list leaves alone is in `unwrapped.tsv` with the reason (its cost does not grow with
+  // its input, or its loop asks the interrupt handler itself); `condition/tests/guard.rs`
+  // fails on any native builtin in neither.
+  const CHECKPOINT = 0;
+  const THIS_LENGTH = 1;
+  const ALL_LENGTHS = 2;
+  const wrapEach = (target, kind, keys) => {
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i];
+      const original = target[key];
+      target[key] = makeWrapper(original, original.name, original.length, kind, checkLength);
+    }
+  };
+  const arrayPrototype = Array.prototype;
+  arrayPrototype.flat = flat;
+  arrayPrototype.flatMap = flatMap;
+  wrapEach(arrayPrototype, ALL_LENGTHS, ["concat"]);
+  wrapEach(arrayPrototype, THIS_LENGTH, [
+    "copyWithin", "fill", "includes", "indexOf", "join", "lastIndexOf", "reverse", "shift",
+    "slice", "sort", "splice", "toLocaleString", "toReversed", "toSorted", "toSpliced",
+    "unshift", "with",
+  ]);
+  wrapEach(Array, CHECKPOINT, ["from"]);
+  wrapEach(String.prototype, CHECKPOINT, [
+    "anchor", "concat", "endsWith", "fontcolor", "fontsize", "includes", "indexOf",
+    "isWellFormed", "lastIndexOf", "link", "localeCompare", "match", "matchAll", "normalize",
+    "padEnd", "padStart", "repeat", "replace", "replaceAll", "search", "split", "startsWith",
+    "toLocaleLowerCase", "toLocaleUpperCase", "toLowerCase", "toUpperCase", "toWellFormed",
+    "trim", "trimEnd", "trimLeft", "trimRight", "trimStart",
+  ]);
+  wrapEach(String, CHECKPOINT, ["fromCharCode", "fromCodePoint", "raw"]);
+  const typedArray = getPrototypeOf(Uint8Array);
+  wrapEach(typedArray.prototype, CHECKPOINT, [
+    "copyWithin", "fill", "includes", "indexOf", "join", "lastIndexOf", "reverse", "set",
+    "slice", "sort", "toReversed", "toSorted", "with",
+  ]);
+  wrapEach(typedArray, CHECKPOINT, ["from", "of"]);
+  wrapEach(Uint8Array, CHECKPOINT, ["fromBase64", "fromHex"]);
+  wrapEach(Uint8Array.prototype, CHECKPOINT, ["setFromBase64", "setFromHex", "toBase64", "toHex"]);
+  wrapEach(RegExp, CHECKPOINT, ["escape"]);
+  wrapEach(RegExp.prototype, CHECKPOINT, [
+    "exec", "compile", "test", "toString", Symbol.replace, Symbol.match, Symbol.matchAll,
+    Symbol.search, Symbol.split,
+  ]);
+  wrapEach(BigInt.prototype, CHECKPOINT, ["toString"]);
+  wrapEach(Number.prototype, CHECKPOINT, ["toString"]);
+  wrapEach(JSON, CHECKPOINT, ["parse", "rawJSON", "stringify"]);
+  wrapEach(Object, CHECKPOINT, [
+    "assign", "create", "defineProperties", "entries", "freeze", "fromEntries",
+    "getOwnPropertyDescriptors", "getOwnPropertyNames", "getOwnPropertySymbols", "isFrozen",
+    "isSealed", "keys", "seal", "values",
+  ]);
+  wrapEach(Reflect, CHECKPOINT, ["ownKeys"]);
+  wrapEach(ArrayBuffer.prototype, CHECKPOINT, [
+    "resize", "slice", "sliceToImmutable", "transfer", "transferToImmutable",
+    "transferToFixedLength",
+  ]);
+  wrapEach(SharedArrayBuffer.prototype, CHECKPOINT, ["grow", "slice"]);
+  wrapEach(Map.prototype, CHECKPOINT, [
+    "delete", "get", "getOrInsert", "getOrInsertComputed", "has", "set",
+  ]);
+  wrapEach(Set.prototype, CHECKPOINT, [
+    "add", "delete", "difference", "has", "intersection", "isDisjointFrom", "isSupersetOf",
+    "symmetricDifference", "union",
+  ]);
+  wrapEach(WeakMap.prototype, CHECKPOINT, ["delete"]);
+  wrapEach(WeakSet.prototype, CHECKPOINT, ["delete"]);
+  wrapEach(FinalizationRegistry.prototype, CHECKPOINT, ["unregister"]);
+  wrapEach(iteratorPrototype, CHECKPOINT, ["chunks", "includes", "join", "toArray", "windows"]);
+  wrapEach(Math, CHECKPOINT, ["hypot", "max", "min", "sumPrecise"]);
+  wrapEach(globalThis, CHECKPOINT, [
+    "decodeURI", "decodeURIComponent", "encodeURI", "encodeURIComponent", "escape", "unescape",
+  ]);
 })

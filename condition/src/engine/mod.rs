@@ -7,6 +7,9 @@
 
 mod bytecode;
 mod calls;
+#[cfg(test)]
+mod guard_tests;
+mod native;
 mod values;
 
 use std::rc::Rc;
@@ -279,7 +282,8 @@ impl<'js> Loop<'_, 'js> {
             0 => 1 << 24,
             bytes => (bytes / 8).max(1 << 10),
         };
-        guard.call::<_, ()>((checkpoint, is_proxy, max_length as f64))?;
+        let make_wrapper = native::wrapper_maker(ctx, &checkpoint)?;
+        guard.call::<_, ()>((checkpoint, is_proxy, max_length as f64, make_wrapper))?;
         Ok(now_iso)
     }
 
