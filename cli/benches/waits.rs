@@ -24,7 +24,8 @@
 //!
 //! The kernel counts CPU time in clock ticks (10 ms at `CLK_TCK` 100): the windows are long
 //! enough for that to matter little. `OUTPOST_BENCH_WAITS` sets the wait count (10,000 by
-//! default). Run with `cargo bench -p outpost --bench waits`.
+//! default); `OUTPOST_BENCH_BINARY` runs the daemons from another build of `outpost` (an A/B of
+//! the daemon in one session). Run with `cargo bench -p outpost --bench waits`.
 #![allow(missing_docs)]
 
 mod common;
@@ -51,8 +52,12 @@ const WINDOW: Duration = Duration::from_secs(10);
 /// Threads registering waits at once.
 const REGISTERING: usize = 8;
 
+/// The `outpost` binary the daemons run: this build's, or `OUTPOST_BENCH_BINARY` (another
+/// build's, for an A/B of the daemon alone).
 fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_outpost"))
+    std::env::var_os("OUTPOST_BENCH_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_outpost")))
 }
 
 fn condition(n: usize) -> String {

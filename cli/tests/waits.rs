@@ -99,8 +99,10 @@ fn daemon_wait_rows(home: &Path) -> usize {
         .expect("the waits table") as usize
 }
 
-/// The daemon's threads that run a condition check now (each is named `check WAITID`).
-fn check_threads(pid: u32) -> usize {
+/// The daemon's check threads (named `check N`) that are running now: state `R` in
+/// `/proc/PID/task/TID/stat`. A thread waiting in the pool for its next check sleeps (`S`); one
+/// spinning in a condition's loop is always running or runnable.
+fn running_check_threads(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|tasks| {
             tasks
@@ -108,6 +110,11 @@ fn check_threads(pid: u32) -> usize {
                 .filter(|t| {
                     std::fs::read_to_string(t.path().join("comm"))
                         .is_ok_and(|comm| comm.starts_with("check "))
+                        && std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+                            // `pid (comm) STATE ...`: the state follows the last `)`.
+                            stat.rsplit_once(')')
+                                .is_some_and(|(_, rest)| rest.trim_start().starts_with('R'))
+                        })
                 })
                 .count()
         })
@@ -345,7 +352,7 @@ fn cancel_stops_a_running_check_before_the_wait_ends_cancelled() {
     );
     let id = wait["waitId"].as_str().unwrap();
     wait_for("the check to run", || {
-        (check_threads(pid) == 1).then_some(())
+        (running_check_threads(pid) == 1).then_some(())
     });
     let asked = Instant::now();
     let (status, cancelling) = server.api("POST", &format!("/v1/waits/{id}/cancel"), None);
@@ -357,11 +364,16 @@ fn cancel_stops_a_running_check_before_the_wait_ends_cancelled() {
         "interrupted, not ended by its deadline: {:?}",
         asked.elapsed()
     );
-    assert_eq!(
-        check_threads(pid),
-        0,
-        "the check had stopped before the wait ended"
-    );
+    // The outcome is sent once the engine has returned; the thread then goes back to the pool
+    // within microseconds. A check still spinning would run on to its 30 s deadline.
+    let ended_at = Instant::now();
+    while running_check_threads(pid) != 0 {
+        assert!(
+            ended_at.elapsed() < Duration::from_millis(500),
+            "the check had not stopped when the wait ended"
+        );
+        std::thread::yield_now();
+    }
     assert_eq!(ended["continuation"]["state"], "none");
 }
 

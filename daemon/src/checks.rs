@@ -1,11 +1,11 @@
 //! The daemon's condition checks: each [`Command::CheckWait`] evaluates a wait's condition
-//! once in the sandboxed engine (`outpost-condition`) on a thread of its own, with a
+//! once in the sandboxed engine (`outpost-condition`) on a thread of the check [`Pool`], with a
 //! [`Ctx`] answering its `ctx` calls, and its outcome comes back to the driver as
 //! [`Input::WaitChecked`] (as an [`Event::Input`]). [`Command::StopCheck`] sets the check's cancel: the engine joins
 //! its calls before it returns, so the outcome arrives only once the check has stopped, its
 //! cleanup included.
 //!
-//! This module owns the check threads; when a wait is checked and how it ends are the core's
+//! This module owns the checks running now; when a wait is checked and how it ends are the core's
 //! schedule's, and the observations the calls read are [`Seen`]'s — the wait's history of
 //! checks started and ended included, which [`Seen`] takes from the same command and input.
 //!
@@ -15,8 +15,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use outpost_condition::{Cancel, Identity, Limits, Verdict};
@@ -26,6 +26,7 @@ use outpost_core::wait::{CheckError, CheckOutcome};
 
 use super::Event;
 use super::ctx::{Ctx, CtxShared, now_ms};
+use super::pool::Pool;
 
 /// Stack for a check's thread beyond the engine's own limit.
 const STACK_MARGIN: usize = 1024 * 1024;
@@ -37,7 +38,8 @@ pub(crate) const STOP_BOUND: Duration = Duration::from_secs(5);
 struct Running {
     check: u64,
     cancel: Cancel,
-    thread: Option<JoinHandle<()>>,
+    /// Set once the check has sent its outcome: nothing of it runs any more.
+    done: Arc<AtomicBool>,
 }
 
 /// The checks running now.
@@ -47,16 +49,20 @@ pub(crate) struct Checks {
     events: Sender<Event>,
     limits: Limits,
     running: BTreeMap<WaitId, Running>,
+    pool: Pool,
 }
 
 impl Checks {
     pub(crate) fn new(shared: CtxShared, context_id: String, events: Sender<Event>) -> Self {
+        let limits = Limits::default();
+        let pool = Pool::new(limits.max_stack_bytes + STACK_MARGIN);
         Self {
             shared,
             context_id,
             events,
-            limits: Limits::default(),
+            limits,
             running: BTreeMap::new(),
+            pool,
         }
     }
 
@@ -89,42 +95,43 @@ impl Checks {
             requester,
         };
         let (limits, events, stop) = (self.limits.clone(), self.events.clone(), cancel.clone());
+        let done = Arc::new(AtomicBool::new(false));
         let id = wait_id.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("check {wait_id}"))
-            .stack_size(limits.max_stack_bytes + STACK_MARGIN)
-            .spawn(move || {
-                let now = now_ms();
-                let verdict =
-                    outpost_condition::check(&source, &identity, now, ctx.clone(), &limits, &stop);
-                let outcome = outcome_of(verdict, &ctx);
+        let finished = done.clone();
+        let started = self.pool.run(Box::new(move || {
+            let now = now_ms();
+            let verdict =
+                outpost_condition::check(&source, &identity, now, ctx.clone(), &limits, &stop);
+            let outcome = outcome_of(verdict, &ctx);
+            // Nothing of the check outlives its outcome's arrival.
+            drop(ctx);
+            Box::new(move || {
                 let _ = events.send(Event::Input(Input::WaitChecked {
                     wait_id: id,
                     check,
                     outcome,
                 }));
-            });
-        let thread = match spawned {
-            Ok(thread) => Some(thread),
-            Err(e) => {
-                let _ = self.events.send(Event::Input(Input::WaitChecked {
-                    wait_id: wait_id.clone(),
-                    check,
-                    outcome: CheckOutcome::Failed(CheckError {
-                        code: "check_unstartable".into(),
-                        message: format!("no thread for the check: {e}"),
-                        at_ms: now_ms(),
-                    }),
-                }));
-                None
-            }
-        };
+                finished.store(true, Ordering::Release);
+            })
+        }));
+        if let Err(e) = started {
+            done.store(true, Ordering::Release);
+            let _ = self.events.send(Event::Input(Input::WaitChecked {
+                wait_id: wait_id.clone(),
+                check,
+                outcome: CheckOutcome::Failed(CheckError {
+                    code: "check_unstartable".into(),
+                    message: format!("no thread for the check: {e}"),
+                    at_ms: now_ms(),
+                }),
+            }));
+        }
         self.running.insert(
             wait_id,
             Running {
                 check,
                 cancel,
-                thread,
+                done,
             },
         );
     }
@@ -137,14 +144,11 @@ impl Checks {
         }
     }
 
-    /// Check `check` of `wait_id` reported its outcome to the driver: its thread is done and
-    /// is joined.
+    /// Check `check` of `wait_id` reported its outcome to the driver: it has ended, and its
+    /// thread is back in the pool.
     pub(crate) fn finished(&mut self, wait_id: &WaitId, check: u64) {
-        if self.running.get(wait_id).is_some_and(|r| r.check == check)
-            && let Some(mut r) = self.running.remove(wait_id)
-            && let Some(thread) = r.thread.take()
-        {
-            let _ = thread.join();
+        if self.running.get(wait_id).is_some_and(|r| r.check == check) {
+            self.running.remove(wait_id);
         }
     }
 
@@ -155,14 +159,9 @@ impl Checks {
             r.cancel.cancel();
         }
         let deadline = std::time::Instant::now() + STOP_BOUND;
-        for (_, mut r) in std::mem::take(&mut self.running) {
-            if let Some(thread) = r.thread.take() {
-                while !thread.is_finished() && std::time::Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                if thread.is_finished() {
-                    let _ = thread.join();
-                }
+        for (_, r) in std::mem::take(&mut self.running) {
+            while !r.done.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
             }
         }
     }

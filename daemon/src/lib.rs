@@ -16,7 +16,8 @@
 //!   loop's handlers share.
 //! - `runner`: runs on blocking threads, cancel flags, reaping after a crash; `terminals`
 //!   the PTY runs' output and input.
-//! - `checks`: condition waits checked on the machine (in `outpost-condition`'s sandbox).
+//! - `checks`: condition waits checked on the machine (in `outpost-condition`'s sandbox), on
+//!   the threads of `pool`, made when a check finds none idle and kept for the next.
 //! - [`owner`]: the machine owner's commands speaking for the machine.
 //! - [`update`]: signed self-update (check, stage, prove, hand over, fall back).
 //! - `patience`: start-up requests retried while the server is unreachable or busy.
@@ -60,6 +61,7 @@ mod os_keyring;
 pub mod owner;
 mod patience;
 mod policy;
+mod pool;
 mod process;
 mod recent_log;
 mod runner;
