@@ -559,6 +559,26 @@ fn wrapped_builtins_look_and_behave_as_the_originals() {
 }
 
 #[test]
+fn a_stack_trace_hands_the_program_no_function() {
+    // With `Error.prepareStackTrace` set, QuickJS passes call sites whose `getFunction()`
+    // returns each frame's function: an original builtin the guard wraps, or the prelude's
+    // real `Date`, while a getter or `valueOf` of the program runs beneath it.
+    let got = payload(run("async () => { \
+        let raw = null, date = null; \
+        try { Error.prepareStackTrace = (e, sites) => { \
+            for (const s of sites) { const f = s.getFunction(); \
+              if (f && f.name === 'reverse' && f !== Array.prototype.reverse) raw = f; \
+              if (f && f.name === 'Date' && f !== Date) date = f; } \
+            return ''; }; } catch (e) {} \
+        Array.prototype.reverse.call({ length: 2, get 0() { new Error().stack; return 1; } }); \
+        new Date({ valueOf() { new Error().stack; return 0; } }); \
+        const d = Object.getOwnPropertyDescriptor(Error, 'prepareStackTrace'); \
+        return { resumeText: 'x', payload: [raw === null, date === null, \
+          typeof Error.prepareStackTrace, d.configurable, d.writable] }; }"));
+    assert_eq!(got, json!([true, true, "undefined", false, false]));
+}
+
+#[test]
 fn an_iterator_told_to_skip_billions_of_values_stops_at_the_deadline() {
     // `arguments` iterates with the native array iterator, which re-reads the length it may
     // be given after the iterator was made; the native `drop` skipped it all in one call.

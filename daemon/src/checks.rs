@@ -14,6 +14,7 @@
 //! [`Seen`]: super::ctx::Seen
 
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
@@ -99,10 +100,21 @@ impl Checks {
         let id = wait_id.clone();
         let finished = done.clone();
         let started = self.pool.run(Box::new(move || {
-            let now = now_ms();
-            let verdict =
-                outpost_condition::check(&source, &identity, now, ctx.clone(), &limits, &stop);
-            let outcome = outcome_of(verdict, &ctx);
+            // A panic (a bug) fails the check instead of leaving its wait running for good
+            // and its thread gone.
+            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let now = now_ms();
+                let verdict =
+                    outpost_condition::check(&source, &identity, now, ctx.clone(), &limits, &stop);
+                outcome_of(verdict, &ctx)
+            }))
+            .unwrap_or_else(|_| {
+                CheckOutcome::Failed(CheckError {
+                    code: "condition_engine".into(),
+                    message: "the check's engine panicked (a bug in outpost)".into(),
+                    at_ms: now_ms(),
+                })
+            });
             // Nothing of the check outlives its outcome's arrival.
             drop(ctx);
             Box::new(move || {

@@ -43,7 +43,8 @@ impl Pool {
         }
     }
 
-    /// Threads the pool has made (none ends while the pool lives).
+    /// Threads the pool has made (none ends while the pool lives, unless a job panics: the
+    /// check jobs catch their own).
     #[cfg(test)]
     pub(crate) fn threads(&self) -> usize {
         self.threads

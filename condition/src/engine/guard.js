@@ -27,6 +27,18 @@
   const mathTrunc = Math.trunc;
   const typedArrayLength = getDescriptor(getPrototypeOf(Uint8Array.prototype), "length").get;
 
+  // A stack trace must never hand the program a function. With `Error.prepareStackTrace` set,
+  // QuickJS passes it call sites whose `getFunction()` returns each frame's function: the
+  // originals the wrappers hold, and the prelude's real `Date`, whenever program code (a
+  // getter, a `valueOf`) runs beneath one of them. The hook is an accessor whose setter is
+  // the only way to set it; it becomes `undefined` for good.
+  defineProperty(Error, "prepareStackTrace", {
+    value: undefined,
+    writable: false,
+    enumerable: false,
+    configurable: false,
+  });
+
   // `which`: 0 for the array a builtin is called on, 1 for an argument.
   const checkLength = (value, which) => {
     const what = which === 1 ? "an argument" : "the array";

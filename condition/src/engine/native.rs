@@ -8,8 +8,9 @@
 //! `prototype`, not a constructor, as builtins are) and two redefined properties; a native one
 //! is one QuickJS object that holds its three values, which QuickJS's collector traces. This
 //! module owns the only unsafe code of the crate besides loading the sandbox's bytecode; it
-//! never keeps a value past the call that lent it, never frees one it did not get owned, and
-//! never calls into QuickJS but through `JS_Call` and the constructors named below.
+//! never keeps a value past the call that lent it and never frees one it did not get owned. It
+//! calls QuickJS through `JS_Call`, the two function constructors, `JS_ToInt32` (which may run
+//! a `valueOf`: the guard passes plain numbers), `JS_DefinePropertyValue` and the throws.
 
 #![allow(unsafe_code)]
 
@@ -33,7 +34,7 @@ pub(super) fn wrapper_maker<'js>(
 ) -> rquickjs::Result<Function<'js>> {
     let mut data = [checkpoint.as_raw()];
     // SAFETY: `ctx` is live (we are inside its `with`); `JS_NewCFunctionData2` reads `data`'s
-    // two values and takes references of its own (`js_dup`), so ours stay ours; the name is a
+    // one value and takes a reference of its own (`js_dup`), so ours stays ours; the name is a
     // NUL-terminated literal it copies into an atom. It returns an owned value or
     // `JS_EXCEPTION`, which `owned` takes over.
     let raw = unsafe {
