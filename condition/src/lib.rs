@@ -54,6 +54,9 @@
 //! # The sandbox
 //!
 //! No Node, no `console`, no timers, no module loader (`import()` rejects), no `Proxy`, no I/O.
+//! `Error.prepareStackTrace` is fixed to `undefined`: QuickJS would pass it call sites whose
+//! `getFunction()` hands out every function on the stack, the originals the guard wraps and
+//! the real `Date` among them.
 //! The only clock is the check's `now`: `Date.now()`, `new Date()` and `Date()` give it (a
 //! `Date` built from arguments works as usual), `performance` does not exist and `Math.random`
 //! is seeded from the wait id and `now`. Limits ([`Limits`]) are enforced by the engine, not
