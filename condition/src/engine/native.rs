@@ -138,35 +138,51 @@ unsafe extern "C" fn call_wrapped(
     kind: c_int,
     data: *mut qjs::JSValue,
 ) -> qjs::JSValue {
-    // SAFETY: as the function's contract says; `JS_Call` borrows what it is given and returns
-    // an owned value (freed here unless returned) or `JS_EXCEPTION` (returned as is, the
-    // exception pending).
+    // SAFETY: as the function's contract says; `passes` and `JS_Call` borrow what they are
+    // given; the original's result is returned as it came (owned, or `JS_EXCEPTION` with the
+    // exception pending, as a test's throw leaves it too).
     unsafe {
         let (original, checkpoint, check_length) = (*data, *data.add(1), *data.add(2));
-        let passed = qjs::JS_Call(ctx, checkpoint, qjs::JS_UNDEFINED, 0, std::ptr::null_mut());
-        if qjs::JS_IsException(passed) {
-            return passed;
+        if !passes(ctx, checkpoint, &mut []) {
+            return qjs::JS_EXCEPTION;
         }
-        qjs::JS_FreeValue(ctx, passed);
-        if kind >= THIS_LENGTH {
-            let mut args = [this, qjs::JS_MKVAL(qjs::JS_TAG_INT, 0)];
-            let passed = qjs::JS_Call(ctx, check_length, qjs::JS_UNDEFINED, 2, args.as_mut_ptr());
-            if qjs::JS_IsException(passed) {
-                return passed;
-            }
-            qjs::JS_FreeValue(ctx, passed);
+        if kind >= THIS_LENGTH
+            && !passes(
+                ctx,
+                check_length,
+                &mut [this, qjs::JS_MKVAL(qjs::JS_TAG_INT, 0)],
+            )
+        {
+            return qjs::JS_EXCEPTION;
         }
         if kind == ALL_LENGTHS {
             for i in 0..usize::try_from(argc).unwrap_or(0) {
                 let mut args = [*argv.add(i), qjs::JS_MKVAL(qjs::JS_TAG_INT, 1)];
-                let passed =
-                    qjs::JS_Call(ctx, check_length, qjs::JS_UNDEFINED, 2, args.as_mut_ptr());
-                if qjs::JS_IsException(passed) {
-                    return passed;
+                if !passes(ctx, check_length, &mut args) {
+                    return qjs::JS_EXCEPTION;
                 }
-                qjs::JS_FreeValue(ctx, passed);
             }
         }
         qjs::JS_Call(ctx, original, this, argc, argv)
+    }
+}
+
+/// Calls the test `f(...args)` with an `undefined` receiver: `false` if it threw (the exception
+/// pending in `ctx`); what it returned is freed.
+///
+/// # Safety
+///
+/// `ctx` is live and `f` and `args` are values of its runtime, lent for the call.
+unsafe fn passes(ctx: *mut qjs::JSContext, f: qjs::JSValue, args: &mut [qjs::JSValue]) -> bool {
+    // SAFETY: as the function's contract says; `JS_Call` borrows `f` and `args` and returns an
+    // owned value, freed here, or `JS_EXCEPTION`, which owns nothing.
+    unsafe {
+        let argc = c_int::try_from(args.len()).unwrap_or(0);
+        let returned = qjs::JS_Call(ctx, f, qjs::JS_UNDEFINED, argc, args.as_mut_ptr());
+        if qjs::JS_IsException(returned) {
+            return false;
+        }
+        qjs::JS_FreeValue(ctx, returned);
+        true
     }
 }
