@@ -9,8 +9,27 @@
 //! Each daemon is killed once ready; the next start takes its home again. The server runs in
 //! this process (the blocking host), with its connect rate limits raised so that no restart
 //! waits out a 429. At the end it prints the medians of every start it timed (warm-up
-//! included) and the ratio ready ÷ bare start for each wrapper. Run with
-//! `cargo bench -p outpost --bench daemon_start`.
+//! included) and the ratio ready ÷ bare start for each wrapper.
+//!
+//! Then a whole `outpost execute` against ssh (issue 35: ≤ 0.2× ssh), with a daemon of the
+//! file-key home kept running:
+//!
+//! - `cold_execute/outpost_execute`: `outpost execute` of a shell capability whose script is
+//!   `exit 0`, the whole client process from exec to exit (the run in the daemon's sandbox,
+//!   as the owner's default policy has it);
+//! - `cold_execute/ssh_controlmaster_auto`: `ssh -o ControlMaster=auto 127.0.0.1 true` to an
+//!   `sshd` this bench starts on a free loopback port with keys of its own (no master left
+//!   behind between runs: each is a connection, a key exchange and a login, as a script's
+//!   one-off `ssh host true` is). Without `/usr/sbin/sshd` (`openssh-server`) it says so and
+//!   measures only the execute.
+//!
+//! The two alternate 100 times after criterion's figures and the medians' ratio is printed.
+//!
+//! Last, `idle_daemon` (printed): a daemon started again and left connected and idle for
+//! three heartbeats (45 s at the server's default 15 s): its resident memory (target ≤ 8 MiB)
+//! and how often its threads woke (context switches, from `/proc`), against what the
+//! heartbeat needs: a `status` sent and a ping answered per heartbeat.
+//! Run with `cargo bench -p outpost --bench daemon_start`.
 #![allow(missing_docs)]
 
 use std::cell::RefCell;
@@ -25,8 +44,13 @@ use outpost_server::{BlockingServer, RateLimits, ServeConfig};
 
 const PASSPHRASE: &str = "a bench passphrase";
 
+/// The `outpost` this bench starts: this build's, or the one `OUTPOST_BENCH_BINARY` names
+/// (to alternate two builds in one session).
 fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_outpost"))
+    std::env::var_os("OUTPOST_BENCH_BINARY").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_outpost")),
+        PathBuf::from,
+    )
 }
 
 fn temp_dir() -> PathBuf {
@@ -159,14 +183,267 @@ fn start(c: &mut Criterion) {
         b.iter_custom(|iters| timed(&pass_home, Some(PASSPHRASE), iters, 2))
     });
     group.finish();
-    server.shutdown();
     let [bare, file, pass] = starts.into_inner().map(median_ms);
     println!(
         "daemon_start medians: bare start {bare:.2} ms; ready with the file key {file:.2} ms = {:.1}x bare; ready with the passphrase {pass:.2} ms = {:.1}x bare",
         file / bare,
         pass / bare
     );
+    execute_against_ssh(c, &dir, &file_home, &server);
+    idle_daemon(&file_home);
+    server.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `outpost execute` of a trivial shell capability against `ssh host true` (module docs).
+fn execute_against_ssh(c: &mut Criterion, dir: &Path, home: &Path, server: &BlockingServer) {
+    let daemon = ready(home, None, None);
+    let cap = dir.join("nop");
+    std::fs::create_dir_all(&cap).unwrap();
+    std::fs::write(
+        cap.join("manifest.yaml"),
+        "name: nop\nenvironment: shell\nlifecycle: oneshot\nentry: run.sh\n",
+    )
+    .unwrap();
+    std::fs::write(cap.join("run.sh"), "exit 0\n").unwrap();
+    let running = server.running();
+    let context = home
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap()
+        .to_owned();
+    let execute = || {
+        let started = Instant::now();
+        let out = Command::new(binary())
+            .arg("execute")
+            .arg(&cap)
+            .args(["--context", &context, "--server", &running.url])
+            .env("OUTPOST_TOKEN", &running.admin_token)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let took = started.elapsed();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        took
+    };
+    let sshd = Sshd::start(&dir.join("ssh"));
+    let mut group = c.benchmark_group("cold_execute");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(10));
+    group.bench_function("outpost_execute", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| execute()).sum())
+    });
+    if let Some(sshd) = &sshd {
+        group.bench_function("ssh_controlmaster_auto", |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| sshd.true_once()).sum())
+        });
+    }
+    group.finish();
+    const ROUNDS: usize = 100;
+    let (mut executes, mut sshs) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        if round % 2 == 0 {
+            executes.push(execute());
+        }
+        if let Some(sshd) = &sshd {
+            sshs.push(sshd.true_once());
+        }
+        if round % 2 == 1 {
+            executes.push(execute());
+        }
+    }
+    let executed = median_ms(executes);
+    match sshd {
+        Some(_) => {
+            let ssh = median_ms(sshs);
+            println!(
+                "cold_execute medians over {ROUNDS} alternated runs: outpost execute {executed:.2} ms, ssh -o ControlMaster=auto true {ssh:.2} ms: {:.3}x ssh",
+                executed / ssh
+            );
+        }
+        None => println!(
+            "cold_execute median over {ROUNDS} runs: outpost execute {executed:.2} ms; no sshd here (/usr/sbin/sshd, Debian's openssh-server), so no ssh baseline"
+        ),
+    }
+    stop(daemon);
+}
+
+/// Each thread of `pid` by name with its context switches so far (each one a sleep that
+/// ended: a wake-up).
+fn switches(pid: u32) -> Vec<(String, u64)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let count = |name: &str| field(name).parse::<u64>().unwrap_or(0);
+        threads.push((
+            format!("{}/{}", field("Name:"), task.file_name().to_string_lossy()),
+            count("voluntary_ctxt_switches:") + count("nonvoluntary_ctxt_switches:"),
+        ));
+    }
+    threads
+}
+
+/// A connected daemon left idle for three heartbeats: its memory and its wake-ups (module
+/// docs).
+fn idle_daemon(home: &Path) {
+    const HEARTBEATS: u64 = 3;
+    let heartbeat = ServeConfig::DEFAULT_HEARTBEAT;
+    let daemon = ready(home, None, None);
+    let pid = daemon.id();
+    // What starting left to do (the first status, the key set's save) is over by then.
+    std::thread::sleep(Duration::from_secs(2));
+    let before = switches(pid);
+    std::thread::sleep(heartbeat * HEARTBEATS as u32);
+    let after = switches(pid);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let mut woke = Vec::new();
+    let mut total = 0;
+    for (thread, count) in &after {
+        let was = before
+            .iter()
+            .find(|(t, _)| t == thread)
+            .map_or(0, |(_, c)| *c);
+        if count > &was {
+            woke.push(format!("{thread} {}", count - was));
+            total += count - was;
+        }
+    }
+    println!(
+        "idle_daemon over {} s ({HEARTBEATS} heartbeats of {} s): RSS {:.1} MiB (peak {:.1} MiB), {} threads, {total} wake-ups = {:.1} per heartbeat ({})",
+        heartbeat.as_secs() * HEARTBEATS,
+        heartbeat.as_secs(),
+        kib("VmRSS:") as f64 / 1024.0,
+        kib("VmHWM:") as f64 / 1024.0,
+        after.len(),
+        total as f64 / HEARTBEATS as f64,
+        woke.join(", ")
+    );
+    stop(daemon);
+}
+
+/// An `sshd` on a free loopback port that takes one key of this bench's own, with a client
+/// set up to use it; killed when dropped.
+struct Sshd {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Sshd {
+    /// Starts it in `dir`, or None when this machine has no `sshd`.
+    fn start(dir: &Path) -> Option<Sshd> {
+        let sshd = Path::new("/usr/sbin/sshd");
+        if !sshd.exists() {
+            return None;
+        }
+        std::fs::create_dir_all(dir).unwrap();
+        // Privilege separation needs its empty folder.
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        for key in ["host", "client"] {
+            let made = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(dir.join(key))
+                .status()
+                .unwrap();
+            assert!(made.success(), "ssh-keygen failed");
+        }
+        std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys")).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {dir}/host\nAuthorizedKeysFile {dir}/authorized_keys\nPidFile {dir}/sshd.pid\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n",
+            dir = dir.display()
+        );
+        std::fs::write(dir.join("sshd_config"), config).unwrap();
+        let mut child = Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(dir.join("sshd_config"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Up once it says it listens; what it logs after that is drained on a thread.
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut said = Vec::new();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) if line.contains("Server listening on") => break,
+                Some(Ok(line)) => said.push(line),
+                _ => panic!("sshd stopped before it listened:\n{}", said.join("\n")),
+            }
+        }
+        std::thread::spawn(move || lines.for_each(drop));
+        let sshd = Sshd {
+            child,
+            port,
+            dir: dir.to_owned(),
+        };
+        Some(sshd)
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new("ssh");
+        command
+            .args(["-o", "ControlMaster=auto"])
+            .arg("-o")
+            .arg(format!("ControlPath={}/cm-%C", self.dir.display()))
+            .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"])
+            .arg("-o")
+            .arg(format!(
+                "UserKnownHostsFile={}/known_hosts",
+                self.dir.display()
+            ))
+            .arg("-i")
+            .arg(self.dir.join("client"))
+            .args(["-p", &self.port.to_string(), "127.0.0.1", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    }
+
+    /// One `ssh … true`, timed from exec to exit.
+    fn true_once(&self) -> Duration {
+        let started = Instant::now();
+        let status = self.command().status().unwrap();
+        let took = started.elapsed();
+        assert!(status.success(), "ssh true failed");
+        took
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 criterion_group!(benches, start);

@@ -25,6 +25,11 @@
 //! machine's load drifts between them, so the ratios printed at the end come from pairs run
 //! back to back in alternating order.
 //!
+//! `keystroke_echo/timeline` (printed, measured last): 500 keystrokes stage by stage
+//! (`common/timeline.rs`), the viewer's socket, the relay, the signed `pty.input`, the
+//! daemon's host, driver and typing thread, the terminal's echo read, `pty.output` back:
+//! where the time above the raw echo goes.
+//!
 //! Run with `cargo bench -p outpost --bench relay` (about three minutes).
 #![allow(missing_docs)]
 
@@ -36,6 +41,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
+use common::timeline::Timeline;
 use common::{Daemon, keystroke, temp_dir};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use outpost_core::executor::Registry;
@@ -558,6 +564,18 @@ fn keystrokes(c: &mut Criterion) {
         us(relay50) / us(raw50),
         us(relay99) / us(raw99)
     ));
+    // Where a keystroke's time goes, stage by stage (after every timed figure: collecting
+    // costs time itself, and the collector stays installed for the rest of the process).
+    let mut timeline = Timeline::install();
+    for _ in 0..50 {
+        keystroke(&mut viewer.socket);
+    }
+    for _ in 0..KEYSTROKES / 2 {
+        timeline.record(|| {
+            keystroke(&mut viewer.socket);
+        });
+    }
+    say(timeline.report("keystroke_echo/timeline"));
     viewer
         .socket
         .send(Message::Text(json!({"type": "close"}).to_string().into()))
@@ -667,5 +685,5 @@ fn summary(_: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, throughput, keystrokes, fanout, summary);
+criterion_group!(benches, throughput, fanout, keystrokes, summary);
 criterion_main!(benches);

@@ -497,6 +497,9 @@ impl Driver {
         }
         // Every record polled is committed before anything polled with it is carried out.
         self.store.append(&polled.records)?;
+        if !polled.records.is_empty() {
+            tracing::trace!(target: "outpost::timeline", stage = "daemon.committed", frame = %change_names(&polled.records));
+        }
         let events = self.checks.seen().take_unsaved();
         let mut writes: Vec<WaitWrite<'_>> = events.iter().map(WaitWrite::Event).collect();
         writes.extend(polled.waits.iter().filter_map(|o| match o {
@@ -521,6 +524,7 @@ impl Driver {
                 | Output::Wait { .. } => {}
                 Output::Transmit(bytes) => {
                     if let Some(link) = &self.connection.link {
+                        tracing::trace!(target: "outpost::timeline", stage = "daemon.send", frame = %outpost_core::wire::frame_label(&bytes));
                         link.send(bytes);
                     }
                 }
@@ -651,4 +655,21 @@ impl Driver {
         self.close_link(close_code::NORMAL, "stopped");
         exit
     }
+}
+
+/// The kinds of `records`' changes (`RunStarted+ResultPending`), to label a commit in a
+/// trace.
+fn change_names(records: &[DaemonRecord]) -> String {
+    let names: Vec<String> = records
+        .iter()
+        .map(|r| {
+            let debug = format!("{:?}", r.change);
+            debug
+                .split([' ', '{', '('])
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    names.join("+")
 }

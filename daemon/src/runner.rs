@@ -148,6 +148,7 @@ impl Runner {
             // What the run left goes once its result is delivered (parked first: the
             // delivery cannot come before).
             janitor.park(&run_id, leftovers);
+            tracing::trace!(target: "outpost::timeline", stage = "run.finished");
             let _ = events.send(Event::Input(Input::RunFinished { run_id, result }));
         }));
     }
@@ -208,6 +209,7 @@ impl Runner {
 impl Job {
     /// Runs the execute to its end: its result, and what is left to clean up after it is sent.
     fn run(mut self) -> (RunResult, Leftovers) {
+        tracing::trace!(target: "outpost::timeline", stage = "run.start");
         let started = StdInstant::now();
         let run_id = self.execute.run_id.clone();
         let mut leftovers = Leftovers {
@@ -271,10 +273,12 @@ impl Job {
                 }
             }
         };
+        tracing::trace!(target: "outpost::timeline", stage = "run.prepared");
         let mut handle = match run_capability(&self.registry, &allowlists, prepared.launch) {
             Ok(handle) => handle,
             Err(e) => return RunResult::failed_with(e.code(), e.to_string()),
         };
+        tracing::trace!(target: "outpost::timeline", stage = "run.launched");
         if let Some(id) = handle.service_id() {
             record_service(&self.runs_dir, &self.execute, id);
         }
@@ -318,6 +322,7 @@ impl Job {
             send(text.finish());
             streamed
         };
+        tracing::trace!(target: "outpost::timeline", stage = "run.ended");
         let result = match ended {
             Ok(outcome) => {
                 if let Some(attached) = attached.take() {

@@ -2,27 +2,28 @@
 //! `state/connection.json` ([`crate::status::Connection`]).
 //!
 //! The driver tells a [`Standing`] what happened (an error, a retry scheduled, how the core
-//! stands after each wake); it rewrites the file only when something changed. It never
-//! decides anything and never fails the daemon: a file it cannot write is logged once.
+//! stands after each wake); it has the file rewritten only when something changed, by a
+//! thread of its own, so the driver never waits for the disk (the newest state wins; the
+//! last one is written before the daemon exits). It never decides anything and never fails
+//! the daemon: a file it cannot write is logged once.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::status::{Connection, now_rfc3339, rfc3339, write_connection};
 
-/// The connection as last told, and as last written.
+/// The connection as last told, and as last handed to the writer.
 pub(crate) struct Standing {
-    state: PathBuf,
     now: Connection,
     written: Option<Connection>,
-    warned: bool,
+    writer: Writer,
 }
 
 impl Standing {
     /// Not connected yet, to `server`, with `slots` slots.
     pub(crate) fn new(state: PathBuf, server: &str, slots: u32) -> Self {
         let mut standing = Self {
-            state,
             now: Connection {
                 pid: std::process::id(),
                 server: server.to_owned(),
@@ -31,7 +32,7 @@ impl Standing {
                 ..Connection::default()
             },
             written: None,
-            warned: false,
+            writer: Writer::start(state),
         };
         standing.write();
         standing
@@ -49,7 +50,7 @@ impl Standing {
         self.now.next_retry_at = Some(rfc3339(at));
     }
 
-    /// How the core stands after a wake; writes the file when anything changed.
+    /// How the core stands after a wake; has the file written when anything changed.
     pub(crate) fn update(
         &mut self,
         connected: bool,
@@ -73,17 +74,86 @@ impl Standing {
     }
 
     fn write(&mut self) {
-        match write_connection(&self.state, &self.now) {
-            Ok(()) => self.written = Some(self.now.clone()),
-            Err(e) if !self.warned => {
-                self.warned = true;
+        self.writer.hand(self.now.clone());
+        self.written = Some(self.now.clone());
+    }
+}
+
+/// What waits for the writer thread: the newest state not yet written (an older one it had
+/// not reached is replaced: only the newest matters), and whether to stop.
+#[derive(Default)]
+struct Slot {
+    next: Option<Connection>,
+    stop: bool,
+}
+
+/// The thread that writes `connection.json`, so the driver never waits for the file system
+/// (a run's start and end each change the slots in use, and a write and a rename cost
+/// hundreds of microseconds on some disks). Dropping it writes what is left, then joins.
+struct Writer {
+    shared: Arc<(Mutex<Slot>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    fn start(state: PathBuf) -> Writer {
+        let shared = Arc::new((Mutex::new(Slot::default()), Condvar::new()));
+        let theirs = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("outpost-status".into())
+            .spawn(move || write_each(&state, &theirs))
+            .map_err(|e| {
                 tracing::warn!(
-                    "cannot write {} in {} for `outpost daemon status`: {e}",
-                    crate::status::CONNECTION_FILE,
-                    self.state.display()
-                );
+                    "cannot start the thread that writes {}: {e}",
+                    crate::status::CONNECTION_FILE
+                )
+            })
+            .ok();
+        Writer { shared, thread }
+    }
+
+    fn hand(&self, connection: Connection) {
+        let (slot, wake) = &*self.shared;
+        slot.lock().unwrap_or_else(PoisonError::into_inner).next = Some(connection);
+        wake.notify_one();
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let (slot, wake) = &*self.shared;
+        slot.lock().unwrap_or_else(PoisonError::into_inner).stop = true;
+        wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The writer thread: each newest state in turn until told to stop (what was handed before
+/// the stop is written first). A file it cannot write is logged once.
+fn write_each(state: &std::path::Path, shared: &(Mutex<Slot>, Condvar)) {
+    let (slot, wake) = shared;
+    let mut warned = false;
+    loop {
+        let next = {
+            let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+            while slot.next.is_none() && !slot.stop {
+                slot = wake.wait(slot).unwrap_or_else(PoisonError::into_inner);
             }
-            Err(_) => {}
+            match slot.next.take() {
+                Some(next) => next,
+                None => return,
+            }
+        };
+        if let Err(e) = write_connection(state, &next)
+            && !std::mem::replace(&mut warned, true)
+        {
+            tracing::warn!(
+                "cannot write {} in {} for `outpost daemon status`: {e}",
+                crate::status::CONNECTION_FILE,
+                state.display()
+            );
         }
     }
 }

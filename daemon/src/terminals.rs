@@ -268,7 +268,11 @@ impl Drop for Attached {
 fn type_keys(mut input: Box<dyn TerminalInput>, queue: mpsc::Receiver<Keys>) {
     while let Ok(keys) = queue.recv() {
         let done = match keys {
-            Keys::Input(bytes) => input.write_input(&bytes),
+            Keys::Input(bytes) => {
+                let typed = input.write_input(&bytes);
+                tracing::trace!(target: "outpost::timeline", stage = "pty.typed");
+                typed
+            }
             Keys::Resize(size) => input.resize(size),
         };
         if let Err(e) = done {
@@ -289,6 +293,7 @@ fn read_output(
         match output.read_output(&mut buf[..room]) {
             Ok(0) => return,
             Ok(n) => {
+                tracing::trace!(target: "outpost::timeline", stage = "pty.read");
                 window.spend(n);
                 if pending.push(&buf[..n]) {
                     let event = Event::TerminalOutput {

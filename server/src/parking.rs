@@ -17,6 +17,25 @@ use crate::store::{Doing as _, NewBundle, Store, StoreError};
 /// Inline capabilities over this many bytes (manifest and base64 text) are parked.
 pub const PARK_ABOVE: usize = 64 * 1024;
 
+/// Whether [`park`] would park `capability`: inline and over [`PARK_ABOVE`]. Reads nothing
+/// but the capability, so a caller on an async runtime can skip a blocking thread for the
+/// common small one.
+pub(crate) fn parks(capability: &CapabilitySource) -> bool {
+    let CapabilitySource::Inline {
+        manifest: text,
+        files,
+    } = capability
+    else {
+        return false;
+    };
+    let held = text.len()
+        + files
+            .iter()
+            .map(|f| f.path.len() + f.content_b64.len())
+            .sum::<usize>();
+    held > PARK_ABOVE
+}
+
 /// `capability` (checked already), parked when it is inline and over [`PARK_ABOVE`]: then the
 /// same capability by digest, stored for `user`. Anything else comes back as it was. It
 /// writes a file and a row, flushed: call it where blocking is allowed.
@@ -25,6 +44,9 @@ pub(crate) fn park(
     user: &str,
     capability: CapabilitySource,
 ) -> Result<CapabilitySource, StoreError> {
+    if !parks(&capability) {
+        return Ok(capability);
+    }
     let CapabilitySource::Inline {
         manifest: text,
         files,
@@ -32,14 +54,6 @@ pub(crate) fn park(
     else {
         return Ok(capability);
     };
-    let held = text.len()
-        + files
-            .iter()
-            .map(|f| f.path.len() + f.content_b64.len())
-            .sum::<usize>();
-    if held <= PARK_ABOVE {
-        return Ok(capability);
-    }
     let bytes = encode_bundle(text, files);
     let sha256 = bundle_digest(&bytes);
     let size = bytes.len() as u64;

@@ -122,6 +122,8 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
     let mut code = None;
     // Set once this side has sent its close: the peer has until then to close too.
     let mut close_deadline: Option<std::time::Instant> = None;
+    // Whether a message was written since the last flush that finished (for the timeline).
+    let mut wrote = false;
     'conn: loop {
         // Everything queued is written, then flushed once (below): one write to the socket
         // for all.
@@ -129,7 +131,10 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
             && let Some(out) = outbox.try_take()
         {
             let sent = match out {
-                Out::Send(bytes) => ws.write(message_of(bytes)),
+                Out::Send(bytes) => {
+                    wrote = true;
+                    ws.write(message_of(bytes))
+                }
                 Out::Close(code, reason) => {
                     close_deadline = Some(std::time::Instant::now() + CLOSE_WAIT);
                     ws.write(close_message(code, reason))
@@ -147,10 +152,13 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
         // there is room), a queued message or room.
         while unread.has_room() {
             match ws.read() {
-                Ok(Message::Text(text)) => events(LinkEvent::Message(Inbound::new(
-                    text.as_bytes().to_vec(),
-                    &unread,
-                ))),
+                Ok(Message::Text(text)) => {
+                    tracing::trace!(target: "outpost::timeline", stage = "link.read");
+                    events(LinkEvent::Message(Inbound::new(
+                        text.as_bytes().to_vec(),
+                        &unread,
+                    )))
+                }
                 Ok(Message::Binary(bytes)) => {
                     events(LinkEvent::Message(Inbound::new(bytes.to_vec(), &unread)))
                 }
@@ -174,7 +182,12 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
         // the reply to a close, TLS bytes); what the socket would not take yet makes the
         // poll wait for room to write.
         let unflushed = match ws.flush() {
-            Ok(()) => false,
+            Ok(()) => {
+                if std::mem::take(&mut wrote) {
+                    tracing::trace!(target: "outpost::timeline", stage = "link.written");
+                }
+                false
+            }
             Err(e) if would_block(&e) => true,
             Err(_) => break 'conn,
         };

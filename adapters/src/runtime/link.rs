@@ -382,6 +382,7 @@ pub(crate) async fn drive_async(
             if sender.flush().await.is_err() {
                 break;
             }
+            tracing::trace!(target: "outpost::timeline", stage = "link.written");
         }
         // The close is out (or writing failed): the reader now waits a bounded time for the
         // peer's.
@@ -410,10 +411,13 @@ pub(crate) async fn drive_async(
             break;
         };
         match message {
-            Ok(Message::Text(text)) => events(LinkEvent::Message(Inbound::new(
-                text.as_bytes().to_vec(),
-                &unread,
-            ))),
+            Ok(Message::Text(text)) => {
+                tracing::trace!(target: "outpost::timeline", stage = "link.read");
+                events(LinkEvent::Message(Inbound::new(
+                    text.as_bytes().to_vec(),
+                    &unread,
+                )))
+            }
             Ok(Message::Binary(bytes)) => {
                 events(LinkEvent::Message(Inbound::new(bytes.to_vec(), &unread)))
             }

@@ -2,6 +2,8 @@
 //! process (`run_daemon` on a host of the kind asked for), stopped when dropped.
 #![allow(dead_code)]
 
+pub mod timeline;
+
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 

@@ -298,7 +298,10 @@ impl Driver {
                         reason,
                     })
                 }
-                LinkEvent::Message(message) => self.input(Input::Frame(message.into_bytes())),
+                LinkEvent::Message(message) => {
+                    tracing::trace!(target: "outpost::timeline", stage = "daemon.read", frame = %outpost_core::wire::frame_label(&message));
+                    self.input(Input::Frame(message.into_bytes()))
+                }
                 LinkEvent::Alive => self.input(Input::ServerAlive),
                 LinkEvent::Closed { code } => {
                     self.connection.link = None;

@@ -457,6 +457,7 @@ impl Dispatcher {
                 counted = Some(request.exec_id.clone());
             }
         }
+        tracing::trace!(target: "outpost::timeline", stage = "server.feed");
         let now = self.shared.clock.now();
         match self.server.handle_input(now, input) {
             Ok(()) => Ok(()),
@@ -652,7 +653,9 @@ impl Dispatcher {
                 // Only a drain with something to write waits for the disk (terminal bytes,
                 // most frames of a busy session, write nothing).
                 let store = &self.shared.store;
+                tracing::trace!(target: "outpost::timeline", stage = "server.commit", records = batch.records.len());
                 off_the_runtime(|| store.write_batch(&batch))?;
+                tracing::trace!(target: "outpost::timeline", stage = "server.committed");
             }
             for output in outputs {
                 self.carry_out(output)?;
@@ -663,7 +666,10 @@ impl Dispatcher {
     fn carry_out(&mut self, output: Output) -> Result<(), crate::store::StoreError> {
         match output {
             Output::Persist(_) | Output::Wait { .. } => {}
-            Output::Transmit { conn, bytes } => self.send(conn, ToConn::Frame(bytes)),
+            Output::Transmit { conn, bytes } => {
+                tracing::trace!(target: "outpost::timeline", stage = "server.queue", frame = %outpost_core::wire::frame_label(&bytes));
+                self.send(conn, ToConn::Frame(bytes))
+            }
             Output::Close { conn, code, reason } => {
                 self.send(conn, ToConn::Close(code, reason));
                 self.conns.remove(&conn);

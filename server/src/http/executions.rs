@@ -142,10 +142,14 @@ pub(crate) fn resolve_context(app: &App, caller: &Caller, given: &str) -> Result
 }
 
 async fn execute(State(app): State<App>, req: Request) -> ApiResult {
+    tracing::trace!(target: "outpost::timeline", stage = "http.request");
     let (parts, raw) = req.into_parts();
     let caller = auth::bearer(&app, &parts.headers, EXECUTE)?;
+    tracing::trace!(target: "outpost::timeline", stage = "http.authorized");
     let bytes = body::read_json(&parts.headers, raw).await?;
+    tracing::trace!(target: "outpost::timeline", stage = "http.read");
     let body = bodies::decode_execution_request(&bytes)?;
+    tracing::trace!(target: "outpost::timeline", stage = "http.decoded");
     if body.wants_commands {
         caller.require(COMMAND)?;
     }
@@ -179,8 +183,10 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
     target
         .validate()
         .map_err(|e| ApiError::new(400, e.code(), e.to_string()))?;
-    // A large inline capability waits and runs from disk, named by digest.
-    let capability = {
+    tracing::trace!(target: "outpost::timeline", stage = "http.resolved");
+    // A large inline capability waits and runs from disk, named by digest (written and
+    // flushed on a blocking thread; a small one needs neither).
+    let capability = if crate::parking::parks(&body.capability) {
         let (store, user, capability) = (
             app.shared.store.clone(),
             caller.user.clone(),
@@ -189,6 +195,8 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         tokio::task::spawn_blocking(move || crate::parking::park(&store, &user, capability))
             .await
             .map_err(ApiError::internal)??
+    } else {
+        body.capability
     };
     let entry = ExecutionEntry {
         id: secrets::new_id("ex_")?,
@@ -217,13 +225,16 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
     // Watched before it exists, so its end needs no read to be noticed.
     let end = body.wait.then(|| app.shared.ends.subscribe(&entry.id));
     // The listing row is committed with the execution's records, in one transaction.
+    tracing::trace!(target: "outpost::timeline", stage = "http.submit");
     app.call_with(Input::Execute(Box::new(request)), Some(entry.clone()))
         .await?;
+    tracing::trace!(target: "outpost::timeline", stage = "http.submitted");
     let entry = if body.wait {
         wait_for_end(&app, &entry.id, Duration::from_secs(body.wait_secs), end).await?
     } else {
         app.shared.store.execution(&entry.id)?.unwrap_or(entry)
     };
+    tracing::trace!(target: "outpost::timeline", stage = "http.answer");
     Ok((StatusCode::CREATED, axum::Json(views::execution(&entry))).into_response())
 }
 
@@ -256,7 +267,7 @@ async fn wait_for_end(
             }
         };
         tokio::select! {
-            () = end.signalled() => {}
+            () = end.signalled() => tracing::trace!(target: "outpost::timeline", stage = "http.ended"),
             () = tokio::time::sleep_until(deadline) => return read(),
         }
     }

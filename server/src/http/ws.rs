@@ -116,6 +116,7 @@ pub(crate) async fn drive(
                     sink.feed(message).await?;
                 }
                 sink.flush().await?;
+                tracing::trace!(target: "outpost::timeline", stage = "server.written");
                 Ok::<bool, axum::Error>(last)
             };
             match tokio::time::timeout(WRITE_TIMEOUT, write).await {
@@ -147,6 +148,7 @@ pub(crate) async fn drive(
             close(&handle, TOO_LARGE, TOO_LARGE_REASON).await;
             break;
         }
+        tracing::trace!(target: "outpost::timeline", stage = "server.read", frame = %outpost_core::wire::frame_label(&bytes));
         let input = Input::Frame { conn, bytes };
         if app
             .tx

@@ -87,6 +87,7 @@ impl Store {
             )
             .doing("keeping a cancelled run's output")?;
         }
+        tracing::trace!(target: "outpost::timeline", stage = "server.commit_flush");
         tx.commit().doing("committing records")?;
         let contexts = batch
             .records

@@ -78,7 +78,9 @@ pub(crate) async fn drive(terminals: Terminals, socket: WebSocket, ticket: Viewe
                 ),
             };
             match tokio::time::timeout(WRITE_TIMEOUT, sink.send(message)).await {
-                Ok(Ok(())) => {}
+                Ok(Ok(())) => {
+                    tracing::trace!(target: "outpost::timeline", stage = "viewer.written")
+                }
                 _ => return,
             }
             if written > 0 {
@@ -100,7 +102,10 @@ pub(crate) async fn drive(terminals: Terminals, socket: WebSocket, ticket: Viewe
             }
         };
         match next {
-            Some(Ok(Message::Binary(bytes))) => report(FromViewer::Input(bytes.to_vec())),
+            Some(Ok(Message::Binary(bytes))) => {
+                tracing::trace!(target: "outpost::timeline", stage = "viewer.read");
+                report(FromViewer::Input(bytes.to_vec()))
+            }
             Some(Ok(Message::Text(text))) => match ViewerControl::from_text(&text) {
                 Ok(ViewerControl::Resize { cols, rows }) => {
                     report(FromViewer::Resize { cols, rows })
