@@ -1,12 +1,14 @@
 //! Arbitrary bytes through the stream codec at arbitrary split points, then every decoded
 //! body through every frame reader (JSON, strict JSON, binary `pty.output`, which must write
-//! back to the same bytes). Nothing may panic, and the decoder may never hold more
-//! than one frame's worth of bytes.
+//! back to the same bytes, and the traces' `frame_label`). Nothing may panic, and the decoder
+//! may never hold more than one frame's worth of bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use outpost_core::json::parse_strict;
-use outpost_core::wire::{DaemonFrame, FrameDecoder, LENGTH_PREFIX_LEN, PtyOutputFrame};
+use outpost_core::wire::{
+    DaemonFrame, FrameDecoder, LENGTH_PREFIX_LEN, PtyOutputFrame, frame_label,
+};
 
 const MAX: usize = 4096;
 
@@ -27,6 +29,7 @@ fuzz_target!(|data: &[u8]| {
                         assert_eq!(frame.encode().as_deref(), Some(&body[..]));
                     }
                     let _ = parse_strict(&body);
+                    let _ = frame_label(&body);
                 }
                 Ok(None) => {}
                 Err(_) => return,
