@@ -10,8 +10,8 @@
 //!   alike. It prints each host's median against tokio's (≤ 1.2×) and against the sum of the
 //!   floors' medians, `execute_wasm ÷ (durable_commits_x5 + ed25519_x3 + raw_websocket_x3)`
 //!   (target ≤ 1.3×, issue 35).
-//! - `round_trip/timeline/<host>` (printed): one execution stage by stage, medians over 200
-//!   (`common/timeline.rs`): the HTTP request, the dispatcher feeding the core (which plans and
+//! - `round_trip/timeline/<host>` (printed, measured last, after `throughput`): one
+//!   execution stage by stage, medians over 200 (`common/timeline.rs`): the HTTP request, the dispatcher feeding the core (which plans and
 //!   signs), each commit, each frame queued, written, read by the daemon's host and by its
 //!   driver (which verifies), the run's launch and end, the daemon's commits, the server's
 //!   read of each daemon frame, the answer. Each line names the thread it ran on, so a
@@ -154,28 +154,7 @@ fn round_trip(c: &mut Criterion) {
         }
     };
     group.bench_function("ed25519_x3", |b| b.iter(ed25519_x3));
-    let body = json!({"capability": common::hello_capability(), "context": "box", "wait": true, "waitSecs": 60});
-    let execute = |world: &World| {
-        let e = world.post(&body);
-        assert_eq!(e["status"], "exited", "{e}");
-    };
-    let kinds = [HostKind::Tokio, HostKind::Smol, HostKind::Blocking];
-    let worlds: Vec<(HostKind, World, Daemon)> = kinds
-        .into_iter()
-        .map(|kind| {
-            let world = World::new(&format!("rt-{}", kind.as_str()));
-            let daemon = Daemon::start(
-                kind,
-                world.dir.join("home"),
-                "box",
-                &world.join,
-                2,
-                common::wasm_registry(),
-            );
-            world.online("box");
-            (kind, world, daemon)
-        })
-        .collect();
+    let worlds = host_worlds();
     for (kind, world, _) in &worlds {
         group.bench_function(format!("execute_wasm/{}", kind.as_str()), |b| {
             b.iter(|| execute(world))
@@ -190,7 +169,33 @@ fn round_trip(c: &mut Criterion) {
     interleaved(&worlds, &floors, execute);
     drop((server_db, daemon_db));
     let _ = std::fs::remove_dir_all(&commits);
-    timelines(&worlds, execute);
+}
+
+/// One trivial wasm execution through `world`, waited for.
+fn execute(world: &World) {
+    let body = json!({"capability": common::hello_capability(), "context": "box", "wait": true, "waitSecs": 60});
+    let e = world.post(&body);
+    assert_eq!(e["status"], "exited", "{e}");
+}
+
+/// A server and a daemon `box` (2 slots, wasm) on each host, online.
+fn host_worlds() -> Vec<(HostKind, World, Daemon)> {
+    [HostKind::Tokio, HostKind::Smol, HostKind::Blocking]
+        .into_iter()
+        .map(|kind| {
+            let world = World::new(&format!("rt-{}", kind.as_str()));
+            let daemon = Daemon::start(
+                kind,
+                world.dir.join("home"),
+                "box",
+                &world.join,
+                2,
+                common::wasm_registry(),
+            );
+            world.online("box");
+            (kind, world, daemon)
+        })
+        .collect()
 }
 
 /// The hosts and the floors against each other with the machine's slow spells shared: each
@@ -248,11 +253,15 @@ fn interleaved(
 }
 
 /// One execution stage by stage on each host (`common::timeline`): where the time above
-/// the floors goes. Installed after every timed figure, since collecting costs time itself.
-fn timelines(worlds: &[(HostKind, World, Daemon)], execute: impl Fn(&World)) {
+/// the floors goes. The last group of the bench: the collector, once installed, stays for
+/// the rest of the process, and collecting costs time itself.
+fn timelines(_: &mut Criterion) {
     const EXECUTIONS: usize = 200;
-    let mut timeline = Timeline::install();
-    for (kind, world, _) in worlds {
+    let Some(mut timeline) = Timeline::install("http.request") else {
+        return;
+    };
+    let worlds = host_worlds();
+    for (kind, world, _) in &worlds {
         // The first executions after installing warm the collector's callsites.
         for _ in 0..20 {
             execute(world);
@@ -365,5 +374,5 @@ impl CpuPerExecution {
     }
 }
 
-criterion_group!(benches, round_trip, throughput);
+criterion_group!(benches, round_trip, throughput, timelines);
 criterion_main!(benches);

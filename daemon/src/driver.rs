@@ -657,19 +657,9 @@ impl Driver {
     }
 }
 
-/// The kinds of `records`' changes (`RunStarted+ResultPending`), to label a commit in a
+/// The kinds of `records`' changes (`runStarted+resultPending`), to label a commit in a
 /// trace.
 fn change_names(records: &[DaemonRecord]) -> String {
-    let names: Vec<String> = records
-        .iter()
-        .map(|r| {
-            let debug = format!("{:?}", r.change);
-            debug
-                .split([' ', '{', '('])
-                .next()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect();
+    let names: Vec<&str> = records.iter().map(|r| r.change.kind()).collect();
     names.join("+")
 }

@@ -50,7 +50,8 @@ impl Standing {
         self.now.next_retry_at = Some(rfc3339(at));
     }
 
-    /// How the core stands after a wake; has the file written when anything changed.
+    /// How the core stands after a wake; has the file written when anything changed, or
+    /// again when the last write failed (a full disk that has room again).
     pub(crate) fn update(
         &mut self,
         connected: bool,
@@ -68,7 +69,7 @@ impl Standing {
         self.now.slots_in_use = slots_in_use;
         self.now.draining = draining;
         self.now.paused = paused;
-        if self.written.as_ref() != Some(&self.now) {
+        if self.written.as_ref() != Some(&self.now) || self.writer.failed() {
             self.write();
         }
     }
@@ -79,59 +80,111 @@ impl Standing {
     }
 }
 
-/// What waits for the writer thread: the newest state not yet written (an older one it had
-/// not reached is replaced: only the newest matters), and whether to stop.
+/// What the driver and the writer thread share: the newest state not yet written (an older
+/// one it had not reached is replaced: only the newest matters), whether a write is under
+/// way, whether the last one failed, and whether to stop.
 #[derive(Default)]
 struct Slot {
     next: Option<Connection>,
+    writing: bool,
+    failed: bool,
     stop: bool,
 }
 
 /// The thread that writes `connection.json`, so the driver never waits for the file system
 /// (a run's start and end each change the slots in use, and a write and a rename cost
 /// hundreds of microseconds on some disks). Dropping it writes what is left, then joins.
+/// Without the thread (it could not be started), each state is written where it is handed.
 struct Writer {
+    state: PathBuf,
     shared: Arc<(Mutex<Slot>, Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The file could not be written and that was logged (without the thread).
+    warned: bool,
 }
 
 impl Writer {
     fn start(state: PathBuf) -> Writer {
         let shared = Arc::new((Mutex::new(Slot::default()), Condvar::new()));
-        let theirs = shared.clone();
+        let (theirs, folder) = (shared.clone(), state.clone());
         let thread = std::thread::Builder::new()
             .name("outpost-status".into())
-            .spawn(move || write_each(&state, &theirs))
+            .spawn(move || write_each(&folder, &theirs))
             .map_err(|e| {
                 tracing::warn!(
-                    "cannot start the thread that writes {}: {e}",
+                    "cannot start the thread that writes {}, so the driver writes it: {e}",
                     crate::status::CONNECTION_FILE
                 )
             })
             .ok();
-        Writer { shared, thread }
+        Writer {
+            state,
+            shared,
+            thread,
+            warned: false,
+        }
     }
 
-    fn hand(&self, connection: Connection) {
-        let (slot, wake) = &*self.shared;
-        slot.lock().unwrap_or_else(PoisonError::into_inner).next = Some(connection);
-        wake.notify_one();
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.shared.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn hand(&mut self, connection: Connection) {
+        if self.thread.is_none() {
+            let failed = write_logged(&self.state, &connection, &mut self.warned);
+            self.lock().failed = failed;
+            return;
+        }
+        self.lock().next = Some(connection);
+        self.shared.1.notify_all();
+    }
+
+    /// Whether the last write failed.
+    fn failed(&self) -> bool {
+        self.lock().failed
+    }
+
+    /// Returns once everything handed so far is written (or failed).
+    #[cfg(test)]
+    fn settle(&self) {
+        let mut slot = self.lock();
+        while self.thread.is_some() && (slot.next.is_some() || slot.writing) {
+            slot = self
+                .shared
+                .1
+                .wait(slot)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
     }
 }
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        let (slot, wake) = &*self.shared;
-        slot.lock().unwrap_or_else(PoisonError::into_inner).stop = true;
-        wake.notify_one();
+        self.lock().stop = true;
+        self.shared.1.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
+/// Writes `connection` into `state`; true when it failed (logged the first time only).
+fn write_logged(state: &std::path::Path, connection: &Connection, warned: &mut bool) -> bool {
+    let Err(e) = write_connection(state, connection) else {
+        return false;
+    };
+    if !std::mem::replace(warned, true) {
+        tracing::warn!(
+            "cannot write {} in {} for `outpost daemon status`: {e}",
+            crate::status::CONNECTION_FILE,
+            state.display()
+        );
+    }
+    true
+}
+
 /// The writer thread: each newest state in turn until told to stop (what was handed before
-/// the stop is written first). A file it cannot write is logged once.
+/// the stop is written first).
 fn write_each(state: &std::path::Path, shared: &(Mutex<Slot>, Condvar)) {
     let (slot, wake) = shared;
     let mut warned = false;
@@ -142,18 +195,61 @@ fn write_each(state: &std::path::Path, shared: &(Mutex<Slot>, Condvar)) {
                 slot = wake.wait(slot).unwrap_or_else(PoisonError::into_inner);
             }
             match slot.next.take() {
-                Some(next) => next,
+                Some(next) => {
+                    slot.writing = true;
+                    next
+                }
                 None => return,
             }
         };
-        if let Err(e) = write_connection(state, &next)
-            && !std::mem::replace(&mut warned, true)
-        {
-            tracing::warn!(
-                "cannot write {} in {} for `outpost daemon status`: {e}",
-                crate::status::CONNECTION_FILE,
-                state.display()
-            );
+        let failed = write_logged(state, &next, &mut warned);
+        let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.writing = false;
+        slot.failed = failed;
+        wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Standing;
+    use crate::status::{CONNECTION_FILE, Connection};
+
+    fn read(state: &std::path::Path) -> Connection {
+        let text = std::fs::read(state.join(CONNECTION_FILE)).expect("connection.json");
+        serde_json::from_slice(&text).expect("JSON")
+    }
+
+    #[test]
+    fn the_newest_state_is_written_the_last_one_before_the_drop_and_a_failed_write_again() {
+        let dir = std::env::temp_dir().join(format!("outpost-standing-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp folder");
+        // A file where the state folder should be: every write fails.
+        let state = dir.join("state");
+        std::fs::write(&state, b"not a folder").expect("file");
+        let mut standing = Standing::new(state.clone(), "http://server", 4);
+        standing.writer.settle();
+        assert!(
+            standing.writer.failed(),
+            "a write into a file cannot succeed"
+        );
+        // The folder appears; nothing changed, yet the failed state is written again.
+        std::fs::remove_file(&state).expect("remove");
+        std::fs::create_dir_all(&state).expect("folder");
+        standing.update(false, 0, false, false);
+        standing.writer.settle();
+        assert!(!standing.writer.failed());
+        assert_eq!(read(&state).slots, 4);
+        // Many changes in a row: the file ends with the newest, here once dropped.
+        for used in 1..=4 {
+            standing.update(true, used, false, false);
         }
+        standing.update(true, 2, true, false);
+        drop(standing);
+        let written = read(&state);
+        assert!(written.connected && written.draining, "{written:?}");
+        assert_eq!(written.slots_in_use, 2);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

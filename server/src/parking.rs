@@ -9,7 +9,7 @@
 //! executions' own caps bound it) and goes, like any bundle, once unused for the retention and
 //! named by no execution that has not ended. This module never decides where anything runs.
 
-use outpost_core::wire::{CapabilitySource, bundle_digest, encode_bundle};
+use outpost_core::wire::{CapabilitySource, InlineFile, bundle_digest, encode_bundle};
 
 use crate::clock::wall_now;
 use crate::store::{Doing as _, NewBundle, Store, StoreError};
@@ -21,19 +21,24 @@ pub const PARK_ABOVE: usize = 64 * 1024;
 /// but the capability, so a caller on an async runtime can skip a blocking thread for the
 /// common small one.
 pub(crate) fn parks(capability: &CapabilitySource) -> bool {
+    over_limit(capability).is_some()
+}
+
+/// The manifest and files of `capability` when it is inline and over [`PARK_ABOVE`].
+fn over_limit(capability: &CapabilitySource) -> Option<(&str, &[InlineFile])> {
     let CapabilitySource::Inline {
         manifest: text,
         files,
     } = capability
     else {
-        return false;
+        return None;
     };
     let held = text.len()
         + files
             .iter()
             .map(|f| f.path.len() + f.content_b64.len())
             .sum::<usize>();
-    held > PARK_ABOVE
+    (held > PARK_ABOVE).then_some((text.as_str(), files.as_slice()))
 }
 
 /// `capability` (checked already), parked when it is inline and over [`PARK_ABOVE`]: then the
@@ -44,14 +49,7 @@ pub(crate) fn park(
     user: &str,
     capability: CapabilitySource,
 ) -> Result<CapabilitySource, StoreError> {
-    if !parks(&capability) {
-        return Ok(capability);
-    }
-    let CapabilitySource::Inline {
-        manifest: text,
-        files,
-    } = &capability
-    else {
+    let Some((text, files)) = over_limit(&capability) else {
         return Ok(capability);
     };
     let bytes = encode_bundle(text, files);

@@ -97,20 +97,29 @@ impl<S: Subscriber> Layer<S> for Collect {
 /// The collector, installed as the process's subscriber (once per process).
 pub struct Timeline {
     shared: Arc<Shared>,
+    opening: &'static str,
     runs: Vec<Vec<(Duration, String, String)>>,
 }
 
 impl Timeline {
-    /// Installs the collector; recording starts with [`Timeline::record`].
-    pub fn install() -> Timeline {
+    /// Installs the collector; recording starts with [`Timeline::record`]. Each recorded
+    /// call keeps its stages from the first `opening` stage on: what the call before left
+    /// behind (a frame still being acknowledged) is not this call's. None, and a line that
+    /// says so, when the process already has a subscriber (`OUTPOST_LOG` set for a bench).
+    pub fn install(opening: &'static str) -> Option<Timeline> {
         let shared = Arc::new(Shared::default());
         let subscriber = tracing_subscriber::registry().with(Collect(shared.clone()));
-        tracing::subscriber::set_global_default(subscriber)
-            .expect("no other subscriber is installed in a bench");
-        Timeline {
-            shared,
-            runs: Vec::new(),
+        if tracing::subscriber::set_global_default(subscriber).is_err() {
+            println!(
+                "no timeline: this process already has a tracing subscriber (unset OUTPOST_LOG)"
+            );
+            return None;
         }
+        Some(Timeline {
+            shared,
+            opening,
+            runs: Vec::new(),
+        })
     }
 
     /// Runs `execute` once and keeps its stages, timed from just before the call; the
@@ -124,8 +133,13 @@ impl Timeline {
         self.shared.on.store(false, Ordering::SeqCst);
         let mut stages = std::mem::take(&mut *self.shared.stages.lock().unwrap());
         stages.sort_by_key(|s| s.at);
+        let opened = stages
+            .iter()
+            .position(|s| s.label == self.opening)
+            .unwrap_or(stages.len());
         let mut run: Vec<(Duration, String, String)> = stages
             .into_iter()
+            .skip(opened)
             .map(|s| (s.at.saturating_duration_since(started), s.thread, s.label))
             .collect();
         run.push((ended - started, "client".into(), "client.answered".into()));

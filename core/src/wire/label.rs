@@ -7,10 +7,13 @@
 
 use super::PTY_OUTPUT_TAG;
 
+/// The longest label: a peer's `type` is cut to this many bytes (at a character boundary).
+pub const MAX_FRAME_LABEL: usize = 64;
+
 /// The frame's `type` as its bytes give it: `pty.output` for a binary frame, the top-level
-/// `type` string of a JSON object, or `unreadable` for anything else (bad JSON, no `type`,
-/// a `type` that is not a string). Costs one pass of a JSON parser; call it only where a
-/// trace or a log is enabled.
+/// `type` string of a JSON object (cut to [`MAX_FRAME_LABEL`] bytes: the peer chose it), or
+/// `unreadable` for anything else (bad JSON, no `type`, a `type` that is not a string).
+/// Costs one pass of a JSON parser; call it only where a trace or a log is enabled.
 pub fn frame_label(bytes: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct Head {
@@ -21,7 +24,14 @@ pub fn frame_label(bytes: &[u8]) -> String {
         return "pty.output".to_owned();
     }
     match serde_json::from_slice::<Head>(bytes) {
-        Ok(head) => head.kind,
+        Ok(mut head) => {
+            let mut end = head.kind.len().min(MAX_FRAME_LABEL);
+            while !head.kind.is_char_boundary(end) {
+                end -= 1;
+            }
+            head.kind.truncate(end);
+            head.kind
+        }
         Err(_) => "unreadable".to_owned(),
     }
 }
@@ -47,5 +57,8 @@ mod tests {
         ] {
             assert_eq!(frame_label(bad), "unreadable", "{bad:?}");
         }
+        let long = format!(r#"{{"type":"{}"}}"#, "é".repeat(100));
+        let label = frame_label(long.as_bytes());
+        assert!(label.len() <= super::MAX_FRAME_LABEL && label.starts_with('é'));
     }
 }

@@ -36,7 +36,7 @@ pub use frame::{
     DAEMON_FRAME_TYPES, DaemonFrame, FEATURE_RUN_OUTPUT, MAX_RUN_OUTPUT_TEXT, PTY_WINDOW,
     SERVER_FRAME_TYPES, ServerFrame,
 };
-pub use label::frame_label;
+pub use label::{MAX_FRAME_LABEL, frame_label};
 pub use result::RunResult;
 pub use types::{
     CapabilitySource, CheckError, CommandsGrant, Egress, Environment, ErrorBody,

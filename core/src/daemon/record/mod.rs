@@ -101,6 +101,17 @@ pub enum Durability {
 }
 
 impl DaemonChange {
+    /// The change's `kind`, as its record is written (`runStarted`, `resultPending`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DaemonChange::Grant { .. } => "grant",
+            DaemonChange::RunStarted { .. } => "runStarted",
+            DaemonChange::RunDropped { .. } => "runDropped",
+            DaemonChange::ResultPending { .. } => "resultPending",
+            DaemonChange::ResultRemoved { .. } => "resultRemoved",
+        }
+    }
+
     /// The run this change finishes with for good — a `resultRemoved` or `runDropped` —
     /// whose id is then remembered as seen ([`SeenRuns`]).
     pub fn finished_run(&self) -> Option<&str> {
