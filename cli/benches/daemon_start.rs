@@ -213,22 +213,13 @@ fn execute_against_ssh(c: &mut Criterion, dir: &Path, home: &Path, server: &Bloc
         .unwrap()
         .to_owned();
     let execute = || {
-        let started = Instant::now();
-        let out = Command::new(binary())
+        let mut command = Command::new(binary());
+        command
             .arg("execute")
             .arg(&cap)
             .args(["--context", &context, "--server", &running.url])
-            .env("OUTPOST_TOKEN", &running.admin_token)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let took = started.elapsed();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        took
+            .env("OUTPOST_TOKEN", &running.admin_token);
+        timed(command)
     };
     let sshd = Sshd::start(&dir.join("ssh"));
     let mut group = c.benchmark_group("cold_execute");
@@ -273,6 +264,28 @@ fn execute_against_ssh(c: &mut Criterion, dir: &Path, home: &Path, server: &Bloc
     stop(daemon);
 }
 
+/// `command` run to its end with no input, timed from exec to exit; it must succeed (else
+/// its stderr says why).
+fn timed(mut command: Command) -> Duration {
+    let started = Instant::now();
+    let out = command.stdin(Stdio::null()).output().unwrap();
+    let took = started.elapsed();
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+/// The value of `name` (`VmRSS:`, `Name:` …) in a `/proc/<pid>/status` text, trimmed.
+fn status_field<'a>(status: &'a str, name: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map_or("", str::trim)
+}
+
 /// Each thread of `pid` by name with its voluntary context switches so far (each one a
 /// sleep that ended: a wake-up; a preemption is not counted).
 fn switches(pid: u32) -> Vec<(String, u64)> {
@@ -282,18 +295,15 @@ fn switches(pid: u32) -> Vec<(String, u64)> {
         .flatten()
     {
         let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(str::trim)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let count = |name: &str| field(name).parse::<u64>().unwrap_or(0);
         threads.push((
-            format!("{}/{}", field("Name:"), task.file_name().to_string_lossy()),
-            count("voluntary_ctxt_switches:"),
+            format!(
+                "{}/{}",
+                status_field(&status, "Name:"),
+                task.file_name().to_string_lossy()
+            ),
+            status_field(&status, "voluntary_ctxt_switches:")
+                .parse()
+                .unwrap_or(0),
         ));
     }
     threads
@@ -313,11 +323,10 @@ fn idle_daemon(home: &Path) {
     let after = switches(pid);
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
+        status_field(&status, name)
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
             .unwrap_or(0)
     };
     let mut woke = Vec::new();
@@ -426,23 +435,13 @@ impl Sshd {
             .arg("-i")
             .arg(self.dir.join("client"))
             .args(["-p", &self.port.to_string(), "127.0.0.1", "true"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .stdout(Stdio::null());
         command
     }
 
     /// One `ssh … true`, timed from exec to exit.
     fn true_once(&self) -> Duration {
-        let started = Instant::now();
-        let out = self.command().output().unwrap();
-        let took = started.elapsed();
-        assert!(
-            out.status.success(),
-            "ssh true failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        took
+        timed(self.command())
     }
 }
 
