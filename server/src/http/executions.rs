@@ -83,25 +83,27 @@ pub(crate) fn resolve_context(app: &App, caller: &Caller, given: &str) -> Result
         return Ok(CLOUD_ID.to_owned());
     }
     let store = &app.shared.store;
-    // By id, else the caller's own live context, else one shared with every member, else any.
-    let mut found = store.context(given)?;
-    if found.is_none() {
-        found = store.live_context_named(given, Some(&caller.user), false)?;
-    }
-    if found.is_none() {
-        found = store.live_context_named(given, None, true)?;
-    }
-    if found.is_none() {
-        found = store.live_context_named(given, None, false)?;
-    }
-    // A revoked context (named by its id, or by its name) is not a typo: say so.
-    let revoked = match found {
-        Some(found) if !found.revoked => return Ok(found.id),
-        Some(found) => Some(found),
-        None => store
-            .contexts()?
-            .into_iter()
-            .find(|c| c.revoked && c.name == given),
+    // By id, else the caller's own live context, else one shared with every member, else any:
+    // reading ids and the revoked flag only, as every execute does this.
+    let revoked = match store.context_revoked(given)? {
+        Some(false) => return Ok(given.to_owned()),
+        // A revoked context (named by its id, or by its name) is not a typo: say so.
+        Some(true) => store.context(given)?,
+        None => {
+            for (operator, shared_only) in [
+                (Some(caller.user.as_str()), false),
+                (None, true),
+                (None, false),
+            ] {
+                if let Some(id) = store.live_context_id_named(given, operator, shared_only)? {
+                    return Ok(id);
+                }
+            }
+            store
+                .contexts()?
+                .into_iter()
+                .find(|c| c.revoked && c.name == given)
+        }
     };
     if let Some(revoked) = revoked {
         return Err(ApiError::new(
@@ -199,7 +201,7 @@ async fn execute(State(app): State<App>, req: Request) -> ApiResult {
         body.capability
     };
     let entry = ExecutionEntry {
-        id: secrets::new_id("ex_")?,
+        id: secrets::new_ordered_id("ex_")?,
         user: caller.user.clone(),
         requested: body.context.clone(),
         status: outpost_core::server::ExecutionStatus::Pending,

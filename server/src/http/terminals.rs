@@ -181,7 +181,7 @@ async fn open(State(app): State<App>, PathParam(given): PathParam, req: Request)
     let (parts, raw) = req.into_parts();
     let bytes = body::read_json(&parts.headers, raw).await?;
     let size = crate::bodies::decode_terminal_open(&bytes)?;
-    let exec_id = secrets::new_id("ex_")?;
+    let exec_id = secrets::new_ordered_id("ex_")?;
     let listing = ExecutionEntry {
         id: exec_id.clone(),
         user: caller.user.clone(),

@@ -254,24 +254,36 @@ impl Store {
         self.one_context("key_id = ?1", key_id)
     }
 
-    /// The oldest live (not revoked) context named `name`: `operator`'s when given, else
-    /// anyone's. One lookup, however many contexts there are.
-    pub fn live_context_named(
+    /// Whether context `id` is revoked, or `None` when there is no such context: the one
+    /// column an execute needs, without reading and decoding the whole row.
+    pub fn context_revoked(&self, id: &str) -> Result<Option<bool>, StoreError> {
+        self.read()
+            .query_row(
+                "SELECT revoked FROM contexts WHERE id = ?1",
+                params![id],
+                |r| r.get(0),
+            )
+            .optional()
+            .doing("reading a context")
+    }
+
+    /// The id of the oldest live (not revoked) context named `name`: `operator`'s when
+    /// given, else anyone's (with `shared_only`, one shared with every member). One indexed
+    /// lookup, however many contexts there are, reading nothing else of the row.
+    pub fn live_context_id_named(
         &self,
         name: &str,
         operator: Option<&str>,
         shared_only: bool,
-    ) -> Result<Option<ContextEntry>, StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         self.read()
             .query_row(
-                &format!(
-                    "SELECT {READ_COLUMNS} FROM contexts
-                     WHERE name = ?1 AND revoked = 0 AND (CAST(?2 AS TEXT) IS NULL OR operator = ?2)
-                       AND (?3 = 0 OR shared_with_all_members = 1)
-                     ORDER BY registered_at, id LIMIT 1"
-                ),
+                "SELECT id FROM contexts
+                 WHERE name = ?1 AND revoked = 0 AND (CAST(?2 AS TEXT) IS NULL OR operator = ?2)
+                   AND (?3 = 0 OR shared_with_all_members = 1)
+                 ORDER BY registered_at, id LIMIT 1",
                 params![name, operator, shared_only],
-                context_row,
+                |r| r.get(0),
             )
             .optional()
             .doing("reading a context")
