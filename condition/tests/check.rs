@@ -1139,3 +1139,22 @@ fn error_codes_are_stable() {
         ]
     );
 }
+
+#[test]
+fn the_sandboxs_own_functions_show_no_source() {
+    // `flat`, `flatMap` and `Iterator.prototype.drop` are the guard's JavaScript, and `Date`
+    // the prelude's: their text is not the condition's to read (the bytecode keeps none).
+    let got = payload(run("async () => ({ resumeText: 'x', payload: [ \
+        [].flat.toString(), [].flatMap.toString(), Date.toString(), \
+        Iterator.prototype.drop.toString() ] })"));
+    for shown in got.as_array().expect("four strings") {
+        let shown = shown.as_str().expect("a string");
+        assert!(
+            !shown.contains("checkpoint")
+                && !shown.contains("flattenInto")
+                && !shown.contains("RealDate")
+                && !shown.contains("dropping"),
+            "{shown}"
+        );
+    }
+}

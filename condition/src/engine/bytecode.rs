@@ -38,7 +38,15 @@ pub(super) fn compiled() -> Result<&'static [u8], String> {
             let context = Context::custom::<Intrinsics>(&runtime).map_err(|e| e.to_string())?;
             context.with(|ctx| {
                 Module::declare(ctx, "outpost:sandbox", source())
-                    .and_then(|module| module.write(WriteOptions::default()))
+                    .and_then(|module| {
+                        // Without the source and the line tables: less to read in every
+                        // check, and a guard function's `toString` shows no source.
+                        module.write(WriteOptions {
+                            strip_source: true,
+                            strip_debug: true,
+                            ..WriteOptions::default()
+                        })
+                    })
                     .map_err(|e| e.to_string())
             })
         })
