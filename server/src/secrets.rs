@@ -121,7 +121,9 @@ mod tests {
         let early = ordered_id("ex_", 1_000, [0xff; 10]);
         let later = ordered_id("ex_", 1_001, [0; 10]);
         assert!(early < later, "{early} < {later}");
-        // Every byte value, in every place, keeps the order (the alphabet is ASCII-sorted).
+        // Milliseconds across each character's boundary, and every value of the last random
+        // byte (the one the last character holds part of), keep the order: the alphabet is
+        // ASCII-sorted.
         let mut previous = ordered_id("ex_", 0, [0; 10]);
         for ms in [1, 63, 64, 4095, 1 << 20, 1 << 40, (1 << 48) - 1] {
             let id = ordered_id("ex_", ms, [0; 10]);
