@@ -80,6 +80,23 @@ fn the_journal_folds_into_grant_started_runs_and_outbox() {
 }
 
 #[test]
+fn each_changes_kind_is_the_kind_its_record_is_written_with() {
+    let mut kinds: Vec<&str> = Vec::new();
+    for r in journal() {
+        let written = serde_json::to_value(&r.change).expect("a change encodes");
+        assert_eq!(written["kind"], r.change.kind(), "{:?}", r.change);
+        kinds.push(r.change.kind());
+    }
+    kinds.sort_unstable();
+    kinds.dedup();
+    assert_eq!(
+        kinds.len(),
+        5,
+        "the journal holds every kind of change: {kinds:?}"
+    );
+}
+
+#[test]
 fn records_and_snapshots_round_trip_and_refuse_what_was_tampered_with() {
     for r in journal() {
         let bytes = r.encode();
