@@ -67,7 +67,7 @@
 //!
 //! QuickJS asks its interrupt handler (deadline, cancel) only every 10 000 backward jumps or
 //! calls, and many of its builtins loop natively without asking. The engine therefore wraps the
-//! builtins whose cost grows with their input (the lists in `engine/guard.js`): each checks
+//! builtins whose cost grows with their input (`WRAPPED` in `engine/native.rs`): each checks
 //! for a stop first, and the generic Array methods refuse lengths that no dense array fits in
 //! [`Limits::memory_bytes`] (only sparse arrays and array-likes are that long, and walking
 //! their holes natively would never be interrupted). `Iterator.prototype.drop`, whose native

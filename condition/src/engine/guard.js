@@ -10,7 +10,7 @@
 //   checked is what the builtin will see;
 // - `flat` and `flatMap` are written here in JavaScript (their native versions walk nested
 //   arrays, which nothing can check beforehand), so their loops ask like any other loop.
-(function (checkpoint, isProxy, maxLength, makeWrapper) {
+(function (checkpoint, isProxy, maxLength, wrapBuiltins) {
   "use strict";
   const apply = Reflect.apply;
   const ownKeys = Reflect.ownKeys;
@@ -195,81 +195,19 @@
     defineProperty(iteratorPrototype, "drop", dropDescriptor);
   }
 
-  // Each builtin below is replaced by `makeWrapper`'s wrapper (engine/native.rs): the same
-  // `name` and `length`, and a call that tests the check's stop first (CHECKPOINT); the
-  // generic Array builtins also refuse a `this` longer than `maxLength` (THIS_LENGTH), and
-  // `concat` each argument too (ALL_LENGTHS). Every native builtin a condition can reach and
-  // this list leaves alone is in `unwrapped.tsv` with the reason (its cost does not grow with
-  // its input, or its loop asks the interrupt handler itself); `condition/tests/guard.rs`
-  // fails on any native builtin in neither.
-  const CHECKPOINT = 0;
-  const THIS_LENGTH = 1;
-  const ALL_LENGTHS = 2;
-  const wrapEach = (target, kind, keys) => {
-    for (let i = 0; i < keys.length; i++) {
-      const key = keys[i];
-      const original = target[key];
-      target[key] = makeWrapper(original, original.name, original.length, kind, checkLength);
-    }
-  };
+  // Each builtin `WRAPPED` lists (engine/native.rs) is replaced by a wrapper with the same
+  // `name` and `length`, and a call that tests the check's stop first; the generic Array
+  // builtins also refuse a `this` longer than `maxLength`, and `concat` each argument too.
+  // One holder for each row of `WRAPPED`, in its order.
   const arrayPrototype = Array.prototype;
   arrayPrototype.flat = flat;
   arrayPrototype.flatMap = flatMap;
-  wrapEach(arrayPrototype, ALL_LENGTHS, ["concat"]);
-  wrapEach(arrayPrototype, THIS_LENGTH, [
-    "copyWithin", "fill", "includes", "indexOf", "join", "lastIndexOf", "reverse", "shift",
-    "slice", "sort", "splice", "toLocaleString", "toReversed", "toSorted", "toSpliced",
-    "unshift", "with",
-  ]);
-  wrapEach(Array, CHECKPOINT, ["from"]);
-  wrapEach(String.prototype, CHECKPOINT, [
-    "anchor", "concat", "endsWith", "fontcolor", "fontsize", "includes", "indexOf",
-    "isWellFormed", "lastIndexOf", "link", "localeCompare", "match", "matchAll", "normalize",
-    "padEnd", "padStart", "repeat", "replace", "replaceAll", "search", "split", "startsWith",
-    "toLocaleLowerCase", "toLocaleUpperCase", "toLowerCase", "toUpperCase", "toWellFormed",
-    "trim", "trimEnd", "trimLeft", "trimRight", "trimStart",
-  ]);
-  wrapEach(String, CHECKPOINT, ["fromCharCode", "fromCodePoint", "raw"]);
   const typedArray = getPrototypeOf(Uint8Array);
-  wrapEach(typedArray.prototype, CHECKPOINT, [
-    "copyWithin", "fill", "includes", "indexOf", "join", "lastIndexOf", "reverse", "set",
-    "slice", "sort", "toReversed", "toSorted", "with",
-  ]);
-  wrapEach(typedArray, CHECKPOINT, ["from", "of"]);
-  wrapEach(Uint8Array, CHECKPOINT, ["fromBase64", "fromHex"]);
-  wrapEach(Uint8Array.prototype, CHECKPOINT, ["setFromBase64", "setFromHex", "toBase64", "toHex"]);
-  wrapEach(RegExp, CHECKPOINT, ["escape"]);
-  wrapEach(RegExp.prototype, CHECKPOINT, [
-    "exec", "compile", "test", "toString", Symbol.replace, Symbol.match, Symbol.matchAll,
-    Symbol.search, Symbol.split,
-  ]);
-  wrapEach(BigInt.prototype, CHECKPOINT, ["toString"]);
-  wrapEach(Number.prototype, CHECKPOINT, ["toString"]);
-  wrapEach(JSON, CHECKPOINT, ["parse", "rawJSON", "stringify"]);
-  wrapEach(Object, CHECKPOINT, [
-    "assign", "create", "defineProperties", "entries", "freeze", "fromEntries",
-    "getOwnPropertyDescriptors", "getOwnPropertyNames", "getOwnPropertySymbols", "isFrozen",
-    "isSealed", "keys", "seal", "values",
-  ]);
-  wrapEach(Reflect, CHECKPOINT, ["ownKeys"]);
-  wrapEach(ArrayBuffer.prototype, CHECKPOINT, [
-    "resize", "slice", "sliceToImmutable", "transfer", "transferToImmutable",
-    "transferToFixedLength",
-  ]);
-  wrapEach(SharedArrayBuffer.prototype, CHECKPOINT, ["grow", "slice"]);
-  wrapEach(Map.prototype, CHECKPOINT, [
-    "delete", "get", "getOrInsert", "getOrInsertComputed", "has", "set",
-  ]);
-  wrapEach(Set.prototype, CHECKPOINT, [
-    "add", "delete", "difference", "has", "intersection", "isDisjointFrom", "isSupersetOf",
-    "symmetricDifference", "union",
-  ]);
-  wrapEach(WeakMap.prototype, CHECKPOINT, ["delete"]);
-  wrapEach(WeakSet.prototype, CHECKPOINT, ["delete"]);
-  wrapEach(FinalizationRegistry.prototype, CHECKPOINT, ["unregister"]);
-  wrapEach(iteratorPrototype, CHECKPOINT, ["chunks", "includes", "join", "toArray", "windows"]);
-  wrapEach(Math, CHECKPOINT, ["hypot", "max", "min", "sumPrecise"]);
-  wrapEach(globalThis, CHECKPOINT, [
-    "decodeURI", "decodeURIComponent", "encodeURI", "encodeURIComponent", "escape", "unescape",
+  wrapBuiltins(checkLength, [
+    arrayPrototype, arrayPrototype, Array, String.prototype, String, typedArray.prototype, typedArray,
+    Uint8Array, Uint8Array.prototype, RegExp, RegExp.prototype, BigInt.prototype,
+    Number.prototype, JSON, Object, Reflect, ArrayBuffer.prototype,
+    SharedArrayBuffer.prototype, Map.prototype, Set.prototype, WeakMap.prototype,
+    WeakSet.prototype, FinalizationRegistry.prototype, iteratorPrototype, Math, globalThis,
   ]);
 })

@@ -1,4 +1,4 @@
-//! Every native builtin a condition can reach is either wrapped by `guard.js` or listed, with
+//! Every native builtin a condition can reach is either wrapped (`native.rs`, `WRAPPED`) or listed, with
 //! the reason it may stay as it is, in `unwrapped.tsv`; and every line of that file names a
 //! builtin that exists and is not wrapped.
 //!
@@ -84,9 +84,9 @@ fn natives() -> BTreeMap<String, bool> {
             Function::new(ctx.clone(), move || calls.get()).unwrap()
         };
         let is_proxy = Function::new(ctx.clone(), |value: Value| value.is_proxy()).unwrap();
-        let make_wrapper = native::wrapper_maker(&ctx, &checkpoint).unwrap();
+        let wrap_builtins = native::builtins_wrapper(&ctx, &checkpoint).unwrap();
         guard
-            .call::<_, ()>((checkpoint, is_proxy, 1e6, make_wrapper))
+            .call::<_, ()>((checkpoint, is_proxy, 1e6, wrap_builtins))
             .unwrap();
         let walk: Function = ctx.eval(WALK).unwrap();
         let found: Vec<Vec<Value>> = walk.call((count,)).unwrap();
@@ -133,7 +133,7 @@ fn every_native_builtin_is_wrapped_or_listed_with_its_reason() {
         .collect();
     assert!(
         unlisted.is_empty(),
-        "native builtins neither wrapped by guard.js nor listed in unwrapped.tsv: {unlisted:#?}"
+        "native builtins neither wrapped (native.rs, WRAPPED) nor listed in unwrapped.tsv: {unlisted:#?}"
     );
     let stale: Vec<&&str> = listed
         .keys()
@@ -145,4 +145,29 @@ fn every_native_builtin_is_wrapped_or_listed_with_its_reason() {
     );
     let wrapped = natives.values().filter(|w| **w).count();
     assert!(wrapped > 100, "only {wrapped} builtins wrapped");
+}
+
+#[test]
+fn wrapping_refuses_a_holder_without_the_builtin_its_row_names() {
+    let runtime = Runtime::new().unwrap();
+    let context = Context::custom::<Intrinsics>(&runtime).unwrap();
+    context.with(|ctx| {
+        let checkpoint = Function::new(ctx.clone(), || ()).unwrap();
+        let wrap_builtins = native::builtins_wrapper(&ctx, &checkpoint).unwrap();
+        // Every row's holder is an empty object: the first row's `concat` is missing.
+        let refused: String = ctx
+            .eval::<Function, _>(
+                "(wrap) => { const before = Array.prototype.concat; \
+                 try { wrap(() => {}, Array.from({ length: 26 }, () => ({}))); \
+                 return 'wrapped'; } catch (e) { \
+                 return `${e.name}: ${e.message}; ${Array.prototype.concat === before}`; } }",
+            )
+            .unwrap()
+            .call((wrap_builtins,))
+            .unwrap();
+        assert_eq!(
+            refused,
+            "TypeError: wrapBuiltins: Array.prototype has no function concat; true"
+        );
+    });
 }

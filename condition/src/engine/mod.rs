@@ -282,8 +282,8 @@ impl<'js> Loop<'_, 'js> {
             0 => 1 << 24,
             bytes => (bytes / 8).max(1 << 10),
         };
-        let make_wrapper = native::wrapper_maker(ctx, &checkpoint)?;
-        guard.call::<_, ()>((checkpoint, is_proxy, max_length as f64, make_wrapper))?;
+        let wrap_builtins = native::builtins_wrapper(ctx, &checkpoint)?;
+        guard.call::<_, ()>((checkpoint, is_proxy, max_length as f64, wrap_builtins))?;
         Ok(now_iso)
     }
 
