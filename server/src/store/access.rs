@@ -79,6 +79,18 @@ fn context_row(r: &Row) -> Result<ContextEntry, DbError> {
     })
 }
 
+/// The oldest live context of operator `?1` named `?2` (with `?3`, one shared with every
+/// member): `contexts_by_name`'s lookup.
+pub(super) const LIVE_CONTEXT_NAMED_BY: &str = "SELECT id FROM contexts
+     WHERE operator = ?1 AND name = ?2 AND revoked = 0 AND (?3 = 0 OR shared_with_all_members = 1)
+     ORDER BY registered_at, id LIMIT 1";
+
+/// The oldest live context of anyone named `?1` (with `?2`, one shared with every member):
+/// `contexts_by_live_name`'s lookup.
+pub(super) const LIVE_CONTEXT_NAMED: &str = "SELECT id FROM contexts
+     WHERE name = ?1 AND revoked = 0 AND (?2 = 0 OR shared_with_all_members = 1)
+     ORDER BY registered_at, id LIMIT 1";
+
 impl Store {
     /// Whether any user exists (false on first start).
     pub fn has_users(&self) -> Result<bool, StoreError> {
@@ -269,24 +281,26 @@ impl Store {
 
     /// The id of the oldest live (not revoked) context named `name`: `operator`'s when
     /// given, else anyone's (with `shared_only`, one shared with every member). One indexed
-    /// lookup, however many contexts there are, reading nothing else of the row.
+    /// lookup, however many contexts there are (`contexts_by_name` with an operator,
+    /// `contexts_by_live_name` without), reading nothing else of the row.
     pub fn live_context_id_named(
         &self,
         name: &str,
         operator: Option<&str>,
         shared_only: bool,
     ) -> Result<Option<String>, StoreError> {
-        self.read()
-            .query_row(
-                "SELECT id FROM contexts
-                 WHERE name = ?1 AND revoked = 0 AND (CAST(?2 AS TEXT) IS NULL OR operator = ?2)
-                   AND (?3 = 0 OR shared_with_all_members = 1)
-                 ORDER BY registered_at, id LIMIT 1",
-                params![name, operator, shared_only],
+        // Two statements, not one with `?2 IS NULL OR operator = ?2`: an OR on a parameter
+        // keeps either database from using the index on `operator`.
+        let conn = self.read();
+        let found = match operator {
+            Some(operator) => conn.query_row(
+                LIVE_CONTEXT_NAMED_BY,
+                params![operator, name, shared_only],
                 |r| r.get(0),
-            )
-            .optional()
-            .doing("reading a context")
+            ),
+            None => conn.query_row(LIVE_CONTEXT_NAMED, params![name, shared_only], |r| r.get(0)),
+        };
+        found.optional().doing("reading a context")
     }
 
     /// Whether `operator` has a live (not revoked) context named `name`: one indexed lookup,

@@ -303,6 +303,14 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX node_sessions_by_context ON node_sessions (context_id);
     ",
+    // 22: contexts by name, live ones oldest first, with and without their operator: what an
+    // execute that names a context looks up (`live_context_id_named`), which scanned every
+    // context before.
+    "
+    DROP INDEX contexts_by_name;
+    CREATE INDEX contexts_by_name ON contexts (operator, name, revoked, registered_at);
+    CREATE INDEX contexts_by_live_name ON contexts (name, revoked, registered_at);
+    ",
 ];
 
 /// The migrations after [`POSTGRES_BASELINE`] in PostgreSQL's words: entry `i` brings a
@@ -403,6 +411,12 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
         PRIMARY KEY (node_id, context_id)
     );
     CREATE INDEX node_sessions_by_context ON node_sessions (context_id);
+    ",
+    // 22: contexts by name, with and without their operator, as SQLite's 22.
+    "
+    DROP INDEX contexts_by_name;
+    CREATE INDEX contexts_by_name ON contexts (operator, name, revoked, registered_at);
+    CREATE INDEX contexts_by_live_name ON contexts (name, revoked, registered_at);
     ",
 ];
 

@@ -459,3 +459,38 @@ fn a_restarted_sqlite_node_forgets_its_earlier_start_and_postgres_keeps_other_no
         assert_eq!(ids, expected, "{}", fresh.kind);
     }
 }
+
+#[test]
+fn a_context_named_in_an_execute_is_found_through_an_index_not_a_scan() {
+    for fresh in stores("plan") {
+        let kind = fresh.kind;
+        for (sql, params) in [
+            (
+                super::access::LIVE_CONTEXT_NAMED_BY,
+                params!["alice", "laptop", false],
+            ),
+            (super::access::LIVE_CONTEXT_NAMED, params!["laptop", true]),
+        ] {
+            // Both databases take the statement; SQLite says how it runs it.
+            let found: Vec<String> = fresh
+                .store
+                .read()
+                .query_map(sql, params, |r| r.get(0))
+                .unwrap_or_else(|e| panic!("{kind}: {sql}: {e}"));
+            assert!(found.is_empty(), "{kind}: no context yet");
+            if kind != "sqlite" {
+                continue;
+            }
+            let plan: Vec<String> = fresh
+                .store
+                .read()
+                .query_map(&format!("EXPLAIN QUERY PLAN {sql}"), params, |r| r.get(3))
+                .unwrap();
+            let plan = plan.join("; ");
+            assert!(
+                plan.contains("SEARCH contexts USING INDEX") && !plan.contains("SCAN contexts"),
+                "{sql}: {plan}"
+            );
+        }
+    }
+}
