@@ -4,14 +4,26 @@
 //! The driver tells a [`Standing`] what happened (an error, a retry scheduled, how the core
 //! stands after each wake); it has the file rewritten only when something changed, by a
 //! thread of its own, so the driver never waits for the disk (the newest state wins; the
-//! last one is written before the daemon exits). It never decides anything and never fails
-//! the daemon: a file it cannot write is logged once.
+//! last one is written before the daemon exits). The thread rests [`WRITE_GAP`] after each
+//! write ([`RETRY_GAP`] after a failed one): a daemon starting and ending runs back to back
+//! rewrites the file a few times a second, not twice a run. It never decides anything and
+//! never fails the daemon: a file it cannot write is logged once.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::status::{Connection, now_rfc3339, rfc3339, write_connection};
+
+/// How long the writer rests after a write before it writes a newer state: the file trails
+/// the daemon by at most this much. Creating and renaming a file costs an ext4 file system
+/// tens of microseconds of CPU, which at two writes a run was a tenth of what a daemon
+/// running short runs back to back spent.
+const WRITE_GAP: Duration = Duration::from_millis(100);
+
+/// How long the writer rests after a write that failed (a full disk, a missing folder)
+/// before it tries again.
+const RETRY_GAP: Duration = Duration::from_secs(1);
 
 /// The connection as last told, and as last handed to the writer.
 pub(crate) struct Standing {
@@ -89,6 +101,8 @@ struct Slot {
     writing: bool,
     failed: bool,
     stop: bool,
+    /// Writes made so far, failed ones included.
+    writes: u64,
 }
 
 /// The thread that writes `connection.json`, so the driver never waits for the file system
@@ -142,6 +156,12 @@ impl Writer {
     /// Whether the last write failed.
     fn failed(&self) -> bool {
         self.lock().failed
+    }
+
+    /// Writes made so far by the thread.
+    #[cfg(test)]
+    fn writes(&self) -> u64 {
+        self.lock().writes
     }
 
     /// Returns once everything handed so far is written (or failed).
@@ -206,7 +226,20 @@ fn write_each(state: &std::path::Path, shared: &(Mutex<Slot>, Condvar)) {
         let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
         slot.writing = false;
         slot.failed = failed;
+        slot.writes += 1;
         wake.notify_all();
+        // Rest before the next write; a stop ends the rest, so the last state is not held up.
+        let until = Instant::now() + if failed { RETRY_GAP } else { WRITE_GAP };
+        while !slot.stop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            slot = wake
+                .wait_timeout(slot, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
     }
 }
 
@@ -250,6 +283,33 @@ mod tests {
         let written = read(&state);
         assert!(written.connected && written.draining, "{written:?}");
         assert_eq!(written.slots_in_use, 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn states_handed_faster_than_the_gap_are_written_newest_first_not_each() {
+        let dir = std::env::temp_dir().join(format!("outpost-gap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp folder");
+        let mut standing = Standing::new(dir.clone(), "http://server", 4);
+        standing.writer.settle();
+        let first = standing.writer.writes();
+        // Twenty changes, one every 5 ms (runs starting and ending back to back), within
+        // about one gap: a writer without its rest writes each.
+        for used in 0..20 {
+            standing.update(true, used % 4, false, false);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        standing.update(true, 3, false, true);
+        standing.writer.settle();
+        let writes = standing.writer.writes() - first;
+        assert!(
+            (1..=5).contains(&writes),
+            "{writes} writes for 21 changes within about {:?}",
+            super::WRITE_GAP
+        );
+        let written = read(&dir);
+        assert!(written.paused && written.slots_in_use == 3, "{written:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
