@@ -148,26 +148,48 @@ fn every_native_builtin_is_wrapped_or_listed_with_its_reason() {
 }
 
 #[test]
-fn wrapping_refuses_a_holder_without_the_builtin_its_row_names() {
+fn wrapping_refuses_holders_that_do_not_match_its_table() {
     let runtime = Runtime::new().unwrap();
     let context = Context::custom::<Intrinsics>(&runtime).unwrap();
     context.with(|ctx| {
         let checkpoint = Function::new(ctx.clone(), || ()).unwrap();
         let wrap_builtins = native::builtins_wrapper(&ctx, &checkpoint).unwrap();
-        // Every row's holder is an empty object: the first row's `concat` is missing.
-        let refused: String = ctx
-            .eval::<Function, _>(
-                "(wrap) => { const before = Array.prototype.concat; \
-                 try { wrap(() => {}, Array.from({ length: 26 }, () => ({}))); \
-                 return 'wrapped'; } catch (e) { \
-                 return `${e.name}: ${e.message}; ${Array.prototype.concat === before}`; } }",
+        let wrap: Function = ctx
+            .eval(
+                "(wrap, holders) => { try { wrap(() => {}, holders); return 'wrapped'; } \
+                 catch (e) { return `${e.name}: ${e.message}`; } }",
             )
-            .unwrap()
-            .call((wrap_builtins,))
             .unwrap();
+        // `holders`: a JavaScript expression.
+        let refused = |holders: &str| -> String {
+            let holders: Value = ctx.eval(holders).unwrap();
+            wrap.call((wrap_builtins.clone(), holders)).unwrap()
+        };
+        let empty_objects = |n: usize| format!("Array.from({{ length: {n} }}, () => ({{}}))");
+        // One empty object for each row: the first row's `concat` is missing.
         assert_eq!(
-            refused,
-            "TypeError: wrapBuiltins: Array.prototype has no function concat; true"
+            refused(&empty_objects(native::WRAPPED.len())),
+            "TypeError: wrapBuiltins: Array.prototype has no function concat"
+        );
+        // A holder too many, or too few, is refused before anything is replaced.
+        let rows = native::WRAPPED.len();
+        assert_eq!(
+            refused(&empty_objects(rows + 1)),
+            format!(
+                "TypeError: wrapBuiltins: {} holders for the {rows} rows of WRAPPED",
+                rows + 1
+            )
+        );
+        assert_eq!(
+            refused(&empty_objects(rows - 1)),
+            format!(
+                "TypeError: wrapBuiltins: {} holders for the {rows} rows of WRAPPED",
+                rows - 1
+            )
+        );
+        assert_eq!(
+            refused("({ length: 26 })"),
+            "TypeError: wrapBuiltins: holders is not an array"
         );
     });
 }

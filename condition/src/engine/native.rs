@@ -20,7 +20,7 @@ use std::ffi::{CString, c_int};
 
 use rquickjs::{Ctx, FromJs, Function, Value, qjs};
 
-/// What a wrapper tests before it calls its original, the `kind` `guard.js` passes.
+/// What a wrapper tests before it calls its original: the kind of a [`WRAPPED`] row.
 const CHECKPOINT: c_int = 0;
 /// Also `checkLength(this, 0)`: the generic Array builtins.
 const THIS_LENGTH: c_int = 1;
@@ -136,6 +136,18 @@ unsafe extern "C" fn wrap_builtins(
                 ctx,
                 c"wrapBuiltins: checkLength is not a function".as_ptr(),
             );
+        }
+        let mut count = 0i64;
+        if !qjs::JS_IsArray(holders) || qjs::JS_GetLength(ctx, holders, &mut count) < 0 {
+            return qjs::JS_ThrowTypeError(ctx, c"wrapBuiltins: holders is not an array".as_ptr());
+        }
+        if usize::try_from(count).ok() != Some(WRAPPED.len()) {
+            let wrong = CString::new(format!(
+                "wrapBuiltins: {count} holders for the {} rows of WRAPPED",
+                WRAPPED.len()
+            ))
+            .unwrap_or_default();
+            return qjs::JS_ThrowTypeError(ctx, c"%s".as_ptr(), wrong.as_ptr());
         }
         for (index, (holder_name, kind, keys)) in (0u32..).zip(WRAPPED) {
             let holder = qjs::JS_GetPropertyUint32(ctx, holders, index);
@@ -271,7 +283,7 @@ impl Wrapped {
 ///
 /// # Safety
 ///
-/// Called by QuickJS only (a function made by [`make_wrapper`]): `ctx` is live, `this`,
+/// Called by QuickJS only (a function made by [`Wrapped::wrapper`]): `ctx` is live, `this`,
 /// `argv[..argc]` and `data[..3]` are lent for the call.
 unsafe extern "C" fn call_wrapped(
     ctx: *mut qjs::JSContext,
