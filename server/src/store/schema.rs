@@ -305,11 +305,11 @@ const MIGRATIONS: &[&str] = &[
     ",
     // 22: contexts by name, live ones oldest first, with and without their operator: what an
     // execute that names a context looks up (`live_context_id_named`), which scanned every
-    // context before.
+    // context and sorted what it found before; the indexes hold the order too.
     "
     DROP INDEX contexts_by_name;
-    CREATE INDEX contexts_by_name ON contexts (operator, name, revoked, registered_at);
-    CREATE INDEX contexts_by_live_name ON contexts (name, revoked, registered_at);
+    CREATE INDEX contexts_by_name ON contexts (operator, name, revoked, registered_at, id);
+    CREATE INDEX contexts_by_live_name ON contexts (name, revoked, registered_at, id);
     ",
 ];
 
@@ -415,8 +415,8 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
     // 22: contexts by name, with and without their operator, as SQLite's 22.
     "
     DROP INDEX contexts_by_name;
-    CREATE INDEX contexts_by_name ON contexts (operator, name, revoked, registered_at);
-    CREATE INDEX contexts_by_live_name ON contexts (name, revoked, registered_at);
+    CREATE INDEX contexts_by_name ON contexts (operator, name, revoked, registered_at, id);
+    CREATE INDEX contexts_by_live_name ON contexts (name, revoked, registered_at, id);
     ",
 ];
 
