@@ -41,6 +41,11 @@ fn a_stopped_server_is_noticed_by_its_daemon_which_comes_back_after() {
         daemon.log_tail(20)
     );
     signal(&server, "CONT");
+    // The server's listing still says online from before the stop until it has read the
+    // closed connection: wait for the daemon's second session, then for the listing.
+    wait_for("the daemon to connect again", || {
+        (daemon.log_text().matches("connected session=").count() >= 2).then_some(())
+    });
     server.wait_context("box", "the daemon to come back", |c| c["online"] == true);
     let (status, e) = server.api(
         "POST",
