@@ -204,8 +204,8 @@
   arrayPrototype.flatMap = flatMap;
   const typedArray = getPrototypeOf(Uint8Array);
   wrapBuiltins(checkLength, [
-    arrayPrototype, arrayPrototype, Array, String.prototype, String, typedArray.prototype, typedArray,
-    Uint8Array, Uint8Array.prototype, RegExp, RegExp.prototype, BigInt.prototype,
+    arrayPrototype, arrayPrototype, Array, String.prototype, String, typedArray.prototype,
+    typedArray, Uint8Array, Uint8Array.prototype, RegExp, RegExp.prototype, BigInt.prototype,
     Number.prototype, JSON, Object, Reflect, ArrayBuffer.prototype,
     SharedArrayBuffer.prototype, Map.prototype, Set.prototype, WeakMap.prototype,
     WeakSet.prototype, FinalizationRegistry.prototype, iteratorPrototype, Math, globalThis,

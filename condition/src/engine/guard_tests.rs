@@ -1,6 +1,6 @@
-//! Every native builtin a condition can reach is either wrapped (`native.rs`, `WRAPPED`) or listed, with
-//! the reason it may stay as it is, in `unwrapped.tsv`; and every line of that file names a
-//! builtin that exists and is not wrapped.
+//! Every native builtin a condition can reach is either wrapped (`native.rs`, `WRAPPED`) or
+//! listed, with the reason it may stay as it is, in `unwrapped.tsv`; and every line of that
+//! file names a builtin that exists and is not wrapped.
 //!
 //! A QuickJS update that adds a builtin fails here until someone has read its source and
 //! either wrapped it or written down why it needs no wrapper. Whether a builtin is wrapped is
@@ -133,7 +133,8 @@ fn every_native_builtin_is_wrapped_or_listed_with_its_reason() {
         .collect();
     assert!(
         unlisted.is_empty(),
-        "native builtins neither wrapped (native.rs, WRAPPED) nor listed in unwrapped.tsv: {unlisted:#?}"
+        "native builtins neither wrapped (native.rs, WRAPPED) nor listed in unwrapped.tsv: \
+         {unlisted:#?}"
     );
     let stale: Vec<&&str> = listed
         .keys()

@@ -76,9 +76,9 @@ pub(super) const WRAPPED: [(&str, c_int, &str); 26] = [
 
 /// `wrapBuiltins(checkLength, holders)` for `guard.js`, holding the check's `checkpoint()`
 /// (throws once the check must stop): replaces each builtin [`WRAPPED`] names, on the holders
-/// in `holders` (an array, one holder per row of [`WRAPPED`]), by a wrapper. `checkLength(value, which)`
-/// is the guard's, which throws for a length the builtins must not walk (`which`: 0 for
-/// `this`, 1 for an argument).
+/// in `holders` (an array, one holder per row of [`WRAPPED`]), by a wrapper.
+/// `checkLength(value, which)` is the guard's, which throws for a length the builtins must not
+/// walk (`which`: 0 for `this`, 1 for an argument).
 pub(super) fn builtins_wrapper<'js>(
     ctx: &Ctx<'js>,
     checkpoint: &Function<'js>,
