@@ -1,5 +1,6 @@
 //! Wire benchmarks: signed-frame verification against raw `verify_strict`, batch against
-//! single verification, and decode throughput of an unsigned 16 KiB data frame.
+//! single verification, frame signing against a raw Ed25519 signature of the same bytes, and
+//! decode throughput of an unsigned 16 KiB data frame.
 //!
 //! Run with `cargo bench -p outpost-core --bench wire`.
 #![allow(missing_docs)]
@@ -96,6 +97,37 @@ fn verification(c: &mut Criterion) {
     g.finish();
 }
 
+/// What signing a frame costs above the signature itself: the raw baseline signs exactly the
+/// bytes a `run.commit` frame's signature covers.
+fn signing(c: &mut Criterion) {
+    // An in-memory signer's `sign` is one `SigningKey::sign`: the raw signature.
+    use outpost_core::sign::Signer as _;
+    let frame = signed_frames(1).remove(0);
+    let mut value = parse_strict(&frame).unwrap();
+    value.remove("sig");
+    let input = signing_input(FRAME_DOMAIN, &value);
+    let raw = test_root::frame_signer();
+    let key = test_root::frame_signer();
+    let keystroke = ServerFrame::PtyInput {
+        pty_id: "run_01JD8Z3Q4W7A5B6C7D8E9F0G1H".into(),
+        data: outpost_core::b64::encode(b"a"),
+    };
+
+    let mut g = c.benchmark_group("sign");
+    g.bench_function("raw_sign", |b| {
+        b.iter(|| raw.sign(black_box(&input)).unwrap())
+    });
+    g.bench_function("run_commit", |b| {
+        let mut signer = FrameSigner::new("sess_01JD8Z3Q4W7A5B6C7D8E9F0G1H");
+        b.iter(|| signer.sign(black_box(&commit(7)), &key).unwrap())
+    });
+    g.bench_function("pty_input_1_byte", |b| {
+        let mut signer = FrameSigner::new("sess_01JD8Z3Q4W7A5B6C7D8E9F0G1H");
+        b.iter(|| signer.sign(black_box(&keystroke), &key).unwrap())
+    });
+    g.finish();
+}
+
 fn decode(c: &mut Criterion) {
     // An unsigned pty.output frame of 16 KiB on the wire.
     let mut data_len = 12_000;
@@ -133,5 +165,5 @@ fn decode(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, verification, decode);
+criterion_group!(benches, verification, signing, decode);
 criterion_main!(benches);

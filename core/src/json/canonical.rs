@@ -21,20 +21,33 @@ pub(super) fn write_value(value: &Value, out: &mut Vec<u8>) {
             out.push(b']');
         }
         Value::Object(members) => {
-            let mut order: Vec<&(String, Value)> = members.iter().collect();
-            order.sort_by(|a, b| utf16_cmp(&a.0, &b.0));
-            out.push(b'{');
-            for (i, (name, value)) in order.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_string(name, out);
-                out.push(b':');
-                write_value(value, out);
-            }
-            out.push(b'}');
+            write_object(members, "", out);
         }
     }
+}
+
+/// Writes the object `members` and returns where in `out` a member named `slot` would start
+/// were it added: the opening quote of the first member that sorts after it, or the closing
+/// brace when none does. An empty `slot` sorts first.
+pub(super) fn write_object(members: &[(String, Value)], slot: &str, out: &mut Vec<u8>) -> usize {
+    let mut order: Vec<&(String, Value)> = members.iter().collect();
+    order.sort_by(|a, b| utf16_cmp(&a.0, &b.0));
+    out.push(b'{');
+    let mut at = None;
+    for (i, (name, value)) in order.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if at.is_none() && utf16_cmp(name, slot) == Ordering::Greater {
+            at = Some(out.len());
+        }
+        write_string(name, out);
+        out.push(b':');
+        write_value(value, out);
+    }
+    let at = at.unwrap_or(out.len());
+    out.push(b'}');
+    at
 }
 
 /// Member names sort by their UTF-16 code units (RFC 8785 §3.2.3).
@@ -64,7 +77,7 @@ fn write_int(i: i64, out: &mut Vec<u8>) {
     out.extend_from_slice(&buf[at..]);
 }
 
-fn write_string(s: &str, out: &mut Vec<u8>) {
+pub(super) fn write_string(s: &str, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
     let bytes = s.as_bytes();
@@ -101,7 +114,7 @@ fn write_string(s: &str, out: &mut Vec<u8>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::json::parse_strict;
+    use crate::json::{Value, parse_strict};
 
     fn canon(input: &str) -> String {
         String::from_utf8(parse_strict(input.as_bytes()).unwrap().to_canonical()).unwrap()
@@ -146,5 +159,59 @@ mod tests {
             canon("[0,-0,-9007199254740991,9007199254740991,10]"),
             "[0,0,-9007199254740991,9007199254740991,10]"
         );
+    }
+
+    #[test]
+    fn a_member_written_into_its_place_matches_the_canonical_form_with_it() {
+        // Before every member, between two, after every member, into an empty object, among
+        // names that sort differently by UTF-16 and by code point, and with a text that needs
+        // escaping.
+        let objects = [
+            r#"{"type":"run.commit","runId":"r"}"#,
+            r#"{"seq":1,"sid":"s","kid":"k","type":"t"}"#,
+            r#"{"a":1,"b":[1,{"z":2,"sig2":3}]}"#,
+            "{}",
+            "{\"\u{FB33}\":1,\"\u{1F600}\":2,\"si\":3}",
+        ];
+        for text in objects {
+            for name in ["sig", "\u{FB00}", ""] {
+                let value = parse_strict(text.as_bytes()).unwrap();
+                let mut seen = Vec::new();
+                let written = value
+                    .write_canonical_with(b"pre\0", name, |input| {
+                        seen = input.to_vec();
+                        Ok::<_, ()>(format!("t\"{}", input.len()))
+                    })
+                    .unwrap()
+                    .unwrap();
+                let mut expected_input = b"pre\0".to_vec();
+                expected_input.extend(value.to_canonical());
+                assert_eq!(
+                    seen, expected_input,
+                    "{text}: the bytes handed to the closure"
+                );
+                let mut with = value.clone();
+                if let Value::Object(members) = &mut with {
+                    let text = format!("t\"{}", expected_input.len());
+                    members.push((name.to_owned(), Value::String(text)));
+                }
+                assert_eq!(
+                    String::from_utf8(written).unwrap(),
+                    String::from_utf8(with.to_canonical()).unwrap(),
+                    "{text} with {name:?}"
+                );
+            }
+        }
+        // Not an object, or the member already there: nothing is written or called.
+        let refuse = |text: &str| {
+            parse_strict(text.as_bytes())
+                .unwrap()
+                .write_canonical_with(b"", "sig", |_| -> Result<String, ()> {
+                    panic!("called for {text}")
+                })
+                .is_none()
+        };
+        assert!(refuse("[1]"));
+        assert!(refuse(r#"{"sig":"x"}"#));
     }
 }

@@ -93,6 +93,54 @@ impl Value {
         canonical::write_value(self, out);
     }
 
+    /// The canonical form of this value, an object, with the member `name` set to the
+    /// string `text` computed from everything else: `text_of` gets the canonical bytes of the
+    /// object without that member, after `prefix`, and returns the text. The member is added
+    /// in its sorted place, so the result is this value's canonical form with the member
+    /// added, written once. Returns `None`, calling nothing, when this is not an object or
+    /// already has `name`.
+    ///
+    /// This is how a signature is added to what it signs: `prefix` is the domain separator and
+    /// `text_of` signs `prefix || canonical(value)`.
+    pub fn write_canonical_with<E>(
+        &self,
+        prefix: &[u8],
+        name: &str,
+        text_of: impl FnOnce(&[u8]) -> Result<String, E>,
+    ) -> Option<Result<Vec<u8>, E>> {
+        let Value::Object(members) = self else {
+            return None;
+        };
+        if members.iter().any(|(k, _)| k == name) {
+            return None;
+        }
+        let mut input = Vec::with_capacity(prefix.len() + 256);
+        input.extend_from_slice(prefix);
+        let at = canonical::write_object(members, name, &mut input);
+        let text = match text_of(&input) {
+            Ok(text) => text,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut member = Vec::with_capacity(name.len() + text.len() + 6);
+        canonical::write_string(name, &mut member);
+        member.push(b':');
+        canonical::write_string(&text, &mut member);
+        // Before a member that sorts after it, a comma follows; before the closing brace of
+        // an object with members, one precedes.
+        if input[at] == b'}' {
+            if !members.is_empty() {
+                member.insert(0, b',');
+            }
+        } else {
+            member.push(b',');
+        }
+        let mut out = Vec::with_capacity(input.len() - prefix.len() + member.len());
+        out.extend_from_slice(&input[prefix.len()..at]);
+        out.extend_from_slice(&member);
+        out.extend_from_slice(&input[at..]);
+        Some(Ok(out))
+    }
+
     /// Reads this value into a typed structure through serde.
     pub fn deserialize_into<T: serde::de::DeserializeOwned>(&self) -> Result<T, JsonError> {
         T::deserialize(de::ValueDeserializer(self)).map_err(|e| JsonError::Shape(e.0))

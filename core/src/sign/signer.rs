@@ -4,7 +4,8 @@ use core::fmt;
 
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 
-use super::{FRAME_DOMAIN, sign_value};
+use super::{FRAME_DOMAIN, SIG_FIELD};
+use crate::b64;
 use crate::json::{self, Value};
 use crate::wire::ServerFrame;
 
@@ -132,8 +133,13 @@ impl FrameSigner {
             members.push(("seq".into(), Value::Int(self.next_seq as i64)));
             members.push(("kid".into(), Value::String(signer.key_id().to_owned())));
         }
-        let signed = sign_value(FRAME_DOMAIN, value, signer)?;
+        // The signed bytes are written once; the signature joins them in its sorted place.
+        let signed = value
+            .write_canonical_with(FRAME_DOMAIN, SIG_FIELD, |input| {
+                signer.sign(input).map(|sig| b64::encode(&sig))
+            })
+            .ok_or_else(|| SignError::Unsignable("a frame is an object without `sig`".into()))??;
         self.next_seq += 1;
-        Ok(signed.to_canonical())
+        Ok(signed)
     }
 }
