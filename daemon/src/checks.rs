@@ -67,6 +67,11 @@ impl Checks {
         }
     }
 
+    /// No check runs now.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.running.is_empty()
+    }
+
     /// The observations conditions read.
     pub(crate) fn seen(&self) -> &super::ctx::Seen {
         &self.shared.seen

@@ -37,6 +37,7 @@ use super::home::{Home, SERVER_FILE};
 use super::policy::PolicySource;
 use super::runner::Runner;
 use super::standing::Standing;
+use super::trim::{self, Trim};
 use super::update::{self, Schedule};
 use super::{DaemonError, DaemonExit, DaemonOptions, Event, StopSignal, bootstrap, watch};
 use crate::store::{DaemonStore, WaitWrite};
@@ -97,6 +98,8 @@ struct Driver {
     policy: Arc<PolicySource>,
     /// Requests from afar in progress: a restart asked for, update answers owed.
     requests: control::Requests,
+    /// When the daemon last did more than wait, for giving its start-up pages back.
+    trim: Trim,
 }
 
 /// The connection to the server as the driver holds it.
@@ -259,6 +262,7 @@ pub(super) fn run(
         standing,
         policy,
         requests: control::Requests::new(options.launcher),
+        trim: Trim::new(),
     };
     if let Some(paused) = control::paused_at_start(&driver.state_dir) {
         tracing::info!(since = %paused.since, "paused by an operator: taking no runs until resumed");
@@ -334,6 +338,7 @@ impl Driver {
                 self.on_event(event)?;
                 continue;
             }
+            self.trim_when_quiet();
             // Asleep until the core's timer, the driver's own next timer, or an event.
             let wait = self.clock.until(until);
             let own = self.own_timer();
@@ -345,6 +350,25 @@ impl Driver {
                 // The driver holds a sender itself: the channel never disconnects.
                 Err(RecvTimeoutError::Disconnected) => {}
             }
+        }
+    }
+
+    /// Drops the binary's start-up pages once the daemon has been connected with nothing
+    /// running for [`trim::QUIET`] (at most once per quiet spell, on a wake it had anyway).
+    fn trim_when_quiet(&mut self) {
+        let idle = self.daemon.is_ready()
+            && self.daemon.slots_used() == 0
+            && self.checks.is_idle()
+            && self.commands.background == 0;
+        if !self.trim.due(idle, StdInstant::now()) {
+            return;
+        }
+        match trim::drop_start_up_pages() {
+            Ok(bytes) => tracing::debug!(
+                mib = bytes >> 20,
+                "idle: the binary's start-up pages given back"
+            ),
+            Err(e) => tracing::debug!("idle: the binary's pages could not be given back: {e}"),
         }
     }
 
