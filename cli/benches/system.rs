@@ -36,7 +36,10 @@
 //!   server, the daemons and the clients share this machine's cores, so it also prints the
 //!   CPU time one execution cost the whole process (`getrusage`) and the server's threads
 //!   alone (named `outpost-server`, from `/proc`): the server's share says what one server
-//!   could carry if its daemons and clients ran elsewhere.
+//!   could carry if its daemons and clients ran elsewhere. `throughput/cpu_per_signatures`
+//!   gives the server's share in units of `ed25519_x3` measured just after, which takes a
+//!   machine's speed out as far as signing measures it (target ≤ 1.01×: 200 µs against
+//!   198 µs on the machine the target was set on).
 //!
 //! Run with `cargo bench -p outpost --bench system`.
 #![allow(missing_docs)]
@@ -144,16 +147,8 @@ fn round_trip(c: &mut Criterion) {
         }
     };
     group.bench_function("durable_commits_x5", |b| b.iter(durable_commits_x5));
-    let signing = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
-    let verifying = signing.verifying_key();
-    let frame = [b'f'; 256];
-    let ed25519_x3 = || {
-        for _ in 0..3 {
-            let signature = ed25519_dalek::Signer::sign(&signing, std::hint::black_box(&frame));
-            verifying.verify_strict(&frame, &signature).unwrap();
-        }
-    };
-    group.bench_function("ed25519_x3", |b| b.iter(ed25519_x3));
+    let ed25519_x3 = ed25519_x3();
+    group.bench_function("ed25519_x3", |b| b.iter(&ed25519_x3));
     let worlds = host_worlds();
     for (kind, world, _) in &worlds {
         group.bench_function(format!("execute_wasm/{}", kind.as_str()), |b| {
@@ -281,6 +276,37 @@ fn timelines(_: &mut Criterion) {
     }
 }
 
+/// The three signatures a round trip needs, each signed and strictly verified over 256 bytes.
+fn ed25519_x3() -> impl Fn() {
+    let signing = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
+    let verifying = signing.verifying_key();
+    let frame = [b'f'; 256];
+    move || {
+        for _ in 0..3 {
+            let signature = ed25519_dalek::Signer::sign(&signing, std::hint::black_box(&frame));
+            verifying.verify_strict(&frame, &signature).unwrap();
+        }
+    }
+}
+
+/// The median time of `ed25519_x3` on this machine now, in µs: the unit that makes the
+/// server's CPU per execution comparable across machines.
+fn ed25519_x3_median_us() -> f64 {
+    let x3 = ed25519_x3();
+    for _ in 0..50 {
+        x3();
+    }
+    let mut times: Vec<f64> = (0..301)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            x3();
+            start.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
 fn throughput(c: &mut Criterion) {
     const BATCH: usize = 512;
     const CLIENTS: usize = 64;
@@ -302,7 +328,7 @@ fn throughput(c: &mut Criterion) {
     });
     group.finish();
     drop(daemons);
-    cpu.report();
+    cpu.report(ed25519_x3_median_us());
 }
 
 /// CPU time used so far: by the whole process (threads that ended included) and by the
@@ -343,6 +369,12 @@ impl CpuSample {
     }
 }
 
+/// The server CPU per execution issue 35 asks for, in µs.
+const TARGET_SERVER_US: f64 = 200.0;
+
+/// What `round_trip/ed25519_x3` took on the machine where issue 35 set that target, in µs.
+const FILED_ED25519_X3_US: f64 = 198.0;
+
 /// CPU time per execution summed over the bench's iterations.
 #[derive(Default)]
 struct CpuPerExecution {
@@ -360,7 +392,12 @@ impl CpuPerExecution {
         self.executions += executions as u64;
     }
 
-    fn report(&self) {
+    /// Prints the figures, and the server's share in units of `ed25519_x3_us` (this machine's
+    /// `round_trip/ed25519_x3`, measured just after): machines of one kind here differ by up
+    /// to twice in speed, and the ratio takes that out as far as signing measures it (the
+    /// server's disk and kernel time need not scale alike). The target, 200 µs, was 1.01× the
+    /// 198 µs that `ed25519_x3` took on the machine where issue 35 measured it.
+    fn report(&self, ed25519_x3_us: f64) {
         if self.executions == 0 {
             return;
         }
@@ -374,6 +411,13 @@ impl CpuPerExecution {
             100.0 * server_us / process_us,
             self.executions,
             cores * 1e6 / server_us
+        );
+        println!(
+            "throughput/cpu_per_signatures: server threads {:.2}x ed25519_x3 ({ed25519_x3_us:.0} \
+             µs, measured after; target <= {:.2}x, 200 µs where ed25519_x3 took {} µs)",
+            server_us / ed25519_x3_us,
+            TARGET_SERVER_US / FILED_ED25519_X3_US,
+            FILED_ED25519_X3_US
         );
     }
 }
