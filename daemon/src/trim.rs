@@ -8,11 +8,12 @@
 //! code is one the kernel keeps in memory before others, so an idle daemon that lets go of
 //! its start-up code really leaves that memory to the machine under pressure.
 //!
-//! Only mappings of the daemon's own executable file that are not writable and hold no page
-//! of their own (`Anonymous: 0 kB` in `/proc/self/smaps`: nothing was ever copied on write,
-//! as the loader's relocations are) are dropped, so dropping can only ever bring back the
-//! same bytes from the file. This module owns when to drop and what; it never touches
-//! memory that holds data, another file's pages, or a mapping it cannot prove clean.
+//! Only mappings of the program's loaded image (found around an address of its own code) that
+//! are not writable and hold no page of their own (`Anonymous: 0 kB` and `Swap: 0 kB` in
+//! `/proc/self/smaps`: nothing was ever copied on write, as the loader's relocations are)
+//! are dropped, so dropping can only ever bring back the same bytes from the file. This
+//! module owns when to drop and what; it never touches memory that holds data, another
+//! file's pages, or a mapping it cannot prove clean.
 
 use std::time::{Duration, Instant};
 
@@ -64,47 +65,99 @@ pub(crate) struct Clean {
     len: usize,
 }
 
-/// The mappings of the file `(dev, inode)` in `smaps` (`/proc/self/smaps`, read a line at
-/// a time: with the wasm executor's pool it runs to megabytes) that can be dropped:
-/// read-only, private, with no page of their own. A mapping whose lines cannot be read is
-/// left alone.
+/// One file mapping as `smaps` describes it.
+#[derive(Debug)]
+struct Mapping {
+    range: Clean,
+    /// Readable, not writable, private (`r-?p`).
+    read_only_private: bool,
+    /// The file: device (major, minor) and inode.
+    file: ((u32, u32), u64),
+    /// Its `Anonymous:` and `Swap:` figures in kB (none: the line is missing or unreadable).
+    anonymous: Option<u64>,
+    swap: Option<u64>,
+}
+
+impl Mapping {
+    /// No page of its own, in memory or in swap: every byte is still the file's.
+    fn is_clean(&self) -> bool {
+        self.read_only_private && self.anonymous == Some(0) && self.swap == Some(0)
+    }
+}
+
+/// The mappings of the program's loaded image in `smaps` (`/proc/self/smaps`, read a line at
+/// a time: with the wasm executor's pool it runs to megabytes) that can be dropped. The image
+/// is the unbroken run of adjacent mappings of one file around `anchor`, an address of the
+/// program's own code: a mapping of the same file made later elsewhere (to read symbols, say)
+/// is not part of it, however it looks. Of the image, only the mappings that are read-only,
+/// private and hold no page of their own (`Anonymous: 0 kB` and `Swap: 0 kB`; a page written
+/// and swapped out counts only under `Swap`) are dropped; a mapping whose lines are missing
+/// or unreadable is left alone.
 pub(crate) fn clean_mappings(
     mut smaps: impl std::io::BufRead,
-    device: (u32, u32),
-    inode: u64,
+    anchor: usize,
 ) -> std::io::Result<Vec<Clean>> {
-    let mut found = Vec::new();
-    // The mapping being read, if it is a candidate so far, and its `Anonymous` figure.
-    let mut candidate: Option<Clean> = None;
-    let mut anonymous: Option<u64> = None;
-    let mut line = String::new();
+    // Only mappings of files are kept (inode 0 is anonymous memory): a few dozen.
+    let mut files: Vec<Mapping> = Vec::new();
+    let mut reading_file = false;
+    let mut bytes = Vec::new();
     loop {
-        line.clear();
-        let end = smaps.read_line(&mut line)? == 0;
-        let header = if end { None } else { mapping_header(&line) };
-        if end || header.is_some() {
-            if let Some(range) = candidate.take()
-                && anonymous.take() == Some(0)
-            {
-                found.push(range);
+        bytes.clear();
+        if smaps.read_until(b'\n', &mut bytes)? == 0 {
+            break;
+        }
+        let line = String::from_utf8_lossy(&bytes);
+        if let Some((range, perms, device, inode)) = mapping_header(&line) {
+            reading_file = inode != 0;
+            if reading_file {
+                let perms = perms.as_bytes();
+                files.push(Mapping {
+                    range,
+                    read_only_private: perms.len() == 4
+                        && perms[0] == b'r'
+                        && perms[1] == b'-'
+                        && perms[3] == b'p',
+                    file: (device, inode),
+                    anonymous: None,
+                    swap: None,
+                });
             }
-            anonymous = None;
-        }
-        if end {
-            return Ok(found);
-        }
-        if let Some((range, perms, dev, ino)) = header {
-            let perms = perms.as_bytes();
-            let read_only_private =
-                perms.len() == 4 && perms[0] == b'r' && perms[1] == b'-' && perms[3] == b'p';
-            candidate = (read_only_private && dev == device && ino == inode).then_some(range);
-        } else if let Some(kb) = line.strip_prefix("Anonymous:") {
-            anonymous = kb
-                .trim()
-                .strip_suffix("kB")
-                .and_then(|n| n.trim().parse().ok());
+        } else if reading_file && let Some(last) = files.last_mut() {
+            if let Some(kb) = line.strip_prefix("Anonymous:") {
+                last.anonymous = kilobytes(kb);
+            } else if let Some(kb) = line.strip_prefix("Swap:") {
+                last.swap = kilobytes(kb);
+            }
         }
     }
+    let Some(at) = files
+        .iter()
+        .position(|m| m.range.start <= anchor && anchor - m.range.start < m.range.len)
+    else {
+        return Ok(Vec::new());
+    };
+    let file = files[at].file;
+    let adjacent = |a: &Mapping, b: &Mapping| {
+        a.file == file && b.file == file && a.range.start + a.range.len == b.range.start
+    };
+    let mut first = at;
+    while first > 0 && adjacent(&files[first - 1], &files[first]) {
+        first -= 1;
+    }
+    let mut last = at;
+    while last + 1 < files.len() && adjacent(&files[last], &files[last + 1]) {
+        last += 1;
+    }
+    Ok(files[first..=last]
+        .iter()
+        .filter(|m| m.is_clean())
+        .map(|m| m.range)
+        .collect())
+}
+
+/// `   123 kB` as 123.
+fn kilobytes(figure: &str) -> Option<u64> {
+    figure.trim().strip_suffix("kB")?.trim().parse().ok()
 }
 
 /// The range, permissions, device and inode of an smaps header line
@@ -134,24 +187,21 @@ fn mapping_header(line: &str) -> Option<(Clean, &str, (u32, u32), u64)> {
     ))
 }
 
-/// Drops the clean pages of the daemon's own executable; returns how many bytes of address
-/// space it dropped (what was resident in them is what the daemon gave back). Linux only:
-/// elsewhere nothing is dropped.
+/// Drops the clean pages of the program's own loaded image; returns how many bytes of
+/// address space it dropped (what was resident in them is what the daemon gave back). A
+/// mapping the kernel refuses is skipped and logged. Linux only: elsewhere nothing is
+/// dropped.
 pub(crate) fn drop_start_up_pages() -> std::io::Result<usize> {
     #[cfg(target_os = "linux")]
     {
-        use std::os::unix::fs::MetadataExt as _;
-        let exe = std::fs::metadata("/proc/self/exe")?;
-        let dev = exe.dev();
-        let device = (
-            nix::sys::stat::major(dev) as u32,
-            nix::sys::stat::minor(dev) as u32,
-        );
+        let anchor = drop_start_up_pages as fn() -> std::io::Result<usize> as usize;
         let smaps = std::io::BufReader::new(std::fs::File::open("/proc/self/smaps")?);
         let mut dropped = 0;
-        for clean in clean_mappings(smaps, device, exe.ino())? {
-            advise_dont_need(clean)?;
-            dropped += clean.len;
+        for clean in clean_mappings(smaps, anchor)? {
+            match advise_dont_need(clean) {
+                Ok(()) => dropped += clean.len,
+                Err(e) => tracing::debug!(?clean, "a mapping's pages stay: {e}"),
+            }
         }
         Ok(dropped)
     }
@@ -169,10 +219,11 @@ fn advise_dont_need(clean: Clean) -> std::io::Result<()> {
     let Some(start) = std::ptr::NonNull::new(clean.start as *mut std::ffi::c_void) else {
         return Ok(());
     };
-    // SAFETY: `clean` is a whole private, read-only mapping of the executable file that holds
-    // no page of its own (`clean_mappings`): nothing in it was ever written, so dropping its
-    // pages changes no byte any thread can read; the next access maps the same bytes from the
-    // file again. The mapping cannot be unmapped meanwhile: it is the program's own image.
+    // SAFETY: `clean` is a whole private, read-only mapping of the program's loaded image
+    // that holds no page of its own, in memory or in swap (`clean_mappings`): nothing in it
+    // was ever written, so dropping its pages changes no byte any thread can read; the next
+    // access maps the same bytes from the file again. It is found around the address of this
+    // crate's own code, so it is the image the program runs from, which nothing unmaps.
     unsafe { madvise(start, clean.len, MmapAdvise::MADV_DONTNEED) }.map_err(std::io::Error::from)
 }
 
@@ -181,31 +232,45 @@ mod tests {
     use super::*;
 
     const SMAPS: &str = "\
+7efc00000000-7efc00100000 r--p 00000000 fe:00 5491078                    /bin/outpost
+Anonymous:             0 kB
+Swap:                  0 kB
+55d4bbcb0000-55d4bbcb5000 rw-p 00000000 00:00 0
+Anonymous:             0 kB
+Swap:                  0 kB
 55d4bbcb5000-55d4bc722000 r--p 00000000 fe:00 5491078                    /bin/outpost
 Size:              10676 kB
 Rss:                3436 kB
 Anonymous:             0 kB
+Swap:                  0 kB
+VmFlags: rd mr mw me
 55d4bc722000-55d4be783000 r-xp 00a6c000 fe:00 5491078                    /bin/outpost
 Size:              33156 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 55d4be783000-55d4be899000 r--p 02acc000 fe:00 5491078                    /bin/outpost
 Size:               1112 kB
-Anonymous:          1112 kB
-55d4be899000-55d4be8a5000 rw-p 02be1000 fe:00 5491078                    /bin/outpost
-Anonymous:            48 kB
-7f0000000000-7f0000100000 r-xp 00000000 fe:00 777                        /lib/libc.so.6
+Anonymous:          1104 kB
+Swap:                  0 kB
+55d4be899000-55d4be8a5000 r--p 02be1000 fe:00 5491078                    /bin/outpost
 Anonymous:             0 kB
-7f0000200000-7f0000300000 r-xp 00000000 fe:00 5491078                    /bin/outpost
-Rss:                 100 kB
-7f0000400000-7f0000500000 rwxp 00000000 fe:00 5491078                    /bin/outpost
+Swap:                  8 kB
+55d4be8a5000-55d4be8b5000 r--p 02bf1000 fe:00 5491078                    /bin/outpost
+Swap:                  0 kB
+55d4be8b5000-55d4be8c5000 rw-p 02c01000 fe:00 5491078                    /bin/outpost
 Anonymous:             0 kB
-7f0000600000-7f0000700000 r-xs 00000000 fe:00 5491078                    /bin/outpost
+Swap:                  0 kB
+55d4be8c5000-55d4be8d5000 r-xs 02c11000 fe:00 5491078                    /bin/outpost
 Anonymous:             0 kB
+Swap:                  0 kB
+55d4be8d5000-55d4be8e5000 r-xp 00000000 fe:00 777                        /lib/libc.so.6
+Anonymous:             0 kB
+Swap:                  0 kB
 ";
 
     #[test]
-    fn only_clean_read_only_private_mappings_of_the_file_are_dropped() {
-        let found = clean_mappings(SMAPS.as_bytes(), (0xfe, 0), 5491078).unwrap();
+    fn only_clean_read_only_private_mappings_of_the_image_are_dropped() {
+        let found = clean_mappings(SMAPS.as_bytes(), 0x55d4bc800000).unwrap();
         assert_eq!(
             found,
             vec![
@@ -218,22 +283,20 @@ Anonymous:             0 kB
                     len: 0x55d4be783000 - 0x55d4bc722000
                 },
             ],
-            "refused: relocated data (pages of its own), writable, another file, a mapping \
-             whose Anonymous line is missing, writable code, a shared mapping"
+            "refused: the same file mapped apart from the image, relocated data (pages of \
+             its own), written pages in swap, a missing Anonymous line, writable, shared, \
+             another file"
         );
-        // Another device with the same inode number is another file.
+        // An anchor in no file mapping, or in anonymous memory, finds no image.
+        assert!(clean_mappings(SMAPS.as_bytes(), 0x10).unwrap().is_empty());
         assert!(
-            clean_mappings(SMAPS.as_bytes(), (0xfe, 1), 5491078)
+            clean_mappings(SMAPS.as_bytes(), 0x55d4bbcb1000)
                 .unwrap()
                 .is_empty()
         );
-        // Lines that are not smaps leave nothing to drop.
-        let garbage = "garbage\n1-2 r-xp\nAnonymous: 0 kB";
-        assert!(
-            clean_mappings(garbage.as_bytes(), (0, 0), 0)
-                .unwrap()
-                .is_empty()
-        );
+        // Lines that are not smaps, or not UTF-8, leave nothing to drop.
+        let garbage = b"garbage\n1-2 r-xp\nAnonymous: 0 kB\n\xff\xfe";
+        assert!(clean_mappings(&garbage[..], 1).unwrap().is_empty());
     }
 
     #[test]
@@ -254,21 +317,21 @@ Anonymous:             0 kB
     fn dropping_leaves_the_program_running_and_its_code_unmapped() {
         // This test binary's own code: resident now (it is running), then dropped.
         let resident = || {
-            use std::os::unix::fs::MetadataExt as _;
-            let exe = std::fs::metadata("/proc/self/exe").unwrap();
+            let anchor = drop_start_up_pages as fn() -> std::io::Result<usize> as usize;
             let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+            let image = smaps
+                .lines()
+                .filter_map(mapping_header)
+                .find(|(range, ..)| range.start <= anchor && anchor < range.start + range.len)
+                .map(|(_, _, device, inode)| (device, inode))
+                .expect("the test's own code is in a file mapping");
             let mut kb = 0u64;
             let mut ours = false;
             for line in smaps.lines() {
-                if let Some((_, _, _, ino)) = mapping_header(line) {
-                    ours = ino == exe.ino();
+                if let Some((_, _, device, inode)) = mapping_header(line) {
+                    ours = (device, inode) == image;
                 } else if ours && let Some(n) = line.strip_prefix("Rss:") {
-                    kb += n
-                        .trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<u64>()
-                        .unwrap();
+                    kb += kilobytes(n).unwrap();
                 }
             }
             kb
