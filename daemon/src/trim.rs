@@ -18,8 +18,9 @@
 use std::time::{Duration, Instant};
 
 /// How long the daemon is connected with nothing running before it drops its start-up
-/// pages: long enough that a busy daemon never pays the faults that map code again between
-/// two runs, short enough that a daemon left alone soon holds only what it uses.
+/// pages: long enough that runs coming one after another do not pay the faults that map code
+/// again, short enough that a daemon left alone soon holds only what it uses (a daemon with a
+/// run every minute or so drops and maps a few MiB again each time).
 pub(crate) const QUIET: Duration = Duration::from_secs(10);
 
 /// When the daemon last did more than wait, and whether it dropped its pages since.
