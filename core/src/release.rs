@@ -156,7 +156,7 @@ pub fn sign_release(
         ("sha512".into(), Value::String(sha512_hex(binary))),
         ("root".into(), Value::String(root.key_id().to_owned())),
     ]);
-    Ok(sign::sign_value(RELEASE_DOMAIN, doc, root)?.to_canonical())
+    sign::sign_canonical(RELEASE_DOMAIN, &doc, root)
 }
 
 /// Verifies a release document against the pinned roots and reads it.

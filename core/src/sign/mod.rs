@@ -44,6 +44,27 @@ pub fn signing_input(domain: &[u8], value: &Value) -> Vec<u8> {
     out
 }
 
+/// Signs `value` under `domain` and returns its canonical form with the `sig` member added,
+/// written once ([`Value::write_canonical_with`]): the bytes frames, key sets and releases
+/// travel as.
+///
+/// `value` must be an object without a `sig` member; anything else is refused unsigned.
+pub fn sign_canonical(
+    domain: &[u8],
+    value: &Value,
+    signer: &dyn Signer,
+) -> Result<Vec<u8>, SignerError> {
+    value
+        .write_canonical_with(domain, SIG_FIELD, |input| {
+            signer.sign(input).map(|sig| b64::encode(&sig))
+        })
+        .unwrap_or_else(|| {
+            Err(SignerError(
+                "only an object without `sig` can be signed".into(),
+            ))
+        })
+}
+
 /// Signs `value` under `domain` and returns it with its `sig` member added.
 ///
 /// `value` must be an object without a `sig` member.

@@ -4,8 +4,7 @@ use core::fmt;
 
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 
-use super::{FRAME_DOMAIN, SIG_FIELD};
-use crate::b64;
+use super::{FRAME_DOMAIN, SIG_FIELD, sign_canonical};
 use crate::json::{self, Value};
 use crate::wire::ServerFrame;
 
@@ -133,12 +132,12 @@ impl FrameSigner {
             members.push(("seq".into(), Value::Int(self.next_seq as i64)));
             members.push(("kid".into(), Value::String(signer.key_id().to_owned())));
         }
-        // The signed bytes are written once; the signature joins them in its sorted place.
-        let signed = value
-            .write_canonical_with(FRAME_DOMAIN, SIG_FIELD, |input| {
-                signer.sign(input).map(|sig| b64::encode(&sig))
-            })
-            .ok_or_else(|| SignError::Unsignable("a frame is an object without `sig`".into()))??;
+        if value.get(SIG_FIELD).is_some() || !matches!(value, Value::Object(_)) {
+            return Err(SignError::Unsignable(
+                "a frame is an object without `sig`".into(),
+            ));
+        }
+        let signed = sign_canonical(FRAME_DOMAIN, &value, signer)?;
         self.next_seq += 1;
         Ok(signed)
     }

@@ -293,7 +293,7 @@ impl KeySet {
             ("root".into(), Value::String(root.key_id().to_owned())),
             ("keys".into(), Value::Array(key_values)),
         ]);
-        Ok(sign::sign_value(KEY_SET_DOMAIN, doc, root)?.to_canonical())
+        sign::sign_canonical(KEY_SET_DOMAIN, &doc, root)
     }
 
     /// The document's version. A daemon never replaces a set by one with a lower version
