@@ -26,9 +26,11 @@
 //! The two alternate 100 times after criterion's figures and the medians' ratio is printed.
 //!
 //! Last, `idle_daemon` (printed): a daemon started again and left connected and idle for
-//! three heartbeats (45 s at the server's default 15 s): its resident memory (target ≤ 8 MiB)
-//! and how often its threads woke (context switches, from `/proc`), against what the
-//! heartbeat needs: a `status` sent and a ping answered per heartbeat.
+//! three heartbeats (45 s at the server's default 15 s): its resident memory (target ≤ 8 MiB;
+//! read every 100 ms over the last heartbeat, its mean, least and most, as an idle daemon
+//! drops its code after each heartbeat and maps some again in the next), how often its
+//! threads woke (context switches, from `/proc`), against what the heartbeat needs (a
+//! `status` sent and a ping answered per heartbeat), and its threads' CPU per heartbeat.
 //! Run with `cargo bench -p outpost --bench daemon_start`.
 #![allow(missing_docs)]
 
@@ -313,22 +315,25 @@ fn switches(pid: u32) -> Vec<(String, u64)> {
 /// docs).
 fn idle_daemon(home: &Path) {
     const HEARTBEATS: u64 = 3;
+    const SAMPLE_EVERY: Duration = Duration::from_millis(100);
     let heartbeat = ServeConfig::DEFAULT_HEARTBEAT;
     let daemon = ready(home, None, None);
     let pid = daemon.id();
     // What starting left to do (the first status, the key set's save) is over by then.
     std::thread::sleep(Duration::from_secs(2));
     let before = switches(pid);
-    std::thread::sleep(heartbeat * HEARTBEATS as u32);
+    let cpu_before = cpu_ns(pid);
+    std::thread::sleep(heartbeat * (HEARTBEATS - 1) as u32);
+    // The last heartbeat's whole period, its resident memory read every 100 ms: what the
+    // daemon holds between heartbeats and while one is handled.
+    let mut resident = Vec::new();
+    let end = Instant::now() + heartbeat;
+    while Instant::now() < end {
+        resident.push(kib(pid, "VmRSS:"));
+        std::thread::sleep(SAMPLE_EVERY);
+    }
     let after = switches(pid);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib = |name: &str| {
-        status_field(&status, name)
-            .trim_end_matches("kB")
-            .trim()
-            .parse::<u64>()
-            .unwrap_or(0)
-    };
+    let cpu = cpu_ns(pid).saturating_sub(cpu_before);
     let mut woke = Vec::new();
     let mut total = 0;
     for (thread, count) in &after {
@@ -341,17 +346,46 @@ fn idle_daemon(home: &Path) {
             total += count - was;
         }
     }
+    let mib = |k: u64| k as f64 / 1024.0;
+    let mean = resident.iter().sum::<u64>() as f64 / resident.len().max(1) as f64 / 1024.0;
     println!(
-        "idle_daemon over {} s ({HEARTBEATS} heartbeats of {} s): RSS {:.1} MiB (peak {:.1} MiB), {} threads, {total} wake-ups = {:.1} per heartbeat ({})",
+        "idle_daemon over {} s ({HEARTBEATS} heartbeats of {} s): RSS {:.1} MiB at the end; over the last heartbeat (read every {} ms, {} reads) mean {mean:.1} MiB, least {:.1} MiB, most {:.1} MiB; peak since start {:.1} MiB; {} threads, {total} wake-ups = {:.1} per heartbeat ({}); CPU {:.2} ms per heartbeat",
         heartbeat.as_secs() * HEARTBEATS,
         heartbeat.as_secs(),
-        kib("VmRSS:") as f64 / 1024.0,
-        kib("VmHWM:") as f64 / 1024.0,
+        mib(kib(pid, "VmRSS:")),
+        SAMPLE_EVERY.as_millis(),
+        resident.len(),
+        mib(resident.iter().copied().min().unwrap_or(0)),
+        mib(resident.iter().copied().max().unwrap_or(0)),
+        mib(kib(pid, "VmHWM:")),
         after.len(),
         total as f64 / HEARTBEATS as f64,
-        woke.join(", ")
+        woke.join(", "),
+        cpu as f64 / 1e6 / HEARTBEATS as f64
     );
     stop(daemon);
+}
+
+/// A `/proc/<pid>/status` figure in KiB (`VmRSS:`, `VmHWM:`) of the running daemon.
+fn kib(pid: u32, name: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status_field(&status, name)
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The time the threads of `pid` now running have spent on a CPU, in nanoseconds (the first
+/// field of each `/proc/<pid>/task/*/schedstat`).
+fn cpu_ns(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// An `sshd` on a free loopback port that takes one key of this bench's own, with a client

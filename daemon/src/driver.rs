@@ -37,7 +37,7 @@ use super::home::{Home, SERVER_FILE};
 use super::policy::PolicySource;
 use super::runner::Runner;
 use super::standing::Standing;
-use super::trim::{self, Trim};
+use super::trim::Trim;
 use super::update::{self, Schedule};
 use super::{DaemonError, DaemonExit, DaemonOptions, Event, StopSignal, bootstrap, watch};
 use crate::store::{DaemonStore, WaitWrite};
@@ -98,7 +98,7 @@ struct Driver {
     policy: Arc<PolicySource>,
     /// Requests from afar in progress: a restart asked for, update answers owed.
     requests: control::Requests,
-    /// When the daemon last did more than wait, for giving its start-up pages back.
+    /// When the daemon last did more than wait, for giving its code's pages back.
     trim: Trim,
 }
 
@@ -338,10 +338,14 @@ impl Driver {
                 self.on_event(event)?;
                 continue;
             }
-            self.trim_when_quiet();
-            // Asleep until the core's timer, the driver's own next timer, or an event.
-            let wait = self.clock.until(until);
-            let own = self.own_timer();
+            // Asleep until the core's timer, the driver's own next timer, or an event (both
+            // read again after a drop, which may take milliseconds).
+            let mut wait = self.clock.until(until);
+            let mut own = self.own_timer();
+            if self.trim_when_quiet(wait.min(own)) {
+                wait = self.clock.until(until);
+                own = self.own_timer();
+            }
             match self.rx.recv_timeout(wait.min(own)) {
                 Ok(event) => self.on_event(event)?,
                 Err(RecvTimeoutError::Timeout) if wait <= own => self.input(Input::Timeout)?,
@@ -353,23 +357,23 @@ impl Driver {
         }
     }
 
-    /// Drops the binary's start-up pages once the daemon has been connected with nothing
-    /// running for [`trim::QUIET`] (at most once per quiet spell, on a wake it had anyway).
-    fn trim_when_quiet(&mut self) {
+    /// Drops the code the daemon holds mapped once it has been connected with nothing running
+    /// for [`QUIET`](super::trim::QUIET), and again after each later wake while it stays so,
+    /// when it is about to sleep for `sleep` (on a wake it had anyway: see [`Trim::due`]);
+    /// returns whether it tried.
+    fn trim_when_quiet(&mut self, sleep: Duration) -> bool {
         let idle = self.daemon.is_ready()
             && self.daemon.slots_used() == 0
             && self.checks.is_idle()
             && self.commands.background == 0;
-        if !self.trim.due(idle, StdInstant::now()) {
-            return;
+        let Some(due) = self.trim.due(idle, StdInstant::now(), sleep) else {
+            return false;
+        };
+        match self.trim.drop_code(due) {
+            Ok(bytes) => tracing::debug!(?due, mib = bytes >> 20, "idle: code pages given back"),
+            Err(e) => tracing::debug!("idle: the code's pages could not be given back: {e}"),
         }
-        match trim::drop_start_up_pages() {
-            Ok(bytes) => tracing::debug!(
-                mib = bytes >> 20,
-                "idle: the binary's start-up pages given back"
-            ),
-            Err(e) => tracing::debug!("idle: the binary's pages could not be given back: {e}"),
-        }
+        true
     }
 
     /// How long until [`Driver::tick`] has something to do: the next feature look and the

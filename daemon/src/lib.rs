@@ -33,8 +33,8 @@
 //!   and [`after_stop`] (a service stopped for good is disabled, a drained daemon hands over
 //!   to its update).
 //! - `leftovers`: what ended runs left, cleaned up once their results are delivered.
-//! - `trim`: an idle daemon's start-up code given back (its binary's clean pages dropped
-//!   after a quiet spell).
+//! - `trim`: an idle daemon's code given back (the clean pages of its binary and its C
+//!   libraries dropped after a quiet spell, and again after each heartbeat's work).
 //!
 //! The CLI uses only the crate's root: [`run_daemon`] with [`DaemonOptions`], an executor
 //! [`Registry`] and an [`OwnedHost`]'s host, [`hand_over_at_start`] and [`after_stop`] around
