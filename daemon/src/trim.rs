@@ -4,7 +4,8 @@
 //! heartbeat uses, not every page its start touched (clap, the key, the executors' probes,
 //! TLS set-up: about 19 MiB). While it stays idle it drops them again after each wake that
 //! is followed by a sleep of at least [`LONG_SLEEP`] (the heartbeat's status, the server's
-//! ping): a heartbeat maps some 5 MiB of code again (the kernel maps code in windows of
+//! ping; a daemon that looks at an unwatched policy every second never drops again): a
+//! heartbeat maps some 5 MiB of code again (the kernel maps code in windows of
 //! 64 KiB and more around each page it faults in), and between heartbeats the daemon holds
 //! only what its other threads ran after the drop (about 1 MiB).
 //!
@@ -21,8 +22,9 @@
 //! the same bytes from the file (the kernel drops such pages itself under memory pressure,
 //! so no process ever relied on holding them). `smaps` is read once per quiet spell (it
 //! takes milliseconds with the wasm executor's pool); the drops after a heartbeat reuse what
-//! it proved. This module owns when to drop and what; it never touches memory that holds
-//! data, a mapping that could be unmapped, or a mapping it has not proved clean.
+//! it proved, each range checked in `/proc/self/pagemap` just before it is dropped. This
+//! module owns when to drop and what; it never touches memory that holds data, a mapping
+//! that could be unmapped, or a mapping it has not proved clean.
 
 use std::time::{Duration, Instant};
 
@@ -76,28 +78,46 @@ impl Trim {
             return None;
         }
         let since = *self.quiet_since.get_or_insert(now);
-        if sleep < LONG_SLEEP || now.saturating_duration_since(since) < QUIET {
+        if now.saturating_duration_since(since) < QUIET {
             return None;
         }
-        Some(match self.dropped {
-            None => Due::Find,
-            Some(_) => Due::Again,
-        })
+        match self.dropped {
+            None => Some(Due::Find),
+            Some(_) if sleep >= LONG_SLEEP => Some(Due::Again),
+            Some(_) => None,
+        }
     }
 
     /// Carries out what [`Trim::due`] returned: returns how many bytes of address space it
-    /// dropped (what was resident in them is what the daemon gave back). A drop again first
-    /// checks each range the spell proved in `/proc/self/pagemap` and leaves out for good any
-    /// that holds a page of its own since ([`unwritten`]). A failure to read `smaps` or
-    /// `pagemap` leaves nothing to drop until the next quiet spell.
+    /// dropped (what was resident in them is what the daemon gave back). A drop again checks
+    /// each range the spell proved in `/proc/self/pagemap` just before dropping it, and leaves
+    /// out for good any that holds a page of its own since ([`Pagemap::all_the_files`]), as
+    /// it does a range the kernel refuses. A failure to read `smaps` or `pagemap` leaves
+    /// nothing to drop until the next quiet spell.
     pub(crate) fn drop_code(&mut self, due: Due) -> std::io::Result<usize> {
         let proved = self.dropped.replace(Vec::new());
-        let clean = match (due, proved) {
-            (Due::Again, Some(proved)) => unwritten(proved)?,
-            _ => clean_code()?,
+        let (ranges, pagemap) = match (due, proved) {
+            (Due::Again, Some(proved)) => (proved, Some(Pagemap::open()?)),
+            _ => (clean_code()?, None),
         };
-        let bytes = drop_mappings(&clean);
-        self.dropped = Some(clean);
+        let mut kept = Vec::with_capacity(ranges.len());
+        let mut bytes = 0;
+        for range in ranges {
+            if let Some(pagemap) = &pagemap
+                && !pagemap.all_the_files(range)?
+            {
+                tracing::debug!(?range, "a mapping holds pages of its own now: it stays");
+                continue;
+            }
+            match advise_dont_need(range) {
+                Ok(()) => {
+                    bytes += range.len;
+                    kept.push(range);
+                }
+                Err(e) => tracing::debug!(?range, "a mapping's pages stay: {e}"),
+            }
+        }
+        self.dropped = Some(kept);
         Ok(bytes)
     }
 }
@@ -313,70 +333,78 @@ fn auxiliary(key: usize) -> Option<usize> {
     })
 }
 
-/// The size of a page, read once (`AT_PAGESZ` in the auxiliary vector; 4096 where it cannot
-/// be read).
-#[cfg(target_os = "linux")]
-fn page_size() -> usize {
-    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *PAGE.get_or_init(|| auxiliary(nix::libc::AT_PAGESZ as usize).unwrap_or(4096))
+/// `/proc/self/pagemap`, which has an entry of 8 bytes for each page of the address space.
+struct Pagemap {
+    #[cfg(target_os = "linux")]
+    file: std::fs::File,
+    #[cfg(target_os = "linux")]
+    page: usize,
 }
 
-/// The ranges of `proved` whose pages are all still the file's, checked in
-/// `/proc/self/pagemap` (one entry per page): none in memory that is not a file page, none
-/// in swap. A range with such a page (a debugger's breakpoint, a probe, or anything mapped
-/// there since `smaps` proved it) is left out. Linux only: elsewhere nothing is kept.
-fn unwritten(proved: Vec<Clean>) -> std::io::Result<Vec<Clean>> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::FileExt as _;
-        let page = page_size();
-        let pagemap = std::fs::File::open("/proc/self/pagemap")?;
-        let mut kept = Vec::with_capacity(proved.len());
-        // 512 entries at a time, on the stack: reading never grows the heap.
-        let mut entries = [0u8; 8 * 512];
-        'ranges: for range in proved {
-            let (mut at, end) = (range.start / page, (range.start + range.len) / page);
+impl Pagemap {
+    /// Opens it, with the size of a page (`AT_PAGESZ` in the auxiliary vector, read once: a
+    /// guess could make every entry read the wrong pages). Linux only: elsewhere nothing is the file's.
+    fn open() -> std::io::Result<Self> {
+        #[cfg(target_os = "linux")]
+        {
+            static PAGE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+            let page = PAGE
+                .get_or_init(|| auxiliary(nix::libc::AT_PAGESZ as usize))
+                .ok_or_else(|| std::io::Error::other("the page size is not in /proc/self/auxv"))?;
+            let file = std::fs::File::open("/proc/self/pagemap")?;
+            Ok(Self { file, page })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Ok(Self {})
+        }
+    }
+
+    /// Whether every page of `range` is still the file's: none in memory that is not a file
+    /// page, none in swap. A range where the program wrote (a debugger's breakpoint, a probe)
+    /// or where anonymous memory with pages in it was mapped since `smaps` proved it is not.
+    /// (An address unmapped since reads as a page not in memory, and `madvise` then refuses
+    /// the range; what cannot be seen here is a mapping made since that has no page in memory
+    /// yet, whose drop loses nothing.)
+    fn all_the_files(&self, range: Clean) -> std::io::Result<bool> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::fs::FileExt as _;
+            // 512 entries at a time, on the stack: checking never grows the heap.
+            let mut entries = [0u8; 8 * 512];
+            let (mut at, end) = (
+                range.start / self.page,
+                (range.start + range.len) / self.page,
+            );
             while at < end {
                 let n = (end - at).min(512);
-                pagemap.read_exact_at(&mut entries[..8 * n], (at * 8) as u64)?;
+                self.file
+                    .read_exact_at(&mut entries[..8 * n], (at * 8) as u64)?;
                 if !entries[..8 * n].chunks_exact(8).all(file_page_or_none) {
-                    continue 'ranges;
+                    return Ok(false);
                 }
                 at += n;
             }
-            kept.push(range);
+            Ok(true)
         }
-        Ok(kept)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = proved;
-        Ok(Vec::new())
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = range;
+            Ok(false)
+        }
     }
 }
 
-/// Whether a `pagemap` entry (8 bytes, native order) is a page not in memory, or a page of a
-/// file in memory: bit 63 in memory, 62 in swap, 61 a file's (or shared) page.
+/// Whether a `pagemap` entry (8 bytes, native order) is a file's page (bit 61: in memory, or
+/// being migrated, which also sets bit 62) or a page neither in memory (bit 63) nor in swap
+/// (bit 62).
 fn file_page_or_none(entry: &[u8]) -> bool {
     let Ok(bytes) = entry.try_into() else {
         return false;
     };
     let entry = u64::from_ne_bytes(bytes);
     let (present, swapped, file) = (entry >> 63 & 1, entry >> 62 & 1, entry >> 61 & 1);
-    swapped == 0 && (present == 0 || file == 1)
-}
-
-/// Drops the pages of each mapping in `clean`; returns how many bytes of address space it
-/// dropped. A mapping the kernel refuses is skipped and logged.
-fn drop_mappings(clean: &[Clean]) -> usize {
-    let mut dropped = 0;
-    for &range in clean {
-        match advise_dont_need(range) {
-            Ok(()) => dropped += range.len,
-            Err(e) => tracing::debug!(?range, "a mapping's pages stay: {e}"),
-        }
-    }
-    dropped
+    file == 1 || (present == 0 && swapped == 0)
 }
 
 /// `madvise(MADV_DONTNEED)` over `clean`. Linux only: elsewhere nothing is dropped.
@@ -390,11 +418,13 @@ fn advise_dont_need(clean: Clean) -> std::io::Result<()> {
         };
         // SAFETY: `clean` is a whole private, read-only mapping of a loaded image that held
         // no page of its own, in memory or in swap, when `smaps` was read (`clean_mappings`),
-        // and nothing writes to a read-only mapping: nothing in it was ever written, so
-        // dropping its pages changes no byte any thread can read; the next access maps the
-        // same bytes from the file again. It is found around an address inside the program's
-        // own code or a library it was linked with from its start, which nothing unmaps, so
-        // the range is still that mapping whenever it is dropped again.
+        // and for a later drop still none when `pagemap` was read just before this call
+        // (`Pagemap::all_the_files`). The program never writes to a read-only mapping, so
+        // dropping its pages changes no byte it reads: the next access maps the same bytes
+        // from the file again. It is found around an address inside the program's own code or
+        // a library it was linked with from its start, which nothing unmaps. What a debugger
+        // or a probe writes between that check and this call is lost (a breakpoint that no
+        // longer fires), never the program's data.
         unsafe { madvise(start, clean.len, MmapAdvise::MADV_DONTNEED) }
             .map_err(std::io::Error::from)
     }
@@ -508,7 +538,7 @@ Swap:                  0 kB
     }
 
     #[test]
-    fn the_pages_go_after_the_quiet_time_then_before_each_long_sleep() {
+    fn the_pages_go_after_the_quiet_time_then_again_before_each_long_sleep() {
         let t0 = Instant::now();
         let long = LONG_SLEEP;
         let short = LONG_SLEEP / 10;
@@ -517,10 +547,10 @@ Swap:                  0 kB
         assert_eq!(trim.due(true, t0 + QUIET / 2, long), None);
         assert_eq!(
             trim.due(true, t0 + QUIET, short),
-            None,
-            "a wake is due soon"
+            Some(Due::Find),
+            "the first drop whatever the sleep: a daemon that looks at its policy every \
+             second never sleeps long"
         );
-        assert_eq!(trim.due(true, t0 + QUIET, long), Some(Due::Find));
         trim.dropped = Some(Vec::new());
         assert_eq!(trim.due(true, t0 + QUIET * 2, short), None);
         assert_eq!(
@@ -595,6 +625,10 @@ Swap:                  0 kB
             "a page of its own"
         );
         assert!(!file_page_or_none(&entry(1 << 62)), "in swap");
+        assert!(
+            file_page_or_none(&entry(1 << 62 | 1 << 61)),
+            "a file's page being migrated"
+        );
         assert!(!file_page_or_none(&[0; 4]), "not an entry");
     }
 
@@ -608,23 +642,22 @@ Swap:                  0 kB
         let _one = DROPPING.lock().unwrap_or_else(|e| e.into_inner());
         let code = clean_code().unwrap();
         assert!(!code.is_empty(), "this test binary has clean code");
-        assert_eq!(
-            unwritten(code.clone()).unwrap(),
-            code,
-            "nothing wrote to its code"
-        );
+        let pagemap = Pagemap::open().unwrap();
+        for &range in &code {
+            assert!(
+                pagemap.all_the_files(range).unwrap(),
+                "nothing wrote to {range:?}"
+            );
+        }
         // Memory this test wrote: its pages are its own, so the range is left out.
         let written = vec![7u8; 1 << 20];
-        let page = page_size();
-        let start = (written.as_ptr() as usize).next_multiple_of(page);
+        let start = (written.as_ptr() as usize).next_multiple_of(pagemap.page);
         let data = Clean {
             start,
-            len: page * 4,
+            len: pagemap.page * 4,
         };
-        let mut both = code.clone();
-        both.push(data);
-        assert_eq!(unwritten(both).unwrap(), code);
-        assert_eq!(written[page * 2], 7);
+        assert!(!pagemap.all_the_files(data).unwrap());
+        assert_eq!(written[pagemap.page * 2], 7);
     }
 
     #[cfg(target_os = "linux")]
@@ -681,7 +714,7 @@ Swap:                  0 kB
             "and the loader's"
         );
         let before = resident();
-        let dropped = drop_mappings(&clean);
+        let dropped = Trim::new().drop_code(Due::Find).unwrap();
         let after = resident();
         assert!(dropped > 0, "the test binary has clean code to drop");
         assert!(
