@@ -34,7 +34,7 @@ use outpost_host::{CommandRequest, CommandSandbox, HostCommands, JobStatus};
 use serde_json::{Value, json};
 
 use super::policy::PolicySource;
-use crate::store::WaitEventRow;
+use crate::store::{WaitEventRow, WaitWrite};
 
 #[cfg(test)]
 mod tests;
@@ -72,13 +72,16 @@ struct RunSeen {
     ended: Option<(u64, RunStatus, Option<i32>)>,
 }
 
-/// One event of a wait's own history (`read('events')`).
+/// One event of a wait's own history (`read('events')`). Its detail is kept as the JSON
+/// text the store holds and read only when a condition asks: a wait keeps
+/// [`EVENTS_KEPT`] of these, so a parsed object (a map node of some 600 bytes) for each would
+/// cost ten times as much memory as the text.
 #[derive(Debug, Clone)]
 struct WaitEvent {
     seq: u64,
     at_ms: u64,
-    kind: String,
-    detail: Value,
+    kind: Box<str>,
+    detail: Box<str>,
 }
 
 /// What [`Seen`] holds behind its lock: runs and their end order (oldest first, for
@@ -92,6 +95,28 @@ struct SeenInner {
     next_seq: u64,
     /// Events not yet in the store: the driver commits them with its next wait rows.
     unsaved: Vec<WaitEventRow>,
+    /// Events that left a wait's history (past [`EVENTS_KEPT`]) and may be in the store: the
+    /// driver deletes them, by number, in the same commit.
+    dropped: Vec<u64>,
+}
+
+/// What the store has not been told yet: events to add and events to delete, by number.
+#[derive(Debug, Default)]
+pub(crate) struct UnsavedEvents {
+    /// New events, oldest first.
+    pub(crate) added: Vec<WaitEventRow>,
+    /// The numbers of events no longer in their wait's history (some may be in `added`).
+    pub(crate) dropped: Vec<u64>,
+}
+
+impl UnsavedEvents {
+    /// The store's writes for these, in the order that keeps each wait's last
+    /// [`EVENTS_KEPT`]: every addition before any drop, so that an event added and dropped in
+    /// one batch goes too. The driver commits them with its wait rows, after them.
+    pub(crate) fn writes(&self) -> impl Iterator<Item = WaitWrite<'_>> {
+        let added = self.added.iter().map(WaitWrite::Event);
+        added.chain(self.dropped.iter().map(|&seq| WaitWrite::DropEvent(seq)))
+    }
 }
 
 /// The machine's observations the driver keeps for conditions: runs (with their requester and
@@ -204,28 +229,38 @@ impl Seen {
         s.next_seq += 1;
         let seq = s.next_seq;
         let at_ms = now_ms();
+        let detail = detail.to_string();
+        let SeenInner {
+            events, dropped, ..
+        } = &mut *s;
+        let events = events.entry(wait_id.clone()).or_default();
+        events.push_back(WaitEvent {
+            seq,
+            at_ms,
+            kind: kind.into(),
+            detail: detail.as_str().into(),
+        });
+        while events.len() > EVENTS_KEPT {
+            dropped.extend(events.pop_front().map(|e| e.seq));
+        }
         s.unsaved.push(WaitEventRow {
             seq,
             wait_id: wait_id.clone(),
             at_ms,
             kind: kind.to_owned(),
-            detail: detail.to_string(),
-        });
-        let events = s.events.entry(wait_id.clone()).or_default();
-        events.push_back(WaitEvent {
-            seq,
-            at_ms,
-            kind: kind.to_owned(),
             detail,
         });
-        while events.len() > EVENTS_KEPT {
-            events.pop_front();
-        }
     }
 
-    /// The events recorded since the last call, for the store.
-    pub(crate) fn take_unsaved(&self) -> Vec<WaitEventRow> {
-        std::mem::take(&mut self.lock().unsaved)
+    /// The events added and dropped since the last call, for the store: deleting each
+    /// dropped one by its number keeps a wait's stored history as long as its history here
+    /// without reading the store.
+    pub(crate) fn take_unsaved(&self) -> UnsavedEvents {
+        let mut s = self.lock();
+        UnsavedEvents {
+            added: std::mem::take(&mut s.unsaved),
+            dropped: std::mem::take(&mut s.dropped),
+        }
     }
 
     /// The events a restarted daemon's store held, oldest first; numbering goes on after them.
@@ -233,16 +268,19 @@ impl Seen {
         let mut s = self.lock();
         for row in rows {
             s.next_seq = s.next_seq.max(row.seq);
-            let detail = serde_json::from_str(&row.detail).unwrap_or(Value::Null);
-            let events = s.events.entry(row.wait_id).or_default();
+            let SeenInner {
+                events, dropped, ..
+            } = &mut *s;
+            let events = events.entry(row.wait_id).or_default();
             events.push_back(WaitEvent {
                 seq: row.seq,
                 at_ms: row.at_ms,
-                kind: row.kind,
-                detail,
+                kind: row.kind.into(),
+                detail: row.detail.into(),
             });
+            // A store holding more than the limit (a build that kept more): the oldest go.
             while events.len() > EVENTS_KEPT {
-                events.pop_front();
+                dropped.extend(events.pop_front().map(|e| e.seq));
             }
         }
     }
@@ -411,7 +449,11 @@ impl Ctx {
             .flatten()
             .filter(|e| since.is_none_or(|since| e.seq > since))
             .take(limit as usize)
-            .map(|e| json!({ "seq": e.seq, "at": e.at_ms, "kind": e.kind, "detail": e.detail }))
+            .map(|e| {
+                // Text this daemon wrote (or its store held): unreadable reads as null.
+                let detail: Value = serde_json::from_str(&e.detail).unwrap_or(Value::Null);
+                json!({ "seq": e.seq, "at": e.at_ms, "kind": &*e.kind, "detail": detail })
+            })
             .collect();
         Value::Array(events)
     }

@@ -528,8 +528,10 @@ impl Driver {
         if !polled.records.is_empty() {
             tracing::trace!(target: "outpost::timeline", stage = "daemon.committed", frame = %change_names(&polled.records));
         }
+        // Taken for good: a write that fails ends the daemon, and the next process starts
+        // from what its store holds.
         let events = self.checks.seen().take_unsaved();
-        let mut writes: Vec<WaitWrite<'_>> = events.iter().map(WaitWrite::Event).collect();
+        let mut writes: Vec<WaitWrite<'_>> = events.writes().collect();
         writes.extend(polled.waits.iter().filter_map(|o| match o {
             Output::SaveWait { row, written_ms } => Some(WaitWrite::Save {
                 row,

@@ -3,10 +3,11 @@
 //! the journal of [`DaemonRecord`]s the core hands out, a snapshot
 //! the journal is folded into when the store is opened (docs/RECORDS.md), and one row per
 //! condition wait ([`WaitRow`], replaced on every save of the core's wait schedule), with the
-//! wait's recent events (`ctx.read('events')`, at most [`WAIT_EVENTS_KEPT`] a wait, committed
-//! with the rows and deleted with them). Beside the snapshot document it keeps the run ids the
-//! daemon still refuses (table `seen_runs`, rewritten when the journal is compacted; the
-//! records after it add to them as the core's fold does) and the server's key set in force
+//! wait's recent events (`ctx.read('events')`, at most [`WAIT_EVENTS_KEPT`] a wait — the
+//! writer names the older ones to delete — committed with the rows and deleted with them).
+//! Beside the snapshot document it keeps the run ids the daemon still refuses (table
+//! `seen_runs`, rewritten when the journal is compacted; the records after it add to them as
+//! the core's fold does) and the server's key set in force
 //! (table `key_set`), so a restart can neither run a run id again nor go back to an older set.
 //!
 //! [`DaemonStore::append`] returns only once the records are committed as durably as the
@@ -303,11 +304,8 @@ impl DaemonStore {
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                 )
                 .map_err(&sql)?;
-            let mut trim = tx
-                .prepare_cached(
-                    "DELETE FROM wait_events WHERE wait_id = ?1 AND seq NOT IN
-                     (SELECT seq FROM wait_events WHERE wait_id = ?1 ORDER BY seq DESC LIMIT ?2)",
-                )
+            let mut drop_event = tx
+                .prepare_cached("DELETE FROM wait_events WHERE seq = ?1")
                 .map_err(&sql)?;
             for write in writes {
                 match write {
@@ -318,18 +316,17 @@ impl DaemonStore {
                         forget_events.execute(params![wait_id]).map_err(&sql)?;
                         forget.execute(params![wait_id]).map_err(&sql)?
                     }
-                    WaitWrite::Event(e) => {
-                        event
-                            .execute(params![
-                                sql_int(e.seq),
-                                e.wait_id.as_str(),
-                                sql_int(e.at_ms),
-                                e.kind,
-                                e.detail
-                            ])
-                            .map_err(&sql)?;
-                        trim.execute(params![e.wait_id.as_str(), WAIT_EVENTS_KEPT as i64])
-                            .map_err(&sql)?
+                    WaitWrite::Event(e) => event
+                        .execute(params![
+                            sql_int(e.seq),
+                            e.wait_id.as_str(),
+                            sql_int(e.at_ms),
+                            e.kind,
+                            e.detail
+                        ])
+                        .map_err(&sql)?,
+                    WaitWrite::DropEvent(seq) => {
+                        drop_event.execute(params![sql_int(*seq)]).map_err(&sql)?
                     }
                 };
             }
@@ -402,8 +399,11 @@ pub enum WaitWrite<'a> {
     },
     /// The wait's row goes, with its events: the server has its ending (`Output::Forget`).
     Forget(&'a str),
-    /// One event of a wait's history; the wait keeps its last [`WAIT_EVENTS_KEPT`].
+    /// One event of a wait's history.
     Event(&'a WaitEventRow),
+    /// The event numbered so goes (if stored): the writer keeps each wait's last
+    /// [`WAIT_EVENTS_KEPT`] by naming the older ones, so no write reads a wait's history.
+    DropEvent(u64),
 }
 
 /// Events kept per wait, in the store and for `read('events')`.

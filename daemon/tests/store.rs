@@ -394,7 +394,7 @@ mod waits {
     }
 
     #[test]
-    fn a_waits_events_survive_reopening_keep_the_last_hundred_and_go_with_its_row() {
+    fn a_waits_events_survive_reopening_go_when_named_and_go_with_its_row() {
         use outpost_daemon::store::{WAIT_EVENTS_KEPT, WaitEventRow};
         let dir = std::env::temp_dir().join(format!("outpost-wait-events-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -425,9 +425,16 @@ mod waits {
         assert_eq!(read.len(), 150, "the orphan went, the rest stayed");
         assert_eq!(read[1], event(2, "kept"));
         assert!(read.windows(2).all(|w| w[0].seq < w[1].seq), "oldest first");
-        // Past the limit, the oldest of that wait go.
+        // Past the limit, the writer names the oldest of that wait, and they go in the same
+        // commit; a number stored nowhere changes nothing.
         let more: Vec<WaitEventRow> = (200..260).map(|n| event(n, "kept")).collect();
-        let writes: Vec<WaitWrite<'_>> = more.iter().map(WaitWrite::Event).collect();
+        let mut writes: Vec<WaitWrite<'_>> = more.iter().map(WaitWrite::Event).collect();
+        writes.extend((2..=70).step_by(2).map(WaitWrite::DropEvent));
+        writes.push(WaitWrite::DropEvent(9_999));
+        // An event added and named in the same write list goes too.
+        let passing = event(300, "kept");
+        writes.push(WaitWrite::Event(&passing));
+        writes.push(WaitWrite::DropEvent(300));
         store.write_waits(&writes).unwrap();
         let kept: Vec<u64> = store
             .wait_events()

@@ -422,11 +422,16 @@ fn a_restarted_daemon_s_events_read_as_before_and_numbering_goes_on() {
         .observe_input(&wait_checked("wait_t", 1, CheckOutcome::NotYet));
     before.seen.observe(&check_wait("wait_other", 1));
     let stored = before.seen.take_unsaved();
-    assert_eq!(stored.len(), 3, "every event is handed to the store once");
-    assert!(before.seen.take_unsaved().is_empty());
+    assert_eq!(
+        stored.added.len(),
+        3,
+        "every event is handed to the store once"
+    );
+    assert!(stored.dropped.is_empty());
+    assert!(before.seen.take_unsaved().added.is_empty());
     // A new process: what its store held is its history.
     let after = shared("events-b", grant(Egress::None, vec![], false), &[], false);
-    after.seen.restore_events(stored);
+    after.seen.restore_events(stored.added);
     after.seen.observe(&check_wait("wait_t", 2));
     let failed = CheckOutcome::Failed(outpost_core::wait::CheckError {
         code: "condition_threw".into(),
@@ -475,5 +480,101 @@ fn a_restarted_daemon_s_events_read_as_before_and_numbering_goes_on() {
     after.seen.observe(&Output::ForgetWait {
         wait_id: "wait_t".into(),
     });
-    assert!(after.seen.take_unsaved().is_empty());
+    let unsaved = after.seen.take_unsaved();
+    assert!(unsaved.added.is_empty() && unsaved.dropped.is_empty());
+}
+
+#[test]
+fn events_past_a_waits_limit_are_named_for_the_store_to_delete_oldest_first() {
+    let seen = shared(
+        "events-drop",
+        grant(Egress::None, vec![], false),
+        &[],
+        false,
+    )
+    .seen;
+    // A store that held more than the limit (written by an older build): the oldest go.
+    let stored: Vec<WaitEventRow> = (1..=EVENTS_KEPT as u64 + 2)
+        .map(|seq| WaitEventRow {
+            seq,
+            wait_id: "wait_t".into(),
+            at_ms: seq,
+            kind: "check_started".into(),
+            detail: format!(r#"{{"check":{seq}}}"#),
+        })
+        .collect();
+    seen.restore_events(stored);
+    assert_eq!(seen.take_unsaved().dropped, [1, 2]);
+    // Each new event past the limit names the oldest one held, another wait's untouched.
+    seen.observe(&check_wait("wait_other", 1));
+    for check in 1..=3 {
+        seen.observe(&check_wait("wait_t", check));
+    }
+    let unsaved = seen.take_unsaved();
+    let added: Vec<u64> = unsaved.added.iter().map(|e| e.seq).collect();
+    assert_eq!(added, [103, 104, 105, 106]);
+    assert_eq!(unsaved.dropped, [3, 4, 5]);
+    assert!(seen.take_unsaved().dropped.is_empty(), "named once");
+}
+
+#[test]
+fn a_waits_stored_history_is_its_last_hundred_whatever_the_batches() {
+    let shared = shared(
+        "events-store",
+        grant(Egress::None, vec![], false),
+        &[],
+        false,
+    );
+    let dir = scratch("events-store");
+    let (mut store, _) = crate::store::DaemonStore::open(&dir.join("daemon.db")).unwrap();
+    let mut check = 0;
+    // 30 checks (60 events, none dropped), then 1, then 90 in one batch: 180 events, some
+    // added and dropped in the same commit.
+    for batch in [30, 1, 90] {
+        for _ in 0..batch {
+            check += 1;
+            shared.seen.observe(&check_wait("wait_t", check));
+            let not_yet = wait_checked("wait_t", check, CheckOutcome::NotYet);
+            shared.seen.observe_input(&not_yet);
+        }
+        shared.seen.observe(&check_wait("wait_other", check));
+        let unsaved = shared.seen.take_unsaved();
+        let writes: Vec<_> = unsaved.writes().collect();
+        store.write_waits(&writes).unwrap();
+    }
+    let stored = |wait: &str| -> Vec<u64> {
+        let rows = store.wait_events().unwrap();
+        rows.iter()
+            .filter(|e| e.wait_id == wait)
+            .map(|e| e.seq)
+            .collect()
+    };
+    let read = ctx(&shared, false)
+        .read(
+            ReadRequest::Events {
+                since: None,
+                limit: 1_000,
+            },
+            &Cancel::new(),
+        )
+        .unwrap()
+        .value;
+    let held: Vec<u64> = read
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(held.len(), EVENTS_KEPT);
+    assert_eq!(
+        stored("wait_t"),
+        held,
+        "the store holds what conditions read"
+    );
+    assert_eq!(
+        stored("wait_other").len(),
+        3,
+        "another wait's history untouched"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
