@@ -289,8 +289,13 @@ impl DaemonStore {
         let sql = sqlite_error(&self.path);
         let tx = self.conn.transaction().map_err(&sql)?;
         {
+            // An upsert changes the row where it is: `INSERT OR REPLACE` deleted it and wrote
+            // it again under a new rowid, three pages of the WAL a save instead of one.
             let mut save = tx
-                .prepare_cached("INSERT OR REPLACE INTO waits (wait_id, bytes) VALUES (?1, ?2)")
+                .prepare_cached(
+                    "INSERT INTO waits (wait_id, bytes) VALUES (?1, ?2)
+                     ON CONFLICT (wait_id) DO UPDATE SET bytes = excluded.bytes",
+                )
                 .map_err(&sql)?;
             let mut forget = tx
                 .prepare_cached("DELETE FROM waits WHERE wait_id = ?1")

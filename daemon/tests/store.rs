@@ -394,6 +394,42 @@ mod waits {
     }
 
     #[test]
+    fn saving_a_wait_again_changes_its_row_in_place_one_page_of_the_wal() {
+        let dir = std::env::temp_dir().join(format!("outpost-wait-inplace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("daemon.db");
+        let _ = std::fs::remove_file(&path);
+        let (mut store, _) = DaemonStore::open(&path).unwrap();
+        let mut s = Schedule::new(ScheduleConfig::default(), now(0));
+        for n in 0..200 {
+            drive(
+                &mut s,
+                &mut store,
+                0,
+                Input::Register(spec(&format!("w{n:03}"))),
+            );
+        }
+        // Another connection counts the WAL's frames: emptied first, then after one save.
+        let counter = rusqlite::Connection::open(&path).unwrap();
+        let frames = |mode: &str| -> i64 {
+            let pragma = format!("PRAGMA wal_checkpoint({mode})");
+            counter.query_row(&pragma, [], |r| r.get(1)).unwrap()
+        };
+        frames("TRUNCATE");
+        let rows = store.waits().unwrap();
+        let (written_ms, row) = &rows[117];
+        let again = [WaitWrite::Save {
+            row,
+            written_ms: written_ms + 1,
+        }];
+        store.write_waits(&again).unwrap();
+        assert_eq!(frames("PASSIVE"), 1, "one page written: the row's own");
+        let (_, read) = &store.waits().unwrap()[117];
+        assert_eq!(read, row);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_waits_events_survive_reopening_go_when_named_and_go_with_its_row() {
         use outpost_daemon::store::{WAIT_EVENTS_KEPT, WaitEventRow};
         let dir = std::env::temp_dir().join(format!("outpost-wait-events-{}", std::process::id()));

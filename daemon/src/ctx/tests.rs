@@ -412,6 +412,32 @@ fn wait_checked(wait_id: &str, check: u64, outcome: CheckOutcome) -> Input {
     }
 }
 
+/// A shared context with nothing granted and nothing allowed by the owner.
+fn no_grant(tag: &str) -> CtxShared {
+    shared(tag, grant(Egress::None, vec![], false), &[], false)
+}
+
+/// What `read('events')` gives wait `wait_t` (up to 1,000), and the events' numbers.
+fn read_events(shared: &CtxShared) -> (Value, Vec<u64>) {
+    let events = ctx(shared, false)
+        .read(
+            ReadRequest::Events {
+                since: None,
+                limit: 1_000,
+            },
+            &Cancel::new(),
+        )
+        .unwrap()
+        .value;
+    let seqs = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    (events, seqs)
+}
+
 #[test]
 fn a_restarted_daemon_s_events_read_as_before_and_numbering_goes_on() {
     // A wait's history is the core's checks, as the mirror is shown them.
@@ -439,22 +465,7 @@ fn a_restarted_daemon_s_events_read_as_before_and_numbering_goes_on() {
         at_ms: 0,
     });
     after.seen.observe_input(&wait_checked("wait_t", 2, failed));
-    let events = ctx(&after, false)
-        .read(
-            ReadRequest::Events {
-                since: None,
-                limit: 100,
-            },
-            &Cancel::new(),
-        )
-        .unwrap()
-        .value;
-    let seqs: Vec<u64> = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["seq"].as_u64().unwrap())
-        .collect();
+    let (events, seqs) = read_events(&after);
     assert_eq!(
         seqs,
         [1, 2, 4, 5],
@@ -486,14 +497,8 @@ fn a_restarted_daemon_s_events_read_as_before_and_numbering_goes_on() {
 
 #[test]
 fn events_past_a_waits_limit_are_named_for_the_store_to_delete_oldest_first() {
-    let seen = shared(
-        "events-drop",
-        grant(Egress::None, vec![], false),
-        &[],
-        false,
-    )
-    .seen;
-    // A store that held more than the limit (written by an older build): the oldest go.
+    let seen = no_grant("events-drop").seen;
+    // A store that held more than the limit (a build that kept more): the oldest go.
     let stored: Vec<WaitEventRow> = (1..=EVENTS_KEPT as u64 + 2)
         .map(|seq| WaitEventRow {
             seq,
@@ -519,12 +524,7 @@ fn events_past_a_waits_limit_are_named_for_the_store_to_delete_oldest_first() {
 
 #[test]
 fn a_waits_stored_history_is_its_last_hundred_whatever_the_batches() {
-    let shared = shared(
-        "events-store",
-        grant(Egress::None, vec![], false),
-        &[],
-        false,
-    );
+    let shared = no_grant("events-store");
     let dir = scratch("events-store");
     let (mut store, _) = crate::store::DaemonStore::open(&dir.join("daemon.db")).unwrap();
     let mut check = 0;
@@ -549,22 +549,7 @@ fn a_waits_stored_history_is_its_last_hundred_whatever_the_batches() {
             .map(|e| e.seq)
             .collect()
     };
-    let read = ctx(&shared, false)
-        .read(
-            ReadRequest::Events {
-                since: None,
-                limit: 1_000,
-            },
-            &Cancel::new(),
-        )
-        .unwrap()
-        .value;
-    let held: Vec<u64> = read
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["seq"].as_u64().unwrap())
-        .collect();
+    let (_, held) = read_events(&shared);
     assert_eq!(held.len(), EVENTS_KEPT);
     assert_eq!(
         stored("wait_t"),
