@@ -214,7 +214,7 @@ fn records_kept_for_the_process_survive_a_kill_9() {
 mod waits {
     //! The wait schedule over the real store, across a kill -9 of the process that wrote it.
 
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
     use std::time::Duration;
 
     use outpost_core::time::{Instant, Now, UnixTime};
@@ -393,14 +393,20 @@ mod waits {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    #[test]
-    fn saving_a_wait_again_changes_its_row_in_place_one_page_of_the_wal() {
-        let dir = std::env::temp_dir().join(format!("outpost-wait-inplace-{}", std::process::id()));
+    /// A new store in a folder of its own (folder, file, store) and a schedule at time 0.
+    fn empty_store(tag: &str) -> (PathBuf, PathBuf, DaemonStore, Schedule) {
+        let dir = std::env::temp_dir().join(format!("outpost-wait-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("daemon.db");
         let _ = std::fs::remove_file(&path);
-        let (mut store, _) = DaemonStore::open(&path).unwrap();
-        let mut s = Schedule::new(ScheduleConfig::default(), now(0));
+        let (store, _) = DaemonStore::open(&path).unwrap();
+        let s = Schedule::new(ScheduleConfig::default(), now(0));
+        (dir, path, store, s)
+    }
+
+    #[test]
+    fn saving_a_wait_again_changes_its_row_in_place_one_page_of_the_wal() {
+        let (dir, path, mut store, mut s) = empty_store("inplace");
         for n in 0..200 {
             drive(
                 &mut s,
@@ -432,12 +438,7 @@ mod waits {
     #[test]
     fn a_waits_events_survive_reopening_go_when_named_and_go_with_its_row() {
         use outpost_daemon::store::{WAIT_EVENTS_KEPT, WaitEventRow};
-        let dir = std::env::temp_dir().join(format!("outpost-wait-events-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("daemon.db");
-        let _ = std::fs::remove_file(&path);
-        let (mut store, _) = DaemonStore::open(&path).unwrap();
-        let mut s = Schedule::new(ScheduleConfig::default(), now(0));
+        let (dir, path, mut store, mut s) = empty_store("events");
         drive(&mut s, &mut store, 0, Input::Register(spec("kept")));
         drive(&mut s, &mut store, 0, Input::Register(spec("gone")));
         let event = |seq: u64, wait_id: &str| WaitEventRow {
