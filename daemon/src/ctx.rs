@@ -441,21 +441,25 @@ impl Ctx {
     }
 
     fn read_events(&self, since: Option<u64>, limit: u32) -> Value {
-        let s = self.shared.seen.lock();
-        let events: Vec<Value> = s
+        // Copied out under the lock, parsed after: the driver takes the same lock.
+        let picked: Vec<WaitEvent> = self
+            .shared
+            .seen
+            .lock()
             .events
             .get(&self.wait_id)
             .into_iter()
             .flatten()
             .filter(|e| since.is_none_or(|since| e.seq > since))
             .take(limit as usize)
-            .map(|e| {
-                // Text this daemon wrote (or its store held): unreadable reads as null.
-                let detail: Value = serde_json::from_str(&e.detail).unwrap_or(Value::Null);
-                json!({ "seq": e.seq, "at": e.at_ms, "kind": &*e.kind, "detail": detail })
-            })
+            .cloned()
             .collect();
-        Value::Array(events)
+        let events = picked.into_iter().map(|e| {
+            // Text this daemon wrote (or its store held): unreadable reads as null.
+            let detail: Value = serde_json::from_str(&e.detail).unwrap_or(Value::Null);
+            json!({ "seq": e.seq, "at": e.at_ms, "kind": &*e.kind, "detail": detail })
+        });
+        Value::Array(events.collect())
     }
 
     fn read_file(&self, path: &str, read: bool) -> Result<Value, CallError> {

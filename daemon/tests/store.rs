@@ -396,9 +396,10 @@ mod waits {
     /// A new store in a folder of its own (folder, file, store) and a schedule at time 0.
     fn empty_store(tag: &str) -> (PathBuf, PathBuf, DaemonStore, Schedule) {
         let dir = std::env::temp_dir().join(format!("outpost-wait-{tag}-{}", std::process::id()));
+        // Its -wal and -shm too: a crashed run's would be read into the new file.
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("daemon.db");
-        let _ = std::fs::remove_file(&path);
         let (store, _) = DaemonStore::open(&path).unwrap();
         let s = Schedule::new(ScheduleConfig::default(), now(0));
         (dir, path, store, s)
@@ -417,11 +418,16 @@ mod waits {
         }
         // Another connection counts the WAL's frames: emptied first, then after one save.
         let counter = rusqlite::Connection::open(&path).unwrap();
-        let frames = |mode: &str| -> i64 {
+        let checkpoint = |mode: &str| -> (i64, i64, i64) {
             let pragma = format!("PRAGMA wal_checkpoint({mode})");
-            counter.query_row(&pragma, [], |r| r.get(1)).unwrap()
+            let read = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?, r.get(2)?));
+            counter.query_row(&pragma, [], read).unwrap()
         };
-        frames("TRUNCATE");
+        assert_eq!(
+            checkpoint("TRUNCATE"),
+            (0, 0, 0),
+            "not busy, the WAL emptied"
+        );
         let rows = store.waits().unwrap();
         let (written_ms, row) = &rows[117];
         let again = [WaitWrite::Save {
@@ -429,7 +435,11 @@ mod waits {
             written_ms: written_ms + 1,
         }];
         store.write_waits(&again).unwrap();
-        assert_eq!(frames("PASSIVE"), 1, "one page written: the row's own");
+        assert_eq!(
+            checkpoint("PASSIVE").1,
+            1,
+            "one page written: the row's own"
+        );
         let (_, read) = &store.waits().unwrap()[117];
         assert_eq!(read, row);
         let _ = std::fs::remove_dir_all(&dir);

@@ -528,8 +528,8 @@ fn a_waits_stored_history_is_its_last_hundred_whatever_the_batches() {
     let dir = scratch("events-store");
     let (mut store, _) = crate::store::DaemonStore::open(&dir.join("daemon.db")).unwrap();
     let mut check = 0;
-    // 30 checks (60 events, none dropped), then 1, then 90 in one batch: 180 events, some
-    // added and dropped in the same commit.
+    // Batches of 30 checks (60 events, none dropped), then 1, then 90 (180 events in one
+    // batch, some added and dropped in the same commit).
     for batch in [30, 1, 90] {
         for _ in 0..batch {
             check += 1;
