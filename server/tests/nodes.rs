@@ -627,7 +627,7 @@ fn a_grant_and_a_revoke_asked_of_another_node_reach_the_machines_owner() {
 /// on either node.
 #[test]
 fn a_ticket_issued_by_one_node_opens_the_socket_on_another_once() {
-    let (_, (_, a), (_, b)) = two_nodes("shared-tickets");
+    let (url, (_, a), (_, b)) = two_nodes("shared-tickets");
     let machine = Machine::new(96);
     assert_eq!(machine.register(&a, "box").status, 201);
     let mut daemon = Driver::new(&b);
@@ -643,6 +643,15 @@ fn a_ticket_issued_by_one_node_opens_the_socket_on_another_once() {
     let (ticket, _) = machine.ticket(&a);
     let first = common::open_socket(b.addr(), &ticket);
     assert!(first.is_ok(), "the first use opens");
+    // The upgrade is answered before the batch that spends the shared copy commits: once the
+    // copy is gone, b has spent it.
+    let (ticket_id, _) = outpost_core::ticket::connect_ticket_digest(&ticket).expect("a ticket");
+    let kept = format!("SELECT count(*) FROM connect_tickets WHERE id = '{ticket_id}'");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while common::postgres::psql(&url, &kept).trim() != "0" {
+        assert!(Instant::now() < deadline, "b never spent the shared copy");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     drop(first);
     for (node, name) in [(&a, "a"), (&b, "b")] {
         match common::open_socket(node.addr(), &ticket) {
