@@ -233,16 +233,13 @@ impl Seen {
         let SeenInner {
             events, dropped, ..
         } = &mut *s;
-        let events = events.entry(wait_id.clone()).or_default();
-        events.push_back(WaitEvent {
+        let event = WaitEvent {
             seq,
             at_ms,
             kind: kind.into(),
             detail: detail.as_str().into(),
-        });
-        while events.len() > EVENTS_KEPT {
-            dropped.extend(events.pop_front().map(|e| e.seq));
-        }
+        };
+        push_event(events.entry(wait_id.clone()).or_default(), dropped, event);
         s.unsaved.push(WaitEventRow {
             seq,
             wait_id: wait_id.clone(),
@@ -271,17 +268,14 @@ impl Seen {
             let SeenInner {
                 events, dropped, ..
             } = &mut *s;
-            let events = events.entry(row.wait_id).or_default();
-            events.push_back(WaitEvent {
+            let event = WaitEvent {
                 seq: row.seq,
                 at_ms: row.at_ms,
                 kind: row.kind.into(),
                 detail: row.detail.into(),
-            });
+            };
             // A store holding more than the limit (a build that kept more): the oldest go.
-            while events.len() > EVENTS_KEPT {
-                dropped.extend(events.pop_front().map(|e| e.seq));
-            }
+            push_event(events.entry(row.wait_id).or_default(), dropped, event);
         }
     }
 
@@ -294,6 +288,15 @@ impl Seen {
 
     fn grant(&self) -> Option<Grant> {
         self.lock().grant.clone()
+    }
+}
+
+/// Appends `event` to one wait's `history` and names in `dropped` each event that leaves it,
+/// oldest first, once it holds more than [`EVENTS_KEPT`].
+fn push_event(history: &mut VecDeque<WaitEvent>, dropped: &mut Vec<u64>, event: WaitEvent) {
+    history.push_back(event);
+    while history.len() > EVENTS_KEPT {
+        dropped.extend(history.pop_front().map(|e| e.seq));
     }
 }
 
