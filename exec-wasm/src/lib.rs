@@ -125,7 +125,11 @@ pub fn engine_config(pool_size: u32) -> Config {
         .total_tables(pool_size)
         .max_memory_size(1 << 32)
         .linear_memory_keep_resident(KEEP_RESIDENT)
-        .table_keep_resident(KEEP_RESIDENT);
+        .table_keep_resident(KEEP_RESIDENT)
+        // No run uses wasmtime's async fibers (modules are called synchronously), so the pool
+        // keeps no stacks for them. Its default, 1,000 stacks of 2 MiB each behind a guard
+        // page, cost the daemon's start 1,000 `mprotect` calls and 2,000 memory mappings.
+        .total_stacks(0);
     let mut config = Config::new();
     config
         .epoch_interruption(true)
