@@ -117,7 +117,8 @@ pub struct WasmExecutor {
 /// per pool slot stays resident.
 pub const KEEP_RESIDENT: usize = 256 << 10;
 
-/// The engine configuration: epoch interruption and the pooling allocator.
+/// The engine configuration: epoch interruption and the pooling allocator, for synchronous
+/// calls only (the pool keeps no fiber stacks, so an async call would fail for want of one).
 pub fn engine_config(pool_size: u32) -> Config {
     let mut pool = PoolingAllocationConfig::default();
     pool.total_core_instances(pool_size)

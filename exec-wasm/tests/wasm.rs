@@ -537,24 +537,3 @@ fn a_short_run_still_runs_on_its_waiter_s_thread_with_a_notifier_set() {
         "the write was made, and notified, on the waiter's own thread"
     );
 }
-
-#[test]
-fn the_engine_maps_no_stacks_for_fibers_it_never_uses() {
-    // Each stack the pool keeps for async fibers sits behind a guard page of its own: two
-    // memory mappings a stack. wasmtime's default of 1,000 stacks added 2,000 to the process
-    // (and 1,000 `mprotect` calls to the daemon's start). Engines made by tests running
-    // beside this one add a few each.
-    let mappings = || {
-        std::fs::read_to_string("/proc/self/maps")
-            .unwrap()
-            .lines()
-            .count()
-    };
-    let before = mappings();
-    let executor = WasmExecutor::new(WasmConfig::default());
-    let added = mappings().saturating_sub(before);
-    assert!(matches!(executor.probe(), Probe::Available { .. }));
-    assert!(added < 500, "the engine added {added} memory mappings");
-    // And it still runs a module.
-    assert_eq!(run_with(&executor, HELLO, "").exit_code, Some(0));
-}
