@@ -9,7 +9,10 @@
 //!   each once per round in a rotating order, so load on this shared machine falls on all
 //!   alike. It prints each host's median against tokio's (≤ 1.2×) and against the sum of the
 //!   floors' medians, `execute_wasm ÷ (durable_commits_x5 + ed25519_x3 + raw_websocket_x3)`
-//!   (target ≤ 1.3×, issue 35).
+//!   (target ≤ 1.3×, issue 35). Before it, every store is run until its write-ahead log
+//!   has wrapped (`round_trip/warm`, printed): the floors' files and each world's server and
+//!   daemon are compared as stores that have been running for a while, not while their logs
+//!   still grow.
 //! - `round_trip/timeline/<host>` (printed, measured last, after `throughput`): one
 //!   execution stage by stage, medians over 200 (`common/timeline.rs`): the HTTP request, the dispatcher feeding the core (which plans and
 //!   signs), each commit, each frame queued, written, read by the daemon's host and by its
@@ -161,9 +164,83 @@ fn round_trip(c: &mut Criterion) {
         ("durable_commits_x5", &durable_commits_x5),
         ("ed25519_x3", &ed25519_x3),
     ];
+    // Every store in its steady state before anything is compared: see `warm_until_wrapped`.
+    let floor_wals = [commits.join("server.db-wal"), commits.join("daemon.db-wal")];
+    let warmed = warm_until_wrapped(&floor_wals, &durable_commits_x5);
+    println!("round_trip/warm: durable_commits_x5 {warmed}");
+    for (kind, world, _) in &worlds {
+        let wals = [
+            world.dir.join("server").join("outpost.db-wal"),
+            world.dir.join("home").join("state").join("daemon.db-wal"),
+        ];
+        let warmed = warm_until_wrapped(&wals, || execute(world));
+        println!("round_trip/warm: execute_wasm/{} {warmed}", kind.as_str());
+    }
     interleaved(&worlds, &floors, execute);
     drop((server_db, daemon_db));
     let _ = std::fs::remove_dir_all(&commits);
+}
+
+/// How many steps in a row no WAL may grow before its store counts as warm.
+const STEADY_STEPS: usize = 50;
+
+/// The most steps [`warm_until_wrapped`] takes.
+const WARM_STEPS_MAX: usize = 5_000;
+
+/// What warming a store took: how many steps, and whether its WALs stopped growing within
+/// [`WARM_STEPS_MAX`] of them.
+struct Warmed {
+    steps: usize,
+    wrapped: bool,
+}
+
+impl std::fmt::Display for Warmed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.wrapped {
+            write!(f, "wrapped its WALs after {} steps", self.steps)
+        } else {
+            write!(
+                f,
+                "still grows its WALs after {} steps: the figures below are not in the \
+                 steady state",
+                self.steps
+            )
+        }
+    }
+}
+
+/// Runs `step` until none of the SQLite write-ahead logs `wals` has grown for
+/// [`STEADY_STEPS`] steps in a row (at most [`WARM_STEPS_MAX`] steps).
+///
+/// Why: once a WAL reached its checkpoint size (1,000 pages), SQLite writes it from its start
+/// again after each checkpoint, over blocks the file already has, as any store that has been
+/// running for a while does. Until then every commit makes the file longer, and each flush
+/// must also commit the file's new size to the file system's journal: on this machine's ext4
+/// an `fdatasync` after an append costs about 300 µs against 175 µs after an overwrite. The
+/// floors' commits write one or two pages each and an execution's some twenty, so without
+/// this the floors grew their WALs through every round while the executions' had wrapped.
+fn warm_until_wrapped(wals: &[std::path::PathBuf], mut step: impl FnMut()) -> Warmed {
+    let sizes = || -> Vec<u64> {
+        wals.iter()
+            .map(|wal| std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0))
+            .collect()
+    };
+    let mut last = sizes();
+    let (mut steps, mut steady) = (0, 0);
+    while steady < STEADY_STEPS && steps < WARM_STEPS_MAX {
+        step();
+        steps += 1;
+        let now = sizes();
+        if now == last {
+            steady += 1;
+        } else {
+            (steady, last) = (0, now);
+        }
+    }
+    Warmed {
+        steps,
+        wrapped: steady == STEADY_STEPS,
+    }
 }
 
 /// The body of every round-trip execution, made once (its making is not what is timed).
