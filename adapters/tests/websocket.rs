@@ -83,6 +83,46 @@ fn slow_consumer(host: &dyn Host) {
     link.close(1000, "done");
 }
 
+/// Messages sent from several threads at once, small ones (which an idle socket takes from
+/// the sender's own thread) among large ones (which it cannot take at once, so the host's
+/// writer finishes them), come back complete and in each sender's order.
+fn order_under_load(host: &dyn Host, url: &str, trust: &Trust) {
+    const SENDERS: usize = 4;
+    const EACH: usize = 300;
+    let rx = open(host, url, trust);
+    let link = opened(&rx);
+    let senders: Vec<_> = (0..SENDERS)
+        .map(|sender| {
+            let link = link.clone();
+            std::thread::spawn(move || {
+                for i in 0..EACH {
+                    let mut text = format!("{sender}:{i}:");
+                    if i % 50 == 49 {
+                        text.push_str(&"x".repeat(300_000));
+                    }
+                    link.send(text.into_bytes());
+                }
+            })
+        })
+        .collect();
+    let mut next = [0usize; SENDERS];
+    for _ in 0..SENDERS * EACH {
+        let echoed = String::from_utf8(message(&rx)).unwrap();
+        let mut parts = echoed.splitn(3, ':');
+        let sender: usize = parts.next().unwrap().parse().unwrap();
+        let i: usize = parts.next().unwrap().parse().unwrap();
+        assert_eq!(i, next[sender], "{}: sender {sender}'s order", host.name());
+        let padding = parts.next().unwrap().len();
+        assert_eq!(padding, if i % 50 == 49 { 300_000 } else { 0 });
+        next[sender] += 1;
+    }
+    for sender in senders {
+        sender.join().unwrap();
+    }
+    link.close(1000, "done");
+    assert_eq!(closed(&rx), Some(1000), "{}", host.name());
+}
+
 /// Closes end the closing handshake when the peer lives and are bounded when it does not; a
 /// ping is reported as a sign of life.
 fn closes_complete(host: &dyn Host) {
@@ -162,6 +202,7 @@ fn conformance(host: &dyn Host) {
         link.send(b"dropped after the close".to_vec());
         assert_eq!(message(&rx), b"one");
         assert_eq!(closed(&rx), Some(1000));
+        order_under_load(host, &url, &trust);
     }
     slow_consumer(host);
     closes_complete(host);

@@ -14,9 +14,10 @@ use rustls::pki_types::ServerName;
 use tungstenite::{Error as WsError, Message};
 
 use super::link::{
-    CLOSE_WAIT, CONNECT_TIMEOUT, Inbound, MESSAGE_TOO_BIG, Out, Unread, close_message, message_of,
+    CLOSE_WAIT, CONNECT_TIMEOUT, Inbound, MESSAGE_TOO_BIG, Unread, close_message, message_of,
     ws_config,
 };
+use super::outbox::Out;
 use super::{EventFn, Host, Link, LinkEvent, redact, target_of};
 
 /// A [`Host`] on std threads: blocking work on a pool of reused threads, one thread per
@@ -139,6 +140,8 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                     close_deadline = Some(std::time::Instant::now() + CLOSE_WAIT);
                     ws.write(close_message(code, reason))
                 }
+                // Only an async host's direct sends leave one; the flush below runs anyway.
+                Out::Flush => Ok(()),
             };
             match sent {
                 // Held by tungstenite until the socket takes it: the flush below retries.

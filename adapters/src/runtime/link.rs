@@ -6,16 +6,16 @@
 //! consumer therefore stops the reads, TCP pushes back on the peer, and the daemon's memory
 //! stays bounded however fast the server sends.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 
-use futures_util::{SinkExt as _, StreamExt as _};
+use futures_util::StreamExt as _;
 use tungstenite::Message;
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::protocol::frame::CloseFrame;
 use tungstenite::protocol::frame::coding::CloseCode;
 
+use super::outbox::{Out, Outbox, SharedSink, WakePipe, write_queued};
 use super::{EventFn, Runtime, redact, target_of};
 use outpost_core::wire::PtyOutputFrame;
 
@@ -115,23 +115,6 @@ pub(crate) struct Unread {
     notify: WakePipe,
 }
 
-/// The blocking host's wake-up pipe: one byte written wakes its thread out of `poll(2)`.
-#[derive(Default)]
-struct WakePipe(Mutex<Option<std::os::unix::net::UnixStream>>);
-
-impl WakePipe {
-    fn set(&self, stream: std::os::unix::net::UnixStream) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream);
-    }
-
-    /// Non-blocking: a full pipe already holds a wake-up.
-    fn poke(&self) {
-        if let Some(stream) = self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            let _ = std::io::Write::write(stream, &[1]);
-        }
-    }
-}
-
 impl Unread {
     fn lock(&self) -> std::sync::MutexGuard<'_, UnreadState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -176,83 +159,6 @@ impl Unread {
                 return Poll::Ready(());
             }
             s.waker = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
-    }
-}
-
-pub(crate) enum Out {
-    Send(Vec<u8>),
-    Close(u16, String),
-}
-
-#[derive(Default)]
-struct Queue {
-    items: VecDeque<Out>,
-    waker: Option<Waker>,
-    shut: bool,
-}
-
-/// The queue of messages waiting to be written, shared by a [`Link`] and the task or thread
-/// that writes them.
-#[derive(Default)]
-pub(crate) struct Outbox {
-    queue: Mutex<Queue>,
-    /// Written one byte per queued item, so a thread waiting in `poll(2)` wakes at once (the
-    /// blocking host); none for a task, which its waker wakes.
-    notify: WakePipe,
-}
-
-impl Outbox {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn push(&self, out: Out) {
-        {
-            let mut q = self.lock();
-            if q.shut {
-                return;
-            }
-            q.items.push_back(out);
-            if let Some(w) = q.waker.take() {
-                w.wake();
-            }
-        }
-        self.notify.poke();
-    }
-
-    /// Wakes `notify`'s peer on every queued item from now on.
-    pub(crate) fn notify_with(&self, notify: std::os::unix::net::UnixStream) {
-        self.notify.set(notify);
-    }
-
-    /// The next item without waiting (the blocking host polls between reads).
-    pub(crate) fn try_take(&self) -> Option<Out> {
-        self.lock().items.pop_front()
-    }
-
-    /// Refuses further items and wakes the writer, which then ends.
-    pub(crate) fn shut(&self) {
-        let mut q = self.lock();
-        q.shut = true;
-        if let Some(w) = q.waker.take() {
-            w.wake();
-        }
-    }
-
-    /// The next item; `None` once shut and empty.
-    async fn next(&self) -> Option<Out> {
-        std::future::poll_fn(|cx| {
-            let mut q = self.lock();
-            if let Some(out) = q.items.pop_front() {
-                return Poll::Ready(Some(out));
-            }
-            if q.shut {
-                return Poll::Ready(None);
-            }
-            q.waker = Some(cx.waker().clone());
             Poll::Pending
         })
         .await
@@ -354,36 +260,14 @@ pub(crate) async fn drive_async(
     let link = Link::new();
     let outbox = link.outbox.clone();
     events(LinkEvent::Opened(link));
-    let (mut sender, mut receiver) = ws.split();
+    let (sender, mut receiver) = ws.split();
+    let sender: SharedSink<_> = Arc::new(Mutex::new(sender));
     let writer_outbox = outbox.clone();
     let closed = Arc::new(Signal::default());
     let writer_closed = closed.clone();
+    outbox.write_directly_to(sender.clone());
     runtime.spawn(Box::pin(async move {
-        // What is already queued behind a message leaves with it: one flush (one write to the
-        // socket) for all of them.
-        'writer: while let Some(mut out) = writer_outbox.next().await {
-            loop {
-                let (message, closes) = match out {
-                    Out::Send(bytes) => (message_of(bytes), false),
-                    Out::Close(code, reason) => (close_message(code, reason), true),
-                };
-                if sender.feed(message).await.is_err() {
-                    break 'writer;
-                }
-                if closes {
-                    let _ = sender.flush().await;
-                    break 'writer;
-                }
-                match writer_outbox.try_take() {
-                    Some(next) => out = next,
-                    None => break,
-                }
-            }
-            if sender.flush().await.is_err() {
-                break;
-            }
-            tracing::trace!(target: "outpost::timeline", stage = "link.written");
-        }
+        write_queued(&writer_outbox, &sender).await;
         // The close is out (or writing failed): the reader now waits a bounded time for the
         // peer's.
         writer_closed.set();

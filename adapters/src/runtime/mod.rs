@@ -17,6 +17,7 @@
 mod blocking;
 mod choice;
 mod link;
+mod outbox;
 mod pool;
 #[cfg(feature = "smol")]
 mod smol;
