@@ -140,8 +140,8 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                     close_deadline = Some(std::time::Instant::now() + CLOSE_WAIT);
                     ws.write(close_message(code, reason))
                 }
-                // Only an async host's direct sends leave one; the flush below runs anyway.
-                Out::Flush => Ok(()),
+                // Only an async host's direct sends leave these; this host never has one.
+                Out::Flush | Out::Failed => Ok(()),
             };
             match sent {
                 // Held by tungstenite until the socket takes it: the flush below retries.

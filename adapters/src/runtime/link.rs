@@ -165,8 +165,8 @@ impl Unread {
     }
 }
 
-/// The sending half of an open WebSocket. Cheap to clone; sends are queued in order and never
-/// block.
+/// The sending half of an open WebSocket. Cheap to clone; sends keep their order and never wait
+/// for the socket.
 #[derive(Clone)]
 pub struct Link {
     pub(crate) outbox: Arc<Outbox>,
@@ -185,7 +185,9 @@ impl Link {
         }
     }
 
-    /// Queues one message (sent as text when it is UTF-8 JSON, as binary otherwise).
+    /// Sends one message (as text when it is UTF-8 JSON, as binary otherwise): on an async host
+    /// whose socket is idle, a small one is written from the caller's thread at once, else it
+    /// is queued for the host's writer.
     pub fn send(&self, bytes: Vec<u8>) {
         self.outbox.push(Out::Send(bytes));
     }
@@ -216,6 +218,7 @@ pub(crate) fn message_of(bytes: Vec<u8>) -> Message {
     }
 }
 
+/// The WebSocket close message with `code` and `reason`.
 pub(crate) fn close_message(code: u16, reason: String) -> Message {
     Message::Close(Some(CloseFrame {
         code: CloseCode::from(code),
