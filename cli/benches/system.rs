@@ -192,12 +192,21 @@ const WARM_STEPS_MAX: usize = 5_000;
 struct Warmed {
     steps: usize,
     wrapped: bool,
+    /// A WAL that was not there at the end (a path the bench got wrong).
+    missing: bool,
 }
 
 impl std::fmt::Display for Warmed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.wrapped {
             write!(f, "wrapped its WALs after {} steps", self.steps)
+        } else if self.missing {
+            write!(
+                f,
+                "has no WAL where the bench looks after {} steps: the figures below are not \
+                 known to be in the steady state",
+                self.steps
+            )
         } else {
             write!(
                 f,
@@ -244,6 +253,7 @@ fn warm_until_wrapped(wals: &[std::path::PathBuf], mut step: impl FnMut()) -> Wa
     Warmed {
         steps,
         wrapped: steady == STEADY_STEPS,
+        missing: last.iter().any(Option::is_none),
     }
 }
 

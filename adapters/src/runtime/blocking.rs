@@ -13,11 +13,8 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use rustls::pki_types::ServerName;
 use tungstenite::{Error as WsError, Message};
 
-use super::link::{
-    CLOSE_WAIT, CONNECT_TIMEOUT, Inbound, MESSAGE_TOO_BIG, Unread, close_message, message_of,
-    ws_config,
-};
-use super::outbox::Out;
+use super::link::{CLOSE_WAIT, CONNECT_TIMEOUT, Inbound, MESSAGE_TOO_BIG, Unread, ws_config};
+use super::outbox::{Out, close_message, message_of};
 use super::{EventFn, Host, Link, LinkEvent, redact, target_of};
 
 /// A [`Host`] on std threads: blocking work on a pool of reused threads, one thread per

@@ -12,12 +12,9 @@ use std::task::{Poll, Waker};
 use futures_util::StreamExt as _;
 use tungstenite::Message;
 use tungstenite::protocol::WebSocketConfig;
-use tungstenite::protocol::frame::CloseFrame;
-use tungstenite::protocol::frame::coding::CloseCode;
 
 use super::outbox::{Out, Outbox, SharedSink, WakePipe, write_queued};
 use super::{EventFn, Runtime, redact, target_of};
-use outpost_core::wire::PtyOutputFrame;
 
 /// The largest WebSocket message either side accepts (PROTOCOL §2: 1 MiB; larger is 1009):
 /// the core's largest frame.
@@ -206,26 +203,6 @@ pub(crate) fn ws_config() -> WebSocketConfig {
         .max_frame_size(Some(MAX_MESSAGE_LEN))
 }
 
-/// A frame as a WebSocket message: JSON text (it starts with `{`) as a text message, the
-/// binary `pty.output` and anything else not UTF-8 as a binary one.
-pub(crate) fn message_of(bytes: Vec<u8>) -> Message {
-    if PtyOutputFrame::is_binary(&bytes) {
-        return Message::binary(bytes);
-    }
-    match String::from_utf8(bytes) {
-        Ok(text) => Message::text(text),
-        Err(e) => Message::binary(e.into_bytes()),
-    }
-}
-
-/// The WebSocket close message with `code` and `reason`.
-pub(crate) fn close_message(code: u16, reason: String) -> Message {
-    Message::Close(Some(CloseFrame {
-        code: CloseCode::from(code),
-        reason: reason.into(),
-    }))
-}
-
 /// Connects, shakes hands, then moves messages until the connection ends.
 pub(crate) async fn drive_async(
     runtime: Arc<dyn Runtime>,
@@ -263,6 +240,13 @@ pub(crate) async fn drive_async(
     let link = Link::new();
     let outbox = link.outbox.clone();
     events(LinkEvent::Opened(link));
+    // However this ends (a panic in the socket's layers included), the queue is shut and the
+    // consumer hears that the connection closed, so it connects again.
+    let mut ending = Ending {
+        outbox: outbox.clone(),
+        events: events.clone(),
+        code: None,
+    };
     let (sender, mut receiver) = ws.split();
     let sender: SharedSink<_> = Arc::new(Mutex::new(sender));
     let writer_outbox = outbox.clone();
@@ -270,12 +254,11 @@ pub(crate) async fn drive_async(
     let writer_closed = closed.clone();
     outbox.write_directly_to(sender.clone());
     runtime.spawn(Box::pin(async move {
+        // The close is out (or writing failed, or the writer panicked): the reader now waits
+        // a bounded time for the peer's.
+        let _closed = OnDrop(move || writer_closed.set());
         write_queued(&writer_outbox, &sender).await;
-        // The close is out (or writing failed): the reader now waits a bounded time for the
-        // peer's.
-        writer_closed.set();
     }));
-    let mut code = None;
     let unread = Arc::new(Unread::default());
     // Set once this side has sent its close: the peer has that long to close too.
     let mut close_deadline: Option<super::BoxFuture<()>> = None;
@@ -308,7 +291,7 @@ pub(crate) async fn drive_async(
             Ok(Message::Binary(bytes)) => {
                 events(LinkEvent::Message(Inbound::new(bytes.to_vec(), &unread)))
             }
-            Ok(Message::Close(frame)) => code = frame.map(|f| u16::from(f.code)),
+            Ok(Message::Close(frame)) => ending.code = frame.map(|f| u16::from(f.code)),
             Ok(Message::Ping(_) | Message::Pong(_)) => events(LinkEvent::Alive),
             Ok(Message::Frame(_)) => {}
             Err(tungstenite::Error::Capacity(_)) => {
@@ -322,8 +305,31 @@ pub(crate) async fn drive_async(
             Err(_) => break,
         }
     }
-    outbox.shut();
-    events(LinkEvent::Closed { code });
+}
+
+/// Shuts a connection's queue and reports [`LinkEvent::Closed`] when the connection's
+/// reader ends, however it ends.
+struct Ending {
+    outbox: Arc<Outbox>,
+    events: EventFn,
+    /// The peer's close code, once it sent one.
+    code: Option<u16>,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        self.outbox.shut();
+        (self.events)(LinkEvent::Closed { code: self.code });
+    }
+}
+
+/// Runs its function when dropped (a task's last word, even when it panics).
+struct OnDrop<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
 }
 
 /// The output of whichever of `a` and `b` finishes first: `Some` for `a`, `None` for `b`.

@@ -5,21 +5,24 @@
 //! Writing a small frame from the driver's thread straight to an idle socket spares a wake-up
 //! of the writer task (tens of microseconds on a busy machine, on every frame). It is only
 //! ever one non-blocking attempt: whatever the socket does not take at once (the sink not
-//! ready, a flush it could not finish) is left to the writer task, which the socket wakes, so
+//! ready, a flush it could not finish) is left to the writer task, which the sender wakes, so
 //! a sender never waits for the socket and nothing is lost or reordered. (It may wait for the
 //! connection's lock while the reader takes a message out of it.) One writer at a time: a
 //! message goes directly only when nothing is queued and nobody is writing, else it joins the
 //! queue. A failed direct send stops the writer as a failed write of its own does.
 //!
-//! This module owns the order of outgoing messages. It never reads a socket and never decides
-//! when a connection closes.
+//! This module owns the order of outgoing messages and what a frame or a close looks like as a
+//! WebSocket message. It never reads a socket and never decides when a connection closes.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use futures_util::Sink;
+use outpost_core::wire::PtyOutputFrame;
 use tungstenite::Message;
+use tungstenite::protocol::frame::CloseFrame;
+use tungstenite::protocol::frame::coding::CloseCode;
 
 /// The largest message a sender writes directly; a larger one goes to the writer, so that
 /// encrypting and writing it never holds up the sender's thread.
@@ -39,7 +42,8 @@ pub(crate) enum Out {
 }
 
 /// The sending half of an async host's WebSocket, shared by its writer task and the senders
-/// that write directly. Each poll holds the lock for its own call only.
+/// that write directly. The writer holds the lock for one poll at a time; a direct send, for
+/// its one attempt.
 pub(crate) type SharedSink<K> = Arc<Mutex<K>>;
 
 /// A sink a sender may write to directly: the [`SharedSink`] of any WebSocket sink.
@@ -55,8 +59,7 @@ pub(crate) enum Direct {
     Written,
     /// In the sink, not all flushed: the writer must flush.
     FlushOwed,
-    /// The sink took nothing: the bytes go back to the front of the queue (a sink that failed
-    /// fails again for the writer, which then stops).
+    /// The sink took nothing: the bytes go back to the front of the queue.
     NotReady(Vec<u8>),
     /// The sink refused the message or its flush: the writer stops.
     Failed,
@@ -70,14 +73,12 @@ where
         let mut cx = Context::from_waker(waker);
         let mut sink = self.lock().unwrap_or_else(|e| e.into_inner());
         let mut sink = std::pin::Pin::new(&mut *sink);
-        if !matches!(sink.as_mut().poll_ready(&mut cx), Poll::Ready(Ok(()))) {
-            return Direct::NotReady(bytes);
+        match sink.as_mut().poll_ready(&mut cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(_)) => return Direct::Failed,
+            Poll::Pending => return Direct::NotReady(bytes),
         }
-        if sink
-            .as_mut()
-            .start_send(super::link::message_of(bytes))
-            .is_err()
-        {
+        if sink.as_mut().start_send(message_of(bytes)).is_err() {
             return Direct::Failed;
         }
         match sink.poll_flush(&mut cx) {
@@ -146,11 +147,16 @@ impl Outbox {
             self.notify.poke();
             return;
         };
-        // A panic in the socket's layers must not leave `writing` set: it counts as a failure.
+        // A panic in the socket's layers must not leave `writing` set: it counts as a failure
+        // (the writer stops, and the reader ends the connection; the panic itself is printed by
+        // the panic hook).
         let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             sink.try_send(bytes, &waker)
         }))
-        .unwrap_or(Direct::Failed);
+        .unwrap_or_else(|_| {
+            tracing::error!("writing to the socket panicked: the connection is dropped");
+            Direct::Failed
+        });
         let left = match sent {
             Direct::Written => {
                 tracing::trace!(target: "outpost::timeline", stage = "link.written");
@@ -189,7 +195,8 @@ impl Outbox {
         self.lock().items.pop_front()
     }
 
-    /// Refuses further items and wakes the writer, which then ends.
+    /// Refuses further items and wakes the writer, which ends once it wrote what is queued;
+    /// senders no longer write directly.
     pub(crate) fn shut(&self) {
         let mut q = self.lock();
         q.shut = true;
@@ -199,7 +206,7 @@ impl Outbox {
         }
     }
 
-    /// The next item, once no sender writes directly; `None` once shut and empty. The
+    /// The next item, once no sender writes directly; `None` once shut and drained. The
     /// writer owns the socket from then until [`Outbox::written`].
     async fn next(&self) -> Option<Out> {
         std::future::poll_fn(|cx| {
@@ -223,8 +230,8 @@ impl Outbox {
         self.lock().writing = false;
     }
 
-    /// The writer stopped: nothing is written directly any more, and the sink (with the
-    /// socket it holds) is let go.
+    /// The writer stopped: nothing is written directly any more, and the outbox lets its
+    /// reference to the sink go.
     fn stopped(&self) {
         let mut q = self.lock();
         q.writing = true;
@@ -232,9 +239,10 @@ impl Outbox {
     }
 }
 
-/// The async host's writer: writes what `outbox` queues to `sink` until the queue is shut or
-/// a close is written, or writing fails. What is already queued behind a message leaves with
-/// it: one flush (one write to the socket) for all of them.
+/// The async host's writer: writes what `outbox` queues to `sink` until the queue is shut and
+/// drained, a close is written, or writing fails (its own write, or a sender's direct one).
+/// What is already queued behind a message leaves with it: one flush (one write to the socket)
+/// for all of them.
 pub(crate) async fn write_queued<K>(outbox: &Outbox, sink: &SharedSink<K>)
 where
     K: Sink<Message> + Unpin,
@@ -250,8 +258,8 @@ where
     while let Some(mut out) = outbox.next().await {
         loop {
             let (message, closes) = match out {
-                Out::Send(bytes) => (Some(super::link::message_of(bytes)), false),
-                Out::Close(code, reason) => (Some(super::link::close_message(code, reason)), true),
+                Out::Send(bytes) => (Some(message_of(bytes)), false),
+                Out::Close(code, reason) => (Some(close_message(code, reason)), true),
                 Out::Flush => (None, false),
                 Out::Failed => return,
             };
@@ -309,6 +317,26 @@ where
             .map_err(|_| ())
     })
     .await
+}
+
+/// A frame as a WebSocket message: JSON text (it starts with `{`) as a text message, the
+/// binary `pty.output` and anything else not UTF-8 as a binary one.
+pub(crate) fn message_of(bytes: Vec<u8>) -> Message {
+    if PtyOutputFrame::is_binary(&bytes) {
+        return Message::binary(bytes);
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) => Message::text(text),
+        Err(e) => Message::binary(e.into_bytes()),
+    }
+}
+
+/// The WebSocket close message with `code` and `reason`.
+pub(crate) fn close_message(code: u16, reason: String) -> Message {
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::from(code),
+        reason: reason.into(),
+    }))
 }
 
 /// A blocking host's wake-up pipe: one byte written wakes its thread out of `poll(2)`.
@@ -507,6 +535,45 @@ mod tests {
             1,
             "the stopped writer lets the sink go"
         );
+    }
+
+    /// A shut while a sender writes directly (the writer, woken by it, polls during the
+    /// write): the writer waits for the sender, finishes the flush it left if it left one,
+    /// then ends.
+    #[test]
+    fn a_shut_during_a_direct_send_lets_it_finish() {
+        for flush_owed in [false, true] {
+            let runtime = Arc::new(
+                tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap(),
+            );
+            let (sink, arrived) = Scripted::new(Refusals::default());
+            let outbox = Arc::new(Outbox::default());
+            outbox.write_directly_to(sink.clone());
+            let writer = runtime.spawn({
+                let (outbox, sink) = (outbox.clone(), sink.clone());
+                async move { write_queued(&outbox, &sink).await }
+            });
+            runtime.block_on(tokio::task::yield_now());
+            let (other, during) = (outbox.clone(), runtime.clone());
+            sink.lock().unwrap().refusals = Refusals {
+                flush: usize::from(flush_owed),
+                meanwhile: Some(Box::new(move || {
+                    other.shut();
+                    during.block_on(tokio::task::yield_now());
+                })),
+                ..Refusals::default()
+            };
+            send(&outbox, "last");
+            runtime.block_on(tokio::task::yield_now());
+            let by_sender = !flush_owed;
+            assert_eq!(arrived.try_recv(), Ok((b"last".to_vec(), by_sender)));
+            assert!(
+                writer.is_finished(),
+                "the writer ends (flush owed: {flush_owed})"
+            );
+        }
     }
 
     /// Senders on several threads, a sink that refuses every third poll of each kind: every
