@@ -466,24 +466,57 @@ mod tests {
         outbox.push(Out::Send(text.as_bytes().to_vec()));
     }
 
-    /// Each path on one thread, with a single-threaded runtime that runs the writer only when
-    /// the test lets it: a send to an idle socket is flushed by the sender itself; a flush the
-    /// socket refuses, a sink that is not ready and a large message are finished by the
-    /// writer, in order; a failed send stops the writer, and nothing is written after it.
-    #[test]
-    fn each_path_of_a_send() {
+    /// A fresh outbox whose writer runs on `runtime`, writing to a [`Scripted`] sink.
+    struct Started {
+        sink: SharedSink<Scripted>,
+        arrived: mpsc::Receiver<(Vec<u8>, bool)>,
+        outbox: Arc<Outbox>,
+        writer: tokio::task::JoinHandle<()>,
+    }
+
+    /// A single-threaded runtime that runs the writer only when a test lets it, and a writer
+    /// on it already parked, waiting for a message.
+    fn parked_writer() -> (Arc<tokio::runtime::Runtime>, Started) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let let_the_writer_run = || runtime.block_on(tokio::task::yield_now());
-        let (sink, arrived) = Scripted::new(Refusals::default());
+        let started = start(&runtime, Refusals::default());
+        runtime.block_on(tokio::task::yield_now());
+        (Arc::new(runtime), started)
+    }
+
+    fn start(runtime: &tokio::runtime::Runtime, refusals: Refusals) -> Started {
+        let (sink, arrived) = Scripted::new(refusals);
         let outbox = Arc::new(Outbox::default());
         outbox.write_directly_to(sink.clone());
         let writer = runtime.spawn({
             let (outbox, sink) = (outbox.clone(), sink.clone());
             async move { write_queued(&outbox, &sink).await }
         });
-        let_the_writer_run();
+        Started {
+            sink,
+            arrived,
+            outbox,
+            writer,
+        }
+    }
+
+    /// Each path on one thread, with a single-threaded runtime that runs the writer only when
+    /// the test lets it: a send to an idle socket is flushed by the sender itself; a flush the
+    /// socket refuses, a sink that is not ready and a large message are finished by the
+    /// writer, in order; a failed send stops the writer, and nothing is written after it.
+    #[test]
+    fn each_path_of_a_send() {
+        let (
+            runtime,
+            Started {
+                sink,
+                arrived,
+                outbox,
+                writer,
+            },
+        ) = parked_writer();
+        let let_the_writer_run = || runtime.block_on(tokio::task::yield_now());
         send(&outbox, "direct");
         assert_eq!(arrived.try_recv(), Ok((b"direct".to_vec(), true)));
         // The socket takes the message, not its flush: the writer flushes it.
@@ -543,19 +576,13 @@ mod tests {
     #[test]
     fn a_shut_during_a_direct_send_lets_it_finish() {
         for flush_owed in [false, true] {
-            let runtime = Arc::new(
-                tokio::runtime::Builder::new_current_thread()
-                    .build()
-                    .unwrap(),
-            );
-            let (sink, arrived) = Scripted::new(Refusals::default());
-            let outbox = Arc::new(Outbox::default());
-            outbox.write_directly_to(sink.clone());
-            let writer = runtime.spawn({
-                let (outbox, sink) = (outbox.clone(), sink.clone());
-                async move { write_queued(&outbox, &sink).await }
-            });
-            runtime.block_on(tokio::task::yield_now());
+            let (runtime, started) = parked_writer();
+            let Started {
+                sink,
+                arrived,
+                outbox,
+                writer,
+            } = started;
             let (other, during) = (outbox.clone(), runtime.clone());
             sink.lock().unwrap().refusals = Refusals {
                 flush: usize::from(flush_owed),
@@ -589,16 +616,18 @@ mod tests {
             .enable_time()
             .build()
             .unwrap();
-        let (sink, arrived) = Scripted::new(Refusals {
-            every: 3,
-            ..Refusals::default()
-        });
-        let outbox = Arc::new(Outbox::default());
-        outbox.write_directly_to(sink.clone());
-        let writer = runtime.spawn({
-            let outbox = outbox.clone();
-            async move { write_queued(&outbox, &sink).await }
-        });
+        let Started {
+            arrived,
+            outbox,
+            writer,
+            ..
+        } = start(
+            &runtime,
+            Refusals {
+                every: 3,
+                ..Refusals::default()
+            },
+        );
         let senders: Vec<_> = (0..SENDERS)
             .map(|sender| {
                 let outbox = outbox.clone();
