@@ -494,9 +494,18 @@ fn a_hand_written_daemon_meets_the_live_cap_the_offer_deadline_and_unknown_resul
         (kind.as_str(), &ack["runId"]),
         ("run.ack", &json!("ex_nobody.1"))
     );
-    let metrics = http(addr, "GET", "/metrics", &[], b"");
-    let text = String::from_utf8_lossy(&metrics.body).into_owned();
-    assert!(text.contains("outpost_unknown_results_total 1"), "{text}");
+    // Counted as the ack leaves, which may reach this socket first.
+    let deadline = StdInstant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = http(addr, "GET", "/metrics", &[], b"");
+        let text = String::from_utf8_lossy(&metrics.body).into_owned();
+        if text.contains("outpost_unknown_results_total 1") {
+            break;
+        }
+        assert!(StdInstant::now() < deadline, "{text}");
+        // The poll's pace: the metrics are read again.
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let runs = http(addr, "GET", "/v1/runs?limit=500", &auth, b"").json();
     assert_eq!(runs["runs"].as_array().map(Vec::len), Some(2), "{runs}");
 }

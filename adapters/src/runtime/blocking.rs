@@ -14,7 +14,7 @@ use rustls::pki_types::ServerName;
 use tungstenite::{Error as WsError, Message};
 
 use super::link::{CLOSE_WAIT, CONNECT_TIMEOUT, Inbound, MESSAGE_TOO_BIG, Unread, ws_config};
-use super::outbox::{Out, close_message, message_of};
+use super::outbox::{Messages as _, Out, Tungstenite};
 use super::{EventFn, Host, Link, LinkEvent, redact, target_of};
 
 /// A [`Host`] on std threads: blocking work on a pool of reused threads, one thread per
@@ -131,12 +131,13 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
             let sent = match out {
                 Out::Send(bytes) => {
                     wrote = true;
-                    ws.write(message_of(bytes))
+                    ws.write(Tungstenite::frame(bytes))
                 }
                 Out::Close(code, reason) => {
                     close_deadline = Some(std::time::Instant::now() + CLOSE_WAIT);
-                    ws.write(close_message(code, reason))
+                    ws.write(Tungstenite::close(code, reason))
                 }
+                Out::Ping => ws.write(Tungstenite::ping()),
                 // Only an async host's direct sends leave these; this host never has one.
                 Out::Flush | Out::Failed => Ok(()),
             };
@@ -170,7 +171,10 @@ fn drive(url: String, tls: Arc<rustls::ClientConfig>, events: EventFn) {
                     // A message over the limit: say so (1009), then read and drop what the
                     // peer still sends until it closes (bounded), so the close reaches it
                     // instead of a reset that discards it.
-                    let _ = ws.send(close_message(MESSAGE_TOO_BIG, "message too big".into()));
+                    let _ = ws.send(Tungstenite::close(
+                        MESSAGE_TOO_BIG,
+                        "message too big".into(),
+                    ));
                     let _ = ws.flush();
                     discard_to_end(&control);
                     break 'conn;

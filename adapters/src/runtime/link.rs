@@ -13,7 +13,7 @@ use futures_util::StreamExt as _;
 use tungstenite::Message;
 use tungstenite::protocol::WebSocketConfig;
 
-use super::outbox::{Out, Outbox, SharedSink, WakePipe, write_queued};
+use super::outbox::{OnDrop, Out, Outbox, SharedSink, Tungstenite, WakePipe, write_queued};
 use super::{EventFn, Runtime, redact, target_of};
 
 /// The largest WebSocket message either side accepts (PROTOCOL §2: 1 MiB; larger is 1009):
@@ -248,7 +248,7 @@ pub(crate) async fn drive_async(
         code: None,
     };
     let (sender, mut receiver) = ws.split();
-    let sender: SharedSink<_> = Arc::new(Mutex::new(sender));
+    let sender = Arc::new(SharedSink::<_, Tungstenite>::new(sender));
     let writer_outbox = outbox.clone();
     let closed = Arc::new(Signal::default());
     let writer_closed = closed.clone();
@@ -320,15 +320,6 @@ impl Drop for Ending {
     fn drop(&mut self) {
         self.outbox.shut();
         (self.events)(LinkEvent::Closed { code: self.code });
-    }
-}
-
-/// Runs its function when dropped (a task's last word, even when it panics).
-struct OnDrop<F: FnMut()>(F);
-
-impl<F: FnMut()> Drop for OnDrop<F> {
-    fn drop(&mut self) {
-        (self.0)();
     }
 }
 

@@ -17,7 +17,7 @@
 mod blocking;
 mod choice;
 mod link;
-mod outbox;
+pub mod outbox;
 mod pool;
 #[cfg(feature = "smol")]
 mod smol;

@@ -1,12 +1,22 @@
-//! A connection's outgoing side as the dispatcher sees it: a bounded queue of frames and
-//! closes, and a flag that tells the writer its reader fell too far behind.
+//! A connection's outgoing side as the dispatcher sees it: the connection's outbox, which
+//! holds at most [`SEND_QUEUE`] frames for its writer (a frame for an idle socket is written
+//! at once, from the dispatcher's thread), and what becomes of a reader that falls further
+//! behind than that: its connection is closed with 1011.
+//!
+//! It never touches the socket itself: the outbox and the connection's writer do.
 
 use std::sync::Arc;
 
-use tokio::sync::{Notify, mpsc};
+use outpost_adapters::runtime::outbox::Outbox;
 
-/// How many messages may wait for one connection's writer.
+/// How many frames may wait for one connection's writer.
 pub(crate) const SEND_QUEUE: usize = 256;
+
+/// Close code: the server could not keep up with this connection (its reader fell behind).
+const QUEUE_FULL: u16 = outpost_core::wire::close_code::INTERNAL_ERROR;
+
+/// The reason sent with [`QUEUE_FULL`].
+const QUEUE_FULL_REASON: &str = "send queue full";
 
 /// Something to write on a connection.
 #[derive(Debug)]
@@ -17,52 +27,47 @@ pub(crate) enum ToConn {
     Close(u16, String),
 }
 
-/// The dispatcher's handle on one connection's writer.
+/// The dispatcher's (and the connection's reader's) handle on one connection's outbox.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnHandle {
-    tx: mpsc::Sender<ToConn>,
-    overflow: Arc<Notify>,
+    outbox: Arc<Outbox>,
 }
 
-/// The writer's end.
-#[derive(Debug)]
-pub(crate) struct ConnQueue {
-    /// Messages to write, in order.
-    pub(crate) rx: mpsc::Receiver<ToConn>,
-    /// Fires when the queue overflowed: close the connection.
-    pub(crate) overflow: Arc<Notify>,
-}
-
-/// A new connection's queue.
-pub(crate) fn queue() -> (ConnHandle, ConnQueue) {
-    let (tx, rx) = mpsc::channel(SEND_QUEUE);
-    let overflow = Arc::new(Notify::new());
-    (
-        ConnHandle {
-            tx,
-            overflow: overflow.clone(),
-        },
-        ConnQueue { rx, overflow },
-    )
+/// A new connection's handle, its outbox empty and without a writer yet.
+pub(crate) fn queue() -> ConnHandle {
+    ConnHandle {
+        outbox: Arc::new(Outbox::bounded(SEND_QUEUE)),
+    }
 }
 
 impl ConnHandle {
-    /// Queues `message` without waiting; false (and the writer told to close) when the
-    /// queue is full.
-    pub(crate) fn offer(&self, message: ToConn) -> bool {
-        match self.tx.try_send(message) {
-            Ok(()) => true,
-            // The writer is gone: the connection is closing anyway.
-            Err(mpsc::error::TrySendError::Closed(_)) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.overflow.notify_one();
-                false
-            }
-        }
+    /// The outbox, for the connection's writer.
+    pub(crate) fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
     }
 
-    /// Queues `message`, waiting for room (the reader's own closes).
-    pub(crate) async fn send(&self, message: ToConn) {
-        let _ = self.tx.send(message).await;
+    /// Writes or queues `message` without waiting (written from this thread only when
+    /// `at_once` and the socket is idle); false when the queue was full, in which case the
+    /// connection is closed with 1011 before anything still queued.
+    pub(crate) fn offer(&self, message: ToConn, at_once: bool) -> bool {
+        match message {
+            ToConn::Frame(bytes) => {
+                let taken = if at_once {
+                    self.outbox.send(bytes)
+                } else {
+                    self.outbox.queue(bytes)
+                };
+                if taken {
+                    return true;
+                }
+                self.outbox
+                    .close_first(QUEUE_FULL, QUEUE_FULL_REASON.into());
+                false
+            }
+            ToConn::Close(code, reason) => {
+                self.outbox.close(code, reason);
+                true
+            }
+        }
     }
 }

@@ -239,6 +239,11 @@ pub(crate) struct Dispatcher {
     fences: Fences,
     /// The current batch's connect tickets and WebSockets, carried out together.
     connects: tickets::Connects,
+    /// More messages waited when the current batch was carried out: its frames are queued
+    /// for the connections' writers, which write each connection's frames together, rather
+    /// than written one by one from this thread (which an idle dispatcher does, sparing a
+    /// wake-up per frame).
+    busy: bool,
 }
 
 impl Dispatcher {
@@ -267,6 +272,7 @@ impl Dispatcher {
             online_since: HashMap::new(),
             fences,
             connects: tickets::Connects::default(),
+            busy: false,
         }
     }
 
@@ -295,10 +301,15 @@ impl Dispatcher {
                         other => other.map(|_| ()),
                     },
                 },
+                // (`biased`: the channel was empty when these fire.)
                 Some((exec_id, result)) = self.cloud.finished() => {
+                    self.busy = false;
                     self.feed(Input::CloudFinished { exec_id, result: Box::new(result) })
                 }
-                () = tokio::time::sleep_until(wake) => self.feed(Input::Timeout),
+                () = tokio::time::sleep_until(wake) => {
+                    self.busy = false;
+                    self.feed(Input::Timeout)
+                }
             };
             if let Err(e) = step {
                 match e.fenced_context() {
@@ -396,6 +407,7 @@ impl Dispatcher {
                 }
                 other => {
                     self.flush_connects();
+                    self.busy = !rx.is_empty();
                     self.finish_batch(std::mem::take(&mut replies))?;
                     self.on_msg(other)?;
                 }
@@ -405,6 +417,7 @@ impl Dispatcher {
             }
         }
         self.flush_connects();
+        self.busy = !rx.is_empty();
         self.finish_batch(replies)?;
         Ok(false)
     }
@@ -698,7 +711,7 @@ impl Dispatcher {
         let Some(handle) = self.conns.get(&conn) else {
             return;
         };
-        if !handle.offer(message) {
+        if !handle.offer(message, !self.busy) {
             // The reader is too slow: its queue is full. Close it rather than buffer without
             // bound; the session hears it as a disconnect.
             tracing::warn!(conn, "a connection's send queue is full; closing it");

@@ -1,17 +1,20 @@
 //! One daemon's WebSocket: each message one frame (§2). The reader feeds frames to the
 //! dispatcher (waiting for room, so a fast sender is slowed, not buffered); the writer drains
-//! the connection's bounded queue (what is queued together leaves in one write to the socket)
-//! and closes with 1011 when the dispatcher found it full.
-//! A message over 1 MiB is closed with 1009. The writer also pings the daemon every
-//! heartbeat, so a daemon hears a live server even when no frame is due and notices a silent
-//! one (PROTOCOL §3).
+//! the connection's bounded outbox (what is queued together leaves in one write to the
+//! socket; a frame for an idle socket the dispatcher writes itself), which closes with 1011
+//! when the dispatcher finds it full. A message over 1 MiB is closed with 1009. The writer
+//! also pings the daemon every heartbeat, so a daemon hears a live server even when no frame
+//! is due and notices a silent one (PROTOCOL §3), and drops a connection whose writes have not
+//! moved for 30 s.
 //!
 //! It never interprets a frame and never logs the ticket it was opened with.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
-use futures_util::{SinkExt as _, StreamExt as _};
+use futures_util::StreamExt as _;
+use outpost_adapters::runtime::outbox::{Messages, SharedSink, write_queued};
 use outpost_core::server::Input;
 use outpost_core::session::ConnId;
 use outpost_core::wire::DEFAULT_MAX_FRAME_LEN;
@@ -33,8 +36,6 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 const TOO_LARGE: u16 = outpost_core::wire::close_code::MESSAGE_TOO_BIG;
 /// The reason sent with [`TOO_LARGE`].
 const TOO_LARGE_REASON: &str = "frame too large";
-/// Close code: the server could not keep up with this connection.
-const QUEUE_FULL: u16 = outpost_core::wire::close_code::INTERNAL_ERROR;
 
 /// How a daemon's socket is closed when this node is cut off from its database: it connects
 /// again, to any node.
@@ -43,21 +44,28 @@ const GOING_AWAY: u16 = outpost_core::wire::close_code::GOING_AWAY;
 /// The reason sent with [`GOING_AWAY`] when this node is cut off.
 const CUT_OFF_REASON: &str = "this node cannot reach its database; connect again";
 
-/// The WebSocket message for `out`, and whether it closes the connection.
-fn message_of(out: ToConn) -> (Message, bool) {
-    match out {
-        ToConn::Frame(bytes) => {
-            let text = String::from_utf8(bytes)
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-            (Message::Text(text.into()), false)
-        }
-        ToConn::Close(code, reason) => (
-            Message::Close(Some(CloseFrame {
-                code,
-                reason: reason.into(),
-            })),
-            true,
-        ),
+/// The server's WebSocket messages (axum's): every frame to a daemon is JSON text.
+struct Axum;
+
+impl Messages for Axum {
+    type Message = Message;
+    const WRITTEN: &'static str = "server.written";
+
+    fn frame(bytes: Vec<u8>) -> Message {
+        let text = String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        Message::Text(text.into())
+    }
+
+    fn close(code: u16, reason: String) -> Message {
+        Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        }))
+    }
+
+    fn ping() -> Message {
+        Message::Ping(Default::default())
     }
 }
 
@@ -69,7 +77,7 @@ pub(crate) async fn drive(
     context_id: String,
     ticket: String,
 ) {
-    let (handle, mut queue) = crate::dispatch::conns_queue();
+    let handle = crate::dispatch::conns_queue();
     let connect = Msg::Connect {
         context_id,
         conn,
@@ -79,50 +87,43 @@ pub(crate) async fn drive(
     if app.tx.send(connect).await.is_err() {
         return;
     }
-    let (mut sink, mut stream) = socket.split();
+    let (sink, mut stream) = socket.split();
+    let sink = Arc::new(SharedSink::<_, Axum>::new(sink));
+    let outbox = handle.outbox().clone();
+    outbox.write_directly_to(sink.clone());
     let ping_every = app.ping_every;
     // Set when this node is cut off from its database (already, for a connection that raced
     // the cut): the writer closes the socket itself.
     let mut cut_off = app.shared.cut_off.subscribe();
     let mut writer = tokio::spawn(async move {
-        let mut ping =
-            tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
-        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let first = tokio::select! {
-                m = queue.rx.recv() => m,
-                () = until_cut_off(&mut cut_off) => Some(ToConn::Close(GOING_AWAY, CUT_OFF_REASON.into())),
-                () = queue.overflow.notified() => Some(ToConn::Close(QUEUE_FULL, "send queue full".into())),
-                _ = ping.tick() => {
-                    let sent = tokio::time::timeout(WRITE_TIMEOUT, sink.send(Message::Ping(Default::default()))).await;
-                    if !matches!(sent, Ok(Ok(()))) {
-                        return;
+        // Pings, the cut-off's close, and the watchdog that drops a connection whose write
+        // has not moved for WRITE_TIMEOUT (its peer stopped reading): ends only then.
+        let chores = async {
+            let start = tokio::time::Instant::now();
+            let mut ping = tokio::time::interval_at(start + ping_every, ping_every);
+            ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut watch = tokio::time::interval_at(start + WRITE_TIMEOUT, WRITE_TIMEOUT);
+            let (mut seen, mut cut) = (0, false);
+            loop {
+                tokio::select! {
+                    () = until_cut_off(&mut cut_off), if !cut => {
+                        cut = true;
+                        outbox.close(GOING_AWAY, CUT_OFF_REASON.into());
                     }
-                    continue;
+                    _ = ping.tick() => outbox.ping(),
+                    _ = watch.tick() => if outbox.stalled(&mut seen) {
+                        return;
+                    },
                 }
-            };
-            let Some(first) = first else {
-                let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.close()).await;
-                return;
-            };
-            // What is already queued behind the first message leaves with it: one flush (one
-            // write to the socket) for all of them.
-            let write = async {
-                let (message, mut last) = message_of(first);
-                sink.feed(message).await?;
-                while !last && let Ok(next) = queue.rx.try_recv() {
-                    let (message, closes) = message_of(next);
-                    last = closes;
-                    sink.feed(message).await?;
-                }
-                sink.flush().await?;
-                tracing::trace!(target: "outpost::timeline", stage = "server.written");
-                Ok::<bool, axum::Error>(last)
-            };
-            match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-                Ok(Ok(false)) => {}
-                _ => return,
             }
+        };
+        tokio::select! {
+            () = write_queued(&outbox, &sink) => {
+                // Shut and drained, a close written, or a failed write: closing the sink
+                // answers the peer's close, if it sent one, and flushes.
+                let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.close()).await;
+            }
+            () = chores => {}
         }
     });
     let mut writer_done = false;
@@ -139,13 +140,13 @@ pub(crate) async fn drive(
             Some(Err(e)) => {
                 // The socket refuses messages over READ_LIMIT itself.
                 if over_limit(e) {
-                    close(&handle, TOO_LARGE, TOO_LARGE_REASON).await;
+                    close(&handle, TOO_LARGE, TOO_LARGE_REASON);
                 }
                 break;
             }
         };
         if bytes.len() > DEFAULT_MAX_FRAME_LEN {
-            close(&handle, TOO_LARGE, TOO_LARGE_REASON).await;
+            close(&handle, TOO_LARGE, TOO_LARGE_REASON);
             break;
         }
         tracing::trace!(target: "outpost::timeline", stage = "server.read", frame = %outpost_core::wire::frame_label(&bytes));
@@ -163,8 +164,9 @@ pub(crate) async fn drive(
             break;
         }
     }
-    drop(handle);
     let _ = app.tx.send(Msg::Disconnected { conn }).await;
+    // The writer writes what is queued (a close, when this side closes), then ends.
+    handle.outbox().shut();
     if !writer_done {
         let _ = tokio::time::timeout(WRITE_TIMEOUT, writer).await;
     }
@@ -179,8 +181,8 @@ async fn until_cut_off(cut_off: &mut tokio::sync::watch::Receiver<bool>) {
     }
 }
 
-async fn close(handle: &ConnHandle, code: u16, reason: &str) {
-    handle.send(ToConn::Close(code, reason.into())).await;
+fn close(handle: &ConnHandle, code: u16, reason: &str) {
+    handle.offer(ToConn::Close(code, reason.into()), false);
 }
 
 /// Whether the socket refused a message because it was over its read limit: axum's error
