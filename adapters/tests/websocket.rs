@@ -156,6 +156,29 @@ fn closes_complete(host: &dyn Host) {
         host.name(),
         asked.elapsed()
     );
+    // A peer that stopped reading while 64 MiB wait to be written (far more than the
+    // sockets' buffers take): the close is queued behind them and can never leave, yet the
+    // host gives up on it (the writer has not moved for CLOSE_WAIT, then the reader waits
+    // CLOSE_WAIT for the peer's close) instead of holding the connection for ever.
+    let rx = open(
+        host,
+        &format!("{}/x", common::echo_server(None)),
+        &Trust::public(),
+    );
+    let link = opened(&rx);
+    link.send(b"deaf".to_vec());
+    for _ in 0..256 {
+        link.send(vec![b'x'; 256 * 1024]);
+    }
+    link.close(1001, "server_silent");
+    let asked = std::time::Instant::now();
+    assert_eq!(closed(&rx), None, "{}", host.name());
+    assert!(
+        asked.elapsed() < 3 * CLOSE_WAIT + Duration::from_secs(3),
+        "{}: the close took {:?}",
+        host.name(),
+        asked.elapsed()
+    );
     // A ping is a sign of life, reported before what follows it.
     let rx = open(
         host,

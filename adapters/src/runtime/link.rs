@@ -13,7 +13,9 @@ use futures_util::StreamExt as _;
 use tungstenite::Message;
 use tungstenite::protocol::WebSocketConfig;
 
-use super::outbox::{OnDrop, Out, Outbox, SharedSink, Tungstenite, WakePipe, write_queued};
+use super::outbox::{
+    LastCheck, OnDrop, Out, Outbox, SharedSink, Tungstenite, WakePipe, write_queued,
+};
 use super::{EventFn, Runtime, redact, target_of};
 
 /// The largest WebSocket message either side accepts (PROTOCOL §2: 1 MiB; larger is 1009):
@@ -253,11 +255,31 @@ pub(crate) async fn drive_async(
     let closed = Arc::new(Signal::default());
     let writer_closed = closed.clone();
     outbox.write_directly_to(sender.clone());
+    let writer_runtime = runtime.clone();
     runtime.spawn(Box::pin(async move {
-        // The close is out (or writing failed, or the writer panicked): the reader now waits
-        // a bounded time for the peer's.
+        // The close is out (or writing failed, or the writer panicked, or it was given up):
+        // the reader now waits a bounded time for the peer's.
         let _closed = OnDrop(move || writer_closed.set());
-        write_queued(&writer_outbox, &sender).await;
+        // Once the connection is ending (a close queued, or the reader gone), the writer is
+        // given up when its writing has not moved for CLOSE_WAIT: a peer that stopped
+        // reading does not hold the writer, and with it the socket and the reader waiting
+        // for the close, for ever. A slow peer that still reads gets what is queued.
+        let given_up = async {
+            writer_outbox.ending().await;
+            let mut last = LastCheck::default();
+            writer_outbox.stalled(&mut last);
+            loop {
+                writer_runtime.sleep(CLOSE_WAIT).await;
+                if writer_outbox.stalled(&mut last) {
+                    return;
+                }
+            }
+        };
+        first(
+            Box::pin(write_queued(&writer_outbox, &sender)),
+            Box::pin(given_up),
+        )
+        .await;
     }));
     let unread = Arc::new(Unread::default());
     // Set once this side has sent its close: the peer has that long to close too.

@@ -1,7 +1,8 @@
 //! A connection's outgoing side as the dispatcher sees it: the connection's outbox, which
 //! holds at most [`SEND_QUEUE`] frames for its writer (a frame for an idle socket is written
-//! at once, from the dispatcher's thread), and what becomes of a reader that falls further
-//! behind than that: its connection is closed with 1011.
+//! at once, from the dispatcher's thread, when nothing else waits for the dispatcher), and
+//! what becomes of a reader that falls further behind than that: its connection is closed
+//! with 1011.
 //!
 //! It never touches the socket itself: the outbox and the connection's writer do.
 

@@ -1,11 +1,12 @@
 //! One daemon's WebSocket: each message one frame (§2). The reader feeds frames to the
 //! dispatcher (waiting for room, so a fast sender is slowed, not buffered); the writer drains
 //! the connection's bounded outbox (what is queued together leaves in one write to the
-//! socket; a frame for an idle socket the dispatcher writes itself), which closes with 1011
-//! when the dispatcher finds it full. A message over 1 MiB is closed with 1009. The writer
-//! also pings the daemon every heartbeat, so a daemon hears a live server even when no frame
-//! is due and notices a silent one (PROTOCOL §3), and drops a connection whose writes have not
-//! moved for 30 s.
+//! socket; a frame for an idle socket, when nothing else waits for the dispatcher, the
+//! dispatcher writes itself), which closes with 1011 when the dispatcher finds it full. A
+//! message over 1 MiB is closed with 1009. The writer also pings the daemon every heartbeat,
+//! so a daemon hears a live server even when no frame is due and notices a silent one
+//! (PROTOCOL §3), and drops a connection whose writing has stood still for 30 s (seen within
+//! 60 s).
 //!
 //! It never interprets a frame and never logs the ticket it was opened with.
 
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::StreamExt as _;
-use outpost_adapters::runtime::outbox::{Messages, SharedSink, write_queued};
+use outpost_adapters::runtime::outbox::{LastCheck, Messages, SharedSink, write_queued};
 use outpost_core::server::Input;
 use outpost_core::session::ConnId;
 use outpost_core::wire::DEFAULT_MAX_FRAME_LEN;
@@ -29,7 +30,9 @@ pub(crate) const READ_LIMIT: usize = 2 * DEFAULT_MAX_FRAME_LEN;
 /// The socket's initial read buffer; it grows for a larger message.
 pub(crate) const READ_BUFFER: usize = 4096;
 
-/// The longest one write may take before the connection is dropped.
+/// How long writing may stand still before the connection is dropped (checked this often,
+/// so a stuck write is dropped 30–60 s after it stuck); also how long closing the socket and
+/// the writer's end may take once the reader is done.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Close code: frame over the size limit.
@@ -97,13 +100,16 @@ pub(crate) async fn drive(
     let mut cut_off = app.shared.cut_off.subscribe();
     let mut writer = tokio::spawn(async move {
         // Pings, the cut-off's close, and the watchdog that drops a connection whose write
-        // has not moved for WRITE_TIMEOUT (its peer stopped reading): ends only then.
+        // has not moved for WRITE_TIMEOUT (its peer stopped reading; seen within twice that):
+        // ends only then.
         let chores = async {
             let start = tokio::time::Instant::now();
             let mut ping = tokio::time::interval_at(start + ping_every, ping_every);
             ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut watch = tokio::time::interval_at(start + WRITE_TIMEOUT, WRITE_TIMEOUT);
-            let (mut seen, mut cut) = (0, false);
+            // A missed tick must not make two checks in a row with no time to write between.
+            watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let (mut last, mut cut) = (LastCheck::default(), false);
             loop {
                 tokio::select! {
                     () = until_cut_off(&mut cut_off), if !cut => {
@@ -111,7 +117,7 @@ pub(crate) async fn drive(
                         outbox.close(GOING_AWAY, CUT_OFF_REASON.into());
                     }
                     _ = ping.tick() => outbox.ping(),
-                    _ = watch.tick() => if outbox.stalled(&mut seen) {
+                    _ = watch.tick() => if outbox.stalled(&mut last) {
                         return;
                     },
                 }

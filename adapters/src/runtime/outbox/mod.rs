@@ -65,6 +65,10 @@ struct Queue {
     direct: Option<Arc<dyn DirectSink>>,
     /// Counts the writes finished, so a watchdog sees whether writing moves.
     progress: u64,
+    /// A close was queued, or the outbox shut: the connection is ending.
+    ending: bool,
+    /// Woken when `ending` is set.
+    ending_waker: Option<Waker>,
 }
 
 impl Queue {
@@ -78,6 +82,8 @@ impl Queue {
             writing: false,
             direct: None,
             progress: 0,
+            ending: false,
+            ending_waker: None,
         }
     }
 
@@ -90,13 +96,23 @@ impl Queue {
     }
 
     fn push(&mut self, out: Out, front: bool) {
-        if let Out::Send(_) = out {
-            self.frames += 1;
+        match out {
+            Out::Send(_) => self.frames += 1,
+            Out::Close(..) => self.end(),
+            _ => {}
         }
         if front {
             self.items.push_front(out);
         } else {
             self.items.push_back(out);
+        }
+    }
+
+    /// The connection is ending: wakes whoever waits for that.
+    fn end(&mut self) {
+        self.ending = true;
+        if let Some(w) = self.ending_waker.take() {
+            w.wake();
         }
     }
 
@@ -184,6 +200,7 @@ impl Outbox {
         q.push(Out::Close(code, reason), true);
         q.shut = true;
         q.direct = None;
+        q.end();
         q.wake();
         drop(q);
         self.notify.poke();
@@ -280,18 +297,37 @@ impl Outbox {
         let mut q = self.lock();
         q.shut = true;
         q.direct = None;
+        q.end();
         q.wake();
     }
 
-    /// Whether writing is stuck: something was being written or waited to be when this was
-    /// last asked (with the same `seen`, which starts at 0), and no write finished since.
+    /// Returns once a close is queued or the outbox is shut: from then on the connection is
+    /// ending, and a host gives up a writer that stops moving (a peer that stopped reading
+    /// would hold it, and the connection, for as long as TCP keeps trying).
+    pub async fn ending(&self) {
+        std::future::poll_fn(|cx| {
+            let mut q = self.lock();
+            if q.ending {
+                return Poll::Ready(());
+            }
+            q.ending_waker = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Whether writing is stuck: something was being written or waited to be both when this
+    /// was last asked (with the same `last`) and now, and no write finished in between.
     /// Asked every so often by a watchdog, which drops a connection whose peer stopped
-    /// reading.
-    pub fn stalled(&self, seen: &mut u64) -> bool {
+    /// reading: a write stuck for one period is seen within two.
+    pub fn stalled(&self, last: &mut LastCheck) -> bool {
         let q = self.lock();
         let busy = q.writing || !q.items.is_empty();
-        let stuck = busy && q.progress == *seen;
-        *seen = q.progress;
+        let stuck = busy && last.busy && q.progress == last.progress;
+        *last = LastCheck {
+            progress: q.progress,
+            busy,
+        };
         stuck
     }
 
@@ -328,6 +364,13 @@ impl Outbox {
         q.writing = true;
         q.direct = None;
     }
+}
+
+/// What a watchdog saw at its last [`Outbox::stalled`]; start from the default.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LastCheck {
+    progress: u64,
+    busy: bool,
 }
 
 /// Runs its function when dropped.

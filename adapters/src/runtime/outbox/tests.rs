@@ -312,9 +312,9 @@ fn direct_and_queued_sends_keep_each_senders_order() {
     assert!(arrived.try_recv().is_err(), "nothing is flushed twice");
 }
 
-/// A bounded outbox refuses a frame once its limit waits (a ping is taken regardless); a
-/// close put first goes before everything still queued, which is dropped with whatever is sent
-/// after it.
+/// A bounded outbox refuses a frame once its limit waits (a ping is taken regardless) and
+/// has room again once the writer took one; a close put first goes before everything still
+/// queued, which is dropped with whatever is sent after it.
 #[test]
 fn a_full_outbox_refuses_and_its_close_goes_first() {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -330,6 +330,9 @@ fn a_full_outbox_refuses_and_its_close_goes_first() {
         !outbox.send(b"3".to_vec()),
         "a third waiting frame is refused"
     );
+    assert!(outbox.try_take().is_some(), "the writer takes the first");
+    assert!(outbox.send(b"3".to_vec()), "room for one again");
+    assert!(!outbox.send(b"4".to_vec()), "and only one");
     outbox.close_first(1011, "send queue full".into());
     assert!(
         outbox.send(b"after".to_vec()),
@@ -351,8 +354,8 @@ fn a_full_outbox_refuses_and_its_close_goes_first() {
     assert_eq!(written, [&b"1"[..], b"ping", b"2"]);
 }
 
-/// The watchdog's question: a write that does not move is stalled (asked twice with no
-/// write finished between), an idle socket and a moving one are not.
+/// The watchdog's question: a write pending at two checks in a row with none finished
+/// between is stalled; an idle socket, and one that wrote between, are not.
 #[test]
 fn a_watchdog_sees_a_write_that_does_not_move() {
     let (runtime, started) = parked_writer();
@@ -363,22 +366,30 @@ fn a_watchdog_sees_a_write_that_does_not_move() {
         ..
     } = started;
     let let_the_writer_run = || runtime.block_on(tokio::task::yield_now());
-    let mut seen = 0;
-    assert!(!outbox.stalled(&mut seen), "idle");
+    let mut last = LastCheck::default();
+    assert!(!outbox.stalled(&mut last), "idle");
     sink.lock().refusals.flush = usize::MAX;
     send(&outbox, "stuck");
     assert!(
-        !outbox.stalled(&mut seen),
-        "the direct send wrote it into the sink"
+        !outbox.stalled(&mut last),
+        "pending now, but the socket was idle at the last check"
     );
     let_the_writer_run();
-    assert!(outbox.stalled(&mut seen), "its flush has not moved since");
-    assert!(outbox.stalled(&mut seen), "still not");
+    assert!(outbox.stalled(&mut last), "its flush has not moved since");
+    assert!(outbox.stalled(&mut last), "still not");
     sink.lock().refusals.flush = 0;
     let_the_writer_run();
     assert_eq!(arrived.try_recv(), Ok((b"stuck".to_vec(), false)));
-    assert!(!outbox.stalled(&mut seen), "the flush finished");
-    assert!(!outbox.stalled(&mut seen), "idle again");
+    // The next frame finds the sink not ready: pending at this check as at the last, but a
+    // write finished between.
+    sink.lock().refusals.ready = usize::MAX;
+    send(&outbox, "next");
+    assert!(!outbox.stalled(&mut last), "the flush finished since");
+    assert!(outbox.stalled(&mut last), "the next write has not moved");
+    sink.lock().refusals.ready = 0;
+    let_the_writer_run();
+    assert_eq!(arrived.try_recv(), Ok((b"next".to_vec(), false)));
+    assert!(!outbox.stalled(&mut last), "idle again");
 }
 
 /// A writer dropped before it ends (its task aborted, or a watchdog gave up on it) stops
