@@ -438,10 +438,18 @@ impl Server {
 
     /// Plans an execution from scratch (new, or back from a queue) and places it.
     pub(super) fn place(&mut self, exec_id: &str) {
-        self.journal.touch_execution(exec_id);
         let Some(e) = self.executions.get(exec_id) else {
             return;
         };
+        // Planned already, from inside a loop over a list taken before (a session's events
+        // plan queues and parked runs as they come): its run is live, and planning it again
+        // would run it twice.
+        match &e.place {
+            Place::OnContext { run_id, .. } if self.runs.contains_key(run_id) => return,
+            Place::OnCloud => return,
+            _ => {}
+        }
+        self.journal.touch_execution(exec_id);
         let chain = self
             .chains
             .get(&e.request.requester.user_id)
@@ -722,18 +730,23 @@ impl Server {
 
     /// Plans again what waits in `context_id`'s queue, first come first: the first takes a
     /// free slot, and those after it keep their place (and deadline) when none is left.
+    /// Each is planned only while it still waits there: placing one feeds the machine's
+    /// session, whose events can plan this queue again from inside this loop (its `hello`
+    /// ends a lost run, then makes it ready), and a run offered meanwhile must not be planned
+    /// a second time (it would be queued again under its live offer, and offered again).
     pub(super) fn replan_queued(&mut self, context_id: &str) {
+        let queued_here = |e: &Execution| matches!(&e.place, Place::Queued { context_id: c, .. } if c == context_id);
         let mut waiting: Vec<(u64, ExecutionId)> = self
             .executions
             .iter()
-            .filter(
-                |(_, e)| matches!(&e.place, Place::Queued { context_id: c, .. } if c == context_id),
-            )
+            .filter(|(_, e)| queued_here(e))
             .map(|(id, e)| (e.arrival, id.clone()))
             .collect();
         waiting.sort_unstable();
         for (_, exec_id) in waiting {
-            self.place(&exec_id);
+            if self.executions.get(&exec_id).is_some_and(queued_here) {
+                self.place(&exec_id);
+            }
         }
     }
 

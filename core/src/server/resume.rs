@@ -83,7 +83,15 @@ impl Server {
             return;
         }
         for exec_id in self.parked() {
-            self.place(&exec_id);
+            // Still parked: placing one can plan others from inside this loop (see
+            // `replan_queued`).
+            if self
+                .executions
+                .get(&exec_id)
+                .is_some_and(|e| matches!(e.place, Place::Unplaced))
+            {
+                self.place(&exec_id);
+            }
         }
         if !self.in_grace() {
             self.grace_until = None;

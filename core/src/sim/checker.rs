@@ -60,6 +60,8 @@ pub(super) struct Checker {
     finished: BTreeSet<String>,
     /// Executions started somewhere (exec id → run id).
     exec_started: BTreeMap<String, String>,
+    /// Executions a daemon's executor started (exec id → run id).
+    exec_executed: BTreeMap<String, String>,
     /// When a daemon produced a result for a run (and on which machine).
     results: BTreeMap<String, (usize, Duration)>,
     /// Per machine: periods during which both sides were ready, `(start, end)`.
@@ -81,10 +83,22 @@ impl Checker {
         }
     }
 
-    /// A daemon's executor was told to start `run_id`.
+    /// A daemon's executor was told to start `run_id` (`{execution id}.{hop}`).
     pub fn executed(&mut self, run_id: &str, executing: usize, slots: u32) {
         if !self.executed.insert(run_id.to_owned()) {
             self.fail(format!("run {run_id} executed twice"));
+        }
+        // Nothing runs twice: not the same run, nor two runs of one execution.
+        let exec_id = run_id
+            .rsplit_once('.')
+            .map_or(run_id, |(exec_id, _)| exec_id);
+        if let Some(first) = self
+            .exec_executed
+            .insert(exec_id.to_owned(), run_id.to_owned())
+        {
+            self.fail(format!(
+                "execution {exec_id} executed twice ({first}, then {run_id})"
+            ));
         }
         if executing as u64 > u64::from(slots) {
             self.fail(format!("{executing} runs executing with {slots} slots"));

@@ -175,11 +175,21 @@ fn random_request(n: usize, ids: &[String], rng: &mut SplitMix64) -> ExecuteRequ
             fallback: Fallback::Chain,
             ..ExecuteTarget::named(pick_id(ids, rng))
         },
-        75..=89 => ExecuteTarget {
-            when_offline: WhenOffline::queue(1 + rng.below(3) as u32)
-                .unwrap_or_else(|_| WhenOffline::queue_default()),
-            ..ExecuteTarget::named(pick_id(ids, rng))
-        },
+        75..=89 => {
+            let waits = WhenOffline::queue(1 + rng.below(3) as u32)
+                .unwrap_or_else(|_| WhenOffline::queue_default());
+            // Half of them wait for a free slot too, as for the machine.
+            let when_busy = if rng.chance(1, 2) {
+                waits
+            } else {
+                WhenOffline::default()
+            };
+            ExecuteTarget {
+                when_offline: waits,
+                when_busy,
+                ..ExecuteTarget::named(pick_id(ids, rng))
+            }
+        }
         _ => ExecuteTarget {
             requires: vec![Requirement::Fs],
             ..ExecuteTarget::chain()

@@ -514,11 +514,22 @@ fn a_batch_behind_the_current_fence_writes_and_names_its_node() {
             execution("ex_1", committed("ec_1"), 2_000),
             chain("ana", 2_000),
         ];
+        let own = store
+            .claim_unowned_context(&node_fence("nd_b"), "nd_b")
+            .unwrap()
+            .expect("nobody's yet");
         let fence: Vec<(String, i64)> = contexts_written(&records, "nd_b")
             .into_iter()
-            .map(|id| (id, epoch))
+            .map(|id| {
+                let held = if id == node_fence("nd_b") { own } else { epoch };
+                (id, held)
+            })
             .collect();
-        assert_eq!(fence, [("ec_1".to_owned(), 2)], "{kind}");
+        assert_eq!(
+            fence,
+            [(node_fence("nd_b"), 1), ("ec_1".to_owned(), 2)],
+            "{kind}"
+        );
         store
             .write_batch(&Batch {
                 executions: vec![ExecutionEntry {
@@ -809,14 +820,16 @@ fn a_node_restores_what_it_owns_and_keeps_the_other_contexts_rows_apart() {
 }
 
 #[test]
-fn the_fences_a_batch_needs_are_its_contexts_and_the_nodes_own_for_the_rest() {
+fn the_fences_a_batch_needs_are_its_contexts_and_the_nodes_own_for_every_execution() {
     let none: [&str; 0] = [];
     let written = |records: &[ServerRecord]| contexts_written(records, "nd_a");
     let own = [node_fence("nd_a")];
     assert_eq!(written(&[context("ec_1", 1)]), ["ec_1"]);
     assert_eq!(written(&[chain("ana", 1)]), none);
+    // An execution's record: its machine's fence and the node's own.
+    let own_and = |id: &str| [node_fence("nd_a"), id.to_owned()];
     for place in [offered("ec_2"), committed("ec_2"), queued("ec_2")] {
-        assert_eq!(written(&[execution("x", place, 1)]), ["ec_2"]);
+        assert_eq!(written(&[execution("x", place, 1)]), own_and("ec_2"));
     }
     let handed = PlaceRow::HandedOff {
         context_id: "ec_2".into(),
@@ -826,7 +839,7 @@ fn the_fences_a_batch_needs_are_its_contexts_and_the_nodes_own_for_the_rest() {
     }
     // An end is fenced by the machine that held the execution, whether it ran there or
     // not (a queue that expired); where it ran does not decide.
-    assert_eq!(written(&[ended_on("x", "ec_3", 1)]), ["ec_3"]);
+    assert_eq!(written(&[ended_on("x", "ec_3", 1)]), own_and("ec_3"));
     assert_eq!(written(&[ended("x", Some(ran_on_context("ec_3")), 1)]), own);
     assert_eq!(written(&[ended("x", Some(RanOn::cloud()), 1)]), own);
     assert_eq!(written(&[ended("x", None, 1)]), own);
@@ -1028,6 +1041,34 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
             refused.fenced_context(),
             Some(node_fence("nd_dead").as_str()),
             "{kind}"
+        );
+        // Even one on a machine it owns again: an execution's record needs the node's own
+        // fence as well as the machine's.
+        let machine = store.take_context("ec_1", "nd_dead").unwrap();
+        let records = vec![execution("ex_u", committed("ec_1"), 9_500)];
+        let fence = contexts_written(&records, "nd_dead")
+            .into_iter()
+            .map(|id| {
+                let epoch = if id == node_fence("nd_dead") {
+                    dead_fence
+                } else {
+                    machine
+                };
+                (id, epoch)
+            })
+            .collect();
+        let refused = store
+            .write_batch(&Batch {
+                records,
+                node_id: Some("nd_dead".into()),
+                fence,
+                ..Batch::default()
+            })
+            .expect_err("fenced out");
+        assert_eq!(
+            refused.fenced_context(),
+            Some(node_fence("nd_dead").as_str()),
+            "{kind}: on a machine it holds"
         );
     }
 }

@@ -115,18 +115,23 @@ impl Store {
 
 /// The fences a batch of `records` written by node `node_id` needs, sorted, each once: a
 /// context's row; an execution offered, committed or queued on a context; an execution that
-/// ended on a context (its `ranOn`) — each that context's. An execution unplaced, on the
-/// server's executor, handed off, or ended without a context is the node's own
-/// ([`super::owners::node_fence`]), so that a node judged dead, whose executions another node
-/// took over, writes none of them again. Chains need none.
+/// ended on a context (its `ranOn`) — each that context's. Every execution's record needs
+/// the node's own fence too ([`super::owners::node_fence`]; alone for one unplaced, on the
+/// server's executor, handed off, or ended without a context), so that a node judged dead,
+/// whose executions another node took over, writes none of them again, whichever machine it
+/// owns. Chains need none.
 pub(crate) fn contexts_written(records: &[ServerRecord], node_id: &str) -> Vec<String> {
     let node = super::owners::node_fence(node_id);
     let mut ids: Vec<String> = records
         .iter()
-        .filter_map(|record| match record.fence() {
-            Fence::Context(id) => Some(id.to_owned()),
-            Fence::Node => Some(node.clone()),
-            Fence::Nothing => None,
+        .flat_map(|record| {
+            let context = match record.fence() {
+                Fence::Context(id) => Some(id.to_owned()),
+                Fence::Node => Some(node.clone()),
+                Fence::Nothing => None,
+            };
+            let own = record.needs_node_fence().then(|| node.clone());
+            context.into_iter().chain(own)
         })
         .collect();
     ids.sort();

@@ -92,6 +92,18 @@ impl ServerRecord {
         }
     }
 
+    /// Whether the record needs its writer's own node fence as well as [`ServerRecord::fence`]:
+    /// every execution's record does. A node judged dead, whose executions another node took
+    /// over with its node fence, may still hold one of them (parked, say) and later own the
+    /// machine it names again: the machine's fence alone would let it offer or end that
+    /// execution a second time.
+    pub fn needs_node_fence(&self) -> bool {
+        matches!(
+            self.change,
+            ServerChange::Execution(_) | ServerChange::ExecutionEnded(_)
+        )
+    }
+
     /// The record's bytes (one JSON document, see `docs/RECORDS.md`).
     pub fn encode(&self) -> Vec<u8> {
         record::encode(RECORD_TYPE, self.written_ms, &self.change)

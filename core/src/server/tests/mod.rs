@@ -296,6 +296,63 @@ fn queued_runs_beyond_the_machine_s_slots_wait_for_a_free_slot_instead_of_failin
     }
 }
 
+/// A machine comes back without a run the server had committed to it (the server crashed
+/// between the commit and sending it), with two runs queued for it that may wait while it is
+/// busy. Its `hello` ends the lost run, which plans the queue, and makes the machine ready,
+/// which plans the queue again from inside the first planning: each queued run is offered
+/// once, the one the slots leave out waits, and none is offered again after it started.
+#[test]
+fn a_queue_planned_twice_at_once_offers_each_run_once() {
+    let mut h = Harness::new();
+    h.register(record("a", "ada", &[]));
+    h.connect("a", 2);
+    h.input(Input::Execute(Box::new(request(
+        "x0",
+        "ada",
+        ExecuteTarget::named("a"),
+    ))));
+    h.daemon_says(
+        "a",
+        DaemonFrame::RunAccept {
+            run_id: "x0.1".into(),
+        },
+    );
+    h.disconnect("a");
+    let waits = WhenOffline::queue(5).expect("5 minutes");
+    let target = ExecuteTarget {
+        when_offline: waits,
+        when_busy: waits,
+        ..ExecuteTarget::named("a")
+    };
+    for id in ["x1", "x2", "x3"] {
+        h.input(Input::Execute(Box::new(request(id, "ada", target.clone()))));
+    }
+    // Back, holding nothing: x0 ended lost, two slots for three waiting runs.
+    let a = h.connect("a", 2);
+    assert!(matches!(h.finished("x0")[..], [ExecutionOutcome::Lost]));
+    assert_eq!(h.requests(a), ["x1.1", "x2.1"], "each offered once");
+    for run in ["x1.1", "x2.1"] {
+        h.daemon_says("a", DaemonFrame::RunAccept { run_id: run.into() });
+    }
+    assert_eq!(h.started_on("x2"), ["a"], "x2's start is x2's");
+    // x1's end frees a slot: for x3, which waited, and not for x2 again.
+    h.result("a", "x1.1");
+    assert_eq!(h.requests(a), ["x1.1", "x2.1", "x3.1"]);
+    h.result("a", "x2.1");
+    for id in ["x1", "x2"] {
+        assert!(
+            matches!(h.finished(id)[..], [ExecutionOutcome::Completed(_)]),
+            "{id}: {:?}",
+            h.finished(id)
+        );
+    }
+    assert_eq!(
+        h.requests(a),
+        ["x1.1", "x2.1", "x3.1"],
+        "nothing offered twice"
+    );
+}
+
 #[test]
 fn a_queued_run_fails_once_when_its_machine_does_not_come_back_in_time() {
     let mut h = Harness::new();

@@ -83,9 +83,13 @@ impl SharedStore {
                 Fence::Node => node_row(node),
                 Fence::Nothing => continue,
             };
-            let held = fences.get(&key).copied();
-            if held.is_none() || self.owners.get(&key) != held.map(|e| (node, e)).as_ref() {
-                return Err(Refused::Fenced(key));
+            // An execution's record needs the writer's own fence as well (as the real store).
+            let own = record.needs_node_fence().then(|| node_row(node));
+            for key in std::iter::once(key).chain(own) {
+                let held = fences.get(&key).copied();
+                if held.is_none() || self.owners.get(&key) != held.map(|e| (node, e)).as_ref() {
+                    return Err(Refused::Fenced(key));
+                }
             }
             if let ServerChange::ExecutionEnded(row) = &record.change
                 && self
