@@ -67,6 +67,21 @@ fn a_daemon_stopped_for_good_with_a_run_in_flight_does_not_spin() {
     );
 }
 
+/// A node paused long enough to be judged dead, whose executions another node took over and
+/// ended, wakes still holding one parked in its restart grace; once it takes that
+/// execution's machine back it must not offer or end it again. Its writes of any execution
+/// need its own fence, which the take-over deleted, so it stops instead. This seed (three
+/// nodes) wrote the execution's end twice before.
+#[test]
+fn a_node_judged_dead_offers_and_ends_nothing_it_lost() {
+    let report = simulate(&SimConfig {
+        nodes: 3,
+        ..SimConfig::new(1315)
+    });
+    assert_eq!(report.violation, None);
+    assert!(report.finished > 0, "executions finished");
+}
+
 /// Waits registered during the fault phase end exactly once (the checker's invariants), and
 /// across the seeds some are restored from a crashed daemon's disk while they are still open.
 #[test]

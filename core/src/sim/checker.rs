@@ -271,6 +271,17 @@ mod tests {
         let mut c = Checker::default();
         c.executed("r2", 3, 2);
         assert!(c.violation.is_some());
+        // Two runs of one execution: executed twice too.
+        let mut c = Checker::default();
+        c.executed("x.1", 1, 2);
+        c.executed("y.1", 2, 2);
+        assert!(c.violation.is_none());
+        c.executed("x.2", 1, 2);
+        let violation = c.violation.as_deref().unwrap();
+        assert!(
+            violation.contains("execution x executed twice"),
+            "{violation}"
+        );
     }
 
     #[test]

@@ -115,7 +115,7 @@ impl Store {
 
 /// The fences a batch of `records` written by node `node_id` needs, sorted, each once: a
 /// context's row; an execution offered, committed or queued on a context; an execution that
-/// ended on a context (its `ranOn`) — each that context's. Every execution's record needs
+/// ended on a context (its `heldOn`) — each that context's. Every execution's record needs
 /// the node's own fence too ([`super::owners::node_fence`]; alone for one unplaced, on the
 /// server's executor, handed off, or ended without a context), so that a node judged dead,
 /// whose executions another node took over, writes none of them again, whichever machine it

@@ -397,15 +397,9 @@ fn a_watchdog_sees_a_write_that_does_not_move() {
 #[test]
 fn a_writer_dropped_unfinished_stops_direct_sends() {
     let (runtime, started) = parked_writer();
-    let Started {
-        sink,
-        arrived,
-        outbox,
-        writer,
-    } = started;
-    writer.abort();
-    let _ = runtime.block_on(writer);
-    send(&outbox, "after");
-    assert!(arrived.try_recv().is_err(), "nothing is written");
-    assert_eq!(Arc::strong_count(&sink), 1, "the sink is let go");
+    started.writer.abort();
+    let _ = runtime.block_on(started.writer);
+    send(&started.outbox, "after");
+    assert!(started.arrived.try_recv().is_err(), "nothing is written");
+    assert_eq!(Arc::strong_count(&started.sink), 1, "the sink is let go");
 }

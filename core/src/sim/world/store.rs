@@ -4,8 +4,9 @@
 //! heartbeats, judged by this store's clock alone.
 //!
 //! It owns the database's rules: a batch is written whole or not at all, and only when the
-//! writing node holds the fence of every record in it ([`ServerRecord::fence`], the same
-//! rule the server's store applies). It never decides anything a node decides, and nothing
+//! writing node holds the fence of every record in it ([`ServerRecord::fence`], and its own
+//! for every execution's, [`ServerRecord::needs_node_fence`]: the same rule the server's
+//! store applies). It never decides anything a node decides, and nothing
 //! of a node's memory survives in it: a node restarted or taking a machine over reads it back
 //! from these bytes.
 
@@ -77,20 +78,29 @@ impl SharedStore {
         fences: &BTreeMap<String, u64>,
         records: &[ServerRecord],
     ) -> Result<(), Refused> {
-        for record in records {
-            let key = match record.fence() {
-                Fence::Context(id) => id.to_owned(),
-                Fence::Node => node_row(node),
-                Fence::Nothing => continue,
-            };
-            // An execution's record needs the writer's own fence as well (as the real store).
-            let own = record.needs_node_fence().then(|| node_row(node));
-            for key in std::iter::once(key).chain(own) {
-                let held = fences.get(&key).copied();
-                if held.is_none() || self.owners.get(&key) != held.map(|e| (node, e)).as_ref() {
-                    return Err(Refused::Fenced(key));
-                }
+        // Every fence of the batch first, sorted, each once (as the real store checks them):
+        // a record's machine, or the node's own, and the node's own for every execution's.
+        let mut keys: Vec<String> = records
+            .iter()
+            .flat_map(|record| {
+                let key = match record.fence() {
+                    Fence::Context(id) => Some(id.to_owned()),
+                    Fence::Node => Some(node_row(node)),
+                    Fence::Nothing => None,
+                };
+                let own = record.needs_node_fence().then(|| node_row(node));
+                key.into_iter().chain(own)
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            let held = fences.get(&key).copied();
+            if held.is_none() || self.owners.get(&key) != held.map(|e| (node, e)).as_ref() {
+                return Err(Refused::Fenced(key));
             }
+        }
+        for record in records {
             if let ServerChange::ExecutionEnded(row) = &record.change
                 && self
                     .rows
