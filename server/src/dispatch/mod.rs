@@ -312,13 +312,18 @@ impl Dispatcher {
                 }
             };
             if let Err(e) = step {
-                match e.fenced_context() {
-                    Some(context) => tracing::error!(
+                match (e.fenced_context(), e.fenced_node()) {
+                    (Some(context), _) => tracing::error!(
                         error = %e,
                         context,
                         "another node took a machine this node was writing for; the dispatcher stops (start the server again: it restores what it owns from the records)"
                     ),
-                    None => tracing::error!(
+                    (None, Some(node)) => tracing::error!(
+                        error = %e,
+                        node,
+                        "another node judged this one dead and took over its executions; the dispatcher stops (start the server again: it restores what it owns from the records)"
+                    ),
+                    (None, None) => tracing::error!(
                         error = %e,
                         "the store refused a record; the dispatcher stops"
                     ),

@@ -87,9 +87,19 @@ impl StoreError {
     /// The context whose fence this write failed (docs/CLUSTER.md §2): another node owns it
     /// now, or this node at a later epoch, and nothing of the transaction was written.
     pub(crate) fn fenced_context(&self) -> Option<&str> {
-        self.source
-            .downcast_ref::<owners::Fenced>()
+        self.fenced()
+            .filter(|f| f.node_fenced().is_none())
             .map(|f| f.context_id.as_str())
+    }
+
+    /// The node whose own fence this write failed: another node judged it dead and took over
+    /// its executions (docs/CLUSTER.md §7); nothing of the transaction was written.
+    pub(crate) fn fenced_node(&self) -> Option<&str> {
+        self.fenced().and_then(owners::Fenced::node_fenced)
+    }
+
+    fn fenced(&self) -> Option<&owners::Fenced> {
+        self.source.downcast_ref::<owners::Fenced>()
     }
 
     pub(crate) fn new(

@@ -55,6 +55,12 @@ pub(crate) struct Fenced {
 }
 
 fn fenced_message(f: &Fenced) -> String {
+    if let Some(node) = f.node_fenced() {
+        return format!(
+            "node {node}'s own fence is gone: another node judged it dead and took over its \
+             executions"
+        );
+    }
     match &f.holder {
         Some(holder) => format!(
             "context {} is owned by node {holder} now: this node lost its fence",
@@ -64,6 +70,14 @@ fn fenced_message(f: &Fenced) -> String {
             "context {} has no owner now: this node lost its fence",
             f.context_id
         ),
+    }
+}
+
+impl Fenced {
+    /// The node whose own fence ([`node_fence`]) failed, when it is a node's and not a
+    /// context's.
+    pub(crate) fn node_fenced(&self) -> Option<&str> {
+        self.context_id.strip_prefix(NODE_FENCE)
     }
 }
 

@@ -1037,10 +1037,11 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
                 ..Batch::default()
             })
             .expect_err("fenced out");
-        assert_eq!(
-            refused.fenced_context(),
-            Some(node_fence("nd_dead").as_str()),
-            "{kind}"
+        assert_eq!(refused.fenced_node(), Some("nd_dead"), "{kind}");
+        assert_eq!(refused.fenced_context(), None, "{kind}: no machine's fence");
+        assert!(
+            refused.to_string().contains("judged it dead"),
+            "{kind}: {refused}"
         );
         // Even one on a machine it owns again: an execution's record needs the node's own
         // fence as well as the machine's.
@@ -1066,8 +1067,8 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
             })
             .expect_err("fenced out");
         assert_eq!(
-            refused.fenced_context(),
-            Some(node_fence("nd_dead").as_str()),
+            refused.fenced_node(),
+            Some("nd_dead"),
             "{kind}: on a machine it holds"
         );
     }
