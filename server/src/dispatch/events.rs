@@ -1,15 +1,15 @@
 //! What the dispatcher does with the core's events once their drain's records are committed:
-//! it wakes the routes that wait on executions, feeds the live output logs and the terminal
-//! relay, counts metrics, sends waits to machines that came up, and logs what an operator
-//! should read.
+//! it feeds the live output logs and the terminal relay, counts metrics, sends waits to
+//! machines that came up, and logs what an operator should read. (The routes that wait on an
+//! execution's end were woken by the drain itself, before any frame of the batch is written.)
 //!
 //! It never writes a record: the drain did, before any of this is carried out.
 
 use super::*;
 
 impl Dispatcher {
-    /// What the dispatcher does with one of the core's events: wake-ups for the routes that
-    /// wait on executions, live output, metrics, the terminal relay, the log.
+    /// What the dispatcher does with one of the core's events: live output, metrics, the
+    /// terminal relay, the log.
     pub(super) fn on_event(&mut self, event: Event) -> Result<(), crate::store::StoreError> {
         let at = self.shared.clock.now();
         match event {
@@ -32,9 +32,9 @@ impl Dispatcher {
                         exec_id.clone(),
                         &outcome,
                     ));
-                // Its end (and audit row) is committed: wake who waits on it.
+                // Its end (and audit row) is committed: the live output's readers see its
+                // end (its waiters were woken as the drain committed it).
                 self.shared.outputs.ended(&exec_id);
-                self.shared.ends.ended(&exec_id);
             }
             Event::RunStarted {
                 exec_id, run_id, ..

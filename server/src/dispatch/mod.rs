@@ -675,6 +675,13 @@ impl Dispatcher {
                 off_the_runtime(|| store.write_batch(&batch))?;
                 tracing::trace!(target: "outpost::timeline", stage = "server.committed");
             }
+            // A request waiting on an execution answers from its committed row alone: woken
+            // first, it reads and answers on another thread while this one writes the frames.
+            for output in &outputs {
+                if let Output::Event(Event::ExecutionFinished { exec_id, .. }) = output {
+                    self.shared.ends.ended(exec_id);
+                }
+            }
             for output in outputs {
                 self.carry_out(output)?;
             }
