@@ -190,13 +190,17 @@ impl Outbox {
         self.push(Out::Ping);
     }
 
-    /// Closes before anything still queued (which is dropped) and shuts: for a reader too
-    /// far behind, or a connection that must go now. What is being written now finishes first.
+    /// Closes before anything still queued (whose frames and pings are dropped now, not when
+    /// the outbox goes) and shuts: for a reader too far behind, or a connection that must go
+    /// now. What is being written now finishes first.
     pub fn close_first(&self, code: u16, reason: String) {
         let mut q = self.lock();
         if q.shut {
             return;
         }
+        q.items
+            .retain(|out| !matches!(out, Out::Send(_) | Out::Ping));
+        q.frames = 0;
         q.push(Out::Close(code, reason), true);
         q.shut = true;
         q.direct = None;

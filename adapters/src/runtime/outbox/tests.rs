@@ -341,6 +341,10 @@ fn a_full_outbox_refuses_and_its_close_goes_first() {
     runtime.block_on(write_queued(&outbox, &sink));
     assert_eq!(arrived.try_recv(), Ok((b"close 1011".to_vec(), false)));
     assert!(arrived.try_recv().is_err(), "nothing else is written");
+    assert!(
+        outbox.try_take().is_none(),
+        "nor held: the frames behind the close are gone"
+    );
 
     // Under the limit, in order, the ping among the frames; the writer ends once shut.
     let (sink, arrived) = Scripted::new(Refusals::default());
