@@ -1,15 +1,29 @@
 //! What the dispatcher does with the core's events once their drain's records are committed:
-//! it feeds the live output logs and the terminal relay, counts metrics, sends waits to
-//! machines that came up, and logs what an operator should read. (The routes that wait on an
-//! execution's end were woken by the drain itself, before any frame of the batch is written.)
+//! it feeds the terminal relay, counts metrics, sends waits to machines that came up, and logs
+//! what an operator should read. An execution's end is counted, its live output ended and its
+//! waiters woken first, before any frame of the batch is written ([`Dispatcher::end_committed`]);
+//! live output is appended as the drain polls it.
 //!
 //! It never writes a record: the drain did, before any of this is carried out.
 
 use super::*;
 
 impl Dispatcher {
-    /// What the dispatcher does with one of the core's events: live output, metrics, the
-    /// terminal relay, the log.
+    /// `exec_id`'s end (and audit row) is committed: counted, its live output ended, then the
+    /// requests waiting on it woken. Called before the batch's frames are written, so that
+    /// who waits on an end answers while the dispatcher writes.
+    pub(super) fn end_committed(
+        &self,
+        exec_id: &str,
+        outcome: &outpost_core::server::ExecutionOutcome,
+    ) {
+        self.shared.metrics.run_finished(outcome.status().as_str());
+        self.shared.outputs.ended(exec_id);
+        self.shared.ends.ended(exec_id);
+    }
+
+    /// What the dispatcher does with one of the core's events: metrics, the terminal relay,
+    /// waits, the log.
     pub(super) fn on_event(&mut self, event: Event) -> Result<(), crate::store::StoreError> {
         let at = self.shared.clock.now();
         match event {
@@ -25,16 +39,12 @@ impl Dispatcher {
                 }
                 self.received.remove(exec_id.as_str());
                 self.pending.ended(&exec_id);
-                self.shared.metrics.run_finished(outcome.status().as_str());
                 self.shared
                     .terminals
                     .send(crate::dispatch::terminals::finished(
                         exec_id.clone(),
                         &outcome,
                     ));
-                // Its end (and audit row) is committed: the live output's readers see its
-                // end (its waiters were woken as the drain committed it).
-                self.shared.outputs.ended(&exec_id);
             }
             Event::RunStarted {
                 exec_id, run_id, ..
@@ -125,12 +135,8 @@ impl Dispatcher {
                 | session::Event::RunStarted { .. }
                 | session::Event::RunEnded { .. } => {}
             },
-            Event::RunOutput {
-                exec_id,
-                stream,
-                offset,
-                text,
-            } => self.shared.outputs.append(&exec_id, stream, offset, &text),
+            // Appended to its live log as the drain polled it.
+            Event::RunOutput { .. } => {}
             Event::TerminalOutput { exec_id, data } => {
                 self.shared
                     .terminals

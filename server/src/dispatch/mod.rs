@@ -321,7 +321,9 @@ impl Dispatcher {
                     (None, Some(node)) => tracing::error!(
                         error = %e,
                         node,
-                        "another node judged this one dead and took over its executions; the dispatcher stops (start the server again: it restores what it owns from the records)"
+                        "this node's own fence failed (another node took over its executions, \
+                         or a later start of it holds them); the dispatcher stops (start the \
+                         server again: it restores what it owns from the records)"
                     ),
                     (None, None) => tracing::error!(
                         error = %e,
@@ -649,6 +651,16 @@ impl Dispatcher {
                         self.next_wake = until;
                         break;
                     }
+                    Output::Event(Event::RunOutput {
+                        exec_id,
+                        stream,
+                        offset,
+                        text,
+                    }) => {
+                        // Live output is no record and waits for none: appended as it is
+                        // polled, an end polled after it keeps it and its followers read it.
+                        self.shared.outputs.append(&exec_id, stream, offset, &text);
+                    }
                     output => {
                         if let Output::Event(event) = &output {
                             batch.audit.extend(self.audit_rows(event));
@@ -675,11 +687,14 @@ impl Dispatcher {
                 off_the_runtime(|| store.write_batch(&batch))?;
                 tracing::trace!(target: "outpost::timeline", stage = "server.committed");
             }
-            // A request waiting on an execution answers from its committed row alone: woken
-            // first, it reads and answers on another thread while this one writes the frames.
+            // Who waits on an execution's end is told before the frames are written: the
+            // answer reads only what was committed, on another thread while this one writes.
             for output in &outputs {
-                if let Output::Event(Event::ExecutionFinished { exec_id, .. }) = output {
-                    self.shared.ends.ended(exec_id);
+                if let Output::Event(Event::ExecutionFinished {
+                    exec_id, outcome, ..
+                }) = output
+                {
+                    self.end_committed(exec_id, outcome);
                 }
             }
             for output in outputs {

@@ -84,8 +84,9 @@ impl StoreError {
         }
     }
 
-    /// The context whose fence this write failed (docs/CLUSTER.md §2): another node owns it
-    /// now, or this node at a later epoch, and nothing of the transaction was written.
+    /// The machine (context) whose fence this write failed (docs/CLUSTER.md §2): another
+    /// node owns it now, or this node at a later epoch, and nothing of the transaction was
+    /// written. A node's own fence is [`StoreError::fenced_node`]'s.
     pub(crate) fn fenced_context(&self) -> Option<&str> {
         self.fenced()
             .filter(|f| f.node_fenced().is_none())
@@ -93,7 +94,8 @@ impl StoreError {
     }
 
     /// The node whose own fence this write failed: another node judged it dead and took over
-    /// its executions (docs/CLUSTER.md §7); nothing of the transaction was written.
+    /// its executions (docs/CLUSTER.md §7), or the node started again since; nothing of the
+    /// transaction was written.
     pub(crate) fn fenced_node(&self) -> Option<&str> {
         self.fenced().and_then(owners::Fenced::node_fenced)
     }

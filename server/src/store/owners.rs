@@ -44,11 +44,13 @@ pub(super) fn still_dead(tx: &impl Sql, node: &str, live_ms: &str) -> String {
 pub(crate) type OwnerRow = (String, String, i64);
 
 /// A write refused by its fence: the context is another node's now, or this node's at a later
-/// epoch, or no node's. Nothing of the transaction was written.
+/// epoch, or no node's; or the writing node's own fence row ([`node_fence`]) is gone (another
+/// node took over its executions) or at a later epoch (the node started again). Nothing of the
+/// transaction was written.
 #[derive(Debug, thiserror::Error)]
 #[error("{}", fenced_message(self))]
 pub(crate) struct Fenced {
-    /// The context whose fence failed.
+    /// The context whose fence failed (`@node:<id>` for a node's own).
     pub(crate) context_id: String,
     /// The node that owns it now (`None`: it has no owner row).
     pub(crate) holder: Option<String>,
@@ -56,10 +58,16 @@ pub(crate) struct Fenced {
 
 fn fenced_message(f: &Fenced) -> String {
     if let Some(node) = f.node_fenced() {
-        return format!(
-            "node {node}'s own fence is gone: another node judged it dead and took over its \
-             executions"
-        );
+        return match &f.holder {
+            Some(holder) if holder == node => format!(
+                "node {node} started again since (its own fence is at a later epoch): this \
+                 earlier start writes none of its executions"
+            ),
+            _ => format!(
+                "node {node}'s own fence is gone: another node judged it dead and took over \
+                 its executions"
+            ),
+        };
     }
     match &f.holder {
         Some(holder) => format!(

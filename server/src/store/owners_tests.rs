@@ -935,6 +935,38 @@ fn a_starting_node_ends_only_the_open_recordings_of_nodes_not_live() {
 }
 
 #[test]
+fn an_earlier_start_of_a_node_is_fenced_out_by_its_later_start_and_told_so() {
+    for fresh in stores("own_fence_restarted") {
+        let (store, kind) = (&fresh.store, fresh.kind);
+        let own_fence = |store: &crate::store::Store| {
+            store
+                .claim_contexts("nd_a", LIVE_MS)
+                .unwrap()
+                .into_iter()
+                .find(|(id, _)| *id == node_fence("nd_a"))
+                .expect("the node's own fence")
+                .1
+        };
+        let earlier = own_fence(store);
+        let later = own_fence(store);
+        assert!(later > earlier, "{kind}: a start moves the node's fence on");
+        let refused = store
+            .write_batch(&Batch {
+                records: vec![execution("ex_u", PlaceRow::Unplaced, 1_000)],
+                node_id: Some("nd_a".into()),
+                fence: vec![(node_fence("nd_a"), earlier)],
+                ..Batch::default()
+            })
+            .expect_err("the earlier start is fenced out");
+        assert_eq!(refused.fenced_node(), Some("nd_a"), "{kind}");
+        assert_eq!(refused.fenced_context(), None, "{kind}");
+        let said = refused.to_string();
+        assert!(said.contains("started again since"), "{kind}: {said}");
+        assert_eq!(count(store, "records"), 0, "{kind}: nothing written");
+    }
+}
+
+#[test]
 fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
     for fresh in stores("take_from_the_dead") {
         let (store, kind) = (&fresh.store, fresh.kind);

@@ -35,7 +35,9 @@ pub(crate) struct Batch {
     /// The contexts the batch writes records for, each with the epoch the writing node holds
     /// (see [`contexts_written`]): checked first, inside the transaction, and nothing is
     /// written when any of them is no longer `node_id`'s at that epoch
-    /// ([`StoreError::fenced_context`](super::StoreError::fenced_context)). Empty: no check.
+    /// ([`StoreError::fenced_context`](super::StoreError::fenced_context), or
+    /// [`StoreError::fenced_node`](super::StoreError::fenced_node) for the node's own). Empty:
+    /// no check.
     pub(crate) fence: Vec<(String, i64)>,
 }
 
@@ -53,7 +55,8 @@ impl Batch {
 impl Store {
     /// Writes `batch` in one committed transaction, its fence checked first; nothing of it is
     /// written on an error (a failed fence is one whose
-    /// [`fenced_context`](super::StoreError::fenced_context) names the context).
+    /// [`fenced_context`](super::StoreError::fenced_context) names the context, or
+    /// [`fenced_node`](super::StoreError::fenced_node) the node).
     pub(crate) fn write_batch(&self, batch: &Batch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
