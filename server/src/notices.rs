@@ -106,6 +106,9 @@ async fn listen_once(
             match channel.as_str() {
                 "outpost_ends" => {
                     for exec_id in payload.split(',').filter(|id| !id.is_empty()) {
+                        // A live log this node kept for it (it ran here before it was handed
+                        // elsewhere) ends too, or it would stay for ever.
+                        shared.outputs.ended(exec_id);
                         shared.ends.ended(exec_id);
                     }
                 }

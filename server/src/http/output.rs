@@ -220,7 +220,8 @@ async fn feed(
                 }
             }
             () = end.signalled() => {
-                // The log is ended too by now; read what it still holds, then the result.
+                // Every piece before the end was appended before the end was committed:
+                // read what the log still holds, then the result.
                 let rest = log.read(&mut cursor);
                 for (stream, offset, text) in rest.pieces {
                     if send(tx, output_event(stream, offset, text, &cursor)).await.is_err() {

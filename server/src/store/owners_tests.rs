@@ -335,6 +335,35 @@ fn write(store: &Store, node_id: Option<&str>, records: Vec<ServerRecord>) {
         .expect("an unfenced batch is written");
 }
 
+/// Node `node_id` starts: it claims what it may, and the epoch of its own fence is returned.
+fn start_node(store: &Store, node_id: &str) -> i64 {
+    store
+        .claim_contexts(node_id, LIVE_MS)
+        .unwrap()
+        .into_iter()
+        .find(|(id, _)| *id == node_fence(node_id))
+        .expect("the node's own fence")
+        .1
+}
+
+/// Writes `record` as node `node_id`'s under its own fence at `epoch` alone, expecting the
+/// fence to refuse it; the refusal.
+fn refused_under_own_fence(
+    store: &Store,
+    node_id: &str,
+    epoch: i64,
+    record: ServerRecord,
+) -> crate::store::StoreError {
+    store
+        .write_batch(&Batch {
+            records: vec![record],
+            node_id: Some(node_id.into()),
+            fence: vec![(node_fence(node_id), epoch)],
+            ..Batch::default()
+        })
+        .expect_err("fenced out")
+}
+
 /// Registers context `id` in the server's table (what `claim_contexts` claims from).
 fn register(store: &Store, id: &str) {
     let entry = ContextEntry {
@@ -938,26 +967,11 @@ fn a_starting_node_ends_only_the_open_recordings_of_nodes_not_live() {
 fn an_earlier_start_of_a_node_is_fenced_out_by_its_later_start_and_told_so() {
     for fresh in stores("own_fence_restarted") {
         let (store, kind) = (&fresh.store, fresh.kind);
-        let own_fence = |store: &crate::store::Store| {
-            store
-                .claim_contexts("nd_a", LIVE_MS)
-                .unwrap()
-                .into_iter()
-                .find(|(id, _)| *id == node_fence("nd_a"))
-                .expect("the node's own fence")
-                .1
-        };
-        let earlier = own_fence(store);
-        let later = own_fence(store);
+        let earlier = start_node(store, "nd_a");
+        let later = start_node(store, "nd_a");
         assert!(later > earlier, "{kind}: a start moves the node's fence on");
-        let refused = store
-            .write_batch(&Batch {
-                records: vec![execution("ex_u", PlaceRow::Unplaced, 1_000)],
-                node_id: Some("nd_a".into()),
-                fence: vec![(node_fence("nd_a"), earlier)],
-                ..Batch::default()
-            })
-            .expect_err("the earlier start is fenced out");
+        let record = execution("ex_u", PlaceRow::Unplaced, 1_000);
+        let refused = refused_under_own_fence(store, "nd_a", earlier, record);
         assert_eq!(refused.fenced_node(), Some("nd_a"), "{kind}");
         assert_eq!(refused.fenced_context(), None, "{kind}");
         let said = refused.to_string();
@@ -971,13 +985,7 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
     for fresh in stores("take_from_the_dead") {
         let (store, kind) = (&fresh.store, fresh.kind);
         store.take_context("ec_1", "nd_dead").unwrap();
-        let dead_fence = store
-            .claim_contexts("nd_dead", LIVE_MS)
-            .unwrap()
-            .into_iter()
-            .find(|(id, _)| *id == node_fence("nd_dead"))
-            .expect("the dead node's own fence")
-            .1;
+        let dead_fence = start_node(store, "nd_dead");
         write(
             store,
             Some("nd_dead"),
@@ -1061,14 +1069,8 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
             .unwrap();
         assert_eq!(marked, ["ex_cloud", "ex_u"], "{kind}");
         // The dead node wakes up: its next write of its own executions fails its fence.
-        let refused = store
-            .write_batch(&Batch {
-                records: vec![execution("ex_u", PlaceRow::Cloud, 9_000)],
-                node_id: Some("nd_dead".into()),
-                fence: vec![(node_fence("nd_dead"), dead_fence)],
-                ..Batch::default()
-            })
-            .expect_err("fenced out");
+        let record = execution("ex_u", PlaceRow::Cloud, 9_000);
+        let refused = refused_under_own_fence(store, "nd_dead", dead_fence, record);
         assert_eq!(refused.fenced_node(), Some("nd_dead"), "{kind}");
         assert_eq!(refused.fenced_context(), None, "{kind}: no machine's fence");
         assert!(
