@@ -203,14 +203,17 @@ impl Store {
         )
         .doing("claiming dead nodes' contexts")?;
         // This node's own executions: its fence moves on too (an earlier start of it, paused,
-        // writes none of them again).
+        // writes none of them again). A row made anew (the first start, or after a take-over
+        // deleted it) takes its epoch from the owner-change numbers, which every bump of the
+        // row moved on too: on PostgreSQL a sequence, so never an epoch an earlier start of
+        // the node held (a SQLite file is one node: no take-over deletes its row).
+        let next = tx.next_owner_change();
         tx.execute(
             &format!(
                 "INSERT INTO context_owner (context_id, node_id, epoch, changed)
-                 VALUES (?1, ?2, 1, {})
+                 VALUES (?1, ?2, {next}, {next})
                  ON CONFLICT (context_id) DO UPDATE SET epoch = context_owner.epoch + 1,
-                     changed = excluded.changed",
-                tx.next_owner_change()
+                     changed = excluded.changed"
             ),
             params![node_fence(node_id), node_id],
         )

@@ -654,11 +654,13 @@ fn a_starting_node_claims_unowned_and_dead_nodes_contexts_not_a_live_nodes() {
             )
             .unwrap();
         let claimed = store.claim_contexts("nd_me", LIVE_MS).unwrap();
+        // Its own executions' fence, made at its first start at the next owner-change number.
+        let own = claimed[0].1;
+        assert!(own > 1, "{kind}: {claimed:?}");
         assert_eq!(
             claimed,
             [
-                // Its own executions' fence, made at its first start.
-                (node_fence("nd_me"), 1),
+                (node_fence("nd_me"), own),
                 ("ec_a".to_owned(), 1),
                 ("ec_b".to_owned(), 2),
                 ("ec_d".to_owned(), 3),
@@ -676,9 +678,14 @@ fn a_starting_node_claims_unowned_and_dead_nodes_contexts_not_a_live_nodes() {
         // The live node claiming next takes nothing of nd_me's (live, its own fence included)
         // and keeps its own.
         let again = store.claim_contexts("nd_live", LIVE_MS).unwrap();
+        let live_own = again[0].1;
+        assert!(
+            live_own > own,
+            "{kind}: a later owner-change number: {again:?}"
+        );
         assert_eq!(
             again,
-            [(node_fence("nd_live"), 1), ("ec_c".to_owned(), 3)],
+            [(node_fence("nd_live"), live_own), ("ec_c".to_owned(), 3)],
             "{kind}"
         );
         let mine = store
@@ -688,7 +695,7 @@ fn a_starting_node_claims_unowned_and_dead_nodes_contexts_not_a_live_nodes() {
             .find(|(id, ..)| *id == node_fence("nd_me"));
         assert_eq!(
             mine,
-            Some((node_fence("nd_me"), "nd_me".to_owned(), 1)),
+            Some((node_fence("nd_me"), "nd_me".to_owned(), own)),
             "{kind}: another node's claim never moves a node's own fence"
         );
     }
@@ -1105,6 +1112,16 @@ fn a_dead_nodes_machines_and_own_executions_are_taken_once_and_fence_it_out() {
             Some("nd_dead"),
             "{kind}: on a machine it holds"
         );
+        // A later start of the node makes its fence row again, at an epoch the paused start
+        // never held: that start stays fenced out.
+        let restarted = start_node(store, "nd_dead");
+        assert!(
+            restarted > dead_fence,
+            "{kind}: {restarted} after {dead_fence}"
+        );
+        let record = execution("ex_w", PlaceRow::Unplaced, 9_600);
+        let refused = refused_under_own_fence(store, "nd_dead", dead_fence, record);
+        assert_eq!(refused.fenced_node(), Some("nd_dead"), "{kind}");
     }
 }
 

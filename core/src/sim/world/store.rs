@@ -56,6 +56,9 @@ pub(super) struct SharedStore {
     seq: u64,
     /// Fence rows: a context id, or a node's own row, to (node, epoch).
     owners: BTreeMap<String, (usize, u64)>,
+    /// The owner-change numbers given so far (PostgreSQL's sequence): every take moves it on,
+    /// and a node's own row made anew starts at the next, above any epoch it held before.
+    changes: u64,
     /// Hand-offs not yet taken: execution id to the machine whose owner takes it.
     handoffs: BTreeMap<String, String>,
     /// Each node's last heartbeat.
@@ -233,6 +236,7 @@ impl SharedStore {
     /// Node `node` takes `key` whoever held it (a daemon's connection reached it): the next
     /// epoch, which fences every earlier holder out.
     pub fn take(&mut self, key: &str, node: usize) -> u64 {
+        self.changes += 1;
         let epoch = self.owners.get(key).map_or(1, |(_, e)| e + 1);
         self.owners.insert(key.to_owned(), (node, epoch));
         epoch
@@ -259,7 +263,13 @@ impl SharedStore {
         for key in keys {
             self.take(&key, node);
         }
-        self.take(&node_row(node), node);
+        let own = node_row(node);
+        if self.owners.contains_key(&own) {
+            self.take(&own, node);
+        } else {
+            self.changes += 1;
+            self.owners.insert(own, (node, self.changes));
+        }
         let unowned: Vec<String> = self
             .rows
             .keys()
