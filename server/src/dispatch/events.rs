@@ -1,8 +1,8 @@
 //! What the dispatcher does with the core's events once their drain's records are committed:
 //! it feeds the terminal relay, counts metrics, sends waits to machines that came up, and logs
 //! what an operator should read. An execution's end is counted, its live output ended and its
-//! waiters woken first, before any frame of the batch is written ([`Dispatcher::end_committed`]);
-//! live output is appended as the drain polls it.
+//! waiters woken first, before any frame of the batch is written
+//! ([`Dispatcher::end_committed`]); live output is appended as the drain polls it.
 //!
 //! It never writes a record: the drain did, before any of this is carried out.
 

@@ -2,8 +2,9 @@
 //! channel. After every input it drains `poll_output` to `Wait`: it commits each run of
 //! `Persist` records before it carries out the next output (RECORDS.md §1), hands frames and
 //! closes to the connections' bounded queues, starts and cancels cloud runs, and turns events
-//! into metrics, audit rows and wake-ups for the routes that wait on executions. Then it
-//! sleeps until the `Wait` deadline or the next message.
+//! into metrics, audit rows and wake-ups for the routes that wait on executions (given before
+//! the batch's frames are written). Then it sleeps until the `Wait` deadline or the next
+//! message.
 //!
 //! It never blocks on a slow connection (a full queue closes that connection), and it stops
 //! (fail-stop) rather than carry on after the store refused a record.
@@ -631,7 +632,8 @@ impl Dispatcher {
 
     /// Polls outputs until `Wait`, then writes every record among them in one transaction
     /// before it carries out any other output (so each output follows the records it depends
-    /// on, RECORDS.md §1, with one commit for all the inputs fed since the last drain). The
+    /// on, RECORDS.md §1, with one commit for all the inputs fed since the last drain; live
+    /// output, which depends on none, is appended to its log as it is polled). The
     /// same transaction takes the listing rows of the executions those inputs created and
     /// the audit events of those outputs: one commit per drain.
     /// Carrying out can feed the core (a connection whose queue is full is dropped), so it
