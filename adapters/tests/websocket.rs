@@ -123,15 +123,21 @@ fn order_under_load(host: &dyn Host, url: &str, trust: &Trust) {
     assert_eq!(closed(&rx), Some(1000), "{}", host.name());
 }
 
-/// Sends `queued` messages of 256 KiB to a peer that stopped reading and answering, then a
-/// close: the host reports the connection closed within `bound` (and 3 s of slack).
-fn close_to_a_deaf_peer(host: &dyn Host, queued: usize, bound: Duration) {
+/// A link opened by `host` to a fresh plain (no TLS) echo server, and its events.
+fn plain_echo(host: &dyn Host) -> (Receiver<LinkEvent>, Link) {
     let rx = open(
         host,
         &format!("{}/x", common::echo_server(None)),
         &Trust::public(),
     );
     let link = opened(&rx);
+    (rx, link)
+}
+
+/// Sends `queued` messages of 256 KiB to a peer that stopped reading and answering, then a
+/// close: the host reports the connection closed within `bound` (and 3 s of slack).
+fn close_to_a_deaf_peer(host: &dyn Host, queued: usize, bound: Duration) {
+    let (rx, link) = plain_echo(host);
     link.send(b"deaf".to_vec());
     for _ in 0..queued {
         link.send(vec![b'x'; 256 * 1024]);
@@ -171,12 +177,7 @@ fn closes_complete(host: &dyn Host) {
     // CLOSE_WAIT for the peer's close) instead of holding the connection for ever.
     close_to_a_deaf_peer(host, 256, 3 * CLOSE_WAIT);
     // A ping is a sign of life, reported before what follows it.
-    let rx = open(
-        host,
-        &format!("{}/x", common::echo_server(None)),
-        &Trust::public(),
-    );
-    let link = opened(&rx);
+    let (rx, link) = plain_echo(host);
     link.send(b"ping".to_vec());
     match rx.recv_timeout(WAIT).unwrap() {
         LinkEvent::Alive => {}

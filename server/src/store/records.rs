@@ -3,7 +3,7 @@
 //! of `contexts` follow the records in the same transaction, so they never disagree.
 
 use super::db::{OptionalExtension as _, Sql as _, params};
-use outpost_core::server::{ExecutionStatus, Fence, PlaceRow, ServerChange, ServerRecord};
+use outpost_core::server::{ExecutionStatus, PlaceRow, ServerChange, ServerRecord};
 
 use super::runs::{AuditRow, ExecutionEntry};
 use super::{Doing as _, Store, StoreError, exec};
@@ -122,24 +122,10 @@ impl Store {
 /// the node's own fence too ([`super::owners::node_fence`]; alone for one unplaced, on the
 /// server's executor, handed off, or ended without a context), so that a node judged dead,
 /// whose executions another node took over, writes none of them again, whichever machine it
-/// owns. Chains need none.
+/// owns. Chains need none. The rule is [`ServerRecord::fences_of`], which the simulation's
+/// store checks too.
 pub(crate) fn contexts_written(records: &[ServerRecord], node_id: &str) -> Vec<String> {
-    let node = super::owners::node_fence(node_id);
-    let mut ids: Vec<String> = records
-        .iter()
-        .flat_map(|record| {
-            let context = match record.fence() {
-                Fence::Context(id) => Some(id.to_owned()),
-                Fence::Node => Some(node.clone()),
-                Fence::Nothing => None,
-            };
-            let own = record.needs_node_fence().then(|| node.clone());
-            context.into_iter().chain(own)
-        })
-        .collect();
-    ids.sort();
-    ids.dedup();
-    ids
+    ServerRecord::fences_of(records, &super::owners::node_fence(node_id))
 }
 
 /// Writes `records` inside `tx`, each marked as `node_id`'s.

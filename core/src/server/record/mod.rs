@@ -104,6 +104,29 @@ impl ServerRecord {
         )
     }
 
+    /// The fences a batch of `records` needs, sorted, each once: each record's machine
+    /// ([`ServerRecord::fence`]; `own`, the writing node's own fence row, for
+    /// [`Fence::Node`]), and `own` for every execution's record too
+    /// ([`ServerRecord::needs_node_fence`]). Chains need none. The one rule both a server's
+    /// store and the simulation's check a batch against.
+    pub fn fences_of(records: &[ServerRecord], own: &str) -> Vec<String> {
+        let mut keys: Vec<String> = records
+            .iter()
+            .flat_map(|record| {
+                let key = match record.fence() {
+                    Fence::Context(id) => Some(id.to_owned()),
+                    Fence::Node => Some(own.to_owned()),
+                    Fence::Nothing => None,
+                };
+                let node = record.needs_node_fence().then(|| own.to_owned());
+                key.into_iter().chain(node)
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     /// The record's bytes (one JSON document, see `docs/RECORDS.md`).
     pub fn encode(&self) -> Vec<u8> {
         record::encode(RECORD_TYPE, self.written_ms, &self.change)

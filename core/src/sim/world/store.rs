@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::record::RecordError;
 use crate::server::{
-    ContextRow, ExecutionRow, Fence, PlaceRow, ServerChange, ServerRecord, ServerSnapshot,
+    ContextRow, ExecutionRow, PlaceRow, ServerChange, ServerRecord, ServerSnapshot,
 };
 
 /// A node whose last heartbeat is older than this, by the store's clock, is judged dead (the
@@ -81,22 +81,8 @@ impl SharedStore {
         fences: &BTreeMap<String, u64>,
         records: &[ServerRecord],
     ) -> Result<(), Refused> {
-        // Every fence of the batch first, sorted, each once (as the real store checks them):
-        // a record's machine, or the node's own, and the node's own for every execution's.
-        let mut keys: Vec<String> = records
-            .iter()
-            .flat_map(|record| {
-                let key = match record.fence() {
-                    Fence::Context(id) => Some(id.to_owned()),
-                    Fence::Node => Some(node_row(node)),
-                    Fence::Nothing => None,
-                };
-                let own = record.needs_node_fence().then(|| node_row(node));
-                key.into_iter().chain(own)
-            })
-            .collect();
-        keys.sort();
-        keys.dedup();
+        // Every fence of the batch first, sorted, each once (as the real store checks them).
+        let keys = ServerRecord::fences_of(records, &node_row(node));
         for key in keys {
             let held = fences.get(&key).copied();
             if held.is_none() || self.owners.get(&key) != held.map(|e| (node, e)).as_ref() {
