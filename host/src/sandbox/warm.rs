@@ -4,8 +4,8 @@
 //! the run (see the helper's `--warm`).
 //!
 //! A warm helper serves one run and is never reused: the next one is started in the
-//! background when that run is over. It waits on its stdin, so it costs no CPU while it waits, and it ends, running
-//! nothing, when the process that started it ends. This file owns the pool and the warm
+//! background when that run is over. It waits on its stdin, so it costs no CPU while it
+//! waits, and it ends, running nothing, when the process that started it ends. This file owns the pool and the warm
 //! helpers' private folders; what a run may see is decided, and written to the helper, by
 //! [`super::spawn_piped`].
 
@@ -142,6 +142,7 @@ fn fill(key: Key) {
         && let Ok(mut pool) = pool().lock()
     {
         pool.filling.clear();
+        filled().notify_all();
     }
 }
 
@@ -149,10 +150,13 @@ fn fill(key: Key) {
 fn start(helper: &Path, net: Net) -> Result<Warm, String> {
     let scratch = super::scratch_folder("warm").map_err(|e| e.to_string())?;
     for dir in ["home", "tmp", "root"] {
-        std::fs::DirBuilder::new()
+        let made = std::fs::DirBuilder::new()
             .mode(0o700)
-            .create(scratch.join(dir))
-            .map_err(|e| format!("the warm helper's {dir}: {e}"))?;
+            .create(scratch.join(dir));
+        if let Err(e) = made {
+            let _ = std::fs::remove_dir_all(&scratch);
+            return Err(format!("the warm helper's {dir}: {e}"));
+        }
     }
     let report = super::report_fifo(&scratch);
     let mut command = Command::new(helper);
@@ -190,18 +194,68 @@ pub(crate) fn discard(mut warm: Warm) {
     let _ = std::fs::remove_dir_all(&warm.scratch);
 }
 
+/// How long [`retire`] waits for the helpers being started to be ready, so that it ends them
+/// and removes their folders too (a start takes milliseconds: an exec and a few folders).
+const WAIT_FOR_STARTS: Duration = Duration::from_secs(5);
+
 /// Ends every warm helper of this process and starts no more: for a daemon, a server or a
-/// demo that is stopping (a process killed outright leaves their folders to
-/// [`super::sweep_leftovers`] at the next start; the helpers themselves end with it).
+/// demo that is stopping. A helper still being started is waited for (at most
+/// [`WAIT_FOR_STARTS`]) and ended by its own thread, which finds the pool retired, so no
+/// folder is left behind. A process killed outright leaves its helpers' folders to
+/// [`super::sweep_leftovers`] at the next start; the helpers themselves end with it.
 pub fn retire() {
-    let ready = match pool().lock() {
-        Ok(mut pool) => {
-            pool.retired = true;
-            std::mem::take(&mut pool.ready)
+    let Ok(mut pool) = pool().lock() else { return };
+    pool.retired = true;
+    let ready = std::mem::take(&mut pool.ready);
+    let until = Instant::now() + WAIT_FOR_STARTS;
+    while !pool.filling.is_empty() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
         }
-        Err(_) => return,
-    };
+        match filled().wait_timeout(pool, left) {
+            Ok((next, _)) => pool = next,
+            Err(_) => return,
+        }
+    }
+    drop(pool);
     for warm in ready.into_values() {
         discard(warm);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The folders of this process's warm helpers in the temporary folder.
+    fn folders() -> Vec<String> {
+        let marker = format!("outpost-run-warm-{}-", std::process::id());
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&marker))
+            .collect()
+    }
+
+    #[test]
+    fn a_helper_being_started_when_the_pool_retires_is_ended_with_its_folder() {
+        // Any program stands in for the helper: the pool only starts it and waits on it.
+        let helper = Path::new("/bin/sleep");
+        prime(helper, Net::Host);
+        assert!(
+            pool().lock().unwrap().filling.len() == 1,
+            "the start is under way"
+        );
+        retire();
+        let retired = pool().lock().unwrap();
+        assert!(retired.filling.is_empty() && retired.ready.is_empty());
+        drop(retired);
+        assert_eq!(folders(), Vec::<String>::new());
+        // A retired pool starts no helper.
+        prime(helper, Net::Loopback);
+        assert!(pool().lock().unwrap().filling.is_empty());
+        assert!(take(helper, Net::Loopback).is_none());
     }
 }

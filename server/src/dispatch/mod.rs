@@ -504,7 +504,6 @@ impl Dispatcher {
         replies: Vec<(Reply, Result<(), Declined>)>,
     ) -> Result<(), crate::store::StoreError> {
         let drained = self.drain();
-        self.shared.metrics.executions_pending(self.pending.count());
         for (reply, result) in replies {
             if let Some(reply) = reply {
                 // A batch whose records were not committed answers nobody yes: the
@@ -675,6 +674,9 @@ impl Dispatcher {
                 }
             }
             if batch.is_empty() && outputs.is_empty() {
+                // After every drain, whatever fed it (a batch, a timer, a cloud run's end),
+                // so the gauge never shows an execution that ended without a request.
+                self.shared.metrics.executions_pending(self.pending.count());
                 return Ok(());
             }
             if !batch.is_empty() {
