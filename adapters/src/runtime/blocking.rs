@@ -15,6 +15,7 @@ use tungstenite::{Error as WsError, Message};
 
 use super::link::{CLOSE_WAIT, CONNECT_TIMEOUT, Inbound, MESSAGE_TOO_BIG, Unread, ws_config};
 use super::outbox::{Messages as _, Out, Tungstenite};
+use super::tls_nonblocking::NonBlockingTls;
 use super::{EventFn, Host, Link, LinkEvent, redact, target_of};
 
 /// A [`Host`] on std threads: blocking work on a pool of reused threads, one thread per
@@ -72,7 +73,7 @@ fn connect(
         Some(config) => {
             let name = ServerName::try_from(target.host.clone()).map_err(|e| e.to_string())?;
             let conn = rustls::ClientConnection::new(config, name).map_err(|e| e.to_string())?;
-            Box::new(rustls::StreamOwned::new(conn, tcp))
+            Box::new(NonBlockingTls(rustls::StreamOwned::new(conn, tcp)))
         }
     };
     Ok((stream, control))

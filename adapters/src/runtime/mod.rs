@@ -21,6 +21,7 @@ pub mod outbox;
 mod pool;
 #[cfg(feature = "smol")]
 mod smol;
+mod tls_nonblocking;
 #[cfg(feature = "tokio")]
 mod tokio;
 
