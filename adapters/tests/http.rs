@@ -1,6 +1,8 @@
 //! The signed client's requests verify with core's `verify_signature` on a real HTTP listener:
 //! content digest, a nonce unique per request; error answers become typed errors.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::mpsc::{Receiver, channel};
@@ -144,11 +146,7 @@ fn error_answers_carry_their_code_and_status() {
     let err = client.connect_ticket().unwrap_err();
     assert_eq!((err.code(), err.status()), ("bad_answer", Some(502)));
     // Nothing listening.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (_held, port) = common::refusing_port();
     let client = SignedClient::new(
         ServerUrl::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
         SEED,
@@ -179,11 +177,7 @@ fn plain_http_is_refused_to_a_host_that_is_not_loopback() {
 fn a_client_that_cannot_reach_one_url_moves_to_the_next_and_signs_for_it() {
     let ticket = r#"{"ticket":"otk_secret","sessionId":"sess_2","expiresAt":1767225660}"#;
     let (live, rx) = server(vec![(200, ticket.into()), (200, ticket.into())]);
-    let dead_port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (_held, dead_port) = common::refusing_port();
     let dead = format!("http://127.0.0.1:{dead_port}");
     let client = SignedClient::new(ServerUrl::parse(&dead).unwrap(), SEED, &Trust::public())
         .with_alternates(vec![

@@ -237,11 +237,7 @@ fn conformance(host: &dyn Host) {
         ),
     }
     // Nothing listening: a failure naming the address.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (_held, port) = common::refusing_port();
     match open(host, &format!("ws://127.0.0.1:{port}/x"), &Trust::public())
         .recv_timeout(WAIT)
         .unwrap()
