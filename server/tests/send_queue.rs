@@ -1,0 +1,114 @@
+//! A daemon that stops reading cannot make the server hold its frames without bound: once its
+//! socket takes no more and 256 frames wait behind it, the server closes the connection with
+//! 1011 (PROTOCOL §2), ahead of what was queued, and forgets the rest. The machine shows
+//! offline, and the same daemon connects again at once.
+
+mod common;
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{Machine, TestServer, bearer, http, next_frame, open_socket, temp_dir};
+use serde_json::json;
+use tungstenite::Message;
+
+/// Grant changes sent while the daemon reads nothing: far more than the socket's few KiB and
+/// the 256 queued frames hold.
+const CHANGES: usize = 1_500;
+
+#[test]
+fn a_daemon_that_stops_reading_is_closed_with_1011_and_connects_again() {
+    let dir = temp_dir("send-queue");
+    let server = TestServer::start(&dir);
+    let addr = server.addr();
+    let machine = Machine::new(41);
+    assert_eq!(machine.register(&server, "deaf").status, 201);
+    let (ticket, _) = machine.ticket(&server);
+    // A receive buffer of a few KiB (fixed, so the kernel does not grow it): the server's
+    // writes stop once that and its own send buffer are full.
+    let stream = TcpStream::connect(addr).expect("connect");
+    nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::RcvBuf, &4096)
+        .expect("a small receive buffer");
+    stream.set_read_timeout(Some(Duration::from_secs(20))).ok();
+    let url = format!("ws://{addr}/v1/execution-contexts/connect?ticket={ticket}");
+    let (mut socket, _) = tungstenite::client::client(url.as_str(), stream).expect("handshake");
+    let kind = |bytes: &[u8]| -> String {
+        let v: serde_json::Value = serde_json::from_slice(bytes).expect("json");
+        v["type"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!(kind(&next_frame(&mut socket)), "welcome");
+    let hello = json!({"type": "hello", "protocol": 1, "features": [], "maxConcurrent": 2,
+                       "heldRuns": [], "pendingResults": [], "environments": ["shell"]});
+    socket
+        .send(Message::text(hello.to_string()))
+        .expect("hello");
+    let admin = bearer(&server.admin());
+    let auth = [("authorization", admin.as_str())];
+    let context = || http(addr, "GET", "/v1/execution-contexts/deaf", &auth, b"").json();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while context()["online"] != true {
+        assert!(Instant::now() < deadline, "never online");
+        // The poll's pace: the context is read again.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Each change of the grant is a `grant.update` frame for the daemon, which reads none.
+    // A long allowlist makes each frame some 6 KiB.
+    let hosts: Vec<String> = (0..100)
+        .map(|n| format!("service-{n:03}.internal.example.com:443"))
+        .collect();
+    for i in 0..CHANGES {
+        let body = json!({"egress": {"mode": "allowlist", "hosts": hosts},
+                          "limits": {"maxConcurrent": 1 + i % 2}});
+        let patched = http(
+            addr,
+            "PATCH",
+            "/v1/execution-contexts/deaf/grant",
+            &auth,
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(patched.status, 200, "change {i}: {}", patched.json());
+    }
+    // Read at full speed now (a window of a few KiB moves some 50 KiB/s).
+    nix::sys::socket::setsockopt(
+        socket.get_ref(),
+        nix::sys::socket::sockopt::RcvBuf,
+        &(4 << 20),
+    )
+    .expect("a large receive buffer");
+    // What the socket held arrives, then the close: fewer updates than were made.
+    let mut updates = 0;
+    let code = loop {
+        match socket.read() {
+            Ok(Message::Text(text)) => {
+                assert_eq!(kind(text.as_bytes()), "grant.update");
+                updates += 1;
+            }
+            Ok(Message::Close(frame)) => break frame.map(|f| (u16::from(f.code), f.reason)),
+            Ok(_) => {}
+            Err(e) => panic!("the socket ended without a close after {updates} updates: {e}"),
+        }
+    };
+    let (code, reason) = code.expect("a close code");
+    assert_eq!(
+        (code, reason.as_str()),
+        (1011, "send queue full"),
+        "after {updates} updates"
+    );
+    assert!(updates < CHANGES, "{updates} of {CHANGES} updates arrived");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while context()["online"] != false {
+        assert!(Instant::now() < deadline, "still online after the close");
+        // The poll's pace: the context is read again.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Nothing is held against the machine: it connects again and hears the grant in force.
+    let (ticket, _) = machine.ticket(&server);
+    let mut socket = open_socket(addr, &ticket).expect("the socket opens again");
+    let welcome: serde_json::Value = serde_json::from_slice(&next_frame(&mut socket)).unwrap();
+    assert_eq!(welcome["type"], "welcome", "{welcome}");
+    assert_eq!(
+        welcome["grant"]["limits"]["maxConcurrent"],
+        json!(1 + (CHANGES - 1) % 2),
+        "{welcome}"
+    );
+}
