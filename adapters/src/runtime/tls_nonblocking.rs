@@ -1,18 +1,15 @@
 //! TLS over a non-blocking socket for the blocking host's `poll(2)` loop.
 //!
-//! rustls's [`StreamOwned`] is made for blocking sockets, and on a non-blocking one it says
-//! two things wrong once the socket stops taking bytes:
-//! - `write` may answer `Ok(0)` (its own buffer full, and the socket would block, but it
-//!   read something meanwhile), which tungstenite takes for a reset ("Connection reset while
-//!   sending") and the connection is lost;
-//! - `flush` may answer `Ok(())` with records still in its buffer (when its attempts to write
-//!   read something each time), so the host would not wait for room to write them, and they
-//!   would wait for the next event.
+//! rustls's [`StreamOwned`] is made for blocking sockets. On a non-blocking one, its `write`
+//! may answer `Ok(0)` once the socket stops taking bytes: its own buffer is full, the socket
+//! would block, and it read something meanwhile, so it reports no error. tungstenite takes
+//! `Ok(0)` for a reset ("Connection reset while sending") and the connection is lost.
 //!
-//! [`NonBlockingTls`] answers `WouldBlock` in both cases, so the caller keeps what it wrote
-//! and waits for `POLLOUT`. It uses rustls's own stream while the handshake runs (over a
-//! socket that still blocks). This module owns only that; it never reads or writes the
-//! socket outside the calls made to it.
+//! [`NonBlockingTls`] answers `WouldBlock` there, so the caller keeps what it wrote and waits
+//! for `POLLOUT`. It uses rustls's own stream for the rest: the handshake (over a socket that
+//! still blocks), reads, and flushes (which write every held record or say `WouldBlock`).
+//! This module owns only that; it never reads or writes the socket outside the calls made
+//! to it.
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::ops::{Deref, DerefMut};
@@ -70,7 +67,8 @@ where
             self.send_held()?;
             taken = self.0.conn.writer().write(buf)?;
             if taken == 0 {
-                return Err(ErrorKind::WouldBlock.into());
+                // Nothing is held, and still nothing is taken: no room will come.
+                return Err(ErrorKind::WriteZero.into());
             }
         }
         // As much as the socket takes now; the rest waits for `flush`, which also reports a
@@ -80,12 +78,7 @@ where
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if self.0.conn.is_handshaking() {
-            return self.0.flush();
-        }
-        self.0.conn.writer().flush()?;
-        self.send_held()?;
-        self.0.sock.flush()
+        self.0.flush()
     }
 }
 
@@ -171,6 +164,15 @@ mod tests {
         (client, server, full)
     }
 
+    /// Waits until the client's socket takes bytes again (10 s at most).
+    fn wait_for_room(tls: &NonBlockingTls<ClientConnection, Gate>) {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd as _;
+        let mut fds = [PollFd::new(tls.0.sock.socket.as_fd(), PollFlags::POLLOUT)];
+        let ready = poll(&mut fds, PollTimeout::from(10_000u16)).unwrap();
+        assert_eq!(ready, 1, "no room within 10 s");
+    }
+
     /// Reads the server's side until the client's close, checking every byte.
     fn read_all(mut server: Server) -> std::thread::JoinHandle<usize> {
         std::thread::spawn(move || {
@@ -224,14 +226,14 @@ mod tests {
         while taken < 3 * chunk.len() {
             match tls.write(&chunk) {
                 Ok(n) => taken += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => wait_for_room(&tls),
                 Err(e) => panic!("{e}"),
             }
         }
         loop {
             match tls.flush() {
                 Ok(()) => break,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => wait_for_room(&tls),
                 Err(e) => panic!("{e}"),
             }
         }
@@ -240,7 +242,7 @@ mod tests {
         loop {
             match tls.flush() {
                 Ok(()) => break,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => wait_for_room(&tls),
                 Err(e) => panic!("{e}"),
             }
         }

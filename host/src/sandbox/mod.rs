@@ -708,8 +708,8 @@ pub fn sweep_leftovers() -> usize {
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("outpost-run-")) else {
             continue;
         };
-        // …-{pid}-{n}-{nanos}: the pid is the third field from the end.
-        let owner = rest.rsplit('-').nth(2).and_then(|p| p.parse::<u32>().ok());
+        // …-{pid}-{n} (`scratch_folder`): the pid is the second field from the end.
+        let owner = rest.rsplit('-').nth(1).and_then(|p| p.parse::<u32>().ok());
         let Some(owner) = owner else { continue };
         if owner == std::process::id() || Path::new(&format!("/proc/{owner}")).exists() {
             continue;

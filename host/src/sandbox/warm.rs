@@ -5,16 +5,16 @@
 //!
 //! A warm helper serves one run and is never reused: the next one is started in the
 //! background when that run is over. It waits on its stdin, so it costs no CPU while it
-//! waits, and it ends, running nothing, when the process that started it ends. This file owns the pool and the warm
-//! helpers' private folders; what a run may see is decided, and written to the helper, by
-//! [`super::spawn_piped`].
+//! waits, and it ends, running nothing, when the process that started it ends. This file owns
+//! the pool and the warm helpers' private folders; what a run may see is decided, and written
+//! to the helper, by [`super::spawn_piped`].
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::SUBCOMMAND;
@@ -121,6 +121,7 @@ fn fill(key: Key) {
         }
         pool.filling.push(key.clone());
     }
+    let starting = key.clone();
     let started = std::thread::Builder::new()
         .name("outpost-warm-sandbox".into())
         .spawn(move || {
@@ -141,13 +142,19 @@ fn fill(key: Key) {
     if started.is_err()
         && let Ok(mut pool) = pool().lock()
     {
-        pool.filling.clear();
+        pool.filling.retain(|k| *k != starting);
         filled().notify_all();
     }
 }
 
+/// Held by a test to hold starts before they make anything (see the tests below).
+#[cfg(test)]
+static START_GATE: Mutex<()> = Mutex::new(());
+
 /// Starts one warm helper.
 fn start(helper: &Path, net: Net) -> Result<Warm, String> {
+    #[cfg(test)]
+    drop(START_GATE.lock());
     let scratch = super::scratch_folder("warm").map_err(|e| e.to_string())?;
     for dir in ["home", "tmp", "root"] {
         let made = std::fs::DirBuilder::new()
@@ -204,7 +211,9 @@ const WAIT_FOR_STARTS: Duration = Duration::from_secs(5);
 /// folder is left behind. A process killed outright leaves its helpers' folders to
 /// [`super::sweep_leftovers`] at the next start; the helpers themselves end with it.
 pub fn retire() {
-    let Ok(mut pool) = pool().lock() else { return };
+    // The pool holds no invariant a panic elsewhere could break half-way: a poisoned lock
+    // is taken all the same, so that the helpers it holds are still ended.
+    let mut pool = pool().lock().unwrap_or_else(PoisonError::into_inner);
     pool.retired = true;
     let ready = std::mem::take(&mut pool.ready);
     let until = Instant::now() + WAIT_FOR_STARTS;
@@ -213,10 +222,10 @@ pub fn retire() {
         if left.is_zero() {
             break;
         }
-        match filled().wait_timeout(pool, left) {
-            Ok((next, _)) => pool = next,
-            Err(_) => return,
-        }
+        pool = filled()
+            .wait_timeout(pool, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
     }
     drop(pool);
     for warm in ready.into_values() {
@@ -242,13 +251,18 @@ mod tests {
     #[test]
     fn a_helper_being_started_when_the_pool_retires_is_ended_with_its_folder() {
         // Any program stands in for the helper: the pool only starts it and waits on it.
-        let helper = Path::new("/bin/sleep");
+        let helper = Path::new("/bin/sh");
+        let gate = START_GATE.lock().unwrap();
         prime(helper, Net::Host);
-        assert!(
-            pool().lock().unwrap().filling.len() == 1,
-            "the start is under way"
-        );
-        retire();
+        assert_eq!(pool().lock().unwrap().filling.len(), 1, "held at the gate");
+        let retiring = std::thread::spawn(retire);
+        // `retire` holds the pool's lock from marking it retired until it waits for the
+        // start: once the mark shows, it waits.
+        while !pool().lock().unwrap().retired {
+            std::thread::yield_now();
+        }
+        drop(gate);
+        retiring.join().unwrap();
         let retired = pool().lock().unwrap();
         assert!(retired.filling.is_empty() && retired.ready.is_empty());
         drop(retired);
