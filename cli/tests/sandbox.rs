@@ -313,6 +313,17 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
     common::wait_for("the warm sandbox's processes to end", || {
         (helpers() == 0).then_some(())
     });
+    // Its folder stays until the next start, which sweeps the folders of dead daemons.
+    assert!(!warm_of(pid).is_empty(), "the killed daemon's warm folder");
+    let _daemon = Daemon::start_sandboxed(
+        &home,
+        "box",
+        None,
+        "tokio",
+        &[("OUTPOST_KEYRING", "off"), ("HOME", &user_home_text)],
+    );
+    server.wait_context("box", "box online after the kill", |c| c["online"] == true);
+    assert_eq!(warm_of(pid), Vec::<String>::new(), "swept at the start");
 }
 
 #[test]
