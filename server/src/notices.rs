@@ -109,7 +109,8 @@ async fn listen_once(
                         // A live log this node kept for it (it ran here before it was handed
                         // elsewhere) ends too, or it would stay for ever.
                         shared.outputs.ended(exec_id);
-                        shared.ends.ended(exec_id);
+                        // Ended on another node: its waiters here read the row.
+                        shared.ends.ended(exec_id, None);
                     }
                 }
                 "outpost_owners" => taken.push(payload),

@@ -85,6 +85,16 @@ fn a_daemon_driven_over_the_websocket_runs_an_execution_to_exited() {
     assert_eq!(execution["ranOnText"], "Ran on build-box (your machine).");
     assert!(execution["timing"]["serverMs"].is_u64(), "{execution}");
     assert_eq!(driver.executed.len(), 1, "run exactly once");
+    // The answer, made from the row the end's commit returned, is what a read of it shows.
+    let id = execution["executionId"].as_str().expect("an id");
+    let read = http(
+        addr,
+        "GET",
+        &format!("/v1/executions/{id}"),
+        &[("authorization", &admin)],
+        b"",
+    );
+    assert_eq!(read.json(), execution);
     // Counted before the waiting request is woken; over PostgreSQL, the end's notice may
     // wake it first.
     let metrics = metrics_showing(addr, "outpost_runs_total{status=\"exited\"} 1");

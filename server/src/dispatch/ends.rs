@@ -5,22 +5,28 @@
 //!
 //! This module owns the map of executions someone waits on (an entry lives while a waiter
 //! holds its [`EndWatch`]). It never reads the store and never decides that an execution
-//! ended: the waiter reads the committed row after every wake.
+//! ended: a wake carries the row as the dispatcher committed it, or nothing (an end another
+//! node committed), and then the waiter reads the committed row.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use outpost_core::ids::ExecutionId;
 use tokio::sync::watch;
 
+use crate::store::ExecutionEntry;
+
+/// What an end's wake carries: the execution's row as committed, when this node committed it.
+type Ended = Option<Arc<ExecutionEntry>>;
+
 /// The executions waited on.
 #[derive(Debug, Default)]
 pub(crate) struct Ends {
-    waited: Mutex<HashMap<ExecutionId, watch::Sender<()>>>,
+    waited: Mutex<HashMap<ExecutionId, watch::Sender<Ended>>>,
 }
 
 impl Ends {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ExecutionId, watch::Sender<()>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<ExecutionId, watch::Sender<Ended>>> {
         // The map holds no invariant a panic could break half-way.
         self.waited
             .lock()
@@ -32,7 +38,7 @@ impl Ends {
         let rx = self
             .lock()
             .entry(ExecutionId::new(exec_id))
-            .or_insert_with(|| watch::channel(()).0)
+            .or_insert_with(|| watch::channel(None).0)
             .subscribe();
         EndWatch {
             ends: self,
@@ -41,9 +47,13 @@ impl Ends {
         }
     }
 
-    /// `exec_id`'s end is committed: wakes its watches (dropping the sender wakes them all).
-    pub(crate) fn ended(&self, exec_id: &str) {
+    /// `exec_id`'s end is committed: wakes its watches (dropping the sender wakes them all),
+    /// handing them `row`, the execution's row as committed, when there is one.
+    pub(crate) fn ended(&self, exec_id: &str, row: Option<ExecutionEntry>) {
         let sender = self.lock().remove(exec_id);
+        if let (Some(sender), Some(row)) = (&sender, row) {
+            sender.send_replace(Some(Arc::new(row)));
+        }
         drop(sender);
     }
 
@@ -60,17 +70,18 @@ impl Ends {
 pub(crate) struct EndWatch<'a> {
     ends: &'a Ends,
     exec_id: ExecutionId,
-    rx: Option<watch::Receiver<()>>,
+    rx: Option<watch::Receiver<Ended>>,
 }
 
 impl EndWatch<'_> {
     /// Returns once the execution was signalled as ended (at once if it already was since
-    /// [`Ends::subscribe`]).
-    pub(crate) async fn signalled(&mut self) {
-        if let Some(rx) = self.rx.as_mut() {
-            // Only the sender's drop or a send ends this; either is the signal.
-            let _ = rx.changed().await;
-        }
+    /// [`Ends::subscribe`]), with its row as committed when the signal carried it.
+    pub(crate) async fn signalled(&mut self) -> Ended {
+        let rx = self.rx.as_mut()?;
+        // Only the sender's drop or a send ends this; either is the signal, and a value sent
+        // before the drop stays readable.
+        let _ = rx.changed().await;
+        rx.borrow_and_update().clone()
     }
 }
 
@@ -97,7 +108,7 @@ mod tests {
         let mut a1 = ends.subscribe("a");
         let mut a2 = ends.subscribe("a");
         let b = ends.subscribe("b");
-        ends.ended("a");
+        ends.ended("a", None);
         a1.signalled().await;
         a2.signalled().await;
         let b_woken = b.rx.as_ref().map(|rx| rx.has_changed());
@@ -109,10 +120,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_end_hands_its_row_to_every_watcher() {
+        let ends = Ends::default();
+        let mut w1 = ends.subscribe("r");
+        let mut w2 = ends.subscribe("r");
+        let row = ExecutionEntry {
+            id: "r".into(),
+            ..ExecutionEntry::default()
+        };
+        ends.ended("r", Some(row));
+        for w in [&mut w1, &mut w2] {
+            let given = w.signalled().await.expect("the row");
+            assert_eq!(given.id, "r");
+        }
+        // An end without a row (another node's) wakes with nothing.
+        let mut w = ends.subscribe("s");
+        ends.ended("s", None);
+        assert!(w.signalled().await.is_none());
+    }
+
+    #[tokio::test]
     async fn an_end_before_the_wait_is_not_lost() {
         let ends = Ends::default();
         let mut w = ends.subscribe("x");
-        ends.ended("x");
+        ends.ended("x", None);
         tokio::time::timeout(std::time::Duration::from_secs(5), w.signalled())
             .await
             .expect("the end signalled before the wait wakes it");

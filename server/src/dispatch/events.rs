@@ -16,10 +16,11 @@ impl Dispatcher {
         &self,
         exec_id: &str,
         outcome: &outpost_core::server::ExecutionOutcome,
+        row: Option<crate::store::ExecutionEntry>,
     ) {
         self.shared.metrics.run_finished(outcome.status().as_str());
         self.shared.outputs.ended(exec_id);
-        self.shared.ends.ended(exec_id);
+        self.shared.ends.ended(exec_id, row);
     }
 
     /// What the dispatcher does with one of the core's events: metrics, the terminal relay,

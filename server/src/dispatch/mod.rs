@@ -679,6 +679,8 @@ impl Dispatcher {
                 self.shared.metrics.executions_pending(self.pending.count());
                 return Ok(());
             }
+            // The rows of the executions this batch ended, as committed.
+            let mut ended_rows = Vec::new();
             if !batch.is_empty() {
                 // Each machine's records are written under the epoch this node holds for it.
                 let written = crate::store::contexts_written(&batch.records, self.fences.node_id());
@@ -688,17 +690,22 @@ impl Dispatcher {
                 // most frames of a busy session, write nothing).
                 let store = &self.shared.store;
                 tracing::trace!(target: "outpost::timeline", stage = "server.commit", records = batch.records.len());
-                off_the_runtime(|| store.write_batch(&batch))?;
+                ended_rows = off_the_runtime(|| store.write_batch(&batch))?;
                 tracing::trace!(target: "outpost::timeline", stage = "server.committed");
             }
-            // Who waits on an execution's end is told before the frames are written: the
-            // answer reads only what was committed, on another thread while this one writes.
+            // Who waits on an execution's end is told before the frames are written, and
+            // given the row as committed: the answer is written on another thread while this
+            // one writes.
             for output in &outputs {
                 if let Output::Event(Event::ExecutionFinished {
                     exec_id, outcome, ..
                 }) = output
                 {
-                    self.end_committed(exec_id, outcome);
+                    let row = ended_rows
+                        .iter()
+                        .position(|row| row.id == exec_id.as_str())
+                        .map(|at| ended_rows.swap_remove(at));
+                    self.end_committed(exec_id, outcome, row);
                 }
             }
             for output in outputs {

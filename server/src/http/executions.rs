@@ -2,6 +2,7 @@
 //! its records are written, optionally after it ends), read one (optionally waiting), cancel
 //! one, and list the caller's runs.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -269,7 +270,13 @@ async fn wait_for_end(
             }
         };
         tokio::select! {
-            () = end.signalled() => tracing::trace!(target: "outpost::timeline", stage = "http.ended"),
+            row = end.signalled() => {
+                tracing::trace!(target: "outpost::timeline", stage = "http.ended");
+                // This node committed the end: the row it wrote is the answer.
+                if let Some(row) = row {
+                    return Ok(Arc::unwrap_or_clone(row));
+                }
+            }
             () = tokio::time::sleep_until(deadline) => return read(),
         }
     }

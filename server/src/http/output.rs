@@ -219,7 +219,7 @@ async fn feed(
                     }
                 }
             }
-            () = end.signalled() => {
+            _ = end.signalled() => {
                 // Every piece before the end was appended before the end was committed:
                 // read what the log still holds, then the result.
                 let rest = log.read(&mut cursor);

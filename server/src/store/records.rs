@@ -5,7 +5,7 @@
 use super::db::{OptionalExtension as _, Sql as _, params};
 use outpost_core::server::{ExecutionStatus, PlaceRow, ServerChange, ServerRecord};
 
-use super::runs::{AuditRow, ExecutionEntry};
+use super::runs::{AuditRow, COLUMNS, ExecutionEntry};
 use super::{Doing as _, Store, StoreError, exec};
 use outpost_core::routing::Chain;
 
@@ -57,9 +57,9 @@ impl Store {
     /// written on an error (a failed fence is one whose
     /// [`fenced_context`](super::StoreError::fenced_context) names the context, or
     /// [`fenced_node`](super::StoreError::fenced_node) the node).
-    pub(crate) fn write_batch(&self, batch: &Batch) -> Result<(), StoreError> {
+    pub(crate) fn write_batch(&self, batch: &Batch) -> Result<Vec<ExecutionEntry>, StoreError> {
         if batch.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let mut conn = self.lock();
         let tx = conn.transaction().doing("starting a records transaction")?;
@@ -71,7 +71,7 @@ impl Store {
         for row in &batch.audit {
             super::runs::insert_audit(&tx, row)?;
         }
-        write_records(&tx, &batch.records, batch.node_id.as_deref())?;
+        let mut ended = write_records(&tx, &batch.records, batch.node_id.as_deref())?;
         for (wait_id, exec_id) in &batch.continuations {
             super::waits::settle_continuation(
                 &tx,
@@ -89,6 +89,9 @@ impl Store {
                 params![kept.stdout, kept.stderr, kept.cut, exec_id],
             )
             .doing("keeping a cancelled run's output")?;
+            if let Some(entry) = ended.iter_mut().find(|e| e.id == *exec_id) {
+                entry.kept = Some(kept.clone());
+            }
         }
         tracing::trace!(target: "outpost::timeline", stage = "server.commit_flush");
         tx.commit().doing("committing records")?;
@@ -112,7 +115,7 @@ impl Store {
                 self.changes.notify(topic);
             }
         }
-        Ok(())
+        Ok(ended)
     }
 }
 
@@ -133,9 +136,9 @@ fn write_records(
     tx: &impl super::db::Sql,
     records: &[ServerRecord],
     node_id: Option<&str>,
-) -> Result<(), StoreError> {
+) -> Result<Vec<ExecutionEntry>, StoreError> {
     if records.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     // Each record takes the next number of the record sequence in its own statement (no read
     // of it first): `MAX(seq) + 1` in SQLite, whose one writer makes that safe; a PostgreSQL
@@ -143,6 +146,7 @@ fn write_records(
     let next_seq = tx.next_record_seq();
     let mut handed_to = Vec::new();
     let mut ended = Vec::new();
+    let mut entries = Vec::new();
     for record in records {
         let bytes = record.encode();
         // The machine an execution record is placed on ('' for none): what a take reads by.
@@ -221,11 +225,13 @@ fn write_records(
                 )
                 .doing("removing an ended execution's row")?;
                 let ran_on = row.ran_on.as_ref().map(json).transpose()?;
-                exec(tx,
+                // The row as committed comes back with it: who waits on the end is answered
+                // from it, without reading it again.
+                let rows = tx.query(&format!(
                     "UPDATE executions SET status = ?1, finished_at = CASE WHEN ?2 > created_at THEN ?2 ELSE created_at END, outcome_json = ?3,
                      ran_on_json = ?4, line = ?5,
                      context_id = COALESCE(?6, context_id), context_name = COALESCE(?7, context_name)
-                     WHERE id = ?8",
+                     WHERE id = ?8 RETURNING {COLUMNS}"),
                     params![
                         row.outcome.status().as_str(),
                         (record.written_ms / 1000) as i64,
@@ -238,6 +244,12 @@ fn write_records(
                     ],
                 )
                 .doing("recording an execution's end")?;
+                for returned in &rows {
+                    entries.push(
+                        super::runs::execution_row(returned)
+                            .doing("reading an ended execution's row")?,
+                    );
+                }
                 ended.push(row.exec_id.to_string());
                 ("ended", row.exec_id.to_string())
             }
@@ -254,7 +266,8 @@ fn write_records(
         )
         .doing("writing a record")?;
     }
-    notify_other_nodes(tx, handed_to, ended)
+    notify_other_nodes(tx, handed_to, ended)?;
+    Ok(entries)
 }
 
 /// What a channel's one notification carries at most (PostgreSQL refuses 8000 bytes).

@@ -65,7 +65,7 @@ pub(crate) struct RunsFilter<'a> {
     pub(crate) limit: u32,
 }
 
-const COLUMNS: &str = "id, \"user\", requested, status, created_at, finished_at, context_id, \
+pub(super) const COLUMNS: &str = "id, \"user\", requested, status, created_at, finished_at, context_id, \
      context_name, outcome_json, ran_on_json, line, capability, capability_version, \
      kept_stdout, kept_stderr, kept_cut";
 
@@ -75,7 +75,7 @@ fn read_status(text: &str) -> ExecutionStatus {
     ExecutionStatus::parse(text).unwrap_or(ExecutionStatus::Failed)
 }
 
-fn execution_row(r: &Row) -> Result<ExecutionEntry, DbError> {
+pub(super) fn execution_row(r: &Row) -> Result<ExecutionEntry, DbError> {
     Ok(ExecutionEntry {
         id: r.get(0)?,
         user: r.get(1)?,

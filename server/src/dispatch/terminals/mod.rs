@@ -527,7 +527,7 @@ impl Actor {
             };
             let store = self.store.clone();
             let written = tokio::task::spawn_blocking(move || store.write_batch(&batch)).await;
-            if !matches!(written, Ok(Ok(()))) {
+            if !matches!(written, Ok(Ok(_))) {
                 tracing::error!(terminal = %exec_id, "cannot write a terminal's audit rows");
             }
         }
