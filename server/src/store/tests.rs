@@ -186,11 +186,21 @@ fn a_bad_url_or_an_unreachable_database_is_an_error_that_says_so() {
         "no password shown"
     );
     let (dir, _) = fresh_places("unreachable");
-    // A port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap();
+    // A port nothing listens on: bound and never listening, held for the test, so no other
+    // test is given it meanwhile (as it could be one whose listener was closed).
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, socket,
+    };
+    use std::os::fd::AsRawFd as _;
+    let held = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    bind(held.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).unwrap();
+    let port = getsockname::<SockaddrIn>(held.as_raw_fd()).unwrap().port();
     let err = Store::open_database(
         &Database::Postgres(format!("postgres://outpost@127.0.0.1:{port}/none")),
         &dir,
