@@ -6,9 +6,11 @@
 mod common;
 
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Machine, TestServer, bearer, http, next_frame, open_socket, temp_dir};
+use common::{
+    Machine, TestServer, bearer, http, next_frame, online_context, open_socket, say_hello, temp_dir,
+};
 use serde_json::json;
 use tungstenite::Message;
 
@@ -37,20 +39,11 @@ fn a_daemon_that_stops_reading_is_closed_with_1011_and_connects_again() {
         v["type"].as_str().unwrap_or_default().to_owned()
     };
     assert_eq!(kind(&next_frame(&mut socket)), "welcome");
-    let hello = json!({"type": "hello", "protocol": 1, "features": [], "maxConcurrent": 2,
-                       "heldRuns": [], "pendingResults": [], "environments": ["shell"]});
-    socket
-        .send(Message::text(hello.to_string()))
-        .expect("hello");
+    say_hello(&mut socket);
     let admin = bearer(&server.admin());
     let auth = [("authorization", admin.as_str())];
     let context = || http(addr, "GET", "/v1/execution-contexts/deaf", &auth, b"").json();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while context()["online"] != true {
-        assert!(Instant::now() < deadline, "never online");
-        // The poll's pace: the context is read again.
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    online_context(addr, &auth, "deaf");
     // Each change of the grant is a `grant.update` frame for the daemon, which reads none.
     // A long allowlist makes each frame some 6 KiB.
     let hosts: Vec<String> = (0..100)

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant as StdInstant};
 
 use common::driver::Driver;
 use common::{
-    Machine, TestServer, bearer, close_code, http, inline, next_frame, open_socket, temp_dir,
+    Machine, TestServer, bearer, close_code, http, inline, next_frame, online_context, open_socket,
+    say_hello, temp_dir,
 };
 use outpost_core::wire::{DaemonFrame, Environment};
 use serde_json::json;
@@ -416,22 +417,12 @@ fn a_hand_written_daemon_meets_the_live_cap_the_offer_deadline_and_unknown_resul
         (v["type"].as_str().unwrap_or_default().to_owned(), v)
     };
     assert_eq!(frame_type(&next_frame(&mut socket)).0, "welcome");
-    let hello = json!({"type": "hello", "protocol": 1, "features": [], "maxConcurrent": 2,
-                       "heldRuns": [], "pendingResults": [], "environments": ["shell"]});
-    socket
-        .send(Message::text(hello.to_string()))
-        .expect("hello");
+    say_hello(&mut socket);
     let admin = bearer(&server.admin());
     let auth = [("authorization", admin.as_str())];
     let addr = server.addr();
     let context = || http(addr, "GET", "/v1/execution-contexts/hand", &auth, b"").json();
-    let deadline = StdInstant::now() + Duration::from_secs(20);
-    while context()["online"] != true {
-        assert!(StdInstant::now() < deadline, "never online");
-        // The poll's pace: the context is read again.
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(context()["slotsTotal"], 2);
+    assert_eq!(online_context(addr, &auth, "hand")["slotsTotal"], 2);
     let patched = http(
         addr,
         "PATCH",

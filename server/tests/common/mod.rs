@@ -10,7 +10,7 @@ use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use outpost_core::b64;
 use outpost_core::executor::Registry;
@@ -654,5 +654,30 @@ pub fn close_code(socket: &mut Socket) -> Option<u16> {
             Ok(_) => continue,
             Err(_) => return None,
         }
+    }
+}
+
+/// Speaks for a hand-written daemon on `socket`, whose `welcome` was read: a `hello` of
+/// protocol 1 with no features, no runs held or results pending, two slots and the shell.
+pub fn say_hello(socket: &mut Socket) {
+    let hello = serde_json::json!({"type": "hello", "protocol": 1, "features": [],
+        "maxConcurrent": 2, "heldRuns": [], "pendingResults": [], "environments": ["shell"]});
+    socket
+        .send(tungstenite::Message::text(hello.to_string()))
+        .expect("hello");
+}
+
+/// The context `name` as the admin `auth` reads it, once it shows online (20 s at most).
+pub fn online_context(addr: SocketAddr, auth: &[(&str, &str)], name: &str) -> Value {
+    let path = format!("/v1/execution-contexts/{name}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let context = http(addr, "GET", &path, auth, b"").json();
+        if context["online"] == true {
+            return context;
+        }
+        assert!(Instant::now() < deadline, "never online: {context}");
+        // The poll's pace: the context is read again.
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
