@@ -109,7 +109,9 @@ async fn listen_once(
                         // A live log this node kept for it (it ran here before it was handed
                         // elsewhere) ends too, or it would stay for ever.
                         shared.outputs.ended(exec_id);
-                        // Ended on another node: its waiters here read the row.
+                        // Its waiters here wake with nothing and read the row: an end
+                        // another node committed, or this node's own when its notice
+                        // comes before the dispatcher hands them the row it wrote.
                         shared.ends.ended(exec_id, None);
                     }
                 }

@@ -6,7 +6,8 @@
 //! This module owns the map of executions someone waits on (an entry lives while a waiter
 //! holds its [`EndWatch`]). It never reads the store and never decides that an execution
 //! ended: a wake carries the row as the dispatcher committed it, or nothing (an end another
-//! node committed), and then the waiter reads the committed row.
+//! node committed, the notice of this node's own end heard first, or an end whose row was
+//! not found), and then the waiter reads the committed row.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -701,9 +701,10 @@ impl Dispatcher {
                     exec_id, outcome, ..
                 }) = output
                 {
+                    // The last row written for it, should a batch ever hold two ends.
                     let row = ended_rows
                         .iter()
-                        .position(|row| row.id == exec_id.as_str())
+                        .rposition(|row| row.id == exec_id.as_str())
                         .map(|at| ended_rows.swap_remove(at));
                     self.end_committed(exec_id, outcome, row);
                 }

@@ -89,7 +89,7 @@ impl Store {
                 params![kept.stdout, kept.stderr, kept.cut, exec_id],
             )
             .doing("keeping a cancelled run's output")?;
-            if let Some(entry) = ended.iter_mut().find(|e| e.id == *exec_id) {
+            if let Some(entry) = ended.iter_mut().rfind(|e| e.id == *exec_id) {
                 entry.kept = Some(kept.clone());
             }
         }
