@@ -281,15 +281,19 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
     assert_eq!(daemon.wait_exit(), 0, "{}", daemon.log_tail(20));
     assert!(warm().is_empty(), "{:?}", warm());
 
+    // The same machine started again (joined already, so no join).
+    let start_again = || {
+        Daemon::start_sandboxed(
+            &home,
+            "box",
+            None,
+            "tokio",
+            &[("OUTPOST_KEYRING", "off"), ("HOME", &user_home_text)],
+        )
+    };
     // A daemon killed outright leaves no warm sandbox running (its folder waits for the next
     // start's sweep): the helper finds that no run will come, and ends.
-    let mut daemon = Daemon::start_sandboxed(
-        &home,
-        "box",
-        None,
-        "tokio",
-        &[("OUTPOST_KEYRING", "off"), ("HOME", &user_home_text)],
-    );
+    let mut daemon = start_again();
     server.wait_context("box", "box online again", |c| c["online"] == true);
     let asked = run(&server, &ana, capability(&read, ""));
     assert_eq!(answers(&asked), ["read-ssh: no"], "{asked}");
@@ -315,13 +319,7 @@ fn the_default_policy_holds_the_operator_s_and_a_member_s_runs_alike() {
     });
     // Its folder stays until the next start, which sweeps the folders of dead daemons.
     assert!(!warm_of(pid).is_empty(), "the killed daemon's warm folder");
-    let _daemon = Daemon::start_sandboxed(
-        &home,
-        "box",
-        None,
-        "tokio",
-        &[("OUTPOST_KEYRING", "off"), ("HOME", &user_home_text)],
-    );
+    let _daemon = start_again();
     server.wait_context("box", "box online after the kill", |c| c["online"] == true);
     assert_eq!(warm_of(pid), Vec::<String>::new(), "swept at the start");
 }

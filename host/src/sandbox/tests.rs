@@ -38,13 +38,13 @@ fn a_probe_reads_each_piece() {
 
 #[test]
 fn leftovers_of_a_dead_process_are_swept_and_a_live_one_s_kept() {
-    // A pid no process has (above the kernel's pid_max default is not guaranteed; the test
-    // takes the largest possible).
     // Named as `scratch_folder` names them: the run's id, the pid, a number.
     let made = scratch_folder("ex_a-1.1").unwrap();
     let name = made.file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with(&format!("outpost-run-ex_a-1.1-{}-", std::process::id())));
     std::fs::remove_dir_all(&made).unwrap();
+    // A pid no process has (above the kernel's pid_max default is not guaranteed; the test
+    // takes the largest possible).
     let dead = std::env::temp_dir().join("outpost-run-ex_a-1.1-4194304-0");
     let live = std::env::temp_dir().join(format!("outpost-run-x-{}-0", std::process::id()));
     for dir in [&dead, &live] {
