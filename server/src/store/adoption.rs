@@ -32,8 +32,9 @@ impl Store {
             let keys: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
             let places: Vec<String> = (n + 1..=2 * n).map(|i| format!("?{i}")).collect();
             let sql = format!(
-                // By the index of placements; a row a node of an older version wrote has none
-                // (NULL) and is read and judged by its bytes.
+                // By the index of placements (PostgreSQL's; a lone server's few live records
+                // are read whole); a row a node of an older version wrote has none (NULL) and
+                // is read and judged by its bytes.
                 "SELECT bytes FROM records
                  WHERE (kind = 'context' AND key IN ({}))
                     OR (kind = 'execution' AND (placed_on IN ({}) OR placed_on IS NULL))

@@ -291,15 +291,6 @@ pub(crate) trait Sql {
         }
     }
 
-    /// The SQL for the next number of the record sequence (`records.seq`).
-    fn next_record_seq(&self) -> &'static str {
-        if self.is_postgres() {
-            POSTGRES_NEXT_RECORD_SEQ
-        } else {
-            SQLITE_NEXT_RECORD_SEQ
-        }
-    }
-
     /// The SQL for the next change number of the owners' table (`context_owner.changed`).
     fn next_owner_change(&self) -> &'static str {
         if self.is_postgres() {
@@ -378,12 +369,6 @@ impl Sql for Conn {
         matches!(self, Self::Postgres(_))
     }
 }
-
-/// SQLite's next record number: one more than the largest (an index lookup; its one writer
-/// makes it safe).
-const SQLITE_NEXT_RECORD_SEQ: &str = "(SELECT COALESCE(MAX(seq), 0) + 1 FROM records)";
-/// PostgreSQL's next record number: its sequence (migration 12), never handed out twice.
-const POSTGRES_NEXT_RECORD_SEQ: &str = "nextval('records_seq')";
 
 /// SQLite's next owner change number: one more than the largest (an index lookup; its one
 /// writer makes it safe).

@@ -5,9 +5,10 @@
 //!
 //! [`Store`] is the one seam to the database: every query the server makes goes through its
 //! methods, none takes SQL from a caller, and each is written once for both databases
-//! ([`db`] owns the difference). It keeps the dispatcher's records byte
-//! for byte as `ServerRecord::encode` wrote them (one row per record key, replaced on upsert)
-//! and the server's own tables: users (and who was removed), tokens (SHA-256 only), contexts
+//! ([`db`] owns the difference). It keeps the dispatcher's live records byte for byte as
+//! `ServerRecord::encode` wrote them (one row per record key, replaced on upsert; an
+//! execution's is deleted when it ends, its end kept in its `executions` row) and the
+//! server's own tables: users (and who was removed), tokens (SHA-256 only), contexts
 //! (with their sharing, as the records say) and their machine keys, used nonces, executions
 //! for listing, the audit log, condition waits, terminal recordings, and uploaded bundles (their rows here, their
 //! bytes in files beside the database), and which node owns each context (the fence its
@@ -139,6 +140,8 @@ pub struct Store {
     bundles: std::path::PathBuf,
     /// Announces committed changes to the pages that keep a list open.
     changes: changes::Changes,
+    /// Numbers the records this store writes.
+    record_seq: records::RecordSeq,
     /// What drives PostgreSQL's sockets (none for SQLite): held only to be dropped after the
     /// connections (fields drop in order).
     _driver: Option<Driver>,
@@ -196,7 +199,15 @@ pub fn migrate(database: &Database, dir: &Path) -> Result<i64, StoreError> {
 /// The connection that writes to `database`, its schema brought up to date (PostgreSQL's
 /// checked first for durable commits), and the driver of PostgreSQL's sockets.
 fn migrated(database: &Database, dir: &Path) -> Result<(Conn, Option<Driver>), StoreError> {
-    let (mut conn, driver) = match database {
+    let (mut conn, driver) = connected(database, dir)?;
+    schema::migrate(&mut conn)?;
+    Ok((conn, driver))
+}
+
+/// The connection that writes to `database`, its schema as found, and the driver of
+/// PostgreSQL's sockets.
+fn connected(database: &Database, dir: &Path) -> Result<(Conn, Option<Driver>), StoreError> {
+    Ok(match database {
         Database::Sqlite => {
             let path = dir.join("outpost.db");
             // 0600 before SQLite makes it (0644 less the umask), and its -wal and -shm with it.
@@ -210,9 +221,7 @@ fn migrated(database: &Database, dir: &Path) -> Result<(Conn, Option<Driver>), S
             schema::require_durable_commits(&conn)?;
             (conn, Some(driver))
         }
-    };
-    schema::migrate(&mut conn)?;
-    Ok((conn, driver))
+    })
 }
 
 /// `url` with any password between `:` and `@` replaced by `***`.
@@ -242,14 +251,28 @@ impl Store {
             }
             _ => Conn::Sqlite(Self::connect(&dir.join("outpost.db"))?),
         };
+        use db::{Sql as _, params};
+        let record_seq = match &conn {
+            Conn::Postgres(_) => records::RecordSeq::Postgres,
+            Conn::Sqlite(_) => records::RecordSeq::counted_from(
+                conn.query_row(
+                    "SELECT COALESCE(MAX(seq), 0) FROM records",
+                    params![],
+                    |r| r.get(0),
+                )
+                .doing("reading the last record's number")?,
+            ),
+        };
         let store = Self {
             conn: Mutex::new(conn),
             reader: Mutex::new(reader),
             bundles: dir.join("bundles"),
             changes: changes::Changes::default(),
+            record_seq,
             _driver: driver,
         };
         store.prepare_bundles()?;
+        store.forget_old_ends()?;
         store.place_old_records()?;
         Ok(store)
     }

@@ -371,8 +371,18 @@ impl Store {
         Ok(snapshots.remove(context_id))
     }
 
+    /// Deletes the records of ends that a node of a version before schema 23 wrote (over
+    /// PostgreSQL it may run beside this one for a while; the migration removed those before
+    /// it): run at open, so that none outlives the next start.
+    pub(crate) fn forget_old_ends(&self) -> Result<usize, StoreError> {
+        self.lock()
+            .execute("DELETE FROM records WHERE kind = 'ended'", params![])
+            .doing("deleting the ends' records of an older version")
+    }
+
     /// Fills in the placement of execution records written before it was kept (migration
-    /// 18), from their bytes: run at open, so that a take reads by the index.
+    /// 18), from their bytes: run at open, so that a take reads by placement (through an
+    /// index on PostgreSQL).
     pub(crate) fn place_old_records(&self) -> Result<usize, StoreError> {
         let rows: Vec<(String, Vec<u8>)> = self
             .lock()
@@ -416,28 +426,21 @@ impl Store {
         let rows = self
             .lock()
             .query_map(
-                "SELECT kind, bytes, node_id FROM records ORDER BY seq",
+                // `ended`: ends recorded before schema 23, by a node of an older version
+                // still running beside this one (the migration removed the others).
+                "SELECT bytes, node_id FROM records WHERE kind <> 'ended' ORDER BY seq",
                 params![],
-                |r| {
-                    Ok((
-                        r.get::<String>(0)?,
-                        r.get::<Vec<u8>>(1)?,
-                        r.get::<Option<String>>(2)?,
-                    ))
-                },
+                |r| Ok((r.get::<Vec<u8>>(0)?, r.get::<Option<String>>(1)?)),
             )
             .doing("reading records")?;
         let mut mine = ServerSnapshot::default();
         let mut elsewhere: Vec<ContextRow> = Vec::new();
         let mut any = false;
         let mut latest = 0;
-        for (kind, bytes, writer) in rows {
+        for (bytes, writer) in rows {
             let record = ServerRecord::decode(&bytes).doing("decoding a stored record")?;
             latest = latest.max(record.written_ms);
             any = true;
-            if kind == "ended" {
-                continue;
-            }
             let is_mine = match &record.change {
                 ServerChange::Context(row) if !owned.contains(row.id.as_str()) => {
                     match elsewhere.binary_search_by(|r| r.id.cmp(&row.id)) {

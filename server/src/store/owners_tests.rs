@@ -842,7 +842,19 @@ fn a_node_restores_what_it_owns_and_keeps_the_other_contexts_rows_apart() {
             "{kind}: another node's unplaced and cloud rows, live or dead (its heartbeat's \
              take-over moves those, fencing it out), and those placed elsewhere, are left out"
         );
-        assert_eq!(mine.written_ms, 9_500, "{kind}: the latest record read");
+        assert_eq!(
+            mine.written_ms, 4_000,
+            "{kind}: the latest record read (an end keeps none)"
+        );
+        let ends: i64 = store
+            .read()
+            .query_row(
+                "SELECT COUNT(*) FROM records WHERE kind = 'ended' OR key = 'ex_done'",
+                params![],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(ends, 0, "{kind}: the ended execution left no record");
         assert_eq!(
             split.elsewhere,
             [context_row("ec_2"), context_row("ec_3")],
@@ -1216,6 +1228,42 @@ fn the_owners_changed_since_a_mark_are_read_and_the_dead_by_node() {
         assert!(
             store.context_owners_changed_since(0).unwrap().0.len() == 3,
             "{kind}"
+        );
+    }
+}
+
+#[test]
+fn records_are_numbered_in_the_order_written_across_a_reopened_store() {
+    for fresh in stores("record_numbers") {
+        let kind = fresh.kind;
+        write(
+            &fresh.store,
+            None,
+            vec![context("ec_1", 1_000), chain("ana", 1_000)],
+        );
+        let again = Store::open_database(&fresh.database, &fresh.dir).unwrap();
+        write(
+            &again,
+            None,
+            vec![chain("bo", 2_000), context("ec_1", 2_000)],
+        );
+        let numbered: Vec<(String, i64)> = again
+            .read()
+            .query_map(
+                "SELECT key, seq FROM records ORDER BY seq",
+                params![],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        let keys: Vec<&str> = numbered.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["ana", "bo", "ec_1"],
+            "{kind}: rewritten last, so restored last"
+        );
+        assert!(
+            numbered.windows(2).all(|w| w[0].1 < w[1].1),
+            "{kind}: each number once: {numbered:?}"
         );
     }
 }

@@ -2,6 +2,8 @@
 //! snapshot on start. The listing columns of `executions` and the grant and access columns
 //! of `contexts` follow the records in the same transaction, so they never disagree.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use super::db::{OptionalExtension as _, Sql as _, params};
 use outpost_core::server::{ExecutionStatus, PlaceRow, ServerChange, ServerRecord};
 
@@ -11,6 +13,35 @@ use outpost_core::routing::Chain;
 
 fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).doing("encoding a row")
+}
+
+/// Where each record's number (`records.seq`, the order a start restores them in) comes
+/// from: in SQLite, this process, which alone writes its database (the largest number read
+/// once when the store opens, then counted here, so that no index of the numbers is written
+/// with each record); in PostgreSQL, the sequence `records_seq`, which nodes writing at once
+/// never share a number of.
+#[derive(Debug)]
+pub(crate) enum RecordSeq {
+    /// The last number handed out.
+    Counted(AtomicI64),
+    /// `nextval('records_seq')`, in the statement.
+    Postgres,
+}
+
+impl RecordSeq {
+    /// The counter for a SQLite database whose largest number is now `last`.
+    pub(crate) fn counted_from(last: i64) -> Self {
+        Self::Counted(AtomicI64::new(last))
+    }
+
+    /// The next number, or none where the statement takes it from PostgreSQL. A number taken
+    /// by a transaction that rolls back is not handed out again: the numbers only order.
+    fn next(&self) -> Option<i64> {
+        match self {
+            Self::Counted(last) => Some(last.fetch_add(1, Ordering::Relaxed) + 1),
+            Self::Postgres => None,
+        }
+    }
 }
 
 /// What one dispatcher drain writes, in one committed transaction (one fsync for all of it):
@@ -71,7 +102,12 @@ impl Store {
         for row in &batch.audit {
             super::runs::insert_audit(&tx, row)?;
         }
-        let mut ended = write_records(&tx, &batch.records, batch.node_id.as_deref())?;
+        let mut ended = write_records(
+            &tx,
+            &batch.records,
+            batch.node_id.as_deref(),
+            &self.record_seq,
+        )?;
         for (wait_id, exec_id) in &batch.continuations {
             super::waits::settle_continuation(
                 &tx,
@@ -131,24 +167,21 @@ pub(crate) fn contexts_written(records: &[ServerRecord], node_id: &str) -> Vec<S
     ServerRecord::fences_of(records, &super::owners::node_fence(node_id))
 }
 
-/// Writes `records` inside `tx`, each marked as `node_id`'s.
+/// Writes `records` inside `tx`, each marked as `node_id`'s and numbered by `record_seq`. An
+/// execution's end deletes its record and is kept in its `executions` row alone.
 fn write_records(
     tx: &impl super::db::Sql,
     records: &[ServerRecord],
     node_id: Option<&str>,
+    record_seq: &RecordSeq,
 ) -> Result<Vec<ExecutionEntry>, StoreError> {
     if records.is_empty() {
         return Ok(Vec::new());
     }
-    // Each record takes the next number of the record sequence in its own statement (no read
-    // of it first): `MAX(seq) + 1` in SQLite, whose one writer makes that safe; a PostgreSQL
-    // sequence, which nodes writing at once never share a number of.
-    let next_seq = tx.next_record_seq();
     let mut handed_to = Vec::new();
     let mut ended = Vec::new();
     let mut entries = Vec::new();
     for record in records {
-        let bytes = record.encode();
         // The machine an execution record is placed on ('' for none): what a take reads by.
         let placed_on = match &record.change {
             ServerChange::Execution(row) => {
@@ -251,19 +284,31 @@ fn write_records(
                     );
                 }
                 ended.push(row.exec_id.to_string());
-                ("ended", row.exec_id.to_string())
+                // The end is the row above; no record of it is kept. A start restores only
+                // live records, and an ended execution's would be read and skipped by every
+                // start for as long as the history lasts.
+                continue;
             }
         };
-        exec(
-            tx,
-            &format!(
+        let bytes = record.encode();
+        match record_seq.next() {
+            Some(seq) => exec(
+                tx,
                 "INSERT INTO records (kind, key, seq, bytes, node_id, placed_on)
-                 VALUES (?1, ?2, {next_seq}, ?3, ?4, ?5)
+                 VALUES (?1, ?2, ?6, ?3, ?4, ?5)
                  ON CONFLICT (kind, key) DO UPDATE SET seq = excluded.seq, bytes = excluded.bytes,
-                     node_id = excluded.node_id, placed_on = excluded.placed_on"
+                     node_id = excluded.node_id, placed_on = excluded.placed_on",
+                params![kind, key, bytes, node_id, placed_on, seq],
             ),
-            params![kind, key, bytes, node_id, placed_on],
-        )
+            None => exec(
+                tx,
+                "INSERT INTO records (kind, key, seq, bytes, node_id, placed_on)
+                 VALUES (?1, ?2, nextval('records_seq'), ?3, ?4, ?5)
+                 ON CONFLICT (kind, key) DO UPDATE SET seq = excluded.seq, bytes = excluded.bytes,
+                     node_id = excluded.node_id, placed_on = excluded.placed_on",
+                params![kind, key, bytes, node_id, placed_on],
+            ),
+        }
         .doing("writing a record")?;
     }
     notify_other_nodes(tx, handed_to, ended)?;
@@ -340,21 +385,19 @@ impl Store {
         let rows = self
             .lock()
             .query_map(
-                "SELECT kind, bytes FROM records ORDER BY seq",
+                "SELECT bytes FROM records WHERE kind <> 'ended' ORDER BY seq",
                 params![],
-                |r| Ok((r.get::<String>(0)?, r.get::<Vec<u8>>(1)?)),
+                |r| r.get::<Vec<u8>>(0),
             )
             .doing("reading records")?;
         let mut snapshot = outpost_core::server::ServerSnapshot::default();
         let mut any = false;
         let mut latest = 0;
-        for (kind, bytes) in rows {
+        for bytes in rows {
             let record = ServerRecord::decode(&bytes).doing("decoding a stored record")?;
             latest = latest.max(record.written_ms);
             any = true;
-            if kind != "ended" {
-                snapshot.apply(&record);
-            }
+            snapshot.apply(&record);
         }
         snapshot.written_ms = latest;
         Ok(any.then_some(snapshot))

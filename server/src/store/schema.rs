@@ -202,8 +202,8 @@ const MIGRATIONS: &[&str] = &[
         sessions TEXT NOT NULL DEFAULT '[]'
     );
     ",
-    // 12: nothing in SQLite (its record numbers stay `MAX(seq) + 1`); PostgreSQL's records
-    // take theirs from a sequence.
+    // 12: nothing in SQLite (its record numbers were `MAX(seq) + 1`, counted by the writing
+    // process since 24); PostgreSQL's records take theirs from a sequence.
     "",
     // 13: ownership with fencing (docs/CLUSTER.md §2): the node that owns each context and the
     // epoch it took it at (every transaction that writes the context's records checks both
@@ -310,6 +310,37 @@ const MIGRATIONS: &[&str] = &[
     DROP INDEX contexts_by_name;
     CREATE INDEX contexts_by_name ON contexts (operator, name, revoked, registered_at, id);
     CREATE INDEX contexts_by_live_name ON contexts (name, revoked, registered_at, id);
+    ",
+    // 23: fewer pages per execution's end. Its record is no longer kept (`kind = 'ended'`,
+    // never restored, so every start read the whole history to skip it): the `executions`
+    // row holds the end. The audit's numbers come from its rowid instead of AUTOINCREMENT,
+    // which wrote `sqlite_sequence` in every transaction that audits: the log is never
+    // pruned and only ordered by them, so the largest is never reused.
+    "
+    DELETE FROM records WHERE kind = 'ended';
+    CREATE TABLE audit_numbered (
+        seq INTEGER PRIMARY KEY,
+        at INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        context_id TEXT,
+        detail TEXT NOT NULL
+    );
+    INSERT INTO audit_numbered (seq, at, kind, actor, context_id, detail)
+        SELECT seq, at, kind, actor, context_id, detail FROM audit;
+    DROP TABLE audit;
+    ALTER TABLE audit_numbered RENAME TO audit;
+    DELETE FROM sqlite_sequence WHERE name = 'audit';
+    ",
+    // 24: a lone server's records without the indexes of their placements and numbers, each
+    // of which cost a page of every commit that wrote an execution's record. Only a
+    // cluster's nodes, over PostgreSQL, read a machine's records by placement while they
+    // run; a lone server reads them so at its start and when it learns or lets go of a
+    // machine, and its table holds live records alone (an end keeps none since 23). The numbers are counted by the
+    // one process that writes (`RecordSeq`), from the largest read once at its start.
+    "
+    DROP INDEX records_by_placement;
+    DROP INDEX records_by_seq;
     ",
 ];
 
@@ -418,6 +449,11 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
     CREATE INDEX contexts_by_name ON contexts (operator, name, revoked, registered_at, id);
     CREATE INDEX contexts_by_live_name ON contexts (name, revoked, registered_at, id);
     ",
+    // 23: ends' records no longer kept, as SQLite's 23 (the audit's identity column writes
+    // no page per row here).
+    "DELETE FROM records WHERE kind = 'ended';",
+    // 24: nothing; a cluster's nodes keep the indexes that SQLite's 24 drops.
+    "SELECT 1;",
 ];
 
 // Every SQLite migration after the baseline has its PostgreSQL twin.
@@ -607,8 +643,15 @@ pub(super) fn version(conn: &impl Sql) -> Result<i64, StoreError> {
 
 /// Applies every migration the database lacks, each in its own transaction.
 pub(super) fn migrate(conn: &mut Conn) -> Result<(), StoreError> {
+    migrate_until(conn, known_version())
+}
+
+/// Applies the migrations the database lacks up to version `until` (at most this server's),
+/// each in its own transaction: the tests make a database of an earlier version with it.
+pub(super) fn migrate_until(conn: &mut Conn, until: i64) -> Result<(), StoreError> {
     let postgres = conn.is_postgres();
     let known = known_version();
+    let until = until.min(known);
     loop {
         let tx = conn.transaction().doing("starting a migration")?;
         if postgres {
@@ -632,7 +675,7 @@ pub(super) fn migrate(conn: &mut Conn) -> Result<(), StoreError> {
                 },
             ));
         }
-        if current == known {
+        if current >= until {
             return Ok(());
         }
         let (sql, reached) = if postgres && current == 0 {

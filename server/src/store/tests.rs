@@ -506,3 +506,94 @@ fn a_context_named_in_an_execute_is_found_through_an_index_in_order_not_a_scan()
         }
     }
 }
+
+#[test]
+fn migrating_to_23_removes_the_ends_records_and_keeps_the_audit_numbered_in_order() {
+    let (sqlite_dir, _) = fresh_places("ends_23_sqlite");
+    let (pg_dir, url) = fresh_places("ends_23_pg");
+    for (kind, database, dir) in [
+        ("sqlite", Database::Sqlite, sqlite_dir),
+        ("postgres", Database::Postgres(url), pg_dir),
+    ] {
+        {
+            let (mut conn, _driver) = super::connected(&database, &dir).unwrap();
+            super::schema::migrate_until(&mut conn, 22).unwrap();
+            assert_eq!(super::schema::version(&conn).unwrap(), 22, "{kind}");
+            for (record, key, seq) in [
+                ("ended", "ex_1", 2),
+                ("chain", "ana", 3),
+                ("ended", "ex_2", 4),
+            ] {
+                conn.execute(
+                    "INSERT INTO records (kind, key, seq, bytes) VALUES (?1, ?2, ?3, ?4)",
+                    params![record, key, seq as i64, vec![0u8]],
+                )
+                .unwrap();
+            }
+            for detail in ["first", "second"] {
+                conn.execute(
+                    "INSERT INTO audit (at, kind, actor, detail) \
+                     VALUES (1, 'run.finished', 'ana', ?1)",
+                    params![detail],
+                )
+                .unwrap();
+            }
+        }
+        let store = Store::open_database(&database, &dir).unwrap();
+        let left: Vec<(String, String)> = store
+            .read()
+            .query_map(
+                "SELECT kind, key FROM records ORDER BY seq",
+                params![],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(left, [("chain".to_owned(), "ana".to_owned())], "{kind}");
+        store
+            .write_batch(&super::records::Batch {
+                audit: vec![super::runs::AuditRow {
+                    at: 2,
+                    kind: "run.finished".into(),
+                    actor: "ana".into(),
+                    context_id: None,
+                    detail: "third".into(),
+                }],
+                ..Default::default()
+            })
+            .unwrap();
+        let details: Vec<String> = store
+            .audit_events(None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.detail)
+            .collect();
+        assert_eq!(
+            details,
+            ["third", "second", "first"],
+            "{kind}: newest first"
+        );
+        let numbers: Vec<i64> = store
+            .read()
+            .query_map("SELECT seq FROM audit ORDER BY seq", params![], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(
+            numbers,
+            [1, 2, 3],
+            "{kind}: numbered on from the migrated rows"
+        );
+        if kind == "sqlite" {
+            let counted: i64 = store
+                .read()
+                .query_row(
+                    "SELECT COUNT(*) FROM sqlite_sequence WHERE name = 'audit'",
+                    params![],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(counted, 0, "no AUTOINCREMENT counter is written any more");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

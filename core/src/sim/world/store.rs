@@ -1,6 +1,7 @@
 //! The simulation's shared database: what every node of a cluster writes its records to, as
 //! the PostgreSQL store does (docs/CLUSTER.md) — one row per kind and key, the last record
-//! written for it; the fences (`context_owner`), the hand-offs not yet taken, and the nodes'
+//! written for it, an execution's deleted when it ends (the end is not kept as a record);
+//! the fences (`context_owner`), the hand-offs not yet taken, and the nodes'
 //! heartbeats, judged by this store's clock alone.
 //!
 //! It owns the database's rules: a batch is written whole or not at all, and only when the
@@ -28,7 +29,6 @@ enum Kind {
     Context,
     Chain,
     Execution,
-    Ended,
 }
 
 /// One row of the records table.
@@ -53,6 +53,8 @@ pub(super) enum Refused {
 #[derive(Debug, Default)]
 pub(super) struct SharedStore {
     rows: BTreeMap<(Kind, String), Row>,
+    /// The executions whose end was written (the real store's `executions` rows say so).
+    ended: BTreeSet<String>,
     seq: u64,
     /// Fence rows: a context id, or a node's own row, to (node, epoch).
     owners: BTreeMap<String, (usize, u64)>,
@@ -91,9 +93,7 @@ impl SharedStore {
         }
         for record in records {
             if let ServerChange::ExecutionEnded(row) = &record.change
-                && self
-                    .rows
-                    .contains_key(&(Kind::Ended, row.exec_id.to_string()))
+                && self.ended.contains(row.exec_id.as_str())
             {
                 return Err(Refused::EndedTwice(row.exec_id.to_string()));
             }
@@ -125,7 +125,8 @@ impl SharedStore {
                     let id = e.exec_id.to_string();
                     self.rows.remove(&(Kind::Execution, id.clone()));
                     self.handoffs.remove(&id);
-                    (Kind::Ended, id)
+                    self.ended.insert(id);
+                    continue;
                 }
             };
             self.rows.insert(key, row);
@@ -135,11 +136,11 @@ impl SharedStore {
 
     /// Every record in write order, decoded, with its writer (a row's bytes fail here as
     /// they would in a real store).
-    fn records(&self) -> Result<Vec<(Kind, ServerRecord, usize)>, RecordError> {
-        let mut rows: Vec<(&(Kind, String), &Row)> = self.rows.iter().collect();
-        rows.sort_by_key(|(_, row)| row.seq);
+    fn records(&self) -> Result<Vec<(ServerRecord, usize)>, RecordError> {
+        let mut rows: Vec<&Row> = self.rows.values().collect();
+        rows.sort_by_key(|row| row.seq);
         rows.into_iter()
-            .map(|((kind, _), row)| Ok((*kind, ServerRecord::decode(&row.bytes)?, row.writer)))
+            .map(|row| Ok((ServerRecord::decode(&row.bytes)?, row.writer)))
             .collect()
     }
 
@@ -151,7 +152,7 @@ impl SharedStore {
     ) -> Result<Option<ServerSnapshot>, RecordError> {
         let mut snapshot = ServerSnapshot::default();
         let (mut found, mut latest) = (false, 0);
-        for (_, record, _) in self.records()? {
+        for (record, _) in self.records()? {
             let take = match &record.change {
                 ServerChange::Context(row) => row.id.as_str() == context_id,
                 ServerChange::Execution(row) => row
@@ -181,10 +182,9 @@ impl SharedStore {
     ) -> Result<(ServerSnapshot, Vec<ContextRow>), RecordError> {
         let mut mine = ServerSnapshot::default();
         let mut elsewhere: BTreeMap<String, ContextRow> = BTreeMap::new();
-        for (kind, record, writer) in self.records()? {
+        for (record, writer) in self.records()? {
             mine.written_ms = mine.written_ms.max(record.written_ms);
             let is_mine = match &record.change {
-                _ if kind == Kind::Ended => false,
                 ServerChange::Context(row) if !owned.contains(row.id.as_str()) => {
                     elsewhere.insert(row.id.to_string(), row.clone());
                     false
