@@ -186,16 +186,7 @@ impl World {
     }
 
     fn start_named(dir: PathBuf, database: outpost_server::Database, threads: &str) -> World {
-        let server = BlockingServer::start_named(
-            ServeConfig {
-                database: database.clone(),
-                ..serve_config(dir.join("server"), vec![Environment::Wasm])
-            },
-            Registry::new(),
-            2,
-            threads,
-        )
-        .unwrap();
+        let server = Self::serve(&dir, &database, threads);
         let r = server.running();
         World {
             url: r.url.clone(),
@@ -213,6 +204,40 @@ impl World {
                 .build()
                 .new_agent(),
         }
+    }
+
+    /// A server over `dir/server` and `database`, its threads named `threads`, serving.
+    fn serve(
+        dir: &std::path::Path,
+        database: &outpost_server::Database,
+        threads: &str,
+    ) -> BlockingServer {
+        BlockingServer::start_named(
+            ServeConfig {
+                database: database.clone(),
+                ..serve_config(dir.join("server"), vec![Environment::Wasm])
+            },
+            Registry::new(),
+            2,
+            threads,
+        )
+        .unwrap()
+    }
+
+    /// Stops the server and starts it again over the same state (on another free port): how
+    /// long the new one took from its start until it served. Daemons joined to the old one
+    /// are not told where it went.
+    pub fn restart(&mut self) -> Duration {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+        let started = std::time::Instant::now();
+        let server = Self::serve(&self.dir, &self.database, "outpost-server");
+        let took = started.elapsed();
+        self.url = server.running().url.clone();
+        self.join = Join::parse(&server.running().join).unwrap();
+        self.server = Some(server);
+        took
     }
 
     /// `POST /v1/executions` with `body`, as admin; the answer.

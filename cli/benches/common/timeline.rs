@@ -101,6 +101,10 @@ pub struct Timeline {
     runs: Vec<Vec<(Duration, String, String)>>,
 }
 
+/// How many executions [`Timeline::report`] also prints stage by stage, as they ran
+/// (`OUTPOST_BENCH_RAW_TIMELINE=3`).
+pub const RAW_RUNS_ENV: &str = "OUTPOST_BENCH_RAW_TIMELINE";
+
 impl Timeline {
     /// Installs the collector; recording starts with [`Timeline::record`]. Each recorded
     /// call keeps its stages from the first `opening` stage on: what the call before left
@@ -194,6 +198,31 @@ impl Timeline {
                 offset.saturating_sub(before).as_secs_f64() * 1e6
             );
             before = offset;
+        }
+        out.push_str(&self.raw_runs());
+        out
+    }
+
+    /// The first [`RAW_RUNS_ENV`] recorded executions stage by stage, each in its own order
+    /// (medians of separate stages need not keep one execution's order); none when unset.
+    fn raw_runs(&self) -> String {
+        let wanted: usize = std::env::var(RAW_RUNS_ENV)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let mut out = String::new();
+        for (i, run) in self.runs.iter().take(wanted).enumerate() {
+            let _ = writeln!(out, "  execution {i}:");
+            let mut before = Duration::ZERO;
+            for (offset, thread, label) in run {
+                let _ = writeln!(
+                    out,
+                    "    {:>8.0} (+{:>6.0})  {label:<32} [{thread}]",
+                    offset.as_secs_f64() * 1e6,
+                    offset.saturating_sub(before).as_secs_f64() * 1e6
+                );
+                before = *offset;
+            }
         }
         out
     }
