@@ -191,12 +191,7 @@ impl Timeline {
         );
         let mut before = Duration::ZERO;
         for (offset, key, thread) in rows {
-            let _ = writeln!(
-                out,
-                "  {:>8.0} (+{:>6.0})  {key:<32} [{thread}]",
-                offset.as_secs_f64() * 1e6,
-                offset.saturating_sub(before).as_secs_f64() * 1e6
-            );
+            stage_line(&mut out, "  ", offset, before, &key, &thread);
             before = offset;
         }
         out.push_str(&self.raw_runs());
@@ -215,12 +210,7 @@ impl Timeline {
             let _ = writeln!(out, "  execution {i}:");
             let mut before = Duration::ZERO;
             for (offset, thread, label) in run {
-                let _ = writeln!(
-                    out,
-                    "    {:>8.0} (+{:>6.0})  {label:<32} [{thread}]",
-                    offset.as_secs_f64() * 1e6,
-                    offset.saturating_sub(before).as_secs_f64() * 1e6
-                );
+                stage_line(&mut out, "    ", *offset, before, label, thread);
                 before = *offset;
             }
         }
@@ -231,4 +221,22 @@ impl Timeline {
     pub fn clear(&mut self) {
         self.runs.clear();
     }
+}
+
+/// One stage's line: its time since the request, since the stage before (at `before`), its
+/// label and its thread.
+fn stage_line(
+    out: &mut String,
+    indent: &str,
+    offset: Duration,
+    before: Duration,
+    label: &str,
+    thread: &str,
+) {
+    let _ = writeln!(
+        out,
+        "{indent}{:>8.0} (+{:>6.0})  {label:<32} [{thread}]",
+        offset.as_secs_f64() * 1e6,
+        offset.saturating_sub(before).as_secs_f64() * 1e6
+    );
 }
