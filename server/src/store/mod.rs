@@ -243,6 +243,7 @@ impl Store {
     /// (created if needed), or the PostgreSQL database — brings its schema up to date and
     /// readies the bundle files (`DIR/bundles/`, for either).
     pub fn open_database(database: &Database, dir: &Path) -> Result<Self, StoreError> {
+        use db::{Sql as _, params};
         let (conn, driver) = migrated(database, dir)?;
         // Opened after the migrations, so it never sees a schema half made.
         let reader = match (database, &driver) {
@@ -251,7 +252,6 @@ impl Store {
             }
             _ => Conn::Sqlite(Self::connect(&dir.join("outpost.db"))?),
         };
-        use db::{Sql as _, params};
         let record_seq = match &conn {
             Conn::Postgres(_) => records::RecordSeq::Postgres,
             Conn::Sqlite(_) => records::RecordSeq::counted_from(

@@ -336,8 +336,9 @@ const MIGRATIONS: &[&str] = &[
     // of which cost a page of every commit that wrote an execution's record. Only a
     // cluster's nodes, over PostgreSQL, read a machine's records by placement while they
     // run; a lone server reads them so at its start and when it learns or lets go of a
-    // machine, and its table holds live records alone (an end keeps none since 23). The numbers are counted by the
-    // one process that writes (`RecordSeq`), from the largest read once at its start.
+    // machine, and its table holds live records alone (an end keeps none since 23). The
+    // numbers are counted by the one process that writes (`RecordSeq`), from the largest
+    // read once at its start.
     "
     DROP INDEX records_by_placement;
     DROP INDEX records_by_seq;

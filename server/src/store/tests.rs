@@ -594,6 +594,29 @@ fn migrating_to_23_removes_the_ends_records_and_keeps_the_audit_numbered_in_orde
                 .unwrap();
             assert_eq!(counted, 0, "no AUTOINCREMENT counter is written any more");
         }
+        // A node of an older version beside this one still writes ends' records: the next
+        // start deletes them.
+        store
+            .lock()
+            .execute(
+                "INSERT INTO records (kind, key, seq, bytes) VALUES ('ended', 'ex_3', 9, ?1)",
+                params![vec![0u8]],
+            )
+            .unwrap();
+        drop(store);
+        let again = Store::open_database(&database, &dir).unwrap();
+        let ends: i64 = again
+            .read()
+            .query_row(
+                "SELECT COUNT(*) FROM records WHERE kind = 'ended'",
+                params![],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            ends, 0,
+            "{kind}: an older node's end is gone at the next start"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
