@@ -60,7 +60,7 @@ fn migrate_brings_a_new_database_to_the_schema_once_however_often_it_runs() {
             String::from_utf8_lossy(&out.stderr)
         );
         let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
-        assert_eq!(answer["schemaVersion"], 22, "{answer}");
+        assert_eq!(answer["schemaVersion"], 24, "{answer}");
         assert_eq!(
             answer["database"],
             format!("postgres://outpost@127.0.0.1:{}/fresh", pg.port)
@@ -72,7 +72,7 @@ fn migrate_brings_a_new_database_to_the_schema_once_however_often_it_runs() {
     );
     assert_eq!(
         versions.trim(),
-        "10,11,12,13,14,15,16,17,18,19,20,21,22",
+        "10,11,12,13,14,15,16,17,18,19,20,21,22,23,24",
         "the baseline and each migration after it, once"
     );
     assert!(
