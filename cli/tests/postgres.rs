@@ -6,6 +6,8 @@
 //! records; started again, it restores from them and runs nothing twice.
 
 mod common;
+#[path = "../../adapters/tests/common/refusing_port.rs"]
+mod refusing_port;
 
 use std::path::Path;
 use std::process::Command;
@@ -102,11 +104,7 @@ fn a_database_that_is_not_postgres_or_does_not_answer_is_refused_with_what_to_do
     assert!(err.contains("is not a PostgreSQL URL"), "{err}");
     assert!(err.contains("postgres://USER@HOST:PORT/DATABASE"), "{err}");
     assert!(!err.contains("secret"), "the password is not shown: {err}");
-    // A port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
+    let (_held, port) = refusing_port::refusing_port();
     let (code, err) = run(&format!("postgres://outpost:hunter2@127.0.0.1:{port}/none"));
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("connecting to PostgreSQL"), "{err}");

@@ -2,6 +2,9 @@
 //! or TLS with an rcgen self-signed certificate for `localhost`.
 #![allow(dead_code)]
 
+mod refusing_port;
+pub use refusing_port::refusing_port;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -163,26 +166,4 @@ pub fn oversize_server(size: usize) -> (String, std::sync::mpsc::Receiver<Result
         let _ = tx.send(report);
     });
     (format!("ws://127.0.0.1:{port}"), rx)
-}
-
-/// A loopback port that refuses connections for as long as the socket returned lives: bound
-/// and never listening, so no other test (or process) can be given the port meanwhile, as it
-/// could be one whose listener was closed.
-pub fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
-    use nix::sys::socket::{
-        AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, socket,
-    };
-    use std::os::fd::AsRawFd as _;
-    let socket = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .unwrap();
-    bind(socket.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).unwrap();
-    let port = getsockname::<SockaddrIn>(socket.as_raw_fd())
-        .unwrap()
-        .port();
-    (socket, port)
 }

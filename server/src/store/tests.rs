@@ -3,6 +3,8 @@
 
 #[path = "../../tests/common/postgres.rs"]
 mod postgres;
+#[path = "../../../adapters/tests/common/refusing_port.rs"]
+mod refusing_port;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -186,21 +188,7 @@ fn a_bad_url_or_an_unreachable_database_is_an_error_that_says_so() {
         "no password shown"
     );
     let (dir, _) = fresh_places("unreachable");
-    // A port nothing listens on: bound and never listening, held for the test, so no other
-    // test is given it meanwhile (as it could be one whose listener was closed).
-    use nix::sys::socket::{
-        AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, socket,
-    };
-    use std::os::fd::AsRawFd as _;
-    let held = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .unwrap();
-    bind(held.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).unwrap();
-    let port = getsockname::<SockaddrIn>(held.as_raw_fd()).unwrap().port();
+    let (_held, port) = refusing_port::refusing_port();
     let err = Store::open_database(
         &Database::Postgres(format!("postgres://outpost@127.0.0.1:{port}/none")),
         &dir,
